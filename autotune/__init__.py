@@ -1,0 +1,11 @@
+"""autotune: tunes GPU linear-algebra kernels for the exact shapes you run, and remembers the answer.
+
+`import autotune` needs neither PyCUDA nor a GPU; only tuning and launching do.
+"""
+
+from autotune.api import best, gemv, store, sweep
+from autotune.errors import AutotuneError
+from autotune.select import Choice
+
+__all__ = ["AutotuneError", "Choice", "best", "gemv", "store", "sweep"]
+__version__ = "0.1.0"

@@ -1,0 +1,182 @@
+"""The library surface: best(), sweep(), gemv(), plus what the CLI lists. Each validates its input
+first, so bad input fails with one AutotuneError line before any database or GPU is touched."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autotune.errors import AutotuneError
+from autotune.fingerprint import LocalGpu, local_gpus, slugify
+from autotune.problem import Problem, make_problem, read_shapes_file, resolve_op, standard_shapes
+from autotune.select import Choice, Selector
+
+if TYPE_CHECKING:
+    from autotune.tuner import Progress, SweepReport
+
+SAMPLERS = ("tpe", "random", "grid")  # kept equal to autotune.search.SAMPLERS (a test checks)
+
+
+@functools.cache
+def _open(url: str | None) -> Any:
+    from autotune.store import open_store
+
+    return open_store(url)
+
+
+@functools.cache
+def _selector(url: str | None) -> Selector:
+    return Selector(_open(url))
+
+
+def store(db: str | None = None) -> Any:
+    """The database (opened once per process and URL; shipped records imported on first use)."""
+    return _open(db)
+
+
+def match_gpu(wanted: str, known: Sequence[str]) -> str:
+    """`--gpu` matching: the full name or its slug ('nvidia-h200'), any case, or a unique part of it."""
+    key = slugify(wanted)
+    exact = [name for name in known if slugify(name) == key]
+    if exact:
+        return exact[0]
+    partial = [name for name in known if key and key in slugify(name)]
+    if len(partial) == 1:
+        return partial[0]
+    if len(partial) > 1:
+        raise AutotuneError(f"--gpu {wanted!r} is ambiguous: it matches {', '.join(partial)}")
+    return wanted  # a GPU nothing was tuned for: the selector answers with the default config
+
+
+def _local_gpu() -> LocalGpu | None:
+    found = local_gpus()
+    return found[0] if found else None
+
+
+def resolve_gpu(gpu: str | None, known: Sequence[str]) -> tuple[str, str | None]:
+    """(GPU name, local driver or None): the named GPU, or this machine's first GPU."""
+    if gpu is not None:
+        if not gpu.strip():
+            raise AutotuneError("--gpu must name a GPU, e.g. 'NVIDIA H200'")
+        return match_gpu(gpu, known), None
+    local = _local_gpu()
+    if local is None:
+        tuned = ", ".join(known) if known else "none yet"
+        raise AutotuneError(f"no NVIDIA GPU on this machine: pass --gpu NAME (tuned GPUs: {tuned})")
+    return local.name, local.driver
+
+
+def best(
+    op: str | None = None, m: int = 4096, n: int = 8192, *, dtype: str | None = None,
+    gpu: str | None = None, db: str | None = None,
+) -> Choice:
+    """Which config for this problem on this GPU: measured, estimated from the nearest tuned shape,
+    or the safe default, and which of the three it is (Choice.source)."""
+    name, kind = resolve_op(op, dtype)
+    problem = make_problem(name, kind, m, n)
+    gpu_name, local_driver = resolve_gpu(gpu, _open(db).gpu_names())
+    return _selector(db).choose(problem, gpu_name, local_driver)
+
+
+def problems_for(
+    op: str | None, dtype: str | None, m: int | None, n: int | None, shapes_file: Path | None
+) -> list[Problem]:
+    """What a sweep tunes: one shape, a shapes file, or the standard set that ships with autotune."""
+    name, kind = resolve_op(op, dtype)
+    if (m is None) != (n is None):
+        raise AutotuneError("give both --m and --n, or neither (to tune a shapes file or the standard set)")
+    if m is not None and shapes_file is not None:
+        raise AutotuneError("give either --m/--n or --shapes, not both")
+    if m is not None and n is not None:
+        shapes = [(m, n)]
+    elif shapes_file is not None:
+        shapes = read_shapes_file(shapes_file)
+    else:
+        shapes = standard_shapes()
+    return [make_problem(name, kind, sm, sn) for sm, sn in shapes]
+
+
+def sweep(
+    op: str | None = None, m: int | None = None, n: int | None = None, *, dtype: str | None = None,
+    shapes_file: Path | None = None, trials: int = 64, timeout: float | None = None,
+    patience: int | None = None, sampler: str = "tpe", seed: int | None = None, db: str | None = None,
+    device: int = 0, progress: Progress | None = None,
+) -> SweepReport:
+    """Tune each problem on this machine's GPU and store every measurement."""
+    problems = problems_for(op, dtype, m, n, shapes_file)
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
+        raise AutotuneError(f"--trials must be a positive integer, got {trials!r}")
+    if timeout is not None and not timeout > 0:
+        raise AutotuneError(f"--timeout must be a positive number of seconds, got {timeout!r}")
+    if patience is not None and patience < 1:
+        raise AutotuneError(f"--patience must be a positive integer, got {patience!r}")
+    if sampler not in SAMPLERS:
+        raise AutotuneError(f"unknown sampler {sampler!r}: choose one of {', '.join(SAMPLERS)}")
+    from autotune.search import Budget
+    from autotune.store import check_url
+    from autotune.tuner import run_sweep
+
+    check_url(db)
+    report = run_sweep(
+        problems, lambda: _open(db), sampler=sampler, budget=Budget(trials, timeout, patience),
+        seed=seed, device=device, progress=progress,
+    )
+    _selector(db).forget()
+    return report
+
+
+@functools.cache
+def _launcher() -> Any:
+    from autotune.launch import Launcher
+
+    return Launcher()
+
+
+def gemv(
+    A: Any, x: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0, *, db: str | None = None
+) -> Any:
+    """y = alpha*A@x + beta*y with the tuned kernel for A's shape on this GPU; returns y (`out`)."""
+    from autotune.launch import check_gemv_operands, describe, new_output
+
+    a, xv = describe(A, "A"), describe(x, "x")
+    y = describe(out, "out") if out is not None else None
+    m, n = check_gemv_operands(a, xv, y)
+    if y is None:
+        if beta != 0.0:
+            raise AutotuneError("beta != 0 reads y: pass it as out=")
+        out, y = new_output(a, m)
+    launcher = _launcher()
+    choice = _selector(db).choose(make_problem("gemv", a.dtype, m, n), launcher.gpu.name, launcher.gpu.driver)
+    launcher.gemv(choice, a, xv, y, float(alpha), float(beta))
+    return out
+
+
+def _filters(op: str | None, dtype: str | None) -> tuple[str | None, str | None]:
+    if op is None and dtype is None:
+        return None, None
+    return resolve_op(op or "gemv", dtype) if op is None or dtype is not None else resolve_op(op, None)
+
+
+def list_problems(
+    gpu: str | None = None, op: str | None = None, dtype: str | None = None, db: str | None = None
+) -> list[Any]:
+    """One summary per tuned problem, optionally for one GPU, op or dtype."""
+    name, kind = _filters(op, dtype)
+    database = _open(db)
+    gpu_name = match_gpu(gpu, database.gpu_names()) if gpu else None
+    rows: list[Any] = database.problems(gpu_name, name, kind)
+    return rows
+
+
+def problem_trials(
+    op: str | None, m: int, n: int, *, dtype: str | None = None, gpu: str | None = None, db: str | None = None
+) -> tuple[str, list[Any]]:
+    """Every stored trial of one problem, fastest first."""
+    name, kind = resolve_op(op, dtype)
+    problem = make_problem(name, kind, m, n)
+    database = _open(db)
+    gpu_name, _ = resolve_gpu(gpu, database.gpu_names())
+    problem_id = database.problem_id(problem, gpu_name, create=False)
+    return gpu_name, ([] if problem_id is None else list(database.trials(problem_id)))

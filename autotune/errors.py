@@ -1,0 +1,5 @@
+"""The one exception type users see: a problem they can fix, shown by the CLI as a single line."""
+
+
+class AutotuneError(Exception):
+    """Bad input or an environment problem; the message names it in one line (CLI exit code 2)."""

@@ -1,0 +1,123 @@
+"""Everything that can invalidate a measurement: the GPU, its driver and CUDA, nvcc, PyCUDA, kernel source."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from typing import Any
+
+from autotune.paths import kernels_dir
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One physical GPU as the worker reads it from the driver."""
+
+    name: str
+    uuid: str
+    compute_capability: str  # "9.0"
+    sm_count: int
+    l2_bytes: int
+    memory_bytes: int
+    driver: str  # NVIDIA driver version as nvidia-smi reports it, e.g. "580.159.04"
+    cuda: str  # CUDA toolkit release that builds the kernels (nvcc), e.g. "13.0"
+
+    @property
+    def slug(self) -> str:
+        return slugify(self.name)
+
+    @property
+    def arch(self) -> str:
+        """nvcc's target for this GPU: "9.0" -> "sm_90"."""
+        return "sm_" + self.compute_capability.replace(".", "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """The software that built and ran a measurement."""
+
+    nvcc: str
+    pycuda: str
+    autotune: str
+
+
+def slugify(gpu_name: str) -> str:
+    """'NVIDIA H200' -> 'nvidia-h200' (file names, `--gpu` matching)."""
+    return re.sub(r"[^a-z0-9]+", "-", gpu_name.lower()).strip("-")
+
+
+@functools.cache
+def nvcc_version() -> str:
+    """nvcc's full version ('13.0.88'), or 'none' where nvcc is not installed."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        return "none"
+    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False).stdout
+    match = re.search(r"V(\d+\.\d+\.\d+)", out)
+    return match.group(1) if match else out.strip().splitlines()[-1] if out.strip() else "unknown"
+
+
+def package_version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "none"
+
+
+@functools.cache
+def toolchain() -> Toolchain:
+    return Toolchain(nvcc=nvcc_version(), pycuda=package_version("pycuda"), autotune=package_version("autotune"))
+
+
+@functools.cache
+def source_hash(op: str) -> str:
+    """Hash of the kernel sources of an op: a measurement of an older source is stale."""
+    digest = hashlib.sha256()
+    for path in sorted(kernels_dir().glob(f"{op}*.cu")):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def cuda_release() -> str:
+    """'13.0' from nvcc's '13.0.88'."""
+    version = nvcc_version()
+    return ".".join(version.split(".")[:2]) if version[:1].isdigit() else version
+
+
+@dataclass(frozen=True)
+class LocalGpu:
+    """What nvidia-smi says of one GPU of this machine (no CUDA context needed)."""
+
+    name: str
+    uuid: str
+    pci_bus_id: str
+    driver: str
+
+
+def local_gpus() -> list[LocalGpu]:
+    """This machine's NVIDIA GPUs in device order, through nvidia-smi; [] where there is none."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    query = "--query-gpu=name,uuid,pci.bus_id,driver_version"
+    try:
+        out = subprocess.run([smi, query, "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if out.returncode != 0:
+        return []
+    gpus = []
+    for line in out.stdout.splitlines():
+        fields = [field.strip() for field in line.split(",")]
+        if len(fields) == 4:
+            gpus.append(LocalGpu(*fields))
+    return gpus

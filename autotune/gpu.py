@@ -1,0 +1,90 @@
+"""The only module that imports PyCUDA: the primary context, device facts, loading cubins, timing.
+
+Used in two places: the tuning worker subprocess, and autotune.gemv() in the caller's own process
+(where torch or cupy share the same primary context). Nothing here runs at import time.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+from autotune.errors import AutotuneError
+from autotune.fingerprint import GpuInfo, LocalGpu, cuda_release, local_gpus
+
+
+def driver() -> Any:
+    """pycuda.driver, initialised; a clear one-line error where PyCUDA or a CUDA driver is missing."""
+    try:
+        import pycuda.driver as cuda
+    except ImportError as exc:
+        if "pycuda" in str(exc) and "libcuda" not in str(exc):
+            raise AutotuneError("PyCUDA is not installed: pip install 'autotune[cuda]'") from None
+        raise AutotuneError(f"PyCUDA cannot load the CUDA driver ({exc}); is this a GPU machine?") from None
+    try:
+        cuda.init()
+        count = cuda.Device.count()
+    except cuda.Error as exc:
+        raise AutotuneError(f"no usable CUDA driver: {exc}") from None
+    if count == 0:
+        raise AutotuneError("no CUDA GPU on this machine")
+    return cuda
+
+
+@functools.cache
+def context(device_index: int = 0) -> Any:
+    """Make the device's primary context current (the one torch and cupy use), once per process."""
+    cuda = driver()
+    if device_index >= cuda.Device.count():
+        raise AutotuneError(f"GPU {device_index} does not exist ({cuda.Device.count()} found)")
+    ctx = cuda.Device(device_index).retain_primary_context()
+    ctx.push()
+    return ctx
+
+
+def _smi_entry(pci_bus_id: str) -> LocalGpu | None:
+    # nvidia-smi writes 8 hex digits of PCI domain, the driver API 4: compare the common tail.
+    for entry in local_gpus():
+        if entry.pci_bus_id.lower()[-12:] == pci_bus_id.lower()[-12:]:
+            return entry
+    return None
+
+
+def device_info(device_index: int = 0) -> GpuInfo:
+    cuda = driver()
+    context(device_index)
+    dev = cuda.Device(device_index)
+    attr = cuda.device_attribute
+    major, minor = dev.compute_capability()
+    smi = _smi_entry(dev.pci_bus_id())
+    version = cuda.get_driver_version()
+    return GpuInfo(
+        name=dev.name(),
+        uuid=smi.uuid if smi else f"pci:{dev.pci_bus_id()}",
+        compute_capability=f"{major}.{minor}",
+        sm_count=dev.get_attribute(attr.MULTIPROCESSOR_COUNT),
+        l2_bytes=dev.get_attribute(attr.L2_CACHE_SIZE),
+        memory_bytes=dev.total_memory(),
+        driver=smi.driver if smi else f"cuda-{version // 1000}.{version % 1000 // 10}",
+        cuda=cuda_release(),
+    )
+
+
+class Kernels:
+    """Loaded cubins and their functions, each loaded once per process."""
+
+    def __init__(self) -> None:
+        self._modules: dict[Path, Any] = {}
+        self._functions: dict[tuple[Path, str], Any] = {}
+
+    def function(self, cubin: Path, name: str, arg_types: str) -> Any:
+        key = (cubin, name)
+        if key not in self._functions:
+            cuda = driver()
+            if cubin not in self._modules:
+                self._modules[cubin] = cuda.module_from_buffer(cubin.read_bytes())
+            function = self._modules[cubin].get_function(name)
+            function.prepare(arg_types)
+            self._functions[key] = function
+        return self._functions[key]

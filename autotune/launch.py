@@ -1,0 +1,169 @@
+"""autotune.gemv(): run the selected kernel on the caller's GPU arrays, in the caller's process.
+
+Arrays come as PyCUDA GPUArrays, torch tensors, or anything with __cuda_array_interface__ (cupy,
+numba). Kernels are compiled once per config (cubin cache on disk) and loaded once per process.
+Launches go to the legacy default stream, which orders them with torch's and cupy's default streams.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from autotune import ops
+from autotune.compiler import CompileJob, compile_kernel
+from autotune.errors import AutotuneError
+from autotune.fingerprint import source_hash
+from autotune.gpu import Kernels, context, device_info, driver
+from autotune.problem import ITEMSIZE, Problem
+from autotune.select import Choice
+from autotune.space import Config
+
+_TYPESTR = {"<f4": "float32", "<f2": "float16"}
+_TORCH_DTYPES = {"torch.float32": "float32", "torch.float16": "float16", "torch.bfloat16": "bfloat16"}
+
+
+@dataclass(frozen=True)
+class DeviceArray:
+    obj: Any
+    pointer: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...] | None  # in elements; None means C-contiguous
+    dtype: str
+    kind: str  # "torch", "pycuda" or "cai"
+
+
+def describe(obj: Any, name: str) -> DeviceArray:
+    module = type(obj).__module__
+    if module.startswith("torch"):  # torch's array interface cannot express bfloat16
+        dtype = _TORCH_DTYPES.get(str(obj.dtype))
+        if dtype is None or not obj.is_cuda:
+            raise AutotuneError(f"{name} must be a CUDA tensor of float32, float16 or bfloat16, got {obj.dtype}")
+        return DeviceArray(obj, obj.data_ptr(), tuple(obj.shape), tuple(obj.stride()), dtype, "torch")
+    if hasattr(obj, "gpudata") and hasattr(obj, "shape"):
+        dtype = _TYPESTR.get(obj.dtype.str)
+        if dtype is None:
+            raise AutotuneError(f"{name} must hold float32 or float16, got {obj.dtype}")
+        strides = tuple(s // obj.dtype.itemsize for s in obj.strides)
+        return DeviceArray(obj, int(obj.gpudata), tuple(obj.shape), strides, dtype, "pycuda")
+    interface = getattr(obj, "__cuda_array_interface__", None)
+    if interface is None:
+        raise AutotuneError(
+            f"{name} must be a GPU array (PyCUDA GPUArray, torch tensor or __cuda_array_interface__), "
+            f"got {type(obj).__name__}"
+        )
+    dtype = _TYPESTR.get(interface["typestr"])
+    if dtype is None:
+        raise AutotuneError(f"{name} must hold float32 or float16, got typestr {interface['typestr']}")
+    raw = interface.get("strides")
+    strides = tuple(s // ITEMSIZE[dtype] for s in raw) if raw else None
+    return DeviceArray(obj, int(interface["data"][0]), tuple(interface["shape"]), strides, dtype, "cai")
+
+
+def _contiguous(array: DeviceArray) -> bool:
+    if array.strides is None:
+        return True
+    expected, step = [], 1
+    for extent in reversed(array.shape):
+        expected.append(step)
+        step *= extent
+    return all(s == e or extent == 1 for s, e, extent in zip(array.strides, reversed(expected), array.shape))
+
+
+def _empty_like(a: DeviceArray, length: int) -> Any:
+    if a.kind == "torch":
+        import torch
+
+        return torch.empty(length, dtype=a.obj.dtype, device=a.obj.device)
+    if type(a.obj).__module__.startswith("cupy"):
+        import cupy
+
+        return cupy.empty(length, dtype=a.obj.dtype)
+    import numpy as np
+    import pycuda.gpuarray as gpuarray
+
+    return gpuarray.empty(length, dtype=np.dtype(a.dtype))
+
+
+class Launcher:
+    """Per-process state: loaded kernels, device facts, and the split-K workspace."""
+
+    def __init__(self) -> None:
+        context()
+        self.gpu = device_info()
+        self._kernels = Kernels()
+        self._workspace: Any = None
+        self._workspace_floats = 0
+        self._counters: Any = None
+        self._counter_count = 0
+        self._functions: dict[tuple[Problem, str], Any] = {}
+
+    def _scratch(self, floats: int, counters: int) -> tuple[Any, Any]:
+        # Split-K kernels leave the workspace zeroed; it only grows (and is zeroed) here.
+        cuda = driver()
+        if floats > self._workspace_floats:
+            self._workspace = cuda.mem_alloc(floats * 4)
+            cuda.memset_d32(self._workspace, 0, floats)
+            self._workspace_floats = floats
+        if counters > self._counter_count:
+            self._counters = cuda.mem_alloc(counters * 4)
+            cuda.memset_d32(self._counters, 0, counters)
+            self._counter_count = counters
+        return self._workspace or 0, self._counters or 0
+
+    def _function(self, problem: Problem, config: Config) -> Any:
+        # Kernels do not depend on the shape: key by dtype and compiled parameters only.
+        op = ops.get(problem.op)
+        key = (Problem(problem.op, problem.dtype, 1, 1), op.kernel_name(problem, config))
+        if key not in self._functions:
+            self._functions[key] = self._load(problem, config)
+        return self._functions[key]
+
+    def _load(self, problem: Problem, config: Config) -> Any:
+        op = ops.get(problem.op)
+        job = CompileJob(
+            op.kernel_name(problem, config), op.kernel_source(problem, config), self.gpu.arch,
+            source_hash(problem.op),
+        )
+        compiled = compile_kernel(job)
+        if compiled.cubin is None:
+            raise AutotuneError(f"compiling {job.name} failed: {compiled.message.splitlines()[0]}")
+        return self._kernels.function(compiled.cubin, job.name, op.ARG_TYPES)
+
+    def gemv(self, choice: Choice, a: DeviceArray, x: DeviceArray, y: DeviceArray, alpha: float, beta: float) -> None:
+        problem, config = choice.problem, choice.config
+        if config["vec"] > 1 and (a.pointer % 16 or x.pointer % 16):
+            # Vector loads need 16-byte aligned rows; a sliced view may not be. Scalar loads always work.
+            config = dict(ops.get(problem.op).DEFAULT_CONFIG)
+        geom = ops.get(problem.op).launch(problem, config, self.gpu.sm_count)
+        workspace, counters = self._scratch(geom.workspace_floats, geom.counters)
+        self._function(problem, config).prepared_async_call(
+            geom.grid, geom.block, None, a.pointer, x.pointer, y.pointer, problem.m, problem.n,
+            alpha, beta, workspace, counters, shared_size=geom.shared_bytes,
+        )
+
+
+def check_gemv_operands(a: DeviceArray, x: DeviceArray, out: DeviceArray | None) -> tuple[int, int]:
+    if len(a.shape) != 2:
+        raise AutotuneError(f"A must be a 2-D matrix, got shape {a.shape}")
+    m, n = a.shape
+    if not _contiguous(a):
+        raise AutotuneError("A must be row-major and contiguous (copy it, e.g. A.contiguous())")
+    if x.shape not in ((n,), (n, 1)) or not _contiguous(x):
+        raise AutotuneError(f"x must be a contiguous vector of length {n} (A is {m}x{n}), got shape {x.shape}")
+    if x.dtype != a.dtype:
+        raise AutotuneError(f"A and x must share a dtype, got {a.dtype} and {x.dtype}")
+    if out is not None:
+        if out.shape not in ((m,), (m, 1)) or not _contiguous(out):
+            raise AutotuneError(f"out must be a contiguous vector of length {m}, got shape {out.shape}")
+        if out.dtype != a.dtype:
+            raise AutotuneError(f"out must have A's dtype {a.dtype}, got {out.dtype}")
+    if m == 0 or n == 0 or math.prod(a.shape) == 0:
+        raise AutotuneError(f"A must not be empty, got shape {a.shape}")
+    return m, n
+
+
+def new_output(a: DeviceArray, m: int) -> tuple[Any, DeviceArray]:
+    obj = _empty_like(a, m)
+    return obj, describe(obj, "out")

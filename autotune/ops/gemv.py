@@ -1,0 +1,152 @@
+"""GEMV (y = alpha*A*x + beta*y, A row-major M x N): parameters, constraints, launch geometry, source."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from autotune.problem import ITEMSIZE, Problem
+from autotune.space import Config, Param, Space
+
+NAME = "gemv"
+KERNEL_FILE = "gemv.cu"
+CUDA_TYPE = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
+# Kernel arguments in PyCUDA's prepare() notation: A, x, y, M, N, alpha, beta, partial, counters.
+ARG_TYPES = "PPPiiffPP"
+
+MAX_SHARED_BYTES = 48 * 1024  # dynamic shared memory a block gets without opting in
+MAX_BYTES_IN_FLIGHT = 128  # per thread per step: past this, registers spill
+_BLOCKS = (64, 128, 256, 512)
+_LANES = (1, 4, 8, 16, 32, 64, 128, 256, 512)
+_VECS = (1, 2, 4, 8)
+_SPLITS = (1, 2, 4, 8, 16, 32)
+
+# Valid for every shape and dtype: one warp per row, scalar loads, no split.
+DEFAULT_CONFIG: Config = {
+    "block": 128, "lanes": 32, "vec": 1, "unroll": 4, "rows": 1,
+    "x_smem": 0, "policy": 0, "split": 1, "persist": 0,
+}
+
+
+@dataclass(frozen=True)
+class Launch:
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int
+    workspace_floats: int  # split-K partial sums (0 without split)
+    counters: int  # split-K arrival counters, one per row tile (0 without split)
+
+
+def family(config: Mapping[str, int]) -> str:
+    """The kernel family a config belongs to (for people: the kernel is one template)."""
+    lanes, block = config["lanes"], config["block"]
+    if lanes == 1:
+        return "thread_per_row"
+    if lanes < 32:
+        return "subwarp_per_row"
+    if lanes == 32:
+        return "warp_per_row"
+    return "block_per_row" if lanes == block else "multiwarp_per_row"
+
+
+def _vectors(problem: Problem, vec: int) -> int:
+    return problem.n // vec
+
+
+def _per_split_vectors(problem: Problem, config: Mapping[str, int]) -> int:
+    # Mirrors the kernel: each split gets a whole number of LANES-wide steps.
+    nvec = _vectors(problem, config["vec"])
+    per = math.ceil(nvec / config["split"])
+    return math.ceil(per / config["lanes"]) * config["lanes"]
+
+
+def space(problem: Problem) -> Space:
+    itemsize = ITEMSIZE[problem.dtype]
+    vecs = tuple(v for v in _VECS if v * itemsize <= 16 and (v == 1 or problem.n % v == 0))
+
+    def constraint(c: Mapping[str, int]) -> str | None:
+        if c["lanes"] > c["block"]:
+            return f"lanes={c['lanes']} exceeds block={c['block']}"
+        if c["vec"] * itemsize * c["unroll"] * c["rows"] > MAX_BYTES_IN_FLIGHT:
+            return "more than 128 bytes in flight per thread (register spills)"
+        if c["split"] > 1 and c["split"] * c["lanes"] > _vectors(problem, c["vec"]):
+            return f"split={c['split']} leaves splits without a full step of {c['lanes']} lanes"
+        if c["x_smem"] and _per_split_vectors(problem, c) * c["vec"] * itemsize > MAX_SHARED_BYTES:
+            return "x slice does not fit 48 KiB of shared memory"
+        return None
+
+    return Space(
+        params=(
+            Param("block", _BLOCKS),
+            Param("lanes", _LANES),
+            Param("vec", vecs),
+            Param("unroll", (1, 2, 4)),
+            Param("rows", (1, 2, 4)),
+            Param("x_smem", (0, 1)),
+            Param("policy", (0, 1, 2)),
+            Param("split", _SPLITS, compiled=False),
+            Param("persist", (0, 1, 2, 4), compiled=False),
+        ),
+        constraint=constraint,
+    )
+
+
+def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
+    c = config
+    return (
+        f"gemv_{problem.dtype}_b{c['block']}_l{c['lanes']}_v{c['vec']}_u{c['unroll']}"
+        f"_r{c['rows']}_s{c['x_smem']}_p{c['policy']}"
+    )
+
+
+def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
+    """A translation unit with one extern "C" instance of the template (a stable, unmangled name)."""
+    c = config
+    t = CUDA_TYPE[problem.dtype]
+    template_args = (
+        f"{t}, {c['block']}, {c['lanes']}, {c['vec']}, {c['unroll']}, {c['rows']}, {c['x_smem']}, {c['policy']}"
+    )
+    return (
+        f'#include "{KERNEL_FILE}"\n'
+        f'extern "C" __global__ void __launch_bounds__({c["block"]})\n'
+        f"{kernel_name(problem, config)}(const {t}* A, const {t}* x, {t}* y, int M, int N,\n"
+        f"    float alpha, float beta, float* partial, unsigned int* counters) {{\n"
+        f"  at_gemv::gemv_body<{template_args}>(A, x, y, M, N, alpha, beta, partial, counters);\n"
+        f"}}\n"
+    )
+
+
+def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
+    c = config
+    rows_per_block = (c["block"] // c["lanes"]) * c["rows"]
+    tiles = math.ceil(problem.m / rows_per_block)
+    grid_x = tiles if c["persist"] == 0 else min(tiles, c["persist"] * sm_count)
+    shared = _per_split_vectors(problem, c) * c["vec"] * ITEMSIZE[problem.dtype] if c["x_smem"] else 0
+    split = c["split"]
+    return Launch(
+        grid=(grid_x, split, 1),
+        block=(c["block"], 1, 1),
+        shared_bytes=shared,
+        workspace_floats=split * problem.m if split > 1 else 0,
+        counters=tiles if split > 1 else 0,
+    )
+
+
+def bytes_moved(problem: Problem) -> int:
+    """The fewest bytes a GEMV must move: A and x read once, y written once."""
+    item = ITEMSIZE[problem.dtype]
+    return (problem.m * problem.n + problem.n + problem.m) * item
+
+
+def flops(problem: Problem) -> int:
+    return 2 * problem.m * problem.n
+
+
+def reference(a: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """float64 A·x and Σ|A||x| (the scale a float32 accumulation error is measured against)."""
+    a64 = a.astype(np.float64)
+    x64 = x.astype(np.float64)
+    return a64 @ x64, np.abs(a64) @ np.abs(x64)

@@ -1,0 +1,216 @@
+"""One Optuna study per problem: ask/tell over the op's space, de-duplicated against the database.
+
+The database is the single source of truth: a study lives in memory and is seeded from the trials
+already stored for the problem (that is how an interrupted sweep resumes, and nothing is measured
+twice), then warm-started with the best configs of the nearest tuned shapes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution
+from optuna.trial import TrialState
+
+from autotune.compiler import CompileJob, CompilePool, CompileResult
+from autotune.outcome import Outcome, Status
+from autotune.space import Config, Space, config_key
+
+SAMPLERS = ("tpe", "random", "grid")
+QUARANTINE_AFTER = 2  # worker deaths or hangs before a config is never dispatched again
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+@dataclass
+class Budget:
+    trials: int = 64  # final trials per problem, counting those stored by earlier runs
+    timeout_s: float | None = None  # wall time for this run on the problem
+    patience: int | None = None  # stop after this many measured trials without a 1% improvement
+
+
+@dataclass
+class StudyResult:
+    best_config: Config | None = None
+    best_us: float | None = None
+    measured: int = 0  # trials measured in this run
+    reused: int = 0  # trials found in the database
+    statuses: dict[str, int] = field(default_factory=dict)
+    stopped: str = ""  # why the study ended
+
+
+class Measurer:
+    """What a study needs from the outside world (the tuner wires in store, compiler and worker)."""
+
+    def compile_job(self, config: Config) -> CompileJob:
+        raise NotImplementedError
+
+    def crashes(self, config: Config) -> int:
+        raise NotImplementedError
+
+    def record_invalid(self, config: Config, reason: str) -> None:
+        raise NotImplementedError
+
+    def measure(self, config: Config, compiled: CompileResult) -> Outcome:
+        """Record the trial as running, measure it, record the outcome; return it."""
+        raise NotImplementedError
+
+
+def make_sampler(name: str, space: Space, seed: int | None) -> optuna.samplers.BaseSampler:
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "grid":
+        return optuna.samplers.GridSampler({k: list(v) for k, v in space.choices().items()}, seed=seed)
+    raise ValueError(f"unknown sampler {name!r}: choose one of {', '.join(SAMPLERS)}")
+
+
+class Study:
+    def __init__(
+        self,
+        space: Space,
+        measurer: Measurer,
+        pool: CompilePool,
+        *,
+        sampler: str = "tpe",
+        seed: int | None = None,
+        on_trial: Callable[[Config, Outcome, StudyResult], None] | None = None,
+    ) -> None:
+        self.space = space
+        self._measurer = measurer
+        self._pool = pool
+        self._on_trial = on_trial or (lambda *_: None)
+        self._distributions: dict[str, BaseDistribution] = {
+            name: CategoricalDistribution(list(choices)) for name, choices in space.choices().items()
+        }
+        self._study = optuna.create_study(direction="minimize", sampler=make_sampler(sampler, space, seed))
+        self._known: dict[str, Outcome] = {}
+        self.result = StudyResult()
+
+    # -- seeding ------------------------------------------------------------------------------
+    def add_history(self, history: Iterable[tuple[Config, Outcome]]) -> None:
+        """Trials stored earlier for this problem and kernel source: told to Optuna, never re-measured."""
+        for config, outcome in history:
+            self._known[config_key(config)] = outcome
+            if outcome.status is Status.INVALID:
+                continue  # never measured: costs no budget
+            self.result.reused += 1
+            self._count(outcome)
+            self._improve(config, outcome)
+            if self.space.check(config) is None:
+                self._study.add_trial(
+                    optuna.trial.create_trial(
+                        params=dict(config),
+                        distributions=self._distributions,
+                        value=outcome.time_us if outcome.ok else None,
+                        state=TrialState.COMPLETE if outcome.ok else TrialState.FAIL,
+                    )
+                )
+
+    def warm_start(self, configs: Iterable[Mapping[str, int]]) -> None:
+        """Measure these first (the best configs of the nearest tuned shapes), when valid here."""
+        for config in configs:
+            if self.space.check(config) is None and config_key(config) not in self._known:
+                self._study.enqueue_trial(dict(config), skip_if_exists=True)
+
+    # -- the loop -----------------------------------------------------------------------------
+    def run(self, budget: Budget) -> StudyResult:
+        remaining = budget.trials - self.result.reused
+        start = time.monotonic()
+        pending: deque[tuple[optuna.trial.Trial, Config, Future[CompileResult]]] = deque()
+        asks, ask_cap = 0, 50 * max(remaining, 1) + 500
+        since_improvement = 0
+        self.result.stopped = "budget reached"
+        while True:
+            timed_out = budget.timeout_s is not None and time.monotonic() - start > budget.timeout_s
+            while (
+                not timed_out
+                and len(pending) < self._pool.workers
+                and self.result.measured + len(pending) < remaining
+                and asks < ask_cap
+            ):
+                asks += 1
+                queued = self._ask(pending)
+                if queued is not None:
+                    pending.append(queued)
+            if not pending:
+                if timed_out:
+                    self.result.stopped = "timeout"
+                elif asks >= ask_cap:
+                    self.result.stopped = "search space exhausted"
+                break
+            trial, config, future = pending.popleft()
+            before = self.result.best_us
+            outcome = self._finish(config, future.result())
+            self._tell(trial, outcome)
+            since_improvement = 0 if self._improved(before) else since_improvement + 1
+            if budget.patience is not None and since_improvement >= budget.patience:
+                self.result.stopped = f"no 1% improvement in {budget.patience} trials"
+                for late_trial, _, late in pending:
+                    late.cancel()
+                    self._study.tell(late_trial, state=TrialState.FAIL)
+                break
+        return self.result
+
+    def _ask(
+        self, pending: deque[tuple[optuna.trial.Trial, Config, Future[CompileResult]]]
+    ) -> tuple[optuna.trial.Trial, Config, Future[CompileResult]] | None:
+        trial = self._study.ask(self._distributions)
+        config: Config = {name: int(value) for name, value in trial.params.items()}
+        key = config_key(config)
+        reason = self.space.check(config)
+        if reason is not None:
+            if key not in self._known:
+                self._measurer.record_invalid(config, reason)
+                self._known[key] = Outcome(Status.INVALID, reason)
+            self._study.tell(trial, state=TrialState.FAIL)
+            return None
+        if key in self._known:
+            self._tell(trial, self._known[key])
+            return None
+        if any(config_key(c) == key for _, c, _ in pending):
+            self._study.tell(trial, state=TrialState.FAIL)
+            return None
+        if self._measurer.crashes(config) >= QUARANTINE_AFTER:
+            outcome = Outcome(Status.QUARANTINED, f"killed the worker {QUARANTINE_AFTER} times")
+            self._known[key] = outcome
+            self._count(outcome)
+            self._tell(trial, outcome)
+            return None
+        return trial, config, self._pool.submit(self._measurer.compile_job(config))
+
+    def _finish(self, config: Config, compiled: CompileResult) -> Outcome:
+        outcome = self._measurer.measure(config, compiled)
+        self._known[config_key(config)] = outcome
+        self.result.measured += 1
+        self._count(outcome)
+        self._improve(config, outcome)
+        self._on_trial(config, outcome, self.result)
+        return outcome
+
+    def _tell(self, trial: optuna.trial.Trial, outcome: Outcome) -> None:
+        if outcome.ok:
+            self._study.tell(trial, outcome.time_us)
+        else:
+            self._study.tell(trial, state=TrialState.FAIL)
+
+    def _count(self, outcome: Outcome) -> None:
+        self.result.statuses[outcome.status.value] = self.result.statuses.get(outcome.status.value, 0) + 1
+
+    def _improve(self, config: Config, outcome: Outcome) -> None:
+        if outcome.ok and outcome.time_us is not None:
+            if self.result.best_us is None or outcome.time_us < self.result.best_us:
+                self.result.best_us = outcome.time_us
+                self.result.best_config = dict(config)
+
+    def _improved(self, before: float | None) -> bool:
+        after = self.result.best_us
+        if after is None:
+            return False
+        return before is None or after < 0.99 * before

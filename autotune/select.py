@@ -1,0 +1,103 @@
+"""The runtime selector: which config for this problem on this GPU? exact -> nearest tuned -> default."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from autotune import ops
+from autotune.fingerprint import source_hash
+from autotune.problem import Problem
+from autotune.space import Config
+
+MEASURED, ESTIMATE, DEFAULT = "measured", "estimate", "default"
+
+
+class TunedRow(Protocol):
+    """What the selector reads of a stored best trial (autotune.store's BestRow has these fields)."""
+
+    m: int
+    n: int
+    config: dict[str, Any]
+    time_us: float
+    gbs: float | None
+    driver: str
+    cuda: str
+
+
+@dataclass(frozen=True)
+class Choice:
+    problem: Problem
+    gpu: str
+    config: Config
+    source: str  # MEASURED for this exact problem, ESTIMATE from a tuned neighbour, or DEFAULT
+    time_us: float | None = None  # measured time (for an estimate: the neighbour's, not this shape's)
+    gbs: float | None = None
+    from_shape: tuple[int, int] | None = None  # the tuned shape an estimate came from
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "op": self.problem.blas_name, "dtype": self.problem.dtype, "m": self.problem.m,
+            "n": self.problem.n, "gpu": self.gpu, "source": self.source, "config": self.config,
+            "time_us": self.time_us, "gbs": self.gbs,
+            "from_shape": list(self.from_shape) if self.from_shape else None, "notes": list(self.notes),
+        }
+
+
+def shape_distance(a: tuple[int, int], b: tuple[int, int]) -> float:
+    """Distance in log space: 1024 is as far from 2048 as 4096 from 8192."""
+    return math.hypot(math.log2(a[0] / b[0]), math.log2(a[1] / b[1]))
+
+
+def nearest(rows: Sequence[TunedRow], shape: tuple[int, int]) -> list[TunedRow]:
+    """Tuned rows ordered from the nearest shape outwards (the exact shape excluded)."""
+    others = [r for r in rows if (r.m, r.n) != shape]
+    return sorted(others, key=lambda r: (shape_distance((r.m, r.n), shape), r.m, r.n))
+
+
+def choose(
+    problem: Problem, gpu: str, exact: TunedRow | None, tuned: Sequence[TunedRow], notes: Sequence[str] = ()
+) -> Choice:
+    """Pure decision: the exact measurement, else the nearest valid neighbour, else the default."""
+    op = ops.get(problem.op)
+    space = op.space(problem)
+    if exact is not None and space.check(exact.config) is None:
+        return Choice(problem, gpu, dict(exact.config), MEASURED, exact.time_us, exact.gbs, notes=tuple(notes))
+    for row in nearest(tuned, (problem.m, problem.n)):
+        if space.check(row.config) is None:
+            note = f"not tuned for {problem.m}x{problem.n}: config of the nearest tuned shape {row.m}x{row.n}"
+            return Choice(
+                problem, gpu, dict(row.config), ESTIMATE, row.time_us, row.gbs, (row.m, row.n),
+                (*notes, note),
+            )
+    note = f"nothing tuned for {problem.blas_name} on {gpu}: safe default config"
+    return Choice(problem, gpu, dict(op.DEFAULT_CONFIG), DEFAULT, notes=(*notes, note))
+
+
+class Selector:
+    """Answers from the store and remembers every answer for the life of the process."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self._cache: dict[tuple[Problem, str], Choice] = {}
+
+    def choose(self, problem: Problem, gpu: str, local_driver: str | None = None) -> Choice:
+        key = (problem, gpu)
+        if key not in self._cache:
+            current = source_hash(problem.op)
+            exact = self._store.best(gpu, problem, current)
+            tuned = [] if exact else self._store.tuned(gpu, problem.op, problem.dtype, current)
+            notes = []
+            if exact is not None and local_driver and exact.driver != local_driver:
+                notes.append(
+                    f"measured with driver {exact.driver}, this machine has {local_driver}: "
+                    "re-tune with `autotune sweep --stale`"
+                )
+            self._cache[key] = choose(problem, gpu, exact, tuned, notes)
+        return self._cache[key]
+
+    def forget(self) -> None:
+        self._cache.clear()

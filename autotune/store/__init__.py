@@ -1,0 +1,20 @@
+"""The storage layer: tuning results in SQLite or a server database, behind one Store class."""
+
+from autotune.space import config_key
+from autotune.store.database import Database, check_url, open_database, resolve_url
+from autotune.store.rows import BestRow, GpuRow, ProblemSummary, TrialRow
+from autotune.store.store import Store, open_store
+
+__all__ = [
+    "BestRow",
+    "Database",
+    "GpuRow",
+    "ProblemSummary",
+    "Store",
+    "TrialRow",
+    "check_url",
+    "config_key",
+    "open_database",
+    "open_store",
+    "resolve_url",
+]

@@ -1,0 +1,148 @@
+"""SQLAlchemy 2.0 models of the tuning database; db/migrations/versions must match them exactly."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Enum,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from autotune.outcome import Status
+
+# Explicit names, so the hand-written migration and later ALTERs can refer to every constraint.
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def finite(value: float | None) -> float | None:
+    """A number fit to store: NaN and infinities are not JSON, and SQLite turns NaN into NULL anyway."""
+    return value if value is not None and math.isfinite(value) else None
+
+
+
+
+def status_type() -> Enum:
+    # Stored by value ("ok", not "OK") as a plain string: adding a status needs no ALTER TYPE.
+    return Enum(
+        Status,
+        native_enum=False,
+        length=16,
+        values_callable=lambda statuses: [s.value for s in statuses],
+        name="status",
+    )
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+# The GpuInfo fields a gpus row keeps (and a records file's GPU line carries).
+GPU_FIELDS = ("name", "uuid", "compute_capability", "sm_count", "l2_bytes", "memory_bytes", "driver", "cuda")
+
+
+class Gpu(Base):
+    """One physical GPU that measured trials (or a 'shipped:<slug>' stand-in for imported records)."""
+
+    __tablename__ = "gpus"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String)
+    uuid: Mapped[str] = mapped_column(String, unique=True)
+    compute_capability: Mapped[str] = mapped_column(String)
+    sm_count: Mapped[int] = mapped_column(Integer)
+    l2_bytes: Mapped[int] = mapped_column(BigInteger)
+    memory_bytes: Mapped[int] = mapped_column(BigInteger)
+    driver: Mapped[str] = mapped_column(String)
+    cuda: Mapped[str] = mapped_column(String)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Problem(Base):
+    """A shape tuned per GPU model: any physical GPU of that name may measure it."""
+
+    __tablename__ = "problems"
+    __table_args__ = (UniqueConstraint("gpu_name", "op", "dtype", "m", "n"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    gpu_name: Mapped[str] = mapped_column(String)
+    op: Mapped[str] = mapped_column(String)
+    dtype: Mapped[str] = mapped_column(String)
+    m: Mapped[int] = mapped_column(Integer)
+    n: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Trial(Base):
+    """One config measured (or ruled out) for one problem with one kernel source."""
+
+    __tablename__ = "trials"
+    # A config is measured once per problem and kernel source; a new source hash starts afresh.
+    __table_args__ = (
+        UniqueConstraint("problem_id", "config_key", "source_hash"),
+        Index(None, "problem_id", "status"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"))
+    gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id"))
+    config_key: Mapped[str] = mapped_column(String)
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    status: Mapped[Status] = mapped_column(status_type())
+    time_us: Mapped[float | None] = mapped_column(Float)
+    times_us: Mapped[list[float]] = mapped_column(JSON)
+    gbs: Mapped[float | None] = mapped_column(Float)
+    rel_error: Mapped[float | None] = mapped_column(Float)
+    message: Mapped[str] = mapped_column(Text, default="")
+    source_hash: Mapped[str] = mapped_column(String)
+    nvcc: Mapped[str] = mapped_column(String)
+    pycuda: Mapped[str] = mapped_column(String)
+    driver: Mapped[str] = mapped_column(String)
+    cuda: Mapped[str] = mapped_column(String)
+    origin: Mapped[str] = mapped_column(String)  # "measured" or "shipped:<records file name>"
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class Crash(Base):
+    """How often a config killed its worker; kept apart from trials so that a retry does not reset it."""
+
+    __tablename__ = "crashes"
+
+    problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"), primary_key=True)
+    config_key: Mapped[str] = mapped_column(String, primary_key=True)
+    source_hash: Mapped[str] = mapped_column(String, primary_key=True)
+    count: Mapped[int] = mapped_column(Integer)
+    last_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class ShippedImport(Base):
+    """A shipped records file already imported, by content hash: a changed file is imported again."""
+
+    __tablename__ = "shipped_imports"
+
+    file_name: Mapped[str] = mapped_column(String, primary_key=True)
+    sha256: Mapped[str] = mapped_column(String)
+    imported_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

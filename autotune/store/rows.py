@@ -1,0 +1,156 @@
+"""Plain frozen rows the store hands to callers, so that no ORM object leaves a session."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from autotune.outcome import Status
+from autotune.problem import Problem
+from autotune.store import models as orm
+
+
+def as_utc(moment: datetime) -> datetime:
+    # SQLite keeps no time zone: every time the store writes is UTC, so a naive one read back is too.
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc)
+
+
+@dataclass(frozen=True)
+class TrialRow:
+    id: int
+    config: dict[str, Any]
+    config_key: str
+    status: Status
+    time_us: float | None
+    gbs: float | None
+    rel_error: float | None
+    message: str
+    source_hash: str
+    driver: str
+    cuda: str
+    origin: str
+    created_at: datetime
+    times_us: list[float]
+    nvcc: str
+    pycuda: str
+    problem_id: int
+    gpu_id: int
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class BestRow:
+    """The fastest OK trial of one problem."""
+
+    gpu_name: str
+    op: str
+    dtype: str
+    m: int
+    n: int
+    config: dict[str, Any]
+    time_us: float
+    gbs: float | None
+    source_hash: str
+    driver: str
+    cuda: str
+    origin: str
+    trials: int  # final trials of the problem (under the same source-hash filter)
+
+    @property
+    def problem(self) -> Problem:
+        return Problem(self.op, self.dtype, self.m, self.n)
+
+
+@dataclass(frozen=True)
+class GpuRow:
+    id: int
+    name: str
+    uuid: str
+    compute_capability: str
+    sm_count: int
+    l2_bytes: int
+    memory_bytes: int
+    driver: str
+    cuda: str
+    created_at: datetime
+    trials: int  # final trials this GPU measured
+
+
+@dataclass(frozen=True)
+class ProblemSummary:
+    gpu_name: str
+    op: str
+    dtype: str
+    m: int
+    n: int
+    trials: int  # final trials
+    ok: int
+    best_us: float | None  # None when no trial is OK
+    best_gbs: float | None
+    best_config: dict[str, Any] | None
+
+    @property
+    def problem(self) -> Problem:
+        return Problem(self.op, self.dtype, self.m, self.n)
+
+
+def trial_row(trial: orm.Trial) -> TrialRow:
+    return TrialRow(
+        id=trial.id,
+        config=dict(trial.config),
+        config_key=trial.config_key,
+        status=trial.status,
+        time_us=trial.time_us,
+        gbs=trial.gbs,
+        rel_error=trial.rel_error,
+        message=trial.message,
+        source_hash=trial.source_hash,
+        driver=trial.driver,
+        cuda=trial.cuda,
+        origin=trial.origin,
+        created_at=as_utc(trial.created_at),
+        times_us=list(trial.times_us),
+        nvcc=trial.nvcc,
+        pycuda=trial.pycuda,
+        problem_id=trial.problem_id,
+        gpu_id=trial.gpu_id,
+        finished_at=as_utc(trial.finished_at) if trial.finished_at is not None else None,
+    )
+
+
+def best_row(problem: orm.Problem, trial: orm.Trial, trials: int) -> BestRow:
+    assert trial.time_us is not None  # only OK trials with a time are ranked
+    return BestRow(
+        gpu_name=problem.gpu_name,
+        op=problem.op,
+        dtype=problem.dtype,
+        m=problem.m,
+        n=problem.n,
+        config=dict(trial.config),
+        time_us=trial.time_us,
+        gbs=trial.gbs,
+        source_hash=trial.source_hash,
+        driver=trial.driver,
+        cuda=trial.cuda,
+        origin=trial.origin,
+        trials=trials,
+    )
+
+
+def gpu_row(gpu: orm.Gpu, trials: int) -> GpuRow:
+    return GpuRow(
+        id=gpu.id,
+        name=gpu.name,
+        uuid=gpu.uuid,
+        compute_capability=gpu.compute_capability,
+        sm_count=gpu.sm_count,
+        l2_bytes=gpu.l2_bytes,
+        memory_bytes=gpu.memory_bytes,
+        driver=gpu.driver,
+        cuda=gpu.cuda,
+        created_at=as_utc(gpu.created_at),
+        trials=trials,
+    )

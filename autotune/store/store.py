@@ -1,0 +1,319 @@
+"""The Store: every read and write of tuning results goes through it; callers get plain rows back."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, cast
+
+from sqlalchemy import CursorResult, delete, func, select, union
+from sqlalchemy.orm import Session
+
+from autotune.errors import AutotuneError
+from autotune.fingerprint import GpuInfo, Toolchain
+from autotune.outcome import Outcome, Status
+from autotune.problem import Problem
+from autotune.space import config_key
+from autotune.store import models as orm
+from autotune.store import records
+from autotune.store.database import Database, open_database
+from autotune.store.queries import (
+    PROBLEM_ORDER,
+    final_counts,
+    find_problem,
+    find_trial,
+    get_or_create_problem,
+    new_gpu,
+    problem_filters,
+    ranked_ok,
+)
+from autotune.store.rows import BestRow, GpuRow, ProblemSummary, TrialRow, best_row, gpu_row, trial_row
+
+MEASURED = "measured"
+
+
+def _apply_outcome(trial: orm.Trial, outcome: Outcome) -> None:
+    trial.status = outcome.status
+    trial.message = outcome.message
+    trial.time_us = orm.finite(outcome.time_us)
+    trial.times_us = [t for t in outcome.times_us if math.isfinite(t)]
+    trial.gbs = orm.finite(outcome.gbs)
+    trial.rel_error = orm.finite(outcome.rel_error)
+    trial.finished_at = orm.utcnow()
+
+
+def _begin_trial(
+    session: Session,
+    problem_id: int,
+    gpu_id: int,
+    config: Mapping[str, Any],
+    source_hash: str,
+    toolchain: Toolchain,
+    driver: str,
+    cuda: str,
+) -> orm.Trial:
+    """The row for this config, new or reset to running (a row left behind by an earlier sweep)."""
+    key = config_key(config)
+    trial = find_trial(session, problem_id, key, source_hash)
+    if trial is None:
+        trial = orm.Trial(problem_id=problem_id, config_key=key, source_hash=source_hash)
+        session.add(trial)
+    trial.gpu_id, trial.config, trial.origin = gpu_id, dict(config), MEASURED
+    trial.nvcc, trial.pycuda, trial.driver, trial.cuda = toolchain.nvcc, toolchain.pycuda, driver, cuda
+    trial.status, trial.message, trial.times_us = Status.RUNNING, "", []
+    trial.time_us = trial.gbs = trial.rel_error = None
+    trial.created_at, trial.finished_at = orm.utcnow(), None
+    return trial
+
+
+class Store:
+    """Tuning results in one database (SQLite file or server)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    @property
+    def url(self) -> str:
+        """The database URL with its password masked."""
+        return self.db.url
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # --- GPUs and problems ---------------------------------------------------------------------
+
+    def upsert_gpu(self, info: GpuInfo) -> int:
+        """The row id of this physical GPU (by uuid); a new driver or CUDA is written over the old."""
+        with self.db.session_scope(write=True) as session:
+            gpu = session.scalars(select(orm.Gpu).where(orm.Gpu.uuid == info.uuid)).one_or_none()
+            if gpu is None:
+                gpu = new_gpu(info)
+                session.add(gpu)
+            else:
+                gpu.driver, gpu.cuda = info.driver, info.cuda
+            session.flush()
+            return gpu.id
+
+    def problem_id(self, problem: Problem, gpu_name: str, *, create: bool = True) -> int | None:
+        with self.db.session_scope(write=create) as session:
+            if not create:
+                found = find_problem(session, problem, gpu_name)
+                return None if found is None else found.id
+            row = get_or_create_problem(session, problem, gpu_name)
+            session.flush()
+            return row.id
+
+    def gpu_names(self) -> list[str]:
+        """Every GPU name that has problems or GPU rows, sorted."""
+        names = union(select(orm.Problem.gpu_name), select(orm.Gpu.name))
+        with self.db.session_scope() as session:
+            return sorted(session.scalars(select(names.subquery().c[0])))
+
+    def gpus(self) -> list[GpuRow]:
+        counts = (
+            select(orm.Trial.gpu_id, func.count().label("trials"))
+            .where(orm.Trial.status != Status.RUNNING)
+            .group_by(orm.Trial.gpu_id)
+            .subquery()
+        )
+        stmt = (
+            select(orm.Gpu, func.coalesce(counts.c.trials, 0))
+            .outerjoin(counts, counts.c.gpu_id == orm.Gpu.id)
+            .order_by(orm.Gpu.name, orm.Gpu.id)
+        )
+        with self.db.session_scope() as session:
+            return [gpu_row(gpu, int(n)) for gpu, n in session.execute(stmt)]
+
+    # --- trials of a sweep -----------------------------------------------------------------------
+
+    def completed_trials(self, problem_id: int, source_hash: str) -> list[TrialRow]:
+        """Trials of the problem with that kernel source in any final status (running ones are redone)."""
+        stmt = (
+            select(orm.Trial)
+            .where(orm.Trial.problem_id == problem_id, orm.Trial.source_hash == source_hash)
+            .where(orm.Trial.status != Status.RUNNING)
+            .order_by(orm.Trial.id)
+        )
+        with self.db.session_scope() as session:
+            return [trial_row(t) for t in session.scalars(stmt)]
+
+    def start_trial(
+        self,
+        problem_id: int,
+        gpu_id: int,
+        config: Mapping[str, Any],
+        source_hash: str,
+        toolchain: Toolchain,
+        driver: str,
+        cuda: str,
+    ) -> int:
+        """Write a running row and commit it before the work is dispatched: a killed sweep leaves
+        a row that says so. An existing row for the same config (left by a killed sweep, or a crash
+        being retried) is reset; callers skip the configs completed_trials() lists."""
+        with self.db.session_scope(write=True) as session:
+            trial = _begin_trial(session, problem_id, gpu_id, config, source_hash, toolchain, driver, cuda)
+            session.flush()
+            return trial.id
+
+    def finish_trial(self, trial_id: int, outcome: Outcome) -> None:
+        if outcome.status is Status.RUNNING:
+            raise ValueError("finish_trial needs a final outcome, not running")
+        with self.db.session_scope(write=True) as session:
+            trial = session.get(orm.Trial, trial_id)
+            if trial is None:
+                raise AutotuneError(f"trial {trial_id} is no longer in {self.url} (dropped as unfinished?)")
+            _apply_outcome(trial, outcome)
+
+    def record_trial(
+        self,
+        problem_id: int,
+        gpu_id: int,
+        config: Mapping[str, Any],
+        source_hash: str,
+        toolchain: Toolchain,
+        driver: str,
+        cuda: str,
+        outcome: Outcome,
+    ) -> int:
+        """A final trial in one step (invalid configs, compile errors); an existing final row is kept."""
+        if outcome.status is Status.RUNNING:
+            raise ValueError("record_trial needs a final outcome, not running")
+        with self.db.session_scope(write=True) as session:
+            existing = find_trial(session, problem_id, config_key(config), source_hash)
+            if existing is not None and existing.status is not Status.RUNNING:
+                return existing.id
+            trial = _begin_trial(session, problem_id, gpu_id, config, source_hash, toolchain, driver, cuda)
+            _apply_outcome(trial, outcome)
+            session.flush()
+            return trial.id
+
+    def drop_unfinished(self, problem_id: int | None = None) -> int:
+        """Delete the running rows a killed sweep left (of one problem, or all); returns how many."""
+        stmt = delete(orm.Trial).where(orm.Trial.status == Status.RUNNING)
+        if problem_id is not None:
+            stmt = stmt.where(orm.Trial.problem_id == problem_id)
+        with self.db.session_scope(write=True) as session:
+            # A bulk DELETE always yields a cursor result, which carries the row count.
+            return cast("CursorResult[Any]", session.execute(stmt)).rowcount
+
+    def crash_count(self, problem_id: int, config_key: str, source_hash: str) -> int:
+        """How often this config ended crashed or timed out: the caller quarantines repeat offenders."""
+        with self.db.session_scope() as session:
+            crash = session.get(orm.Crash, (problem_id, config_key, source_hash))
+            return 0 if crash is None else crash.count
+
+    def note_crash(self, problem_id: int, config_key: str, source_hash: str) -> int:
+        """Count one more crash or timeout of this config; returns the new count."""
+        with self.db.session_scope(write=True) as session:
+            crash = session.get(orm.Crash, (problem_id, config_key, source_hash))
+            if crash is None:
+                crash = orm.Crash(
+                    problem_id=problem_id, config_key=config_key, source_hash=source_hash, count=0
+                )
+                session.add(crash)
+            crash.count += 1
+            crash.last_at = orm.utcnow()
+            return crash.count
+
+    # --- results ---------------------------------------------------------------------------------
+
+    def best(self, gpu_name: str, problem: Problem, source_hash: str | None) -> BestRow | None:
+        """The fastest OK trial of exactly this problem (of that kernel source when given)."""
+        shape = {"op": problem.op, "dtype": problem.dtype, "m": problem.m, "n": problem.n}
+        rows = self._best_rows(gpu_name, source_hash, **shape)
+        return rows[0] if rows else None
+
+    def tuned(self, gpu_name: str, op: str, dtype: str, source_hash: str | None) -> list[BestRow]:
+        """One best row per tuned problem of this GPU, op and dtype: the selector's nearest-shape pool."""
+        return self._best_rows(gpu_name, source_hash, op=op, dtype=dtype)
+
+    def _best_rows(self, gpu_name: str, source_hash: str | None, **problem: Any) -> list[BestRow]:
+        filters = problem_filters(gpu_name=gpu_name, **problem)
+        with self.db.session_scope() as session:
+            counts = final_counts(session, filters, source_hash)
+            return [
+                best_row(p, t, counts.get(p.id, (0, 0))[0])
+                for p, t in ranked_ok(session, filters, source_hash)
+            ]
+
+    def problems(
+        self,
+        gpu_name: str | None = None,
+        op: str | None = None,
+        dtype: str | None = None,
+        *,
+        source_hash: str | None = None,
+    ) -> list[ProblemSummary]:
+        """Every problem matching the filters with its trial counts and best OK result."""
+        filters = problem_filters(gpu_name=gpu_name, op=op, dtype=dtype)
+        with self.db.session_scope() as session:
+            counts = final_counts(session, filters, source_hash)
+            best = {p.id: t for p, t in ranked_ok(session, filters, source_hash)}
+            found = session.scalars(select(orm.Problem).where(*filters).order_by(*PROBLEM_ORDER))
+            return [_summary(p, counts.get(p.id, (0, 0)), best.get(p.id)) for p in found]
+
+    def trials(self, problem_id: int) -> list[TrialRow]:
+        """All trials of a problem, best first: OK ones by time, then the rest in the order they ran."""
+        with self.db.session_scope() as session:
+            found = session.scalars(select(orm.Trial).where(orm.Trial.problem_id == problem_id))
+            rows = [trial_row(t) for t in found]
+        return sorted(rows, key=_best_first)
+
+    # --- records files ---------------------------------------------------------------------------
+
+    def export_records(
+        self, gpu_name: str, path: Path, *, top: int = 3, source_hash: str | None = None
+    ) -> int:
+        """Write the `top` fastest OK trials per problem of this GPU as JSON lines; returns how many."""
+        return records.export_records(self.db, gpu_name, path, top=top, source_hash=source_hash)
+
+    def import_records(self, path: Path) -> int:
+        """Import a records file in one transaction; returns how many trials were new."""
+        return records.import_records(self.db, path)
+
+    def import_shipped(self, records_dir: Path | None = None) -> int:
+        """Import the shipped records files (db/records/*.jsonl) not yet imported in their current form."""
+        return records.import_shipped(self.db, records_dir)
+
+
+def _summary(problem: orm.Problem, counts: tuple[int, int], best: orm.Trial | None) -> ProblemSummary:
+    return ProblemSummary(
+        gpu_name=problem.gpu_name,
+        op=problem.op,
+        dtype=problem.dtype,
+        m=problem.m,
+        n=problem.n,
+        trials=counts[0],
+        ok=counts[1],
+        best_us=None if best is None else best.time_us,
+        best_gbs=None if best is None else best.gbs,
+        best_config=None if best is None else dict(best.config),
+    )
+
+
+def _best_first(row: TrialRow) -> tuple[int, float, int]:
+    if row.status is Status.OK and row.time_us is not None:
+        return (0, row.time_us, row.id)
+    return (1, 0.0, row.id)
+
+
+def open_store(url: str | None = None, *, import_shipped: bool = True) -> Store:
+    """Open (creating and migrating as needed) the database at `url`, $AUTOTUNE_DB or the default file."""
+    store = Store(open_database(url))
+    if import_shipped:
+        try:
+            store.import_shipped()
+        except BaseException:
+            store.close()
+            raise
+    return store

@@ -1,0 +1,175 @@
+"""A sweep: for each problem, a study whose trials are compiled in the pool, measured by the worker
+and written to the store. The orchestrator is the only writer to the database."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from autotune import ops, select
+from autotune.compiler import CompileJob, CompilePool, CompileResult
+from autotune.errors import AutotuneError
+from autotune.fingerprint import GpuInfo, source_hash, toolchain
+from autotune.outcome import Outcome, Status
+from autotune.problem import Problem
+from autotune.search import SAMPLERS, Budget, Measurer, Study, StudyResult
+from autotune.space import Config, config_key
+from autotune.worker.client import Worker, WorkerLost
+
+WARM_START_NEIGHBOURS = 3
+
+
+class Progress(Protocol):
+    def problem_started(self, problem: Problem, index: int, total: int, trials: int) -> None: ...
+    def trial_done(self, problem: Problem, outcome: Outcome, result: StudyResult) -> None: ...
+    def problem_done(self, problem: Problem, result: StudyResult, seconds: float) -> None: ...
+
+
+class QuietProgress:
+    def problem_started(self, problem: Problem, index: int, total: int, trials: int) -> None:
+        pass
+
+    def trial_done(self, problem: Problem, outcome: Outcome, result: StudyResult) -> None:
+        pass
+
+    def problem_done(self, problem: Problem, result: StudyResult, seconds: float) -> None:
+        pass
+
+
+@dataclass
+class ProblemReport:
+    problem: Problem
+    result: StudyResult
+    seconds: float
+
+
+@dataclass
+class SweepReport:
+    gpu: GpuInfo
+    db_url: str
+    problems: list[ProblemReport] = field(default_factory=list)
+
+
+class _StoreMeasurer(Measurer):
+    """Wires a study to the store, the compiler and the worker for one problem."""
+
+    def __init__(self, store: Any, worker: Worker, gpu: GpuInfo, gpu_id: int, problem: Problem, problem_id: int):
+        self._store, self._worker, self._gpu, self._gpu_id = store, worker, gpu, gpu_id
+        self._problem, self._problem_id = problem, problem_id
+        self._op = ops.get(problem.op)
+        self._source_hash = source_hash(problem.op)
+        self._tools = toolchain()
+
+    def compile_job(self, config: Config) -> CompileJob:
+        return CompileJob(
+            name=self._op.kernel_name(self._problem, config),
+            source=self._op.kernel_source(self._problem, config),
+            arch=self._gpu.arch,
+            depends_hash=self._source_hash,
+        )
+
+    def crashes(self, config: Config) -> int:
+        return int(self._store.crash_count(self._problem_id, config_key(config), self._source_hash))
+
+    def _record(self, config: Config, outcome: Outcome) -> None:
+        self._store.record_trial(
+            self._problem_id, self._gpu_id, config, self._source_hash, self._tools,
+            self._gpu.driver, self._gpu.cuda, outcome,
+        )
+
+    def record_invalid(self, config: Config, reason: str) -> None:
+        self._record(config, Outcome(Status.INVALID, reason))
+
+    def measure(self, config: Config, compiled: CompileResult) -> Outcome:
+        if compiled.cubin is None:
+            outcome = Outcome(Status.COMPILE_ERROR, compiled.message)
+            self._record(config, outcome)
+            return outcome
+        # Written as running before dispatch: a sweep killed now leaves a row the next run redoes.
+        trial_id = self._store.start_trial(
+            self._problem_id, self._gpu_id, config, self._source_hash, self._tools,
+            self._gpu.driver, self._gpu.cuda,
+        )
+        outcome = self._worker.measure(compiled.cubin, compiled.job.name, config)
+        if outcome.status in (Status.CRASHED, Status.TIMEOUT):
+            self._store.note_crash(self._problem_id, config_key(config), self._source_hash)
+        self._store.finish_trial(trial_id, outcome)
+        return outcome
+
+
+def _stored_outcome(row: Any) -> Outcome:
+    return Outcome(row.status, row.message, row.time_us, [], row.gbs, row.rel_error)
+
+
+def _neighbour_configs(store: Any, gpu: str, problem: Problem, current: str) -> list[Config]:
+    tuned = store.tuned(gpu, problem.op, problem.dtype, current)
+    return [dict(row.config) for row in select.nearest(tuned, (problem.m, problem.n))[:WARM_START_NEIGHBOURS]]
+
+
+class Tuner:
+    def __init__(
+        self, store: Any, worker: Worker, pool: CompilePool, gpu: GpuInfo, *, sampler: str = "tpe",
+        budget: Budget | None = None, seed: int | None = None, progress: Progress | None = None,
+    ) -> None:
+        if sampler not in SAMPLERS:
+            raise AutotuneError(f"unknown sampler {sampler!r}: choose one of {', '.join(SAMPLERS)}")
+        self._store, self._worker, self._pool = store, worker, pool
+        self._sampler, self._budget, self._seed = sampler, budget or Budget(), seed
+        self._progress: Progress = progress or QuietProgress()
+        self.gpu = gpu
+        self._gpu_id = store.upsert_gpu(gpu)
+
+    def tune(self, problem: Problem, index: int = 0, total: int = 1) -> ProblemReport:
+        start = time.perf_counter()
+        current = source_hash(problem.op)
+        problem_id = self._store.problem_id(problem, self.gpu.name)
+        self._store.drop_unfinished(problem_id)
+        measurer = _StoreMeasurer(self._store, self._worker, self.gpu, self._gpu_id, problem, problem_id)
+        study = Study(
+            ops.get(problem.op).space(problem), measurer, self._pool, sampler=self._sampler, seed=self._seed,
+            on_trial=lambda _config, outcome, result: self._progress.trial_done(problem, outcome, result),
+        )
+        study.add_history(
+            (row.config, _stored_outcome(row)) for row in self._store.completed_trials(problem_id, current)
+        )
+        study.warm_start(_neighbour_configs(self._store, self.gpu.name, problem, current))
+        self._progress.problem_started(problem, index, total, self._budget.trials)
+        if study.result.reused < self._budget.trials:
+            try:
+                self._worker.setup(problem, seed=int.from_bytes(os.urandom(4), "little"))
+            except (AutotuneError, WorkerLost) as exc:
+                study.result.stopped = f"setup failed: {exc}"
+            else:
+                study.run(self._budget)
+        else:
+            study.result.stopped = "already tuned"
+        seconds = time.perf_counter() - start
+        self._progress.problem_done(problem, study.result, seconds)
+        return ProblemReport(problem, study.result, seconds)
+
+
+def check_toolchain() -> None:
+    if shutil.which("nvcc") is None:
+        raise AutotuneError("nvcc not found: tuning compiles kernels, install the CUDA toolkit")
+
+
+def run_sweep(
+    problems: Sequence[Problem], open_store: Callable[[], Any], *, sampler: str = "tpe",
+    budget: Budget | None = None, seed: int | None = None, device: int = 0,
+    progress: Progress | None = None, compile_workers: int | None = None,
+) -> SweepReport:
+    """Tune every problem. The store is opened only once the GPU answered, so a machine without
+    one (or without PyCUDA) gets its one-line error with the database untouched."""
+    check_toolchain()
+    with Worker(device) as worker, CompilePool(compile_workers) as pool:
+        gpu = worker.hello()
+        store = open_store()
+        tuner = Tuner(store, worker, pool, gpu, sampler=sampler, budget=budget, seed=seed, progress=progress)
+        report = SweepReport(gpu, store.url)
+        for index, problem in enumerate(problems):
+            report.problems.append(tuner.tune(problem, index, len(problems)))
+    return report

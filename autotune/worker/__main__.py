@@ -1,0 +1,5 @@
+"""Entry point of the worker subprocess: python -m autotune.worker --device N."""
+
+from autotune.worker.server import main
+
+main()

@@ -1,0 +1,151 @@
+"""The worker subprocess: the only process that creates a CUDA context while tuning.
+
+It reads one JSON request per line on stdin and answers one JSON line on its private copy of
+stdout. Whatever a kernel does to it (illegal address, hang, death) stays in this process: after
+an error that poisons the context it answers, then exits, and the orchestrator starts a fresh one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import IO, Any
+
+from autotune.errors import AutotuneError
+from autotune.problem import Problem
+
+
+class _State:
+    def __init__(self, device: int) -> None:
+        self.device = device
+        self.runner: Any = None
+        self.poisoned = False
+        self._gpu: Any = None
+        self._kernels: Any = None
+        self._timer: Any = None
+        self._support: Path | None = None
+
+    def gpu(self) -> Any:
+        if self._gpu is None:
+            from autotune import gpu
+
+            self._gpu = gpu.device_info(self.device)
+            self._kernels = gpu.Kernels()
+        return self._gpu
+
+    def support(self) -> Path:
+        if self._support is None:
+            from autotune.compiler import CompileJob, compile_kernel
+            from autotune.paths import kernels_dir
+
+            source = (kernels_dir() / "support.cu").read_text()
+            result = compile_kernel(CompileJob("support", source, self.gpu().arch, "support"))
+            if result.cubin is None:
+                raise AutotuneError(f"cannot compile the support kernels: {result.message}")
+            self._support = result.cubin
+            from autotune.worker.timing import Timer
+
+            self._timer = Timer(self._kernels, self._support)
+        return self._support
+
+    def setup(self, problem: Problem, seed: int) -> dict[str, Any]:
+        from autotune.worker.gemv_runner import GemvRunner
+
+        self.runner = None  # free the previous problem's buffers first
+        start = time.perf_counter()
+        self.runner = GemvRunner(self._kernels, self._timer, self.support(), problem, self.gpu(), seed)
+        return {"copies": self.runner.copies, "seconds": time.perf_counter() - start}
+
+
+def _context_is_poisoned() -> bool:
+    """After a CUDA error: does the context still work? Sticky errors (illegal address) break it."""
+    try:
+        from autotune.gpu import driver
+
+        cuda = driver()
+        cuda.Context.synchronize()
+        probe = cuda.mem_alloc(4)
+        cuda.memset_d32(probe, 0, 1)
+        cuda.Context.synchronize()
+        return False
+    except Exception:
+        return True
+
+
+def _test_behaviour(request: dict[str, Any]) -> dict[str, Any]:
+    """Planted faults for the orchestrator's own tests (no GPU needed)."""
+    behaviour = request["behaviour"]
+    if behaviour == "sleep":
+        time.sleep(float(request.get("seconds", 3600)))
+    elif behaviour == "raise":
+        raise RuntimeError("planted failure")
+    elif behaviour == "die":
+        os._exit(9)
+    elif behaviour == "nan":
+        return {"status": "ok", "time_us": float("nan")}
+    return {"status": "ok", "time_us": 1.0, "behaviour": behaviour}
+
+
+def _handle(state: _State, request: dict[str, Any]) -> dict[str, Any]:
+    command = request["cmd"]
+    if command == "ping":
+        return {"pid": os.getpid()}
+    if command == "test":
+        return _test_behaviour(request)
+    if command == "hello":
+        return dict(state.gpu().to_dict())
+    if command == "setup":
+        return state.setup(Problem(**request["problem"]), int(request["seed"]))
+    if command == "measure":
+        return _measure(state, request)
+    raise AutotuneError(f"unknown worker command {command!r}")
+
+
+def _measure(state: _State, request: dict[str, Any]) -> dict[str, Any]:
+    from autotune.gpu import driver
+    from autotune.outcome import Outcome, Status
+
+    if state.runner is None:
+        raise AutotuneError("measure before setup")
+    cuda = driver()
+    try:
+        outcome = state.runner.measure(Path(request["cubin"]), request["kernel"], request["config"])
+    except cuda.Error as exc:
+        state.poisoned = _context_is_poisoned()
+        outcome = Outcome(Status.LAUNCH_ERROR, f"{type(exc).__name__}: {exc}".strip())
+    result = asdict(outcome)
+    result["status"] = outcome.status.value
+    return result
+
+
+def serve(device: int, requests: IO[str], replies: IO[str]) -> None:
+    state = _State(device)
+    for line in requests:
+        if not line.strip():
+            continue
+        request = json.loads(line)
+        reply: dict[str, Any] = {"id": request.get("id")}
+        try:
+            reply["result"] = _handle(state, request)
+        except AutotuneError as exc:
+            reply["error"] = str(exc)
+        except Exception as exc:  # any other failure is reported, not fatal to the protocol
+            reply["error"] = f"{type(exc).__name__}: {exc}"
+        replies.write(json.dumps(reply) + "\n")
+        replies.flush()
+        if state.poisoned:
+            os._exit(3)  # the CUDA context is broken: the orchestrator starts a fresh worker
+
+
+def main() -> None:
+    device = int(sys.argv[sys.argv.index("--device") + 1]) if "--device" in sys.argv else 0
+    # Keep a private channel for replies; anything else that prints (C libraries, warnings) goes to
+    # stderr so it can never corrupt the protocol.
+    replies = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    serve(device, sys.stdin, replies)

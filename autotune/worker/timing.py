@@ -1,0 +1,47 @@
+"""GPU time per call of back-to-back launches, with host launch overhead kept out of the numbers.
+
+A spin kernel holds the stream while the host queues the launches, so the GPU then runs them
+back to back; events around them give GPU time only. The same method times cuBLAS in benchmarks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from autotune.gpu import Kernels, driver
+
+Launcher = Callable[[int], None]  # launches call number i (which picks the rotating buffer)
+
+_HOST_US_PER_LAUNCH = 40  # generous: PyCUDA needs ~10 us per launch, torch a little more
+_MAX_SPIN_NS = 200_000_000
+
+
+class Timer:
+    def __init__(self, kernels: Kernels, support_cubin: Path) -> None:
+        cuda = driver()
+        self._spin = kernels.function(support_cubin, "at_spin", "Q")
+        self._start = cuda.Event()
+        self._end = cuda.Event()
+
+    def per_call_us(self, launch: Launcher, calls: int) -> float:
+        """Mean GPU time per call over `calls` queued launches."""
+        spin_ns = calls * _HOST_US_PER_LAUNCH * 1000 + 200_000
+        while True:
+            self._spin.prepared_async_call((1, 1, 1), (32, 1, 1), None, spin_ns)
+            self._start.record()
+            for i in range(calls):
+                launch(i)
+            self._end.record()
+            # If the spin is still running, every launch was queued before the timed region began.
+            covered = not self._start.query()
+            self._end.synchronize()
+            if covered or spin_ns >= _MAX_SPIN_NS:
+                return float(self._start.time_till(self._end)) * 1000.0 / calls
+            spin_ns = min(spin_ns * 4, _MAX_SPIN_NS)
+
+    def measure(self, launch: Launcher, *, target_ms: float = 2.0, reps: int = 5) -> list[float]:
+        """`reps` samples of time per call, each over enough calls to fill about `target_ms`."""
+        estimate = self.per_call_us(launch, 8)
+        calls = max(8, min(200, int(target_ms * 1000.0 / max(estimate, 0.5))))
+        return [self.per_call_us(launch, calls) for _ in range(reps)]

@@ -1,0 +1,59 @@
+"""Benchmark: our best GEMV per shape beside cuBLAS (torch) on this GPU, written as JSON.
+
+Run on the GPU machine after tuning, e.g.
+    python scripts/bench_gemv.py --db results/h200.db --out results
+It reads the best config of every shape from the database (an estimate or the default where a
+shape was not tuned, and says which), times it and cuBLAS the same way in the same run, and writes
+results/gemv_<gpu>.json. scripts/plot_gemv.py draws the plot from that file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from autotune import api
+from autotune.bench import Bench, as_json
+from autotune.fingerprint import slugify
+from autotune.problem import DTYPES, read_shapes_file, standard_shapes
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", help="database with the tuning results (default: AUTOTUNE_DB or the per-user one)")
+    parser.add_argument("--out", type=Path, default=Path("results"), help="folder for gemv_<gpu>.json")
+    parser.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=DTYPES)
+    parser.add_argument("--shapes", type=Path, help="'M N' lines (default: the standard shape set)")
+    args = parser.parse_args()
+
+    shapes = read_shapes_file(args.shapes) if args.shapes else standard_shapes()
+    bench = Bench()
+    gpu = bench.launcher.gpu.name
+    copy_gbs = bench.copy_gbs()
+    print(f"{gpu}: device-to-device copy {copy_gbs:.0f} GB/s", flush=True)
+    rows = []
+    header = f"{'dtype':9} {'M':>7} {'N':>7} {'ours us':>9} {'cuBLAS us':>9} {'speedup':>7} {'GB/s':>6} {'%copy':>6} source"
+    print(header, flush=True)
+    for dtype in args.dtypes:
+        for m, n in shapes:
+            choice = api.best("gemv", m, n, dtype=dtype, gpu=gpu, db=args.db)
+            row = bench.compare(choice)
+            rows.append(row)
+            print(f"{dtype:9} {m:7} {n:7} {row.ours_us:9.2f} {row.cublas_us:9.2f} {row.speedup:7.2f} "
+                  f"{row.ours_gbs:6.0f} {100 * row.ours_gbs / copy_gbs:6.1f} {row.source}", flush=True)
+    report = as_json(gpu, copy_gbs, rows)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"gemv_{slugify(gpu)}.json"
+    path.write_text(json.dumps(report, indent=1) + "\n")
+    speedups = [r.speedup for r in rows]
+    geomean = 1.0
+    for s in speedups:
+        geomean *= s ** (1 / len(speedups))
+    print(f"wrote {path}: geometric-mean speedup {geomean:.3f}, worst {min(speedups):.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Steps for one call on the lent GPU machine (see ../shared/device/README.md): install the carried
+# wheels, then run the named steps in order, logging under $OUT.
+#   bash scripts/gpu_session.sh info tests sweep-one bench-few
+set -uo pipefail
+OUT=${OUT:-/tmp/autotune-out}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+export AUTOTUNE_CACHE_DIR=${AUTOTUNE_CACHE_DIR:-/tmp/autotune-cache}
+DB=${DB:-$OUT/tuning.db}
+TRIALS=${TRIALS:-64}
+
+step() { echo "=== $1 ($(date +%T))"; }
+for name in "$@"; do
+  case "$name" in
+    info)
+      step info
+      nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
+      nvcc --version | tail -2
+      python3 -c "import pycuda, optuna, sqlalchemy, typer, torch; print('pycuda', pycuda.VERSION, 'optuna', optuna.__version__, 'sqlalchemy', sqlalchemy.__version__, 'typer', typer.__version__, 'torch', torch.__version__)" ;;
+    tests)
+      step tests
+      python3 -m pytest -m gpu -q -p no:cacheprovider 2>&1 | tee "$OUT/gpu-tests.log" | tail -25 ;;
+    sweep-one)
+      step sweep-one
+      /usr/bin/time -f "sweep wall %e s" python3 -m autotune sweep --op hgemv --m 4096 --n 8192 --trials "$TRIALS" --db "$DB" 2>&1 | tee "$OUT/sweep-one.log" | tail -8 ;;
+    sweep-all)
+      for op in hgemv bgemv sgemv; do
+        step "sweep-all $op"
+        python3 -m autotune sweep --op "$op" --trials "$TRIALS" ${PATIENCE:+--patience $PATIENCE} --db "$DB" 2>&1 | tee "$OUT/sweep-$op.log" | tail -24
+      done ;;
+    bench-few)
+      step bench-few
+      printf '4096 8192\n1024 1024\n2048 2048\n256 131072\n131072 256\n' > /tmp/few.txt
+      python3 scripts/bench_gemv.py --db "$DB" --out "$OUT" --dtypes float16 --shapes /tmp/few.txt 2>&1 | tee "$OUT/bench-few.log" | tail -12 ;;
+    bench)
+      step bench
+      python3 scripts/bench_gemv.py --db "$DB" --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -62 ;;
+    *) echo "unknown step $name"; exit 2 ;;
+  esac
+done
+step done

@@ -1,0 +1,41 @@
+"""Shared test setup: GPU tests (marker `gpu`) skip cleanly where there is no GPU or no PyCUDA."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pytest
+
+
+@functools.cache
+def gpu_available() -> str | None:
+    """None when a CUDA GPU is usable through PyCUDA, else why not."""
+    try:
+        import pycuda.driver as cuda
+
+        cuda.init()
+        if cuda.Device.count() == 0:
+            return "no CUDA GPU"
+    except Exception as exc:  # ImportError, missing libcuda, driver errors
+        return f"no usable GPU ({type(exc).__name__}: {exc})"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    reason = None
+    for item in items:
+        if "gpu" in item.keywords:
+            reason = reason or gpu_available()
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(autouse=True)
+def _isolated_user_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests never touch the real per-user database; the kernel cache is shared across tests only."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("XDG_DATA_HOME", str(home / "data"))
+    monkeypatch.delenv("AUTOTUNE_DB", raising=False)
+    cache = Path(tmp_path_factory.getbasetemp()) / "kernel-cache"
+    monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(cache))

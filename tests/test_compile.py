@@ -1,0 +1,81 @@
+"""Every kernel family compiles with nvcc for sm_90 (no GPU needed), and the cubin cache is sound."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from autotune.compiler import CompileJob, CompilePool, cache_key, compile_kernel
+from autotune.fingerprint import source_hash
+from autotune.ops import gemv
+from autotune.paths import kernels_dir
+from autotune.problem import Problem
+
+pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+
+# One config per family, spread over dtypes, vector widths, load policies, x in shared memory.
+SAMPLE = [
+    ("float32", dict(block=128, lanes=1, vec=1, unroll=1, rows=1, x_smem=0, policy=0)),
+    ("float16", dict(block=256, lanes=1, vec=8, unroll=2, rows=2, x_smem=1, policy=1)),
+    ("bfloat16", dict(block=64, lanes=4, vec=4, unroll=4, rows=2, x_smem=0, policy=2)),
+    ("float32", dict(block=128, lanes=8, vec=4, unroll=2, rows=4, x_smem=1, policy=1)),
+    ("float16", dict(block=256, lanes=16, vec=2, unroll=4, rows=1, x_smem=0, policy=0)),
+    ("float16", dict(block=256, lanes=32, vec=8, unroll=2, rows=2, x_smem=0, policy=2)),
+    ("bfloat16", dict(block=512, lanes=32, vec=8, unroll=4, rows=1, x_smem=1, policy=0)),
+    ("float32", dict(block=256, lanes=64, vec=2, unroll=4, rows=4, x_smem=0, policy=2)),
+    ("float16", dict(block=512, lanes=128, vec=8, unroll=1, rows=4, x_smem=1, policy=1)),
+    ("bfloat16", dict(block=256, lanes=256, vec=8, unroll=2, rows=1, x_smem=0, policy=0)),
+    ("float32", dict(block=512, lanes=512, vec=1, unroll=4, rows=2, x_smem=1, policy=2)),
+    ("float16", dict(block=64, lanes=64, vec=1, unroll=1, rows=1, x_smem=0, policy=1)),
+]
+
+
+def _job(dtype: str, compiled: dict[str, int]) -> CompileJob:
+    problem = Problem("gemv", dtype, 4096, 8192)
+    config = {**compiled, "split": 1, "persist": 0}
+    assert gemv.space(problem).check(config) is None, config
+    return CompileJob(gemv.kernel_name(problem, config), gemv.kernel_source(problem, config), "sm_90", source_hash("gemv"))
+
+
+def test_sample_covers_every_family() -> None:
+    families = {gemv.family({**c, "split": 1, "persist": 0}) for _, c in SAMPLE}
+    assert families == {"thread_per_row", "subwarp_per_row", "warp_per_row", "multiwarp_per_row", "block_per_row"}
+
+
+def test_every_family_compiles_for_sm_90(tmp_path: Path) -> None:
+    with CompilePool(cache_dir=tmp_path) as pool:
+        results = [f.result() for f in [pool.submit(_job(dtype, c)) for dtype, c in SAMPLE]]
+    failures = [r.message for r in results if not r.ok]
+    assert not failures, failures[0]
+    for result in results:
+        assert result.cubin is not None and result.cubin.read_bytes()[:4] == b"\x7fELF"
+        assert result.job.name.encode() in result.cubin.read_bytes()
+
+
+def test_support_kernels_compile(tmp_path: Path) -> None:
+    source = (kernels_dir() / "support.cu").read_text()
+    result = compile_kernel(CompileJob("support", source, "sm_90", "support"), tmp_path)
+    assert result.ok, result.message
+    data = result.cubin.read_bytes() if result.cubin else b""
+    for name in ("at_spin", "at_fill_bfloat16", "at_reference_float16"):
+        assert name.encode() in data
+
+
+def test_cache_hit_and_key(tmp_path: Path) -> None:
+    job = _job(*SAMPLE[5])
+    first = compile_kernel(job, tmp_path)
+    second = compile_kernel(job, tmp_path)
+    assert first.ok and not first.cached and second.cached and second.cubin == first.cubin
+    assert not list(tmp_path.rglob("*.tmp*"))  # atomic publish leaves no staging files
+    other = CompileJob(job.name, job.source, "sm_80", job.depends_hash)
+    assert cache_key(other) != cache_key(job)
+    assert cache_key(CompileJob(job.name, job.source, job.arch, "changed")) != cache_key(job)
+
+
+def test_compile_error_keeps_the_command_line(tmp_path: Path) -> None:
+    broken = CompileJob("broken", "#include \"gemv.cu\"\nthis is not cuda;\n", "sm_90", "x")
+    result = compile_kernel(broken, tmp_path)
+    assert not result.ok and result.cubin is None
+    assert "nvcc" in result.message and "--cubin" in result.message and "error" in result.message

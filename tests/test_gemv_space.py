@@ -1,0 +1,92 @@
+"""The GEMV search space: constraints hold before compiling, geometry matches the kernel's rules."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from autotune.ops import gemv
+from autotune.problem import Problem
+from autotune.space import config_key
+
+SHAPES = [(1, 1), (7, 7), (1001, 999), (4096, 8192), (256, 131072), (131072, 256)]
+
+
+def _problem(m: int, n: int, dtype: str = "float16") -> Problem:
+    return Problem("gemv", dtype, m, n)
+
+
+def test_default_config_is_valid_everywhere() -> None:
+    for (m, n), dtype in itertools.product(SHAPES, ("float32", "float16", "bfloat16")):
+        assert gemv.space(_problem(m, n, dtype)).check(gemv.DEFAULT_CONFIG) is None
+
+
+def test_vector_width_needs_divisible_rows() -> None:
+    assert gemv.space(_problem(7, 999)).choices()["vec"] == (1,)
+    assert gemv.space(_problem(4, 8192)).choices()["vec"] == (1, 2, 4, 8)
+    assert gemv.space(_problem(4, 8192, "float32")).choices()["vec"] == (1, 2, 4)  # 16 bytes at most
+
+
+def test_constraints_name_the_problem() -> None:
+    space = gemv.space(_problem(4096, 8192))
+    bad = dict(gemv.DEFAULT_CONFIG, lanes=512, block=128)
+    assert "lanes" in (space.check(bad) or "")
+    assert "not one of" in (space.check(dict(gemv.DEFAULT_CONFIG, vec=3)) or "")
+    assert "missing" in (space.check({"block": 128}) or "")
+    spills = dict(gemv.DEFAULT_CONFIG, vec=8, unroll=4, rows=4)
+    assert "in flight" in (space.check(spills) or "")
+
+
+def test_every_enumerated_config_is_valid_and_geometry_is_sane() -> None:
+    problem = _problem(1001, 1000)
+    space = gemv.space(problem)
+    configs = list(space)
+    assert len(configs) > 1000
+    assert len({config_key(c) for c in configs}) == len(configs)
+    for config in configs[::97]:
+        assert space.check(config) is None
+        launch = gemv.launch(problem, config, sm_count=132)
+        rows_per_block = config["block"] // config["lanes"] * config["rows"]
+        assert launch.grid[0] * rows_per_block >= problem.m or config["persist"] > 0
+        assert launch.grid[1] == config["split"]
+        assert launch.shared_bytes <= gemv.MAX_SHARED_BYTES
+
+
+def test_split_k_workspace_and_counters() -> None:
+    problem = _problem(256, 131072)
+    config = dict(gemv.DEFAULT_CONFIG, split=16, vec=8)
+    launch = gemv.launch(problem, config, sm_count=132)
+    assert launch.workspace_floats == 16 * 256
+    assert launch.counters == 256 // 4  # 4 warps of one row each per block
+    assert gemv.launch(problem, gemv.DEFAULT_CONFIG, 132).workspace_floats == 0
+
+
+def test_persistent_grid_is_capped_by_the_sm_count() -> None:
+    launch = gemv.launch(_problem(131072, 256), dict(gemv.DEFAULT_CONFIG, persist=2), sm_count=132)
+    assert launch.grid[0] == 264
+
+
+@pytest.mark.parametrize("family", ["thread_per_row", "subwarp_per_row", "warp_per_row", "multiwarp_per_row", "block_per_row"])
+def test_every_family_is_in_the_space(family: str) -> None:
+    assert any(gemv.family(c) == family for c in gemv.space(_problem(4096, 8192)))
+
+
+def test_kernel_source_names_its_instance() -> None:
+    problem = _problem(4096, 8192, "bfloat16")
+    source = gemv.kernel_source(problem, gemv.DEFAULT_CONFIG)
+    assert gemv.kernel_name(problem, gemv.DEFAULT_CONFIG) in source
+    assert "__nv_bfloat16, 128, 32, 1, 4, 1, 0, 0" in source
+
+
+def test_reference_matches_numpy() -> None:
+    rng = np.random.default_rng(0)
+    a, x = rng.standard_normal((5, 3)), rng.standard_normal(3)
+    y, scale = gemv.reference(a, x)
+    np.testing.assert_allclose(y, a @ x)
+    assert np.all(scale >= np.abs(y))
+
+
+def test_bytes_moved() -> None:
+    assert gemv.bytes_moved(_problem(4096, 8192)) == (4096 * 8192 + 8192 + 4096) * 2

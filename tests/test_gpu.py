@@ -1,0 +1,142 @@
+"""GPU tests (run on the GPU machine with `pytest -m gpu`): every family correct on odd and even
+shapes, gemv() on PyCUDA and torch arrays, and a short real sweep."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autotune.compiler import CompileJob, CompilePool
+from autotune.fingerprint import source_hash
+from autotune.ops import gemv
+from autotune.outcome import Status
+from autotune.problem import Problem
+from autotune.worker.client import Worker
+
+pytestmark = pytest.mark.gpu
+
+SHAPES = [(1, 1), (7, 7), (1001, 999), (4096, 8192), (333, 4104)]
+DTYPES = ["float32", "float16", "bfloat16"]
+# One config per family, with split-K and persistent grids among them.
+FAMILY_CONFIGS = [
+    dict(block=128, lanes=1, vec=1, unroll=1, rows=1, x_smem=0, policy=0, split=1, persist=0),
+    dict(block=256, lanes=1, vec=8, unroll=2, rows=2, x_smem=1, policy=1, split=1, persist=1),
+    dict(block=64, lanes=4, vec=4, unroll=4, rows=2, x_smem=0, policy=2, split=2, persist=0),
+    dict(block=256, lanes=16, vec=2, unroll=4, rows=1, x_smem=0, policy=0, split=1, persist=2),
+    dict(block=256, lanes=32, vec=8, unroll=2, rows=2, x_smem=0, policy=2, split=1, persist=0),
+    dict(block=128, lanes=32, vec=8, unroll=2, rows=1, x_smem=1, policy=1, split=4, persist=1),
+    dict(block=256, lanes=64, vec=2, unroll=4, rows=4, x_smem=0, policy=2, split=1, persist=0),
+    dict(block=512, lanes=512, vec=8, unroll=1, rows=1, x_smem=1, policy=1, split=8, persist=0),
+]
+
+
+def _fit(problem: Problem, config: dict[str, int]) -> dict[str, int] | None:
+    """The config with the widest vector and the largest split this shape allows, or None."""
+    space = gemv.space(problem)
+    for vec, split in itertools.product(sorted(space.choices()["vec"], reverse=True), (config["split"], 2, 1)):
+        candidate = dict(config, vec=min(vec, config["vec"]), split=split)
+        if space.check(candidate) is None:
+            return candidate
+    return None
+
+
+@pytest.fixture(scope="module")
+def worker() -> Worker:
+    with Worker() as w:
+        yield w
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_every_family_is_correct(worker: Worker, shape: tuple[int, int], dtype: str) -> None:
+    problem = Problem("gemv", dtype, *shape)
+    gpu = worker.hello()
+    worker.setup(problem, seed=sum(shape))
+    configs = [c for c in (_fit(problem, c) for c in FAMILY_CONFIGS) if c is not None]
+    assert len(configs) >= 6
+    with CompilePool() as pool:
+        futures = [
+            (c, pool.submit(CompileJob(gemv.kernel_name(problem, c), gemv.kernel_source(problem, c), gpu.arch,
+                                       source_hash("gemv"))))
+            for c in configs
+        ]
+        for config, future in futures:
+            compiled = future.result()
+            assert compiled.cubin is not None, compiled.message
+            outcome = worker.measure(compiled.cubin, compiled.job.name, config)
+            assert outcome.status is Status.OK, f"{gemv.family(config)} {config}: {outcome.message}"
+            assert outcome.time_us is not None and outcome.time_us > 0
+
+
+def test_verifier_rejects_a_wrong_kernel(worker: Worker, tmp_path: Path) -> None:
+    problem = Problem("gemv", "float16", 1001, 999)
+    gpu = worker.hello()
+    worker.setup(problem, seed=5)
+    config = dict(gemv.DEFAULT_CONFIG)
+    # The same kernel with the reduction cut short by one element: must fail verification.
+    source = gemv.kernel_source(problem, config).replace("int M, int N,\n", "int M, int N_full,\n", 1)
+    source = source.replace("(A, x, y, M, N,", "(A, x, y, M, N_full - 1,")
+    from autotune.compiler import compile_kernel
+
+    compiled = compile_kernel(CompileJob(gemv.kernel_name(problem, config), source, gpu.arch, "planted"), tmp_path)
+    assert compiled.cubin is not None, compiled.message
+    outcome = worker.measure(compiled.cubin, compiled.job.name, config)
+    assert outcome.status is Status.WRONG_RESULT, outcome
+
+
+def _numpy_reference(a: np.ndarray, x: np.ndarray) -> np.ndarray:
+    return a.astype(np.float64) @ x.astype(np.float64)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("shape", [(7, 7), (1001, 999), (512, 4096)], ids=str)
+def test_gemv_on_pycuda_arrays(shape: tuple[int, int], dtype: type, tmp_path: Path) -> None:
+    import pycuda.gpuarray as gpuarray
+
+    import autotune
+
+    rng = np.random.default_rng(1)
+    a = rng.uniform(-1, 1, shape).astype(dtype)
+    x = rng.uniform(-1, 1, shape[1]).astype(dtype)
+    y = autotune.gemv(gpuarray.to_gpu(a), gpuarray.to_gpu(x), db=str(tmp_path / "t.db"))
+    want = _numpy_reference(a, x)
+    tol = 1e-3 if dtype == np.float16 else 1e-5
+    np.testing.assert_allclose(y.get().astype(np.float64), want, rtol=tol, atol=tol * np.abs(a) @ np.abs(x) .max())
+    # alpha and beta, in place into out
+    out = gpuarray.to_gpu(rng.uniform(-1, 1, shape[0]).astype(dtype))
+    before = out.get().astype(np.float64)
+    autotune.gemv(gpuarray.to_gpu(a), gpuarray.to_gpu(x), out=out, alpha=2.0, beta=-0.5, db=str(tmp_path / "t.db"))
+    np.testing.assert_allclose(out.get().astype(np.float64), 2 * want - 0.5 * before, rtol=4 * tol, atol=0.05)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_gemv_on_torch_tensors(dtype: str, tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    import autotune
+
+    kind = getattr(torch, dtype)
+    a = torch.rand(1001, 4096, device="cuda", dtype=kind) * 2 - 1
+    x = torch.rand(4096, device="cuda", dtype=kind) * 2 - 1
+    y = autotune.gemv(a, x, db=str(tmp_path / "t.db"))
+    assert isinstance(y, torch.Tensor) and y.dtype == kind and y.shape == (1001,)
+    want = a.double() @ x.double()
+    scale = (a.double().abs() @ x.double().abs()).max().item()
+    assert (y.double() - want).abs().max().item() <= 1e-2 * scale
+
+
+def test_short_real_sweep_then_best(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from autotune.cli import app
+
+    db = str(tmp_path / "sweep.db")
+    runner = CliRunner()
+    result = runner.invoke(app, ["sweep", "--op", "hgemv", "--m", "1024", "--n", "1000", "--trials", "12", "--db", db])
+    assert result.exit_code == 0, result.output
+    assert "hgemv 1024x1000" in result.output
+    best = runner.invoke(app, ["best", "--m", "1024", "--n", "1000", "--db", db, "--json"])
+    assert best.exit_code == 0, best.output
+    assert '"measured"' in best.output

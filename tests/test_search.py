@@ -1,0 +1,119 @@
+"""Studies with test doubles: budgets, de-duplication, history, invalid configs, quarantine, stops."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.compiler import CompileJob, CompileResult
+from autotune.ops import gemv
+from autotune.outcome import Outcome, Status
+from autotune.problem import Problem
+from autotune.search import Budget, Measurer, Study
+from autotune.space import Config, config_key
+from tests.fakes import InstantPool, modelled_time_us
+
+PROBLEM = Problem("gemv", "float16", 4096, 8192)
+
+
+class FakeMeasurer(Measurer):
+    def __init__(self, crashes: dict[str, int] | None = None, fail: set[str] | None = None) -> None:
+        self.space = gemv.space(PROBLEM)
+        self.measured: list[Config] = []
+        self.invalid: list[str] = []
+        self._crashes = crashes or {}
+        self._fail = fail or set()
+
+    def compile_job(self, config: Config) -> CompileJob:
+        assert self.space.check(config) is None, "an invalid config reached the compiler"
+        return CompileJob(config_key(config), "", "sm_90", "h")
+
+    def crashes(self, config: Config) -> int:
+        return self._crashes.get(config_key(config), 0)
+
+    def record_invalid(self, config: Config, reason: str) -> None:
+        self.invalid.append(reason)
+
+    def measure(self, config: Config, compiled: CompileResult) -> Outcome:
+        self.measured.append(config)
+        if compiled.cubin is None:
+            return Outcome(Status.COMPILE_ERROR, compiled.message)
+        if config_key(config) in self._fail:
+            return Outcome(Status.WRONG_RESULT, "planted")
+        return Outcome(Status.OK, time_us=modelled_time_us(config))
+
+
+def _study(measurer: FakeMeasurer, sampler: str = "tpe", seed: int = 1) -> Study:
+    return Study(measurer.space, measurer, InstantPool(), sampler=sampler, seed=seed)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "random", "grid"])
+def test_budget_is_respected_and_nothing_is_measured_twice(sampler: str) -> None:
+    measurer = FakeMeasurer()
+    result = _study(measurer, sampler).run(Budget(trials=40))
+    keys = [config_key(c) for c in measurer.measured]
+    assert result.measured == 40 == len(keys) == len(set(keys))
+    assert result.best_us == min(modelled_time_us(c) for c in measurer.measured)
+
+
+def test_tpe_beats_random_on_the_model() -> None:
+    def best(sampler: str) -> float:
+        results = [_study(FakeMeasurer(), sampler, seed).run(Budget(trials=80)).best_us for seed in range(3)]
+        return sum(r for r in results if r is not None) / len(results)
+
+    assert best("tpe") < best("random")
+
+
+def test_history_counts_towards_the_budget_and_is_not_remeasured() -> None:
+    first = FakeMeasurer()
+    _study(first).run(Budget(trials=15))
+    history = [(c, Outcome(Status.OK, time_us=modelled_time_us(c))) for c in first.measured]
+    second = FakeMeasurer()
+    study = _study(second, seed=2)
+    study.add_history(history)
+    result = study.run(Budget(trials=25))
+    assert result.reused == 15 and result.measured == 10
+    assert not {config_key(c) for c in second.measured} & {config_key(c) for c, _ in history}
+
+
+def test_invalid_configs_are_recorded_never_compiled() -> None:
+    measurer = FakeMeasurer()
+    _study(measurer, "random").run(Budget(trials=30))
+    assert measurer.invalid  # the random sampler proposes lanes > block and such
+    assert all(measurer.space.check(c) is None for c in measurer.measured)
+
+
+def test_warm_start_configs_come_first() -> None:
+    measurer = FakeMeasurer()
+    study = _study(measurer)
+    best_known = dict(gemv.DEFAULT_CONFIG, block=256, vec=8, unroll=2)
+    study.warm_start([best_known, dict(gemv.DEFAULT_CONFIG, lanes=1024)])  # the second is invalid
+    study.run(Budget(trials=5))
+    assert measurer.measured[0] == best_known
+
+
+def test_quarantined_configs_are_never_dispatched() -> None:
+    bad = dict(gemv.DEFAULT_CONFIG)
+    measurer = FakeMeasurer(crashes={config_key(bad): 2})
+    study = _study(measurer)
+    study.warm_start([bad])
+    result = study.run(Budget(trials=5))
+    assert bad not in measurer.measured
+    assert result.statuses.get("quarantined") == 1
+
+
+def test_failures_are_counted_and_never_best() -> None:
+    measurer = FakeMeasurer()
+    good = dict(gemv.DEFAULT_CONFIG, block=256, vec=8, unroll=2)
+    measurer._fail = {config_key(good)}
+    study = _study(measurer)
+    study.warm_start([good])
+    result = study.run(Budget(trials=10))
+    assert result.statuses["wrong_result"] == 1
+    assert result.best_config != good
+
+
+def test_patience_stops_early_and_timeout_stops() -> None:
+    result = _study(FakeMeasurer(), "random").run(Budget(trials=500, patience=5))
+    assert result.measured < 500 and "no 1% improvement" in result.stopped
+    timed = _study(FakeMeasurer(), "random").run(Budget(trials=10**6, timeout_s=0.5))
+    assert timed.stopped == "timeout"
