@@ -94,6 +94,7 @@ def _numpy_reference(a: np.ndarray, x: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("shape", [(7, 7), (1001, 999), (512, 4096)], ids=str)
 def test_gemv_on_pycuda_arrays(shape: tuple[int, int], dtype: type, tmp_path: Path) -> None:
+    import pycuda.autoprimaryctx  # noqa: F401  (arrays need a current context before gemv() makes one)
     import pycuda.gpuarray as gpuarray
 
     import autotune
