@@ -6,6 +6,7 @@ Used in two places: the tuning worker subprocess, and autotune.gemv() in the cal
 
 from __future__ import annotations
 
+import atexit
 import functools
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,8 @@ def context(device_index: int = 0) -> Any:
         raise AutotuneError(f"GPU {device_index} does not exist ({cuda.Device.count()} found)")
     ctx = cuda.Device(device_index).retain_primary_context()
     ctx.push()
+    # PyCUDA aborts the interpreter at exit if a context is still on its stack.
+    atexit.register(ctx.pop)
     return ctx
 
 

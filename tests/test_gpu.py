@@ -105,7 +105,7 @@ def test_gemv_on_pycuda_arrays(shape: tuple[int, int], dtype: type, tmp_path: Pa
     y = autotune.gemv(gpuarray.to_gpu(a), gpuarray.to_gpu(x), db=str(tmp_path / "t.db"))
     want = _numpy_reference(a, x)
     tol = 1e-3 if dtype == np.float16 else 1e-5
-    np.testing.assert_allclose(y.get().astype(np.float64), want, rtol=tol, atol=tol * np.abs(a) @ np.abs(x) .max())
+    np.testing.assert_allclose(y.get().astype(np.float64), want, rtol=tol, atol=tol * (np.abs(a) @ np.abs(x)).max())
     # alpha and beta, in place into out
     out = gpuarray.to_gpu(rng.uniform(-1, 1, shape[0]).astype(dtype))
     before = out.get().astype(np.float64)

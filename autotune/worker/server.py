@@ -57,7 +57,8 @@ class _State:
 
         self.runner = None  # free the previous problem's buffers first
         start = time.perf_counter()
-        self.runner = GemvRunner(self._kernels, self._timer, self.support(), problem, self.gpu(), seed)
+        support, gpu = self.support(), self.gpu()  # these also create the kernel cache and timer
+        self.runner = GemvRunner(self._kernels, self._timer, support, problem, gpu, seed)
         return {"copies": self.runner.copies, "seconds": time.perf_counter() - start}
 
 
