@@ -30,9 +30,13 @@ for name in "$@"; do
         step "sweep-all $op"
         python3 -m autotune sweep --op "$op" --trials "$TRIALS" ${PATIENCE:+--patience $PATIENCE} --db "$DB" 2>&1 | tee "$OUT/sweep-$op.log" | tail -24
       done ;;
+    sweep-few)
+      step sweep-few
+      printf '4096 8192\n1024 1024\n2048 2048\n256 131072\n131072 256\n57344 8192\n' > /tmp/few.txt
+      python3 -m autotune sweep --op hgemv --shapes /tmp/few.txt --trials "$TRIALS" --db "$DB" 2>&1 | tee "$OUT/sweep-few.log" | tail -14 ;;
     bench-few)
       step bench-few
-      printf '4096 8192\n1024 1024\n2048 2048\n256 131072\n131072 256\n' > /tmp/few.txt
+      printf '4096 8192\n1024 1024\n2048 2048\n256 131072\n131072 256\n57344 8192\n' > /tmp/few.txt
       python3 scripts/bench_gemv.py --db "$DB" --out "$OUT" --dtypes float16 --shapes /tmp/few.txt 2>&1 | tee "$OUT/bench-few.log" | tail -12 ;;
     bench)
       step bench
