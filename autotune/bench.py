@@ -74,6 +74,15 @@ class Bench:
         del src, dst
         return 2 * COPY_BYTES / (statistics.median(samples) * 1e-6) / 1e9
 
+    def launch_floor_us(self) -> float:
+        """GPU time per call of an empty kernel launched back to back: no GEMV can go below it."""
+        cuda_spin = self.timer._spin
+
+        def empty(_i: int) -> None:
+            cuda_spin.prepared_async_call((1, 1, 1), (32, 1, 1), None, 0)
+
+        return statistics.median(self.timer.measure(empty, reps=7))
+
     def compare(self, choice: Choice, reps: int = 7) -> BenchRow:
         torch = self.torch
         problem: Problem = choice.problem
@@ -106,7 +115,7 @@ class Bench:
         )
 
 
-def as_json(gpu: str, copy_gbs: float, rows: list[BenchRow]) -> dict[str, Any]:
+def as_json(gpu: str, copy_gbs: float, launch_floor_us: float, rows: list[BenchRow]) -> dict[str, Any]:
     for row in rows:
         row.pct_copy = 100.0 * row.ours_gbs / copy_gbs
-    return {"gpu": gpu, "copy_gbs": copy_gbs, "rows": [asdict(r) for r in rows]}
+    return {"gpu": gpu, "copy_gbs": copy_gbs, "launch_floor_us": launch_floor_us, "rows": [asdict(r) for r in rows]}

@@ -79,12 +79,11 @@ def toolchain() -> Toolchain:
 
 @functools.cache
 def source_hash(op: str) -> str:
-    """Hash of the kernel sources of an op: a measurement of an older source is stale."""
-    digest = hashlib.sha256()
-    for path in sorted(kernels_dir().glob(f"{op}*.cu")):
-        digest.update(path.name.encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
+    """Hash of an op's kernel source file: a measurement of an older source is stale."""
+    from autotune import ops  # ops are pure Python; imported here to keep this module light
+
+    path = kernels_dir() / ops.get(op).KERNEL_FILE
+    return hashlib.sha256(path.name.encode() + b"\0" + path.read_bytes()).hexdigest()[:16]
 
 
 def cuda_release() -> str:

@@ -5,7 +5,7 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/autotune-out}
 mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+python3 -m pip install -q --upgrade --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 export AUTOTUNE_CACHE_DIR=${AUTOTUNE_CACHE_DIR:-/tmp/autotune-cache}
 DB=${DB:-$OUT/tuning.db}
