@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.errors import AutotuneError
-from autotune.fingerprint import LocalGpu, local_gpus, slugify
+from autotune.fingerprint import LocalGpu, cuda_release, local_gpus, slugify
 from autotune.problem import Problem, make_problem, read_shapes_file, resolve_op, standard_shapes
 from autotune.select import Choice, Selector
 
@@ -69,15 +69,20 @@ def resolve_gpu(gpu: str | None, known: Sequence[str]) -> tuple[str, str | None]
 
 
 def best(
-    op: str | None = None, m: int = 4096, n: int = 8192, *, dtype: str | None = None,
-    gpu: str | None = None, db: str | None = None,
+    op: str | None = None,
+    m: int = 4096,
+    n: int = 8192,
+    *,
+    dtype: str | None = None,
+    gpu: str | None = None,
+    db: str | None = None,
 ) -> Choice:
     """Which config for this problem on this GPU: measured, estimated from the nearest tuned shape,
     or the safe default, and which of the three it is (Choice.source)."""
     name, kind = resolve_op(op, dtype)
     problem = make_problem(name, kind, m, n)
     gpu_name, local_driver = resolve_gpu(gpu, _open(db).gpu_names())
-    return _selector(db).choose(problem, gpu_name, local_driver)
+    return _selector(db).choose(problem, gpu_name, local_driver, cuda_release() if local_driver else None)
 
 
 def problems_for(
@@ -99,13 +104,31 @@ def problems_for(
 
 
 def sweep(
-    op: str | None = None, m: int | None = None, n: int | None = None, *, dtype: str | None = None,
-    shapes_file: Path | None = None, trials: int = 64, timeout: float | None = None,
-    patience: int | None = None, sampler: str = "tpe", seed: int | None = None, db: str | None = None,
-    device: int = 0, progress: Progress | None = None,
+    op: str | None = None,
+    m: int | None = None,
+    n: int | None = None,
+    *,
+    dtype: str | None = None,
+    shapes_file: Path | None = None,
+    trials: int = 64,
+    timeout: float | None = None,
+    patience: int | None = None,
+    sampler: str = "tpe",
+    seed: int | None = None,
+    db: str | None = None,
+    device: int = 0,
+    progress: Progress | None = None,
+    stale: bool = False,
 ) -> SweepReport:
-    """Tune each problem on this machine's GPU and store every measurement."""
-    problems = problems_for(op, dtype, m, n, shapes_file)
+    """Tune each problem on this machine's GPU and store every measurement. With `stale`, re-tune
+    instead every stored problem of this GPU (of `op`/`dtype` when given) that has no measurement
+    with the current kernel source, driver and CUDA."""
+    if stale:
+        if m is not None or n is not None or shapes_file is not None:
+            raise AutotuneError("--stale re-tunes stored problems: give no --m, --n or --shapes with it")
+        problems: list[Problem] | tuple[str | None, str | None] = _filters(op, dtype)
+    else:
+        problems = problems_for(op, dtype, m, n, shapes_file)
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise AutotuneError(f"--trials must be a positive integer, got {trials!r}")
     if timeout is not None and not timeout > 0:
@@ -120,8 +143,13 @@ def sweep(
 
     check_url(db)
     report = run_sweep(
-        problems, lambda: _open(db), sampler=sampler, budget=Budget(trials, timeout, patience),
-        seed=seed, device=device, progress=progress,
+        problems,
+        lambda: _open(db),
+        sampler=sampler,
+        budget=Budget(trials, timeout, patience),
+        seed=seed,
+        device=device,
+        progress=progress,
     )
     _selector(db).forget()
     return report
@@ -134,9 +162,7 @@ def _launcher() -> Any:
     return Launcher()
 
 
-def gemv(
-    A: Any, x: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0, *, db: str | None = None
-) -> Any:
+def gemv(A: Any, x: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0, *, db: str | None = None) -> Any:
     """y = alpha*A@x + beta*y with the tuned kernel for A's shape on this GPU; returns y (`out`)."""
     from autotune.launch import check_gemv_operands, describe, new_output
 
@@ -148,15 +174,20 @@ def gemv(
             raise AutotuneError("beta != 0 reads y: pass it as out=")
         out, y = new_output(a, m)
     launcher = _launcher()
-    choice = _selector(db).choose(make_problem("gemv", a.dtype, m, n), launcher.gpu.name, launcher.gpu.driver)
+    choice = _selector(db).choose(
+        make_problem("gemv", a.dtype, m, n), launcher.gpu.name, launcher.gpu.driver, launcher.gpu.cuda
+    )
     launcher.gemv(choice, a, xv, y, float(alpha), float(beta))
     return out
 
 
 def _filters(op: str | None, dtype: str | None) -> tuple[str | None, str | None]:
+    """(op, dtype) filters, None meaning any: a bare `gemv` is every dtype, `hgemv` only float16."""
     if op is None and dtype is None:
         return None, None
-    return resolve_op(op or "gemv", dtype) if op is None or dtype is not None else resolve_op(op, None)
+    name, kind = resolve_op(op or "gemv", dtype)
+    bare = (op or "gemv").strip().lower() == name
+    return name, kind if (dtype is not None or not bare) else None
 
 
 def list_problems(
@@ -172,11 +203,11 @@ def list_problems(
 
 def problem_trials(
     op: str | None, m: int, n: int, *, dtype: str | None = None, gpu: str | None = None, db: str | None = None
-) -> tuple[str, list[Any]]:
+) -> tuple[Problem, str, list[Any]]:
     """Every stored trial of one problem, fastest first."""
     name, kind = resolve_op(op, dtype)
     problem = make_problem(name, kind, m, n)
     database = _open(db)
     gpu_name, _ = resolve_gpu(gpu, database.gpu_names())
     problem_id = database.problem_id(problem, gpu_name, create=False)
-    return gpu_name, ([] if problem_id is None else list(database.trials(problem_id)))
+    return problem, gpu_name, ([] if problem_id is None else list(database.trials(problem_id)))

@@ -71,7 +71,6 @@ class Bench:
         dst = torch.empty_like(src)
         src.fill_(1)
         samples = self.timer.measure(lambda _i: dst.copy_(src), target_ms=20, reps=7)
-        del src, dst
         return 2 * COPY_BYTES / (statistics.median(samples) * 1e-6) / 1e9
 
     def launch_floor_us(self) -> float:
@@ -108,10 +107,19 @@ class Bench:
         )
         cublas_us = min(mv, linear)
         moved = gemv.bytes_moved(problem)
-        del a, x, y
         return BenchRow(
-            problem.dtype, problem.m, problem.n, ours_us, cublas_us, cublas_us / ours_us,
-            moved / ours_us / 1e3, moved / cublas_us / 1e3, 0.0, max_error, choice.source, dict(choice.config),
+            problem.dtype,
+            problem.m,
+            problem.n,
+            ours_us,
+            cublas_us,
+            cublas_us / ours_us,
+            moved / ours_us / 1e3,
+            moved / cublas_us / 1e3,
+            0.0,
+            max_error,
+            choice.source,
+            dict(choice.config),
         )
 
 

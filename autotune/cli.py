@@ -9,17 +9,21 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from autotune import api
+from autotune import api, ops
 from autotune.errors import AutotuneError
 from autotune.outcome import Outcome
 from autotune.problem import Problem
 from autotune.search import StudyResult
 
 app = typer.Typer(
-    add_completion=False, no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False,
+    add_completion=False,
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
     help="Tune GPU GEMV kernels for the exact shapes you run, and answer which config is best.",
 )
 out = Console(highlight=False, soft_wrap=True)
@@ -27,12 +31,19 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 Op = Annotated[str, typer.Option("--op", help="gemv (with --dtype), or sgemv, hgemv, bgemv")]
 Dtype = Annotated[str | None, typer.Option("--dtype", help="float32, float16 or bfloat16")]
-Db = Annotated[str | None, typer.Option("--db", help="SQLAlchemy URL or SQLite file (default: AUTOTUNE_DB, then a per-user file)")]
+Db = Annotated[
+    str | None, typer.Option("--db", help="SQLAlchemy URL or SQLite file (default: AUTOTUNE_DB, then a per-user file)")
+]
 Gpu = Annotated[str | None, typer.Option("--gpu", help="GPU name, e.g. 'NVIDIA H200' (default: this machine's)")]
 
 
 def _config_text(config: dict[str, int] | None) -> str:
-    return " ".join(f"{k}={v}" for k, v in config.items()) if config else "-"
+    """Parameters in the op's own order (records store them sorted)."""
+    if not config:
+        return "-"
+    order = list(ops.get("gemv").DEFAULT_CONFIG)
+    keys = sorted(config, key=lambda k: order.index(k) if k in order else len(order))
+    return " ".join(f"{k}={config[k]}" for k in keys)
 
 
 def _us(value: float | None) -> str:
@@ -40,14 +51,19 @@ def _us(value: float | None) -> str:
 
 
 class _BarProgress:
-    """A progress bar per problem, with the best time so far."""
+    """A progress bar per problem, with the best time so far; shown from the first problem on, so
+    input errors found before any tuning stay a single line."""
 
     def __init__(self, bar: Progress) -> None:
         self._bar = bar
         self._task: Any = None
+        self.started = False
 
     def problem_started(self, problem: Problem, index: int, total: int, trials: int) -> None:
-        self._task = self._bar.add_task(f"[{index + 1}/{total}] {problem}", total=trials, best="")
+        if not self.started:
+            self._bar.start()
+            self.started = True
+        self._task = self._bar.add_task(escape(f"[{index + 1}/{total}] {problem}"), total=trials, best="")
 
     def trial_done(self, problem: Problem, outcome: Outcome, result: StudyResult) -> None:
         best = f"best {result.best_us:.2f} us" if result.best_us is not None else ""
@@ -59,28 +75,58 @@ class _BarProgress:
 
 @app.command()
 def sweep(
-    op: Op = "hgemv",
+    op: Annotated[
+        str | None, typer.Option("--op", help="gemv (with --dtype), or sgemv, hgemv (default), bgemv")
+    ] = None,
     m: Annotated[int | None, typer.Option("--m", help="rows of A (with --n); default: the standard shape set")] = None,
     n: Annotated[int | None, typer.Option("--n", help="columns of A: the reduction length")] = None,
     shapes: Annotated[Path | None, typer.Option("--shapes", help="file of 'M N' lines to tune")] = None,
     dtype: Dtype = None,
     trials: Annotated[int, typer.Option("--trials", help="trials per shape, counting stored ones")] = 64,
     timeout: Annotated[float | None, typer.Option("--timeout", help="seconds per shape")] = None,
-    patience: Annotated[int | None, typer.Option("--patience", help="stop a shape after N trials without 1% gain")] = None,
+    patience: Annotated[
+        int | None, typer.Option("--patience", help="stop a shape after N trials without 1% gain")
+    ] = None,
     sampler: Annotated[str, typer.Option("--sampler", help="tpe, random or grid")] = "tpe",
     seed: Annotated[int | None, typer.Option("--seed", help="sampler seed")] = None,
     device: Annotated[int, typer.Option("--device", help="GPU index")] = 0,
+    stale: Annotated[
+        bool,
+        typer.Option("--stale", help="re-tune stored problems measured with another kernel source, driver or CUDA"),
+    ] = False,
     db: Db = None,
 ) -> None:
     """Tune shapes on this machine's GPU; every measurement goes into the database."""
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("{task.fields[best]}"), TimeElapsedColumn())
-    with Progress(*columns, console=err, transient=False) as bar:
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[best]}"),
+        TimeElapsedColumn(),
+    )
+    bar = Progress(*columns, console=err, transient=False, auto_refresh=True)
+    progress = _BarProgress(bar)
+    try:
         report = api.sweep(
-            op, m, n, dtype=dtype, shapes_file=shapes, trials=trials, timeout=timeout, patience=patience,
-            sampler=sampler, seed=seed, db=db, device=device, progress=_BarProgress(bar),
+            op,
+            m,
+            n,
+            dtype=dtype,
+            shapes_file=shapes,
+            trials=trials,
+            timeout=timeout,
+            patience=patience,
+            sampler=sampler,
+            seed=seed,
+            db=db,
+            device=device,
+            progress=progress,
+            stale=stale,
         )
-    table = Table(title=f"{report.gpu.name}  ({report.db_url})")
+    finally:
+        if progress.started:
+            bar.stop()
+    table = Table(title=escape(f"{report.gpu.name}  ({report.db_url})"))
     for column in ("problem", "best us", "GB/s", "new", "stored", "failed", "stopped", "seconds", "config"):
         table.add_column(column)
     for item in report.problems:
@@ -88,11 +134,18 @@ def sweep(
         failed = sum(v for k, v in r.statuses.items() if k != "ok")
         best_gbs = "-"
         if r.best_us is not None:
-            from autotune import ops
-
             best_gbs = f"{ops.get(item.problem.op).bytes_moved(item.problem) / r.best_us / 1e3:.0f}"
-        table.add_row(str(item.problem), _us(r.best_us), best_gbs, str(r.measured), str(r.reused),
-                      str(failed), r.stopped, f"{item.seconds:.1f}", _config_text(r.best_config))
+        table.add_row(
+            str(item.problem),
+            _us(r.best_us),
+            best_gbs,
+            str(r.measured),
+            str(r.reused),
+            str(failed),
+            r.stopped,
+            f"{item.seconds:.1f}",
+            _config_text(r.best_config),
+        )
     out.print(table)
 
 
@@ -113,14 +166,20 @@ def best(
         return
     timing = ""
     if choice.time_us is not None:
-        what = "measured" if choice.source == "measured" else f"measured on {choice.from_shape[0]}x{choice.from_shape[1]}" if choice.from_shape else ""
+        what = (
+            "measured"
+            if choice.source == "measured"
+            else f"measured on {choice.from_shape[0]}x{choice.from_shape[1]}"
+            if choice.from_shape
+            else ""
+        )
         timing = f": {what} {choice.time_us:.2f} us"
         if choice.gbs:
             timing += f", {choice.gbs:.0f} GB/s"
-    out.print(f"{choice.problem} on {choice.gpu} [{choice.source}]{timing}")
-    out.print(f"config: {_config_text(choice.config)}")
+    out.print(f"{choice.problem} on {choice.gpu} [{choice.source}]{timing}", markup=False)
+    out.print(f"config: {_config_text(choice.config)}", markup=False)
     for note in choice.notes:
-        out.print(f"note: {note}")
+        out.print(f"note: {note}", markup=False)
 
 
 @app.command("list")
@@ -136,8 +195,17 @@ def list_(
     for column in ("gpu", "op", "m", "n", "trials", "ok", "best us", "GB/s", "config"):
         table.add_column(column)
     for r in rows:
-        table.add_row(r.gpu_name, Problem(r.op, r.dtype, r.m, r.n).blas_name, str(r.m), str(r.n), str(r.trials), str(r.ok), _us(r.best_us),
-                      f"{r.best_gbs:.0f}" if r.best_gbs else "-", _config_text(r.best_config))
+        table.add_row(
+            escape(r.gpu_name),
+            Problem(r.op, r.dtype, r.m, r.n).blas_name,
+            str(r.m),
+            str(r.n),
+            str(r.trials),
+            str(r.ok),
+            _us(r.best_us),
+            f"{r.best_gbs:.0f}" if r.best_gbs else "-",
+            _config_text(r.best_config),
+        )
     out.print(table if rows else "nothing tuned yet: run `autotune sweep`")
 
 
@@ -148,19 +216,27 @@ def show(
     op: Op = "hgemv",
     dtype: Dtype = None,
     gpu: Gpu = None,
-    limit: Annotated[int, typer.Option("--limit", help="rows to show (0: all)")] = 20,
+    limit: Annotated[int, typer.Option("--limit", min=0, help="rows to show (0: all)")] = 20,
     db: Db = None,
 ) -> None:
     """Every trial stored for one problem, fastest first, failures with their reason."""
-    gpu_name, trials = api.problem_trials(op, m, n, dtype=dtype, gpu=gpu, db=db)
-    table = Table(title=f"{op} {m}x{n} on {gpu_name}")
+    problem, gpu_name, trials = api.problem_trials(op, m, n, dtype=dtype, gpu=gpu, db=db)
+    table = Table(title=escape(f"{problem} on {gpu_name}"))
     for column in ("status", "us", "GB/s", "config", "message"):
         table.add_column(column)
     shown = trials if limit == 0 else trials[:limit]
     for t in shown:
-        table.add_row(t.status.value, _us(t.time_us), f"{t.gbs:.0f}" if t.gbs else "-", _config_text(t.config),
-                      (t.message.splitlines() or [""])[-1][:80])
-    out.print(table if trials else f"no trials stored for {op} {m}x{n} on {gpu_name}")
+        table.add_row(
+            t.status.value,
+            _us(t.time_us),
+            f"{t.gbs:.0f}" if t.gbs else "-",
+            _config_text(t.config),
+            escape((t.message.splitlines() or [""])[-1][:80]),
+        )
+    if trials:
+        out.print(table)
+    else:
+        out.print(f"no trials stored for {problem} on {gpu_name}", markup=False)
     if len(shown) < len(trials):
         out.print(f"({len(trials) - len(shown)} more; --limit 0 shows all)")
 
@@ -171,13 +247,23 @@ def gpus(db: Db = None) -> None:
     from autotune.fingerprint import local_gpus
 
     local = local_gpus()
-    out.print("this machine: " + (", ".join(f"{g.name} (driver {g.driver})" for g in local) or "no NVIDIA GPU"))
+    out.print(
+        "this machine: " + (", ".join(f"{g.name} (driver {g.driver})" for g in local) or "no NVIDIA GPU"), markup=False
+    )
     table = Table(title="in the database")
     for column in ("name", "cc", "SMs", "L2 MiB", "memory GiB", "driver", "CUDA", "uuid"):
         table.add_column(column)
     for g in api.store(db).gpus():
-        table.add_row(g.name, g.compute_capability, str(g.sm_count), f"{g.l2_bytes / 2**20:.0f}",
-                      f"{g.memory_bytes / 2**30:.0f}", g.driver, g.cuda, g.uuid)
+        table.add_row(
+            escape(g.name),
+            g.compute_capability,
+            str(g.sm_count),
+            f"{g.l2_bytes / 2**20:.0f}",
+            f"{g.memory_bytes / 2**30:.0f}",
+            g.driver,
+            g.cuda,
+            g.uuid,
+        )
     out.print(table)
 
 

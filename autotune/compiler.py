@@ -62,8 +62,15 @@ def cubin_cache_dir() -> Path:
 def nvcc_command(job: CompileJob, source_file: Path, output: Path) -> list[str]:
     nvcc = shutil.which("nvcc") or "nvcc"
     return [
-        nvcc, "--cubin", f"-arch={job.arch}", *NVCC_OPTIONS,
-        "-I", str(kernels_dir()), "-o", str(output), str(source_file),
+        nvcc,
+        "--cubin",
+        f"-arch={job.arch}",
+        *NVCC_OPTIONS,
+        "-I",
+        str(kernels_dir()),
+        "-o",
+        str(output),
+        str(source_file),
     ]
 
 

@@ -57,8 +57,8 @@ def describe(obj: Any, name: str) -> DeviceArray:
     if dtype is None:
         raise AutotuneError(f"{name} must hold float32 or float16, got typestr {interface['typestr']}")
     raw = interface.get("strides")
-    strides = tuple(s // ITEMSIZE[dtype] for s in raw) if raw else None
-    return DeviceArray(obj, int(interface["data"][0]), tuple(interface["shape"]), strides, dtype, "cai")
+    element_strides = tuple(s // ITEMSIZE[dtype] for s in raw) if raw else None
+    return DeviceArray(obj, int(interface["data"][0]), tuple(interface["shape"]), element_strides, dtype, "cai")
 
 
 def _contiguous(array: DeviceArray) -> bool:
@@ -68,7 +68,8 @@ def _contiguous(array: DeviceArray) -> bool:
     for extent in reversed(array.shape):
         expected.append(step)
         step *= extent
-    return all(s == e or extent == 1 for s, e, extent in zip(array.strides, reversed(expected), array.shape))
+    pairs = zip(array.strides, reversed(expected), array.shape, strict=True)
+    return all(s == e or extent == 1 for s, e, extent in pairs)
 
 
 def _empty_like(a: DeviceArray, length: int) -> Any:
@@ -123,7 +124,9 @@ class Launcher:
     def _load(self, problem: Problem, config: Config) -> Any:
         op = ops.get(problem.op)
         job = CompileJob(
-            op.kernel_name(problem, config), op.kernel_source(problem, config), self.gpu.arch,
+            op.kernel_name(problem, config),
+            op.kernel_source(problem, config),
+            self.gpu.arch,
             source_hash(problem.op),
         )
         compiled = compile_kernel(job)
@@ -139,8 +142,19 @@ class Launcher:
         geom = ops.get(problem.op).launch(problem, config, self.gpu.sm_count)
         workspace, counters = self._scratch(geom.workspace_floats, geom.counters)
         self._function(problem, config).prepared_async_call(
-            geom.grid, geom.block, None, a.pointer, x.pointer, y.pointer, problem.m, problem.n,
-            alpha, beta, workspace, counters, shared_size=geom.shared_bytes,
+            geom.grid,
+            geom.block,
+            None,
+            a.pointer,
+            x.pointer,
+            y.pointer,
+            problem.m,
+            problem.n,
+            alpha,
+            beta,
+            workspace,
+            counters,
+            shared_size=geom.shared_bytes,
         )
 
 

@@ -10,9 +10,19 @@ from autotune.errors import AutotuneError
 DTYPES = ("float32", "float16", "bfloat16")
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 _DTYPE_ALIASES = {
-    "float32": "float32", "fp32": "float32", "f32": "float32", "single": "float32", "s": "float32",
-    "float16": "float16", "fp16": "float16", "f16": "float16", "half": "float16", "h": "float16",
-    "bfloat16": "bfloat16", "bf16": "bfloat16", "b": "bfloat16",
+    "float32": "float32",
+    "fp32": "float32",
+    "f32": "float32",
+    "single": "float32",
+    "s": "float32",
+    "float16": "float16",
+    "fp16": "float16",
+    "f16": "float16",
+    "half": "float16",
+    "h": "float16",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "b": "bfloat16",
 }
 # BLAS-style names: the first letter is the dtype.
 _BLAS_PREFIX = {"s": "float32", "h": "float16", "b": "bfloat16"}
@@ -106,7 +116,10 @@ def parse_shapes(text: str, source: str) -> list[tuple[int, int]]:
         values = [_parse_int(f) for f in fields]
         if len(fields) != 2 or None in values:
             raise AutotuneError(f"{source} line {number}: expected two integers 'M N', got {line!r}")
-        m, n = (check_dim(label, v) for label, v in zip(("M", "N"), values))
+        try:
+            m, n = (check_dim(label, v) for label, v in zip(("M", "N"), values, strict=True))
+        except AutotuneError as exc:
+            raise AutotuneError(f"{source} line {number}: {exc}") from None
         shapes.append((m, n))
     if not shapes:
         raise AutotuneError(f"{source} holds no shapes")

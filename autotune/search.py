@@ -23,6 +23,7 @@ from autotune.space import Config, Space, config_key
 
 SAMPLERS = ("tpe", "random", "grid")
 QUARANTINE_AFTER = 2  # worker deaths or hangs before a config is never dispatched again
+_WORKER_FAULTS = (Status.CRASHED, Status.TIMEOUT)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -97,6 +98,9 @@ class Study:
     def add_history(self, history: Iterable[tuple[Config, Outcome]]) -> None:
         """Trials stored earlier for this problem and kernel source: told to Optuna, never re-measured."""
         for config, outcome in history:
+            if outcome.status in _WORKER_FAULTS and self._measurer.crashes(config) < QUARANTINE_AFTER:
+                self._study.enqueue_trial(dict(config))  # it killed a worker only once: a second chance
+                continue
             self._known[config_key(config)] = outcome
             if outcome.status is Status.INVALID:
                 continue  # never measured: costs no budget
@@ -187,7 +191,11 @@ class Study:
 
     def _finish(self, config: Config, compiled: CompileResult) -> Outcome:
         outcome = self._measurer.measure(config, compiled)
-        self._known[config_key(config)] = outcome
+        if outcome.status in _WORKER_FAULTS and self._measurer.crashes(config) < QUARANTINE_AFTER:
+            # One death may be bad luck (or another config's doing): try once more, soon.
+            self._study.enqueue_trial(dict(config))
+        else:
+            self._known[config_key(config)] = outcome
         self.result.measured += 1
         self._count(outcome)
         self._improve(config, outcome)
@@ -204,10 +212,11 @@ class Study:
         self.result.statuses[outcome.status.value] = self.result.statuses.get(outcome.status.value, 0) + 1
 
     def _improve(self, config: Config, outcome: Outcome) -> None:
-        if outcome.ok and outcome.time_us is not None:
-            if self.result.best_us is None or outcome.time_us < self.result.best_us:
-                self.result.best_us = outcome.time_us
-                self.result.best_config = dict(config)
+        if not outcome.ok or outcome.time_us is None:
+            return
+        if self.result.best_us is None or outcome.time_us < self.result.best_us:
+            self.result.best_us = outcome.time_us
+            self.result.best_config = dict(config)
 
     def _improved(self, before: float | None) -> bool:
         after = self.result.best_us

@@ -18,13 +18,20 @@ MEASURED, ESTIMATE, DEFAULT = "measured", "estimate", "default"
 class TunedRow(Protocol):
     """What the selector reads of a stored best trial (autotune.store's BestRow has these fields)."""
 
-    m: int
-    n: int
-    config: dict[str, Any]
-    time_us: float
-    gbs: float | None
-    driver: str
-    cuda: str
+    @property
+    def m(self) -> int: ...
+    @property
+    def n(self) -> int: ...
+    @property
+    def config(self) -> dict[str, Any]: ...
+    @property
+    def time_us(self) -> float: ...
+    @property
+    def gbs(self) -> float | None: ...
+    @property
+    def driver(self) -> str: ...
+    @property
+    def cuda(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -40,10 +47,17 @@ class Choice:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "op": self.problem.blas_name, "dtype": self.problem.dtype, "m": self.problem.m,
-            "n": self.problem.n, "gpu": self.gpu, "source": self.source, "config": self.config,
-            "time_us": self.time_us, "gbs": self.gbs,
-            "from_shape": list(self.from_shape) if self.from_shape else None, "notes": list(self.notes),
+            "op": self.problem.blas_name,
+            "dtype": self.problem.dtype,
+            "m": self.problem.m,
+            "n": self.problem.n,
+            "gpu": self.gpu,
+            "source": self.source,
+            "config": self.config,
+            "time_us": self.time_us,
+            "gbs": self.gbs,
+            "from_shape": list(self.from_shape) if self.from_shape else None,
+            "notes": list(self.notes),
         }
 
 
@@ -70,7 +84,13 @@ def choose(
         if space.check(row.config) is None:
             note = f"not tuned for {problem.m}x{problem.n}: config of the nearest tuned shape {row.m}x{row.n}"
             return Choice(
-                problem, gpu, dict(row.config), ESTIMATE, row.time_us, row.gbs, (row.m, row.n),
+                problem,
+                gpu,
+                dict(row.config),
+                ESTIMATE,
+                row.time_us,
+                row.gbs,
+                (row.m, row.n),
                 (*notes, note),
             )
     note = f"nothing tuned for {problem.blas_name} on {gpu}: safe default config"
@@ -82,20 +102,28 @@ class Selector:
 
     def __init__(self, store: Any) -> None:
         self._store = store
-        self._cache: dict[tuple[Problem, str], Choice] = {}
+        self._cache: dict[tuple[Problem, str, str | None, str | None], Choice] = {}
 
-    def choose(self, problem: Problem, gpu: str, local_driver: str | None = None) -> Choice:
-        key = (problem, gpu)
+    def choose(
+        self, problem: Problem, gpu: str, local_driver: str | None = None, local_cuda: str | None = None
+    ) -> Choice:
+        """`local_driver` and `local_cuda` describe this machine when it has the GPU asked about:
+        a measurement taken under another driver or CUDA still answers, with a warning."""
+        key = (problem, gpu, local_driver, local_cuda)
         if key not in self._cache:
             current = source_hash(problem.op)
             exact = self._store.best(gpu, problem, current)
-            tuned = [] if exact else self._store.tuned(gpu, problem.op, problem.dtype, current)
+            tuned = self._store.tuned(gpu, problem.op, problem.dtype, current)
             notes = []
-            if exact is not None and local_driver and exact.driver != local_driver:
-                notes.append(
-                    f"measured with driver {exact.driver}, this machine has {local_driver}: "
-                    "re-tune with `autotune sweep --stale`"
-                )
+            for what, measured, here in (
+                ("driver", exact and exact.driver, local_driver),
+                ("CUDA", exact and exact.cuda, local_cuda),
+            ):
+                if measured and here and measured != here:
+                    notes.append(
+                        f"measured with {what} {measured}, this machine has {here}: "
+                        "re-tune with `autotune sweep --stale`"
+                    )
             self._cache[key] = choose(problem, gpu, exact, tuned, notes)
         return self._cache[key]
 

@@ -50,7 +50,7 @@ class Space:
     def __iter__(self) -> Iterator[Config]:
         """Every valid config, in a fixed order."""
         for values in itertools.product(*(p.choices for p in self.params)):
-            config = dict(zip(self.names, values))
+            config = dict(zip(self.names, values, strict=True))
             if self.constraint(config) is None:
                 yield config
 

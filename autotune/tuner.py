@@ -77,8 +77,14 @@ class _StoreMeasurer(Measurer):
 
     def _record(self, config: Config, outcome: Outcome) -> None:
         self._store.record_trial(
-            self._problem_id, self._gpu_id, config, self._source_hash, self._tools,
-            self._gpu.driver, self._gpu.cuda, outcome,
+            self._problem_id,
+            self._gpu_id,
+            config,
+            self._source_hash,
+            self._tools,
+            self._gpu.driver,
+            self._gpu.cuda,
+            outcome,
         )
 
     def record_invalid(self, config: Config, reason: str) -> None:
@@ -91,8 +97,13 @@ class _StoreMeasurer(Measurer):
             return outcome
         # Written as running before dispatch: a sweep killed now leaves a row the next run redoes.
         trial_id = self._store.start_trial(
-            self._problem_id, self._gpu_id, config, self._source_hash, self._tools,
-            self._gpu.driver, self._gpu.cuda,
+            self._problem_id,
+            self._gpu_id,
+            config,
+            self._source_hash,
+            self._tools,
+            self._gpu.driver,
+            self._gpu.cuda,
         )
         outcome = self._worker.measure(compiled.cubin, compiled.job.name, config)
         if outcome.status in (Status.CRASHED, Status.TIMEOUT):
@@ -112,8 +123,17 @@ def _neighbour_configs(store: Any, gpu: str, problem: Problem, current: str) -> 
 
 class Tuner:
     def __init__(
-        self, store: Any, worker: Worker, pool: CompilePool, gpu: GpuInfo, *, sampler: str = "tpe",
-        budget: Budget | None = None, seed: int | None = None, progress: Progress | None = None,
+        self,
+        store: Any,
+        worker: Worker,
+        pool: CompilePool,
+        gpu: GpuInfo,
+        *,
+        sampler: str = "tpe",
+        budget: Budget | None = None,
+        seed: int | None = None,
+        progress: Progress | None = None,
+        fresh_only: bool = False,
     ) -> None:
         if sampler not in SAMPLERS:
             raise AutotuneError(f"unknown sampler {sampler!r}: choose one of {', '.join(SAMPLERS)}")
@@ -122,6 +142,8 @@ class Tuner:
         self._progress: Progress = progress or QuietProgress()
         self.gpu = gpu
         self._gpu_id = store.upsert_gpu(gpu)
+        # Re-tuning stale problems: only trials measured under this driver and CUDA count as done.
+        self._fresh_only = fresh_only
 
     def tune(self, problem: Problem, index: int = 0, total: int = 1) -> ProblemReport:
         start = time.perf_counter()
@@ -130,11 +152,17 @@ class Tuner:
         self._store.drop_unfinished(problem_id)
         measurer = _StoreMeasurer(self._store, self._worker, self.gpu, self._gpu_id, problem, problem_id)
         study = Study(
-            ops.get(problem.op).space(problem), measurer, self._pool, sampler=self._sampler, seed=self._seed,
+            ops.get(problem.op).space(problem),
+            measurer,
+            self._pool,
+            sampler=self._sampler,
+            seed=self._seed,
             on_trial=lambda _config, outcome, result: self._progress.trial_done(problem, outcome, result),
         )
         study.add_history(
-            (row.config, _stored_outcome(row)) for row in self._store.completed_trials(problem_id, current)
+            (row.config, _stored_outcome(row))
+            for row in self._store.completed_trials(problem_id, current)
+            if not self._fresh_only or is_fresh(row, self.gpu)
         )
         study.warm_start(_neighbour_configs(self._store, self.gpu.name, problem, current))
         self._progress.problem_started(problem, index, total, self._budget.trials)
@@ -152,23 +180,52 @@ class Tuner:
         return ProblemReport(problem, study.result, seconds)
 
 
+def is_fresh(row: Any, gpu: GpuInfo) -> bool:
+    """Measured under this GPU's driver and CUDA (the source hash is filtered by the query)."""
+    return bool(row.driver == gpu.driver and row.cuda == gpu.cuda)
+
+
+def stale_problems(store: Any, gpu: GpuInfo, op: str | None, dtype: str | None) -> list[Problem]:
+    """Stored problems of this GPU without an OK measurement of the current source, driver and CUDA."""
+    stale = []
+    for summary in store.problems(gpu.name, op, dtype):
+        problem = summary.problem
+        problem_id = store.problem_id(problem, gpu.name, create=False)
+        rows = store.completed_trials(problem_id, source_hash(problem.op))
+        if not any(row.status is Status.OK and is_fresh(row, gpu) for row in rows):
+            stale.append(problem)
+    return stale
+
+
 def check_toolchain() -> None:
     if shutil.which("nvcc") is None:
         raise AutotuneError("nvcc not found: tuning compiles kernels, install the CUDA toolkit")
 
 
 def run_sweep(
-    problems: Sequence[Problem], open_store: Callable[[], Any], *, sampler: str = "tpe",
-    budget: Budget | None = None, seed: int | None = None, device: int = 0,
-    progress: Progress | None = None, compile_workers: int | None = None,
+    problems: Sequence[Problem] | tuple[str | None, str | None],
+    open_store: Callable[[], Any],
+    *,
+    sampler: str = "tpe",
+    budget: Budget | None = None,
+    seed: int | None = None,
+    device: int = 0,
+    progress: Progress | None = None,
+    compile_workers: int | None = None,
 ) -> SweepReport:
-    """Tune every problem. The store is opened only once the GPU answered, so a machine without
-    one (or without PyCUDA) gets its one-line error with the database untouched."""
+    """Tune every problem; given (op, dtype) filters instead, re-tune the stale stored problems.
+    The store is opened only once the GPU answered, so a machine without one (or without PyCUDA)
+    gets its one-line error with the database untouched."""
     check_toolchain()
     with Worker(device) as worker, CompilePool(compile_workers) as pool:
         gpu = worker.hello()
         store = open_store()
-        tuner = Tuner(store, worker, pool, gpu, sampler=sampler, budget=budget, seed=seed, progress=progress)
+        stale = isinstance(problems, tuple)
+        if isinstance(problems, tuple):
+            problems = stale_problems(store, gpu, *problems)
+        tuner = Tuner(
+            store, worker, pool, gpu, sampler=sampler, budget=budget, seed=seed, progress=progress, fresh_only=stale
+        )
         report = SweepReport(gpu, store.url)
         for index, problem in enumerate(problems):
             report.problems.append(tuner.tune(problem, index, len(problems)))

@@ -35,15 +35,20 @@ def main() -> int:
     floor_us = bench.launch_floor_us()
     print(f"{gpu}: device-to-device copy {copy_gbs:.0f} GB/s, empty kernel {floor_us:.2f} us per call", flush=True)
     rows = []
-    header = f"{'dtype':9} {'M':>7} {'N':>7} {'ours us':>9} {'cuBLAS us':>9} {'speedup':>7} {'GB/s':>6} {'%copy':>6} source"
+    header = (
+        f"{'dtype':9} {'M':>7} {'N':>7} {'ours us':>9} {'cuBLAS us':>9} {'speedup':>7} {'GB/s':>6} {'%copy':>6} source"
+    )
     print(header, flush=True)
     for dtype in args.dtypes:
         for m, n in shapes:
             choice = api.best("gemv", m, n, dtype=dtype, gpu=gpu, db=args.db)
             row = bench.compare(choice)
             rows.append(row)
-            print(f"{dtype:9} {m:7} {n:7} {row.ours_us:9.2f} {row.cublas_us:9.2f} {row.speedup:7.2f} "
-                  f"{row.ours_gbs:6.0f} {100 * row.ours_gbs / copy_gbs:6.1f} {row.source}", flush=True)
+            print(
+                f"{dtype:9} {m:7} {n:7} {row.ours_us:9.2f} {row.cublas_us:9.2f} {row.speedup:7.2f} "
+                f"{row.ours_gbs:6.0f} {100 * row.ours_gbs / copy_gbs:6.1f} {row.source}",
+                flush=True,
+            )
     report = as_json(gpu, copy_gbs, floor_us, rows)
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"gemv_{slugify(gpu)}.json"

@@ -32,6 +32,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(autouse=True)
+def _no_shipped_records(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stores start empty: the records shipped in db/records are imported only where a test asks
+    for them with the `shipped_records` marker."""
+    if request.node.get_closest_marker("shipped_records"):
+        return
+    resources = tmp_path_factory.mktemp("resources")
+    (resources / "records").mkdir()
+    (resources / "migrations").symlink_to(Path(__file__).resolve().parents[1] / "db" / "migrations")
+    monkeypatch.setattr("autotune.paths.db_dir", lambda: resources)
+
+
+@pytest.fixture(autouse=True)
 def _isolated_user_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests never touch the real per-user database; the kernel cache is shared across tests only."""
     home = tmp_path_factory.mktemp("home")

@@ -36,7 +36,9 @@ class InstantPool:
         self.submitted.append(job)
         future: Future[CompileResult] = Future()
         ok = job.name not in self._broken
-        future.set_result(CompileResult(job, Path("fake.cubin") if ok else None, "" if ok else "nvcc: error", 0.0, False))
+        future.set_result(
+            CompileResult(job, Path("fake.cubin") if ok else None, "" if ok else "nvcc: error", 0.0, False)
+        )
         return future
 
     def close(self) -> None:

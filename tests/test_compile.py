@@ -36,7 +36,9 @@ def _job(dtype: str, compiled: dict[str, int]) -> CompileJob:
     problem = Problem("gemv", dtype, 4096, 8192)
     config = {**compiled, "split": 1, "persist": 0}
     assert gemv.space(problem).check(config) is None, config
-    return CompileJob(gemv.kernel_name(problem, config), gemv.kernel_source(problem, config), "sm_90", source_hash("gemv"))
+    return CompileJob(
+        gemv.kernel_name(problem, config), gemv.kernel_source(problem, config), "sm_90", source_hash("gemv")
+    )
 
 
 def test_sample_covers_every_family() -> None:
@@ -75,7 +77,7 @@ def test_cache_hit_and_key(tmp_path: Path) -> None:
 
 
 def test_compile_error_keeps_the_command_line(tmp_path: Path) -> None:
-    broken = CompileJob("broken", "#include \"gemv.cu\"\nthis is not cuda;\n", "sm_90", "x")
+    broken = CompileJob("broken", '#include "gemv.cu"\nthis is not cuda;\n', "sm_90", "x")
     result = compile_kernel(broken, tmp_path)
     assert not result.ok and result.cubin is None
     assert "nvcc" in result.message and "--cubin" in result.message and "error" in result.message

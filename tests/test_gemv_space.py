@@ -68,7 +68,9 @@ def test_persistent_grid_is_capped_by_the_sm_count() -> None:
     assert launch.grid[0] == 264
 
 
-@pytest.mark.parametrize("family", ["thread_per_row", "subwarp_per_row", "warp_per_row", "multiwarp_per_row", "block_per_row"])
+@pytest.mark.parametrize(
+    "family", ["thread_per_row", "subwarp_per_row", "warp_per_row", "multiwarp_per_row", "block_per_row"]
+)
 def test_every_family_is_in_the_space(family: str) -> None:
     assert any(gemv.family(c) == family for c in gemv.space(_problem(4096, 8192)))
 

@@ -59,8 +59,14 @@ def test_every_family_is_correct(worker: Worker, shape: tuple[int, int], dtype: 
     assert len(configs) >= 6
     with CompilePool() as pool:
         futures = [
-            (c, pool.submit(CompileJob(gemv.kernel_name(problem, c), gemv.kernel_source(problem, c), gpu.arch,
-                                       source_hash("gemv"))))
+            (
+                c,
+                pool.submit(
+                    CompileJob(
+                        gemv.kernel_name(problem, c), gemv.kernel_source(problem, c), gpu.arch, source_hash("gemv")
+                    )
+                ),
+            )
             for c in configs
         ]
         for config, future in futures:

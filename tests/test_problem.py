@@ -60,7 +60,13 @@ def test_shapes_parsing_with_comments() -> None:
 
 @pytest.mark.parametrize(
     ("text", "fragment"),
-    [("4096\n", "line 1"), ("1 2\n3 x\n", "line 2"), ("1 2 3\n", "line 1"), ("0 5\n", "M must"), ("# only\n", "no shapes")],
+    [
+        ("4096\n", "line 1"),
+        ("1 2\n3 x\n", "line 2"),
+        ("1 2 3\n", "line 1"),
+        ("0 5\n", "M must"),
+        ("# only\n", "no shapes"),
+    ],
 )
 def test_bad_shapes_files(text: str, fragment: str) -> None:
     with pytest.raises(AutotuneError, match=fragment):

@@ -68,9 +68,21 @@ def write_records(path: Path, lines: list[dict[str, object]]) -> None:
 
 def trial_line(time_us: float, block: int, m: int = 4096) -> dict[str, object]:
     return {
-        "kind": "trial", "op": "gemv", "dtype": "float16", "m": m, "n": 4096, "config": {"block": block},
-        "time_us": time_us, "times_us": [time_us], "gbs": 1.0, "rel_error": None, "source_hash": SRC,
-        "nvcc": "13.0.88", "pycuda": "2025.1", "driver": "13.0", "cuda": "13.0",
+        "kind": "trial",
+        "op": "gemv",
+        "dtype": "float16",
+        "m": m,
+        "n": 4096,
+        "config": {"block": block},
+        "time_us": time_us,
+        "times_us": [time_us],
+        "gbs": 1.0,
+        "rel_error": None,
+        "source_hash": SRC,
+        "nvcc": "13.0.88",
+        "pycuda": "2025.1",
+        "driver": "13.0",
+        "cuda": "13.0",
         "created_at": "2025-01-02T03:04:05+00:00",
     }
 
@@ -389,9 +401,7 @@ def test_import_shipped_once_and_again_when_changed(store: Store, tmp_path: Path
     assert store.problems()[0].trials == 1
 
 
-def test_open_store_imports_the_shipped_records(
-    db_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_open_store_imports_the_shipped_records(db_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     db_dir = tmp_path / "db"
     (db_dir / "records").mkdir(parents=True)
     monkeypatch.setattr("autotune.paths.db_dir", lambda: db_dir)
@@ -407,9 +417,10 @@ def test_open_store_imports_the_shipped_records(
 
 
 def test_second_store_reads_while_the_first_writes(db_path: Path) -> None:
-    with open_store(str(db_path), import_shipped=False) as writer, open_store(
-        str(db_path), import_shipped=False
-    ) as reader:
+    with (
+        open_store(str(db_path), import_shipped=False) as writer,
+        open_store(str(db_path), import_shipped=False) as reader,
+    ):
         pid = measure(writer, SHAPE, {"block": 1}, ok(5.0))
         with writer.db.session_scope(write=True) as session:
             # An uncommitted write is in flight: the reader sees the committed rows, without waiting.

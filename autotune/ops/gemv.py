@@ -26,8 +26,15 @@ _SPLITS = (1, 2, 4, 8, 16, 32)
 
 # Valid for every shape and dtype: one warp per row, scalar loads, no split.
 DEFAULT_CONFIG: Config = {
-    "block": 128, "lanes": 32, "vec": 1, "unroll": 4, "rows": 1,
-    "x_smem": 0, "policy": 0, "split": 1, "persist": 0,
+    "block": 128,
+    "lanes": 32,
+    "vec": 1,
+    "unroll": 4,
+    "rows": 1,
+    "x_smem": 0,
+    "policy": 0,
+    "split": 1,
+    "persist": 0,
 }
 
 

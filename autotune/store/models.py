@@ -42,8 +42,6 @@ def finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-
-
 def status_type() -> Enum:
     # Stored by value ("ok", not "OK") as a plain string: adding a status needs no ALTER TYPE.
     return Enum(

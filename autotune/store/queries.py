@@ -32,11 +32,7 @@ def ranked_ok(
     session: Session, filters: list[ColumnElement[bool]], source_hash: str | None, *, top: int = 1
 ) -> list[tuple[orm.Problem, orm.Trial]]:
     """The `top` fastest OK trials of every problem matching `filters`, problem by problem."""
-    rank = (
-        func.row_number()
-        .over(partition_by=orm.Trial.problem_id, order_by=TRIAL_ORDER)
-        .label("rank")
-    )
+    rank = func.row_number().over(partition_by=orm.Trial.problem_id, order_by=TRIAL_ORDER).label("rank")
     ranked = (
         select(orm.Trial.id.label("trial_id"), rank)
         .join(orm.Problem, orm.Problem.id == orm.Trial.problem_id)

@@ -26,13 +26,30 @@ from autotune.store.rows import as_utc
 
 # Field -> JSON type; float fields take JSON integers too. Nullable fields may also be null.
 _GPU_TYPES: dict[str, type] = {
-    "name": str, "compute_capability": str, "sm_count": int, "l2_bytes": int, "memory_bytes": int,
-    "driver": str, "cuda": str,
+    "name": str,
+    "compute_capability": str,
+    "sm_count": int,
+    "l2_bytes": int,
+    "memory_bytes": int,
+    "driver": str,
+    "cuda": str,
 }
 _TRIAL_TYPES: dict[str, type] = {
-    "op": str, "dtype": str, "m": int, "n": int, "config": dict, "time_us": float, "times_us": list,
-    "gbs": float, "rel_error": float, "source_hash": str, "nvcc": str, "pycuda": str, "driver": str,
-    "cuda": str, "created_at": str,
+    "op": str,
+    "dtype": str,
+    "m": int,
+    "n": int,
+    "config": dict,
+    "time_us": float,
+    "times_us": list,
+    "gbs": float,
+    "rel_error": float,
+    "source_hash": str,
+    "nvcc": str,
+    "pycuda": str,
+    "driver": str,
+    "cuda": str,
+    "created_at": str,
 }
 _NULLABLE = frozenset({"gbs", "rel_error"})
 
@@ -80,9 +97,7 @@ def _write_atomically(path: Path, text: str) -> None:
         raise AutotuneError(f"cannot write records file {path}: {exc.strerror or exc}") from None
 
 
-def export_records(
-    db: Database, gpu_name: str, path: Path, *, top: int = 3, source_hash: str | None = None
-) -> int:
+def export_records(db: Database, gpu_name: str, path: Path, *, top: int = 3, source_hash: str | None = None) -> int:
     """Write the GPU line, then the `top` fastest OK trials of each problem; returns the trial count."""
     if top < 1:
         raise AutotuneError(f"--top must be at least 1, got {top}")

@@ -85,9 +85,7 @@ class Store:
     def __enter__(self) -> Store:
         return self
 
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
 
     # --- GPUs and problems ---------------------------------------------------------------------
@@ -217,9 +215,7 @@ class Store:
         with self.db.session_scope(write=True) as session:
             crash = session.get(orm.Crash, (problem_id, config_key, source_hash))
             if crash is None:
-                crash = orm.Crash(
-                    problem_id=problem_id, config_key=config_key, source_hash=source_hash, count=0
-                )
+                crash = orm.Crash(problem_id=problem_id, config_key=config_key, source_hash=source_hash, count=0)
                 session.add(crash)
             crash.count += 1
             crash.last_at = orm.utcnow()
@@ -241,10 +237,7 @@ class Store:
         filters = problem_filters(gpu_name=gpu_name, **problem)
         with self.db.session_scope() as session:
             counts = final_counts(session, filters, source_hash)
-            return [
-                best_row(p, t, counts.get(p.id, (0, 0))[0])
-                for p, t in ranked_ok(session, filters, source_hash)
-            ]
+            return [best_row(p, t, counts.get(p.id, (0, 0))[0]) for p, t in ranked_ok(session, filters, source_hash)]
 
     def problems(
         self,
@@ -271,9 +264,7 @@ class Store:
 
     # --- records files ---------------------------------------------------------------------------
 
-    def export_records(
-        self, gpu_name: str, path: Path, *, top: int = 3, source_hash: str | None = None
-    ) -> int:
+    def export_records(self, gpu_name: str, path: Path, *, top: int = 3, source_hash: str | None = None) -> int:
         """Write the `top` fastest OK trials per problem of this GPU as JSON lines; returns how many."""
         return records.export_records(self.db, gpu_name, path, top=top, source_hash=source_hash)
 

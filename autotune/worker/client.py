@@ -65,8 +65,12 @@ class Worker:
         self._spawns += 1
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self._process = subprocess.Popen(
-            self._command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, env=env,
+            self._command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
         )
         self._replies = queue.Queue()
         assert self._process.stdout is not None and self._process.stderr is not None

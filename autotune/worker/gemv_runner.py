@@ -35,10 +35,7 @@ def check(got: np.ndarray, want: np.ndarray, scale: np.ndarray, dtype: str) -> s
     ratio = np.abs(got - want) / tolerance
     worst = int(np.argmax(ratio))
     if ratio[worst] > 1.0:
-        return (
-            f"row {worst}: got {got[worst]:.7g}, want {want[worst]:.7g} "
-            f"({ratio[worst]:.3g}x the tolerance)"
-        )
+        return f"row {worst}: got {got[worst]:.7g}, want {want[worst]:.7g} ({ratio[worst]:.3g}x the tolerance)"
     return None
 
 
@@ -76,8 +73,19 @@ class GemvRunner:
     def _launch(self, fn: Any, geom: gemv.Launch, copy: int, alpha: float, beta: float) -> None:
         p = self.problem
         fn.prepared_async_call(
-            geom.grid, geom.block, None, self._a[copy], self._x[copy], self._y, p.m, p.n,
-            alpha, beta, self._workspace, self._counters, shared_size=geom.shared_bytes,
+            geom.grid,
+            geom.block,
+            None,
+            self._a[copy],
+            self._x[copy],
+            self._y,
+            p.m,
+            p.n,
+            alpha,
+            beta,
+            self._workspace,
+            self._counters,
+            shared_size=geom.shared_bytes,
         )
 
     def _read_y(self) -> np.ndarray:

@@ -19,7 +19,14 @@ depends_on: str | Sequence[str] | None = None
 
 # Frozen copies of the values at this revision: a migration must not change when the code does.
 STATUSES = (
-    "running", "ok", "invalid", "compile_error", "launch_error", "wrong_result", "timeout", "crashed",
+    "running",
+    "ok",
+    "invalid",
+    "compile_error",
+    "launch_error",
+    "wrong_result",
+    "timeout",
+    "crashed",
     "quarantined",
 )
 
@@ -63,9 +70,7 @@ def upgrade() -> None:
         sa.Column("gpu_id", sa.Integer(), nullable=False),
         sa.Column("config_key", sa.String(), nullable=False),
         sa.Column("config", sa.JSON(), nullable=False),
-        sa.Column(
-            "status", sa.Enum(*STATUSES, name="status", native_enum=False, length=16), nullable=False
-        ),
+        sa.Column("status", sa.Enum(*STATUSES, name="status", native_enum=False, length=16), nullable=False),
         sa.Column("time_us", sa.Float(), nullable=True),
         sa.Column("times_us", sa.JSON(), nullable=False),
         sa.Column("gbs", sa.Float(), nullable=True),

@@ -1,0 +1,43 @@
+"""Plot results/gemv_<gpu>.json: bandwidth per shape, ours beside cuBLAS, under the copy ceiling.
+
+    python scripts/plot_gemv.py results/gemv_nvidia-h200.json   # writes results/gemv_nvidia-h200.png
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def main(path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    report = json.loads(path.read_text())
+    dtypes = list(dict.fromkeys(row["dtype"] for row in report["rows"]))
+    fig, axes = plt.subplots(len(dtypes), 1, figsize=(14, 4.2 * len(dtypes)), squeeze=False)
+    for axis, dtype in zip(axes[:, 0], dtypes, strict=True):
+        rows = [r for r in report["rows"] if r["dtype"] == dtype]
+        labels = [f"{r['m']}x{r['n']}" for r in rows]
+        positions = range(len(rows))
+        axis.bar([p - 0.2 for p in positions], [r["ours_gbs"] for r in rows], 0.4, label="autotune (tuned)")
+        axis.bar([p + 0.2 for p in positions], [r["cublas_gbs"] for r in rows], 0.4, label="cuBLAS (torch)")
+        axis.axhline(report["copy_gbs"], color="black", linestyle="--", linewidth=1, label="device copy")
+        axis.axhline(0.9 * report["copy_gbs"], color="grey", linestyle=":", linewidth=1, label="90% of copy")
+        for p, r in zip(positions, rows, strict=True):
+            axis.text(p, r["ours_gbs"] + 40, f"{r['speedup']:.2f}x", ha="center", fontsize=7)
+        axis.set_xticks(list(positions), labels, rotation=45, ha="right", fontsize=8)
+        axis.set_ylabel("GB/s (bytes that must move / time)")
+        axis.set_title(f"{report['gpu']} {dtype} GEMV y = A x (label: speedup over cuBLAS)")
+        axis.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    out = path.with_suffix(".png")
+    fig.savefig(out, dpi=110)
+    return out
+
+
+if __name__ == "__main__":
+    print(main(Path(sys.argv[1] if len(sys.argv) > 1 else "results/gemv_nvidia-h200.json")))

@@ -1,0 +1,38 @@
+"""Print results/gemv_<gpu>.json as the Markdown table the README carries.
+
+    python scripts/results_table.py results/gemv_nvidia-h200.json
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+
+def table(report: dict[str, object]) -> str:
+    rows = report["rows"]
+    assert isinstance(rows, list)
+    lines = [
+        "| dtype | M | N | ours µs | cuBLAS µs | speedup | ours GB/s | % of copy | config |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        config = " ".join(f"{k}={v}" for k, v in r["config"].items())
+        lines.append(
+            f"| {r['dtype']} | {r['m']} | {r['n']} | {r['ours_us']:.2f} | {r['cublas_us']:.2f} | "
+            f"{r['speedup']:.2f} | {r['ours_gbs']:.0f} | {r['pct_copy']:.1f} | `{config}` |"
+        )
+    speedups = [r["speedup"] for r in rows]
+    geomean = math.exp(sum(math.log(s) for s in speedups) / len(speedups))
+    lines.append("")
+    lines.append(
+        f"Geometric-mean speedup {geomean:.3f}, worst {min(speedups):.3f}; copy bandwidth "
+        f"{report['copy_gbs']:.0f} GB/s; empty-kernel launch floor {report.get('launch_floor_us', float('nan')):.2f} µs."
+    )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(table(json.loads(Path(sys.argv[1]).read_text())))

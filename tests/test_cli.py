@@ -1,0 +1,395 @@
+"""The `autotune` command end to end on a GPU-less machine: one-line errors, shipped records, listings."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sqlite3
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune import api, cli
+from autotune.fingerprint import GpuInfo, Toolchain, source_hash
+from autotune.ops import gemv
+from autotune.outcome import Outcome, Status
+from autotune.problem import Problem
+from autotune.store import Store, open_store
+
+REPO = Path(__file__).resolve().parents[1]
+H200 = GpuInfo("NVIDIA H200", "GPU-1111", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
+TOOLS = Toolchain(nvcc="13.0.88", pycuda="2025.1", autotune="0.1.0")
+SHAPE = Problem("gemv", "float16", 4096, 8192)
+FAST = {**gemv.DEFAULT_CONFIG, "block": 256, "vec": 8}
+SLOW = {**gemv.DEFAULT_CONFIG, "block": 64}
+FAST_TEXT = " ".join(f"{k}={v}" for k, v in FAST.items())
+HAS_PYCUDA = importlib.util.find_spec("pycuda") is not None
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def text(self) -> str:
+        return self.out + self.err
+
+
+Cli = Callable[..., Result]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_api(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No store or selector cached from another test; no GPU, whatever this machine has; wide tables."""
+    api._open.cache_clear()
+    api._selector.cache_clear()
+    monkeypatch.setattr("autotune.api.local_gpus", list)
+    monkeypatch.setattr("autotune.fingerprint.local_gpus", list)
+    monkeypatch.setenv("COLUMNS", "250")
+    yield
+    api._open.cache_clear()
+    api._selector.cache_clear()
+
+
+@pytest.fixture
+def run(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Cli:
+    """Run `autotune ARGS...` through cli.main(), as the console script does."""
+
+    def invoke(*args: str) -> Result:
+        capsys.readouterr()
+        monkeypatch.setattr(sys, "argv", ["autotune", *args])
+        code: Any = 0
+        try:
+            cli.main()
+        except SystemExit as exc:
+            code = exc.code
+        captured = capsys.readouterr()
+        return Result(code if isinstance(code, int) else 1, captured.out, captured.err)
+
+    return invoke
+
+
+def assert_one_error(result: Result, *words: str) -> str:
+    """Exit 2 and a single `error:` line on stderr, naming `words`; returns the line."""
+    assert result.code == 2, result
+    assert "Traceback" not in result.text
+    lines = [line for line in result.err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.err
+    for word in words:
+        assert word in lines[0]
+    return lines[0]
+
+
+def measure(store: Store, problem: Problem, config: dict[str, int], outcome: Outcome) -> None:
+    gpu_id = store.upsert_gpu(H200)
+    pid = store.problem_id(problem, H200.name)
+    assert pid is not None
+    trial = store.start_trial(pid, gpu_id, config, source_hash(problem.op), TOOLS, H200.driver, H200.cuda)
+    store.finish_trial(trial, outcome)
+
+
+def ok(time_us: float) -> Outcome:
+    return Outcome(Status.OK, time_us=time_us, times_us=[time_us], gbs=1000.0 / time_us)
+
+
+def tuned_db(path: Path) -> Path:
+    """A database with hgemv 4096x8192 on the H200: OK at 4 and 9 us and one wrong result."""
+    with open_store(str(path), import_shipped=False) as store:
+        measure(store, SHAPE, FAST, ok(4.0))
+        measure(store, SHAPE, SLOW, ok(9.0))
+        measure(store, SHAPE, {**SLOW, "unroll": 1}, Outcome(Status.WRONG_RESULT, "max error 0.5"))
+    return path
+
+
+# --- bad input: one line, exit code 2 ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["sweep", "--op", "foo"], ["unknown op 'foo'"]),
+        (["best", "--m", "64", "--n", "64", "--op", "foo", "--gpu", "x"], ["unknown op"]),
+        (["sweep", "--m", "64", "--n", "64", "--dtype", "foo"], ["unknown dtype 'foo'"]),
+        (["best", "--m", "64", "--n", "64", "--dtype", "fp64", "--gpu", "x"], ["unknown dtype"]),
+        (["sweep", "--op", "sgemv", "--dtype", "fp16"], ["sgemv", "float16"]),
+        (["sweep", "--m", "0", "--n", "64"], ["M must be a positive integer"]),
+        (["sweep", "--m", "-5", "--n", "64"], ["M must be a positive integer, got -5"]),
+        (["best", "--m", "64", "--n", "0", "--gpu", "x"], ["N must be a positive integer"]),
+        (["best", "--m", "4294967296", "--n", "64", "--gpu", "x"], ["too large"]),
+        (["sweep", "--m", "abc", "--n", "64"], ["--m"]),
+        (["sweep", "--m", "64"], ["--m and --n"]),
+        (["best", "--m", "64"], ["--n"]),
+        (["sweep", "--m", "64", "--n", "64", "--shapes", "shapes.txt"], ["not both"]),
+        (["sweep", "--m", "64", "--n", "64", "--trials", "0"], ["--trials"]),
+        (["sweep", "--m", "64", "--n", "64", "--sampler", "foo"], ["unknown sampler 'foo'"]),
+        (["sweep", "--m", "64", "--n", "64", "--timeout", "0"], ["--timeout"]),
+        (["sweep", "--m", "64", "--n", "64", "--patience", "0"], ["--patience"]),
+        (["sweep", "--m", "64", "--n", "64", "--db", "nosuchdriver://x"], ["unknown database driver"]),
+        (["best", "--m", "64", "--n", "64", "--gpu", "x", "--db", "nosuchdriver://x"], ["unknown database driver"]),
+        (["list", "--db", "nosuchdriver://x"], ["nosuchdriver://x"]),
+        (["best", "--m", "64", "--n", "64", "--gpu", " "], ["--gpu"]),
+        (["sweep", "--nosuch"], ["--nosuch"]),
+        (["nosuchcommand"], ["nosuchcommand"]),
+        pytest.param(
+            ["show", "--m", "64", "--n", "64", "--gpu", "x", "--limit", "-1"],
+            ["--limit"],
+        ),
+    ],
+)
+def test_bad_input_is_one_error_line(run: Cli, args: list[str], words: list[str]) -> None:
+    assert_one_error(run(*args), *words)
+
+
+def test_sweep_error_is_the_only_stderr_line(run: Cli) -> None:
+    result = run("sweep", "--op", "foo")
+    assert result.err.splitlines() == ["error: unknown op 'foo': choose one of gemv, sgemv, hgemv, bgemv"]
+
+
+def test_best_error_is_the_only_stderr_line(run: Cli) -> None:
+    result = run("best", "--m", "64", "--n", "64", "--op", "foo", "--gpu", "x")
+    assert result.err.splitlines() == ["error: unknown op 'foo': choose one of gemv, sgemv, hgemv, bgemv"]
+    assert result.out == ""
+
+
+def test_shapes_file_with_a_bad_line(run: Cli, tmp_path: Path) -> None:
+    shapes = tmp_path / "shapes.txt"
+    shapes.write_text("# M N\n4096 4096\n\n1024 x\n")
+    line = assert_one_error(run("sweep", "--shapes", str(shapes)), "line 4", "shapes.txt")
+    assert "'1024 x'" in line
+    shapes.write_text("4096 4096 1\n")
+    assert_one_error(run("sweep", "--shapes", str(shapes)), "line 1")
+    shapes.write_text("# nothing\n\n")
+    assert_one_error(run("sweep", "--shapes", str(shapes)), "holds no shapes")
+
+
+def test_shapes_file_with_a_bad_dimension_names_the_line(run: Cli, tmp_path: Path) -> None:
+    shapes = tmp_path / "shapes.txt"
+    shapes.write_text("4096 4096\n0 64\n")
+    assert_one_error(run("sweep", "--shapes", str(shapes)), "shapes.txt", "line 2", "positive")
+
+
+def test_missing_shapes_file(run: Cli, tmp_path: Path) -> None:
+    assert_one_error(run("sweep", "--shapes", str(tmp_path / "nope.txt")), "nope.txt", "No such file")
+
+
+@pytest.mark.parametrize("command", [["best", "--m", "64", "--n", "64", "--gpu", "x"], ["list"], ["gpus"]])
+def test_db_in_a_missing_folder(run: Cli, tmp_path: Path, command: list[str]) -> None:
+    target = tmp_path / "missing" / "tune.db"
+    assert_one_error(run(*command, "--db", str(target)), "cannot open database", "missing")
+    assert not target.parent.exists()
+
+
+@pytest.mark.parametrize("command", [["best", "--m", "64", "--n", "64", "--gpu", "x"], ["list"], ["gpus"]])
+def test_newer_schema_is_refused_untouched(run: Cli, tmp_path: Path, command: list[str]) -> None:
+    path = tmp_path / "newer.db"
+    open_store(str(path), import_shipped=False).close()
+    with sqlite3.connect(path) as connection:
+        connection.execute("UPDATE alembic_version SET version_num = 'ffff9999'")
+    connection.close()
+    before = (path.read_bytes(), path.stat().st_mtime_ns)
+    assert_one_error(run(*command, "--db", str(path)), "ffff9999", "upgrade autotune")
+    assert (path.read_bytes(), path.stat().st_mtime_ns) == before
+
+
+@pytest.mark.skipif(HAS_PYCUDA, reason="checks the error of a machine without PyCUDA")
+@pytest.mark.parametrize("folder", ["", "missing/"])
+def test_sweep_without_a_gpu_creates_no_database(run: Cli, tmp_path: Path, folder: str) -> None:
+    target = tmp_path / f"{folder}sweep.db"
+    line = assert_one_error(run("sweep", "--m", "64", "--n", "64", "--trials", "2", "--db", str(target)))
+    assert any(word in line for word in ("PyCUDA", "nvcc", "GPU")), line
+    assert not target.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_best_without_a_gpu_asks_for_one(run: Cli, tmp_path: Path) -> None:
+    db = str(tmp_path / "empty.db")
+    line = assert_one_error(run("best", "--m", "4096", "--n", "8192", "--db", db), "no NVIDIA GPU", "--gpu")
+    assert "none yet" in line
+    api._open.cache_clear()
+    tuned = str(tuned_db(tmp_path / "tuned.db"))
+    assert_one_error(run("best", "--m", "4096", "--n", "8192", "--db", tuned), "no NVIDIA GPU", "NVIDIA H200")
+
+
+def test_the_stale_flag_the_selector_recommends_exists(run: Cli) -> None:
+    # --stale must parse; the sweep then stops at the bad --db, before any GPU work.
+    assert_one_error(run("sweep", "--stale", "--db", "nosuchdriver://x"), "database")
+    assert_one_error(run("sweep", "--stale", "--m", "64", "--n", "64"), "--stale", "--m")
+
+
+# --- shipped records answer `best` on a machine without a GPU --------------------------------------
+
+
+@pytest.fixture
+def shipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A shipped-resources folder whose records/ holds an export of tuned_db(); returns a fresh db path."""
+    db_dir = tmp_path / "resources"
+    (db_dir / "records").mkdir(parents=True)
+    (db_dir / "migrations").symlink_to(REPO / "db" / "migrations")
+    with open_store(str(tuned_db(tmp_path / "source.db")), import_shipped=False) as source:
+        assert source.export_records(H200.name, db_dir / "records" / "nvidia-h200.jsonl") == 2
+    monkeypatch.setattr("autotune.paths.db_dir", lambda: db_dir)
+    return tmp_path / "fresh.db"
+
+
+def config_line(out: str) -> dict[str, int]:
+    """The config `best` printed, as a dict (key order aside)."""
+    [line] = [line for line in out.splitlines() if line.startswith("config: ")]
+    pairs = (item.split("=") for item in line.removeprefix("config: ").split())
+    return {key: int(value) for key, value in pairs}
+
+
+def best_json(run: Cli, db: Path, *args: str) -> dict[str, Any]:
+    result = run("best", *args, "--json", "--db", str(db))
+    assert result.code == 0 and result.err == "", result
+    data: dict[str, Any] = json.loads(result.out)
+    return data
+
+
+def test_shipped_records_answer_best(run: Cli, shipped: Path) -> None:
+    data = best_json(run, shipped, "--m", "4096", "--n", "8192", "--gpu", "NVIDIA H200")
+    assert (data["source"], data["config"], data["time_us"], data["gpu"]) == ("measured", FAST, 4.0, "NVIDIA H200")
+    assert (data["op"], data["m"], data["n"], data["from_shape"], data["notes"]) == ("hgemv", 4096, 8192, None, [])
+    text = run("best", "--m", "4096", "--n", "8192", "--gpu", "NVIDIA H200", "--db", str(shipped))
+    assert text.code == 0 and text.out.startswith("hgemv 4096x8192 on NVIDIA H200")
+    assert "measured 4.00 us, 250 GB/s" in text.out and config_line(text.out) == FAST
+
+
+@pytest.mark.parametrize("gpu", ["nvidia-h200", "h200", "nvidia h200", "NVIDIA-H200"])
+def test_gpu_names_match_loosely(run: Cli, shipped: Path, gpu: str) -> None:
+    data = best_json(run, shipped, "--m", "4096", "--n", "8192", "--gpu", gpu)
+    assert (data["gpu"], data["source"], data["config"]) == ("NVIDIA H200", "measured", FAST)
+
+
+def test_shipped_records_estimate_an_untuned_shape(run: Cli, shipped: Path) -> None:
+    data = best_json(run, shipped, "--m", "4096", "--n", "4096", "--gpu", "h200")
+    assert (data["source"], data["config"], data["from_shape"]) == ("estimate", FAST, [4096, 8192])
+    assert len(data["notes"]) == 1 and "4096x8192" in data["notes"][0]
+
+
+def test_an_untuned_gpu_gets_the_default(run: Cli, shipped: Path) -> None:
+    data = best_json(run, shipped, "--m", "4096", "--n", "8192", "--gpu", "NVIDIA A100")
+    assert (data["gpu"], data["source"], data["config"]) == ("NVIDIA A100", "default", gemv.DEFAULT_CONFIG)
+    assert len(data["notes"]) == 1 and "NVIDIA A100" in data["notes"][0]
+    text = run("best", "--m", "4096", "--n", "8192", "--gpu", "NVIDIA A100", "--db", str(shipped))
+    assert config_line(text.out) == gemv.DEFAULT_CONFIG and "note: nothing tuned for hgemv" in text.out
+
+
+def test_ambiguous_gpu_is_an_error(run: Cli, tmp_path: Path) -> None:
+    db = tuned_db(tmp_path / "two.db")
+    with open_store(str(db), import_shipped=False) as store:
+        store.upsert_gpu(GpuInfo("NVIDIA H100", "GPU-2222", "9.0", 132, 50 * 2**20, 80 * 2**30, "13.0", "13.0"))
+    assert_one_error(run("best", "--m", "64", "--n", "64", "--gpu", "nvidia-h", "--db", str(db)), "ambiguous")
+
+
+def test_gemv_with_dtype_resolves_to_the_blas_name(run: Cli, tmp_path: Path) -> None:
+    db = tmp_path / "e.db"
+    data = best_json(run, db, "--m", "64", "--n", "64", "--op", "gemv", "--dtype", "bf16", "--gpu", "x")
+    assert (data["op"], data["dtype"]) == ("bgemv", "bfloat16")
+    text = run("best", "--m", "64", "--n", "64", "--op", "gemv", "--dtype", "bf16", "--gpu", "x", "--db", str(db))
+    assert text.out.startswith("bgemv 64x64 on x")
+
+
+def test_best_text_names_the_source(run: Cli, tmp_path: Path) -> None:
+    text = run("best", "--m", "64", "--n", "64", "--gpu", "NVIDIA A100", "--db", str(tmp_path / "e.db"))
+    assert text.out.startswith("hgemv 64x64 on NVIDIA A100 [default]")
+
+
+@pytest.mark.parametrize("command", ["best", "show"])
+def test_gpu_names_are_printed_verbatim(run: Cli, tmp_path: Path, command: str) -> None:
+    result = run(command, "--m", "64", "--n", "64", "--gpu", "[/x] [bold]GPU", "--db", str(tmp_path / "e.db"))
+    assert result.code == 0 and "on [/x] [bold]GPU" in result.out
+
+
+def test_show_prints_messages_verbatim(run: Cli, tmp_path: Path) -> None:
+    db = tuned_db(tmp_path / "tuned.db")
+    message = "detected during instantiation [with T=__half, BLOCK=256]"
+    with open_store(str(db), import_shipped=False) as store:
+        measure(store, SHAPE, {**SLOW, "rows": 2}, Outcome(Status.COMPILE_ERROR, f"nvcc failed\n{message}"))
+    result = run("show", "--m", "4096", "--n", "8192", "--gpu", "h200", "--db", str(db))
+    assert message in result.out
+
+
+# --- listings --------------------------------------------------------------------------------------
+
+
+def test_no_arguments_prints_help(run: Cli) -> None:
+    result = run()
+    assert result.code == 0 and "Usage" in result.out
+    for command in ("sweep", "best", "list", "show", "gpus"):
+        assert command in result.out
+
+
+def test_listings_of_an_empty_database(run: Cli, tmp_path: Path) -> None:
+    db = str(tmp_path / "empty.db")
+    listed = run("list", "--db", db)
+    assert listed.code == 0 and "nothing tuned yet" in listed.out
+    shown = run("show", "--m", "4096", "--n", "8192", "--gpu", "NVIDIA H200", "--db", db)
+    assert shown.code == 0 and "no trials stored for hgemv 4096x8192 on NVIDIA H200" in shown.out
+    gpus = run("gpus", "--db", db)
+    assert gpus.code == 0 and "this machine: no NVIDIA GPU" in gpus.out and "NVIDIA" not in gpus.out.split("\n", 1)[1]
+
+
+def test_list_prints_the_tuned_problems(run: Cli, tmp_path: Path) -> None:
+    db = str(tuned_db(tmp_path / "tuned.db"))
+    result = run("list", "--db", db)
+    assert result.code == 0 and result.err == ""
+    [line] = [line for line in result.out.splitlines() if "NVIDIA H200" in line]
+    cells = [cell.strip() for cell in line.strip("│ ").split("│")]
+    assert cells[:7] == ["NVIDIA H200", "hgemv", "4096", "8192", "3", "2", "4.00"]
+    assert cells[-1] == FAST_TEXT
+    assert "nothing tuned" in run("list", "--op", "sgemv", "--db", db).out
+    assert "nothing tuned" in run("list", "--gpu", "NVIDIA A100", "--db", db).out
+    assert "4096" in run("list", "--gpu", "h200", "--op", "hgemv", "--db", db).out
+
+
+def test_show_prints_every_trial_fastest_first(run: Cli, tmp_path: Path) -> None:
+    db = str(tuned_db(tmp_path / "tuned.db"))
+    result = run("show", "--m", "4096", "--n", "8192", "--gpu", "h200", "--db", db)
+    assert result.code == 0 and "hgemv 4096x8192 on NVIDIA H200" in result.out
+    rows = [line for line in result.out.splitlines() if "block=" in line]
+    assert len(rows) == 3
+    assert "4.00" in rows[0] and "9.00" in rows[1] and "wrong_result" in rows[2] and "max error 0.5" in rows[2]
+    limited = run("show", "--m", "4096", "--n", "8192", "--gpu", "h200", "--limit", "1", "--db", db)
+    assert len([line for line in limited.out.splitlines() if "block=" in line]) == 1
+    assert "(2 more; --limit 0 shows all)" in limited.out
+
+
+def test_gpus_prints_the_stored_gpus(run: Cli, tmp_path: Path) -> None:
+    db = str(tuned_db(tmp_path / "tuned.db"))
+    result = run("gpus", "--db", db)
+    assert result.code == 0 and "this machine: no NVIDIA GPU" in result.out
+    [line] = [line for line in result.out.splitlines() if "GPU-1111" in line]
+    cells = [cell.strip() for cell in line.strip("│ ").split("│")]
+    assert cells == ["NVIDIA H200", "9.0", "132", "60", "141", "13.0", "13.0", "GPU-1111"]
+
+
+@pytest.mark.shipped_records
+def test_the_shipped_h200_records_answer_on_a_machine_without_a_gpu(run: Cli, tmp_path: Path) -> None:
+    """The issue's example, with the records that ship in db/records (imported on first use)."""
+    result = run("best", "--m", "4096", "--n", "8192", "--gpu", "NVIDIA H200", "--db", str(tmp_path / "f.db"), "--json")
+    assert result.code == 0, result.err
+    data = json.loads(result.out)
+    assert data["source"] == "measured" and data["gpu"] == "NVIDIA H200" and data["time_us"] > 0
+    for dtype in ("float32", "bfloat16"):
+        other = run(
+            "best",
+            "--m",
+            "128256",
+            "--n",
+            "4096",
+            "--op",
+            "gemv",
+            "--dtype",
+            dtype,
+            "--gpu",
+            "h200",
+            "--db",
+            str(tmp_path / "f.db"),
+            "--json",
+        )
+        assert json.loads(other.out)["source"] == "measured"

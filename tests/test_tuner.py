@@ -1,0 +1,348 @@
+"""The tuner with test doubles for the GPU worker and nvcc: what reaches the store, resume, quarantine, kills."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from autotune.fingerprint import GpuInfo, source_hash
+from autotune.ops import gemv
+from autotune.outcome import Outcome, Status
+from autotune.problem import Problem
+from autotune.search import Budget
+from autotune.space import Config, config_key
+from autotune.store import Store, TrialRow, open_store
+from autotune.tuner import ProblemReport, Tuner
+from tests.fakes import InstantPool, modelled_time_us
+
+REPO = Path(__file__).resolve().parents[1]
+H200 = GpuInfo("NVIDIA H200", "GPU-1111", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
+SHAPE = Problem("gemv", "float16", 4096, 8192)
+NEARBY = Problem("gemv", "float16", 4096, 4096)
+# Planted failures by lanes: 1 kills the worker, 4 hangs, 8 computes garbage, 16 fails to launch.
+PLANTED = {1: Status.CRASHED, 4: Status.TIMEOUT, 8: Status.WRONG_RESULT, 16: Status.LAUNCH_ERROR}
+
+
+class FakeWorker:
+    """The Worker's interface: OK at the modelled time, or the failure planted for the config's lanes."""
+
+    def __init__(self, planted: dict[int, Status] | None = None) -> None:
+        self.planted = planted or {}
+        self.measured: list[Config] = []
+        self.returned: Counter[Status] = Counter()
+        self.setups: list[Problem] = []
+
+    def setup(self, problem: Problem, seed: int) -> dict[str, object]:
+        self.setups.append(problem)
+        return {}
+
+    def measure(self, cubin: Path, kernel: str, config: Config, timeout: float = 60.0) -> Outcome:
+        assert cubin is not None and kernel.startswith("gemv_")
+        self.measured.append(dict(config))
+        status = self.planted.get(config["lanes"], Status.OK)
+        self.returned[status] += 1
+        if status is Status.OK:
+            return Outcome(Status.OK, time_us=modelled_time_us(config), times_us=[modelled_time_us(config)])
+        return Outcome(status, f"planted {status.value}")
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "tune.db"
+
+
+@pytest.fixture
+def store(db_path: Path) -> Iterator[Store]:
+    with open_store(str(db_path), import_shipped=False) as opened:
+        yield opened
+
+
+def tune(
+    store: Store,
+    worker: FakeWorker,
+    trials: int,
+    problem: Problem = SHAPE,
+    *,
+    seed: int | None = 1,
+    pool: InstantPool | None = None,
+    sampler: str = "random",
+) -> ProblemReport:
+    tuner = Tuner(
+        store,
+        worker,
+        pool or InstantPool(),
+        H200,  # type: ignore[arg-type]
+        sampler=sampler,
+        budget=Budget(trials),
+        seed=seed,
+    )
+    return tuner.tune(problem)
+
+
+def rows(store: Store, problem: Problem = SHAPE) -> list[TrialRow]:
+    pid = store.problem_id(problem, H200.name, create=False)
+    return [] if pid is None else store.trials(pid)
+
+
+def by_status(trials: list[TrialRow]) -> Counter[Status]:
+    return Counter(t.status for t in trials)
+
+
+def final(trials: list[TrialRow]) -> list[TrialRow]:
+    """The trials that count towards a budget: finished and not ruled out before compiling."""
+    return [t for t in trials if t.status not in (Status.RUNNING, Status.INVALID)]
+
+
+def test_every_trial_is_stored_with_its_status(store: Store) -> None:
+    worker = FakeWorker(PLANTED)
+    report = tune(store, worker, 60)
+    stored = rows(store)
+    counts = by_status(stored)
+    assert counts[Status.RUNNING] == 0
+    assert 60 == len(worker.measured) == report.result.measured
+    # A config that killed or hung the worker is tried once more, then never again: one row each.
+    times_measured = Counter(config_key(c) for c in worker.measured)
+    for trial in final(stored):
+        retried = trial.status in (Status.CRASHED, Status.TIMEOUT)
+        assert times_measured[trial.config_key] <= (2 if retried else 1)
+    assert sum(times_measured.values()) == 60 and len(final(stored)) == len(times_measured)
+    for status in (Status.OK, Status.WRONG_RESULT, Status.LAUNCH_ERROR):
+        assert counts[status] == worker.returned[status] == report.result.statuses.get(status.value, 0)
+    assert counts[Status.OK] > 0 and counts[Status.CRASHED] > 0  # the seed plants both kinds
+    for trial in stored:
+        if trial.status in PLANTED.values():
+            assert PLANTED[trial.config["lanes"]] is trial.status and trial.message == f"planted {trial.status.value}"
+        if trial.status is Status.INVALID:
+            assert gemv.space(SHAPE).check(trial.config) == trial.message
+    assert len({t.config_key for t in stored}) == len(stored)
+    assert {t.source_hash for t in stored} == {source_hash("gemv")}
+    assert worker.setups == [SHAPE]
+
+
+# Failures that end a trial at once (no retry), so every measurement is one stored row.
+FINAL_FAILURES = {8: Status.WRONG_RESULT, 16: Status.LAUNCH_ERROR}
+
+
+def test_a_larger_budget_measures_only_the_difference(store: Store) -> None:
+    first = FakeWorker(FINAL_FAILURES)
+    assert tune(store, first, 20).result.measured == 20
+    before = {t.config_key for t in final(rows(store))}
+    second = FakeWorker(FINAL_FAILURES)
+    report = tune(store, second, 35, seed=2)
+    assert (report.result.reused, report.result.measured) == (20, 15)
+    assert len(second.measured) == 15
+    assert not {config_key(c) for c in second.measured} & before
+    assert len(final(rows(store))) == 35
+    third = FakeWorker(FINAL_FAILURES)
+    again = tune(store, third, 35, seed=3)
+    assert third.measured == [] and third.setups == [] and again.result.stopped == "already tuned"
+
+
+def test_crashing_configs_are_never_measured_a_third_time(db_path: Path) -> None:
+    measured: Counter[str] = Counter()
+    for run, trials in enumerate((20, 40, 60, 60)):
+        worker = FakeWorker({1: Status.CRASHED})
+        with open_store(str(db_path), import_shipped=False) as store:
+            tune(store, worker, trials, seed=run)
+        measured.update(config_key(c) for c in worker.measured)
+    crashing = {key: n for key, n in measured.items() if '"lanes":1,' in key}
+    assert crashing, "the seeds never tried a crashing config"
+    assert max(crashing.values()) <= 2
+    with open_store(str(db_path), import_shipped=False) as store:
+        assert by_status(rows(store))[Status.RUNNING] == 0
+
+
+def test_twice_crashed_config_is_quarantined(store: Store) -> None:
+    tune(store, FakeWorker(), 15, NEARBY)
+    best = store.best(H200.name, NEARBY, source_hash("gemv"))
+    assert best is not None and gemv.space(SHAPE).check(best.config) is None
+    # The warm start would measure it first; two earlier worker deaths on this problem forbid it.
+    pid = store.problem_id(SHAPE, H200.name)
+    assert pid is not None
+    for _ in range(2):
+        store.note_crash(pid, config_key(best.config), source_hash("gemv"))
+    for trials in (10, 20):
+        worker = FakeWorker()
+        report = tune(store, worker, trials, seed=trials)
+        assert config_key(best.config) not in {config_key(c) for c in worker.measured}
+        assert len(worker.measured) == report.result.measured == 10
+        assert report.result.statuses.get("quarantined") == 1
+
+
+class FlakyWorker(FakeWorker):
+    """Kills itself on the first measurement of one config only: a transient crash."""
+
+    def __init__(self, flaky: Config, crashed: set[str]) -> None:
+        super().__init__()
+        self._flaky, self._crashed = config_key(flaky), crashed
+
+    def measure(self, cubin: Path, kernel: str, config: Config, timeout: float = 60.0) -> Outcome:
+        if config_key(config) == self._flaky and self._flaky not in self._crashed:
+            self._crashed.add(self._flaky)
+            self.measured.append(dict(config))
+            return Outcome(Status.CRASHED, "worker died (exit -11)")
+        return super().measure(cubin, kernel, config, timeout)
+
+
+def test_a_config_that_crashed_once_is_retried_once(store: Store) -> None:
+    tune(store, FakeWorker(), 15, NEARBY)
+    best = store.best(H200.name, NEARBY, source_hash("gemv"))
+    assert best is not None
+    crashed: set[str] = set()
+    first = FlakyWorker(best.config, crashed)
+    tune(store, first, 5)
+    # Warm start measures it first; it dies, gets its second chance in the same run, and is fine.
+    assert first.measured[0] == best.config and first.measured.count(best.config) == 2 and crashed
+    [row] = [t for t in rows(store) if t.config == best.config]
+    assert row.status is Status.OK
+
+
+def test_a_crash_left_without_its_retry_is_retried_next_run(store: Store) -> None:
+    tune(store, FakeWorker(), 15, NEARBY)
+    best = store.best(H200.name, NEARBY, source_hash("gemv"))
+    assert best is not None
+    crashed: set[str] = set()
+    tune(store, FlakyWorker(best.config, crashed), 1)  # the budget ends right after the crash
+    [row] = [t for t in rows(store) if t.config == best.config]
+    assert row.status is Status.CRASHED
+    second = FlakyWorker(best.config, crashed)
+    tune(store, second, 3, seed=2)
+    assert second.measured[0] == best.config
+    [row] = [t for t in rows(store) if t.config == best.config]
+    assert row.status is Status.OK
+
+
+def broken_kernels(problem: Problem, policy: int) -> frozenset[str]:
+    """The kernel names of every compiled-parameter combination with this cache policy."""
+    choices = gemv.space(problem).choices()
+    compiled = ("block", "lanes", "vec", "unroll", "rows", "x_smem")
+    names = set()
+    for values in itertools.product(*(choices[name] for name in compiled)):
+        names.add(gemv.kernel_name(problem, {**dict(zip(compiled, values, strict=True)), "policy": policy}))
+    return frozenset(names)
+
+
+def test_compile_errors_are_stored_with_the_nvcc_message(store: Store) -> None:
+    worker = FakeWorker()
+    pool = InstantPool(broken=broken_kernels(SHAPE, policy=2))
+    report = tune(store, worker, 40, pool=pool)
+    stored = rows(store)
+    errors = [t for t in stored if t.status is Status.COMPILE_ERROR]
+    assert errors and all(t.config["policy"] == 2 and t.message == "nvcc: error" for t in errors)
+    assert all(c["policy"] != 2 for c in worker.measured)
+    assert len(errors) + len(worker.measured) == 40 == len(final(stored))
+    assert report.result.statuses["compile_error"] == len(errors)
+
+
+def test_the_reported_best_is_the_fastest_ok_row(store: Store) -> None:
+    for trials, seed in ((25, 1), (50, 2)):
+        report = tune(store, FakeWorker(PLANTED), trials, seed=seed)
+        fastest = min((t for t in rows(store) if t.status is Status.OK), key=lambda t: t.time_us or 0.0)
+        assert (report.result.best_us, report.result.best_config) == (fastest.time_us, fastest.config)
+        best = store.best(H200.name, SHAPE, source_hash("gemv"))
+        assert best is not None and (best.config, best.time_us) == (fastest.config, fastest.time_us)
+
+
+def test_warm_start_measures_the_nearest_best_first(store: Store) -> None:
+    tune(store, FakeWorker(), 20)
+    best = store.best(H200.name, SHAPE, source_hash("gemv"))
+    assert best is not None and gemv.space(NEARBY).check(best.config) is None
+    worker = FakeWorker()
+    tune(store, worker, 5, NEARBY, seed=7)
+    assert worker.measured[0] == best.config
+    assert worker.setups == [NEARBY]
+
+
+# --- a sweep killed with SIGKILL resumes without losing or repeating a trial ----------------------
+
+CHILD = textwrap.dedent(
+    """
+    import sys, time
+    from autotune.fingerprint import GpuInfo
+    from autotune.outcome import Outcome, Status
+    from autotune.problem import Problem
+    from autotune.search import Budget
+    from autotune.store import open_store
+    from autotune.tuner import Tuner
+    from tests.fakes import InstantPool, modelled_time_us
+
+    class SlowWorker:
+        def setup(self, problem, seed):
+            return {}
+
+        def measure(self, cubin, kernel, config, timeout=60.0):
+            time.sleep(0.05)
+            return Outcome(Status.OK, time_us=modelled_time_us(config))
+
+    store = open_store(sys.argv[1], import_shipped=False)
+    gpu = GpuInfo(*GPU_FIELDS)
+    tuner = Tuner(store, SlowWorker(), InstantPool(), gpu, sampler="random", budget=Budget(TRIALS))
+    tuner.tune(Problem("gemv", "float16", 4096, 8192))
+    store.close()
+    """
+)
+KILL_TRIALS = 40
+
+
+def ok_rows(db_path: Path) -> dict[int, tuple[str, float]]:
+    """id -> (config key, time) of the OK trials, read with plain sqlite3 (no autotune code)."""
+    try:
+        with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=5) as connection:
+            found = connection.execute("SELECT id, config_key, time_us FROM trials WHERE status = 'ok'").fetchall()
+        connection.close()
+    except sqlite3.OperationalError:  # not created or not migrated yet
+        return {}
+    return {trial_id: (key, time_us) for trial_id, key, time_us in found}
+
+
+def wait_for(condition: Callable[[], bool], process: subprocess.Popen[str], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert process.poll() is None, f"the child ended early: {process.communicate()}"
+        assert time.monotonic() < deadline, "the child made no progress"
+        time.sleep(0.01)
+
+
+def test_a_killed_sweep_resumes_without_loss_or_repeats(tmp_path: Path, db_path: Path) -> None:
+    script = tmp_path / "child.py"
+    code = CHILD.replace("GPU_FIELDS", repr(tuple(H200.to_dict().values()))).replace("TRIALS", str(KILL_TRIALS))
+    script.write_text(code)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, str(script), str(db_path)]
+    child = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: len(ok_rows(db_path)) >= 8, child, 60)
+        child.send_signal(signal.SIGKILL)
+        child.communicate(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    assert child.returncode == -signal.SIGKILL
+    before = ok_rows(db_path)
+    assert 8 <= len(before) < KILL_TRIALS
+    with open_store(str(db_path), import_shipped=False) as store:
+        stored = rows(store)
+        assert {t.id: (t.config_key, t.time_us) for t in stored if t.status is Status.OK} == before
+        assert by_status(stored)[Status.RUNNING] <= 1
+
+    rerun = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert rerun.returncode == 0, rerun.stderr
+    with open_store(str(db_path), import_shipped=False) as store:
+        stored = rows(store)
+    assert by_status(stored)[Status.RUNNING] == 0
+    assert len(final(stored)) == KILL_TRIALS and by_status(stored)[Status.OK] == KILL_TRIALS
+    assert len({t.config_key for t in stored}) == len(stored)
+    after = {t.id: (t.config_key, t.time_us) for t in stored if t.status is Status.OK}
+    assert {trial_id: after.get(trial_id) for trial_id in before} == before
