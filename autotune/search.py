@@ -192,10 +192,12 @@ class Study:
     def _finish(self, config: Config, compiled: CompileResult) -> Outcome:
         outcome = self._measurer.measure(config, compiled)
         if outcome.status in _WORKER_FAULTS and self._measurer.crashes(config) < QUARANTINE_AFTER:
-            # One death may be bad luck (or another config's doing): try once more, soon.
+            # One death may be bad luck (or another config's doing): try once more, soon. The retry,
+            # not this attempt, is what counts towards the budget and the statistics.
             self._study.enqueue_trial(dict(config))
-        else:
-            self._known[config_key(config)] = outcome
+            self._on_trial(config, outcome, self.result)
+            return outcome
+        self._known[config_key(config)] = outcome
         self.result.measured += 1
         self._count(outcome)
         self._improve(config, outcome)

@@ -54,10 +54,12 @@ class SweepReport:
     problems: list[ProblemReport] = field(default_factory=list)
 
 
-class _StoreMeasurer(Measurer):
+class StoreMeasurer(Measurer):
     """Wires a study to the store, the compiler and the worker for one problem."""
 
-    def __init__(self, store: Any, worker: Worker, gpu: GpuInfo, gpu_id: int, problem: Problem, problem_id: int):
+    def __init__(
+        self, store: Any, worker: Worker, gpu: GpuInfo, gpu_id: int, problem: Problem, problem_id: int
+    ) -> None:
         self._store, self._worker, self._gpu, self._gpu_id = store, worker, gpu, gpu_id
         self._problem, self._problem_id = problem, problem_id
         self._op = ops.get(problem.op)
@@ -133,7 +135,7 @@ class Tuner:
         budget: Budget | None = None,
         seed: int | None = None,
         progress: Progress | None = None,
-        fresh_only: bool = False,
+        fresh_only: bool = False, measurer: type[StoreMeasurer] = StoreMeasurer,
     ) -> None:
         if sampler not in SAMPLERS:
             raise AutotuneError(f"unknown sampler {sampler!r}: choose one of {', '.join(SAMPLERS)}")
@@ -144,13 +146,17 @@ class Tuner:
         self._gpu_id = store.upsert_gpu(gpu)
         # Re-tuning stale problems: only trials measured under this driver and CUDA count as done.
         self._fresh_only = fresh_only
+        self._measurer_type = measurer  # a fault drill plants its faults through a subclass
 
-    def tune(self, problem: Problem, index: int = 0, total: int = 1) -> ProblemReport:
+    def tune(
+        self, problem: Problem, index: int = 0, total: int = 1, first: Sequence[Config] = ()
+    ) -> ProblemReport:
+        """Tune one problem; `first` configs are measured before the sampler's own picks."""
         start = time.perf_counter()
         current = source_hash(problem.op)
         problem_id = self._store.problem_id(problem, self.gpu.name)
         self._store.drop_unfinished(problem_id)
-        measurer = _StoreMeasurer(self._store, self._worker, self.gpu, self._gpu_id, problem, problem_id)
+        measurer = self._measurer_type(self._store, self._worker, self.gpu, self._gpu_id, problem, problem_id)
         study = Study(
             ops.get(problem.op).space(problem),
             measurer,
@@ -164,7 +170,7 @@ class Tuner:
             for row in self._store.completed_trials(problem_id, current)
             if not self._fresh_only or is_fresh(row, self.gpu)
         )
-        study.warm_start(_neighbour_configs(self._store, self.gpu.name, problem, current))
+        study.warm_start([*first, *_neighbour_configs(self._store, self.gpu.name, problem, current)])
         self._progress.problem_started(problem, index, total, self._budget.trials)
         if study.result.reused < self._budget.trials:
             try:

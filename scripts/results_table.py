@@ -27,9 +27,10 @@ def table(report: dict[str, object]) -> str:
     speedups = [r["speedup"] for r in rows]
     geomean = math.exp(sum(math.log(s) for s in speedups) / len(speedups))
     lines.append("")
+    floor = report.get("launch_floor_us", float("nan"))
     lines.append(
         f"Geometric-mean speedup {geomean:.3f}, worst {min(speedups):.3f}; copy bandwidth "
-        f"{report['copy_gbs']:.0f} GB/s; empty-kernel launch floor {report.get('launch_floor_us', float('nan')):.2f} µs."
+        f"{report['copy_gbs']:.0f} GB/s; empty-kernel launch floor {floor:.2f} µs."
     )
     return "\n".join(lines)
 

@@ -105,6 +105,10 @@ class Worker:
         self.close()
 
     @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    @property
     def alive(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
