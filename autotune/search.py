@@ -33,6 +33,7 @@ class Budget:
     trials: int = 64  # final trials per problem, counting those stored by earlier runs
     timeout_s: float | None = None  # wall time for this run on the problem
     patience: int | None = None  # stop after this many measured trials without a 1% improvement
+    target_us: float | None = None  # stop as soon as a config this fast is found (benchmarks)
 
 
 @dataclass
@@ -154,8 +155,9 @@ class Study:
             outcome = self._finish(config, future.result())
             self._tell(trial, outcome)
             since_improvement = 0 if self._improved(before) else since_improvement + 1
-            if budget.patience is not None and since_improvement >= budget.patience:
-                self.result.stopped = f"no 1% improvement in {budget.patience} trials"
+            reached = budget.target_us is not None and (self.result.best_us or float("inf")) <= budget.target_us
+            if reached or (budget.patience is not None and since_improvement >= budget.patience):
+                self.result.stopped = "target reached" if reached else f"no 1% improvement in {budget.patience} trials"
                 for late_trial, _, late in pending:
                     late.cancel()
                     self._study.tell(late_trial, state=TrialState.FAIL)

@@ -41,6 +41,12 @@ for name in "$@"; do
     bench)
       step bench
       python3 scripts/bench_gemv.py --db "$DB" --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -62 ;;
+    faults)
+      step faults
+      python3 scripts/fault_drill.py --out "$OUT" 2>&1 | tee "$OUT/faults.log" | tail -12 ;;
+    tuning)
+      step tuning
+      python3 scripts/bench_tuning.py --out "$OUT" ${SHAPES_N:+--shapes $SHAPES_N} 2>&1 | tee "$OUT/tuning.log" | tail -20 ;;
     *) echo "unknown step $name"; exit 2 ;;
   esac
 done

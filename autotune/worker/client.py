@@ -45,8 +45,11 @@ def _pump(stream: IO[str], sink: queue.Queue[str | None]) -> None:
 
 
 class Worker:
-    def __init__(self, device: int = 0, command: list[str] | None = None) -> None:
+    def __init__(
+        self, device: int = 0, command: list[str] | None = None, measure_timeout: float = MEASURE_TIMEOUT_S
+    ) -> None:
         self.device = device
+        self.measure_timeout = measure_timeout  # past this a trial is a hang: the worker is killed
         self._command = command or [sys.executable, "-m", "autotune.worker", "--device", str(device)]
         self._process: subprocess.Popen[str] | None = None
         self._replies: queue.Queue[str | None] = queue.Queue()
@@ -166,12 +169,12 @@ class Worker:
         self._setup = request
         return result
 
-    def measure(
-        self, cubin: Path, kernel: str, config: Mapping[str, int], timeout: float = MEASURE_TIMEOUT_S
-    ) -> Outcome:
+    def measure(self, cubin: Path, kernel: str, config: Mapping[str, int]) -> Outcome:
         """Verify and time one compiled config. Every failure comes back as an Outcome."""
         try:
-            result = self.request("measure", timeout, cubin=str(cubin), kernel=kernel, config=dict(config))
+            result = self.request(
+                "measure", self.measure_timeout, cubin=str(cubin), kernel=kernel, config=dict(config)
+            )
         except WorkerLost as lost:
             return Outcome(lost.status, str(lost))
         except AutotuneError as exc:

@@ -1,0 +1,173 @@
+"""Fault drill: plant kernels that fail in known ways into a real sweep, kill the sweep midway with
+SIGKILL, resume it, and check that every fault was survived and recorded as its kind and that the
+database holds every completed measurement exactly once. Needs a GPU (scripts/fault_drill.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autotune.compiler import CompileJob, CompilePool, CompileResult
+from autotune.ops import gemv
+from autotune.outcome import Outcome, Status
+from autotune.problem import Problem
+from autotune.search import Budget
+from autotune.space import Config, config_key
+from autotune.tuner import StoreMeasurer, Tuner
+from autotune.worker.client import Worker
+
+PROBLEM = Problem("gemv", "float16", 2048, 2048)
+BODY = "  at_gemv::gemv_body"
+NAN_T = "at_gemv::from_float<{t}>(__int_as_float(0x7fffffff))"
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    expected: Status
+    config: Config
+    rewrite: Callable[[str, str], str]  # (kernel source, CUDA element type) -> faulty source
+
+
+def _with(config: Config, **changes: int) -> Config:
+    return {**config, **changes}
+
+
+_BASE = dict(gemv.DEFAULT_CONFIG)
+FAULTS = (
+    Fault(
+        "out_of_bounds_write",
+        Status.LAUNCH_ERROR,
+        _with(_BASE, block=64),
+        lambda s, t: s.replace(BODY, "  if (threadIdx.x == 0) ((volatile float*)y)[-(1ll << 36)] = 1.0f;\n" + BODY),
+    ),
+    Fault(
+        "hang",
+        Status.TIMEOUT,
+        _with(_BASE, block=256),
+        lambda s, t: s.replace(BODY, "  { volatile int spin = 1; while (spin) {} }\n" + BODY),
+    ),
+    Fault(
+        "wrong_values",
+        Status.WRONG_RESULT,
+        _with(_BASE, block=512),
+        lambda s, t: s.replace("(A, x, y, M, N, alpha,", "(A, x, y, M, N, 2.0f * alpha,"),
+    ),
+    Fault(
+        "nan_output",
+        Status.WRONG_RESULT,
+        _with(_BASE, unroll=2),
+        lambda s, t: s.replace(
+            "counters);\n}",
+            "counters);\n  if (blockIdx.x == 0 && threadIdx.x == 0) y[0] = " + NAN_T.format(t=t) + ";\n}",
+        ),
+    ),
+    Fault("trap", Status.LAUNCH_ERROR, _with(_BASE, unroll=1), lambda s, t: s.replace(BODY, "  __trap();\n" + BODY)),
+    # Not a kernel fault: the drill kills the worker process while this config is being measured.
+    Fault("worker_killed", Status.CRASHED, _with(_BASE, rows=2), lambda s, t: s),
+)
+
+
+class DrillMeasurer(StoreMeasurer):
+    """The real measurer, with the planted faults' sources swapped in."""
+
+    def compile_job(self, config: Config) -> CompileJob:
+        job = super().compile_job(config)
+        for fault in FAULTS:
+            if config_key(fault.config) == config_key(config):
+                source = fault.rewrite(job.source, gemv.CUDA_TYPE[PROBLEM.dtype])
+                assert source != job.source or fault.kind == "worker_killed", fault.kind
+                return CompileJob(job.name, source, job.arch, f"{job.depends_hash}:{fault.kind}")
+        return job
+
+    def measure(self, config: Config, compiled: CompileResult) -> Outcome:
+        killer = None
+        if config_key(config) == config_key(FAULTS[-1].config):
+            killer = threading.Timer(0.05, _kill_worker, args=(self._worker,))
+            killer.start()
+        try:
+            return super().measure(config, compiled)
+        finally:
+            if killer is not None:
+                killer.cancel()
+
+
+def _kill_worker(worker: Worker) -> None:
+    if worker.pid is not None:
+        os.kill(worker.pid, signal.SIGKILL)
+
+
+def run_sweep(db: str, trials: int, measure_timeout: float) -> None:
+    """The sweep under test (runs in a child process the drill may SIGKILL)."""
+    from autotune.store import open_store
+
+    # A planted hang should not cost the default minute.
+    with Worker(measure_timeout=measure_timeout) as worker, CompilePool() as pool:
+        gpu = worker.hello()
+        store = open_store(db, import_shipped=False)
+        tuner = Tuner(store, worker, pool, gpu, budget=Budget(trials), measurer=DrillMeasurer, seed=7)
+        tuner.tune(PROBLEM, first=[f.config for f in FAULTS])
+
+
+def _rows(db: Path) -> list[tuple[int, str, str, float | None]]:
+    with sqlite3.connect(db) as connection:
+        query = "select id, config_key, status, time_us from trials where status not in ('invalid', 'running')"
+        return [tuple(row) for row in connection.execute(query)]
+
+
+def _child(db: Path, trials: int, measure_timeout: float) -> subprocess.Popen[bytes]:
+    code = f"from autotune.drill import run_sweep; run_sweep({str(db)!r}, {trials}, {measure_timeout})"
+    return subprocess.Popen([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1])
+
+
+def drill(db: Path, *, trials: int = 40, kill_after: int = 14, measure_timeout: float = 8.0) -> dict[str, Any]:
+    """Run the whole drill; returns the report that scripts/fault_drill.py writes as JSON."""
+    child = _child(db, trials, measure_timeout)
+    deadline = time.monotonic() + 300
+    while child.poll() is None and time.monotonic() < deadline:
+        if db.exists() and len(_rows(db)) >= kill_after:
+            break
+        time.sleep(0.1)
+    killed = child.poll() is None
+    if killed:
+        child.send_signal(signal.SIGKILL)
+    child.wait()
+    before = {row[1]: row for row in _rows(db) if row[2] == "ok"}
+    resumed = _child(db, trials, measure_timeout)
+    resumed_code = resumed.wait(timeout=900)
+    after = _rows(db)
+    by_key = {row[1]: row for row in after}
+    faults = []
+    for fault in FAULTS:
+        row = by_key.get(config_key(fault.config))
+        recorded = row[2] if row else "missing"
+        faults.append(
+            {
+                "kind": fault.kind,
+                "injected": True,
+                "recorded_as": recorded,
+                "expected": fault.expected.value,
+                "survived": recorded == fault.expected.value,
+            }
+        )
+    kept = all(by_key.get(key) == row for key, row in before.items())
+    return {
+        "problem": str(PROBLEM),
+        "sweep_killed_midway": killed,
+        "rows_before_kill": len(before),
+        "resumed_exit_code": resumed_code,
+        "faults": faults,
+        "rows_expected": trials,
+        "rows_found": len(after),
+        "duplicates": len(after) - len(by_key),
+        "completed_rows_kept": kept,
+    }

@@ -1,0 +1,152 @@
+"""Tuning-speed benchmark (GPU machine): how long each sampler takes to get within 2% of the best
+config of a space, with the compile pool and with serial compilation.
+
+The optimum is found by brute force: every valid point measured once. The full GEMV space has
+~144,000 points per shape (~6,300 kernels), which would take hours, so this benchmark searches a
+documented sub-space of ~1,700 points (BENCH_CHOICES below: the parameter values the tuned standard
+shapes chose most) where brute force takes under a minute. Every compile starts from an empty cubin
+cache, so compile time is counted.
+
+    python scripts/bench_tuning.py --out results    # writes results/tuning_<gpu>.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from autotune.compiler import CompileJob, CompilePool, CompileResult
+from autotune.fingerprint import GpuInfo, slugify, source_hash
+from autotune.ops import gemv
+from autotune.outcome import Outcome, Status
+from autotune.problem import Problem
+from autotune.search import Budget, Measurer, Study
+from autotune.space import Config, Param, Space
+from autotune.worker.client import Worker
+
+BENCH_CHOICES = {
+    "block": (64, 128, 256, 512),
+    "lanes": (8, 32, 64, 128, 256, 512),
+    "vec": (8,),
+    "unroll": (1, 2, 4),
+    "rows": (1, 2, 4),
+    "x_smem": (0,),
+    "policy": (0, 1),
+    "split": (1, 4, 16),
+    "persist": (0, 2),
+}
+SHAPES = [(4096, 8192), (1024, 1024), (256, 131072)]
+SAMPLERS = ("tpe", "random", "grid")
+MAX_TRIALS, MAX_SECONDS = 400, 60.0
+
+
+def bench_space(problem: Problem) -> Space:
+    full = gemv.space(problem)
+    params = tuple(replace(p, choices=BENCH_CHOICES[p.name]) for p in full.params)
+    return Space(tuple(Param(p.name, p.choices, p.compiled) for p in params), full.constraint)
+
+
+class _Measurer(Measurer):
+    def __init__(self, worker: Worker, gpu: GpuInfo, problem: Problem) -> None:
+        self._worker, self._gpu, self._problem = worker, gpu, problem
+
+    def compile_job(self, config: Config) -> CompileJob:
+        p = self._problem
+        return CompileJob(
+            gemv.kernel_name(p, config), gemv.kernel_source(p, config), self._gpu.arch, source_hash("gemv")
+        )
+
+    def crashes(self, config: Config) -> int:
+        return 0
+
+    def record_invalid(self, config: Config, reason: str) -> None:
+        pass
+
+    def measure(self, config: Config, compiled: CompileResult) -> Outcome:
+        if compiled.cubin is None:
+            return Outcome(Status.COMPILE_ERROR, compiled.message)
+        return self._worker.measure(compiled.cubin, compiled.job.name, config)
+
+
+def search(
+    worker: Worker, gpu: GpuInfo, problem: Problem, sampler: str, budget: Budget, workers: int | None, seed: int
+) -> tuple[float, int, float | None, list[list[float]]]:
+    """(seconds, trials, best us, trace) of one search from a cold compile cache."""
+    trace: list[list[float]] = []
+    start = time.monotonic()
+
+    def on_trial(_config: Config, _outcome: Outcome, result: Any) -> None:
+        if result.best_us is not None:
+            trace.append([round(time.monotonic() - start, 3), result.measured, result.best_us])
+
+    with tempfile.TemporaryDirectory() as cache, CompilePool(workers, Path(cache)) as pool:
+        study = Study(
+            bench_space(problem), _Measurer(worker, gpu, problem), pool, sampler=sampler, seed=seed, on_trial=on_trial
+        )
+        result = study.run(budget)
+    return time.monotonic() - start, result.measured, result.best_us, trace
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("results"))
+    parser.add_argument("--shapes", type=int, default=len(SHAPES), help="how many of SHAPES to run")
+    args = parser.parse_args()
+    rows = []
+    with Worker() as worker:
+        gpu = worker.hello()
+        for m, n in SHAPES[: args.shapes]:
+            problem = Problem("gemv", "float16", m, n)
+            worker.setup(problem, seed=m + n)
+            size = bench_space(problem).size()
+            seconds, _, optimum, _ = search(worker, gpu, problem, "grid", Budget(size), None, 0)
+            assert optimum is not None
+            print(f"{problem}: brute force over {size} points in {seconds:.0f} s, optimum {optimum:.2f} us", flush=True)
+            target = Budget(MAX_TRIALS, MAX_SECONDS, target_us=1.02 * optimum)
+            for sampler in SAMPLERS:
+                t, trials, best, trace = search(worker, gpu, problem, sampler, target, None, 1)
+                serial, serial_best = None, None
+                if sampler == "tpe":  # serial compilation is run for the default sampler only (device time)
+                    serial, _, serial_best, _ = search(worker, gpu, problem, sampler, target, 1, 1)
+                reached = best is not None and best <= 1.02 * optimum
+                rows.append(
+                    {
+                        "op": "hgemv",
+                        "dtype": "float16",
+                        "m": m,
+                        "n": n,
+                        "sampler": sampler,
+                        "space_size": size,
+                        "optimum_us": optimum,
+                        "brute_force_seconds": seconds,
+                        "reached": reached,
+                        "best_us": best,
+                        "seconds_to_2pct": t if reached else None,
+                        "trials_to_2pct": trials if reached else None,
+                        "serial_seconds_to_2pct": serial,
+                        "trace": trace,
+                    }
+                )
+                print(
+                    f"  {sampler:6} {'reached' if reached else 'MISSED'} 2% in {t:5.1f} s, {trials:3} trials"
+                    + (f"; serial compile {serial:5.1f} s" if serial is not None else ""),
+                    flush=True,
+                )
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"tuning_{slugify(gpu.name)}.json"
+    path.write_text(
+        json.dumps({"gpu": gpu.name, "limits": {"trials": MAX_TRIALS, "seconds": MAX_SECONDS}, "rows": rows}, indent=1)
+        + "\n"
+    )
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
