@@ -130,6 +130,7 @@ def main() -> int:
                         "seconds_to_2pct": t if reached else None,
                         "trials_to_2pct": trials if reached else None,
                         "serial_seconds_to_2pct": serial,
+                        "serial_reached": serial_best is not None and serial_best <= 1.02 * optimum,
                         "trace": trace,
                     }
                 )
