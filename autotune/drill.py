@@ -28,6 +28,12 @@ from autotune.worker.client import Worker
 PROBLEM = Problem("gemv", "float16", 2048, 2048)
 BODY = "  at_gemv::gemv_body"
 NAN_T = "at_gemv::from_float<{t}>(__int_as_float(0x7fffffff))"
+# Each block first waits a second of GPU time: long enough for the drill to kill the worker mid-measure.
+SLOW = (
+    "  { unsigned long long t0, t; asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t0));\n"
+    "    do { __nanosleep(1000); asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t)); }"
+    " while (t - t0 < 1000000000ull); }\n"
+)
 
 
 @dataclass(frozen=True)
@@ -54,7 +60,7 @@ FAULTS = (
         "hang",
         Status.TIMEOUT,
         _with(_BASE, block=256),
-        lambda s, t: s.replace(BODY, "  { volatile int spin = 1; while (spin) {} }\n" + BODY),
+        lambda s, t: s.replace(BODY, "  for (;;) __nanosleep(1000);\n" + BODY),
     ),
     Fault(
         "wrong_values",
@@ -72,8 +78,8 @@ FAULTS = (
         ),
     ),
     Fault("trap", Status.LAUNCH_ERROR, _with(_BASE, unroll=1), lambda s, t: s.replace(BODY, "  __trap();\n" + BODY)),
-    # Not a kernel fault: the drill kills the worker process while this config is being measured.
-    Fault("worker_killed", Status.CRASHED, _with(_BASE, rows=2), lambda s, t: s),
+    # A slow but correct kernel: the drill kills the worker process while it is being measured.
+    Fault("worker_killed", Status.CRASHED, _with(_BASE, rows=2), lambda s, t: s.replace(BODY, SLOW + BODY)),
 )
 
 
@@ -85,14 +91,14 @@ class DrillMeasurer(StoreMeasurer):
         for fault in FAULTS:
             if config_key(fault.config) == config_key(config):
                 source = fault.rewrite(job.source, gemv.CUDA_TYPE[PROBLEM.dtype])
-                assert source != job.source or fault.kind == "worker_killed", fault.kind
+                assert source != job.source, fault.kind
                 return CompileJob(job.name, source, job.arch, f"{job.depends_hash}:{fault.kind}")
         return job
 
     def measure(self, config: Config, compiled: CompileResult) -> Outcome:
         killer = None
         if config_key(config) == config_key(FAULTS[-1].config):
-            killer = threading.Timer(0.05, _kill_worker, args=(self._worker,))
+            killer = threading.Timer(0.3, _kill_worker, args=(self._worker,))
             killer.start()
         try:
             return super().measure(config, compiled)

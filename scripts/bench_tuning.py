@@ -93,12 +93,20 @@ def search(
     return time.monotonic() - start, result.measured, result.best_us, trace
 
 
+def write(folder: Path, gpu: GpuInfo, rows: list[dict[str, Any]]) -> Path:
+    path = folder / f"tuning_{slugify(gpu.name)}.json"
+    report = {"gpu": gpu.name, "limits": {"trials": MAX_TRIALS, "seconds": MAX_SECONDS}, "rows": rows}
+    path.write_text(json.dumps(report, indent=1) + "\n")
+    return path
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("results"))
     parser.add_argument("--shapes", type=int, default=len(SHAPES), help="how many of SHAPES to run")
     args = parser.parse_args()
-    rows = []
+    rows: list[dict[str, Any]] = []
+    args.out.mkdir(parents=True, exist_ok=True)
     with Worker() as worker:
         gpu = worker.hello()
         for m, n in SHAPES[: args.shapes]:
@@ -139,12 +147,7 @@ def main() -> int:
                     + (f"; serial compile {serial:5.1f} s" if serial is not None else ""),
                     flush=True,
                 )
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"tuning_{slugify(gpu.name)}.json"
-    path.write_text(
-        json.dumps({"gpu": gpu.name, "limits": {"trials": MAX_TRIALS, "seconds": MAX_SECONDS}, "rows": rows}, indent=1)
-        + "\n"
-    )
+            path = write(args.out, gpu, rows)  # after every shape: a run cut short keeps what it measured
     print(f"wrote {path}")
     return 0
 
