@@ -103,13 +103,13 @@ def write(folder: Path, gpu: GpuInfo, rows: list[dict[str, Any]]) -> Path:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("results"))
-    parser.add_argument("--shapes", type=int, default=len(SHAPES), help="how many of SHAPES to run")
+    parser.add_argument("--only", type=int, nargs="+", default=list(range(len(SHAPES))), help="indices into SHAPES")
     args = parser.parse_args()
     rows: list[dict[str, Any]] = []
     args.out.mkdir(parents=True, exist_ok=True)
     with Worker() as worker:
         gpu = worker.hello()
-        for m, n in SHAPES[: args.shapes]:
+        for m, n in (SHAPES[i] for i in args.only):
             problem = Problem("gemv", "float16", m, n)
             worker.setup(problem, seed=m + n)
             size = bench_space(problem).size()

@@ -46,7 +46,7 @@ for name in "$@"; do
       python3 scripts/fault_drill.py --out "$OUT" 2>&1 | tee "$OUT/faults.log" | tail -12 ;;
     tuning)
       step tuning
-      python3 scripts/bench_tuning.py --out "$OUT" ${SHAPES_N:+--shapes $SHAPES_N} 2>&1 | tee "$OUT/tuning.log" | tail -20 ;;
+      python3 scripts/bench_tuning.py --out "$OUT" ${ONLY:+--only $ONLY} 2>&1 | tee "$OUT/tuning.log" | tail -20 ;;
     *) echo "unknown step $name"; exit 2 ;;
   esac
 done

@@ -13,7 +13,7 @@ from autotune.gpu import Kernels, driver
 
 Launcher = Callable[[int], None]  # launches call number i (which picks the rotating buffer)
 
-_HOST_US_PER_LAUNCH = 40  # generous: PyCUDA needs ~10 us per launch, torch a little more
+_HOST_US_PER_LAUNCH = 20  # PyCUDA needs ~10 us per launch; a spin too short is detected and redone
 _MAX_SPIN_NS = 200_000_000
 
 
