@@ -12,6 +12,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Any
 
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution
@@ -63,13 +64,21 @@ class Measurer:
         raise NotImplementedError
 
 
+class _GridSampler(optuna.samplers.GridSampler):
+    """Optuna's grid sampler stops the study once every point was asked, which raises outside
+    study.optimize(); with ask/tell the study loop checks is_exhausted() itself instead."""
+
+    def after_trial(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
 def make_sampler(name: str, space: Space, seed: int | None) -> optuna.samplers.BaseSampler:
     if name == "tpe":
         return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "grid":
-        return optuna.samplers.GridSampler({k: list(v) for k, v in space.choices().items()}, seed=seed)
+        return _GridSampler({k: list(v) for k, v in space.choices().items()}, seed=seed)
     raise ValueError(f"unknown sampler {name!r}: choose one of {', '.join(SAMPLERS)}")
 
 
@@ -140,6 +149,9 @@ class Study:
                 and self.result.measured + len(pending) < remaining
                 and asks < ask_cap
             ):
+                if self._exhausted():
+                    asks = ask_cap
+                    break
                 asks += 1
                 queued = self._ask(pending)
                 if queued is not None:
@@ -163,6 +175,11 @@ class Study:
                     self._study.tell(late_trial, state=TrialState.FAIL)
                 break
         return self.result
+
+    def _exhausted(self) -> bool:
+        """Only a grid knows it has no new point left; other samplers end at the ask cap."""
+        sampler = self._study.sampler
+        return isinstance(sampler, _GridSampler) and sampler.is_exhausted(self._study)
 
     def _ask(
         self, pending: deque[tuple[optuna.trial.Trial, Config, Future[CompileResult]]]

@@ -9,7 +9,7 @@ from autotune.ops import gemv
 from autotune.outcome import Outcome, Status
 from autotune.problem import Problem
 from autotune.search import Budget, Measurer, Study
-from autotune.space import Config, config_key
+from autotune.space import Config, Param, Space, config_key
 from tests.fakes import InstantPool, modelled_time_us
 
 PROBLEM = Problem("gemv", "float16", 4096, 8192)
@@ -117,3 +117,17 @@ def test_patience_stops_early_and_timeout_stops() -> None:
     assert result.measured < 500 and "no 1% improvement" in result.stopped
     timed = _study(FakeMeasurer(), "random").run(Budget(trials=10**6, timeout_s=0.5))
     assert timed.stopped == "timeout"
+
+
+def test_grid_search_ends_when_the_grid_is_exhausted() -> None:
+    measurer = FakeMeasurer()
+    tiny = Space(
+        tuple(Param(p.name, p.choices[:2] if p.name in ("block", "unroll") else (gemv.DEFAULT_CONFIG[p.name],))
+              for p in measurer.space.params),
+        measurer.space.constraint,
+    )
+    measurer.space = tiny
+    study = Study(tiny, measurer, InstantPool(), sampler="grid", seed=0)  # type: ignore[arg-type]
+    result = study.run(Budget(trials=50))
+    assert result.measured == tiny.size() == 4
+    assert result.stopped == "search space exhausted"

@@ -1,0 +1,41 @@
+"""Convergence plot of results/tuning_<gpu>.json: best time found / optimum against seconds.
+
+    python scripts/plot_tuning.py results/tuning_nvidia-h200.json   # writes results/tuning_nvidia-h200.png
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def main(path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    report = json.loads(path.read_text())
+    shapes = list(dict.fromkeys((r["m"], r["n"]) for r in report["rows"]))
+    fig, axes = plt.subplots(1, len(shapes), figsize=(6.5 * len(shapes), 4.2), squeeze=False)
+    for axis, (m, n) in zip(axes[0], shapes, strict=True):
+        for row in (r for r in report["rows"] if (r["m"], r["n"]) == (m, n)):
+            trace = row["trace"]
+            axis.step([t for t, _, _ in trace], [best / row["optimum_us"] for _, _, best in trace], where="post",
+                      label=f"{row['sampler']} (pool)")
+        axis.axhline(1.02, color="grey", linestyle=":", label="within 2% of the optimum")
+        axis.set_ylim(0.98, 1.6)
+        axis.set_xscale("log")
+        axis.set_xlabel("seconds since the search started (compiling included)")
+        axis.set_ylabel("best time found / brute-force optimum")
+        axis.set_title(f"{report['gpu']} hgemv {m}x{n}")
+        axis.legend(fontsize=8)
+    fig.tight_layout()
+    out = path.with_suffix(".png")
+    fig.savefig(out, dpi=110)
+    return out
+
+
+if __name__ == "__main__":
+    print(main(Path(sys.argv[1] if len(sys.argv) > 1 else "results/tuning_nvidia-h200.json")))
