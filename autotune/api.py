@@ -16,7 +16,11 @@ from autotune.select import Choice, Selector
 if TYPE_CHECKING:
     from autotune.tuner import Progress, SweepReport
 
-SAMPLERS = ("tpe", "random", "grid")  # kept equal to autotune.search.SAMPLERS (a test checks)
+# Kept equal to autotune.search.SAMPLERS (tests/test_search.py checks), which imports Optuna: the
+# CLI validates --sampler without paying for that import.
+SAMPLERS = ("tpe", "random", "grid")
+# A shape whose best has not improved by 1% in this many trials has stopped improving.
+DEFAULT_PATIENCE = 32
 
 
 @functools.cache
@@ -112,7 +116,7 @@ def sweep(
     shapes_file: Path | None = None,
     trials: int = 64,
     timeout: float | None = None,
-    patience: int | None = None,
+    patience: int | None = DEFAULT_PATIENCE,
     sampler: str = "tpe",
     seed: int | None = None,
     db: str | None = None,
@@ -211,3 +215,22 @@ def problem_trials(
     gpu_name, _ = resolve_gpu(gpu, database.gpu_names())
     problem_id = database.problem_id(problem, gpu_name, create=False)
     return problem, gpu_name, ([] if problem_id is None else list(database.trials(problem_id)))
+
+
+def bench(
+    op: str | None, m: int, n: int, *, dtype: str | None = None, db: str | None = None
+) -> tuple[Any, float, Choice]:
+    """Time the selected config for this shape beside cuBLAS (torch) on this machine's GPU, with the
+    same method and buffers; returns (BenchRow, copy bandwidth GB/s, the choice that was timed)."""
+    name, kind = resolve_op(op, dtype)
+    problem = make_problem(name, kind, m, n)
+    from autotune.bench import Bench
+
+    runner = Bench()
+    choice = _selector(db).choose(
+        problem, runner.launcher.gpu.name, runner.launcher.gpu.driver, runner.launcher.gpu.cuda
+    )
+    row = runner.compare(choice)
+    copy_gbs = runner.copy_gbs()
+    row.pct_copy = 100.0 * row.ours_gbs / copy_gbs
+    return row, copy_gbs, choice

@@ -85,8 +85,8 @@ def sweep(
     trials: Annotated[int, typer.Option("--trials", help="trials per shape, counting stored ones")] = 64,
     timeout: Annotated[float | None, typer.Option("--timeout", help="seconds per shape")] = None,
     patience: Annotated[
-        int | None, typer.Option("--patience", help="stop a shape after N trials without 1% gain")
-    ] = None,
+        int, typer.Option("--patience", min=0, help="stop a shape after N trials without 1% gain (0: never)")
+    ] = api.DEFAULT_PATIENCE,
     sampler: Annotated[str, typer.Option("--sampler", help="tpe, random or grid")] = "tpe",
     seed: Annotated[int | None, typer.Option("--seed", help="sampler seed")] = None,
     device: Annotated[int, typer.Option("--device", help="GPU index")] = 0,
@@ -115,7 +115,7 @@ def sweep(
             shapes_file=shapes,
             trials=trials,
             timeout=timeout,
-            patience=patience,
+            patience=patience or None,
             sampler=sampler,
             seed=seed,
             db=db,
@@ -180,6 +180,24 @@ def best(
     out.print(f"config: {_config_text(choice.config)}", markup=False)
     for note in choice.notes:
         out.print(f"note: {note}", markup=False)
+
+
+@app.command()
+def bench(
+    m: Annotated[int, typer.Option("--m", help="rows of A")],
+    n: Annotated[int, typer.Option("--n", help="columns of A: the reduction length")],
+    op: Op = "hgemv",
+    dtype: Dtype = None,
+    db: Db = None,
+) -> None:
+    """Time this shape's chosen config beside cuBLAS (torch) on this GPU, same method, same run."""
+    row, copy_gbs, choice = api.bench(op, m, n, dtype=dtype, db=db)
+    out.print(f"{choice.problem} on {choice.gpu} [{choice.source}] config: {_config_text(choice.config)}", markup=False)
+    out.print(
+        f"autotune {row.ours_us:.2f} us ({row.ours_gbs:.0f} GB/s, {row.pct_copy:.0f}% of copy {copy_gbs:.0f} GB/s)"
+        f"   cuBLAS {row.cublas_us:.2f} us ({row.cublas_gbs:.0f} GB/s)   speedup {row.speedup:.2f}x",
+        markup=False,
+    )
 
 
 @app.command("list")

@@ -131,3 +131,9 @@ def test_grid_search_ends_when_the_grid_is_exhausted() -> None:
     result = study.run(Budget(trials=50))
     assert result.measured == tiny.size() == 4
     assert result.stopped == "search space exhausted"
+
+
+def test_the_api_knows_the_same_samplers() -> None:
+    from autotune import api, search
+
+    assert api.SAMPLERS == search.SAMPLERS

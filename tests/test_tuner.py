@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import signal
@@ -23,7 +24,7 @@ from autotune.problem import Problem
 from autotune.search import Budget
 from autotune.space import Config, config_key
 from autotune.store import Store, TrialRow, open_store
-from autotune.tuner import ProblemReport, Tuner
+from autotune.tuner import ProblemReport, Tuner, stale_problems
 from tests.fakes import InstantPool, modelled_time_us
 
 REPO = Path(__file__).resolve().parents[1]
@@ -351,3 +352,25 @@ def test_a_killed_sweep_resumes_without_loss_or_repeats(tmp_path: Path, db_path:
     assert len({t.config_key for t in stored}) == len(stored)
     after = {t.id: (t.config_key, t.time_us) for t in stored if t.status is Status.OK}
     assert {trial_id: after.get(trial_id) for trial_id in before} == before
+
+
+def test_stale_problems_are_those_without_a_fresh_measurement(store: Store) -> None:
+    tune(store, FakeWorker(), 6, SHAPE)
+    tune(store, FakeWorker(), 6, NEARBY)
+    assert stale_problems(store, H200, None, None) == []
+    new_driver = dataclasses.replace(H200, driver="999.1")
+    assert sorted(stale_problems(store, new_driver, None, None)) == sorted([SHAPE, NEARBY])
+    assert stale_problems(store, new_driver, "gemv", "float32") == []
+
+
+def test_retuning_under_a_new_driver_remeasures_instead_of_reusing(store: Store) -> None:
+    tune(store, FakeWorker(), 6, SHAPE)
+    new_driver = dataclasses.replace(H200, driver="999.1")
+    worker = FakeWorker()
+    tuner = Tuner(store, worker, InstantPool(), new_driver, sampler="random",  # type: ignore[arg-type]
+                  budget=Budget(6), seed=1, fresh_only=True)
+    report = tuner.tune(SHAPE)
+    assert report.result.reused == 0 and report.result.measured == 6
+    assert stale_problems(store, new_driver, None, None) == []
+    best = store.best(H200.name, SHAPE, source_hash("gemv"))
+    assert best is not None and best.driver == "999.1"
