@@ -15,7 +15,7 @@ from autotune.compiler import CompileJob, CompilePool, CompileResult
 from autotune.errors import AutotuneError
 from autotune.fingerprint import GpuInfo, source_hash, toolchain
 from autotune.outcome import Outcome, Status
-from autotune.problem import Problem
+from autotune.problem import DTYPES, ITEMSIZE, Problem
 from autotune.search import SAMPLERS, Budget, Measurer, Study, StudyResult
 from autotune.space import Config, config_key
 from autotune.worker.client import Worker, WorkerLost
@@ -118,9 +118,26 @@ def _stored_outcome(row: Any) -> Outcome:
     return Outcome(row.status, row.message, row.time_us, [], row.gbs, row.rel_error)
 
 
+def _same_bytes_per_load(config: Config, from_dtype: str, to_dtype: str) -> Config:
+    """A config of another dtype with its vector width rescaled so each load moves the same bytes."""
+    if "vec" not in config:
+        return dict(config)
+    vec = max(1, config["vec"] * ITEMSIZE[from_dtype] // ITEMSIZE[to_dtype])
+    return {**config, "vec": vec}
+
+
 def _neighbour_configs(store: Any, gpu: str, problem: Problem, current: str) -> list[Config]:
+    """Warm start: the best configs of the nearest tuned shapes of this dtype, then the best config
+    of this very shape in the other dtypes (the same memory traffic, so often the same answer)."""
     tuned = store.tuned(gpu, problem.op, problem.dtype, current)
-    return [dict(row.config) for row in select.nearest(tuned, (problem.m, problem.n))[:WARM_START_NEIGHBOURS]]
+    configs = [dict(row.config) for row in select.nearest(tuned, (problem.m, problem.n))[:WARM_START_NEIGHBOURS]]
+    for dtype in DTYPES:
+        if dtype == problem.dtype:
+            continue
+        other = store.best(gpu, Problem(problem.op, dtype, problem.m, problem.n), current)
+        if other is not None:
+            configs.append(_same_bytes_per_load(dict(other.config), dtype, problem.dtype))
+    return configs
 
 
 class Tuner:

@@ -374,3 +374,14 @@ def test_retuning_under_a_new_driver_remeasures_instead_of_reusing(store: Store)
     assert stale_problems(store, new_driver, None, None) == []
     best = store.best(H200.name, SHAPE, source_hash("gemv"))
     assert best is not None and best.driver == "999.1"
+
+
+def test_warm_start_borrows_the_same_shape_in_another_dtype(store: Store) -> None:
+    tune(store, FakeWorker(), 12, SHAPE)
+    half = store.best(H200.name, SHAPE, source_hash("gemv"))
+    assert half is not None
+    worker = FakeWorker()
+    single = Problem("gemv", "float32", SHAPE.m, SHAPE.n)
+    tune(store, worker, 3, single)
+    expected = {**half.config, "vec": max(1, half.config["vec"] // 2)}  # the same 16-byte loads
+    assert expected in worker.measured[:2]
