@@ -18,6 +18,7 @@ from autotune.outcome import Outcome, Status
 from autotune.problem import DTYPES, ITEMSIZE, Problem
 from autotune.search import SAMPLERS, Budget, Measurer, Study, StudyResult
 from autotune.space import Config, config_key
+from autotune.store.rows import Provenance
 from autotune.worker.client import Worker, WorkerLost
 
 WARM_START_NEIGHBOURS = 3
@@ -64,7 +65,7 @@ class StoreMeasurer(Measurer):
         self._problem, self._problem_id = problem, problem_id
         self._op = ops.get(problem.op)
         self._source_hash = source_hash(problem.op)
-        self._tools = toolchain()
+        self._where = Provenance(problem_id, gpu_id, self._source_hash, toolchain(), gpu.driver, gpu.cuda)
 
     def compile_job(self, config: Config) -> CompileJob:
         return CompileJob(
@@ -78,16 +79,7 @@ class StoreMeasurer(Measurer):
         return int(self._store.crash_count(self._problem_id, config_key(config), self._source_hash))
 
     def _record(self, config: Config, outcome: Outcome) -> None:
-        self._store.record_trial(
-            self._problem_id,
-            self._gpu_id,
-            config,
-            self._source_hash,
-            self._tools,
-            self._gpu.driver,
-            self._gpu.cuda,
-            outcome,
-        )
+        self._store.record_trial(self._where, config, outcome)
 
     def record_invalid(self, config: Config, reason: str) -> None:
         self._record(config, Outcome(Status.INVALID, reason))
@@ -98,15 +90,7 @@ class StoreMeasurer(Measurer):
             self._record(config, outcome)
             return outcome
         # Written as running before dispatch: a sweep killed now leaves a row the next run redoes.
-        trial_id = self._store.start_trial(
-            self._problem_id,
-            self._gpu_id,
-            config,
-            self._source_hash,
-            self._tools,
-            self._gpu.driver,
-            self._gpu.cuda,
-        )
+        trial_id = self._store.start_trial(self._where, config)
         outcome = self._worker.measure(compiled.cubin, compiled.job.name, config)
         if outcome.status in (Status.CRASHED, Status.TIMEOUT):
             self._store.note_crash(self._problem_id, config_key(config), self._source_hash)
@@ -152,7 +136,8 @@ class Tuner:
         budget: Budget | None = None,
         seed: int | None = None,
         progress: Progress | None = None,
-        fresh_only: bool = False, measurer: type[StoreMeasurer] = StoreMeasurer,
+        fresh_only: bool = False,
+        measurer: type[StoreMeasurer] = StoreMeasurer,
     ) -> None:
         if sampler not in SAMPLERS:
             raise AutotuneError(f"unknown sampler {sampler!r}: choose one of {', '.join(SAMPLERS)}")
@@ -165,9 +150,7 @@ class Tuner:
         self._fresh_only = fresh_only
         self._measurer_type = measurer  # a fault drill plants its faults through a subclass
 
-    def tune(
-        self, problem: Problem, index: int = 0, total: int = 1, first: Sequence[Config] = ()
-    ) -> ProblemReport:
+    def tune(self, problem: Problem, index: int = 0, total: int = 1, first: Sequence[Config] = ()) -> ProblemReport:
         """Tune one problem; `first` configs are measured before the sampler's own picks."""
         start = time.perf_counter()
         current = source_hash(problem.op)

@@ -18,7 +18,7 @@ from autotune.fingerprint import GpuInfo, Toolchain, source_hash
 from autotune.ops import gemv
 from autotune.outcome import Outcome, Status
 from autotune.problem import Problem
-from autotune.store import Store, open_store
+from autotune.store import Provenance, Store, open_store
 
 REPO = Path(__file__).resolve().parents[1]
 H200 = GpuInfo("NVIDIA H200", "GPU-1111", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
@@ -90,7 +90,7 @@ def measure(store: Store, problem: Problem, config: dict[str, int], outcome: Out
     gpu_id = store.upsert_gpu(H200)
     pid = store.problem_id(problem, H200.name)
     assert pid is not None
-    trial = store.start_trial(pid, gpu_id, config, source_hash(problem.op), TOOLS, H200.driver, H200.cuda)
+    trial = store.start_trial(Provenance(pid, gpu_id, source_hash(problem.op), TOOLS, H200.driver, H200.cuda), config)
     store.finish_trial(trial, outcome)
 
 

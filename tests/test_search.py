@@ -122,8 +122,10 @@ def test_patience_stops_early_and_timeout_stops() -> None:
 def test_grid_search_ends_when_the_grid_is_exhausted() -> None:
     measurer = FakeMeasurer()
     tiny = Space(
-        tuple(Param(p.name, p.choices[:2] if p.name in ("block", "unroll") else (gemv.DEFAULT_CONFIG[p.name],))
-              for p in measurer.space.params),
+        tuple(
+            Param(p.name, p.choices[:2] if p.name in ("block", "unroll") else (gemv.DEFAULT_CONFIG[p.name],))
+            for p in measurer.space.params
+        ),
         measurer.space.constraint,
     )
     measurer.space = tiny

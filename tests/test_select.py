@@ -15,7 +15,7 @@ from autotune.ops import gemv
 from autotune.outcome import Outcome, Status
 from autotune.problem import Problem
 from autotune.select import DEFAULT, ESTIMATE, MEASURED, Selector, choose, nearest, shape_distance
-from autotune.store import Store, open_store
+from autotune.store import Provenance, Store, open_store
 
 GPU = "NVIDIA H200"
 H200 = GpuInfo(GPU, "GPU-1111", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
@@ -148,7 +148,9 @@ def measure(
     gpu_id = store.upsert_gpu(gpu)
     pid = store.problem_id(problem, gpu.name)
     assert pid is not None
-    trial = store.start_trial(pid, gpu_id, config, src or source_hash(problem.op), TOOLS, gpu.driver, gpu.cuda)
+    trial = store.start_trial(
+        Provenance(pid, gpu_id, src or source_hash(problem.op), TOOLS, gpu.driver, gpu.cuda), config
+    )
     store.finish_trial(trial, Outcome(Status.OK, time_us=time_us, times_us=[time_us]))
 
 

@@ -20,7 +20,7 @@ from autotune.errors import AutotuneError
 from autotune.fingerprint import GpuInfo, Toolchain
 from autotune.outcome import Outcome, Status
 from autotune.problem import Problem
-from autotune.store import Store, check_url, config_key, open_store, resolve_url
+from autotune.store import Provenance, Store, check_url, config_key, open_store, resolve_url
 from autotune.store.database import alembic_config
 from autotune.store.models import Base
 
@@ -52,7 +52,7 @@ def measure(store: Store, problem: Problem, config: dict[str, int], outcome: Out
     gpu = store.upsert_gpu(H200)
     pid = store.problem_id(problem, H200.name)
     assert pid is not None
-    trial = store.start_trial(pid, gpu, config, src, TOOLS, H200.driver, H200.cuda)
+    trial = store.start_trial(Provenance(pid, gpu, src, TOOLS, H200.driver, H200.cuda), config)
     store.finish_trial(trial, outcome)
     return pid
 
@@ -195,7 +195,7 @@ def test_start_finish_round_trip(store: Store) -> None:
     pid = store.problem_id(SHAPE, H200.name)
     assert pid is not None and store.problem_id(SHAPE, H200.name, create=False) == pid
     assert store.problem_id(OTHER, H200.name, create=False) is None
-    trial = store.start_trial(pid, gpu, {"block": 128, "rows": 4}, SRC, TOOLS, "13.0", "13.0")
+    trial = store.start_trial(Provenance(pid, gpu, SRC, TOOLS, "13.0", "13.0"), {"block": 128, "rows": 4})
     assert store.completed_trials(pid, SRC) == []
     store.finish_trial(trial, ok(7.5))
     [row] = store.completed_trials(pid, SRC)
@@ -221,11 +221,11 @@ def test_running_row_survives_a_killed_sweep(db_path: Path) -> None:
         import os, signal
         from autotune.fingerprint import GpuInfo, Toolchain
         from autotune.problem import Problem
-        from autotune.store import open_store
+        from autotune.store import Provenance, open_store
         store = open_store({str(db_path)!r}, import_shipped=False)
         gpu = store.upsert_gpu(GpuInfo(*{tuple(H200.to_dict().values())!r}))
         pid = store.problem_id(Problem("gemv", "float16", 4096, 4096), "NVIDIA H200")
-        store.start_trial(pid, gpu, {{"block": 64}}, {SRC!r}, Toolchain("n", "p", "a"), "13.0", "13.0")
+        store.start_trial(Provenance(pid, gpu, {SRC!r}, Toolchain("n", "p", "a"), "13.0", "13.0"), {{"block": 64}})
         os.kill(os.getpid(), signal.SIGKILL)
         """
     )
@@ -247,10 +247,10 @@ def test_start_trial_reuses_a_running_row(store: Store) -> None:
     gpu = store.upsert_gpu(H200)
     pid = store.problem_id(SHAPE, H200.name)
     assert pid is not None
-    first = store.start_trial(pid, gpu, {"a": 1, "b": 2}, SRC, TOOLS, "13.0", "13.0")
-    again = store.start_trial(pid, gpu, {"b": 2, "a": 1}, SRC, TOOLS, "13.0", "13.0")
+    first = store.start_trial(Provenance(pid, gpu, SRC, TOOLS, "13.0", "13.0"), {"a": 1, "b": 2})
+    again = store.start_trial(Provenance(pid, gpu, SRC, TOOLS, "13.0", "13.0"), {"b": 2, "a": 1})
     assert again == first and len(store.trials(pid)) == 1
-    other_source = store.start_trial(pid, gpu, {"a": 1, "b": 2}, "src-old", TOOLS, "13.0", "13.0")
+    other_source = store.start_trial(Provenance(pid, gpu, "src-old", TOOLS, "13.0", "13.0"), {"a": 1, "b": 2})
     assert other_source != first
     assert store.drop_unfinished() == 2
 
@@ -260,15 +260,15 @@ def test_record_trial_keeps_the_final_row(store: Store) -> None:
     pid = store.problem_id(SHAPE, H200.name)
     assert pid is not None
     invalid = Outcome(Status.INVALID, "block does not divide n")
-    first = store.record_trial(pid, gpu, {"block": 3}, SRC, TOOLS, "13.0", "13.0", invalid)
+    first = store.record_trial(Provenance(pid, gpu, SRC, TOOLS, "13.0", "13.0"), {"block": 3}, invalid)
     failed = Outcome(Status.COMPILE_ERROR, "nvcc failed")
-    second = store.record_trial(pid, gpu, {"block": 3}, SRC, TOOLS, "13.0", "13.0", failed)
+    second = store.record_trial(Provenance(pid, gpu, SRC, TOOLS, "13.0", "13.0"), {"block": 3}, failed)
     assert second == first
     [row] = store.trials(pid)
     assert (row.status, row.message) == (Status.INVALID, "block does not divide n")
     # A running row for the key is finished in place rather than duplicated.
-    running = store.start_trial(pid, gpu, {"block": 5}, SRC, TOOLS, "13.0", "13.0")
-    assert store.record_trial(pid, gpu, {"block": 5}, SRC, TOOLS, "13.0", "13.0", invalid) == running
+    running = store.start_trial(Provenance(pid, gpu, SRC, TOOLS, "13.0", "13.0"), {"block": 5})
+    assert store.record_trial(Provenance(pid, gpu, SRC, TOOLS, "13.0", "13.0"), {"block": 5}, invalid) == running
     assert {t.status for t in store.trials(pid)} == {Status.INVALID}
 
 

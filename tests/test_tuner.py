@@ -23,7 +23,7 @@ from autotune.outcome import Outcome, Status
 from autotune.problem import Problem
 from autotune.search import Budget
 from autotune.space import Config, config_key
-from autotune.store import Store, TrialRow, open_store
+from autotune.store import Provenance, Store, TrialRow, open_store
 from autotune.tuner import ProblemReport, Tuner, stale_problems
 from tests.fakes import InstantPool, modelled_time_us
 
@@ -219,8 +219,11 @@ def test_a_crash_left_without_its_retry_is_retried_next_run(store: Store) -> Non
     assert pid is not None
     gpu_id = store.upsert_gpu(H200)
     store.note_crash(pid, config_key(best.config), source_hash("gemv"))
-    store.record_trial(pid, gpu_id, best.config, source_hash("gemv"), toolchain(), H200.driver, H200.cuda,
-                       Outcome(Status.CRASHED, "worker died (exit -9)"))
+    store.record_trial(
+        Provenance(pid, gpu_id, source_hash("gemv"), toolchain(), H200.driver, H200.cuda),
+        best.config,
+        Outcome(Status.CRASHED, "worker died (exit -9)"),
+    )
     crashed = {config_key(best.config)}  # the flaky worker will not crash on it again
     second = FlakyWorker(best.config, crashed)
     tune(store, second, 3, seed=2)
@@ -367,8 +370,16 @@ def test_retuning_under_a_new_driver_remeasures_instead_of_reusing(store: Store)
     tune(store, FakeWorker(), 6, SHAPE)
     new_driver = dataclasses.replace(H200, driver="999.1")
     worker = FakeWorker()
-    tuner = Tuner(store, worker, InstantPool(), new_driver, sampler="random",  # type: ignore[arg-type]
-                  budget=Budget(6), seed=1, fresh_only=True)
+    tuner = Tuner(
+        store,
+        worker,
+        InstantPool(),
+        new_driver,
+        sampler="random",  # type: ignore[arg-type]
+        budget=Budget(6),
+        seed=1,
+        fresh_only=True,
+    )
     report = tuner.tune(SHAPE)
     assert report.result.reused == 0 and report.result.measured == 6
     assert stale_problems(store, new_driver, None, None) == []

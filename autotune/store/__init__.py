@@ -2,7 +2,7 @@
 
 from autotune.space import config_key
 from autotune.store.database import Database, check_url, open_database, resolve_url
-from autotune.store.rows import BestRow, GpuRow, ProblemSummary, TrialRow
+from autotune.store.rows import BestRow, GpuRow, ProblemSummary, Provenance, TrialRow
 from autotune.store.store import Store, open_store
 
 __all__ = [
@@ -10,6 +10,7 @@ __all__ = [
     "Database",
     "GpuRow",
     "ProblemSummary",
+    "Provenance",
     "Store",
     "TrialRow",
     "check_url",

@@ -1,4 +1,5 @@
-"""Plain frozen rows the store hands to callers, so that no ORM object leaves a session."""
+"""Plain frozen rows the store hands to callers (so that no ORM object leaves a session), and the
+provenance callers hand to it with every trial."""
 
 from __future__ import annotations
 
@@ -6,9 +7,23 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from autotune.fingerprint import Toolchain
 from autotune.outcome import Status
 from autotune.problem import Problem
 from autotune.store import models as orm
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a trial's measurement comes from: its problem, the GPU that ran it, the kernel source,
+    and the software around it. One per problem and sweep; the store writes it on every trial."""
+
+    problem_id: int
+    gpu_id: int
+    source_hash: str
+    toolchain: Toolchain
+    driver: str
+    cuda: str
 
 
 def as_utc(moment: datetime) -> datetime:

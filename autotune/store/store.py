@@ -12,7 +12,7 @@ from sqlalchemy import CursorResult, delete, func, select, union
 from sqlalchemy.orm import Session
 
 from autotune.errors import AutotuneError
-from autotune.fingerprint import GpuInfo, Toolchain
+from autotune.fingerprint import GpuInfo
 from autotune.outcome import Outcome, Status
 from autotune.problem import Problem
 from autotune.space import config_key
@@ -29,7 +29,16 @@ from autotune.store.queries import (
     problem_filters,
     ranked_ok,
 )
-from autotune.store.rows import BestRow, GpuRow, ProblemSummary, TrialRow, best_row, gpu_row, trial_row
+from autotune.store.rows import (
+    BestRow,
+    GpuRow,
+    ProblemSummary,
+    Provenance,
+    TrialRow,
+    best_row,
+    gpu_row,
+    trial_row,
+)
 
 MEASURED = "measured"
 
@@ -44,24 +53,16 @@ def _apply_outcome(trial: orm.Trial, outcome: Outcome) -> None:
     trial.finished_at = orm.utcnow()
 
 
-def _begin_trial(
-    session: Session,
-    problem_id: int,
-    gpu_id: int,
-    config: Mapping[str, Any],
-    source_hash: str,
-    toolchain: Toolchain,
-    driver: str,
-    cuda: str,
-) -> orm.Trial:
+def _begin_trial(session: Session, where: Provenance, config: Mapping[str, Any]) -> orm.Trial:
     """The row for this config, new or reset to running (a row left behind by an earlier sweep)."""
     key = config_key(config)
-    trial = find_trial(session, problem_id, key, source_hash)
+    trial = find_trial(session, where.problem_id, key, where.source_hash)
     if trial is None:
-        trial = orm.Trial(problem_id=problem_id, config_key=key, source_hash=source_hash)
+        trial = orm.Trial(problem_id=where.problem_id, config_key=key, source_hash=where.source_hash)
         session.add(trial)
-    trial.gpu_id, trial.config, trial.origin = gpu_id, dict(config), MEASURED
-    trial.nvcc, trial.pycuda, trial.driver, trial.cuda = toolchain.nvcc, toolchain.pycuda, driver, cuda
+    trial.gpu_id, trial.config, trial.origin = where.gpu_id, dict(config), MEASURED
+    trial.nvcc, trial.pycuda = where.toolchain.nvcc, where.toolchain.pycuda
+    trial.driver, trial.cuda = where.driver, where.cuda
     trial.status, trial.message, trial.times_us = Status.RUNNING, "", []
     trial.time_us = trial.gbs = trial.rel_error = None
     trial.created_at, trial.finished_at = orm.utcnow(), None
@@ -145,21 +146,12 @@ class Store:
         with self.db.session_scope() as session:
             return [trial_row(t) for t in session.scalars(stmt)]
 
-    def start_trial(
-        self,
-        problem_id: int,
-        gpu_id: int,
-        config: Mapping[str, Any],
-        source_hash: str,
-        toolchain: Toolchain,
-        driver: str,
-        cuda: str,
-    ) -> int:
+    def start_trial(self, where: Provenance, config: Mapping[str, Any]) -> int:
         """Write a running row and commit it before the work is dispatched: a killed sweep leaves
         a row that says so. An existing row for the same config (left by a killed sweep, or a crash
         being retried) is reset; callers skip the configs completed_trials() lists."""
         with self.db.session_scope(write=True) as session:
-            trial = _begin_trial(session, problem_id, gpu_id, config, source_hash, toolchain, driver, cuda)
+            trial = _begin_trial(session, where, config)
             session.flush()
             return trial.id
 
@@ -172,25 +164,15 @@ class Store:
                 raise AutotuneError(f"trial {trial_id} is no longer in {self.url} (dropped as unfinished?)")
             _apply_outcome(trial, outcome)
 
-    def record_trial(
-        self,
-        problem_id: int,
-        gpu_id: int,
-        config: Mapping[str, Any],
-        source_hash: str,
-        toolchain: Toolchain,
-        driver: str,
-        cuda: str,
-        outcome: Outcome,
-    ) -> int:
+    def record_trial(self, where: Provenance, config: Mapping[str, Any], outcome: Outcome) -> int:
         """A final trial in one step (invalid configs, compile errors); an existing final row is kept."""
         if outcome.status is Status.RUNNING:
             raise ValueError("record_trial needs a final outcome, not running")
         with self.db.session_scope(write=True) as session:
-            existing = find_trial(session, problem_id, config_key(config), source_hash)
+            existing = find_trial(session, where.problem_id, config_key(config), where.source_hash)
             if existing is not None and existing.status is not Status.RUNNING:
                 return existing.id
-            trial = _begin_trial(session, problem_id, gpu_id, config, source_hash, toolchain, driver, cuda)
+            trial = _begin_trial(session, where, config)
             _apply_outcome(trial, outcome)
             session.flush()
             return trial.id
