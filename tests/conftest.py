@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from autotune.store import Store, open_store
 
 
 @functools.cache
@@ -20,6 +23,18 @@ def gpu_available() -> str | None:
     except Exception as exc:  # ImportError, missing libcuda, driver errors
         return f"no usable GPU ({type(exc).__name__}: {exc})"
     return None
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "tune.db"
+
+
+@pytest.fixture
+def store(db_path: Path) -> Iterator[Store]:
+    """An empty SQLite store of the test's own (shipped records not imported)."""
+    with open_store(str(db_path), import_shipped=False) as opened:
+        yield opened
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

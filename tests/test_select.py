@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +13,7 @@ from autotune.ops import gemv
 from autotune.outcome import Outcome, Status
 from autotune.problem import Problem
 from autotune.select import DEFAULT, ESTIMATE, MEASURED, Selector, choose, nearest, shape_distance
-from autotune.store import Provenance, Store, open_store
+from autotune.store import Provenance, Store
 
 GPU = "NVIDIA H200"
 H200 = GpuInfo(GPU, "GPU-1111", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
@@ -128,12 +126,6 @@ class CountingStore:
     def tuned(self, *args: Any) -> Any:
         self.calls["tuned"] += 1
         return self._store.tuned(*args)
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    with open_store(str(tmp_path / "select.db"), import_shipped=False) as opened:
-        yield opened
 
 
 def measure(

@@ -8,7 +8,6 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,17 +30,6 @@ SHAPE = Problem("gemv", "float16", 4096, 4096)
 OTHER = Problem("gemv", "float16", 8192, 1024)
 SRC = "src-now"
 TABLES = {"gpus", "problems", "trials", "crashes", "shipped_imports", "alembic_version"}
-
-
-@pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "tune.db"
-
-
-@pytest.fixture
-def store(db_path: Path) -> Iterator[Store]:
-    with open_store(str(db_path), import_shipped=False) as opened:
-        yield opened
 
 
 def ok(time_us: float) -> Outcome:

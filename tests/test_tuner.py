@@ -12,10 +12,8 @@ import sys
 import textwrap
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-
-import pytest
 
 from autotune.fingerprint import GpuInfo, source_hash, toolchain
 from autotune.ops import gemv
@@ -56,17 +54,6 @@ class FakeWorker:
         if status is Status.OK:
             return Outcome(Status.OK, time_us=modelled_time_us(config), times_us=[modelled_time_us(config)])
         return Outcome(status, f"planted {status.value}")
-
-
-@pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "tune.db"
-
-
-@pytest.fixture
-def store(db_path: Path) -> Iterator[Store]:
-    with open_store(str(db_path), import_shipped=False) as opened:
-        yield opened
 
 
 def tune(
