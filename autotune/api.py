@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.errors import AutotuneError
 from autotune.fingerprint import LocalGpu, cuda_release, local_gpus, slugify
-from autotune.problem import Problem, make_problem, read_shapes_file, resolve_op, standard_shapes
+from autotune.problem import Problem, make_problem, read_shapes_file, resolve_op, shape_dims, standard_shapes
 from autotune.select import Choice, Selector
 
 if TYPE_CHECKING:
@@ -76,42 +76,62 @@ def best(
     op: str | None = None,
     m: int = 4096,
     n: int = 8192,
+    k: int | None = None,
     *,
+    trans: bool = False,
     dtype: str | None = None,
     gpu: str | None = None,
     db: str | None = None,
 ) -> Choice:
     """Which config for this problem on this GPU: measured, estimated from the nearest tuned shape,
-    or the safe default, and which of the three it is (Choice.source)."""
+    or the safe default, and which of the three it is (Choice.source). GEMM needs `k`."""
     name, kind = resolve_op(op, dtype)
-    problem = make_problem(name, kind, m, n)
+    problem = make_problem(name, kind, m, n, k, trans)
     gpu_name, local_driver = resolve_gpu(gpu, _open(db).gpu_names())
     return _selector(db).choose(problem, gpu_name, local_driver, cuda_release() if local_driver else None)
 
 
 def problems_for(
-    op: str | None, dtype: str | None, m: int | None, n: int | None, shapes_file: Path | None
+    op: str | None,
+    dtype: str | None,
+    m: int | None,
+    n: int | None,
+    shapes_file: Path | None,
+    k: int | None = None,
+    trans: bool = False,
 ) -> list[Problem]:
     """What a sweep tunes: one shape, a shapes file, or the standard set that ships with autotune."""
     name, kind = resolve_op(op, dtype)
-    if (m is None) != (n is None):
-        raise AutotuneError("give both --m and --n, or neither (to tune a shapes file or the standard set)")
-    if m is not None and shapes_file is not None:
-        raise AutotuneError("give either --m/--n or --shapes, not both")
-    if m is not None and n is not None:
-        shapes = [(m, n)]
+    dims = shape_dims(name)
+    given = {"M": m, "N": n, "K": k}
+    if k is not None and "K" not in dims:
+        raise AutotuneError(f"--k applies to GEMM only; {name} is M x N")
+    named = [d for d in dims if given[d] is not None]
+    flags = [f"--{d.lower()}" for d in dims]
+    every = f"both {flags[0]} and {flags[1]}" if len(flags) == 2 else f"all of {', '.join(flags[:-1])} and {flags[-1]}"
+    if named and len(named) != len(dims):
+        raise AutotuneError(f"give {every}, or neither (to tune a shapes file or the standard set)")
+    if named and shapes_file is not None:
+        raise AutotuneError(f"give either {'/'.join(flags)} or --shapes, not both")
+    if named:
+        shapes = [tuple(value for value in (given[d] for d in dims) if value is not None)]
     elif shapes_file is not None:
-        shapes = read_shapes_file(shapes_file)
+        shapes = read_shapes_file(shapes_file, dims)
     else:
-        shapes = standard_shapes()
-    return [make_problem(name, kind, sm, sn) for sm, sn in shapes]
+        shapes = standard_shapes(name)
+    # A shape is (M, N) or, for GEMM, (M, N, K).
+    return [
+        make_problem(name, kind, shape[0], shape[1], shape[2] if len(shape) > 2 else None, trans) for shape in shapes
+    ]
 
 
 def sweep(
     op: str | None = None,
     m: int | None = None,
     n: int | None = None,
+    k: int | None = None,
     *,
+    trans: bool = False,
     dtype: str | None = None,
     shapes_file: Path | None = None,
     trials: int = 64,
@@ -128,11 +148,11 @@ def sweep(
     instead every stored problem of this GPU (of `op`/`dtype` when given) that has no measurement
     with the current kernel source, driver and CUDA."""
     if stale:
-        if m is not None or n is not None or shapes_file is not None:
-            raise AutotuneError("--stale re-tunes stored problems: give no --m, --n or --shapes with it")
+        if m is not None or n is not None or k is not None or shapes_file is not None:
+            raise AutotuneError("--stale re-tunes stored problems: give no --m, --n, --k or --shapes with it")
         problems: list[Problem] | tuple[str | None, str | None] = _filters(op, dtype)
     else:
-        problems = problems_for(op, dtype, m, n, shapes_file)
+        problems = problems_for(op, dtype, m, n, shapes_file, k, trans)
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise AutotuneError(f"--trials must be a positive integer, got {trials!r}")
     if timeout is not None and not timeout > 0:
@@ -166,23 +186,53 @@ def _launcher() -> Any:
     return Launcher()
 
 
-def gemv(A: Any, x: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0, *, db: str | None = None) -> Any:
-    """y = alpha*A@x + beta*y with the tuned kernel for A's shape on this GPU; returns y (`out`)."""
+def gemv(
+    A: Any,
+    x: Any,
+    out: Any = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    *,
+    trans: bool = False,
+    db: str | None = None,
+) -> Any:
+    """y = alpha*A@x + beta*y (with `trans`, alpha*Aᵀ@x + beta*y) with the tuned kernel for A's shape
+    on this GPU; returns y (`out`)."""
     from autotune.launch import check_gemv_operands, describe, new_output
 
     a, xv = describe(A, "A"), describe(x, "x")
     y = describe(out, "out") if out is not None else None
-    m, n = check_gemv_operands(a, xv, y)
+    m, n = check_gemv_operands(a, xv, y, trans)
     if y is None:
         if beta != 0.0:
             raise AutotuneError("beta != 0 reads y: pass it as out=")
-        out, y = new_output(a, m)
+        out, y = new_output(a, n if trans else m)
     launcher = _launcher()
-    choice = _selector(db).choose(
-        make_problem("gemv", a.dtype, m, n), launcher.gpu.name, launcher.gpu.driver, launcher.gpu.cuda
-    )
+    choice = _choose_here(make_problem("gemv", a.dtype, m, n, trans=trans), db)
     launcher.gemv(choice, a, xv, y, float(alpha), float(beta))
     return out
+
+
+def gemm(A: Any, B: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0, *, db: str | None = None) -> Any:
+    """C = alpha*A@B + beta*C (row-major) with the tuned kernel for this shape on this GPU; returns C (`out`)."""
+    from autotune.launch import check_gemm_operands, describe, new_output
+
+    a, b = describe(A, "A"), describe(B, "B")
+    c = describe(out, "out") if out is not None else None
+    m, n, k = check_gemm_operands(a, b, c)
+    if c is None:
+        if beta != 0.0:
+            raise AutotuneError("beta != 0 reads C: pass it as out=")
+        out, c = new_output(a, m, n)
+    choice = _choose_here(make_problem("gemm", a.dtype, m, n, k), db)
+    _launcher().gemm(choice, a, b, c, float(alpha), float(beta))
+    return out
+
+
+def _choose_here(problem: Problem, db: str | None) -> Choice:
+    """The config for `problem` on the GPU of this process."""
+    gpu = _launcher().gpu
+    return _selector(db).choose(problem, gpu.name, gpu.driver, gpu.cuda)
 
 
 def _filters(op: str | None, dtype: str | None) -> tuple[str | None, str | None]:
@@ -206,11 +256,19 @@ def list_problems(
 
 
 def problem_trials(
-    op: str | None, m: int, n: int, *, dtype: str | None = None, gpu: str | None = None, db: str | None = None
+    op: str | None,
+    m: int,
+    n: int,
+    k: int | None = None,
+    *,
+    trans: bool = False,
+    dtype: str | None = None,
+    gpu: str | None = None,
+    db: str | None = None,
 ) -> tuple[Problem, str, list[Any]]:
     """Every stored trial of one problem, fastest first."""
     name, kind = resolve_op(op, dtype)
-    problem = make_problem(name, kind, m, n)
+    problem = make_problem(name, kind, m, n, k, trans)
     database = _open(db)
     gpu_name, _ = resolve_gpu(gpu, database.gpu_names())
     problem_id = database.problem_id(problem, gpu_name, create=False)
@@ -218,18 +276,27 @@ def problem_trials(
 
 
 def bench(
-    op: str | None, m: int, n: int, *, dtype: str | None = None, db: str | None = None
+    op: str | None,
+    m: int,
+    n: int,
+    k: int | None = None,
+    *,
+    trans: bool = False,
+    dtype: str | None = None,
+    db: str | None = None,
 ) -> tuple[Any, float, Choice]:
     """Time the selected config for this shape beside cuBLAS (torch) on this machine's GPU, with the
-    same method and buffers; returns (BenchRow, copy bandwidth GB/s, the choice that was timed)."""
+    same method and buffers; returns (BenchRow or GemmRow, copy bandwidth GB/s, the choice timed)."""
     name, kind = resolve_op(op, dtype)
-    problem = make_problem(name, kind, m, n)
+    problem = make_problem(name, kind, m, n, k, trans)
     from autotune.bench import Bench
 
     runner = Bench()
     choice = _selector(db).choose(
         problem, runner.launcher.gpu.name, runner.launcher.gpu.driver, runner.launcher.gpu.cuda
     )
+    if problem.op == "gemm":
+        return runner.compare_gemm(choice), runner.copy_gbs(), choice
     row = runner.compare(choice)
     copy_gbs = runner.copy_gbs()
     row.pct_copy = 100.0 * row.ours_gbs / copy_gbs

@@ -1,8 +1,9 @@
-"""Our tuned GEMV beside cuBLAS (through torch) on the same card, same buffers, same timing method.
+"""Our tuned kernels beside cuBLAS (through torch) on the same card, same buffers, same timing method.
 
 Runs in one process on the GPU machine: torch allocates the rotating buffers, our kernel and
-torch.mv / F.linear both read them, and the spin-kernel timer times both the same way. The copy
-ceiling is a device-to-device copy measured in the same run.
+torch (mv / linear / matmul for GEMV, mm for GEMM, TF32 off) read the same ones, and the
+spin-kernel timer times both the same way. The copy ceiling is a device-to-device copy measured
+in the same run.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from typing import Any
 
 from autotune.errors import AutotuneError
 from autotune.launch import Launcher, describe
-from autotune.ops import gemv
-from autotune.problem import Problem
+from autotune.ops import gemm, gemv
+from autotune.problem import ITEMSIZE, Problem
 from autotune.select import Choice
 
 ROTATION_BYTES_PER_L2 = 4
@@ -38,6 +39,22 @@ class BenchRow:
     config: dict[str, int]
 
 
+@dataclass
+class GemmRow:
+    dtype: str
+    m: int
+    n: int
+    k: int
+    ours_us: float
+    cublas_us: float
+    ratio: float  # cublas_us / ours_us
+    ours_tflops: float
+    cublas_tflops: float
+    max_error: float  # ours against the float64 product, relative to sum |a||b|
+    source: str  # measured, estimate or default
+    config: dict[str, int]
+
+
 def _torch() -> Any:
     try:
         import torch
@@ -52,17 +69,14 @@ class Bench:
     def __init__(self) -> None:
         self.torch = _torch()
         self.torch.cuda.init()
+        # cuBLAS float32 GEMM is compared in true float32, as our CUDA-core kernels compute it.
+        self.torch.backends.cuda.matmul.allow_tf32 = False
         self.launcher = Launcher()  # after torch: both use the primary context
-        from autotune.compiler import CompileJob, compile_kernel
-        from autotune.paths import kernels_dir
+        from autotune.compiler import compile_support
+        from autotune.gpu import Kernels
         from autotune.worker.timing import Timer
 
-        support = compile_kernel(
-            CompileJob("support", (kernels_dir() / "support.cu").read_text(), self.launcher.gpu.arch, "support")
-        )
-        if support.cubin is None:
-            raise AutotuneError(f"cannot compile the support kernels: {support.message}")
-        self.timer = Timer(self.launcher._kernels, support.cubin)
+        self.timer = Timer(Kernels(), compile_support(self.launcher.gpu.arch))
 
     def copy_gbs(self) -> float:
         """Device-to-device copy bandwidth, counting bytes read plus bytes written."""
@@ -75,21 +89,21 @@ class Bench:
 
     def launch_floor_us(self) -> float:
         """GPU time per call of an empty kernel launched back to back: no GEMV can go below it."""
-        cuda_spin = self.timer._spin
+        return statistics.median(self.timer.measure(lambda _i: self.timer.launch_empty(), reps=7))
 
-        def empty(_i: int) -> None:
-            cuda_spin.prepared_async_call((1, 1, 1), (32, 1, 1), None, 0)
-
-        return statistics.median(self.timer.measure(empty, reps=7))
+    def _copies(self, operand_bytes: int) -> int:
+        return max(1, min(256, math.ceil(ROTATION_BYTES_PER_L2 * self.launcher.gpu.l2_bytes / operand_bytes)))
 
     def compare(self, choice: Choice, reps: int = 7) -> BenchRow:
+        """One GEMV (either layout) timed beside cuBLAS on the same rotating buffers."""
         torch = self.torch
         problem: Problem = choice.problem
         kind = getattr(torch, problem.dtype)
-        copies = max(1, min(256, math.ceil(ROTATION_BYTES_PER_L2 * self.launcher.gpu.l2_bytes / problem.matrix_bytes)))
+        x_len, y_len = (problem.m, problem.n) if problem.trans else (problem.n, problem.m)
+        copies = self._copies(problem.matrix_bytes)
         a = [torch.rand(problem.m, problem.n, device="cuda", dtype=kind) * 2 - 1 for _ in range(copies)]
-        x = [torch.rand(problem.n, device="cuda", dtype=kind) * 2 - 1 for _ in range(copies)]
-        y = torch.empty(problem.m, device="cuda", dtype=kind)
+        x = [torch.rand(x_len, device="cuda", dtype=kind) * 2 - 1 for _ in range(copies)]
+        y = torch.empty(y_len, device="cuda", dtype=kind)
         da, dx, dy = [describe(t, "A") for t in a], [describe(t, "x") for t in x], describe(y, "y")
 
         def ours(i: int) -> None:
@@ -97,15 +111,20 @@ class Bench:
 
         ours(0)
         torch.cuda.synchronize()
-        want = a[0].double() @ x[0].double()
-        scale = (a[0].double().abs() @ x[0].double().abs()).clamp_min(1e-30)
-        max_error = float(((y.double() - want).abs() / scale).max())
+        a64, x64 = (a[0].double().t() if problem.trans else a[0].double()), x[0].double()
+        max_error = _max_error(y.double(), a64 @ x64, a64.abs() @ x64.abs())
         ours_us = statistics.median(self.timer.measure(ours, reps=reps))
-        mv = statistics.median(self.timer.measure(lambda i: torch.mv(a[i % copies], x[i % copies], out=y), reps=reps))
-        linear = statistics.median(
-            self.timer.measure(lambda i: torch.nn.functional.linear(x[i % copies], a[i % copies]), reps=reps)
-        )
-        cublas_us = min(mv, linear)
+        if problem.trans:  # cuBLAS on the transposed view, both ways torch offers it
+            candidates = [
+                lambda i: torch.mv(a[i % copies].t(), x[i % copies], out=y),
+                lambda i: torch.matmul(x[i % copies], a[i % copies]),
+            ]
+        else:
+            candidates = [
+                lambda i: torch.mv(a[i % copies], x[i % copies], out=y),
+                lambda i: torch.nn.functional.linear(x[i % copies], a[i % copies]),
+            ]
+        cublas_us = min(statistics.median(self.timer.measure(f, reps=reps)) for f in candidates)
         moved = gemv.bytes_moved(problem)
         return BenchRow(
             problem.dtype,
@@ -121,6 +140,50 @@ class Bench:
             choice.source,
             dict(choice.config),
         )
+
+    def compare_gemm(self, choice: Choice, reps: int = 7) -> GemmRow:
+        """One GEMM timed beside torch.mm (cuBLAS, TF32 off) on the same rotating buffers."""
+        torch = self.torch
+        p: Problem = choice.problem
+        kind = getattr(torch, p.dtype)
+        copies = self._copies((p.m * p.k + p.k * p.n) * ITEMSIZE[p.dtype])
+        a = [torch.rand(p.m, p.k, device="cuda", dtype=kind) * 2 - 1 for _ in range(copies)]
+        b = [torch.rand(p.k, p.n, device="cuda", dtype=kind) * 2 - 1 for _ in range(copies)]
+        c = torch.empty(p.m, p.n, device="cuda", dtype=kind)
+        da, db, dc = [describe(t, "A") for t in a], [describe(t, "B") for t in b], describe(c, "C")
+
+        def ours(i: int) -> None:
+            self.launcher.gemm(choice, da[i % copies], db[i % copies], dc, 1.0, 0.0)
+
+        ours(0)
+        torch.cuda.synchronize()
+        a64, b64 = a[0].double(), b[0].double()
+        max_error = _max_error(c.double(), a64 @ b64, a64.abs() @ b64.abs())
+        del a64, b64
+        ours_us = statistics.median(self.timer.measure(ours, reps=reps))
+        cublas_us = statistics.median(
+            self.timer.measure(lambda i: torch.mm(a[i % copies], b[i % copies], out=c), reps=reps)
+        )
+        flops = gemm.flops(p)
+        return GemmRow(
+            p.dtype,
+            p.m,
+            p.n,
+            p.k,
+            ours_us,
+            cublas_us,
+            cublas_us / ours_us,
+            flops / ours_us / 1e6,
+            flops / cublas_us / 1e6,
+            max_error,
+            choice.source,
+            dict(choice.config),
+        )
+
+
+def _max_error(got: Any, want: Any, scale: Any) -> float:
+    """Worst |got - want| relative to the float64 sum of |terms| of that output."""
+    return float(((got - want).abs() / scale.clamp_min(1e-30)).max())
 
 
 def as_json(gpu: str, copy_gbs: float, launch_floor_us: float, rows: list[BenchRow]) -> dict[str, Any]:

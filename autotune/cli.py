@@ -24,12 +24,16 @@ app = typer.Typer(
     no_args_is_help=True,
     rich_markup_mode=None,
     pretty_exceptions_enable=False,
-    help="Tune GPU GEMV kernels for the exact shapes you run, and answer which config is best.",
+    help="Tune GPU GEMV and GEMM kernels for the exact shapes you run, and answer which config is best.",
 )
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
-Op = Annotated[str, typer.Option("--op", help="gemv (with --dtype), or sgemv, hgemv, bgemv")]
+Op = Annotated[
+    str, typer.Option("--op", help="gemv or gemm (with --dtype), or sgemv, hgemv, bgemv, sgemm, hgemm, bgemm")
+]
+K = Annotated[int | None, typer.Option("--k", help="GEMM only: columns of A, rows of B (the reduction length)")]
+Trans = Annotated[bool, typer.Option("--trans", help="GEMV only: y = Aᵀx (x has M entries, y has N)")]
 Dtype = Annotated[str | None, typer.Option("--dtype", help="float32, float16 or bfloat16")]
 Db = Annotated[
     str | None, typer.Option("--db", help="SQLAlchemy URL or SQLite file (default: AUTOTUNE_DB, then a per-user file)")
@@ -37,11 +41,11 @@ Db = Annotated[
 Gpu = Annotated[str | None, typer.Option("--gpu", help="GPU name, e.g. 'NVIDIA H200' (default: this machine's)")]
 
 
-def _config_text(config: dict[str, int] | None) -> str:
-    """Parameters in the op's own order (records store them sorted)."""
+def _config_text(config: dict[str, int] | None, problem: Problem) -> str:
+    """Parameters in the order of the problem's space (records store them sorted)."""
     if not config:
         return "-"
-    order = list(ops.get("gemv").DEFAULT_CONFIG)
+    order = list(ops.for_problem(problem).space(problem).names)
     keys = sorted(config, key=lambda k: order.index(k) if k in order else len(order))
     return " ".join(f"{k}={config[k]}" for k in keys)
 
@@ -76,11 +80,14 @@ class _BarProgress:
 @app.command()
 def sweep(
     op: Annotated[
-        str | None, typer.Option("--op", help="gemv (with --dtype), or sgemv, hgemv (default), bgemv")
+        str | None,
+        typer.Option("--op", help="gemv or gemm (with --dtype), or sgemv, hgemv (default), bgemv, sgemm, hgemm, bgemm"),
     ] = None,
     m: Annotated[int | None, typer.Option("--m", help="rows of A (with --n); default: the standard shape set")] = None,
-    n: Annotated[int | None, typer.Option("--n", help="columns of A: the reduction length")] = None,
-    shapes: Annotated[Path | None, typer.Option("--shapes", help="file of 'M N' lines to tune")] = None,
+    n: Annotated[int | None, typer.Option("--n", help="GEMV: columns of A; GEMM: columns of B and C")] = None,
+    k: K = None,
+    trans: Trans = False,
+    shapes: Annotated[Path | None, typer.Option("--shapes", help="file of 'M N' lines ('M N K' for GEMM)")] = None,
     dtype: Dtype = None,
     trials: Annotated[int, typer.Option("--trials", help="trials per shape, counting stored ones")] = 64,
     timeout: Annotated[float | None, typer.Option("--timeout", help="seconds per shape")] = None,
@@ -111,6 +118,8 @@ def sweep(
             op,
             m,
             n,
+            k,
+            trans=trans,
             dtype=dtype,
             shapes_file=shapes,
             trials=trials,
@@ -134,7 +143,7 @@ def sweep(
         failed = sum(v for k, v in r.statuses.items() if k != "ok")
         best_gbs = "-"
         if r.best_us is not None:
-            best_gbs = f"{ops.get(item.problem.op).bytes_moved(item.problem) / r.best_us / 1e3:.0f}"
+            best_gbs = f"{ops.for_problem(item.problem).bytes_moved(item.problem) / r.best_us / 1e3:.0f}"
         table.add_row(
             str(item.problem),
             _us(r.best_us),
@@ -144,23 +153,29 @@ def sweep(
             str(failed),
             r.stopped,
             f"{item.seconds:.1f}",
-            _config_text(r.best_config),
+            _config_text(r.best_config, item.problem),
         )
     out.print(table)
 
 
+M = Annotated[int, typer.Option("--m", help="rows of A")]
+N = Annotated[int, typer.Option("--n", help="GEMV: columns of A; GEMM: columns of B and C")]
+
+
 @app.command()
 def best(
-    m: Annotated[int, typer.Option("--m", help="rows of A")],
-    n: Annotated[int, typer.Option("--n", help="columns of A: the reduction length")],
+    m: M,
+    n: N,
+    k: K = None,
     op: Op = "hgemv",
+    trans: Trans = False,
     dtype: Dtype = None,
     gpu: Gpu = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     db: Db = None,
 ) -> None:
     """Which config to run for this shape on this GPU (measured, estimated, or the safe default)."""
-    choice = api.best(op, m, n, dtype=dtype, gpu=gpu, db=db)
+    choice = api.best(op, m, n, k, trans=trans, dtype=dtype, gpu=gpu, db=db)
     if as_json:
         out.print_json(json.dumps(choice.to_dict()))
         return
@@ -169,7 +184,7 @@ def best(
         what = (
             "measured"
             if choice.source == "measured"
-            else f"measured on {choice.from_shape[0]}x{choice.from_shape[1]}"
+            else f"measured on {'x'.join(map(str, choice.from_shape))}"
             if choice.from_shape
             else ""
         )
@@ -177,22 +192,32 @@ def best(
         if choice.gbs:
             timing += f", {choice.gbs:.0f} GB/s"
     out.print(f"{choice.problem} on {choice.gpu} [{choice.source}]{timing}", markup=False)
-    out.print(f"config: {_config_text(choice.config)}", markup=False)
+    out.print(f"config: {_config_text(choice.config, choice.problem)}", markup=False)
     for note in choice.notes:
         out.print(f"note: {note}", markup=False)
 
 
 @app.command()
 def bench(
-    m: Annotated[int, typer.Option("--m", help="rows of A")],
-    n: Annotated[int, typer.Option("--n", help="columns of A: the reduction length")],
+    m: M,
+    n: N,
+    k: K = None,
     op: Op = "hgemv",
+    trans: Trans = False,
     dtype: Dtype = None,
     db: Db = None,
 ) -> None:
     """Time this shape's chosen config beside cuBLAS (torch) on this GPU, same method, same run."""
-    row, copy_gbs, choice = api.bench(op, m, n, dtype=dtype, db=db)
-    out.print(f"{choice.problem} on {choice.gpu} [{choice.source}] config: {_config_text(choice.config)}", markup=False)
+    row, copy_gbs, choice = api.bench(op, m, n, k, trans=trans, dtype=dtype, db=db)
+    config = _config_text(choice.config, choice.problem)
+    out.print(f"{choice.problem} on {choice.gpu} [{choice.source}] config: {config}", markup=False)
+    if choice.problem.op == "gemm":
+        out.print(
+            f"autotune {row.ours_us:.2f} us ({row.ours_tflops:.1f} TFLOP/s)   "
+            f"cuBLAS {row.cublas_us:.2f} us ({row.cublas_tflops:.1f} TFLOP/s)   ratio {row.ratio:.2f}x",
+            markup=False,
+        )
+        return
     out.print(
         f"autotune {row.ours_us:.2f} us ({row.ours_gbs:.0f} GB/s, {row.pct_copy:.0f}% of copy {copy_gbs:.0f} GB/s)"
         f"   cuBLAS {row.cublas_us:.2f} us ({row.cublas_gbs:.0f} GB/s)   speedup {row.speedup:.2f}x",
@@ -210,35 +235,38 @@ def list_(
     """What the database holds: one line per tuned problem."""
     rows = api.list_problems(gpu=gpu, op=op, dtype=dtype, db=db)
     table = Table()
-    for column in ("gpu", "op", "m", "n", "trials", "ok", "best us", "GB/s", "config"):
+    for column in ("gpu", "op", "m", "n", "k", "trials", "ok", "best us", "GB/s", "config"):
         table.add_column(column)
     for r in rows:
         table.add_row(
             escape(r.gpu_name),
-            Problem(r.op, r.dtype, r.m, r.n).blas_name,
+            r.problem.blas_name + (" (trans)" if r.trans else ""),
             str(r.m),
             str(r.n),
+            str(r.k) if r.op == "gemm" else "-",
             str(r.trials),
             str(r.ok),
             _us(r.best_us),
             f"{r.best_gbs:.0f}" if r.best_gbs else "-",
-            _config_text(r.best_config),
+            _config_text(r.best_config, r.problem),
         )
     out.print(table if rows else "nothing tuned yet: run `autotune sweep`")
 
 
 @app.command()
 def show(
-    m: Annotated[int, typer.Option("--m", help="rows of A")],
-    n: Annotated[int, typer.Option("--n", help="columns of A")],
+    m: M,
+    n: N,
+    k: K = None,
     op: Op = "hgemv",
+    trans: Trans = False,
     dtype: Dtype = None,
     gpu: Gpu = None,
     limit: Annotated[int, typer.Option("--limit", min=0, help="rows to show (0: all)")] = 20,
     db: Db = None,
 ) -> None:
     """Every trial stored for one problem, fastest first, failures with their reason."""
-    problem, gpu_name, trials = api.problem_trials(op, m, n, dtype=dtype, gpu=gpu, db=db)
+    problem, gpu_name, trials = api.problem_trials(op, m, n, k, trans=trans, dtype=dtype, gpu=gpu, db=db)
     table = Table(title=escape(f"{problem} on {gpu_name}"))
     for column in ("status", "us", "GB/s", "config", "message"):
         table.add_column(column)
@@ -248,7 +276,7 @@ def show(
             t.status.value,
             _us(t.time_us),
             f"{t.gbs:.0f}" if t.gbs else "-",
-            _config_text(t.config),
+            _config_text(t.config, problem),
             escape((t.message.splitlines() or [""])[-1][:80]),
         )
     if trials:

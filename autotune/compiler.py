@@ -126,3 +126,14 @@ class CompilePool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def compile_support(arch: str) -> Path:
+    """The support kernels (random fill, float64 references, comparison, spin) for `arch`."""
+    from autotune.errors import AutotuneError
+
+    source = (kernels_dir() / "support.cu").read_text()
+    result = compile_kernel(CompileJob("support", source, arch, "support"))
+    if result.cubin is None:
+        raise AutotuneError(f"cannot compile the support kernels: {result.message}")
+    return result.cubin

@@ -9,9 +9,12 @@ import shutil
 import subprocess
 from dataclasses import asdict, dataclass
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.paths import kernels_dir
+
+if TYPE_CHECKING:
+    from autotune.problem import Problem
 
 
 @dataclass(frozen=True)
@@ -77,12 +80,17 @@ def toolchain() -> Toolchain:
     return Toolchain(nvcc=nvcc_version(), pycuda=package_version("pycuda"), autotune=package_version("autotune"))
 
 
-@functools.cache
-def source_hash(op: str) -> str:
-    """Hash of an op's kernel source file: a measurement of an older source is stale."""
+def source_hash(problem: Problem) -> str:
+    """Hash of the kernel source file that serves this problem: a measurement of an older source is stale."""
     from autotune import ops  # ops are pure Python; imported here to keep this module light
 
-    path = kernels_dir() / ops.get(op).KERNEL_FILE
+    return file_hash(ops.for_problem(problem).kernel_file(problem))
+
+
+@functools.cache
+def file_hash(name: str) -> str:
+    """Hash of one file of kernels/ (its name included: the same text in another file is another kernel)."""
+    path = kernels_dir() / name
     return hashlib.sha256(path.name.encode() + b"\0" + path.read_bytes()).hexdigest()[:16]
 
 

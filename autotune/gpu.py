@@ -14,6 +14,9 @@ from typing import Any
 from autotune.errors import AutotuneError
 from autotune.fingerprint import GpuInfo, LocalGpu, cuda_release, local_gpus
 
+# Dynamic shared memory every kernel may use; more needs a per-function opt-in (up to 227 KiB on Hopper).
+DEFAULT_SHARED_LIMIT = 48 * 1024
+
 
 def driver() -> Any:
     """pycuda.driver, initialised; a clear one-line error where PyCUDA or a CUDA driver is missing."""
@@ -91,3 +94,9 @@ class Kernels:
             function.prepare(arg_types)
             self._functions[key] = function
         return self._functions[key]
+
+
+def opt_in_shared(function: Any, shared_bytes: int) -> None:
+    """Let `function` launch with more than 48 KiB of dynamic shared memory."""
+    cuda = driver()
+    function.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_bytes)

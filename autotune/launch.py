@@ -1,4 +1,4 @@
-"""autotune.gemv(): run the selected kernel on the caller's GPU arrays, in the caller's process.
+"""autotune.gemv() and autotune.gemm(): run the selected kernel on the caller's GPU arrays, in the caller's process.
 
 Arrays come as PyCUDA GPUArrays, torch tensors, or anything with __cuda_array_interface__ (cupy,
 numba). Kernels are compiled once per config (cubin cache on disk) and loaded once per process.
@@ -8,14 +8,14 @@ Launches go to the legacy default stream, which orders them with torch's and cup
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from autotune import ops
 from autotune.compiler import CompileJob, compile_kernel
 from autotune.errors import AutotuneError
 from autotune.fingerprint import source_hash
-from autotune.gpu import Kernels, context, device_info, driver
+from autotune.gpu import DEFAULT_SHARED_LIMIT, Kernels, context, device_info, driver, opt_in_shared
 from autotune.problem import ITEMSIZE, Problem
 from autotune.select import Choice
 from autotune.space import Config
@@ -72,19 +72,19 @@ def _contiguous(array: DeviceArray) -> bool:
     return all(s == e or extent == 1 for s, e, extent in pairs)
 
 
-def _empty_like(a: DeviceArray, length: int) -> Any:
+def _empty_like(a: DeviceArray, shape: tuple[int, ...]) -> Any:
     if a.kind == "torch":
         import torch
 
-        return torch.empty(length, dtype=a.obj.dtype, device=a.obj.device)
+        return torch.empty(shape, dtype=a.obj.dtype, device=a.obj.device)
     if type(a.obj).__module__.startswith("cupy"):
         import cupy
 
-        return cupy.empty(length, dtype=a.obj.dtype)
+        return cupy.empty(shape, dtype=a.obj.dtype)
     import numpy as np
     import pycuda.gpuarray as gpuarray
 
-    return gpuarray.empty(length, dtype=np.dtype(a.dtype))
+    return gpuarray.empty(shape, dtype=np.dtype(a.dtype))
 
 
 class Launcher:
@@ -115,19 +115,19 @@ class Launcher:
 
     def _function(self, problem: Problem, config: Config) -> Any:
         # Kernels do not depend on the shape: key by dtype and compiled parameters only.
-        op = ops.get(problem.op)
-        key = (Problem(problem.op, problem.dtype, 1, 1), op.kernel_name(problem, config))
+        op = ops.for_problem(problem)
+        key = (replace(problem, m=1, n=1, k=1), op.kernel_name(problem, config))
         if key not in self._functions:
             self._functions[key] = self._load(problem, config)
         return self._functions[key]
 
     def _load(self, problem: Problem, config: Config) -> Any:
-        op = ops.get(problem.op)
+        op = ops.for_problem(problem)
         job = CompileJob(
             op.kernel_name(problem, config),
             op.kernel_source(problem, config),
             self.gpu.arch,
-            source_hash(problem.op),
+            source_hash(problem),
         )
         compiled = compile_kernel(job)
         if compiled.cubin is None:
@@ -135,21 +135,36 @@ class Launcher:
         return self._kernels.function(compiled.cubin, job.name, op.ARG_TYPES)
 
     def gemv(self, choice: Choice, a: DeviceArray, x: DeviceArray, y: DeviceArray, alpha: float, beta: float) -> None:
+        problem = choice.problem
+        if problem.trans:  # a one-row GEMM: yᵀ = xᵀ A
+            self._call(choice, (x.pointer, a.pointer, y.pointer), (1, problem.n, problem.m), alpha, beta)
+        else:
+            self._call(choice, (a.pointer, x.pointer, y.pointer), (problem.m, problem.n), alpha, beta)
+
+    def gemm(self, choice: Choice, a: DeviceArray, b: DeviceArray, c: DeviceArray, alpha: float, beta: float) -> None:
+        problem = choice.problem
+        self._call(choice, (a.pointer, b.pointer, c.pointer), (problem.m, problem.n, problem.k), alpha, beta)
+
+    def _call(
+        self, choice: Choice, pointers: tuple[int, int, int], sizes: tuple[int, ...], alpha: float, beta: float
+    ) -> None:
         problem, config = choice.problem, choice.config
-        if config["vec"] > 1 and (a.pointer % 16 or x.pointer % 16):
-            # Vector loads need 16-byte aligned rows; a sliced view may not be. Scalar loads always work.
-            config = dict(ops.get(problem.op).DEFAULT_CONFIG)
-        geom = ops.get(problem.op).launch(problem, config, self.gpu.sm_count)
+        op = ops.for_problem(problem)
+        if any(pointer % 16 for pointer in pointers):
+            # Tuned configs may use 16-byte vector loads, which need aligned rows; a sliced view may
+            # not give them. The default config of every op uses scalar loads, which always work.
+            config = op.default_config(problem)
+        geom = op.launch(problem, config, self.gpu.sm_count)
         workspace, counters = self._scratch(geom.workspace_floats, geom.counters)
-        self._function(problem, config).prepared_async_call(
+        function = self._function(problem, config)
+        if geom.shared_bytes > DEFAULT_SHARED_LIMIT:
+            opt_in_shared(function, geom.shared_bytes)
+        function.prepared_async_call(
             geom.grid,
             geom.block,
             None,
-            a.pointer,
-            x.pointer,
-            y.pointer,
-            problem.m,
-            problem.n,
+            *pointers,
+            *sizes,
             alpha,
             beta,
             workspace,
@@ -158,19 +173,24 @@ class Launcher:
         )
 
 
-def check_gemv_operands(a: DeviceArray, x: DeviceArray, out: DeviceArray | None) -> tuple[int, int]:
+def check_gemv_operands(
+    a: DeviceArray, x: DeviceArray, out: DeviceArray | None, trans: bool = False
+) -> tuple[int, int]:
+    """(m, n) of A; x has n entries and y m (with `trans`, x has m and y n)."""
     if len(a.shape) != 2:
         raise AutotuneError(f"A must be a 2-D matrix, got shape {a.shape}")
     m, n = a.shape
     if not _contiguous(a):
         raise AutotuneError("A must be row-major and contiguous (copy it, e.g. A.contiguous())")
-    if x.shape not in ((n,), (n, 1)) or not _contiguous(x):
-        raise AutotuneError(f"x must be a contiguous vector of length {n} (A is {m}x{n}), got shape {x.shape}")
+    x_len, y_len = (m, n) if trans else (n, m)
+    what = f"A{'ᵀ' if trans else ''}x with A {m}x{n}"
+    if x.shape not in ((x_len,), (x_len, 1)) or not _contiguous(x):
+        raise AutotuneError(f"x must be a contiguous vector of length {x_len} ({what}), got shape {x.shape}")
     if x.dtype != a.dtype:
         raise AutotuneError(f"A and x must share a dtype, got {a.dtype} and {x.dtype}")
     if out is not None:
-        if out.shape not in ((m,), (m, 1)) or not _contiguous(out):
-            raise AutotuneError(f"out must be a contiguous vector of length {m}, got shape {out.shape}")
+        if out.shape not in ((y_len,), (y_len, 1)) or not _contiguous(out):
+            raise AutotuneError(f"out must be a contiguous vector of length {y_len} ({what}), got shape {out.shape}")
         if out.dtype != a.dtype:
             raise AutotuneError(f"out must have A's dtype {a.dtype}, got {out.dtype}")
     if m == 0 or n == 0 or math.prod(a.shape) == 0:
@@ -178,6 +198,26 @@ def check_gemv_operands(a: DeviceArray, x: DeviceArray, out: DeviceArray | None)
     return m, n
 
 
-def new_output(a: DeviceArray, m: int) -> tuple[Any, DeviceArray]:
-    obj = _empty_like(a, m)
+def new_output(a: DeviceArray, *shape: int) -> tuple[Any, DeviceArray]:
+    """A new array of A's kind and dtype for the result."""
+    obj = _empty_like(a, shape)
     return obj, describe(obj, "out")
+
+
+def check_gemm_operands(a: DeviceArray, b: DeviceArray, out: DeviceArray | None) -> tuple[int, int, int]:
+    for name, array in (("A", a), ("B", b)):
+        if len(array.shape) != 2 or 0 in array.shape:
+            raise AutotuneError(f"{name} must be a non-empty 2-D matrix, got shape {array.shape}")
+        if not _contiguous(array):
+            raise AutotuneError(f"{name} must be row-major and contiguous (copy it, e.g. {name}.contiguous())")
+    (m, k), (k_b, n) = a.shape, b.shape
+    if k_b != k:
+        raise AutotuneError(f"A is {m}x{k} and B is {k_b}x{n}: A's columns must equal B's rows")
+    if b.dtype != a.dtype:
+        raise AutotuneError(f"A and B must share a dtype, got {a.dtype} and {b.dtype}")
+    if out is not None:
+        if out.shape != (m, n) or not _contiguous(out):
+            raise AutotuneError(f"out must be a contiguous {m}x{n} matrix, got shape {out.shape}")
+        if out.dtype != a.dtype:
+            raise AutotuneError(f"out must have A's dtype {a.dtype}, got {out.dtype}")
+    return m, n, k

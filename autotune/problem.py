@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +27,7 @@ _DTYPE_ALIASES = {
 }
 # BLAS-style names: the first letter is the dtype.
 _BLAS_PREFIX = {"s": "float32", "h": "float16", "b": "bfloat16"}
-OPS = ("gemv",)
+OPS = ("gemv", "gemm")
 DEFAULT_OP = "hgemv"
 
 # Kernels index with 32-bit ints, and no card holds a matrix near 256 GiB: larger is a typo.
@@ -36,12 +37,18 @@ MAX_MATRIX_BYTES = 256 * 2**30
 
 @dataclass(frozen=True, order=True)
 class Problem:
-    """One tuning problem. For GEMV, A is m x n row-major and n is the reduction length."""
+    """One tuning problem, every matrix row-major.
+
+    GEMV: y = A x with A m x n (n is the reduction length); `trans` means y = Aᵀ x instead
+    (x has m entries, y has n). GEMM: C = A B with A m x k, B k x n, C m x n. GEMV has k = 0.
+    """
 
     op: str
     dtype: str
     m: int
     n: int
+    k: int = 0
+    trans: bool = False
 
     @property
     def blas_name(self) -> str:
@@ -50,10 +57,19 @@ class Problem:
 
     @property
     def matrix_bytes(self) -> int:
+        """The largest operand: A for GEMV, max(A, B, C) for GEMM."""
+        if self.op == "gemm":
+            return max(self.m * self.k, self.k * self.n, self.m * self.n) * ITEMSIZE[self.dtype]
         return self.m * self.n * ITEMSIZE[self.dtype]
 
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The sizes that define the problem: (m, n) for GEMV, (m, n, k) for GEMM."""
+        return (self.m, self.n, self.k) if self.op == "gemm" else (self.m, self.n)
+
     def __str__(self) -> str:
-        return f"{self.blas_name} {self.m}x{self.n}"
+        text = f"{self.blas_name} {'x'.join(map(str, self.shape))}"
+        return text + " (transposed)" if self.trans else text
 
 
 def parse_dtype(dtype: str) -> str:
@@ -89,8 +105,18 @@ def check_dim(name: str, value: object) -> int:
     return value
 
 
-def make_problem(op: str, dtype: str, m: object, n: object) -> Problem:
-    problem = Problem(op, dtype, check_dim("M", m), check_dim("N", n))
+def make_problem(op: str, dtype: str, m: object, n: object, k: object = None, trans: bool = False) -> Problem:
+    """A checked problem: GEMM needs k; only GEMV has a transposed layout."""
+    if op == "gemm":
+        if k is None:
+            raise AutotuneError("GEMM needs K (--k): A is M x K, B is K x N")
+        if trans:
+            raise AutotuneError("--trans applies to GEMV only (GEMM takes row-major A and B)")
+        problem = Problem(op, dtype, check_dim("M", m), check_dim("N", n), check_dim("K", k))
+    else:
+        if k is not None:
+            raise AutotuneError(f"--k applies to GEMM only; {op} is M x N")
+        problem = Problem(op, dtype, check_dim("M", m), check_dim("N", n), trans=bool(trans))
     if problem.matrix_bytes > MAX_MATRIX_BYTES:
         raise AutotuneError(
             f"{problem}: the matrix would take {problem.matrix_bytes / 2**30:.0f} GiB, more than any GPU holds"
@@ -105,35 +131,42 @@ def _parse_int(token: str) -> int | None:
         return None
 
 
-def parse_shapes(text: str, source: str) -> list[tuple[int, int]]:
-    """Lines of `M N`; `#` starts a comment; blank lines are skipped."""
-    shapes: list[tuple[int, int]] = []
+def shape_dims(op: str) -> tuple[str, ...]:
+    """The sizes a shapes-file line gives for this op."""
+    return ("M", "N", "K") if op == "gemm" else ("M", "N")
+
+
+def parse_shapes(text: str, source: str, dims: Sequence[str] = ("M", "N")) -> list[tuple[int, ...]]:
+    """Lines of `M N` (or `M N K` for GEMM); `#` starts a comment; blank lines are skipped."""
+    shapes: list[tuple[int, ...]] = []
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
         fields = line.split()
         values = [_parse_int(f) for f in fields]
-        if len(fields) != 2 or None in values:
-            raise AutotuneError(f"{source} line {number}: expected two integers 'M N', got {line!r}")
+        if len(fields) != len(dims) or None in values:
+            words = {2: "two", 3: "three"}[len(dims)]
+            raise AutotuneError(f"{source} line {number}: expected {words} integers '{' '.join(dims)}', got {line!r}")
         try:
-            m, n = (check_dim(label, v) for label, v in zip(("M", "N"), values, strict=True))
+            shape = tuple(check_dim(label, v) for label, v in zip(dims, values, strict=True))
         except AutotuneError as exc:
             raise AutotuneError(f"{source} line {number}: {exc}") from None
-        shapes.append((m, n))
+        shapes.append(shape)
     if not shapes:
         raise AutotuneError(f"{source} holds no shapes")
     return shapes
 
 
-def read_shapes_file(path: Path) -> list[tuple[int, int]]:
+def read_shapes_file(path: Path, dims: Sequence[str] = ("M", "N")) -> list[tuple[int, ...]]:
     try:
         text = path.read_text()
     except OSError as exc:
         raise AutotuneError(f"cannot read shapes file {path}: {exc.strerror or exc}") from None
-    return parse_shapes(text, str(path))
+    return parse_shapes(text, str(path), dims)
 
 
-def standard_shapes() -> list[tuple[int, int]]:
-    """The GEMV shape set that ships with the package (what `autotune sweep` tunes by default)."""
-    return parse_shapes((Path(__file__).parent / "gemv_shapes.txt").read_text(), "standard shapes")
+def standard_shapes(op: str = "gemv") -> list[tuple[int, ...]]:
+    """The shape set that ships with the package for this op (what `autotune sweep` tunes by default)."""
+    name = f"{op}_shapes.txt"
+    return parse_shapes((Path(__file__).parent / name).read_text(), f"standard {op} shapes", shape_dims(op))

@@ -23,6 +23,8 @@ class TunedRow(Protocol):
     @property
     def n(self) -> int: ...
     @property
+    def problem(self) -> Problem: ...
+    @property
     def config(self) -> dict[str, Any]: ...
     @property
     def time_us(self) -> float: ...
@@ -42,7 +44,7 @@ class Choice:
     source: str  # MEASURED for this exact problem, ESTIMATE from a tuned neighbour, or DEFAULT
     time_us: float | None = None  # measured time (for an estimate: the neighbour's, not this shape's)
     gbs: float | None = None
-    from_shape: tuple[int, int] | None = None  # the tuned shape an estimate came from
+    from_shape: tuple[int, ...] | None = None  # the tuned shape an estimate came from
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def to_dict(self) -> dict[str, Any]:
@@ -51,6 +53,8 @@ class Choice:
             "dtype": self.problem.dtype,
             "m": self.problem.m,
             "n": self.problem.n,
+            **({"k": self.problem.k} if self.problem.op == "gemm" else {}),
+            **({"trans": True} if self.problem.trans else {}),
             "gpu": self.gpu,
             "source": self.source,
             "config": self.config,
@@ -61,28 +65,28 @@ class Choice:
         }
 
 
-def shape_distance(a: tuple[int, int], b: tuple[int, int]) -> float:
+def shape_distance(a: Sequence[int], b: Sequence[int]) -> float:
     """Distance in log space: 1024 is as far from 2048 as 4096 from 8192."""
-    return math.hypot(math.log2(a[0] / b[0]), math.log2(a[1] / b[1]))
+    return math.hypot(*(math.log2(x / y) for x, y in zip(a, b, strict=True)))
 
 
-def nearest(rows: Sequence[TunedRow], shape: tuple[int, int]) -> list[TunedRow]:
+def nearest(rows: Sequence[TunedRow], shape: tuple[int, ...]) -> list[TunedRow]:
     """Tuned rows ordered from the nearest shape outwards (the exact shape excluded)."""
-    others = [r for r in rows if (r.m, r.n) != shape]
-    return sorted(others, key=lambda r: (shape_distance((r.m, r.n), shape), r.m, r.n))
+    others = [r for r in rows if r.problem.shape != shape and len(r.problem.shape) == len(shape)]
+    return sorted(others, key=lambda r: (shape_distance(r.problem.shape, shape), r.problem.shape))
 
 
 def choose(
     problem: Problem, gpu: str, exact: TunedRow | None, tuned: Sequence[TunedRow], notes: Sequence[str] = ()
 ) -> Choice:
     """Pure decision: the exact measurement, else the nearest valid neighbour, else the default."""
-    op = ops.get(problem.op)
+    op = ops.for_problem(problem)
     space = op.space(problem)
     if exact is not None and space.check(exact.config) is None:
         return Choice(problem, gpu, dict(exact.config), MEASURED, exact.time_us, exact.gbs, notes=tuple(notes))
-    for row in nearest(tuned, (problem.m, problem.n)):
+    for row in nearest(tuned, problem.shape):
         if space.check(row.config) is None:
-            note = f"not tuned for {problem.m}x{problem.n}: config of the nearest tuned shape {row.m}x{row.n}"
+            note = f"not tuned for {_text(problem.shape)}: config of the nearest tuned shape {_text(row.problem.shape)}"
             return Choice(
                 problem,
                 gpu,
@@ -90,11 +94,15 @@ def choose(
                 ESTIMATE,
                 row.time_us,
                 row.gbs,
-                (row.m, row.n),
+                row.problem.shape,
                 (*notes, note),
             )
     note = f"nothing tuned for {problem.blas_name} on {gpu}: safe default config"
-    return Choice(problem, gpu, dict(op.DEFAULT_CONFIG), DEFAULT, notes=(*notes, note))
+    return Choice(problem, gpu, op.default_config(problem), DEFAULT, notes=(*notes, note))
+
+
+def _text(shape: Sequence[int]) -> str:
+    return "x".join(map(str, shape))
 
 
 class Selector:
@@ -111,9 +119,9 @@ class Selector:
         a measurement taken under another driver or CUDA still answers, with a warning."""
         key = (problem, gpu, local_driver, local_cuda)
         if key not in self._cache:
-            current = source_hash(problem.op)
+            current = source_hash(problem)
             exact = self._store.best(gpu, problem, current)
-            tuned = self._store.tuned(gpu, problem.op, problem.dtype, current)
+            tuned = self._store.tuned(gpu, problem.op, problem.dtype, current, trans=problem.trans)
             notes = []
             for what, measured, here in (
                 ("driver", exact and exact.driver, local_driver),

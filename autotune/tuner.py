@@ -7,7 +7,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from autotune import ops, select
@@ -63,8 +63,8 @@ class StoreMeasurer(Measurer):
     ) -> None:
         self._store, self._worker, self._gpu, self._gpu_id = store, worker, gpu, gpu_id
         self._problem, self._problem_id = problem, problem_id
-        self._op = ops.get(problem.op)
-        self._source_hash = source_hash(problem.op)
+        self._op = ops.for_problem(problem)
+        self._source_hash = source_hash(problem)
         self._where = Provenance(problem_id, gpu_id, self._source_hash, toolchain(), gpu.driver, gpu.cuda)
 
     def compile_job(self, config: Config) -> CompileJob:
@@ -113,12 +113,12 @@ def _same_bytes_per_load(config: Config, from_dtype: str, to_dtype: str) -> Conf
 def _neighbour_configs(store: Any, gpu: str, problem: Problem, current: str) -> list[Config]:
     """Warm start: the best configs of the nearest tuned shapes of this dtype, then the best config
     of this very shape in the other dtypes (the same memory traffic, so often the same answer)."""
-    tuned = store.tuned(gpu, problem.op, problem.dtype, current)
-    configs = [dict(row.config) for row in select.nearest(tuned, (problem.m, problem.n))[:WARM_START_NEIGHBOURS]]
+    tuned = store.tuned(gpu, problem.op, problem.dtype, current, trans=problem.trans)
+    configs = [dict(row.config) for row in select.nearest(tuned, problem.shape)[:WARM_START_NEIGHBOURS]]
     for dtype in DTYPES:
         if dtype == problem.dtype:
             continue
-        other = store.best(gpu, Problem(problem.op, dtype, problem.m, problem.n), current)
+        other = store.best(gpu, replace(problem, dtype=dtype), current)
         if other is not None:
             configs.append(_same_bytes_per_load(dict(other.config), dtype, problem.dtype))
     return configs
@@ -153,12 +153,12 @@ class Tuner:
     def tune(self, problem: Problem, index: int = 0, total: int = 1, first: Sequence[Config] = ()) -> ProblemReport:
         """Tune one problem; `first` configs are measured before the sampler's own picks."""
         start = time.perf_counter()
-        current = source_hash(problem.op)
+        current = source_hash(problem)
         problem_id = self._store.problem_id(problem, self.gpu.name)
         self._store.drop_unfinished(problem_id)
         measurer = self._measurer_type(self._store, self._worker, self.gpu, self._gpu_id, problem, problem_id)
         study = Study(
-            ops.get(problem.op).space(problem),
+            ops.for_problem(problem).space(problem),
             measurer,
             self._pool,
             sampler=self._sampler,
@@ -197,7 +197,7 @@ def stale_problems(store: Any, gpu: GpuInfo, op: str | None, dtype: str | None) 
     for summary in store.problems(gpu.name, op, dtype):
         problem = summary.problem
         problem_id = store.problem_id(problem, gpu.name, create=False)
-        rows = store.completed_trials(problem_id, source_hash(problem.op))
+        rows = store.completed_trials(problem_id, source_hash(problem))
         if not any(row.status is Status.OK and is_fresh(row, gpu) for row in rows):
             stale.append(problem)
     return stale

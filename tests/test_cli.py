@@ -90,7 +90,7 @@ def measure(store: Store, problem: Problem, config: dict[str, int], outcome: Out
     gpu_id = store.upsert_gpu(H200)
     pid = store.problem_id(problem, H200.name)
     assert pid is not None
-    trial = store.start_trial(Provenance(pid, gpu_id, source_hash(problem.op), TOOLS, H200.driver, H200.cuda), config)
+    trial = store.start_trial(Provenance(pid, gpu_id, source_hash(problem), TOOLS, H200.driver, H200.cuda), config)
     store.finish_trial(trial, outcome)
 
 
@@ -149,12 +149,16 @@ def test_bad_input_is_one_error_line(run: Cli, args: list[str], words: list[str]
 
 def test_sweep_error_is_the_only_stderr_line(run: Cli) -> None:
     result = run("sweep", "--op", "foo")
-    assert result.err.splitlines() == ["error: unknown op 'foo': choose one of gemv, sgemv, hgemv, bgemv"]
+    assert result.err.splitlines() == [
+        "error: unknown op 'foo': choose one of gemv, gemm, sgemv, hgemv, bgemv, sgemm, hgemm, bgemm"
+    ]
 
 
 def test_best_error_is_the_only_stderr_line(run: Cli) -> None:
     result = run("best", "--m", "64", "--n", "64", "--op", "foo", "--gpu", "x")
-    assert result.err.splitlines() == ["error: unknown op 'foo': choose one of gemv, sgemv, hgemv, bgemv"]
+    assert result.err.splitlines() == [
+        "error: unknown op 'foo': choose one of gemv, gemm, sgemv, hgemv, bgemv, sgemm, hgemm, bgemm"
+    ]
     assert result.out == ""
 
 
@@ -341,7 +345,7 @@ def test_list_prints_the_tuned_problems(run: Cli, tmp_path: Path) -> None:
     assert result.code == 0 and result.err == ""
     [line] = [line for line in result.out.splitlines() if "NVIDIA H200" in line]
     cells = [cell.strip() for cell in line.strip("│ ").split("│")]
-    assert cells[:7] == ["NVIDIA H200", "hgemv", "4096", "8192", "3", "2", "4.00"]
+    assert cells[:8] == ["NVIDIA H200", "hgemv", "4096", "8192", "-", "3", "2", "4.00"]
     assert cells[-1] == FAST_TEXT
     assert "nothing tuned" in run("list", "--op", "sgemv", "--db", db).out
     assert "nothing tuned" in run("list", "--gpu", "NVIDIA A100", "--db", db).out

@@ -37,7 +37,7 @@ def _job(dtype: str, compiled: dict[str, int]) -> CompileJob:
     config = {**compiled, "split": 1, "persist": 0}
     assert gemv.space(problem).check(config) is None, config
     return CompileJob(
-        gemv.kernel_name(problem, config), gemv.kernel_source(problem, config), "sm_90", source_hash("gemv")
+        gemv.kernel_name(problem, config), gemv.kernel_source(problem, config), "sm_90", source_hash(problem)
     )
 
 

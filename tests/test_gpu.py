@@ -63,7 +63,7 @@ def test_every_family_is_correct(worker: Worker, shape: tuple[int, int], dtype: 
                 c,
                 pool.submit(
                     CompileJob(
-                        gemv.kernel_name(problem, c), gemv.kernel_source(problem, c), gpu.arch, source_hash("gemv")
+                        gemv.kernel_name(problem, c), gemv.kernel_source(problem, c), gpu.arch, source_hash(problem)
                     )
                 ),
             )

@@ -35,6 +35,10 @@ class Row:
     driver: str = "13.0"
     cuda: str = "13.0"
 
+    @property
+    def problem(self) -> Problem:
+        return Problem("gemv", "float16", self.m, self.n)
+
 
 def row(m: int, n: int, config: dict[str, int], time_us: float = 5.0) -> Row:
     return Row(m, n, dict(config), time_us)
@@ -123,9 +127,9 @@ class CountingStore:
         self.calls["best"] += 1
         return self._store.best(*args)
 
-    def tuned(self, *args: Any) -> Any:
+    def tuned(self, *args: Any, **kwargs: Any) -> Any:
         self.calls["tuned"] += 1
-        return self._store.tuned(*args)
+        return self._store.tuned(*args, **kwargs)
 
 
 def measure(
@@ -140,9 +144,7 @@ def measure(
     gpu_id = store.upsert_gpu(gpu)
     pid = store.problem_id(problem, gpu.name)
     assert pid is not None
-    trial = store.start_trial(
-        Provenance(pid, gpu_id, src or source_hash(problem.op), TOOLS, gpu.driver, gpu.cuda), config
-    )
+    trial = store.start_trial(Provenance(pid, gpu_id, src or source_hash(problem), TOOLS, gpu.driver, gpu.cuda), config)
     store.finish_trial(trial, Outcome(Status.OK, time_us=time_us, times_us=[time_us]))
 
 

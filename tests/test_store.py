@@ -93,6 +93,28 @@ def test_migration_matches_models(store: Store) -> None:
         assert compare_metadata(MigrationContext.configure(connection), Base.metadata) == []
 
 
+def test_upgrade_from_0001_keeps_gemv_problems(db_path: Path) -> None:
+    from alembic import command
+    from sqlalchemy import create_engine
+
+    engine = create_engine(f"sqlite:///{db_path}")
+    config = alembic_config()
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "0001")
+        connection.exec_driver_sql(
+            "INSERT INTO problems (id, gpu_name, op, dtype, m, n, created_at) "
+            "VALUES (1, 'NVIDIA H200', 'gemv', 'float16', 4096, 4096, '2025-01-01 00:00:00')"
+        )
+    engine.dispose()
+    with open_store(str(db_path), import_shipped=False) as store:
+        assert store.problem_id(SHAPE, H200.name) == 1
+        assert store.problem_id(Problem("gemv", "float16", 4096, 4096, trans=True), H200.name) != 1
+        gemm = Problem("gemm", "float16", 4096, 4096, 4096)
+        measure(store, gemm, {"block": 1}, ok(9.0))
+        assert [p.problem for p in store.problems(op="gemm")] == [gemm]
+
+
 def test_wal_mode_is_on(store: Store, db_path: Path) -> None:
     with sqlite3.connect(db_path) as connection:
         assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)

@@ -115,7 +115,7 @@ def test_every_trial_is_stored_with_its_status(store: Store) -> None:
         if trial.status is Status.INVALID:
             assert gemv.space(SHAPE).check(trial.config) == trial.message
     assert len({t.config_key for t in stored}) == len(stored)
-    assert {t.source_hash for t in stored} == {source_hash("gemv")}
+    assert {t.source_hash for t in stored} == {source_hash(SHAPE)}
     assert worker.setups == [SHAPE]
 
 
@@ -154,13 +154,13 @@ def test_crashing_configs_are_never_measured_a_third_time(db_path: Path) -> None
 
 def test_twice_crashed_config_is_quarantined(store: Store) -> None:
     tune(store, FakeWorker(), 15, NEARBY)
-    best = store.best(H200.name, NEARBY, source_hash("gemv"))
+    best = store.best(H200.name, NEARBY, source_hash(SHAPE))
     assert best is not None and gemv.space(SHAPE).check(best.config) is None
     # The warm start would measure it first; two earlier worker deaths on this problem forbid it.
     pid = store.problem_id(SHAPE, H200.name)
     assert pid is not None
     for _ in range(2):
-        store.note_crash(pid, config_key(best.config), source_hash("gemv"))
+        store.note_crash(pid, config_key(best.config), source_hash(SHAPE))
     for trials in (10, 20):
         worker = FakeWorker()
         report = tune(store, worker, trials, seed=trials)
@@ -186,7 +186,7 @@ class FlakyWorker(FakeWorker):
 
 def test_a_config_that_crashed_once_is_retried_once(store: Store) -> None:
     tune(store, FakeWorker(), 15, NEARBY)
-    best = store.best(H200.name, NEARBY, source_hash("gemv"))
+    best = store.best(H200.name, NEARBY, source_hash(SHAPE))
     assert best is not None
     crashed: set[str] = set()
     first = FlakyWorker(best.config, crashed)
@@ -199,15 +199,15 @@ def test_a_config_that_crashed_once_is_retried_once(store: Store) -> None:
 
 def test_a_crash_left_without_its_retry_is_retried_next_run(store: Store) -> None:
     tune(store, FakeWorker(), 15, NEARBY)
-    best = store.best(H200.name, NEARBY, source_hash("gemv"))
+    best = store.best(H200.name, NEARBY, source_hash(SHAPE))
     assert best is not None
     # A sweep killed right after this config killed its worker: one crash stored, no retry yet.
     pid = store.problem_id(SHAPE, H200.name)
     assert pid is not None
     gpu_id = store.upsert_gpu(H200)
-    store.note_crash(pid, config_key(best.config), source_hash("gemv"))
+    store.note_crash(pid, config_key(best.config), source_hash(SHAPE))
     store.record_trial(
-        Provenance(pid, gpu_id, source_hash("gemv"), toolchain(), H200.driver, H200.cuda),
+        Provenance(pid, gpu_id, source_hash(SHAPE), toolchain(), H200.driver, H200.cuda),
         best.config,
         Outcome(Status.CRASHED, "worker died (exit -9)"),
     )
@@ -246,13 +246,13 @@ def test_the_reported_best_is_the_fastest_ok_row(store: Store) -> None:
         report = tune(store, FakeWorker(PLANTED), trials, seed=seed)
         fastest = min((t for t in rows(store) if t.status is Status.OK), key=lambda t: t.time_us or 0.0)
         assert (report.result.best_us, report.result.best_config) == (fastest.time_us, fastest.config)
-        best = store.best(H200.name, SHAPE, source_hash("gemv"))
+        best = store.best(H200.name, SHAPE, source_hash(SHAPE))
         assert best is not None and (best.config, best.time_us) == (fastest.config, fastest.time_us)
 
 
 def test_warm_start_measures_the_nearest_best_first(store: Store) -> None:
     tune(store, FakeWorker(), 20)
-    best = store.best(H200.name, SHAPE, source_hash("gemv"))
+    best = store.best(H200.name, SHAPE, source_hash(SHAPE))
     assert best is not None and gemv.space(NEARBY).check(best.config) is None
     worker = FakeWorker()
     tune(store, worker, 5, NEARBY, seed=7)
@@ -370,13 +370,13 @@ def test_retuning_under_a_new_driver_remeasures_instead_of_reusing(store: Store)
     report = tuner.tune(SHAPE)
     assert report.result.reused == 0 and report.result.measured == 6
     assert stale_problems(store, new_driver, None, None) == []
-    best = store.best(H200.name, SHAPE, source_hash("gemv"))
+    best = store.best(H200.name, SHAPE, source_hash(SHAPE))
     assert best is not None and best.driver == "999.1"
 
 
 def test_warm_start_borrows_the_same_shape_in_another_dtype(store: Store) -> None:
     tune(store, FakeWorker(), 12, SHAPE)
-    half = store.best(H200.name, SHAPE, source_hash("gemv"))
+    half = store.best(H200.name, SHAPE, source_hash(SHAPE))
     assert half is not None
     worker = FakeWorker()
     single = Problem("gemv", "float32", SHAPE.m, SHAPE.n)

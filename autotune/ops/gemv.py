@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import numpy as np
 
+from autotune.ops.geometry import Launch
 from autotune.problem import ITEMSIZE, Problem
 from autotune.space import Config, Param, Space
 
@@ -38,13 +38,12 @@ DEFAULT_CONFIG: Config = {
 }
 
 
-@dataclass(frozen=True)
-class Launch:
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
-    shared_bytes: int
-    workspace_floats: int  # split-K partial sums (0 without split)
-    counters: int  # split-K arrival counters, one per row tile (0 without split)
+def kernel_file(problem: Problem) -> str:
+    return KERNEL_FILE
+
+
+def default_config(problem: Problem) -> Config:
+    return dict(DEFAULT_CONFIG)
 
 
 def family(config: Mapping[str, int]) -> str:

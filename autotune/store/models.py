@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     DateTime,
     Enum,
     Float,
@@ -19,6 +20,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -82,7 +84,7 @@ class Problem(Base):
     """A shape tuned per GPU model: any physical GPU of that name may measure it."""
 
     __tablename__ = "problems"
-    __table_args__ = (UniqueConstraint("gpu_name", "op", "dtype", "m", "n"),)
+    __table_args__ = (UniqueConstraint("gpu_name", "op", "dtype", "m", "n", "k", "trans"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     gpu_name: Mapped[str] = mapped_column(String)
@@ -90,6 +92,8 @@ class Problem(Base):
     dtype: Mapped[str] = mapped_column(String)
     m: Mapped[int] = mapped_column(Integer)
     n: Mapped[int] = mapped_column(Integer)
+    k: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # 0 for GEMV
+    trans: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

@@ -13,7 +13,15 @@ from autotune.outcome import Status
 from autotune.problem import Problem
 from autotune.store import models as orm
 
-PROBLEM_ORDER = (orm.Problem.gpu_name, orm.Problem.op, orm.Problem.dtype, orm.Problem.m, orm.Problem.n)
+PROBLEM_ORDER = (
+    orm.Problem.gpu_name,
+    orm.Problem.op,
+    orm.Problem.trans,
+    orm.Problem.dtype,
+    orm.Problem.m,
+    orm.Problem.n,
+    orm.Problem.k,
+)
 # Fastest first; ties broken by columns that are the same in every database holding the trial, so that
 # exports are deterministic.
 TRIAL_ORDER = (orm.Trial.time_us, orm.Trial.config_key, orm.Trial.source_hash)
@@ -22,6 +30,18 @@ TRIAL_ORDER = (orm.Trial.time_us, orm.Trial.config_key, orm.Trial.source_hash)
 def problem_filters(**values: Any) -> list[ColumnElement[bool]]:
     """Equality filters on problem columns, skipping the ones given as None."""
     return [getattr(orm.Problem, name) == value for name, value in values.items() if value is not None]
+
+
+def problem_columns(problem: Problem) -> dict[str, Any]:
+    """The problems-table columns that identify `problem`."""
+    return {
+        "op": problem.op,
+        "dtype": problem.dtype,
+        "m": problem.m,
+        "n": problem.n,
+        "k": problem.k,
+        "trans": problem.trans,
+    }
 
 
 def _source_filter(source_hash: str | None) -> list[ColumnElement[bool]]:
@@ -72,7 +92,7 @@ def find_trial(session: Session, problem_id: int, key: str, source_hash: str) ->
 
 
 def find_problem(session: Session, problem: Problem, gpu_name: str) -> orm.Problem | None:
-    filters = problem_filters(gpu_name=gpu_name, op=problem.op, dtype=problem.dtype, m=problem.m, n=problem.n)
+    filters = problem_filters(gpu_name=gpu_name, **problem_columns(problem))
     return session.scalars(select(orm.Problem).where(*filters)).one_or_none()
 
 
@@ -80,7 +100,7 @@ def get_or_create_problem(session: Session, problem: Problem, gpu_name: str) -> 
     found = find_problem(session, problem, gpu_name)
     if found is not None:
         return found
-    row = orm.Problem(gpu_name=gpu_name, op=problem.op, dtype=problem.dtype, m=problem.m, n=problem.n)
+    row = orm.Problem(gpu_name=gpu_name, **problem_columns(problem))
     try:
         # A savepoint: on a server database another process may insert the same problem first.
         with session.begin_nested():

@@ -72,6 +72,8 @@ def _trial_line(problem: orm.Problem, trial: orm.Trial) -> dict[str, Any]:
         "dtype": problem.dtype,
         "m": problem.m,
         "n": problem.n,
+        "k": problem.k,
+        "trans": problem.trans,
         "config": trial.config,
         "time_us": trial.time_us,
         "times_us": [t for t in trial.times_us if math.isfinite(t)],
@@ -142,11 +144,19 @@ def _parse_gpu(line: dict[str, Any]) -> GpuInfo:
 
 def _parse_trial(line: dict[str, Any]) -> dict[str, Any]:
     values = {name: _typed(line, name, kind, name in _NULLABLE) for name, kind in _TRIAL_TYPES.items()}
-    for dim in ("m", "n"):
+    # Records written before GEMM and the transposed GEMV carry neither field.
+    values["k"] = line.get("k", 0)
+    values["trans"] = line.get("trans", False)
+    if not isinstance(values["trans"], bool):
+        raise _BadLine(f"field 'trans' must be true or false, got {values['trans']!r}")
+    dims = ("m", "n", "k") if values["op"] == "gemm" else ("m", "n")
+    for dim in dims:
         try:
             check_dim(dim.upper(), values[dim])
         except AutotuneError as exc:
             raise _BadLine(str(exc)) from None
+    if values["op"] != "gemm" and values["k"] != 0:
+        raise _BadLine(f"field 'k' must be 0 for {values['op']}, got {values['k']!r}")
     if not (math.isfinite(values["time_us"]) and values["time_us"] > 0):
         raise _BadLine(f"time_us must be a positive number, got {values['time_us']!r}")
     if not all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in values["times_us"]):
@@ -235,7 +245,7 @@ def _import_into(session: Session, path: Path, text: str) -> int:
     problem_ids: dict[Problem, int] = {}
     added = 0
     for values in trials:
-        problem = Problem(values["op"], values["dtype"], values["m"], values["n"])
+        problem = Problem(values["op"], values["dtype"], values["m"], values["n"], values["k"], values["trans"])
         if problem not in problem_ids:
             problem_ids[problem] = get_or_create_problem(session, problem, info.name).id
         pid = problem_ids[problem]

@@ -65,6 +65,8 @@ class BestRow:
     dtype: str
     m: int
     n: int
+    k: int
+    trans: bool
     config: dict[str, Any]
     time_us: float
     gbs: float | None
@@ -76,7 +78,7 @@ class BestRow:
 
     @property
     def problem(self) -> Problem:
-        return Problem(self.op, self.dtype, self.m, self.n)
+        return Problem(self.op, self.dtype, self.m, self.n, self.k, self.trans)
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,8 @@ class ProblemSummary:
     dtype: str
     m: int
     n: int
+    k: int
+    trans: bool
     trials: int  # final trials
     ok: int
     best_us: float | None  # None when no trial is OK
@@ -109,7 +113,7 @@ class ProblemSummary:
 
     @property
     def problem(self) -> Problem:
-        return Problem(self.op, self.dtype, self.m, self.n)
+        return Problem(self.op, self.dtype, self.m, self.n, self.k, self.trans)
 
 
 def trial_row(trial: orm.Trial) -> TrialRow:
@@ -144,6 +148,8 @@ def best_row(problem: orm.Problem, trial: orm.Trial, trials: int) -> BestRow:
         dtype=problem.dtype,
         m=problem.m,
         n=problem.n,
+        k=problem.k,
+        trans=problem.trans,
         config=dict(trial.config),
         time_us=trial.time_us,
         gbs=trial.gbs,

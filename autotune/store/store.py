@@ -26,6 +26,7 @@ from autotune.store.queries import (
     find_trial,
     get_or_create_problem,
     new_gpu,
+    problem_columns,
     problem_filters,
     ranked_ok,
 )
@@ -207,13 +208,14 @@ class Store:
 
     def best(self, gpu_name: str, problem: Problem, source_hash: str | None) -> BestRow | None:
         """The fastest OK trial of exactly this problem (of that kernel source when given)."""
-        shape = {"op": problem.op, "dtype": problem.dtype, "m": problem.m, "n": problem.n}
-        rows = self._best_rows(gpu_name, source_hash, **shape)
+        rows = self._best_rows(gpu_name, source_hash, **problem_columns(problem))
         return rows[0] if rows else None
 
-    def tuned(self, gpu_name: str, op: str, dtype: str, source_hash: str | None) -> list[BestRow]:
-        """One best row per tuned problem of this GPU, op and dtype: the selector's nearest-shape pool."""
-        return self._best_rows(gpu_name, source_hash, op=op, dtype=dtype)
+    def tuned(
+        self, gpu_name: str, op: str, dtype: str, source_hash: str | None, *, trans: bool = False
+    ) -> list[BestRow]:
+        """One best row per tuned problem of this GPU, op, dtype and layout: the selector's nearest-shape pool."""
+        return self._best_rows(gpu_name, source_hash, op=op, dtype=dtype, trans=trans)
 
     def _best_rows(self, gpu_name: str, source_hash: str | None, **problem: Any) -> list[BestRow]:
         filters = problem_filters(gpu_name=gpu_name, **problem)
@@ -266,6 +268,8 @@ def _summary(problem: orm.Problem, counts: tuple[int, int], best: orm.Trial | No
         dtype=problem.dtype,
         m=problem.m,
         n=problem.n,
+        k=problem.k,
+        trans=problem.trans,
         trials=counts[0],
         ok=counts[1],
         best_us=None if best is None else best.time_us,

@@ -172,9 +172,7 @@ class Worker:
     def measure(self, cubin: Path, kernel: str, config: Mapping[str, int]) -> Outcome:
         """Verify and time one compiled config. Every failure comes back as an Outcome."""
         try:
-            result = self.request(
-                "measure", self.measure_timeout, cubin=str(cubin), kernel=kernel, config=dict(config)
-            )
+            result = self.request("measure", self.measure_timeout, cubin=str(cubin), kernel=kernel, config=dict(config))
         except WorkerLost as lost:
             return Outcome(lost.status, str(lost))
         except AutotuneError as exc:

@@ -13,6 +13,7 @@ from autotune.dtypes import HOST_STORAGE, UNIT_ROUNDOFF, decode, encode
 from autotune.fingerprint import GpuInfo
 from autotune.gpu import Kernels, driver
 from autotune.ops import gemv
+from autotune.ops.geometry import Launch
 from autotune.outcome import Outcome, Status
 from autotune.problem import ITEMSIZE, Problem
 from autotune.worker.timing import Timer
@@ -70,7 +71,7 @@ class GemvRunner:
         blocks = max(1, min(math.ceil(count / 256), 32 * self.gpu.sm_count))
         self._fill.prepared_async_call((blocks, 1, 1), (256, 1, 1), None, buffer, count, self._seed)
 
-    def _launch(self, fn: Any, geom: gemv.Launch, copy: int, alpha: float, beta: float) -> None:
+    def _launch(self, fn: Any, geom: Launch, copy: int, alpha: float, beta: float) -> None:
         p = self.problem
         fn.prepared_async_call(
             geom.grid,
@@ -109,7 +110,7 @@ class GemvRunner:
         cuda.memcpy_dtoh(absref, self._absref)
         return ref, absref
 
-    def verify(self, fn: Any, geom: gemv.Launch) -> tuple[str | None, float]:
+    def verify(self, fn: Any, geom: Launch) -> tuple[str | None, float]:
         """Two checks on fresh data: beta = 0 into a NaN-poisoned y, then alpha and beta both in play."""
         cuda = driver()
         dtype, m = self.problem.dtype, self.problem.m

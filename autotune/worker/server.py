@@ -39,26 +39,22 @@ class _State:
 
     def support(self) -> Path:
         if self._support is None:
-            from autotune.compiler import CompileJob, compile_kernel
-            from autotune.paths import kernels_dir
-
-            source = (kernels_dir() / "support.cu").read_text()
-            result = compile_kernel(CompileJob("support", source, self.gpu().arch, "support"))
-            if result.cubin is None:
-                raise AutotuneError(f"cannot compile the support kernels: {result.message}")
-            self._support = result.cubin
+            from autotune.compiler import compile_support
             from autotune.worker.timing import Timer
 
+            self._support = compile_support(self.gpu().arch)
             self._timer = Timer(self._kernels, self._support)
         return self._support
 
     def setup(self, problem: Problem, seed: int) -> dict[str, Any]:
+        from autotune.worker.gemm_runner import GemmRunner
         from autotune.worker.gemv_runner import GemvRunner
 
         self.runner = None  # free the previous problem's buffers first
         start = time.perf_counter()
         support, gpu = self.support(), self.gpu()  # these also create the kernel cache and timer
-        self.runner = GemvRunner(self._kernels, self._timer, support, problem, gpu, seed)
+        runner = GemmRunner if problem.op == "gemm" or problem.trans else GemvRunner
+        self.runner = runner(self._kernels, self._timer, support, problem, gpu, seed)
         return {"copies": self.runner.copies, "seconds": time.perf_counter() - start}
 
 

@@ -40,6 +40,10 @@ class Timer:
                 return float(self._start.time_till(self._end)) * 1000.0 / calls
             spin_ns = min(spin_ns * 4, _MAX_SPIN_NS)
 
+    def launch_empty(self) -> None:
+        """Queue one kernel that does nothing: the floor any launch pays (benchmarks report it)."""
+        self._spin.prepared_async_call((1, 1, 1), (32, 1, 1), None, 0)
+
     def measure(self, launch: Launcher, *, target_ms: float = 2.0, reps: int = 5) -> list[float]:
         """`reps` samples of time per call, each over enough calls to fill about `target_ms`."""
         estimate = self.per_call_us(launch, 8)

@@ -1,0 +1,70 @@
+"""GEMM (C = alpha*A*B + beta*C, all row-major): picks a kernel family per problem and delegates.
+
+A problem is tuned within one family, chosen by dtype and shape: `skinny` when A has at most 16
+rows (batched decode: B is streamed once, memory-bound), else `simt` for float32 (CUDA cores)
+and `mma` for float16/bfloat16 (tensor cores).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import ModuleType
+
+from autotune.ops.geometry import Launch
+from autotune.problem import ITEMSIZE, Problem
+from autotune.space import Config, Space
+
+NAME = "gemm"
+# Kernel arguments in PyCUDA's prepare() notation: A, B, C, M, N, K, alpha, beta, workspace, counters.
+ARG_TYPES = "PPPiiiffPP"
+SKINNY_MAX_M = 16
+
+
+def family(problem: Problem) -> ModuleType:
+    """The kernel family module that serves this problem."""
+    # Imported here: the family modules import this one's constants.
+    from autotune.ops import gemm_mma, gemm_simt, gemm_skinny
+
+    if problem.m <= SKINNY_MAX_M:
+        return gemm_skinny
+    return gemm_simt if problem.dtype == "float32" else gemm_mma
+
+
+def family_name(problem: Problem) -> str:
+    return str(family(problem).NAME)
+
+
+def kernel_file(problem: Problem) -> str:
+    return str(family(problem).KERNEL_FILE)
+
+
+def default_config(problem: Problem) -> Config:
+    return dict(family(problem).default_config(problem))
+
+
+def space(problem: Problem) -> Space:
+    result: Space = family(problem).space(problem)
+    return result
+
+
+def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
+    return str(family(problem).kernel_name(problem, config))
+
+
+def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
+    return str(family(problem).kernel_source(problem, config))
+
+
+def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
+    result: Launch = family(problem).launch(problem, config, sm_count)
+    return result
+
+
+def bytes_moved(problem: Problem) -> int:
+    """The fewest bytes a GEMM must move: A and B read once, C written once (beta = 0)."""
+    m, n, k = problem.m, problem.n, problem.k
+    return (m * k + k * n + m * n) * ITEMSIZE[problem.dtype]
+
+
+def flops(problem: Problem) -> int:
+    return 2 * problem.m * problem.n * problem.k
