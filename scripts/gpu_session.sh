@@ -21,7 +21,7 @@ for name in "$@"; do
       python3 -c "import pycuda, optuna, sqlalchemy, typer, torch; print('pycuda', pycuda.VERSION, 'optuna', optuna.__version__, 'sqlalchemy', sqlalchemy.__version__, 'typer', typer.__version__, 'torch', torch.__version__)" ;;
     tests)
       step tests
-      python3 -m pytest -m gpu -q -p no:cacheprovider 2>&1 | tee "$OUT/gpu-tests.log" | tail -25 ;;
+      python3 -m pytest -m gpu -q -p no:cacheprovider ${TESTS:-} 2>&1 | tee "$OUT/gpu-tests.log" | tail -25 ;;
     sweep-one)
       step sweep-one
       /usr/bin/time -f "sweep wall %e s" python3 -m autotune sweep --op hgemv --m 4096 --n 8192 --trials "$TRIALS" --db "$DB" 2>&1 | tee "$OUT/sweep-one.log" | tail -8 ;;
@@ -46,7 +46,27 @@ for name in "$@"; do
       python3 scripts/fault_drill.py --out "$OUT" 2>&1 | tee "$OUT/faults.log" | tail -12 ;;
     tuning)
       step tuning
-      python3 scripts/bench_tuning.py --out "$OUT" ${ONLY:+--only $ONLY} 2>&1 | tee "$OUT/tuning.log" | tail -20 ;;
+      python3 scripts/bench_tuning.py --out "$OUT" ${ONLY:+--only $ONLY} ${MERGE:+--merge $MERGE} 2>&1 | tee "$OUT/tuning.log" | tail -20 ;;
+    tests-gemm)
+      step tests-gemm
+      python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu_gemm.py 2>&1 | tee "$OUT/gpu-tests-gemm.log" | tail -25 ;;
+    sweep-gemm)
+      printf '4096 4096 4096\n8192 8192 8192\n' > /tmp/square.txt
+      step "sweep-gemm sgemm"
+      python3 -m autotune sweep --op sgemm --shapes /tmp/square.txt --trials "${GEMM_TRIALS:-40}" --db "$DB" 2>&1 | tee "$OUT/sweep-sgemm.log" | tail -6
+      step "sweep-gemm hgemm"
+      python3 -m autotune sweep --op hgemm --trials "${GEMM_TRIALS:-40}" --db "$DB" 2>&1 | tee "$OUT/sweep-hgemm.log" | tail -22 ;;
+    bench-gemm)
+      step bench-gemm
+      python3 scripts/bench_gemm.py --db "$DB" --out "$OUT" 2>&1 | tee "$OUT/bench-gemm.log" | tail -24 ;;
+    sweep-trans)
+      for op in ${TRANS_OPS:-hgemv bgemv sgemv}; do
+        step "sweep-trans $op"
+        python3 -m autotune sweep --op "$op" --trans --trials "$TRIALS" ${PATIENCE:+--patience $PATIENCE} --db "$DB" 2>&1 | tee "$OUT/sweep-trans-$op.log" | tail -22
+      done ;;
+    bench-trans)
+      step bench-trans
+      python3 scripts/bench_gemv.py --trans --db "$DB" --out "$OUT" 2>&1 | tee "$OUT/bench-trans.log" | tail -62 ;;
     *) echo "unknown step $name"; exit 2 ;;
   esac
 done
