@@ -151,9 +151,7 @@ class Launcher:
         problem, config = choice.problem, choice.config
         op = ops.for_problem(problem)
         if any(pointer % 16 for pointer in pointers):
-            # Tuned configs may use 16-byte vector loads, which need aligned rows; a sliced view may
-            # not give them. The default config of every op uses scalar loads, which always work.
-            config = op.default_config(problem)
+            config = scalar_loads(problem, config)
         geom = op.launch(problem, config, self.gpu.sm_count)
         workspace, counters = self._scratch(geom.workspace_floats, geom.counters)
         function = self._function(problem, config)
@@ -171,6 +169,16 @@ class Launcher:
             counters,
             shared_size=geom.shared_bytes,
         )
+
+
+def scalar_loads(problem: Problem, config: Config) -> Config:
+    """`config` with one element per load. Tuned configs may use 16-byte vector loads, which need
+    aligned rows, and a sliced view may not give them; scalar loads always work."""
+    space = ops.for_problem(problem).space(problem)
+    for candidate in ({**config, "vec": 1}, {**ops.for_problem(problem).default_config(problem), "vec": 1}):
+        if space.check(candidate) is None:
+            return candidate
+    raise AutotuneError(f"{problem}: no config with scalar loads fits; pass 16-byte aligned arrays")
 
 
 def check_gemv_operands(

@@ -26,6 +26,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("results"), help="folder for gemv_<gpu>.json")
     parser.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=DTYPES)
     parser.add_argument("--shapes", type=Path, help="'M N' lines (default: the standard shape set)")
+    parser.add_argument("--trans", action="store_true", help="y = Aᵀx (writes gemv_trans_<gpu>.json)")
     args = parser.parse_args()
 
     shapes = read_shapes_file(args.shapes) if args.shapes else standard_shapes()
@@ -41,7 +42,7 @@ def main() -> int:
     print(header, flush=True)
     for dtype in args.dtypes:
         for m, n in shapes:
-            choice = api.best("gemv", m, n, dtype=dtype, gpu=gpu, db=args.db)
+            choice = api.best("gemv", m, n, trans=args.trans, dtype=dtype, gpu=gpu, db=args.db)
             row = bench.compare(choice)
             rows.append(row)
             print(
@@ -51,7 +52,7 @@ def main() -> int:
             )
     report = as_json(gpu, copy_gbs, floor_us, rows)
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"gemv_{slugify(gpu)}.json"
+    path = args.out / f"gemv{'_trans' if args.trans else ''}_{slugify(gpu)}.json"
     path.write_text(json.dumps(report, indent=1) + "\n")
     speedups = [r.speedup for r in rows]
     geomean = 1.0

@@ -1,0 +1,176 @@
+"""Tensor-core GEMM family "mma" (mma.sync, cp.async pipeline, half/bfloat16): space, geometry, source."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from autotune.ops.geometry import Launch
+from autotune.problem import ITEMSIZE, Problem
+from autotune.space import Config, Param, Space
+
+NAME = "mma"
+KERNEL_FILE = "gemm_mma.cu"
+DTYPES = ("float16", "bfloat16")
+CUDA_TYPE = {"float16": "__half", "bfloat16": "__nv_bfloat16"}
+# Kernel arguments in PyCUDA's prepare() notation: A, B, C, M, N, K, alpha, beta, workspace, counters.
+ARG_TYPES = "PPPiiiffPP"
+
+MAX_SHARED_BYTES = 227 * 1024  # dynamic shared memory of one block on sm_90 (opted in)
+REGISTERS_PER_SM = 65536
+# Split-K pays for a second pass over C; it only helps while the output tiles leave SMs idle.
+SPLIT_MAX_TILES = 256
+_TILES = (64, 128, 256)
+_WARP_TILES = (32, 64)
+_BKS = (32, 64)
+_STAGES = (2, 3, 4, 5)
+_VECS = (8, 4, 2)  # widest first
+_SWIZZLES = (1, 4, 8, 16)
+_SPLITS = (1, 2, 4, 8)
+
+
+def _tiles(size: int, tile: int) -> int:
+    return math.ceil(size / tile)
+
+
+def _pow2_ceil(value: int) -> int:
+    return 1 << max(0, value - 1).bit_length()
+
+
+def threads(config: Mapping[str, int]) -> int:
+    return (config["bm"] // config["wm"]) * (config["bn"] // config["wn"]) * 32
+
+
+def shared_bytes(problem: Problem, config: Mapping[str, int]) -> int:
+    """Mirrors gemm_mma.cu: SHARED_BYTES = STAGES * (BM * BK + BK * BN) * sizeof(T)."""
+    c = config
+    return c["stages"] * (c["bm"] * c["bk"] + c["bk"] * c["bn"]) * ITEMSIZE[problem.dtype]
+
+
+def _registers(config: Mapping[str, int]) -> int:
+    # Per thread: the float accumulators, two sets of A and B fragments (double buffering) and
+    # about 48 for addresses and loop state. Past 255 a thread spills; past 64 Ki a block cannot launch.
+    wm, wn = config["wm"], config["wn"]
+    return wm * wn // 32 + 2 * (wm // 16 * 4 + wn // 8 * 2) + 48
+
+
+def widest_vec(problem: Problem) -> int:
+    """The widest copy (elements) every row of A and B allows: K and N must be multiples of it."""
+    return next((v for v in _VECS if problem.k % v == 0 and problem.n % v == 0), 1)
+
+
+def _tile_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
+    warps = threads(c) // 32
+    if c["bm"] % c["wm"] or c["bn"] % c["wn"] or not 2 <= warps <= 16:
+        return f"{warps} warps of {c['wm']}x{c['wn']} in a {c['bm']}x{c['bn']} tile (need 2..16)"
+    if threads(c) * _registers(c) > REGISTERS_PER_SM:
+        return f"{threads(c)} threads with {c['wm']}x{c['wn']} warp tiles exceed the register file"
+    if shared_bytes(problem, c) > MAX_SHARED_BYTES:
+        return f"{shared_bytes(problem, c)} bytes of shared memory exceed 227 KiB"
+    # Tiles far beyond the problem only add idle work (and duplicate smaller tiles' results).
+    if c["bm"] > max(64, _pow2_ceil(problem.m)) or c["bn"] > max(64, _pow2_ceil(problem.n)):
+        return f"a {c['bm']}x{c['bn']} tile is larger than the {problem.m}x{problem.n} output needs"
+    if c["bk"] > max(32, _pow2_ceil(problem.k)):
+        return f"bk={c['bk']} is deeper than k={problem.k} needs"
+    return None
+
+
+def _schedule_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
+    k_tiles = _tiles(problem.k, c["bk"])
+    if c["stages"] > max(2, k_tiles + 1):
+        return f"{c['stages']} stages for {k_tiles} k-tiles"
+    if c["vec"] > 1 and (problem.k % c["vec"] or problem.n % c["vec"]):
+        return f"vec={c['vec']} needs k and n divisible by {c['vec']}"
+    tiles_m = _tiles(problem.m, c["bm"])
+    if c["swizzle"] > 1 and c["swizzle"] > _pow2_ceil(tiles_m):
+        return f"swizzle={c['swizzle']} groups more tile rows than the {tiles_m} there are"
+    split = c["split"]
+    if split > 1:
+        if tiles_m * _tiles(problem.n, c["bn"]) >= SPLIT_MAX_TILES:
+            return f"split-K with {SPLIT_MAX_TILES}+ output tiles"
+        if (split - 1) * math.ceil(k_tiles / split) >= k_tiles:
+            return f"split={split} leaves a split without k-tiles ({k_tiles} in all)"
+    return None
+
+
+def space(problem: Problem) -> Space:
+    widest = widest_vec(problem)
+    vecs = (1,) if widest == 1 else (1, widest)  # a narrower copy than allowed is never faster
+
+    def constraint(c: Mapping[str, int]) -> str | None:
+        return _tile_reason(problem, c) or _schedule_reason(problem, c)
+
+    return Space(
+        params=(
+            Param("bm", _TILES),
+            Param("bn", _TILES),
+            Param("bk", _BKS),
+            Param("wm", _WARP_TILES),
+            Param("wn", _WARP_TILES),
+            Param("stages", _STAGES),
+            Param("vec", vecs),
+            Param("swizzle", _SWIZZLES),
+            Param("split", _SPLITS, compiled=False),
+        ),
+        constraint=constraint,
+    )
+
+
+def default_config(problem: Problem) -> Config:
+    """Valid for every shape: 2-byte loads (no alignment assumed), tiles no larger than the output."""
+    bm = 128 if problem.m > 64 else 64
+    bn = 128 if problem.n > 64 else 64
+    return {
+        "bm": bm,
+        "bn": bn,
+        "bk": 32,
+        "wm": 64 if bm == 128 else 32,
+        "wn": 32,
+        "stages": min(3, _tiles(problem.k, 32) + 1),
+        "vec": 1,
+        "swizzle": 1,
+        "split": 1,
+    }
+
+
+def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
+    c = config
+    return (
+        f"gemm_mma_{problem.dtype}_{c['bm']}x{c['bn']}x{c['bk']}_w{c['wm']}x{c['wn']}"
+        f"_s{c['stages']}_v{c['vec']}_z{c['swizzle']}"
+    )
+
+
+def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
+    """A translation unit with one extern "C" instance of the template (a stable, unmangled name)."""
+    c = config
+    t = CUDA_TYPE[problem.dtype]
+    template_args = (
+        f"{t}, {c['bm']}, {c['bn']}, {c['bk']}, {c['wm']}, {c['wn']}, {c['stages']}, {c['vec']}, {c['swizzle']}"
+    )
+    return (
+        f'#include "{KERNEL_FILE}"\n'
+        f'extern "C" __global__ void __launch_bounds__({threads(c)})\n'
+        f"{kernel_name(problem, config)}(const {t}* A, const {t}* B, {t}* C, int M, int N, int K,\n"
+        f"    float alpha, float beta, float* workspace, unsigned int* counters) {{\n"
+        f"  at_gemm_mma::gemm_mma_body<{template_args}>(A, B, C, M, N, K, alpha, beta, workspace, counters);\n"
+        f"}}\n"
+    )
+
+
+def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
+    """One block per output tile on grid x (the kernel remaps it), split-K slices on grid z."""
+    c = config
+    tiles = _tiles(problem.m, c["bm"]) * _tiles(problem.n, c["bn"])
+    split = c["split"]
+    return Launch(
+        grid=(tiles, 1, split),
+        block=(threads(c), 1, 1),
+        shared_bytes=shared_bytes(problem, c),
+        workspace_floats=split * problem.m * problem.n if split > 1 else 0,
+        counters=tiles if split > 1 else 0,
+    )
+
+
+def flops(problem: Problem) -> int:
+    return 2 * problem.m * problem.n * problem.k

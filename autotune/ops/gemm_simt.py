@@ -1,0 +1,178 @@
+"""SIMT GEMM (float32 on CUDA cores, C = alpha*A*B + beta*C): parameters, constraints, geometry, source."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from autotune.ops.geometry import Launch
+from autotune.problem import Problem
+from autotune.space import Config, Param, Space
+
+NAME = "simt"
+KERNEL_FILE = "gemm_simt.cu"
+DTYPES: tuple[str, ...] = ("float32",)
+CUDA_TYPE = {"float32": "float"}
+# Kernel arguments in PyCUDA's prepare() notation: A, B, C, M, N, K, alpha, beta, workspace, counters.
+ARG_TYPES = "PPPiiiffPP"
+
+A_PAD = 4  # floats of padding per k-row of the transposed A tile (mirrors the kernel)
+FLOAT_BYTES = 4
+MAX_SHARED_BYTES = 227 * 1024  # the most one block may opt in to on sm_90
+MAX_GRID_Y = 65535  # the kernel strides over the M tiles past this
+MAX_THREADS_PER_SM = 2048
+REGISTERS_PER_SM = 65536
+MAX_REGISTERS = 255  # per thread; past this ptxas spills
+# Registers a thread needs beside its accumulators, operand fragments and staged loads (indices, the
+# k loop, two base pointers); ptxas rematerializes everything else rather than spill.
+BASE_REGISTERS = 16
+# Left free under the cap: ptxas needs some room to schedule, or it spills (seen at sm_90 with nvcc 13).
+REGISTER_MARGIN = 8
+# 8x16 thread tiles: ptxas keeps two k-steps of operands live and needs ~50 registers over the
+# estimate; above this estimate a third of them spilled (4 to 124 bytes) when all were compiled.
+WIDE_TILE_MAX_ESTIMATE = 180
+MIN_THREADS = 64  # one-warp blocks leave the SM's four schedulers short of warps
+MAX_TILE_THREADS = 512  # past this, blocks get too few registers per thread for useful tiles
+
+_TILES = (32, 64, 128, 256)
+_BKS = (8, 16, 32)
+_WARP_TILES = (16, 32, 64, 128)
+_THREAD_TILES = (4, 8, 16)
+_VECS = (1, 2, 4)
+# Blocks per SM ptxas must leave room for (the second __launch_bounds__ argument): 2 caps registers
+# at 32768 / threads, which keeps two 256-thread blocks of 8x8 tiles resident instead of one.
+_OCCUPANCY = (1, 2)
+
+
+def _threads(c: Mapping[str, int]) -> int:
+    return (c["bm"] // c["wm"]) * (c["bn"] // c["wn"]) * 32
+
+
+def _staged_floats(c: Mapping[str, int]) -> int:
+    """Floats of the next k-tile a thread holds in registers (A and B, rounded up to whole vectors)."""
+    threads, vec = _threads(c), c["vec"]
+    a_vectors = math.ceil(c["bm"] * c["bk"] // vec / threads)
+    b_vectors = math.ceil(c["bk"] * c["bn"] // vec / threads)
+    return (a_vectors + b_vectors) * vec
+
+
+def estimated_registers(c: Mapping[str, int]) -> int:
+    """Registers a thread cannot do without: accumulators, one k-step of operands, the staged k-tile."""
+    return c["tm"] * c["tn"] + c["tm"] + c["tn"] + _staged_floats(c) + BASE_REGISTERS
+
+
+def shared_bytes(c: Mapping[str, int]) -> int:
+    """STAGES * (BK * (BM + A_PAD) + BK * BN) * sizeof(float), as in kernels/gemm_simt.cu."""
+    return c["stages"] * (c["bk"] * (c["bm"] + A_PAD) + c["bk"] * c["bn"]) * FLOAT_BYTES
+
+
+def _tile_reason(c: Mapping[str, int]) -> str | None:
+    if c["bm"] % c["wm"] or c["bn"] % c["wn"]:
+        return f"warp tile {c['wm']}x{c['wn']} does not divide block tile {c['bm']}x{c['bn']}"
+    if c["wm"] % c["tm"] or c["wn"] % c["tn"]:
+        return f"thread tile {c['tm']}x{c['tn']} does not divide warp tile {c['wm']}x{c['wn']}"
+    lanes = (c["wm"] // c["tm"]) * (c["wn"] // c["tn"])
+    if lanes != 32:
+        return f"warp tile {c['wm']}x{c['wn']} / thread tile {c['tm']}x{c['tn']} gives {lanes} lanes, not 32"
+    if max(c["tm"], c["tn"]) == 16 and min(c["tm"], c["tn"]) != 8:
+        return f"thread tile {c['tm']}x{c['tn']}: 16-wide tiles only pair with 8 (16x16 spills, 4x16 starves)"
+    return None
+
+
+def register_cap(c: Mapping[str, int]) -> int:
+    """Registers per thread ptxas may use so that `occ` blocks fit one SM (allocated in groups of 8)."""
+    return min(MAX_REGISTERS, REGISTERS_PER_SM // (c["occ"] * _threads(c)) // 8 * 8)
+
+
+def _resource_reason(c: Mapping[str, int]) -> str | None:
+    threads = _threads(c)
+    if not MIN_THREADS <= threads <= MAX_TILE_THREADS:
+        return f"{threads} threads per block, outside {MIN_THREADS}..{MAX_TILE_THREADS}"
+    if c["occ"] * threads > MAX_THREADS_PER_SM:
+        return f"{c['occ']} blocks of {threads} threads do not fit one SM"
+    if c["occ"] > 1 and REGISTERS_PER_SM // (c["occ"] * threads) >= MAX_REGISTERS:
+        return f"occ={c['occ']} caps nothing for {threads} threads (same kernel as occ=1)"
+    if c["bk"] * c["bm"] < c["vec"] * threads and c["bk"] * c["bn"] < c["vec"] * threads:
+        return f"tiles too small for {threads} threads: most would load nothing"
+    registers = estimated_registers(c)
+    if registers > register_cap(c) - REGISTER_MARGIN:
+        return f"about {registers} registers per thread, over the {register_cap(c)} that occ={c['occ']} allows"
+    if c["tm"] * c["tn"] > 64 and registers > WIDE_TILE_MAX_ESTIMATE:
+        return f"thread tile {c['tm']}x{c['tn']} with {_staged_floats(c)} staged floats spills"
+    if c["occ"] * shared_bytes(c) > MAX_SHARED_BYTES:
+        return f"{c['occ']} x {shared_bytes(c)} bytes of shared memory, more than one SM's {MAX_SHARED_BYTES}"
+    return None
+
+
+def constraint(c: Mapping[str, int]) -> str | None:
+    """Why a config cannot run (one line), or None. Problem-dependent parts live in the vec choices."""
+    return _tile_reason(c) or _resource_reason(c)
+
+
+def vec_choices(problem: Problem) -> tuple[int, ...]:
+    """Vector widths whose loads and stores stay aligned: rows of A need K % VEC, rows of B and C N % VEC."""
+    return tuple(v for v in _VECS if problem.k % v == 0 and problem.n % v == 0)
+
+
+def space(problem: Problem) -> Space:
+    return Space(
+        params=(
+            Param("bm", _TILES),
+            Param("bn", _TILES),
+            Param("bk", _BKS),
+            Param("wm", _WARP_TILES),
+            Param("wn", _WARP_TILES),
+            Param("tm", _THREAD_TILES),
+            Param("tn", _THREAD_TILES),
+            Param("vec", vec_choices(problem)),
+            Param("stages", (1, 2)),
+            Param("occ", _OCCUPANCY),
+        ),
+        constraint=constraint,
+    )
+
+
+def default_config(problem: Problem) -> Config:
+    """The classic 128x128x8 tile, 256 threads of 8x8 (warp tile 32x64), double buffered; 64x64 for
+    small M or N, where 128-wide tiles would leave most of the block idle."""
+    vec = max(vec_choices(problem))
+    if min(problem.m, problem.n) <= 64:
+        return {"bm": 64, "bn": 64, "bk": 8, "wm": 32, "wn": 32, "tm": 8, "tn": 4, "vec": vec, "stages": 2, "occ": 1}
+    return {"bm": 128, "bn": 128, "bk": 8, "wm": 32, "wn": 64, "tm": 8, "tn": 8, "vec": vec, "stages": 2, "occ": 2}
+
+
+def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
+    c = config
+    return (
+        f"gemm_simt_{problem.dtype}_b{c['bm']}x{c['bn']}x{c['bk']}_w{c['wm']}x{c['wn']}"
+        f"_t{c['tm']}x{c['tn']}_v{c['vec']}_s{c['stages']}_o{c['occ']}"
+    )
+
+
+def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
+    """A translation unit with one extern "C" instance of the template (a stable, unmangled name)."""
+    c = config
+    t = CUDA_TYPE[problem.dtype]
+    template_args = ", ".join([t, *(str(c[k]) for k in ("bm", "bn", "bk", "wm", "wn", "tm", "tn", "vec", "stages"))])
+    return (
+        f'#include "{KERNEL_FILE}"\n'
+        f'extern "C" __global__ void __launch_bounds__({_threads(c)}, {c["occ"]})\n'
+        f"{kernel_name(problem, config)}(const {t}* A, const {t}* B, {t}* C, int M, int N, int K,\n"
+        f"    float alpha, float beta, float* workspace, unsigned int* counters) {{\n"
+        f"  at_gemm_simt::gemm_simt_body<{template_args}>(A, B, C, M, N, K, alpha, beta);\n"
+        f"}}\n"
+    )
+
+
+def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
+    """grid.x walks the N tiles, grid.y the M tiles (capped at 65535; the kernel strides past that)."""
+    c = config
+    tiles_n = math.ceil(problem.n / c["bn"])
+    tiles_m = math.ceil(problem.m / c["bm"])
+    return Launch(
+        grid=(tiles_n, min(tiles_m, MAX_GRID_Y), 1),
+        block=(_threads(c), 1, 1),
+        shared_bytes=shared_bytes(c),
+        workspace_floats=0,
+        counters=0,
+    )

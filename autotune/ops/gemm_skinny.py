@@ -1,0 +1,198 @@
+"""Skinny GEMM family (M <= 16, CUDA cores): parameters, constraints, launch geometry, source."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from autotune.ops.geometry import Launch
+from autotune.problem import ITEMSIZE, Problem
+from autotune.space import Config, Param, Space
+
+NAME = "skinny"
+KERNEL_FILE = "gemm_skinny.cu"
+DTYPES = ("float32", "float16", "bfloat16")
+CUDA_TYPE = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
+
+MAX_M = 16
+MAX_THREADS = 1024
+MAX_SHARED_BYTES = 227 * 1024 - 1024  # the opt-in maximum less the kernel's static flag and slack
+REGISTERS_PER_SM = 65536
+ENOUGH_BLOCKS = 1024  # several waves on any current GPU: splitting K further only adds partials
+_NTS = (8, 16, 32, 64, 128)  # threads along N
+_KWS = (1, 2, 4, 8, 16, 32)  # thread groups along K
+_VECS = (1, 2, 4, 8)
+_MTS = (1, 2, 4, 8, 16)
+_UNROLLS = (1, 2, 4)  # independent steps per thread; the next step is always in flight too
+# A through the cache (0) or staged in shared memory in chunks of this many steps.
+_A_CHUNKS = (0, 2, 8)
+# Load paths for B (see load_b in the .cu): on the H200 the GEMV tuning never picked 0 (read-only cache).
+_POLICIES = (1, 2)
+_SPLITS = tuple(2**i for i in range(10))  # 1 .. 512: the transposed GEMV with N = 256 needs hundreds
+
+
+def _pow2_ceil(x: int) -> int:
+    return 1 << max(0, x - 1).bit_length()
+
+
+def _vec_choices(problem: Problem) -> tuple[int, ...]:
+    """The two widest loads N allows (16 bytes at most): narrower ones only waste load slots."""
+    item = ITEMSIZE[problem.dtype]
+    fits = [v for v in _VECS if v * item <= 16 and (v == 1 or problem.n % v == 0)]
+    return tuple(fits[-2:])
+
+
+def _mt_choices(problem: Problem) -> tuple[int, ...]:
+    """Rows of A per thread: M rounded up, or half of it (B then read twice, the second time from L2)."""
+    top = _pow2_ceil(min(problem.m, MAX_M))
+    return tuple(t for t in _MTS if top // 2 <= t <= top)
+
+
+def _step(c: Mapping[str, int]) -> int:
+    return c["kw"] * c["unroll"]
+
+
+def _per_split(problem: Problem, c: Mapping[str, int]) -> int:
+    """Rows of K per split, as the kernel computes them: a whole number of steps."""
+    per = math.ceil(problem.k / c["split"])
+    return math.ceil(per / _step(c)) * _step(c)
+
+
+def _stage(c: Mapping[str, int]) -> int:
+    """A elements each thread holds while staging a chunk (0 without staging)."""
+    return math.ceil(c["a_chunk"] * _step(c) * c["mt"] / (c["nt"] * c["kw"]))
+
+
+def registers(problem: Problem, c: Mapping[str, int]) -> float:
+    """Registers per thread, fitted on ptxas -v for sm_90 over 120 random instances (errs high)."""
+    words = max(1, c["vec"] * ITEMSIZE[problem.dtype] // 4)
+    a_regs = 0 if c["a_chunk"] else 2.3 * c["unroll"] * c["mt"]
+    return 1.3 * c["mt"] * c["vec"] + c["unroll"] * words + a_regs + 4 * _stage(c) + 32
+
+
+def shared_bytes(c: Mapping[str, int]) -> int:
+    """Dynamic shared memory; mirrors the formula in kernels/gemm_skinny.cu (one buffer, three uses)."""
+    block = c["nt"] * c["kw"]
+    a_chunks = 2 * c["a_chunk"] * _step(c) * c["mt"] * 4
+    sets = block // max(c["nt"], 32)
+    tree = (sets // 2) * c["mt"] * c["vec"] * c["nt"] * 4 if sets > 1 else 0
+    outputs = c["mt"] * c["nt"] * c["vec"]
+    parts = block * 4 if c["split"] > 1 and block > outputs else 0
+    return max(a_chunks, tree, parts)
+
+
+def _shape_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
+    if problem.m > MAX_M:
+        return f"skinny serves m <= {MAX_M}, not m={problem.m}"
+    block = c["nt"] * c["kw"]
+    if block % 32 or block > MAX_THREADS:
+        return f"nt*kw={block} threads: not whole warps or more than {MAX_THREADS}"
+    if c["nt"] > 32 and c["nt"] // 2 * c["vec"] >= problem.n:
+        return f"nt={c['nt']}: half as many column threads already cover n={problem.n}"
+    if c["nt"] < 32 and 32 * c["vec"] <= problem.n:
+        return f"nt={c['nt']}: groups narrower than a warp only pay off when a warp is wider than n"
+    if _step(c) > problem.k:
+        return f"kw*unroll={_step(c)} rows per step exceed k={problem.k}"
+    return None
+
+
+def _resource_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
+    block = c["nt"] * c["kw"]
+    cap = min(255, REGISTERS_PER_SM // block)
+    regs = registers(problem, c)
+    if regs > cap:
+        return f"about {regs:.0f} registers per thread, more than the {cap} a block of {block} gets: spills"
+    if shared_bytes(c) > MAX_SHARED_BYTES:
+        return f"{shared_bytes(c)} bytes of shared memory, more than {MAX_SHARED_BYTES}"
+    return None
+
+
+def _split_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
+    split = c["split"]
+    if split == 1:
+        return None
+    if (split - 1) * _per_split(problem, c) >= problem.k:
+        return f"split={split} leaves a split without rows (k={problem.k}, {_step(c)} rows per step)"
+    m_tiles, n_tiles = tiles(problem, c)
+    if m_tiles * n_tiles * (split // 2) >= ENOUGH_BLOCKS:
+        return f"split={split}: half of it already gives {ENOUGH_BLOCKS} blocks or more"
+    # Each split writes, reads back and zeroes M*N floats: past the bytes of B that is a loss.
+    if 12 * split * problem.m > problem.k * ITEMSIZE[problem.dtype]:
+        return f"split={split}: the partial sums would move more bytes than B"
+    return None
+
+
+def space(problem: Problem) -> Space:
+    def constraint(c: Mapping[str, int]) -> str | None:
+        return _shape_reason(problem, c) or _resource_reason(problem, c) or _split_reason(problem, c)
+
+    return Space(
+        params=(
+            Param("nt", _NTS),
+            Param("kw", _KWS),
+            Param("vec", _vec_choices(problem)),
+            Param("mt", _mt_choices(problem)),
+            Param("unroll", _UNROLLS),
+            Param("a_chunk", _A_CHUNKS),
+            Param("policy", _POLICIES),
+            Param("split", _SPLITS, compiled=False),
+        ),
+        constraint=constraint,
+    )
+
+
+def default_config(problem: Problem) -> Config:
+    """Valid for every m <= 16, n, k >= 1: one warp along N, a few groups along K, no split."""
+    mt = _mt_choices(problem)[-1]
+    unroll = 2 if problem.k >= 2 else 1
+    kw = 1 << (min(4, problem.k // unroll).bit_length() - 1)
+    return {
+        "nt": 32,
+        "kw": kw,
+        "vec": _vec_choices(problem)[-1],
+        "mt": mt,
+        "unroll": unroll,
+        "a_chunk": 2 if mt >= 4 else 0,
+        "policy": 1,
+        "split": 1,
+    }
+
+
+def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
+    c = config
+    return (
+        f"gemm_skinny_{problem.dtype}_n{c['nt']}_k{c['kw']}_v{c['vec']}_m{c['mt']}_u{c['unroll']}"
+        f"_a{c['a_chunk']}_p{c['policy']}"
+    )
+
+
+def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
+    """A translation unit with one extern "C" instance of the template (a stable, unmangled name)."""
+    c = config
+    t = CUDA_TYPE[problem.dtype]
+    args = f"{t}, {c['nt']}, {c['kw']}, {c['vec']}, {c['mt']}, {c['unroll']}, {c['a_chunk']}, {c['policy']}"
+    return (
+        f'#include "{KERNEL_FILE}"\n'
+        f'extern "C" __global__ void __launch_bounds__({c["nt"] * c["kw"]})\n'
+        f"{kernel_name(problem, config)}(const {t}* A, const {t}* B, {t}* C, int M, int N, int K,\n"
+        f"    float alpha, float beta, float* workspace, unsigned int* counters) {{\n"
+        f"  at_skinny::skinny_body<{args}>(A, B, C, M, N, K, alpha, beta, workspace, counters);\n"
+        f"}}\n"
+    )
+
+
+def tiles(problem: Problem, config: Mapping[str, int]) -> tuple[int, int]:
+    """(tiles along M, tiles along N): the grid's x is their product, M tiles fastest."""
+    return math.ceil(problem.m / config["mt"]), math.ceil(problem.n / (config["nt"] * config["vec"]))
+
+
+def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
+    m_tiles, n_tiles = tiles(problem, config)
+    split = config["split"]
+    return Launch(
+        grid=(m_tiles * n_tiles, split, 1),
+        block=(config["nt"] * config["kw"], 1, 1),
+        shared_bytes=shared_bytes(config),
+        workspace_floats=split * problem.m * problem.n if split > 1 else 0,
+        counters=m_tiles * n_tiles if split > 1 else 0,
+    )

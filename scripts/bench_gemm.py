@@ -1,0 +1,73 @@
+"""Benchmark: our best GEMM per shape beside cuBLAS (torch.mm, TF32 off) on this GPU, written as JSON.
+
+Run on the GPU machine after tuning, e.g.
+    python scripts/bench_gemm.py --db results/h200.db --out results
+It reads the best config of every shape from the database (an estimate or the default where a
+shape was not tuned, and says which), times it and cuBLAS the same way in the same run on the same
+buffers, and writes results/gemm_<gpu>.json; scripts/plot_gemm.py draws the plot from that file.
+Default shapes: the standard GEMM set (square products in float32 and float16, the skinny
+batched-decode products in float16).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from autotune import api
+from autotune.bench import Bench, GemmRow
+from autotune.fingerprint import slugify
+from autotune.ops.gemm import SKINNY_MAX_M
+from autotune.problem import DTYPES, read_shapes_file, standard_shapes
+
+
+def plan(
+    dtypes: list[str], shapes: list[tuple[int, ...]], skinny_dtypes: list[str]
+) -> list[tuple[str, tuple[int, ...]]]:
+    """(dtype, shape) pairs: square shapes in every dtype asked, skinny ones in `skinny_dtypes`."""
+    pairs = []
+    for dtype in dtypes:
+        for shape in shapes:
+            if shape[0] > SKINNY_MAX_M or dtype in skinny_dtypes:
+                pairs.append((dtype, shape))
+    return pairs
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", help="database with the tuning results (default: AUTOTUNE_DB or the per-user one)")
+    parser.add_argument("--out", type=Path, default=Path("results"), help="folder for gemm_<gpu>.json")
+    parser.add_argument("--dtypes", nargs="+", default=["float32", "float16"], choices=DTYPES)
+    parser.add_argument("--skinny-dtypes", nargs="+", default=["float16"], choices=DTYPES)
+    parser.add_argument("--shapes", type=Path, help="'M N K' lines (default: the standard GEMM set)")
+    args = parser.parse_args()
+
+    shapes = read_shapes_file(args.shapes, ("M", "N", "K")) if args.shapes else standard_shapes("gemm")
+    bench = Bench()
+    gpu = bench.launcher.gpu.name
+    print(f"{gpu}", flush=True)
+    print(f"{'dtype':9} {'M':>6} {'N':>6} {'K':>6} {'ours us':>9} {'cuBLAS us':>9} {'ratio':>6} {'TFLOP/s':>8} source")
+    rows: list[GemmRow] = []
+    for dtype, (m, n, k) in plan(args.dtypes, shapes, args.skinny_dtypes):
+        choice = api.best("gemm", m, n, k, dtype=dtype, gpu=gpu, db=args.db)
+        row = bench.compare_gemm(choice)
+        rows.append(row)
+        print(
+            f"{dtype:9} {m:6} {n:6} {k:6} {row.ours_us:9.2f} {row.cublas_us:9.2f} {row.ratio:6.2f} "
+            f"{row.ours_tflops:8.1f} {row.source}",
+            flush=True,
+        )
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"gemm_{slugify(gpu)}.json"
+    path.write_text(json.dumps({"gpu": gpu, "rows": [asdict(r) for r in rows]}, indent=1) + "\n")
+    geomean = math.exp(sum(math.log(r.ratio) for r in rows) / len(rows))
+    print(f"wrote {path}: geometric-mean ratio {geomean:.3f}, worst {min(r.ratio for r in rows):.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""Plot results/gemm_<gpu>.json: TFLOP/s per shape, ours beside cuBLAS (label: cuBLAS time / ours).
+
+python scripts/plot_gemm.py results/gemm_nvidia-h200.json   # writes results/gemm_nvidia-h200.png
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def main(path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    report = json.loads(path.read_text())
+    groups = {
+        "square products": [r for r in report["rows"] if r["m"] > 16],
+        "skinny products (M <= 16)": [r for r in report["rows"] if r["m"] <= 16],
+    }
+    groups = {name: rows for name, rows in groups.items() if rows}
+    fig, axes = plt.subplots(len(groups), 1, figsize=(12, 4.5 * len(groups)), squeeze=False)
+    for axis, (name, rows) in zip(axes[:, 0], groups.items(), strict=True):
+        labels = [f"{r['dtype']}\n{r['m']}x{r['n']}x{r['k']}" for r in rows]
+        positions = range(len(rows))
+        axis.bar([p - 0.2 for p in positions], [r["ours_tflops"] for r in rows], 0.4, label="autotune (tuned)")
+        axis.bar([p + 0.2 for p in positions], [r["cublas_tflops"] for r in rows], 0.4, label="cuBLAS (torch.mm)")
+        for p, r in zip(positions, rows, strict=True):
+            axis.text(
+                p, max(r["ours_tflops"], r["cublas_tflops"]) * 1.02, f"{r['ratio']:.2f}x", ha="center", fontsize=7
+            )
+        axis.set_xticks(list(positions), labels, fontsize=7)
+        axis.set_ylabel("TFLOP/s")
+        axis.set_title(f"{report['gpu']} GEMM, {name} (label: cuBLAS time / ours)")
+        axis.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    out = path.with_suffix(".png")
+    fig.savefig(out, dpi=110)
+    return out
+
+
+if __name__ == "__main__":
+    print(main(Path(sys.argv[1] if len(sys.argv) > 1 else "results/gemm_nvidia-h200.json")))

@@ -1,0 +1,162 @@
+"""GEMM and the transposed GEMV without a GPU: problems, shapes files, family dispatch, store,
+records files, selector and CLI answers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from autotune import api, ops
+from autotune.errors import AutotuneError
+from autotune.fingerprint import GpuInfo, Toolchain, source_hash
+from autotune.ops import gemm, gemv_t
+from autotune.outcome import Outcome, Status
+from autotune.problem import Problem, make_problem, parse_shapes, standard_shapes
+from autotune.select import DEFAULT, ESTIMATE, MEASURED, Selector
+from autotune.store import Provenance, Store, open_store
+
+H200 = GpuInfo("NVIDIA H200", "GPU-1111", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
+TOOLS = Toolchain(nvcc="13.0.88", pycuda="2025.1", autotune="0.1.0")
+SQUARE = Problem("gemm", "float16", 4096, 4096, 4096)
+SKINNY = Problem("gemm", "float16", 8, 4096, 4096)
+TRANS = Problem("gemv", "float16", 4096, 8192, trans=True)
+
+
+def measure(store: Store, problem: Problem, config: dict[str, int], time_us: float) -> None:
+    gpu_id = store.upsert_gpu(H200)
+    pid = store.problem_id(problem, H200.name)
+    assert pid is not None
+    trial = store.start_trial(Provenance(pid, gpu_id, source_hash(problem), TOOLS, H200.driver, H200.cuda), config)
+    store.finish_trial(trial, Outcome(Status.OK, time_us=time_us, times_us=[time_us]))
+
+
+# --- problems and shapes ---------------------------------------------------------------------------
+
+
+def test_gemm_problem_needs_k_and_gemv_refuses_it() -> None:
+    assert make_problem("gemm", "float16", 4096, 4096, 4096) == SQUARE
+    assert str(SQUARE) == "hgemm 4096x4096x4096" and SQUARE.shape == (4096, 4096, 4096)
+    assert str(TRANS) == "hgemv 4096x8192 (transposed)" and TRANS.shape == (4096, 8192)
+    with pytest.raises(AutotuneError, match="needs K"):
+        make_problem("gemm", "float16", 4096, 4096)
+    with pytest.raises(AutotuneError, match="--k applies to GEMM only"):
+        make_problem("gemv", "float16", 4096, 4096, 64)
+    with pytest.raises(AutotuneError, match="--trans applies to GEMV only"):
+        make_problem("gemm", "float16", 4096, 4096, 4096, trans=True)
+    with pytest.raises(AutotuneError, match="K must be a positive integer"):
+        make_problem("gemm", "float16", 4096, 4096, 0)
+
+
+def test_gemm_shapes_files_have_three_columns() -> None:
+    assert parse_shapes("# c\n1 2 3\n\n4 5 6  # x\n", "f", ("M", "N", "K")) == [(1, 2, 3), (4, 5, 6)]
+    with pytest.raises(AutotuneError, match="f line 1: expected three integers 'M N K', got '1 2'"):
+        parse_shapes("1 2\n", "f", ("M", "N", "K"))
+    shapes = standard_shapes("gemm")
+    assert (4096, 4096, 4096) in shapes and (8192, 8192, 8192) in shapes
+    assert {(m, n) for m, n, k in shapes if m <= 16 and n == k} >= {(m, n) for m in (1, 2, 4, 8, 16) for n in (4096,)}
+    assert len([s for s in shapes if s[0] <= 16]) == 15
+
+
+def test_problems_for_gemm_and_the_transposed_gemv() -> None:
+    assert api.problems_for("hgemm", None, 4096, 4096, None, 4096) == [SQUARE]
+    assert len(api.problems_for("sgemm", None, None, None, None)) == len(standard_shapes("gemm"))
+    trans = api.problems_for("hgemv", None, None, None, None, trans=True)
+    assert trans and all(p.trans for p in trans)
+    with pytest.raises(AutotuneError, match="give all of --m, --n and --k"):
+        api.problems_for("hgemm", None, 4096, 4096, None)
+    with pytest.raises(AutotuneError, match="--k applies to GEMM only"):
+        api.problems_for("hgemv", None, 4096, 4096, None, 64)
+
+
+# --- families ---------------------------------------------------------------------------------------
+
+
+def test_each_problem_gets_one_family_and_its_own_source_hash() -> None:
+    assert gemm.family_name(SQUARE) == "mma"
+    assert gemm.family_name(Problem("gemm", "float32", 4096, 4096, 4096)) == "simt"
+    assert gemm.family_name(SKINNY) == "skinny"
+    assert ops.for_problem(TRANS) is gemv_t
+    assert gemv_t.as_gemm(TRANS) == Problem("gemm", "float16", 1, 8192, 4096)
+    hashes = {source_hash(p) for p in (SQUARE, Problem("gemm", "float32", 64, 64, 64), SKINNY)}
+    assert len(hashes) == 3
+    assert source_hash(TRANS) == source_hash(SKINNY)
+    assert source_hash(Problem("gemv", "float16", 4096, 8192)) not in hashes
+
+
+@pytest.mark.parametrize("problem", [SQUARE, SKINNY, TRANS, Problem("gemm", "bfloat16", 1000, 1001, 999)], ids=str)
+def test_default_configs_are_valid_and_launchable(problem: Problem) -> None:
+    op = ops.for_problem(problem)
+    config = op.default_config(problem)
+    assert op.space(problem).check(config) is None
+    geometry = op.launch(problem, config, 132)
+    assert 0 < geometry.block[0] * geometry.block[1] * geometry.block[2] <= 1024
+    assert op.kernel_name(problem, config) in op.kernel_source(problem, config)
+
+
+# --- store, records, selector -------------------------------------------------------------------------
+
+
+def test_gemm_and_transposed_problems_are_stored_apart(store: Store) -> None:
+    plain = Problem("gemv", "float16", 4096, 8192)
+    ids = {store.problem_id(p, H200.name) for p in (plain, TRANS, SQUARE, Problem("gemm", "float16", 4096, 4096, 8192))}
+    assert len(ids) == 4
+    measure(store, SQUARE, gemm.default_config(SQUARE), 200.0)
+    assert [p.problem for p in store.problems(op="gemm")] == [SQUARE, Problem("gemm", "float16", 4096, 4096, 8192)]
+
+
+def test_records_files_carry_k_and_trans(db_path: Path, tmp_path: Path) -> None:
+    with open_store(str(db_path), import_shipped=False) as store:
+        measure(store, SQUARE, gemm.default_config(SQUARE), 200.0)
+        measure(store, TRANS, gemv_t.default_config(TRANS), 30.0)
+        assert store.export_records(H200.name, tmp_path / "r.jsonl") == 2
+    lines = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert {(line.get("k"), line.get("trans")) for line in lines[1:]} == {(4096, False), (0, True)}
+    with open_store(str(tmp_path / "other.db"), import_shipped=False) as other:
+        assert other.import_records(tmp_path / "r.jsonl") == 2
+        assert other.best(H200.name, SQUARE, source_hash(SQUARE)) is not None
+        assert other.best(H200.name, TRANS, source_hash(TRANS)) is not None
+        assert other.best(H200.name, Problem("gemv", "float16", 4096, 8192), None) is None
+
+
+def test_selector_answers_gemm_from_the_nearest_shape_in_three_dimensions(store: Store) -> None:
+    config = gemm.default_config(SQUARE)
+    measure(store, SQUARE, config, 200.0)
+    measure(store, Problem("gemm", "float16", 8192, 8192, 8192), config, 1500.0)
+    selector = Selector(store)
+    assert selector.choose(SQUARE, H200.name).source == MEASURED
+    near = selector.choose(Problem("gemm", "float16", 4096, 4096, 5000), H200.name)
+    assert (near.source, near.from_shape) == (ESTIMATE, (4096, 4096, 4096))
+    assert selector.choose(TRANS, H200.name).source == DEFAULT  # the usual layout's rows do not count
+    assert selector.choose(Problem("gemm", "float32", 4096, 4096, 4096), H200.name).source == DEFAULT
+
+
+# --- CLI ----------------------------------------------------------------------------------------------
+
+
+def test_cli_best_for_gemm_and_transposed_gemv(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from autotune.cli import app
+
+    db = str(tmp_path / "t.db")
+    runner = CliRunner()
+    args = ["best", "--op", "hgemm", "--m", "4096", "--n", "4096", "--k", "4096", "--gpu", "NVIDIA B999", "--db", db]
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.output)
+    assert (answer["op"], answer["k"], answer["source"]) == ("hgemm", 4096, DEFAULT)
+    trans = runner.invoke(app, ["best", "--m", "4096", "--n", "8192", "--trans", "--gpu", "NVIDIA B999", "--db", db])
+    assert trans.exit_code == 0, trans.output
+    assert "hgemv 4096x8192 (transposed)" in trans.output
+
+
+@pytest.mark.parametrize("problem", [SQUARE, SKINNY, TRANS, Problem("gemm", "float32", 4096, 4096, 4096)], ids=str)
+def test_misaligned_arrays_get_a_config_with_scalar_loads(problem: Problem) -> None:
+    from autotune.launch import scalar_loads
+
+    op = ops.for_problem(problem)
+    for config in list(op.space(problem))[::97]:
+        scalar = scalar_loads(problem, config)
+        assert scalar["vec"] == 1 and op.space(problem).check(scalar) is None

@@ -1,0 +1,151 @@
+"""GPU tests of GEMM and the transposed GEMV (run with `pytest -m gpu` on the GPU machine): every
+kernel family verified against float64 on odd and even shapes through the worker, the planted
+wrong kernel caught, gemm() and gemv(trans=True) on torch tensors, and a short real GEMM sweep."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from autotune import ops
+from autotune.compiler import CompileJob, CompilePool, compile_kernel
+from autotune.fingerprint import source_hash
+from autotune.ops import gemm
+from autotune.outcome import Status
+from autotune.problem import Problem
+from autotune.space import Config
+from autotune.worker.client import Worker
+
+pytestmark = pytest.mark.gpu
+
+# (m, n, k): odd tails everywhere, tiny, skinny (M <= 16) and one larger aligned shape.
+GEMM_SHAPES = [(1, 1, 1), (7, 13, 5), (1000, 1001, 999), (257, 384, 4104), (16, 4096, 4096), (3, 1001, 999)]
+TRANS_SHAPES = [(1, 1), (999, 1001), (131072, 256), (256, 8192)]
+DTYPES = ["float32", "float16", "bfloat16"]
+SAMPLES_PER_PROBLEM = 6
+
+
+def _sample(problem: Problem) -> list[Config]:
+    """The default config and a fixed sample of the space (its largest and smallest tiles included)."""
+    op = ops.for_problem(problem)
+    configs = list(op.space(problem))
+    rng = random.Random(f"{problem}")
+    picked = [op.default_config(problem), configs[0], configs[-1]]
+    picked += rng.sample(configs, min(SAMPLES_PER_PROBLEM - len(picked), len(configs)))
+    unique = {tuple(sorted(c.items())): c for c in picked}
+    return list(unique.values())
+
+
+def _measure_all(problem: Problem) -> list[tuple[Config, str, str]]:
+    """(config, status, message) of each sampled config, measured by a real worker."""
+    op = ops.for_problem(problem)
+    results = []
+    with Worker() as worker, CompilePool() as pool:
+        gpu = worker.hello()
+        worker.setup(problem, seed=7)
+        jobs = [
+            (
+                c,
+                pool.submit(
+                    CompileJob(op.kernel_name(problem, c), op.kernel_source(problem, c), gpu.arch, source_hash(problem))
+                ),
+            )
+            for c in _sample(problem)
+        ]
+        for config, future in jobs:
+            compiled = future.result()
+            assert compiled.cubin is not None, compiled.message
+            outcome = worker.measure(compiled.cubin, compiled.job.name, config)
+            results.append((config, outcome.status.value, outcome.message))
+    return results
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", GEMM_SHAPES, ids=str)
+def test_every_gemm_family_is_correct(shape: tuple[int, int, int], dtype: str) -> None:
+    problem = Problem("gemm", dtype, *shape)
+    results = _measure_all(problem)
+    wrong = [(gemm.family_name(problem), c, s, m) for c, s, m in results if s != Status.OK.value]
+    assert not wrong, wrong
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", TRANS_SHAPES, ids=str)
+def test_transposed_gemv_is_correct(shape: tuple[int, int], dtype: str) -> None:
+    problem = Problem("gemv", dtype, *shape, trans=True)
+    wrong = [(c, s, m) for c, s, m in _measure_all(problem) if s != Status.OK.value]
+    assert not wrong, wrong
+
+
+def test_a_wrong_gemm_kernel_is_caught(tmp_path: Path) -> None:
+    problem = Problem("gemm", "float16", 300, 200, 100)
+    op = ops.for_problem(problem)
+    config = op.default_config(problem)
+    # The planted bug: the kernel believes K is one shorter, dropping the last term of every output.
+    source = op.kernel_source(problem, config).replace("int M, int N, int K,", "int M, int N, int K_full,", 1)
+    source = source.replace("{\n", "{\n  const int K = K_full - 1;\n", 1)
+    compiled = compile_kernel(CompileJob(op.kernel_name(problem, config), source, "sm_90", "planted"), tmp_path)
+    assert compiled.cubin is not None, compiled.message
+    with Worker() as worker:
+        worker.hello()
+        worker.setup(problem, seed=3)
+        outcome = worker.measure(compiled.cubin, compiled.job.name, config)
+    assert outcome.status is Status.WRONG_RESULT, outcome
+    assert "outputs wrong" in outcome.message
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1000, 1001, 999), (8, 4096, 4096), (512, 512, 512)], ids=str)
+def test_gemm_on_torch_tensors(shape: tuple[int, int, int], dtype: str, tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    import autotune
+
+    kind = getattr(torch, dtype)
+    m, n, k = shape
+    a = torch.rand(m, k, device="cuda", dtype=kind) * 2 - 1
+    b = torch.rand(k, n, device="cuda", dtype=kind) * 2 - 1
+    db = str(tmp_path / "t.db")
+    c = autotune.gemm(a, b, db=db)
+    assert isinstance(c, torch.Tensor) and c.dtype == kind and c.shape == (m, n)
+    want = a.double() @ b.double()
+    scale = (a.double().abs() @ b.double().abs()).max().item()
+    assert (c.double() - want).abs().max().item() <= 1e-2 * scale
+    before = torch.rand(m, n, device="cuda", dtype=kind)
+    out = before.clone()
+    autotune.gemm(a, b, out=out, alpha=2.0, beta=-0.5, db=db)
+    assert (out.double() - (2 * want - 0.5 * before.double())).abs().max().item() <= 2e-2 * scale + 1e-2
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_transposed_gemv_on_torch_tensors(dtype: str, tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    import autotune
+
+    kind = getattr(torch, dtype)
+    a = torch.rand(4099, 1001, device="cuda", dtype=kind) * 2 - 1
+    x = torch.rand(4099, device="cuda", dtype=kind) * 2 - 1
+    y = autotune.gemv(a, x, trans=True, db=str(tmp_path / "t.db"))
+    assert y.shape == (1001,) and y.dtype == kind
+    want = a.double().t() @ x.double()
+    scale = (a.double().abs().t() @ x.double().abs()).max().item()
+    assert (y.double() - want).abs().max().item() <= 1e-2 * scale
+
+
+def test_short_real_gemm_sweep_then_best(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from autotune.cli import app
+
+    db = str(tmp_path / "sweep.db")
+    runner = CliRunner()
+    args = ["sweep", "--op", "hgemm", "--m", "1024", "--n", "1024", "--k", "1000", "--trials", "10", "--db", db]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "hgemm 1024x1024x1000" in result.output
+    best = runner.invoke(
+        app, ["best", "--op", "hgemm", "--m", "1024", "--n", "1024", "--k", "1000", "--db", db, "--json"]
+    )
+    assert best.exit_code == 0, best.output
+    assert '"measured"' in best.output
