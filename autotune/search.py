@@ -140,6 +140,7 @@ class Study:
         pending: deque[tuple[optuna.trial.Trial, Config, Future[CompileResult]]] = deque()
         asks, ask_cap = 0, 50 * max(remaining, 1) + 500
         since_improvement = 0
+        exhausted = False
         self.result.stopped = "budget reached"
         while True:
             timed_out = budget.timeout_s is not None and time.monotonic() - start > budget.timeout_s
@@ -150,7 +151,7 @@ class Study:
                 and asks < ask_cap
             ):
                 if self._exhausted():
-                    asks = ask_cap
+                    asks, exhausted = ask_cap, True
                     break
                 asks += 1
                 queued = self._ask(pending)
@@ -159,8 +160,11 @@ class Study:
             if not pending:
                 if timed_out:
                     self.result.stopped = "timeout"
-                elif asks >= ask_cap:
+                elif exhausted:
                     self.result.stopped = "search space exhausted"
+                elif asks >= ask_cap:
+                    # The sampler kept proposing configs already measured or ruled out by the constraints.
+                    self.result.stopped = f"no new valid config in {ask_cap} proposals"
                 break
             trial, config, future = pending.popleft()
             before = self.result.best_us

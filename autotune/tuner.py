@@ -170,7 +170,9 @@ class Tuner:
             for row in self._store.completed_trials(problem_id, current)
             if not self._fresh_only or is_fresh(row, self.gpu)
         )
-        study.warm_start([*first, *_neighbour_configs(self._store, self.gpu.name, problem, current)])
+        seeds = getattr(ops.for_problem(problem), "seed_configs", None)
+        known = seeds(problem) if seeds else []
+        study.warm_start([*first, *known, *_neighbour_configs(self._store, self.gpu.name, problem, current)])
         self._progress.problem_started(problem, index, total, self._budget.trials)
         if study.result.reused < self._budget.trials:
             try:

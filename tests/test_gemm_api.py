@@ -160,3 +160,13 @@ def test_misaligned_arrays_get_a_config_with_scalar_loads(problem: Problem) -> N
     for config in list(op.space(problem))[::97]:
         scalar = scalar_loads(problem, config)
         assert scalar["vec"] == 1 and op.space(problem).check(scalar) is None
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_known_good_tilings_are_valid_seeds_for_the_goal_shapes(dtype: str) -> None:
+    for size in (4096, 8192):
+        problem = Problem("gemm", dtype, size, size, size)
+        seeds = gemm.seed_configs(problem)
+        assert len(seeds) >= 4
+        assert all(gemm.space(problem).check(seed) is None for seed in seeds)
+    assert gemm.seed_configs(SKINNY) == []  # the skinny family names none

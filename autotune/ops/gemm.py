@@ -42,6 +42,12 @@ def default_config(problem: Problem) -> Config:
     return dict(family(problem).default_config(problem))
 
 
+def seed_configs(problem: Problem) -> list[Config]:
+    """Configs the family knows to be good, measured before the sampler's own picks."""
+    seeds = getattr(family(problem), "seed_configs", None)
+    return [dict(c) for c in seeds(problem)] if seeds else []
+
+
 def space(problem: Problem) -> Space:
     result: Space = family(problem).space(problem)
     return result

@@ -174,3 +174,22 @@ def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch
 
 def flops(problem: Problem) -> int:
     return 2 * problem.m * problem.n * problem.k
+
+
+# Tiles known to suit Hopper-class tensor cores at large shapes (8 warps of 64x64, deep pipelines):
+# the tuner measures those valid for a problem first, so a short search starts from them.
+_SEEDS = (
+    dict(bm=128, bn=256, bk=32, wm=64, wn=64, stages=4, swizzle=8),
+    dict(bm=256, bn=128, bk=32, wm=64, wn=64, stages=4, swizzle=8),
+    dict(bm=128, bn=256, bk=64, wm=64, wn=64, stages=3, swizzle=16),
+    dict(bm=256, bn=128, bk=64, wm=64, wn=64, stages=3, swizzle=16),
+    dict(bm=128, bn=128, bk=32, wm=64, wn=64, stages=4, swizzle=8),
+    dict(bm=128, bn=128, bk=64, wm=64, wn=64, stages=3, swizzle=8),
+)
+
+
+def seed_configs(problem: Problem) -> list[Config]:
+    """Known-good configs valid for this problem (widest loads, no split)."""
+    vec = widest_vec(problem)
+    candidates = [{**seed, "vec": vec, "split": 1} for seed in _SEEDS]
+    return [c for c in candidates if space(problem).check(c) is None]

@@ -36,10 +36,11 @@ def _pow2_ceil(x: int) -> int:
 
 
 def _vec_choices(problem: Problem) -> tuple[int, ...]:
-    """The two widest loads N allows (16 bytes at most): narrower ones only waste load slots."""
+    """The two widest loads N allows (16 bytes at most), and scalar loads: those are slower, but the
+    launcher needs them for arrays whose rows are not 16-byte aligned."""
     item = ITEMSIZE[problem.dtype]
     fits = [v for v in _VECS if v * item <= 16 and (v == 1 or problem.n % v == 0)]
-    return tuple(fits[-2:])
+    return tuple(sorted({1, *fits[-2:]}))
 
 
 def _mt_choices(problem: Problem) -> tuple[int, ...]:
