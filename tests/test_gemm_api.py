@@ -170,3 +170,15 @@ def test_known_good_tilings_are_valid_seeds_for_the_goal_shapes(dtype: str) -> N
         assert len(seeds) >= 4
         assert all(gemm.space(problem).check(seed) is None for seed in seeds)
     assert gemm.seed_configs(SKINNY) == []  # the skinny family names none
+
+
+@pytest.mark.shipped_records
+def test_the_shipped_h200_records_answer_gemm_and_transposed_gemv(tmp_path: Path) -> None:
+    """db/records ships tuned GEMM and transposed-GEMV configs: a GPU-less machine answers `measured`."""
+    db = str(tmp_path / "f.db")
+    for problem in (SQUARE, SKINNY, Problem("gemm", "float32", 8192, 8192, 8192), TRANS):
+        choice = api.best(
+            problem.blas_name, problem.m, problem.n, problem.k or None, trans=problem.trans, gpu="NVIDIA H200", db=db
+        )
+        assert choice.source == MEASURED, (problem, choice.notes)
+        assert choice.time_us is not None and choice.time_us > 0

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 from autotune import ops
@@ -149,3 +151,26 @@ def test_short_real_gemm_sweep_then_best(tmp_path: Path) -> None:
     )
     assert best.exit_code == 0, best.output
     assert '"measured"' in best.output
+
+
+@pytest.mark.parametrize("op", ["gemm", "gemv_trans"])
+def test_unaligned_views_fall_back_to_scalar_loads(op: str, tmp_path: Path) -> None:
+    """Contiguous views starting 2 bytes into a buffer: 16-byte loads would fault or misread."""
+    torch = pytest.importorskip("torch")
+    import autotune
+
+    def view(*shape: int) -> Any:
+        flat = torch.rand(1 + int(np.prod(shape)), device="cuda", dtype=torch.float16) * 2 - 1
+        return flat[1:].view(*shape)
+
+    db = str(tmp_path / "t.db")
+    if op == "gemm":
+        a, b = view(64, 256), view(256, 512)
+        got, want = autotune.gemm(a, b, db=db), a.double() @ b.double()
+        scale = (a.double().abs() @ b.double().abs()).max().item()
+    else:
+        a, x = view(4096, 512), view(4096)
+        got, want = autotune.gemv(a, x, trans=True, db=db), a.double().t() @ x.double()
+        scale = (a.double().abs().t() @ x.double().abs()).max().item()
+    assert a.data_ptr() % 16 != 0
+    assert (got.double() - want).abs().max().item() <= 1e-2 * scale
