@@ -32,7 +32,7 @@ def main(path: Path) -> Path:
             axis.text(
                 p, max(r["ours_tflops"], r["cublas_tflops"]) * 1.02, f"{r['ratio']:.2f}x", ha="center", fontsize=7
             )
-        axis.set_xticks(list(positions), labels, fontsize=7)
+        axis.set_xticks(list(positions), labels, fontsize=7, rotation=45, ha="right")
         axis.set_ylabel("TFLOP/s")
         axis.set_title(f"{report['gpu']} GEMM, {name} (label: cuBLAS time / ours)")
         axis.legend(loc="upper left", fontsize=8)

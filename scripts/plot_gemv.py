@@ -31,7 +31,8 @@ def main(path: Path) -> Path:
             axis.text(p, r["ours_gbs"] + 40, f"{r['speedup']:.2f}x", ha="center", fontsize=7)
         axis.set_xticks(list(positions), labels, rotation=45, ha="right", fontsize=8)
         axis.set_ylabel("GB/s (bytes that must move / time)")
-        axis.set_title(f"{report['gpu']} {dtype} GEMV y = A x (label: speedup over cuBLAS)")
+        product = "y = Aᵀx, A is M x N" if "trans" in path.name else "y = A x"
+        axis.set_title(f"{report['gpu']} {dtype} GEMV {product} (label: speedup over cuBLAS)")
         axis.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     out = path.with_suffix(".png")
