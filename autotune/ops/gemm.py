@@ -66,6 +66,20 @@ def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch
     return result
 
 
+def instance_source(kernel_file: str, name: str, cuda_type: str, launch_bounds: str, call: str) -> str:
+    """A translation unit with one extern "C" instance of a family's template (a stable, unmangled
+    name) taking the GEMM kernel arguments; `call` runs the template on them."""
+    t = cuda_type
+    return (
+        f'#include "{kernel_file}"\n'
+        f'extern "C" __global__ void __launch_bounds__({launch_bounds})\n'
+        f"{name}(const {t}* A, const {t}* B, {t}* C, int M, int N, int K,\n"
+        f"    float alpha, float beta, float* workspace, unsigned int* counters) {{\n"
+        f"  {call};\n"
+        f"}}\n"
+    )
+
+
 def bytes_moved(problem: Problem) -> int:
     """The fewest bytes a GEMM must move: A and B read once, C written once (beta = 0)."""
     m, n, k = problem.m, problem.n, problem.k

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from autotune.ops import gemm
 from autotune.ops.geometry import Launch
 from autotune.problem import ITEMSIZE, Problem
 from autotune.space import Config, Param, Space
@@ -14,7 +15,7 @@ KERNEL_FILE = "gemm_mma.cu"
 DTYPES = ("float16", "bfloat16")
 CUDA_TYPE = {"float16": "__half", "bfloat16": "__nv_bfloat16"}
 # Kernel arguments in PyCUDA's prepare() notation: A, B, C, M, N, K, alpha, beta, workspace, counters.
-ARG_TYPES = "PPPiiiffPP"
+ARG_TYPES = gemm.ARG_TYPES
 
 MAX_SHARED_BYTES = 227 * 1024  # dynamic shared memory of one block on sm_90 (opted in)
 REGISTERS_PER_SM = 65536
@@ -148,14 +149,8 @@ def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
     template_args = (
         f"{t}, {c['bm']}, {c['bn']}, {c['bk']}, {c['wm']}, {c['wn']}, {c['stages']}, {c['vec']}, {c['swizzle']}"
     )
-    return (
-        f'#include "{KERNEL_FILE}"\n'
-        f'extern "C" __global__ void __launch_bounds__({threads(c)})\n'
-        f"{kernel_name(problem, config)}(const {t}* A, const {t}* B, {t}* C, int M, int N, int K,\n"
-        f"    float alpha, float beta, float* workspace, unsigned int* counters) {{\n"
-        f"  at_gemm_mma::gemm_mma_body<{template_args}>(A, B, C, M, N, K, alpha, beta, workspace, counters);\n"
-        f"}}\n"
-    )
+    call = f"at_gemm_mma::gemm_mma_body<{template_args}>(A, B, C, M, N, K, alpha, beta, workspace, counters)"
+    return gemm.instance_source(KERNEL_FILE, kernel_name(problem, config), t, str(threads(c)), call)
 
 
 def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:

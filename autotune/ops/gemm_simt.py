@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from autotune.ops import gemm
 from autotune.ops.geometry import Launch
 from autotune.problem import Problem
 from autotune.space import Config, Param, Space
@@ -14,7 +15,7 @@ KERNEL_FILE = "gemm_simt.cu"
 DTYPES: tuple[str, ...] = ("float32",)
 CUDA_TYPE = {"float32": "float"}
 # Kernel arguments in PyCUDA's prepare() notation: A, B, C, M, N, K, alpha, beta, workspace, counters.
-ARG_TYPES = "PPPiiiffPP"
+ARG_TYPES = gemm.ARG_TYPES
 
 A_PAD = 4  # floats of padding per k-row of the transposed A tile (mirrors the kernel)
 FLOAT_BYTES = 4
@@ -154,14 +155,9 @@ def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
     c = config
     t = CUDA_TYPE[problem.dtype]
     template_args = ", ".join([t, *(str(c[k]) for k in ("bm", "bn", "bk", "wm", "wn", "tm", "tn", "vec", "stages"))])
-    return (
-        f'#include "{KERNEL_FILE}"\n'
-        f'extern "C" __global__ void __launch_bounds__({_threads(c)}, {c["occ"]})\n'
-        f"{kernel_name(problem, config)}(const {t}* A, const {t}* B, {t}* C, int M, int N, int K,\n"
-        f"    float alpha, float beta, float* workspace, unsigned int* counters) {{\n"
-        f"  at_gemm_simt::gemm_simt_body<{template_args}>(A, B, C, M, N, K, alpha, beta);\n"
-        f"}}\n"
-    )
+    call = f"at_gemm_simt::gemm_simt_body<{template_args}>(A, B, C, M, N, K, alpha, beta)"
+    bounds = f"{_threads(c)}, {c['occ']}"  # at most this many threads, at least occ blocks per SM
+    return gemm.instance_source(KERNEL_FILE, kernel_name(problem, config), t, bounds, call)
 
 
 def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
