@@ -189,7 +189,9 @@ def best(
             else ""
         )
         timing = f": {what} {choice.time_us:.2f} us"
-        if choice.gbs:
+        if choice.problem.op == "gemm" and choice.source == "measured":
+            timing += f", {ops.for_problem(choice.problem).flops(choice.problem) / choice.time_us / 1e6:.1f} TFLOP/s"
+        elif choice.gbs:
             timing += f", {choice.gbs:.0f} GB/s"
     out.print(f"{choice.problem} on {choice.gpu} [{choice.source}]{timing}", markup=False)
     out.print(f"config: {_config_text(choice.config, choice.problem)}", markup=False)
