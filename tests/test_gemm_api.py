@@ -182,3 +182,16 @@ def test_the_shipped_h200_records_answer_gemm_and_transposed_gemv(tmp_path: Path
         )
         assert choice.source == MEASURED, (problem, choice.notes)
         assert choice.time_us is not None and choice.time_us > 0
+
+
+def test_cli_best_reports_tflops_for_a_measured_gemm(db_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from autotune.cli import app
+
+    with open_store(str(db_path), import_shipped=False) as store:
+        measure(store, SQUARE, gemm.default_config(SQUARE), 275.0)  # 2 * 4096^3 flops in 275 us
+    args = ["best", "--op", "hgemm", "--m", "4096", "--n", "4096", "--k", "4096", "--gpu", "h200", "--db", str(db_path)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "[measured]: measured 275.00 us, 499.8 TFLOP/s" in result.output
