@@ -85,10 +85,15 @@ def best(
 ) -> Choice:
     """Which config for this problem on this GPU: measured, estimated from the nearest tuned shape,
     or the safe default, and which of the three it is (Choice.source). GEMM needs `k`."""
-    name, kind = resolve_op(op, dtype)
-    problem = make_problem(name, kind, m, n, k, trans)
+    problem = _problem(op, dtype, m, n, k, trans)
     gpu_name, local_driver = resolve_gpu(gpu, _open(db).gpu_names())
     return _selector(db).choose(problem, gpu_name, local_driver, cuda_release() if local_driver else None)
+
+
+def _problem(op: str | None, dtype: str | None, m: int, n: int, k: int | None, trans: bool) -> Problem:
+    """One checked problem from the user's op, dtype and sizes."""
+    name, kind = resolve_op(op, dtype)
+    return make_problem(name, kind, m, n, k, trans)
 
 
 def problems_for(
@@ -267,8 +272,7 @@ def problem_trials(
     db: str | None = None,
 ) -> tuple[Problem, str, list[Any]]:
     """Every stored trial of one problem, fastest first."""
-    name, kind = resolve_op(op, dtype)
-    problem = make_problem(name, kind, m, n, k, trans)
+    problem = _problem(op, dtype, m, n, k, trans)
     database = _open(db)
     gpu_name, _ = resolve_gpu(gpu, database.gpu_names())
     problem_id = database.problem_id(problem, gpu_name, create=False)
@@ -287,8 +291,7 @@ def bench(
 ) -> tuple[Any, float, Choice]:
     """Time the selected config for this shape beside cuBLAS (torch) on this machine's GPU, with the
     same method and buffers; returns (BenchRow or GemmRow, copy bandwidth GB/s, the choice timed)."""
-    name, kind = resolve_op(op, dtype)
-    problem = make_problem(name, kind, m, n, k, trans)
+    problem = _problem(op, dtype, m, n, k, trans)
     from autotune.bench import Bench
 
     runner = Bench()

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.compiler import CompileJob, CompilePool, CompileResult
+from autotune.dtypes import CUDA_TYPE
 from autotune.ops import gemv
 from autotune.outcome import Outcome, Status
 from autotune.problem import Problem
@@ -90,7 +91,7 @@ class DrillMeasurer(StoreMeasurer):
         job = super().compile_job(config)
         for fault in FAULTS:
             if config_key(fault.config) == config_key(config):
-                source = fault.rewrite(job.source, gemv.CUDA_TYPE[PROBLEM.dtype])
+                source = fault.rewrite(job.source, CUDA_TYPE[PROBLEM.dtype])
                 assert source != job.source, fault.kind
                 return CompileJob(job.name, source, job.arch, f"{job.depends_hash}:{fault.kind}")
         return job

@@ -6,6 +6,8 @@ import numpy as np
 
 # Storage for one element as numpy sees it on the host (bfloat16 travels as raw 16-bit words).
 HOST_STORAGE = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}
+# The CUDA type of each dtype in kernel sources.
+CUDA_TYPE = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
 # Unit roundoff of each dtype (round to nearest): the error of storing a float32 result in it.
 UNIT_ROUNDOFF = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from autotune.dtypes import CUDA_TYPE
 from autotune.ops import gemm
 from autotune.ops.geometry import Launch
 from autotune.problem import ITEMSIZE, Problem
@@ -13,7 +14,6 @@ from autotune.space import Config, Param, Space
 NAME = "mma"
 KERNEL_FILE = "gemm_mma.cu"
 DTYPES = ("float16", "bfloat16")
-CUDA_TYPE = {"float16": "__half", "bfloat16": "__nv_bfloat16"}
 # Kernel arguments in PyCUDA's prepare() notation: A, B, C, M, N, K, alpha, beta, workspace, counters.
 ARG_TYPES = gemm.ARG_TYPES
 

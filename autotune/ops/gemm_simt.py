@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from autotune.dtypes import CUDA_TYPE
 from autotune.ops import gemm
 from autotune.ops.geometry import Launch
 from autotune.problem import Problem
@@ -13,7 +14,6 @@ from autotune.space import Config, Param, Space
 NAME = "simt"
 KERNEL_FILE = "gemm_simt.cu"
 DTYPES: tuple[str, ...] = ("float32",)
-CUDA_TYPE = {"float32": "float"}
 # Kernel arguments in PyCUDA's prepare() notation: A, B, C, M, N, K, alpha, beta, workspace, counters.
 ARG_TYPES = gemm.ARG_TYPES
 

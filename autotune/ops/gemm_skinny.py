@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from autotune.dtypes import CUDA_TYPE
+from autotune.ops import gemm
 from autotune.ops.geometry import Launch
 from autotune.problem import ITEMSIZE, Problem
 from autotune.space import Config, Param, Space
@@ -12,7 +14,6 @@ from autotune.space import Config, Param, Space
 NAME = "skinny"
 KERNEL_FILE = "gemm_skinny.cu"
 DTYPES = ("float32", "float16", "bfloat16")
-CUDA_TYPE = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
 
 MAX_M = 16
 MAX_THREADS = 1024
@@ -172,14 +173,8 @@ def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
     c = config
     t = CUDA_TYPE[problem.dtype]
     args = f"{t}, {c['nt']}, {c['kw']}, {c['vec']}, {c['mt']}, {c['unroll']}, {c['a_chunk']}, {c['policy']}"
-    return (
-        f'#include "{KERNEL_FILE}"\n'
-        f'extern "C" __global__ void __launch_bounds__({c["nt"] * c["kw"]})\n'
-        f"{kernel_name(problem, config)}(const {t}* A, const {t}* B, {t}* C, int M, int N, int K,\n"
-        f"    float alpha, float beta, float* workspace, unsigned int* counters) {{\n"
-        f"  at_skinny::skinny_body<{args}>(A, B, C, M, N, K, alpha, beta, workspace, counters);\n"
-        f"}}\n"
-    )
+    call = f"at_skinny::skinny_body<{args}>(A, B, C, M, N, K, alpha, beta, workspace, counters)"
+    return gemm.instance_source(KERNEL_FILE, kernel_name(problem, config), t, str(c["nt"] * c["kw"]), call)
 
 
 def tiles(problem: Problem, config: Mapping[str, int]) -> tuple[int, int]:

@@ -7,13 +7,13 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from autotune.dtypes import CUDA_TYPE
 from autotune.ops.geometry import Launch
 from autotune.problem import ITEMSIZE, Problem
 from autotune.space import Config, Param, Space
 
 NAME = "gemv"
 KERNEL_FILE = "gemv.cu"
-CUDA_TYPE = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
 # Kernel arguments in PyCUDA's prepare() notation: A, x, y, M, N, alpha, beta, partial, counters.
 ARG_TYPES = "PPPiiffPP"
 
