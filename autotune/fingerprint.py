@@ -87,11 +87,20 @@ def source_hash(problem: Problem) -> str:
     return file_hash(ops.for_problem(problem).kernel_file(problem))
 
 
+_LOCAL_INCLUDE = re.compile(rb'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+
+
 @functools.cache
 def file_hash(name: str) -> str:
-    """Hash of one file of kernels/ (its name included: the same text in another file is another kernel)."""
+    """Hash of one file of kernels/ (its name included: the same text in another file is another
+    kernel) and of the kernels/ files it includes with quotes, so an edit to a shared header stales
+    every family that uses it. A file without such includes hashes as its name and text alone."""
     path = kernels_dir() / name
-    return hashlib.sha256(path.name.encode() + b"\0" + path.read_bytes()).hexdigest()[:16]
+    text = path.read_bytes()
+    digest = hashlib.sha256(path.name.encode() + b"\0" + text)
+    for include in _LOCAL_INCLUDE.findall(text):
+        digest.update(b"\0" + file_hash(include.decode()).encode())
+    return digest.hexdigest()[:16]
 
 
 def cuda_release() -> str:

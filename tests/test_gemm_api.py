@@ -76,12 +76,14 @@ def test_problems_for_gemm_and_the_transposed_gemv() -> None:
 def test_each_problem_gets_one_family_and_its_own_source_hash() -> None:
     assert gemm.family_name(SQUARE) == "mma"
     assert gemm.family_name(Problem("gemm", "float32", 4096, 4096, 4096)) == "simt"
-    assert gemm.family_name(SKINNY) == "skinny"
+    assert gemm.family_name(SKINNY) == "skinny_tc"
+    assert gemm.family_name(Problem("gemm", "float32", 8, 4096, 4096)) == "skinny"
     assert ops.for_problem(TRANS) is gemv_t
     assert gemv_t.as_gemm(TRANS) == Problem("gemm", "float16", 1, 8192, 4096)
-    hashes = {source_hash(p) for p in (SQUARE, Problem("gemm", "float32", 64, 64, 64), SKINNY)}
-    assert len(hashes) == 3
-    assert source_hash(TRANS) == source_hash(SKINNY)
+    cuda_core_skinny = Problem("gemm", "float32", 8, 64, 64)
+    hashes = {source_hash(p) for p in (SQUARE, Problem("gemm", "float32", 64, 64, 64), SKINNY, cuda_core_skinny)}
+    assert len(hashes) == 4
+    assert source_hash(TRANS) == source_hash(cuda_core_skinny)
     assert source_hash(Problem("gemv", "float16", 4096, 8192)) not in hashes
 
 
@@ -169,7 +171,7 @@ def test_known_good_tilings_are_valid_seeds_for_the_goal_shapes(dtype: str) -> N
         seeds = gemm.seed_configs(problem)
         assert len(seeds) >= 4
         assert all(gemm.space(problem).check(seed) is None for seed in seeds)
-    assert gemm.seed_configs(SKINNY) == []  # the skinny family names none
+    assert gemm.seed_configs(Problem("gemm", dtype, 1, 4096, 4096)) == []  # the CUDA-core skinny family names none
 
 
 @pytest.mark.shipped_records

@@ -22,20 +22,33 @@ from autotune.worker.client import Worker
 
 pytestmark = pytest.mark.gpu
 
-# (m, n, k): odd tails everywhere, tiny, skinny (M <= 16) and one larger aligned shape.
-GEMM_SHAPES = [(1, 1, 1), (7, 13, 5), (1000, 1001, 999), (257, 384, 4104), (16, 4096, 4096), (3, 1001, 999)]
+# (m, n, k): odd tails everywhere, tiny, skinny (M <= 16, on CUDA cores for float32 and M = 1, on
+# tensor cores otherwise: M = 2, 3, 7, 12 and 16 cover rows g + 8 absent, partial and full) and one
+# larger aligned shape.
+GEMM_SHAPES = [
+    (1, 1, 1),
+    (7, 13, 5),
+    (1000, 1001, 999),
+    (257, 384, 4104),
+    (16, 4096, 4096),
+    (3, 1001, 999),
+    (2, 1001, 999),
+    (12, 200, 4100),
+]
 TRANS_SHAPES = [(1, 1), (999, 1001), (131072, 256), (256, 8192)]
 DTYPES = ["float32", "float16", "bfloat16"]
-SAMPLES_PER_PROBLEM = 6
+RANDOM_SAMPLES = 3  # per problem, beside the default, the seeds and the space's first and last
 
 
 def _sample(problem: Problem) -> list[Config]:
-    """The default config and a fixed sample of the space (its largest and smallest tiles included)."""
+    """The default config, the family's seeds and a fixed sample of the space (its largest and
+    smallest tiles included)."""
     op = ops.for_problem(problem)
     configs = list(op.space(problem))
     rng = random.Random(f"{problem}")
-    picked = [op.default_config(problem), configs[0], configs[-1]]
-    picked += rng.sample(configs, min(SAMPLES_PER_PROBLEM - len(picked), len(configs)))
+    seeds = gemm.seed_configs(problem) if problem.op == "gemm" else []
+    picked = [op.default_config(problem), configs[0], configs[-1], *seeds]
+    picked += rng.sample(configs, min(RANDOM_SAMPLES, len(configs)))
     unique = {tuple(sorted(c.items())): c for c in picked}
     return list(unique.values())
 

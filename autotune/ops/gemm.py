@@ -1,8 +1,9 @@
 """GEMM (C = alpha*A*B + beta*C, all row-major): picks a kernel family per problem and delegates.
 
-A problem is tuned within one family, chosen by dtype and shape: `skinny` when A has at most 16
-rows (batched decode: B is streamed once, memory-bound), else `simt` for float32 (CUDA cores)
-and `mma` for float16/bfloat16 (tensor cores).
+A problem is tuned within one family, chosen by dtype and shape. When A has at most 16 rows (batched
+decode: B is streamed once, memory-bound) that is `skinny_tc` (tensor cores) for float16/bfloat16 with
+M >= TC_MIN_M, else `skinny` (CUDA cores). Larger products go to `simt` for float32 (CUDA cores) and
+`mma` for float16/bfloat16 (tensor cores).
 """
 
 from __future__ import annotations
@@ -18,14 +19,20 @@ NAME = "gemm"
 # Kernel arguments in PyCUDA's prepare() notation: A, B, C, M, N, K, alpha, beta, workspace, counters.
 ARG_TYPES = "PPPiiiffPP"
 SKINNY_MAX_M = 16
+# From this many rows on, half-precision skinny products run on tensor cores: the CUDA-core loop's
+# FMAs grow with M while the tensor-core loop stays bound by streaming B. M = 1 stays on CUDA cores,
+# where the transposed GEMV (a one-row GEMM) was tuned.
+TC_MIN_M = 2
 
 
 def family(problem: Problem) -> ModuleType:
     """The kernel family module that serves this problem."""
     # Imported here: the family modules import this one's constants.
-    from autotune.ops import gemm_mma, gemm_simt, gemm_skinny
+    from autotune.ops import gemm_mma, gemm_simt, gemm_skinny, gemm_skinny_tc
 
     if problem.m <= SKINNY_MAX_M:
+        if problem.m >= TC_MIN_M and problem.dtype in gemm_skinny_tc.DTYPES:
+            return gemm_skinny_tc
         return gemm_skinny
     return gemm_simt if problem.dtype == "float32" else gemm_mma
 

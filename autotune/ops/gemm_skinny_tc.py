@@ -1,0 +1,185 @@
+"""Skinny GEMM family on tensor cores (M <= 16, float16/bfloat16): parameters, constraints, launch
+geometry, source. The kernel (kernels/gemm_skinny_tc.cu) streams B once, like the CUDA-core `skinny`
+family, but multiplies with mma.sync, so its time stays flat as M grows from 2 to 16."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from autotune.dtypes import CUDA_TYPE
+from autotune.ops import gemm
+from autotune.ops.geometry import Launch
+from autotune.problem import ITEMSIZE, Problem
+from autotune.space import Config, Param, Space
+
+NAME = "skinny_tc"
+KERNEL_FILE = "gemm_skinny_tc.cu"
+DTYPES = ("float16", "bfloat16")
+
+MAX_M = 16  # one mma tile of rows
+WARP_COLS = 64  # columns of B a warp covers: 8 lane groups x 8 columns
+MMA_K = 16  # rows of B per mma
+MAX_THREADS = 1024
+MAX_SHARED_BYTES = 227 * 1024 - 1024  # the opt-in maximum less the kernel's static flag and slack
+REGISTERS_PER_SM = 65536
+ENOUGH_BLOCKS = 1024  # several waves on any current GPU: splitting K further only adds partials
+_WNS = (1, 2, 4)  # warps along N
+_KWS = (1, 2, 4, 8, 16)  # warps along K
+_VECS = (1, 2, 4, 8)  # elements per load of B (8: 16 bytes)
+_UNROLLS = (1, 2, 4)  # 16-row slices per warp and step; the next step is always in flight too
+_POLICIES = (1, 2)  # load paths for B (see load_stream in kernels/common.cuh)
+_SPLITS = tuple(2**i for i in range(9))  # 1 .. 256
+
+
+def _vec_choices(problem: Problem) -> tuple[int, ...]:
+    """The two widest loads N allows, and scalar loads: those are slower, but the launcher needs
+    them for arrays whose rows are not 16-byte aligned."""
+    fits = [v for v in _VECS if v == 1 or problem.n % v == 0]
+    return tuple(sorted({1, *fits[-2:]}))
+
+
+def _step(c: Mapping[str, int]) -> int:
+    """Rows of B a block reads per step."""
+    return MMA_K * c["kw"] * c["unroll"]
+
+
+def _per_split(problem: Problem, c: Mapping[str, int]) -> int:
+    """Rows of K per split, as the kernel computes them: a whole number of steps."""
+    per = math.ceil(problem.k / c["split"])
+    return math.ceil(per / _step(c)) * _step(c)
+
+
+def columns(c: Mapping[str, int]) -> int:
+    """Columns of C per block."""
+    return WARP_COLS * c["wn"]
+
+
+def threads(c: Mapping[str, int]) -> int:
+    return 32 * c["wn"] * c["kw"]
+
+
+def registers(c: Mapping[str, int]) -> int:
+    """Registers per thread (errs high; ptxas -v for sm_90 said 106, 158 and 223 for unroll 1, 2, 4 at
+    vec 8): 32 accumulators, two steps of B (4 rows of 8 elements per slice: 16 words, more when
+    loaded in narrow pieces) and of A (4 words per slice) in flight, and about 48 for the rest."""
+    b_words = {1: 32, 2: 20}.get(c["vec"], 16)
+    return 48 + 32 + 2 * c["unroll"] * (b_words + 4)
+
+
+def shared_bytes(c: Mapping[str, int]) -> int:
+    """Mirrors kernels/gemm_skinny_tc.cu: the KW warps' 16 x COLS float accumulators."""
+    return c["kw"] * 16 * columns(c) * 4
+
+
+def _shape_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
+    if problem.dtype not in DTYPES:
+        return f"skinny_tc serves {'/'.join(DTYPES)}, not {problem.dtype}"
+    if problem.m > MAX_M:
+        return f"skinny_tc serves m <= {MAX_M}, not m={problem.m}"
+    if threads(c) > MAX_THREADS:
+        return f"wn*kw={c['wn'] * c['kw']} warps: more than {MAX_THREADS} threads"
+    if c["wn"] > 1 and columns(c) // 2 >= problem.n:
+        return f"wn={c['wn']}: half as many warps along N already cover n={problem.n}"
+    if c["kw"] * c["unroll"] > 1 and _step(c) > max(problem.k, MMA_K):
+        return f"16*kw*unroll={_step(c)} rows per step exceed k={problem.k}"
+    return None
+
+
+def _resource_reason(c: Mapping[str, int]) -> str | None:
+    cap = min(255, REGISTERS_PER_SM // threads(c))
+    if registers(c) > cap:
+        return f"about {registers(c)} registers per thread, more than the {cap} a block of {threads(c)} gets: spills"
+    if shared_bytes(c) > MAX_SHARED_BYTES:
+        return f"{shared_bytes(c)} bytes of shared memory, more than {MAX_SHARED_BYTES}"
+    return None
+
+
+def _split_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
+    split = c["split"]
+    if split == 1:
+        return None
+    if (split - 1) * _per_split(problem, c) >= problem.k:
+        return f"split={split} leaves a split without rows (k={problem.k}, {_step(c)} rows per step)"
+    if column_tiles(problem, c) * (split // 2) >= ENOUGH_BLOCKS:
+        return f"split={split}: half of it already gives {ENOUGH_BLOCKS} blocks or more"
+    # Each split writes, reads back and zeroes M*N floats: past the bytes of B that is a loss.
+    if 12 * split * problem.m > problem.k * ITEMSIZE[problem.dtype]:
+        return f"split={split}: the partial sums would move more bytes than B"
+    return None
+
+
+def space(problem: Problem) -> Space:
+    def constraint(c: Mapping[str, int]) -> str | None:
+        return _shape_reason(problem, c) or _resource_reason(c) or _split_reason(problem, c)
+
+    return Space(
+        params=(
+            Param("wn", _WNS),
+            Param("kw", _KWS),
+            Param("vec", _vec_choices(problem)),
+            Param("unroll", _UNROLLS),
+            Param("policy", _POLICIES),
+            Param("split", _SPLITS, compiled=False),
+        ),
+        constraint=constraint,
+    )
+
+
+def default_config(problem: Problem) -> Config:
+    """Valid for every m <= 16, n, k >= 1: one warp along N, up to four along K, no split."""
+    kw = 1 << (min(4, max(1, problem.k // MMA_K)).bit_length() - 1)
+    return {"wn": 1, "kw": kw, "vec": _vec_choices(problem)[-1], "unroll": 1, "policy": 1, "split": 1}
+
+
+def _split_for(problem: Problem, c: Mapping[str, int], blocks: int) -> int:
+    """The largest valid split that keeps the grid at or under `blocks` blocks (1 when none is)."""
+    best = 1
+    for split in _SPLITS:
+        candidate = {**c, "split": split}
+        if column_tiles(problem, c) * split <= blocks and _split_reason(problem, candidate) is None:
+            best = split
+    return best
+
+
+def seed_configs(problem: Problem) -> list[Config]:
+    """Tilings that keep about two blocks' worth of 16-byte loads in flight per SM of an H100/H200
+    (~264 blocks), measured before the sampler's own picks."""
+    seeds = []
+    for wn, kw, unroll in ((1, 4, 2), (1, 8, 1), (2, 4, 2), (1, 4, 4), (1, 2, 4)):
+        base = {"wn": wn, "kw": kw, "vec": _vec_choices(problem)[-1], "unroll": unroll, "policy": 1, "split": 1}
+        config = {**base, "split": _split_for(problem, base, 264)}
+        if space(problem).check(config) is None:
+            seeds.append(config)
+    return seeds
+
+
+def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
+    c = config
+    return f"gemm_skinny_tc_{problem.dtype}_n{c['wn']}_k{c['kw']}_v{c['vec']}_u{c['unroll']}_p{c['policy']}"
+
+
+def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
+    """A translation unit with one extern "C" instance of the template (a stable, unmangled name)."""
+    c = config
+    t = CUDA_TYPE[problem.dtype]
+    args = f"{t}, {c['wn']}, {c['kw']}, {c['vec']}, {c['unroll']}, {c['policy']}"
+    call = f"at_skinny_tc::skinny_tc_body<{args}>(A, B, C, M, N, K, alpha, beta, workspace, counters)"
+    return gemm.instance_source(KERNEL_FILE, kernel_name(problem, config), t, str(threads(c)), call)
+
+
+def column_tiles(problem: Problem, config: Mapping[str, int]) -> int:
+    """Blocks along N: the grid's x."""
+    return math.ceil(problem.n / columns(config))
+
+
+def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
+    split = config["split"]
+    tiles = column_tiles(problem, config)
+    return Launch(
+        grid=(tiles, split, 1),
+        block=(threads(config), 1, 1),
+        shared_bytes=shared_bytes(config),
+        workspace_floats=split * problem.m * problem.n if split > 1 else 0,
+        counters=tiles if split > 1 else 0,
+    )

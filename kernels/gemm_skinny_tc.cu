@@ -1,0 +1,257 @@
+// Skinny GEMM on tensor cores: C = alpha * A B + beta * C with A M x K (M <= 16), B K x N, C M x N,
+// all row-major, T = __half or __nv_bfloat16, accumulated in float by mma.sync.m16n8k16.
+//
+// Why tensor cores: B (K x N) is streamed from DRAM once, so the time floor is its bytes over the
+// bandwidth. On CUDA cores the 16*N*K FMAs of M = 16 take as long as that stream on an H200; an mma
+// does 2048 FMAs per instruction and leaves the loop memory-bound for every M <= 16 (rows of A past
+// M are zeros).
+//
+// Fragments without shared memory or ldmatrix. mma.m16n8k16 wants B as pairs along K per thread,
+// and row-major B has N contiguous, so the sum over K is relabelled (any permutation of k applied to
+// both A and B leaves the product unchanged): lane (g = lane / 4, t = lane % 4) loads the 8 columns
+// c0 .. c0+7 (c0 = 8g within its warp's 64 columns) of the 4 rows 4t .. 4t+3 of a 16-row step of B,
+// and lets those rows stand for the mma's k = 2t, 2t+1, 2t+8, 2t+9. Then
+//   - mma j (j < 8) takes column c0 + j of each lane group: its B registers are the row pairs
+//     (4t, 4t+1) and (4t+2, 4t+3) of that column, packed with one byte permute each;
+//   - A's fragment is rows g and g+8 at k 4t .. 4t+3: one 8-byte load per row;
+//   - the accumulator of mma j, logical column n = 2t or 2t+1, is C column 8n + j of the warp's 64,
+//     so a lane ends with C[g][16t .. 16t+15] and C[g+8][16t .. 16t+15].
+//
+// Block: WN warps along N (64 columns each) times KW warps along K; warp w: wn = w % WN, wk = w / WN.
+// Grid:  blockIdx.x = column tile of COLS = 64*WN columns; blockIdx.y = K split.
+// K: split s gets rows [kb, kb + len), per = ceil(ceil(K / SPLIT) / STEP) * STEP with
+// STEP = 16*KW*UNROLL, kb = min(K, s*per), len = min(K - kb, per). In step s warp wk reads the 16-row
+// slices s*STEP + (u*KW + wk)*16, u < UNROLL: 4*UNROLL independent loads per thread, and the next
+// step's loads are issued before the current step's mmas. Rows past the split and columns past N
+// load as zeros (A and B), so tails need no second code path.
+//
+// Epilogue: every warp stores its 16 x 64 accumulators to shared memory, red[wk][16][COLS]; the block
+// sums the KW slices per output in a fixed order. SPLIT == 1: it writes C. SPLIT > 1: it writes float
+// partials to workspace[(split * M + m) * N + n]; the last block of the tile to arrive (atomic counter
+// per tile, counters[blockIdx.x]) sums them in split order (deterministic), zeroes them, writes C and
+// resets its counter, so workspace and counters are zero again after each launch.
+//
+// Dynamic shared memory: KW * 16 * COLS * 4 bytes (autotune/ops/gemm_skinny_tc.py mirrors it).
+// Workspace: SPLIT * M * N floats and ceil(N / COLS) counters when SPLIT > 1, else none.
+// Preconditions the tuner's constraints guarantee: M <= 16; VEC > 1 only when N % VEC == 0 and B is
+// 16-byte aligned (B rows stay VEC-aligned). A needs no alignment: 8-byte loads of A are used only
+// when K % 4 == 0 and A is 8-byte aligned, checked here.
+#pragma once
+#include "common.cuh"
+
+namespace at_skinny_tc {
+
+using at_common::finish;
+using at_common::load_stream;
+using at_common::sum_partials;
+
+template <typename T> struct Mma;
+template <> struct Mma<__half> {
+  static __device__ __forceinline__ void run(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+template <> struct Mma<__nv_bfloat16> {
+  static __device__ __forceinline__ void run(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+
+// 32-bit word q (q < 4: elements 2q and 2q+1) of the 8 elements a lane holds of one row, whatever
+// width they were loaded with.
+__device__ __forceinline__ unsigned word(const uint4 (&p)[1], int q) {
+  return q == 0 ? p[0].x : q == 1 ? p[0].y : q == 2 ? p[0].z : p[0].w;
+}
+__device__ __forceinline__ unsigned word(const uint2 (&p)[2], int q) { return q % 2 ? p[q / 2].y : p[q / 2].x; }
+__device__ __forceinline__ unsigned word(const unsigned (&p)[4], int q) { return p[q]; }
+__device__ __forceinline__ unsigned word(const unsigned short (&p)[8], int q) {
+  return (unsigned)p[2 * q] | ((unsigned)p[2 * q + 1] << 16);
+}
+
+template <typename T, int WN, int KW, int VEC, int UNROLL, int POLICY>
+__device__ __forceinline__ void skinny_tc_body(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
+                                               int M, int N, int K, float alpha, float beta,
+                                               float* __restrict__ workspace, unsigned int* __restrict__ counters) {
+  static_assert(sizeof(T) == 2, "tensor-core skinny GEMM is for 16-bit types");
+  static_assert(VEC == 1 || VEC == 2 || VEC == 4 || VEC == 8, "1 to 8 elements per load");
+  typedef typename at_common::Raw<VEC * 2>::type V;
+  constexpr int PIECES = 8 / VEC;          // loads per row and lane
+  constexpr int BLOCK = WN * KW * 32;
+  constexpr int COLS = WN * 64;            // columns of a block tile
+  constexpr int STEP = 16 * KW * UNROLL;   // rows of B a block reads per step
+  static_assert(BLOCK <= 1024, "at most 1024 threads");
+
+  extern __shared__ __align__(16) float red[];
+  __shared__ bool last_block;
+
+  const int tid = threadIdx.x;
+  const int lane = tid % 32, warp = tid / 32;
+  const int wn = warp % WN, wk = warp / WN;
+  const int g = lane / 4, t = lane % 4;
+  const int n0 = blockIdx.x * COLS;        // < N; n0 + COLS may not fit an int, so compare offsets
+  const int cw = wn * 64 + 8 * g;          // the lane's first column, relative to n0
+  const int left = N - n0 - cw;            // columns of the lane's 8 that exist: min(8, left)
+
+  // This split's rows [kb, kb + len), a whole number of steps except at the end of K.
+  const int splits = gridDim.y;
+  long long per = ((long long)K + splits - 1) / splits;
+  per = (per + STEP - 1) / STEP * STEP;
+  const int kb = (int)min((long long)K, (long long)blockIdx.y * per);
+  const unsigned len = (unsigned)min((long long)K - kb, per);
+  const int nsteps = (int)((len + STEP - 1) / STEP);
+  const int nfull = (int)(len / STEP);  // steps wholly inside the split: their loads need no row test
+
+  // The lane's rows: 4t .. 4t+3 of each 16-row slice; A rows g and g+8.
+  const T* bptr = B + ((size_t)kb + (size_t)(wk * 16 + 4 * t)) * N + n0 + cw;
+  const size_t nn = (size_t)N;
+  const bool a_row0 = g < M, a_row1 = g + 8 < M;
+  const T* arow0 = A + (size_t)g * K + kb + wk * 16 + 4 * t;
+  const T* arow1 = A + (size_t)(g + 8) * K + kb + wk * 16 + 4 * t;
+  const bool a_vec = K % 4 == 0 && (reinterpret_cast<uintptr_t>(A) & 7) == 0;  // kb % 4 == 0 too
+
+  V bnext[UNROLL][4][PIECES];
+  unsigned anext[UNROLL][4];
+
+  // A: 4 consecutive k of one row as two words (elements 4t, 4t+1 | 4t+2, 4t+3), zeros past the split.
+  auto load_a = [&](const T* p, bool row_ok, bool whole, unsigned rr, unsigned& lo, unsigned& hi) {
+    lo = 0u;
+    hi = 0u;
+    if (!row_ok) return;
+    if (whole && a_vec) {
+      const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));
+      lo = v.x;
+      hi = v.y;
+      return;
+    }
+    const unsigned short* e = reinterpret_cast<const unsigned short*>(p);
+    unsigned short x[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) x[i] = whole || rr + i < len ? __ldg(e + i) : (unsigned short)0;
+    lo = (unsigned)x[0] | ((unsigned)x[1] << 16);
+    hi = (unsigned)x[2] | ((unsigned)x[3] << 16);
+  };
+
+  auto load_step = [&](int s) {
+    const bool whole = s < nfull;  // block-uniform
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const unsigned slice = (unsigned)s * STEP + (unsigned)(u * KW) * 16;  // of warp 0; + wk*16 in bptr
+      const unsigned rr = slice + wk * 16 + 4 * t;                          // the lane's first row
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const bool in = whole || rr + i < len;
+        const T* row = bptr + (size_t)(slice + i) * nn;
+#pragma unroll
+        for (int p = 0; p < PIECES; ++p) {
+          V v{};
+          if (in && p * VEC < left) v = load_stream<POLICY>(reinterpret_cast<const V*>(row) + p);
+          bnext[u][i][p] = v;
+        }
+      }
+      load_a(arow0 + slice, a_row0, whole, rr, anext[u][0], anext[u][2]);
+      load_a(arow1 + slice, a_row1, whole, rr, anext[u][1], anext[u][3]);
+    }
+  };
+
+  float acc[8][4];
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
+
+  if (nsteps > 0) load_step(0);
+  for (int s = 0; s < nsteps; ++s) {
+    V bcur[UNROLL][4][PIECES];
+    unsigned acur[UNROLL][4];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int p = 0; p < PIECES; ++p) bcur[u][i][p] = bnext[u][i][p];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acur[u][r] = anext[u][r];
+    }
+    if (s + 1 < nsteps) load_step(s + 1);
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        // Column j of the lane's 8: rows (4t, 4t+1) in b0 and (4t+2, 4t+3) in b1, lower k in the low half.
+        const unsigned sel = j % 2 ? 0x7632u : 0x5410u;
+        const unsigned b0 = __byte_perm(word(bcur[u][0], j / 2), word(bcur[u][1], j / 2), sel);
+        const unsigned b1 = __byte_perm(word(bcur[u][2], j / 2), word(bcur[u][3], j / 2), sel);
+        Mma<T>::run(acc[j], acur[u], b0, b1);
+      }
+    }
+  }
+
+  // Accumulators to red[wk][row][column]: mma j's element e is row g + 8*(e / 2), column
+  // 16t + 8*(e % 2) + j of the warp's 64.
+  {
+    float* base = red + (size_t)wk * 16 * COLS + wn * 64 + 16 * t;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {        // row g, then g + 8
+      float* row = base + (size_t)(g + 8 * h) * COLS;
+#pragma unroll
+      for (int half = 0; half < 2; ++half)  // columns 16t .. 16t+7, then 16t+8 .. 16t+15
+#pragma unroll
+        for (int q = 0; q < 2; ++q)
+          reinterpret_cast<float4*>(row + 8 * half)[q] =
+              make_float4(acc[4 * q][2 * h + half], acc[4 * q + 1][2 * h + half], acc[4 * q + 2][2 * h + half],
+                          acc[4 * q + 3][2 * h + half]);
+    }
+  }
+  __syncthreads();
+
+  const int rows = min(M, 16);
+  const int outputs = rows * COLS;
+  const size_t mn = (size_t)M * N;
+  for (int o = tid; o < outputs; o += BLOCK) {
+    const int r = o / COLS, cn = o % COLS;
+    if (cn >= N - n0) continue;
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < KW; ++w) sum += red[((size_t)w * 16 + r) * COLS + cn];
+    const size_t at = (size_t)r * N + n0 + cn;
+    if (splits == 1) {
+      C[at] = finish<T>(sum, alpha, beta, C + at);
+    } else {
+      workspace[(size_t)blockIdx.y * mn + at] = sum;
+    }
+  }
+  if (splits == 1) return;
+
+  __threadfence();  // partials visible device-wide before this block is counted
+  __syncthreads();
+  if (tid == 0) last_block = atomicAdd(counters + blockIdx.x, 1u) == (unsigned)(splits - 1);
+  __syncthreads();
+  if (!last_block) return;
+  __threadfence();
+
+  // The last block sums every output's partials in split order: the order depends only on SPLIT,
+  // never on which block arrived last.
+  for (int o = tid; o < outputs; o += BLOCK) {
+    const int r = o / COLS, cn = o % COLS;
+    if (cn >= N - n0) continue;
+    const size_t at = (size_t)r * N + n0 + cn;
+    const float sum = sum_partials(workspace + at, mn, 0, splits);
+    C[at] = finish<T>(sum, alpha, beta, C + at);
+  }
+  if (tid == 0) counters[blockIdx.x] = 0u;
+}
+
+}  // namespace at_skinny_tc
+
+// One instance, as the tuner generates it (see autotune/ops/gemm_skinny_tc.py):
+//   extern "C" __global__ void __launch_bounds__(128) gemm_skinny_tc_<key>(const __half* A,
+//       const __half* B, __half* C, int M, int N, int K, float alpha, float beta, float* workspace,
+//       unsigned int* counters)
+//   { at_skinny_tc::skinny_tc_body<__half, 1, 4, 8, 2, 1>(A, B, C, M, N, K, alpha, beta, workspace,
+//     counters); }

@@ -1,0 +1,179 @@
+"""The tensor-core skinny GEMM family on the CPU: dispatch, defaults, constraints, launch geometry,
+the fragment relabelling it relies on, and nvcc compiles."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autotune.compiler import CompileJob, CompilePool
+from autotune.fingerprint import file_hash, source_hash
+from autotune.ops import gemm, gemm_skinny
+from autotune.ops import gemm_skinny_tc as tc
+from autotune.problem import Problem
+from autotune.space import config_key
+
+DTYPES = ("float16", "bfloat16")
+SHAPES = [(2, 1, 1), (16, 1001, 999), (7, 13, 5), (16, 4096, 4096), (4, 14336, 14336), (3, 5, 2), (16, 64, 131072)]
+MAX_SHARED = 227 * 1024
+MAX_GRID = (2**31 - 1, 65535, 65535)
+
+
+def _problem(m: int, n: int, k: int, dtype: str = "float16") -> Problem:
+    return Problem("gemm", dtype, m, n, k)
+
+
+def _sample(configs: list[dict[str, int]], count: int = 200) -> list[dict[str, int]]:
+    return random.Random(0).sample(configs, min(count, len(configs)))
+
+
+def test_dispatch_sends_half_precision_skinny_products_to_tensor_cores() -> None:
+    assert gemm.family(_problem(16, 4096, 4096)) is tc
+    assert gemm.family(_problem(gemm.TC_MIN_M, 4096, 4096, "bfloat16")) is tc
+    assert gemm.family(_problem(1, 4096, 4096)) is gemm_skinny  # the transposed GEMV's family
+    assert gemm.family(_problem(16, 4096, 4096, "float32")) is gemm_skinny
+    assert gemm.family(_problem(17, 4096, 4096)).NAME == "mma"
+
+
+def test_source_hash_covers_the_shared_header() -> None:
+    assert source_hash(_problem(16, 4096, 4096)) == file_hash("gemm_skinny_tc.cu")
+    assert file_hash("gemm_skinny_tc.cu") != file_hash("gemm_skinny.cu")
+    # A file without local includes hashes as before (shipped records of other families stay fresh).
+    import hashlib
+
+    from autotune.paths import kernels_dir
+
+    text = (kernels_dir() / "gemv.cu").read_bytes()
+    assert file_hash("gemv.cu") == hashlib.sha256(b"gemv.cu\0" + text).hexdigest()[:16]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_default_config_is_valid_everywhere(dtype: str) -> None:
+    for m, n, k in SHAPES:
+        problem = _problem(m, n, k, dtype)
+        assert tc.space(problem).check(tc.default_config(problem)) is None, (m, n, k)
+
+
+def test_default_config_is_valid_for_every_small_shape() -> None:
+    for m, n, k, dtype in itertools.product(range(1, 17), (1, 2, 3, 8, 24, 4096), (1, 2, 3, 15, 16, 17, 1000), DTYPES):
+        problem = _problem(m, n, k, dtype)
+        assert tc.space(problem).check(tc.default_config(problem)) is None, (m, n, k, dtype)
+
+
+def test_seed_configs_are_valid_and_fill_the_gpu() -> None:
+    for size in (4096, 8192, 14336):
+        for m in (2, 4, 8, 16):
+            problem = _problem(m, size, size)
+            seeds = tc.seed_configs(problem)
+            assert len(seeds) >= 3
+            for config in seeds:
+                assert tc.space(problem).check(config) is None, config
+                blocks = tc.launch(problem, config, 132).grid
+                assert 132 <= blocks[0] * blocks[1] <= 264, (size, config)
+
+
+def test_other_problems_are_refused_with_a_reason() -> None:
+    config = tc.default_config(_problem(16, 4096, 4096))
+    assert "m <= 16" in (tc.space(_problem(17, 4096, 4096)).check(config) or "")
+    assert "float32" in (tc.space(_problem(16, 4096, 4096, "float32")).check(config) or "")
+
+
+def test_vector_width_needs_divisible_rows() -> None:
+    assert tc.space(_problem(4, 999, 64)).choices()["vec"] == (1,)
+    assert tc.space(_problem(4, 4096, 64)).choices()["vec"] == (1, 4, 8)
+    assert tc.space(_problem(4, 4100, 64)).choices()["vec"] == (1, 2, 4)
+
+
+def test_constraints_name_the_problem() -> None:
+    problem = _problem(16, 4096, 4096)
+    space = tc.space(problem)
+    base = tc.default_config(problem)
+    assert "1024 threads" in (space.check(dict(base, wn=4, kw=16)) or "")
+    assert "registers" in (space.check(dict(base, wn=2, kw=8, unroll=4)) or "")
+    assert "cover n" in (tc.space(_problem(4, 64, 4096)).check(dict(base, wn=2)) or "")
+    small_k = _problem(16, 4096, 40)
+    assert "exceed k" in (tc.space(small_k).check(dict(tc.default_config(small_k), kw=4)) or "")
+    assert "without rows" in (space.check(dict(base, kw=16, unroll=1, split=256)) or "")
+    assert "more bytes than B" in (tc.space(_problem(16, 4096, 64)).check(dict(base, kw=1, split=4)) or "")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_config_gives_a_sane_launch(dtype: str) -> None:
+    for m, n, k in [(16, 8192, 8192), (2, 8192, 8192), (16, 64, 131072), (13, 1000, 999)]:
+        problem = _problem(m, n, k, dtype)
+        configs = list(tc.space(problem))
+        assert 0 < len(configs) < 10_000, len(configs)
+        assert len({config_key(c) for c in configs}) == len(configs)
+        for config in _sample(configs):
+            launch = tc.launch(problem, config, sm_count=132)
+            assert launch.block[0] <= 1024 and launch.block[0] % 32 == 0
+            assert launch.shared_bytes <= MAX_SHARED
+            assert all(0 < g <= limit for g, limit in zip(launch.grid, MAX_GRID, strict=True))
+            assert launch.grid[0] * tc.columns(config) >= n
+            assert (config["split"] - 1) * tc._per_split(problem, config) < k or config["split"] == 1
+            if config["split"] > 1:
+                assert launch.workspace_floats == config["split"] * m * n and launch.counters == launch.grid[0]
+
+
+def test_fragment_relabelling_gives_the_product() -> None:
+    """The kernel's lane mapping, replayed with the mma.m16n8k16 fragment layouts of the PTX ISA:
+    lane (g, t) holds rows 4t..4t+3 and columns 8g..8g+7 of a 16 x 64 slice of B, mma j takes column
+    8g + j of each lane group, and accumulator e of mma j lands in row g + 8*(e // 2), column
+    16t + 8*(e % 2) + j. The result must be A @ B for the slice."""
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((16, 16)), rng.standard_normal((16, 64))
+    out = np.zeros((16, 64))
+    lanes = [(lane // 4, lane % 4) for lane in range(32)]
+    for j in range(8):
+        a_logical, b_logical = np.zeros((16, 16)), np.zeros((16, 8))
+        for g, t in lanes:
+            # Registers a0/a2 hold row g, a1/a3 row g + 8; k 4t..4t+3 stand for 2t, 2t+1, 2t+8, 2t+9.
+            for h in range(2):
+                a_logical[g + 8 * h, [2 * t, 2 * t + 1, 2 * t + 8, 2 * t + 9]] = a[g + 8 * h, 4 * t : 4 * t + 4]
+            b_logical[[2 * t, 2 * t + 1, 2 * t + 8, 2 * t + 9], g] = b[4 * t : 4 * t + 4, 8 * g + j]
+        d = a_logical @ b_logical
+        for g, t in lanes:
+            for e, (row, col) in enumerate([(g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1)]):
+                out[g + 8 * (e // 2), 16 * t + 8 * (e % 2) + j] += d[row, col]
+    np.testing.assert_allclose(out, a @ b, rtol=1e-12, atol=1e-12)
+
+
+def test_kernel_source_names_its_instance() -> None:
+    problem = _problem(16, 4096, 4096, "bfloat16")
+    config = tc.default_config(problem)
+    source = tc.kernel_source(problem, config)
+    name = tc.kernel_name(problem, config)
+    assert name.isidentifier() and f"{name}(" in source
+    assert '#include "gemm_skinny_tc.cu"' in source and "__nv_bfloat16" in source
+    assert "__launch_bounds__(128)" in source
+    assert tc.kernel_name(problem, dict(config, split=4)) == name  # split is a launch parameter
+
+
+# One config per feature: both dtypes, every load width, warps along N and K, every unroll, both policies.
+COMPILE_SAMPLE = [
+    ("float16", (16, 4096, 4096), dict(wn=1, kw=4, vec=8, unroll=2, policy=1)),
+    ("float16", (16, 4096, 4096), dict(wn=1, kw=2, vec=8, unroll=4, policy=2)),
+    ("bfloat16", (8, 14336, 14336), dict(wn=2, kw=8, vec=8, unroll=1, policy=1)),
+    ("float16", (3, 1001, 999), dict(wn=1, kw=2, vec=1, unroll=2, policy=1)),
+    ("bfloat16", (2, 1002, 999), dict(wn=4, kw=1, vec=2, unroll=2, policy=2)),
+    ("float16", (4, 1004, 999), dict(wn=1, kw=16, vec=4, unroll=1, policy=1)),
+]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_representative_instances_compile_for_sm_90(tmp_path: Path) -> None:
+    jobs = []
+    for dtype, (m, n, k), compiled in COMPILE_SAMPLE:
+        problem = _problem(m, n, k, dtype)
+        config = {**compiled, "split": 1}
+        assert tc.space(problem).check(config) is None, (dtype, compiled, tc.space(problem).check(config))
+        jobs.append(CompileJob(tc.kernel_name(problem, config), tc.kernel_source(problem, config), "sm_90", "test"))
+    with CompilePool(cache_dir=tmp_path) as pool:
+        results = [f.result() for f in [pool.submit(job) for job in jobs]]
+    failed = [(r.job.name, r.message[-600:]) for r in results if not r.ok]
+    assert not failed, failed
