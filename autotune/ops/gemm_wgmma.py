@@ -133,8 +133,7 @@ def default_config(problem: Problem) -> Config:
 def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
     c = config
     return (
-        f"gemm_wgmma_{problem.dtype}_{c['bm']}x{c['bn']}x{BK}_g{c['wgs']}_s{c['stages']}_z{c['swizzle']}"
-        f"_l{c['layout']}"
+        f"gemm_wgmma_{problem.dtype}_{c['bm']}x{c['bn']}x{BK}_g{c['wgs']}_s{c['stages']}_z{c['swizzle']}_l{c['layout']}"
     )
 
 
