@@ -498,7 +498,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"layouts correct in every case: {correct_layouts or 'none'}")
 
     summary["timing"] = []
-    timed = next((x for x in full if x in correct_layouts), correct_layouts[0] if correct_layouts else None)
+    # Timed: the passing kernels of the first fully-checked layout with any, else of any layout (a
+    # layout that fails only some configs is still worth timing; its failures are printed above).
+    passed = [x for x in layouts if any(e.get("ok") for e in summary["layouts"][str(x)].get("results", []))]
+    timed = next((x for x in full if x in passed), passed[0] if passed else None)
+    summary["timed_layout"] = timed
     if timed is not None and not args.no_timing:
         passing = [
             k
