@@ -5,10 +5,12 @@
 // Template parameters:
 //   T         __half or __nv_bfloat16
 //   BM, BN    block tile (rows of C, columns of C); BN is also the N of every wgmma (64, 128, 256)
+//   BK        k-depth of a stage: 64 (A's rows are 128 bytes: 128-byte swizzle) or 32 (64-byte rows:
+//             64-byte swizzle; half the shared memory a stage, so twice the stages fit)
 //   WGS       warpgroups (1 or 2), threads = 128 * WGS. Warpgroup g owns rows [g * BM / WGS, (g + 1) *
 //             BM / WGS) of the tile as BM / WGS / 64 wgmma m64 slices; every thread holds
 //             BM / WGS / 64 * BN / 2 float accumulators (at most 128, or registers spill)
-//   STAGES    shared-memory stages (3..7): STAGES - 2 k-tiles are loading while one is multiplied and
+//   STAGES    shared-memory stages (3..9): STAGES - 2 k-tiles are loading while one is multiplied and
 //             the wgmma of the previous one may still be reading its own stage
 //   SWIZZLE   block rasterization: SWIZZLE consecutive tile rows are walked column by column, so the
 //             blocks resident at one time share a few A and B panels in L2 (1: plain row-major order)
@@ -19,16 +21,17 @@
 // B 16-byte aligned, so every 16-byte piece of a row of A or B is wholly inside or wholly outside the
 // matrix; pieces outside (M, N and K tails) are zero filled by cp.async (src-size 0). C needs nothing.
 //
-// The k-depth of a stage is BK = 64 elements: one 128-byte row, the width of the 128-byte swizzle.
 // Dynamic shared memory (the Python module mirrors it):
 //   SHARED_BYTES = STAGES * (BM * BK + BK * BN) * sizeof(T) + 1024
 // The 1024 bytes let the kernel round its base up to 1024: a 128-byte swizzle repeats every 8 rows of
 // 128 bytes and the hardware swizzles on address bits, so every 8-row atom must start 1024-aligned.
 //
-// A's stage (K-major, the canonical 128-byte-swizzled K-major layout of wgmma): row r of the tile
-// (BK elements) at byte r * 128, its 16-byte chunk c stored at chunk c ^ (r % 8). A descriptor names
-// 8-row groups 1024 bytes apart (stride byte offset); the leading byte offset is unused because one
-// wgmma reads 16 k (32 bytes), inside one swizzled row. The k16 step kk starts 32 * kk bytes in.
+// A's stage (K-major, the canonical swizzled K-major layouts of wgmma): row r of the tile (BK
+// elements, 2 * BK bytes) at byte r * 2 * BK. BK 64: 128-byte swizzle, 16-byte chunk c stored at
+// c ^ (r % 8); BK 32: 64-byte swizzle, chunk c at c ^ ((r / 2) % 4) (the XOR takes address bits 7-8,
+// and two 64-byte rows share a 128-byte line). A descriptor names 8-row groups 16 * BK bytes apart
+// (stride byte offset); the leading byte offset is unused because one wgmma reads 16 k (32 bytes),
+// inside one swizzled row. The k16 step kk starts 32 * kk bytes in.
 //
 // B's stage is MN-major (N contiguous, as B is in memory): wgmma reads it transposed (imm-trans-b = 1,
 // allowed for 16-bit types). LAYOUT 0 and 1 store it as the canonical 128-byte-swizzled MN-major layout:
@@ -54,8 +57,7 @@
 
 namespace at_wgmma {
 
-constexpr int BK = 64;          // k-depth of one stage (elements): one 128-byte swizzle row
-constexpr int ROW_BYTES = 128;  // bytes of one row of A's stage and of one k-row of a B atom
+constexpr int ROW_BYTES = 128;    // bytes of one k-row of a B atom (and of A's rows when BK = 64)
 constexpr int ATOM_BYTES = 1024;  // 8 rows of 128 bytes: the period of the 128-byte swizzle
 
 template <typename T> struct Convert;
@@ -199,17 +201,26 @@ template <int PENDING> __device__ __forceinline__ void cp_async_wait() {
 
 // Shared-memory matrix descriptor of wgmma (PTX ISA, "matrix descriptor"): bits 0-13 start address,
 // 16-29 leading byte offset, 32-45 stride byte offset (all three in 16-byte units), 62-63 swizzle
-// (0 none, 1 128-byte). Base offset (bits 49-51) stays 0: every swizzle atom starts 1024-aligned.
+// (0 none, 1 128-byte, 2 64-byte). Base offset (bits 49-51) stays 0: every swizzle atom starts
+// aligned to its own size (stages are multiples of 4 KiB from a 1024-aligned base).
 __device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t leading, uint32_t stride, uint32_t swizzle) {
   return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)((leading >> 4) & 0x3FFF) << 16) |
          ((uint64_t)((stride >> 4) & 0x3FFF) << 32) | ((uint64_t)swizzle << 62);
 }
 
-// A's stage: BM rows of BK elements, K-major, 128-byte swizzle. Byte offset of chunk c of row r.
-__device__ __forceinline__ int a_chunk_offset(int r, int c) { return r * ROW_BYTES + ((c ^ (r & 7)) << 4); }
-// A descriptor: 8-row groups 1024 bytes apart (stride byte offset); the leading byte offset is not
-// used by swizzled K-major layouts whose k16 step fits in one swizzled row: 16 bytes, as CUTLASS sets it.
-constexpr uint32_t A_LEADING = 16, A_STRIDE = ATOM_BYTES;
+// A's stage: BM rows of BK elements, K-major, swizzled over 2 * BK bytes (see the top of the file).
+template <int BK> struct LayoutA {
+  static_assert(BK == 32 || BK == 64, "rows of 64 or 128 bytes");
+  static constexpr int ROW = BK * 2;  // bytes of a row
+  // 8-row groups apart (stride byte offset). The leading byte offset is not used by swizzled K-major
+  // layouts whose k16 step fits in one swizzled row: 16 bytes, as CUTLASS sets it.
+  static constexpr uint32_t STRIDE = 8 * ROW, LEADING = 16;
+  static constexpr uint32_t SWIZZLE_MODE = BK == 64 ? 1 : 2;  // 128-byte, 64-byte
+  // Byte offset of 16-byte chunk c of row r.
+  static __device__ __forceinline__ int chunk_offset(int r, int c) {
+    return r * ROW + ((BK == 64 ? c ^ (r & 7) : c ^ ((r >> 1) & 3)) << 4);
+  }
+};
 
 // B's stage: BK k-rows of BN elements, MN-major (N contiguous).
 //  LAYOUT 0: 128-byte swizzle; leading byte offset = distance of 64-column atoms (BK * 128 bytes),
@@ -223,7 +234,7 @@ constexpr uint32_t A_LEADING = 16, A_STRIDE = ATOM_BYTES;
 //  LAYOUT 3: LAYOUT 2's bytes, the two offsets swapped.
 // Unswizzled stages take bank conflicts on the cp.async writes (a warp's chunks of one k-row are 128
 // bytes apart); they are a fallback that tells the descriptor fields apart, not a fast path.
-template <int BN, int LAYOUT> struct LayoutB {
+template <int BN, int BK, int LAYOUT> struct LayoutB {
   static_assert(LAYOUT >= 0 && LAYOUT <= 3, "LAYOUT 0..3");
   static constexpr bool SWIZZLED = LAYOUT < 2;
   static constexpr bool SWAPPED = LAYOUT % 2 == 1;
@@ -288,7 +299,7 @@ __device__ __forceinline__ void store_pair(T* __restrict__ C, int M, int N, int 
   p[1] = P::from_float(o1);
 }
 
-template <typename T, int BM, int BN, int WGS, int STAGES, int SWIZZLE, int LAYOUT>
+template <typename T, int BM, int BN, int BK, int WGS, int STAGES, int SWIZZLE, int LAYOUT>
 __device__ __forceinline__ void gemm_wgmma_body(const T* __restrict__ A, const T* __restrict__ B,
                                                 T* __restrict__ C, int M, int N, int K, float alpha, float beta,
                                                 float* __restrict__ workspace, unsigned int* __restrict__ counters) {
@@ -304,13 +315,14 @@ __device__ __forceinline__ void gemm_wgmma_body(const T* __restrict__ A, const T
   static_assert(MT * NACC <= 128, "at most 128 accumulators a thread");
   constexpr int A_STAGE_BYTES = BM * BK * (int)sizeof(T);
   constexpr int B_STAGE_BYTES = BK * BN * (int)sizeof(T);
-  typedef LayoutB<BN, LAYOUT> LB;
+  typedef LayoutA<BK> LA;
+  typedef LayoutB<BN, BK, LAYOUT> LB;
   (void)workspace;
   (void)counters;
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const uint32_t sA = (smem_addr(smem_raw) + (ATOM_BYTES - 1)) & ~(uint32_t)(ATOM_BYTES - 1);
-  const uint32_t sB = sA + STAGES * A_STAGE_BYTES;  // stage sizes are multiples of 8 KiB: still aligned
+  const uint32_t sB = sA + STAGES * A_STAGE_BYTES;  // stage sizes are multiples of 4 KiB: still aligned
 
   const int tid = threadIdx.x;
   const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
@@ -320,8 +332,8 @@ __device__ __forceinline__ void gemm_wgmma_body(const T* __restrict__ A, const T
   const int k_tiles = (K + BK - 1) / BK;
 
   // Copy plan: thread tid copies 16-byte chunk tid % CPR of rows tid / CPR + i * (THREADS / CPR), where
-  // a row has CPR chunks (A: 8; B: BN / 8). 8 (A) or BN / 8 (B) consecutive threads read one
-  // contiguous row segment of global memory; THREADS is a multiple of both, so the chunk is fixed.
+  // a row has CPR chunks (A: BK / 8; B: BN / 8). CPR consecutive threads read one contiguous row
+  // segment of global memory; THREADS is a multiple of CPR, so a thread's chunk is fixed.
   constexpr int A_CPR = BK / 8, A_RSTEP = THREADS / A_CPR, A_ITERS = BM / A_RSTEP;
   constexpr int B_CPR = BN / 8, B_RSTEP = THREADS / B_CPR, B_ITERS = BK / B_RSTEP;
   static_assert(THREADS % B_CPR == 0 && BM % A_RSTEP == 0 && BK % B_RSTEP == 0, "whole passes");
@@ -340,7 +352,7 @@ __device__ __forceinline__ void gemm_wgmma_body(const T* __restrict__ A, const T
     for (int i = 0; i < A_ITERS; ++i) {
       const int r = a_r0 + i * A_RSTEP;
       const bool valid = a_k_ok && i * A_RSTEP < a_rows_left;
-      cp_async16(a_dst + a_chunk_offset(r, a_c), valid ? a_src + (size_t)i * A_RSTEP * K + k0 : A, valid);
+      cp_async16(a_dst + LA::chunk_offset(r, a_c), valid ? a_src + (size_t)i * A_RSTEP * K + k0 : A, valid);
     }
     const uint32_t b_dst = sB + stage * B_STAGE_BYTES;
 #pragma unroll
@@ -354,7 +366,7 @@ __device__ __forceinline__ void gemm_wgmma_body(const T* __restrict__ A, const T
   // Descriptors of stage 0, k16 step 0: later stages and steps only add to the start address (the
   // 14-bit field cannot carry: shared addresses stay below 256 KiB).
   const int wg = tid / 128;
-  const uint64_t desc_a0 = make_desc(sA + wg * WG_M * ROW_BYTES, A_LEADING, A_STRIDE, 1);
+  const uint64_t desc_a0 = make_desc(sA + wg * WG_M * LA::ROW, LA::LEADING, LA::STRIDE, LA::SWIZZLE_MODE);
   const uint64_t desc_b0 = make_desc(sB, LB::LEADING, LB::STRIDE, LB::SWIZZLE_MODE);
 
   float acc[MT][NACC];
@@ -387,7 +399,7 @@ __device__ __forceinline__ void gemm_wgmma_body(const T* __restrict__ A, const T
     for (int kk = 0; kk < BK / 16; ++kk)
 #pragma unroll
       for (int i = 0; i < MT; ++i) {
-        const uint32_t a_off = read_stage * A_STAGE_BYTES + i * 64 * ROW_BYTES + kk * 32;
+        const uint32_t a_off = read_stage * A_STAGE_BYTES + i * 64 * LA::ROW + kk * 32;
         const uint32_t b_off = read_stage * B_STAGE_BYTES + kk * LB::KSTEP_BYTES;
         Wgmma<T, BN>::run(acc[i], desc_a0 + (a_off >> 4), desc_b0 + (b_off >> 4), 1);
       }
@@ -421,5 +433,5 @@ __device__ __forceinline__ void gemm_wgmma_body(const T* __restrict__ A, const T
 // One instance, as the tuner generates it (see autotune/ops/gemm_wgmma.py):
 //   extern "C" __global__ void __launch_bounds__(256, 1) gemm_wgmma_<key>(const __half* A, const __half* B,
 //       __half* C, int M, int N, int K, float alpha, float beta, float* workspace, unsigned int* counters)
-//   { at_wgmma::gemm_wgmma_body<__half, 128, 256, 2, 4, 8, 0>(A, B, C, M, N, K, alpha, beta, workspace,
-//                                                             counters); }
+//   { at_wgmma::gemm_wgmma_body<__half, 128, 256, 64, 2, 4, 8, 0>(A, B, C, M, N, K, alpha, beta, workspace,
+//                                                                 counters); }

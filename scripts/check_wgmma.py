@@ -55,23 +55,26 @@ CHILD_TIMEOUT_S = 120
 REPEATS, LAUNCHES, WARMUP = 5, 20, 3
 
 
-def _config(bm: int, bn: int, wgs: int, stages: int, swizzle: int, layout: int) -> Config:
-    return {"bm": bm, "bn": bn, "wgs": wgs, "stages": stages, "swizzle": swizzle, "layout": layout}
+def _config(bm: int, bn: int, bk: int, wgs: int, stages: int, swizzle: int, layout: int) -> Config:
+    return {"bm": bm, "bn": bn, "bk": bk, "wgs": wgs, "stages": stages, "swizzle": swizzle, "layout": layout}
 
 
 def configs_for(layout: int, full: bool) -> list[Config]:
-    """The configs checked for a layout: the seeds and small tiles (all N of wgmma, one and two
-    warpgroups, 3..7 stages) where `full`, else two that cover BN 128 and 256."""
-    shapes = [(128, 256, 2, 4, 8), (128, 128, 1, 4, 1)]
+    """The configs checked for a layout: the seeds and small tiles (all N of wgmma, both k-depths, one
+    and two warpgroups, 3..9 stages) where `full`, else three that cover BN 128 and 256 and BK 32."""
+    shapes = [(128, 256, 64, 2, 4, 8), (128, 128, 64, 1, 4, 1), (128, 256, 32, 2, 8, 8)]
     if full:
         shapes += [
-            (256, 128, 2, 4, 8),
-            (128, 256, 2, 3, 16),
-            (128, 128, 2, 6, 8),
-            (128, 128, 1, 7, 4),
-            (64, 64, 1, 3, 1),
-            (256, 64, 1, 5, 1),
-            (64, 256, 1, 4, 1),
+            (256, 128, 64, 2, 4, 8),
+            (256, 128, 32, 2, 8, 8),
+            (128, 256, 64, 2, 3, 16),
+            (128, 256, 32, 2, 9, 16),
+            (128, 128, 64, 2, 6, 8),
+            (128, 128, 64, 1, 7, 4),
+            (64, 64, 64, 1, 3, 1),
+            (64, 64, 32, 1, 5, 1),
+            (256, 64, 64, 1, 5, 1),
+            (64, 256, 64, 1, 4, 1),
         ]
     return [_config(*s, layout) for s in shapes]
 
@@ -418,7 +421,7 @@ def run_child(mode: str, kernels: list[dict[str, Any]], work: Path, tag: str) ->
 
 def _config_text(config: Config) -> str:
     c = config
-    return f"{c['bm']}x{c['bn']} g{c['wgs']} s{c['stages']} z{c['swizzle']}"
+    return f"{c['bm']}x{c['bn']}x{c['bk']} g{c['wgs']} s{c['stages']} z{c['swizzle']}"
 
 
 def print_correctness(layout: int, output: dict[str, Any]) -> None:

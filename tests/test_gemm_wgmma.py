@@ -31,7 +31,7 @@ def _problem(m: int, n: int, k: int, dtype: str = "float16") -> Problem:
 
 
 def _config(**overrides: int) -> Config:
-    base = dict(bm=128, bn=256, wgs=2, stages=4, swizzle=8, layout=0)
+    base = dict(bm=128, bn=256, bk=64, wgs=2, stages=4, swizzle=8, layout=0)
     return {**base, **overrides}
 
 
@@ -70,6 +70,7 @@ def test_constraints_say_why() -> None:
     small = gemm_wgmma.space(_problem(100, 104, 64))
     assert "larger than" in (small.check(_config(bm=256, bn=128, swizzle=1)) or "")
     assert "4 stages for 1 k-tiles" in (small.check(_config(bm=128, bn=128, swizzle=1)) or "")
+    assert small.check(_config(bm=128, bn=128, bk=32, swizzle=1)) is None  # 2 k-tiles of 32
     assert "swizzle=8" in (small.check(_config(bm=128, bn=128, stages=3)) or "")
 
 
@@ -78,6 +79,8 @@ def test_shared_bytes_mirror_the_kernel() -> None:
     # STAGES * (BM * 64 + 64 * BN) * 2 + 1024 (the alignment pad)
     assert gemm_wgmma.shared_bytes(problem, _config()) == 4 * (128 * 64 + 64 * 256) * 2 + 1024
     assert gemm_wgmma.shared_bytes(problem, _config(bm=128, bn=128, stages=7)) == 7 * 32768 + 1024 <= MAX_SHARED
+    assert gemm_wgmma.shared_bytes(problem, _config(bk=32, stages=9)) == 9 * (128 * 32 + 32 * 256) * 2 + 1024
+    assert gemm_wgmma.shared_bytes(problem, _config(bk=32, stages=9)) <= MAX_SHARED
     assert gemm_wgmma.accumulators(_config()) == 128
     assert gemm_wgmma.accumulators(_config(bm=256, bn=128)) == 128
     assert gemm_wgmma.accumulators(_config(bm=128, bn=128, wgs=1)) == 128
@@ -113,7 +116,7 @@ def test_source_instantiates_the_template() -> None:
     source = gemm_wgmma.kernel_source(problem, _config())
     assert '#include "gemm_wgmma.cu"' in source
     assert "__launch_bounds__(256, 1)" in source
-    assert "gemm_wgmma_body<__nv_bfloat16, 128, 256, 2, 4, 8, 0>" in source
+    assert "gemm_wgmma_body<__nv_bfloat16, 128, 256, 64, 2, 4, 8, 0>" in source
     assert gemm_wgmma.kernel_name(problem, _config()) in source
 
 
@@ -138,8 +141,11 @@ def test_wgmma_is_chosen_by_name_only() -> None:
         assert gemm.family(_problem(m, n, k, dtype)) is not gemm_wgmma
 
 
-# Every layout, both warpgroup counts, every wgmma N, stage counts from 3 to 7, both dtypes.
+# Every layout, both k-depths, both warpgroup counts, every wgmma N, stage counts from 3 to 9, both dtypes.
 COMPILE_SAMPLE = [
+    ("float16", _config(bk=32, stages=9)),
+    ("bfloat16", _config(bm=256, bn=128, bk=32, stages=8, layout=2)),
+    ("float16", _config(bm=64, bn=64, bk=32, wgs=1, stages=3, swizzle=1, layout=3)),
     ("float16", _config()),
     ("bfloat16", _config()),
     ("float16", _config(bm=256, bn=128)),

@@ -28,12 +28,14 @@ ARCH_SUFFIX = "a"
 
 MAX_SHARED_BYTES = 227 * 1024  # dynamic shared memory of one block on sm_90 (opted in)
 MAX_ACCUMULATORS = 128  # float accumulators a thread: more leaves too few of the 255 registers (spills)
-BK = 64  # k-depth of a stage: one 128-byte swizzle row (fixed in gemm_wgmma.cu)
+# k-depth of a stage: 64 (A's rows of 128 bytes, 128-byte swizzle) or 32 (64-byte rows and swizzle:
+# half the shared memory a stage, so twice the stages and a deeper prefetch fit).
+_BKS = (32, 64)
 ALIGN_PAD = 1024  # the kernel rounds its shared base up to 1024 bytes
 VEC = 8  # elements of one 16-byte cp.async: K and N must be multiples of it
 _TILES = (64, 128, 256)
 _WARPGROUPS = (1, 2)
-_STAGES = (3, 4, 5, 6, 7)
+_STAGES = (3, 4, 5, 6, 7, 8, 9)
 _SWIZZLES = (1, 4, 8, 16)
 # Layouts of B's shared stage and its descriptor (see LayoutB in gemm_wgmma.cu). The GPU check runs all
 # of LAYOUTS; the tuner only those expected correct (TUNED_LAYOUTS) until the check says otherwise.
@@ -61,7 +63,7 @@ def accumulators(config: Mapping[str, int]) -> int:
 def shared_bytes(problem: Problem, config: Mapping[str, int]) -> int:
     """Mirrors gemm_wgmma.cu: SHARED_BYTES = STAGES * (BM * BK + BK * BN) * sizeof(T) + 1024."""
     c = config
-    return c["stages"] * (c["bm"] * BK + BK * c["bn"]) * ITEMSIZE[problem.dtype] + ALIGN_PAD
+    return c["stages"] * (c["bm"] * c["bk"] + c["bk"] * c["bn"]) * ITEMSIZE[problem.dtype] + ALIGN_PAD
 
 
 def problem_reason(problem: Problem) -> str | None:
@@ -90,7 +92,7 @@ def _tile_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
 
 
 def _schedule_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
-    k_tiles = _tiles(problem.k, BK)
+    k_tiles = _tiles(problem.k, c["bk"])
     # STAGES - 2 tiles are loaded ahead: more stages than that needs only take shared memory.
     if c["stages"] > max(3, k_tiles + 2):
         return f"{c['stages']} stages for {k_tiles} k-tiles"
@@ -108,6 +110,7 @@ def space(problem: Problem) -> Space:
         params=(
             Param("bm", _TILES),
             Param("bn", _TILES),
+            Param("bk", _BKS),
             Param("wgs", _WARPGROUPS),
             Param("stages", _STAGES),
             Param("swizzle", _SWIZZLES),
@@ -123,6 +126,7 @@ def default_config(problem: Problem) -> Config:
     return {
         "bm": 128 if problem.m > 64 else 64,
         "bn": 128 if problem.n > 64 else 64,
+        "bk": 64,
         "wgs": 1,
         "stages": 3,
         "swizzle": 1,
@@ -132,16 +136,15 @@ def default_config(problem: Problem) -> Config:
 
 def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
     c = config
-    return (
-        f"gemm_wgmma_{problem.dtype}_{c['bm']}x{c['bn']}x{BK}_g{c['wgs']}_s{c['stages']}_z{c['swizzle']}_l{c['layout']}"
-    )
+    tile = f"{c['bm']}x{c['bn']}x{c['bk']}"
+    return f"gemm_wgmma_{problem.dtype}_{tile}_g{c['wgs']}_s{c['stages']}_z{c['swizzle']}_l{c['layout']}"
 
 
 def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
     """A translation unit with one extern "C" instance of the template (a stable, unmangled name)."""
     c = config
     t = CUDA_TYPE[problem.dtype]
-    template_args = f"{t}, {c['bm']}, {c['bn']}, {c['wgs']}, {c['stages']}, {c['swizzle']}, {c['layout']}"
+    template_args = f"{t}, {c['bm']}, {c['bn']}, {c['bk']}, {c['wgs']}, {c['stages']}, {c['swizzle']}, {c['layout']}"
     call = f"at_wgmma::gemm_wgmma_body<{template_args}>(A, B, C, M, N, K, alpha, beta, workspace, counters)"
     # One block a multiprocessor (its shared memory alone sees to that): ptxas may give a thread up to
     # 255 registers, which 128 accumulators need.
@@ -167,13 +170,15 @@ def flops(problem: Problem) -> int:
 
 
 # Tilings of the Hopper GEMMs this family imitates: 128x256 / 256x128 on two warpgroups (128
-# accumulators a thread, 48 KiB a stage), and 128x128 on one or two. Measured first by the tuner.
+# accumulators a thread, 48 KiB a stage at bk 64, 24 KiB at bk 32), and 128x128 on one or two.
+# Measured first by the tuner.
 _SEEDS = (
-    dict(bm=128, bn=256, wgs=2, stages=4, swizzle=8),
-    dict(bm=256, bn=128, wgs=2, stages=4, swizzle=8),
-    dict(bm=128, bn=256, wgs=2, stages=3, swizzle=16),
-    dict(bm=128, bn=128, wgs=2, stages=6, swizzle=8),
-    dict(bm=128, bn=128, wgs=1, stages=6, swizzle=8),
+    dict(bm=128, bn=256, bk=64, wgs=2, stages=4, swizzle=8),
+    dict(bm=256, bn=128, bk=64, wgs=2, stages=4, swizzle=8),
+    dict(bm=128, bn=256, bk=32, wgs=2, stages=8, swizzle=8),
+    dict(bm=256, bn=128, bk=32, wgs=2, stages=8, swizzle=8),
+    dict(bm=128, bn=128, bk=64, wgs=2, stages=6, swizzle=8),
+    dict(bm=128, bn=128, bk=64, wgs=1, stages=6, swizzle=8),
 )
 
 
