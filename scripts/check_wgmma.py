@@ -119,15 +119,26 @@ class Gpu:
     def __init__(self) -> None:
         import torch
 
+        self.torch = torch
+        self.dtypes = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+        self._functions: dict[str, Any] = {}
+        # CHECK_WGMMA_EMULATE=1 runs this harness on the CPU with torch standing in for the kernels
+        # (a test of the harness itself, on a machine without a GPU).
+        self.emulate = os.environ.get("CHECK_WGMMA_EMULATE") == "1"
+        self.device = "cpu" if self.emulate else "cuda"
+        if self.emulate:
+            return
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.cuda.init()
         torch.zeros(1, device="cuda")  # creates the primary context PyCUDA then shares
         import pycuda.autoprimaryctx  # noqa: F401
         import pycuda.driver as cuda
 
-        self.torch, self.cuda = torch, cuda
-        self.dtypes = {"float16": torch.float16, "bfloat16": torch.bfloat16}
-        self._functions: dict[str, Any] = {}
+        self.cuda = cuda
+
+    def sync(self) -> None:
+        if not self.emulate:
+            self.torch.cuda.synchronize()
 
     def function(self, kernel: dict[str, Any]) -> Any:
         name = kernel["name"]
@@ -149,6 +160,10 @@ class Gpu:
         problem = Problem("gemm", kernel["dtype"], m, n, k)
         geom = gemm_wgmma.launch(problem, kernel["config"], sm_count=132)
         assert geom.shared_bytes == kernel["shared_bytes"]
+        if self.emulate:
+            out = alpha * (a.float() @ b.float())
+            c.copy_(out if beta == 0.0 else out + beta * c.float())
+            return
         self.function(kernel).prepared_async_call(
             geom.grid,
             geom.block,
@@ -205,14 +220,14 @@ def check_case(
     torch = gpu.torch
     m, n, _ = shape
     a, b, c0, ref, mag = data["a"], data["b"], data["c0"], data["ref"], data["mag"]
-    buffer = torch.full((m * n + 256,), float("nan"), dtype=a.dtype, device="cuda")
+    buffer = torch.full((m * n + 256,), float("nan"), dtype=a.dtype, device=gpu.device)
     buffer[m * n :] = SENTINEL
     c = buffer[: m * n].view(m, n)
     alpha, beta = (1.5, 0.5) if with_beta else (1.0, 0.0)
     if with_beta:
         c.copy_(c0)
     gpu.launch(kernel, a, b, c, shape, alpha, beta)
-    torch.cuda.synchronize()
+    gpu.sync()
     out = c.double()
     want = alpha * ref + (beta * c0.double() if with_beta else 0.0)
     scale = abs(alpha) * mag + (abs(beta) * c0.double().abs() if with_beta else 0.0)
@@ -240,11 +255,11 @@ def make_data(gpu: Gpu, dtype: str, shape: tuple[int, int, int], seed: int) -> d
     """Integers in [-2, 2] (exact in both dtypes; sums stay far below 2^24, exact in float32)."""
     torch = gpu.torch
     m, n, k = shape
-    g = torch.Generator(device="cuda").manual_seed(seed)
+    g = torch.Generator(device=gpu.device).manual_seed(seed)
     t = gpu.dtypes[dtype]
 
     def ints(rows: int, cols: int) -> Any:
-        return torch.randint(-2, 3, (rows, cols), generator=g, device="cuda").to(t)
+        return torch.randint(-2, 3, (rows, cols), generator=g, device=gpu.device).to(t)
 
     a, b, c0 = ints(m, k), ints(k, n), ints(m, n)
     a64, b64 = a.double(), b.double()
@@ -258,21 +273,21 @@ def probe(gpu: Gpu, kernel: dict[str, Any]) -> dict[str, Any]:
     torch = gpu.torch
     m, n, k = PROBE_SHAPE
     t = gpu.dtypes[kernel["dtype"]]
-    eye_a = torch.eye(k, device="cuda").repeat(m // k, 1).to(t)  # m x k
-    eye_b = torch.eye(k, device="cuda").repeat(1, n // k).to(t)  # k x n
-    rows_b = torch.arange(k, device="cuda").view(k, 1).expand(k, n).to(t).contiguous()
-    cols_b = torch.arange(n, device="cuda").view(1, n).expand(k, n).to(t).contiguous()
-    rows_a = torch.arange(m, device="cuda").view(m, 1).expand(m, k).to(t).contiguous()
-    cols_a = torch.arange(k, device="cuda").view(1, k).expand(m, k).to(t).contiguous()
+    eye_a = torch.eye(k, device=gpu.device).repeat(m // k, 1).to(t)  # m x k
+    eye_b = torch.eye(k, device=gpu.device).repeat(1, n // k).to(t)  # k x n
+    rows_b = torch.arange(k, device=gpu.device).view(k, 1).expand(k, n).to(t).contiguous()
+    cols_b = torch.arange(n, device=gpu.device).view(1, n).expand(k, n).to(t).contiguous()
+    rows_a = torch.arange(m, device=gpu.device).view(m, 1).expand(m, k).to(t).contiguous()
+    cols_a = torch.arange(k, device=gpu.device).view(1, k).expand(m, k).to(t).contiguous()
 
     def run(a: Any, b: Any) -> Any:
-        c = torch.full((m, n), float("nan"), dtype=t, device="cuda")
+        c = torch.full((m, n), float("nan"), dtype=t, device=gpu.device)
         gpu.launch(kernel, a, b, c, PROBE_SHAPE, 1.0, 0.0)
-        torch.cuda.synchronize()
+        gpu.sync()
         return c.double()
 
-    mm = torch.arange(m, device="cuda").view(m, 1).expand(m, n).double()
-    nn = torch.arange(n, device="cuda").view(1, n).expand(m, n).double()
+    mm = torch.arange(m, device=gpu.device).view(m, 1).expand(m, n).double()
+    nn = torch.arange(n, device=gpu.device).view(1, n).expand(m, n).double()
     report: dict[str, Any] = {}
     for operand, got_row, got_col, want_row, want_col in (
         ("B", run(eye_a, rows_b), run(eye_a, cols_b), mm % k, nn),
@@ -312,7 +327,7 @@ def child_correctness(kernels: list[dict[str, Any]]) -> dict[str, Any]:
                 return {"results": results, "aborted": entry["error"]}
             entry["cases"] = []
             results.append(entry)
-        for index, shape in enumerate(CHECK_SHAPES):
+        for index, shape in enumerate(CHECK_SHAPES[:3] if gpu.emulate else CHECK_SHAPES):
             data = make_data(gpu, dtype, shape, seed=index + 1)
             for kernel, entry in zip(mine, [r for r in results if r["dtype"] == dtype], strict=True):
                 for with_beta in (False, True):
@@ -322,7 +337,7 @@ def child_correctness(kernels: list[dict[str, Any]]) -> dict[str, Any]:
                         entry["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
                         return {"results": results, "aborted": entry["error"]}
             del data
-            gpu.torch.cuda.empty_cache()
+            gpu.sync()
     for entry in results:
         entry["ok"] = bool(entry["probe"]["ok"] and entry["cases"] and all(c["ok"] for c in entry["cases"]))
     return {"results": results, "aborted": None}
@@ -332,8 +347,12 @@ def _median_us(gpu: Gpu, launch: Any) -> float:
     torch = gpu.torch
     for _ in range(WARMUP):
         launch()
-    torch.cuda.synchronize()
+    gpu.sync()
     times = []
+    if gpu.emulate:
+        start_s = time.perf_counter()
+        launch()
+        return (time.perf_counter() - start_s) * 1e6
     for _ in range(REPEATS):
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
@@ -351,13 +370,13 @@ def child_timing(kernels: list[dict[str, Any]]) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     for dtype in DTYPES:
         mine = [k for k in kernels if k["dtype"] == dtype]
-        for shape in TIME_SHAPES:
+        for shape in ((512, 512, 512),) if gpu.emulate else TIME_SHAPES:
             if not mine:
                 continue
             m, n, k = shape
             data = make_data(gpu, dtype, shape, seed=99)
             a, b = data["a"], data["b"]
-            c = torch.empty((m, n), dtype=a.dtype, device="cuda")
+            c = torch.empty((m, n), dtype=a.dtype, device=gpu.device)
             flops = 2.0 * m * n * k
             cublas_us = _median_us(gpu, lambda a=a, b=b, c=c: torch.mm(a, b, out=c))
             for kernel in mine:
@@ -367,7 +386,7 @@ def child_timing(kernels: list[dict[str, Any]]) -> dict[str, Any]:
                         lambda kernel=kernel, a=a, b=b, c=c, shape=shape: gpu.launch(kernel, a, b, c, shape, 1.0, 0.0),
                     )
                     # The timed launches also count as a check at this shape.
-                    torch.cuda.synchronize()
+                    gpu.sync()
                     ref = data["ref"]
                     exact = not bool(_wrong((c.double() - ref).abs(), ref, data["mag"], dtype).any())
                 except Exception as exc:
@@ -388,7 +407,7 @@ def child_timing(kernels: list[dict[str, Any]]) -> dict[str, Any]:
                     }
                 )
             del data, a, b, c
-            torch.cuda.empty_cache()
+            gpu.sync()
     return {"rows": rows, "aborted": None}
 
 
