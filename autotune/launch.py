@@ -126,7 +126,7 @@ class Launcher:
         job = CompileJob(
             op.kernel_name(problem, config),
             op.kernel_source(problem, config),
-            self.gpu.arch,
+            op.compile_arch(problem, self.gpu.arch),
             source_hash(problem),
         )
         compiled = compile_kernel(job)

@@ -71,7 +71,7 @@ class StoreMeasurer(Measurer):
         return CompileJob(
             name=self._op.kernel_name(self._problem, config),
             source=self._op.kernel_source(self._problem, config),
-            arch=self._gpu.arch,
+            arch=self._op.compile_arch(self._problem, self._gpu.arch),
             depends_hash=self._source_hash,
         )
 

@@ -58,7 +58,8 @@ class _Measurer(Measurer):
 
     def compile_job(self, config: Config) -> CompileJob:
         p = self._problem
-        return CompileJob(gemv.kernel_name(p, config), gemv.kernel_source(p, config), self._gpu.arch, source_hash(p))
+        arch = gemv.compile_arch(p, self._gpu.arch)
+        return CompileJob(gemv.kernel_name(p, config), gemv.kernel_source(p, config), arch, source_hash(p))
 
     def crashes(self, config: Config) -> int:
         return 0

@@ -64,7 +64,12 @@ def _measure_all(problem: Problem) -> list[tuple[Config, str, str]]:
             (
                 c,
                 pool.submit(
-                    CompileJob(op.kernel_name(problem, c), op.kernel_source(problem, c), gpu.arch, source_hash(problem))
+                    CompileJob(
+                        op.kernel_name(problem, c),
+                        op.kernel_source(problem, c),
+                        op.compile_arch(problem, gpu.arch),
+                        source_hash(problem),
+                    )
                 ),
             )
             for c in _sample(problem)

@@ -1,9 +1,10 @@
 """One module per operation; each is pure Python (no GPU): space, constraints, geometry, source.
 
 Every op module answers, for the problems it serves: kernel_file, default_config, space,
-kernel_name, kernel_source, launch, bytes_moved, flops, and ARG_TYPES (the kernel's arguments in
-PyCUDA's prepare() notation). `for_problem` picks the module: GEMV in the usual layout, the
-transposed GEMV, or GEMM (which in turn picks one of its kernel families by dtype and shape).
+kernel_name, kernel_source, launch, compile_arch (nvcc's -arch on a given GPU), bytes_moved, flops,
+and ARG_TYPES (the kernel's arguments in PyCUDA's prepare() notation). `for_problem` picks the
+module: GEMV in the usual layout, the transposed GEMV, or GEMM (which in turn picks one of its
+kernel families by dtype and shape).
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 A problem is tuned within one family, chosen by dtype and shape. When A has at most 16 rows (batched
 decode: B is streamed once, memory-bound) that is `skinny_tc` (tensor cores) for float16/bfloat16 with
 M >= TC_MIN_M, else `skinny` (CUDA cores). Larger products go to `simt` for float32 (CUDA cores) and
-`mma` for float16/bfloat16 (tensor cores).
+`mma` for float16/bfloat16 (tensor cores). `wgmma` (Hopper only) is not chosen yet: it is reached by
+name (family_named) until its GPU check passes.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import ModuleType
 
+from autotune.errors import AutotuneError
 from autotune.ops.geometry import Launch
 from autotune.problem import ITEMSIZE, Problem
 from autotune.space import Config, Space
@@ -35,6 +37,38 @@ def family(problem: Problem) -> ModuleType:
             return gemm_skinny_tc
         return gemm_skinny
     return gemm_simt if problem.dtype == "float32" else gemm_mma
+
+
+def family_named(name: str) -> ModuleType:
+    """A kernel family by its NAME, whether or not `family` would pick it (tests, benchmarks, checks)."""
+    from autotune.ops import gemm_mma, gemm_simt, gemm_skinny, gemm_skinny_tc, gemm_wgmma
+
+    modules = (gemm_skinny, gemm_skinny_tc, gemm_simt, gemm_mma, gemm_wgmma)
+    families: dict[str, ModuleType] = {m.NAME: m for m in modules}
+    try:
+        return families[name]
+    except KeyError:
+        raise AutotuneError(f"unknown GEMM family {name!r}: choose one of {', '.join(families)}") from None
+
+
+def family_compile_arch(module: ModuleType, arch: str) -> str:
+    """nvcc's -arch for a family's kernels on a GPU of `arch` ("sm_90"). A family with an ARCH_SUFFIX
+    ("a": architecture-specific instructions such as wgmma) builds for its one ARCH only, since such a
+    cubin runs on no other compute capability."""
+    suffix = str(getattr(module, "ARCH_SUFFIX", ""))
+    if not suffix:
+        return arch
+    required = str(getattr(module, "ARCH", arch))
+    if arch != required:
+        raise AutotuneError(
+            f"the {module.NAME} GEMM family needs a {required} GPU ({required}{suffix} instructions), not {arch}"
+        )
+    return required + suffix
+
+
+def compile_arch(problem: Problem, arch: str) -> str:
+    """nvcc's -arch for this problem's kernels on a GPU of `arch`."""
+    return family_compile_arch(family(problem), arch)
 
 
 def family_name(problem: Problem) -> str:

@@ -38,6 +38,11 @@ DEFAULT_CONFIG: Config = {
 }
 
 
+def compile_arch(problem: Problem, arch: str) -> str:
+    """nvcc's -arch for this problem's kernels on a GPU of `arch`: the GPU's own."""
+    return arch
+
+
 def kernel_file(problem: Problem) -> str:
     return KERNEL_FILE
 

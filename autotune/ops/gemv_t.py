@@ -23,6 +23,11 @@ def as_gemm(problem: Problem) -> Problem:
     return Problem("gemm", problem.dtype, 1, problem.n, problem.m)
 
 
+def compile_arch(problem: Problem, arch: str) -> str:
+    """nvcc's -arch for this problem's kernels on a GPU of `arch`: the GPU's own."""
+    return arch
+
+
 def kernel_file(problem: Problem) -> str:
     return gemm_skinny.KERNEL_FILE
 

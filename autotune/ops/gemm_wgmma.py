@@ -1,0 +1,188 @@
+"""Tensor-core GEMM family "wgmma" (Hopper wgmma.mma_async, cp.async pipeline, half/bfloat16): space,
+geometry, source.
+
+Built for sm_90a only (ARCH_SUFFIX): wgmma exists on compute capability 9.0 alone, and such a cubin
+loads on no other GPU. The dispatcher (gemm.family) does not pick this family yet; select it with
+gemm.family_named("wgmma") until scripts/check_wgmma.py has passed on a GPU.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from autotune.dtypes import CUDA_TYPE
+from autotune.ops import gemm
+from autotune.ops.geometry import Launch
+from autotune.problem import ITEMSIZE, Problem
+from autotune.space import Config, Param, Space
+
+NAME = "wgmma"
+KERNEL_FILE = "gemm_wgmma.cu"
+DTYPES = ("float16", "bfloat16")
+# Kernel arguments in PyCUDA's prepare() notation: A, B, C, M, N, K, alpha, beta, workspace, counters.
+ARG_TYPES = gemm.ARG_TYPES
+# The only GPU architecture this family compiles for, and the suffix nvcc needs for wgmma ("sm_90a").
+ARCH = "sm_90"
+ARCH_SUFFIX = "a"
+
+MAX_SHARED_BYTES = 227 * 1024  # dynamic shared memory of one block on sm_90 (opted in)
+MAX_ACCUMULATORS = 128  # float accumulators a thread: more leaves too few of the 255 registers (spills)
+# k-depth of a stage: 64 (A's rows of 128 bytes, 128-byte swizzle) or 32 (64-byte rows and swizzle:
+# half the shared memory a stage, so twice the stages and a deeper prefetch fit).
+_BKS = (32, 64)
+ALIGN_PAD = 1024  # the kernel rounds its shared base up to 1024 bytes
+VEC = 8  # elements of one 16-byte cp.async: K and N must be multiples of it
+_TILES = (64, 128, 256)
+_WARPGROUPS = (1, 2)
+_STAGES = (3, 4, 5, 6, 7, 8, 9)
+_SWIZZLES = (1, 4, 8, 16)
+# Layouts of B's shared stage and its descriptor (see LayoutB in gemm_wgmma.cu). The GPU check runs all
+# of LAYOUTS; the tuner only those expected correct (TUNED_LAYOUTS) until the check says otherwise.
+LAYOUTS = (0, 1, 2, 3)
+TUNED_LAYOUTS = (0,)
+
+
+def _tiles(size: int, tile: int) -> int:
+    return math.ceil(size / tile)
+
+
+def _pow2_ceil(value: int) -> int:
+    return 1 << max(0, value - 1).bit_length()
+
+
+def threads(config: Mapping[str, int]) -> int:
+    return 128 * config["wgs"]
+
+
+def accumulators(config: Mapping[str, int]) -> int:
+    """Float accumulators a thread holds: its warpgroup's m64 slices times BN / 2."""
+    return config["bm"] // config["wgs"] // 64 * config["bn"] // 2
+
+
+def shared_bytes(problem: Problem, config: Mapping[str, int]) -> int:
+    """Mirrors gemm_wgmma.cu: SHARED_BYTES = STAGES * (BM * BK + BK * BN) * sizeof(T) + 1024."""
+    c = config
+    return c["stages"] * (c["bm"] * c["bk"] + c["bk"] * c["bn"]) * ITEMSIZE[problem.dtype] + ALIGN_PAD
+
+
+def problem_reason(problem: Problem) -> str | None:
+    """Why this family cannot serve the problem at all, or None."""
+    if problem.dtype not in DTYPES:
+        return f"the wgmma family serves {' and '.join(DTYPES)}, not {problem.dtype}"
+    if problem.k % VEC or problem.n % VEC:
+        return (
+            f"the wgmma family needs k and n divisible by {VEC} (16-byte rows of A and B), "
+            f"got k={problem.k}, n={problem.n}"
+        )
+    return None
+
+
+def _tile_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
+    if c["bm"] % (64 * c["wgs"]):
+        return f"bm={c['bm']} does not split into m64 slices for {c['wgs']} warpgroups"
+    if accumulators(c) > MAX_ACCUMULATORS:
+        return f"{accumulators(c)} accumulators a thread (a {c['bm']}x{c['bn']} tile on {c['wgs']} warpgroups) spill"
+    if shared_bytes(problem, c) > MAX_SHARED_BYTES:
+        return f"{shared_bytes(problem, c)} bytes of shared memory exceed 227 KiB"
+    # Tiles far beyond the problem only add idle work (and duplicate smaller tiles' results).
+    if c["bm"] > max(64, _pow2_ceil(problem.m)) or c["bn"] > max(64, _pow2_ceil(problem.n)):
+        return f"a {c['bm']}x{c['bn']} tile is larger than the {problem.m}x{problem.n} output needs"
+    return None
+
+
+def _schedule_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
+    k_tiles = _tiles(problem.k, c["bk"])
+    # STAGES - 2 tiles are loaded ahead: more stages than that needs only take shared memory.
+    if c["stages"] > max(3, k_tiles + 2):
+        return f"{c['stages']} stages for {k_tiles} k-tiles"
+    tiles_m = _tiles(problem.m, c["bm"])
+    if c["swizzle"] > 1 and c["swizzle"] > _pow2_ceil(tiles_m):
+        return f"swizzle={c['swizzle']} groups more tile rows than the {tiles_m} there are"
+    return None
+
+
+def space(problem: Problem) -> Space:
+    def constraint(c: Mapping[str, int]) -> str | None:
+        return problem_reason(problem) or _tile_reason(problem, c) or _schedule_reason(problem, c)
+
+    return Space(
+        params=(
+            Param("bm", _TILES),
+            Param("bn", _TILES),
+            Param("bk", _BKS),
+            Param("wgs", _WARPGROUPS),
+            Param("stages", _STAGES),
+            Param("swizzle", _SWIZZLES),
+            Param("layout", TUNED_LAYOUTS),
+        ),
+        constraint=constraint,
+    )
+
+
+def default_config(problem: Problem) -> Config:
+    """Valid for every problem the family serves (k and n multiples of 8): one warpgroup, tiles no
+    larger than the output, three stages."""
+    return {
+        "bm": 128 if problem.m > 64 else 64,
+        "bn": 128 if problem.n > 64 else 64,
+        "bk": 64,
+        "wgs": 1,
+        "stages": 3,
+        "swizzle": 1,
+        "layout": TUNED_LAYOUTS[0],
+    }
+
+
+def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
+    c = config
+    tile = f"{c['bm']}x{c['bn']}x{c['bk']}"
+    return f"gemm_wgmma_{problem.dtype}_{tile}_g{c['wgs']}_s{c['stages']}_z{c['swizzle']}_l{c['layout']}"
+
+
+def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
+    """A translation unit with one extern "C" instance of the template (a stable, unmangled name)."""
+    c = config
+    t = CUDA_TYPE[problem.dtype]
+    template_args = f"{t}, {c['bm']}, {c['bn']}, {c['bk']}, {c['wgs']}, {c['stages']}, {c['swizzle']}, {c['layout']}"
+    call = f"at_wgmma::gemm_wgmma_body<{template_args}>(A, B, C, M, N, K, alpha, beta, workspace, counters)"
+    # One block a multiprocessor (its shared memory alone sees to that): ptxas may give a thread up to
+    # 255 registers, which 128 accumulators need.
+    bounds = f"{threads(c)}, 1"
+    return gemm.instance_source(KERNEL_FILE, kernel_name(problem, config), t, bounds, call)
+
+
+def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
+    """One block per output tile on grid x (the kernel remaps it); no split-K, no scratch."""
+    c = config
+    tiles = _tiles(problem.m, c["bm"]) * _tiles(problem.n, c["bn"])
+    return Launch(
+        grid=(tiles, 1, 1),
+        block=(threads(c), 1, 1),
+        shared_bytes=shared_bytes(problem, c),
+        workspace_floats=0,
+        counters=0,
+    )
+
+
+def flops(problem: Problem) -> int:
+    return 2 * problem.m * problem.n * problem.k
+
+
+# Tilings of the Hopper GEMMs this family imitates: 128x256 / 256x128 on two warpgroups (128
+# accumulators a thread, 48 KiB a stage at bk 64, 24 KiB at bk 32), and 128x128 on one or two.
+# Measured first by the tuner.
+_SEEDS = (
+    dict(bm=128, bn=256, bk=64, wgs=2, stages=4, swizzle=8),
+    dict(bm=256, bn=128, bk=64, wgs=2, stages=4, swizzle=8),
+    dict(bm=128, bn=256, bk=32, wgs=2, stages=8, swizzle=8),
+    dict(bm=256, bn=128, bk=32, wgs=2, stages=8, swizzle=8),
+    dict(bm=128, bn=128, bk=64, wgs=2, stages=6, swizzle=8),
+    dict(bm=128, bn=128, bk=64, wgs=1, stages=6, swizzle=8),
+)
+
+
+def seed_configs(problem: Problem) -> list[Config]:
+    """Known-good configs valid for this problem."""
+    candidates = [{**seed, "layout": TUNED_LAYOUTS[0]} for seed in _SEEDS]
+    return [c for c in candidates if space(problem).check(c) is None]

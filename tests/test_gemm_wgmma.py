@@ -1,0 +1,219 @@
+"""The "wgmma" GEMM family on the CPU: space and constraints, launch geometry, the sm_90a compile arch,
+and nvcc compiles of its kernels (register use and spills read from ptxas)."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import re
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from autotune.compiler import CompileJob, CompilePool
+from autotune.errors import AutotuneError
+from autotune.ops import gemm, gemm_mma, gemm_wgmma, gemv
+from autotune.paths import kernels_dir
+from autotune.problem import Problem
+from autotune.space import Config, config_key
+
+# Shapes the family serves (k and n multiples of 8): tiny, tails in m, the goal shapes.
+SHAPES = [(1, 8, 8), (17, 24, 40), (1000, 1008, 1016), (4096, 4096, 4096), (8192, 8192, 8192), (64, 4096, 14336)]
+GRID_X_MAX = 2**31 - 1
+MAX_SHARED = 227 * 1024
+
+
+def _problem(m: int, n: int, k: int, dtype: str = "float16") -> Problem:
+    return Problem("gemm", dtype, m, n, k)
+
+
+def _config(**overrides: int) -> Config:
+    base = dict(bm=128, bn=256, bk=64, wgs=2, stages=4, swizzle=8, layout=0)
+    return {**base, **overrides}
+
+
+def test_default_config_is_valid_everywhere() -> None:
+    for (m, n, k), dtype in itertools.product(SHAPES, gemm_wgmma.DTYPES):
+        problem = _problem(m, n, k, dtype)
+        config = gemm_wgmma.default_config(problem)
+        assert gemm_wgmma.space(problem).check(config) is None, (problem, config)
+
+
+def test_problems_the_family_cannot_serve_say_why() -> None:
+    config = _config(bm=128, bn=128, wgs=1, stages=3, swizzle=1)
+    assert "k and n divisible by 8" in (gemm_wgmma.space(_problem(1000, 1001, 1016)).check(config) or "")
+    assert "k=1020" in (gemm_wgmma.space(_problem(1000, 1008, 1020)).check(config) or "")
+    assert "float32" in (gemm_wgmma.space(_problem(1000, 1008, 1016, "float32")).check(config) or "")
+    assert gemm_wgmma.space(_problem(1000, 1008, 1016, "float32")).size() == 0
+
+
+def test_seeds_are_valid_at_the_goal_shapes() -> None:
+    for size, dtype in itertools.product((4096, 8192), gemm_wgmma.DTYPES):
+        problem = _problem(size, size, size, dtype)
+        seeds = gemm_wgmma.seed_configs(problem)
+        assert len(seeds) == len(gemm_wgmma._SEEDS)
+        assert _config() in seeds and _config(bm=256, bn=128) in seeds
+        assert all(gemm_wgmma.space(problem).check(c) is None for c in seeds)
+        assert all(c["layout"] in gemm_wgmma.TUNED_LAYOUTS for c in seeds)
+
+
+def test_constraints_say_why() -> None:
+    space = gemm_wgmma.space(_problem(4096, 4096, 4096))
+    assert "256 accumulators" in (space.check(_config(bm=256, bn=256)) or "")
+    assert "256 accumulators" in (space.check(_config(wgs=1)) or "")
+    assert "shared memory" in (space.check(_config(stages=5)) or "")
+    assert "m64 slices for 2 warpgroups" in (space.check(_config(bm=64, bn=128)) or "")
+    assert "layout=1 is not one of" in (space.check(_config(layout=1)) or "")
+    small = gemm_wgmma.space(_problem(100, 104, 64))
+    assert "larger than" in (small.check(_config(bm=256, bn=128, swizzle=1)) or "")
+    assert "4 stages for 1 k-tiles" in (small.check(_config(bm=128, bn=128, swizzle=1)) or "")
+    assert small.check(_config(bm=128, bn=128, bk=32, swizzle=1)) is None  # 2 k-tiles of 32
+    assert "swizzle=8" in (small.check(_config(bm=128, bn=128, stages=3)) or "")
+
+
+def test_shared_bytes_mirror_the_kernel() -> None:
+    problem = _problem(4096, 4096, 4096)
+    # STAGES * (BM * 64 + 64 * BN) * 2 + 1024 (the alignment pad)
+    assert gemm_wgmma.shared_bytes(problem, _config()) == 4 * (128 * 64 + 64 * 256) * 2 + 1024
+    assert gemm_wgmma.shared_bytes(problem, _config(bm=128, bn=128, stages=7)) == 7 * 32768 + 1024 <= MAX_SHARED
+    assert gemm_wgmma.shared_bytes(problem, _config(bk=32, stages=9)) == 9 * (128 * 32 + 32 * 256) * 2 + 1024
+    assert gemm_wgmma.shared_bytes(problem, _config(bk=32, stages=9)) <= MAX_SHARED
+    assert gemm_wgmma.accumulators(_config()) == 128
+    assert gemm_wgmma.accumulators(_config(bm=256, bn=128)) == 128
+    assert gemm_wgmma.accumulators(_config(bm=128, bn=128, wgs=1)) == 128
+
+
+def test_space_is_small_and_names_are_unique() -> None:
+    problem = _problem(4096, 4096, 4096)
+    configs = list(gemm_wgmma.space(problem))
+    assert 30 < len(configs) < 1000
+    assert len({config_key(c) for c in configs}) == len(configs)
+    assert len({gemm_wgmma.kernel_name(problem, c) for c in configs}) == len(configs)
+    other = _problem(4096, 4096, 4096, "bfloat16")
+    assert gemm_wgmma.kernel_name(problem, configs[0]) != gemm_wgmma.kernel_name(other, configs[0])
+    # Layouts only the GPU check runs still get their own names.
+    assert gemm_wgmma.kernel_name(problem, _config()) != gemm_wgmma.kernel_name(problem, _config(layout=1))
+
+
+def test_geometry_of_every_config_is_launchable() -> None:
+    for size in (1000, 8192):
+        problem = _problem(size, size + 8, size)
+        for config in gemm_wgmma.space(problem):
+            launch = gemm_wgmma.launch(problem, config, sm_count=132)
+            assert launch.block == (128 * config["wgs"], 1, 1)
+            assert launch.shared_bytes == gemm_wgmma.shared_bytes(problem, config) <= MAX_SHARED
+            assert launch.grid[0] <= GRID_X_MAX and launch.grid[1:] == (1, 1)
+            assert launch.grid[0] * config["bm"] * config["bn"] >= problem.m * problem.n
+            assert launch.workspace_floats == 0 and launch.counters == 0
+            assert gemm_wgmma.accumulators(config) <= 128
+
+
+def test_source_instantiates_the_template() -> None:
+    problem = _problem(4096, 4096, 4096, "bfloat16")
+    source = gemm_wgmma.kernel_source(problem, _config())
+    assert '#include "gemm_wgmma.cu"' in source
+    assert "__launch_bounds__(256, 1)" in source
+    assert "gemm_wgmma_body<__nv_bfloat16, 128, 256, 64, 2, 4, 8, 0>" in source
+    assert gemm_wgmma.kernel_name(problem, _config()) in source
+
+
+def test_compile_arch_is_sm_90a_on_hopper_only() -> None:
+    assert gemm.family_compile_arch(gemm_wgmma, "sm_90") == "sm_90a"
+    for arch in ("sm_80", "sm_89", "sm_100"):
+        with pytest.raises(AutotuneError, match="sm_90"):
+            gemm.family_compile_arch(gemm_wgmma, arch)
+    assert gemm.family_compile_arch(gemm_mma, "sm_80") == "sm_80"
+    # The dispatcher's families build for the GPU's own arch.
+    assert gemm.compile_arch(_problem(4096, 4096, 4096), "sm_90") == "sm_90"
+    assert gemm.compile_arch(_problem(4096, 4096, 4096, "float32"), "sm_100") == "sm_100"
+    assert gemv.compile_arch(Problem("gemv", "float16", 4096, 4096), "sm_90") == "sm_90"
+
+
+def test_wgmma_is_chosen_by_name_only() -> None:
+    assert gemm.family_named("wgmma") is gemm_wgmma
+    assert gemm.family_named("mma") is gemm_mma
+    with pytest.raises(AutotuneError, match="unknown GEMM family"):
+        gemm.family_named("tma")
+    for (m, n, k), dtype in itertools.product(SHAPES, ("float32", "float16", "bfloat16")):
+        assert gemm.family(_problem(m, n, k, dtype)) is not gemm_wgmma
+
+
+# Every layout, both k-depths, both warpgroup counts, every wgmma N, stage counts from 3 to 9, both dtypes.
+COMPILE_SAMPLE = [
+    ("float16", _config(bk=32, stages=9)),
+    ("bfloat16", _config(bm=256, bn=128, bk=32, stages=8, layout=2)),
+    ("float16", _config(bm=64, bn=64, bk=32, wgs=1, stages=3, swizzle=1, layout=3)),
+    ("float16", _config()),
+    ("bfloat16", _config()),
+    ("float16", _config(bm=256, bn=128)),
+    ("bfloat16", _config(bm=128, bn=128, wgs=1, stages=7, swizzle=1)),
+    ("float16", _config(bm=64, bn=64, wgs=1, stages=3, swizzle=1, layout=1)),
+    ("bfloat16", _config(bm=128, bn=256, stages=3, swizzle=16, layout=2)),
+    ("float16", _config(bm=64, bn=256, wgs=1, stages=4, swizzle=4, layout=3)),
+    ("bfloat16", _config(bm=256, bn=64, wgs=1, stages=5, swizzle=1)),
+]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_representative_instances_compile_for_sm_90a(tmp_path: Path) -> None:
+    source_file = kernels_dir() / gemm_wgmma.KERNEL_FILE
+    depends = hashlib.sha256(source_file.read_bytes()).hexdigest()[:16]
+    arch = gemm.family_compile_arch(gemm_wgmma, "sm_90")
+    jobs = []
+    for dtype, config in COMPILE_SAMPLE:
+        problem = _problem(4096, 4096, 4096, dtype)
+        jobs.append(
+            CompileJob(
+                gemm_wgmma.kernel_name(problem, config), gemm_wgmma.kernel_source(problem, config), arch, depends
+            )
+        )
+    with CompilePool(cache_dir=tmp_path) as pool:
+        results = [f.result() for f in [pool.submit(job) for job in jobs]]
+    failures = [r.message for r in results if not r.ok]
+    assert not failures, failures[0]
+    for result in results:
+        assert result.cubin is not None and result.job.name.encode() in result.cubin.read_bytes()
+
+
+def _ptxas_report(source: str, folder: Path, name: str) -> str:
+    (folder / f"{name}.cu").write_text(source)
+    command = [
+        shutil.which("nvcc") or "nvcc",
+        "--cubin",
+        "-arch=sm_90a",
+        "-O3",
+        "-Xptxas",
+        "-v",
+        "-I",
+        str(kernels_dir()),
+        "-o",
+        str(folder / f"{name}.cubin"),
+        str(folder / f"{name}.cu"),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stderr + done.stdout
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_seed_kernels_do_not_spill(tmp_path: Path) -> None:
+    """128 accumulators a thread fit: ptxas reports no spills and no serialized wgmma for every seed."""
+    problem = _problem(8192, 8192, 8192)
+    seeds = gemm_wgmma.seed_configs(problem)
+
+    def report(config: Config) -> str:
+        name = gemm_wgmma.kernel_name(problem, config)
+        return _ptxas_report(gemm_wgmma.kernel_source(problem, config), tmp_path, name)
+
+    with ThreadPoolExecutor(max_workers=len(seeds)) as pool:
+        reports = list(pool.map(report, seeds))
+    for config, text in zip(seeds, reports, strict=True):
+        assert "0 bytes spill stores, 0 bytes spill loads" in text, (config, text)
+        registers = int(re.search(r"Used (\d+) registers", text).group(1))  # type: ignore[union-attr]
+        assert registers <= 255, (config, text)
+        # ptxas warns ("Potential Performance Loss: wgmma.mma_async instructions are serialized ...") when
+        # it must wait for every wgmma, e.g. because accumulators are touched while one is in flight.
+        assert "serialized" not in text and "Performance Loss" not in text, (config, text)
