@@ -14,8 +14,9 @@ from typing import Any
 from autotune import ops
 from autotune.compiler import CompileJob, compile_kernel
 from autotune.errors import AutotuneError
-from autotune.fingerprint import source_hash
+from autotune.fingerprint import file_hash
 from autotune.gpu import DEFAULT_SHARED_LIMIT, Kernels, context, device_info, driver, opt_in_shared
+from autotune.ops import gemm
 from autotune.problem import ITEMSIZE, Problem
 from autotune.select import Choice
 from autotune.space import Config
@@ -113,21 +114,20 @@ class Launcher:
             self._counter_count = counters
         return self._workspace or 0, self._counters or 0
 
-    def _function(self, problem: Problem, config: Config) -> Any:
-        # Kernels do not depend on the shape: key by dtype and compiled parameters only.
-        op = ops.for_problem(problem)
+    def _function(self, op: Any, problem: Problem, config: Config) -> Any:
+        # Kernels do not depend on the shape: key by dtype and compiled parameters only (the kernel
+        # name also names the family).
         key = (replace(problem, m=1, n=1, k=1), op.kernel_name(problem, config))
         if key not in self._functions:
-            self._functions[key] = self._load(problem, config)
+            self._functions[key] = self._load(op, problem, config)
         return self._functions[key]
 
-    def _load(self, problem: Problem, config: Config) -> Any:
-        op = ops.for_problem(problem)
+    def _load(self, op: Any, problem: Problem, config: Config) -> Any:
         job = CompileJob(
             op.kernel_name(problem, config),
             op.kernel_source(problem, config),
             op.compile_arch(problem, self.gpu.arch),
-            source_hash(problem),
+            file_hash(op.kernel_file(problem)),
         )
         compiled = compile_kernel(job)
         if compiled.cubin is None:
@@ -149,12 +149,12 @@ class Launcher:
         self, choice: Choice, pointers: tuple[int, int, int], sizes: tuple[int, ...], alpha: float, beta: float
     ) -> None:
         problem, config = choice.problem, choice.config
-        op = ops.for_problem(problem)
+        op: Any = ops.for_problem(problem)
         if any(pointer % 16 for pointer in pointers):
-            config = scalar_loads(problem, config)
+            op, config = scalar_loads(problem, config)
         geom = op.launch(problem, config, self.gpu.sm_count)
         workspace, counters = self._scratch(geom.workspace_floats, geom.counters)
-        function = self._function(problem, config)
+        function = self._function(op, problem, config)
         if geom.shared_bytes > DEFAULT_SHARED_LIMIT:
             opt_in_shared(function, geom.shared_bytes)
         function.prepared_async_call(
@@ -171,13 +171,19 @@ class Launcher:
         )
 
 
-def scalar_loads(problem: Problem, config: Config) -> Config:
-    """`config` with one element per load. Tuned configs may use 16-byte vector loads, which need
-    aligned rows, and a sliced view may not give them; scalar loads always work."""
-    space = ops.for_problem(problem).space(problem)
-    for candidate in ({**config, "vec": 1}, {**ops.for_problem(problem).default_config(problem), "vec": 1}):
+def scalar_loads(problem: Problem, config: Config) -> tuple[Any, Config]:
+    """(op, config) that run `problem` with one element per load. Tuned configs may use 16-byte
+    vector loads, which need aligned rows, and a sliced view may not give them; scalar loads always
+    work. A GEMM family without scalar loads (wgmma) hands over to its stand-in family."""
+    op: Any = ops.for_problem(problem)
+    if problem.op == "gemm":
+        standin = gemm.unaligned_family(problem)
+        if standin is not gemm.family(problem):
+            op = gemm.FamilyOp(standin)
+    space = op.space(problem)
+    for candidate in ({**config, "vec": 1}, {**op.default_config(problem), "vec": 1}):
         if space.check(candidate) is None:
-            return candidate
+            return op, candidate
     raise AutotuneError(f"{problem}: no config with scalar loads fits; pass 16-byte aligned arrays")
 
 

@@ -74,7 +74,8 @@ def test_problems_for_gemm_and_the_transposed_gemv() -> None:
 
 
 def test_each_problem_gets_one_family_and_its_own_source_hash() -> None:
-    assert gemm.family_name(SQUARE) == "mma"
+    assert gemm.family_name(SQUARE) == "wgmma"
+    assert gemm.family_name(Problem("gemm", "float16", 1000, 1001, 999)) == "mma"  # n, k not multiples of 8
     assert gemm.family_name(Problem("gemm", "float32", 4096, 4096, 4096)) == "simt"
     assert gemm.family_name(SKINNY) == "skinny_tc"
     assert gemm.family_name(Problem("gemm", "float32", 8, 4096, 4096)) == "skinny"
@@ -158,10 +159,21 @@ def test_cli_best_for_gemm_and_transposed_gemv(tmp_path: Path) -> None:
 def test_misaligned_arrays_get_a_config_with_scalar_loads(problem: Problem) -> None:
     from autotune.launch import scalar_loads
 
-    op = ops.for_problem(problem)
-    for config in list(op.space(problem))[::97]:
-        scalar = scalar_loads(problem, config)
+    for config in list(ops.for_problem(problem).space(problem))[::97]:
+        op, scalar = scalar_loads(problem, config)
         assert scalar["vec"] == 1 and op.space(problem).check(scalar) is None
+        assert op.kernel_name(problem, scalar).startswith("gemm_mma" if problem == SQUARE else "")
+
+
+def test_wgmma_problems_run_unaligned_arrays_on_the_mma_family() -> None:
+    from autotune.launch import scalar_loads
+
+    assert gemm.family_name(SQUARE) == "wgmma"
+    op, config = scalar_loads(SQUARE, gemm.default_config(SQUARE))
+    assert op.kernel_file(SQUARE) == "gemm_mma.cu" and config["vec"] == 1
+    assert op.compile_arch(SQUARE, "sm_80") == "sm_80"  # mma runs on any tensor-core GPU
+    assert "gemm_mma" in op.kernel_source(SQUARE, config)
+    assert op.launch(SQUARE, config, 132).grid[0] > 0
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])

@@ -37,7 +37,8 @@ def test_dispatch_sends_half_precision_skinny_products_to_tensor_cores() -> None
     assert gemm.family(_problem(gemm.TC_MIN_M, 4096, 4096, "bfloat16")) is tc
     assert gemm.family(_problem(1, 4096, 4096)) is gemm_skinny  # the transposed GEMV's family
     assert gemm.family(_problem(16, 4096, 4096, "float32")) is gemm_skinny
-    assert gemm.family(_problem(17, 4096, 4096)).NAME == "mma"
+    assert gemm.family(_problem(17, 4096, 4096)).NAME == "wgmma"
+    assert gemm.family(_problem(17, 4095, 4096)).NAME == "mma"
 
 
 def test_source_hash_covers_the_shared_header() -> None:

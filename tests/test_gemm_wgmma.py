@@ -126,19 +126,24 @@ def test_compile_arch_is_sm_90a_on_hopper_only() -> None:
         with pytest.raises(AutotuneError, match="sm_90"):
             gemm.family_compile_arch(gemm_wgmma, arch)
     assert gemm.family_compile_arch(gemm_mma, "sm_80") == "sm_80"
-    # The dispatcher's families build for the GPU's own arch.
-    assert gemm.compile_arch(_problem(4096, 4096, 4096), "sm_90") == "sm_90"
+    # The dispatcher's other families build for the GPU's own arch.
+    assert gemm.compile_arch(_problem(4096, 4096, 4096), "sm_90") == "sm_90a"
+    assert gemm.compile_arch(_problem(4096, 4095, 4096), "sm_90") == "sm_90"
     assert gemm.compile_arch(_problem(4096, 4096, 4096, "float32"), "sm_100") == "sm_100"
     assert gemv.compile_arch(Problem("gemv", "float16", 4096, 4096), "sm_90") == "sm_90"
 
 
-def test_wgmma_is_chosen_by_name_only() -> None:
+def test_wgmma_serves_half_precision_products_with_16_byte_rows() -> None:
     assert gemm.family_named("wgmma") is gemm_wgmma
     assert gemm.family_named("mma") is gemm_mma
     with pytest.raises(AutotuneError, match="unknown GEMM family"):
         gemm.family_named("tma")
     for (m, n, k), dtype in itertools.product(SHAPES, ("float32", "float16", "bfloat16")):
-        assert gemm.family(_problem(m, n, k, dtype)) is not gemm_wgmma
+        problem = _problem(m, n, k, dtype)
+        expected = dtype != "float32" and m > gemm.SKINNY_MAX_M and n % 8 == 0 and k % 8 == 0
+        assert (gemm.family(problem) is gemm_wgmma) == expected, problem
+        if not expected and m > gemm.SKINNY_MAX_M and dtype != "float32":
+            assert gemm.family(problem) is gemm_mma
 
 
 # Every layout, both k-depths, both warpgroup counts, every wgmma N, stage counts from 3 to 9, both dtypes.

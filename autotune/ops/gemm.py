@@ -2,9 +2,9 @@
 
 A problem is tuned within one family, chosen by dtype and shape. When A has at most 16 rows (batched
 decode: B is streamed once, memory-bound) that is `skinny_tc` (tensor cores) for float16/bfloat16 with
-M >= TC_MIN_M, else `skinny` (CUDA cores). Larger products go to `simt` for float32 (CUDA cores) and
-`mma` for float16/bfloat16 (tensor cores). `wgmma` (Hopper only) is not chosen yet: it is reached by
-name (family_named) until its GPU check passes.
+M >= TC_MIN_M, else `skinny` (CUDA cores). Larger products go to `simt` for float32 (CUDA cores) and,
+for float16/bfloat16, to `wgmma` (Hopper's warpgroup MMA, sm_90a) when K and N are multiples of 8
+(16-byte rows), else to `mma` (mma.sync, any tensor-core GPU, any shape).
 """
 
 from __future__ import annotations
@@ -30,13 +30,56 @@ TC_MIN_M = 2
 def family(problem: Problem) -> ModuleType:
     """The kernel family module that serves this problem."""
     # Imported here: the family modules import this one's constants.
-    from autotune.ops import gemm_mma, gemm_simt, gemm_skinny, gemm_skinny_tc
+    from autotune.ops import gemm_mma, gemm_simt, gemm_skinny, gemm_skinny_tc, gemm_wgmma
 
     if problem.m <= SKINNY_MAX_M:
         if problem.m >= TC_MIN_M and problem.dtype in gemm_skinny_tc.DTYPES:
             return gemm_skinny_tc
         return gemm_skinny
-    return gemm_simt if problem.dtype == "float32" else gemm_mma
+    if problem.dtype == "float32":
+        return gemm_simt
+    return gemm_wgmma if gemm_wgmma.problem_reason(problem) is None else gemm_mma
+
+
+def unaligned_family(problem: Problem) -> ModuleType:
+    """The family that runs this problem on arrays that are not 16-byte aligned. Families with a
+    `vec` parameter fall back to scalar loads themselves; wgmma copies whole 16-byte chunks, so
+    `mma` (with vec=1) stands in for it."""
+    module = family(problem)
+    return family_named("mma") if module.NAME == "wgmma" else module
+
+
+class FamilyOp:
+    """One GEMM family behind the op interface (what the launcher calls), for running a problem in a
+    family other than the one `family` picks (see unaligned_family)."""
+
+    ARG_TYPES = ARG_TYPES
+
+    def __init__(self, module: ModuleType) -> None:
+        self.module = module
+
+    def kernel_file(self, problem: Problem) -> str:
+        return str(self.module.KERNEL_FILE)
+
+    def space(self, problem: Problem) -> Space:
+        result: Space = self.module.space(problem)
+        return result
+
+    def default_config(self, problem: Problem) -> Config:
+        return dict(self.module.default_config(problem))
+
+    def kernel_name(self, problem: Problem, config: Mapping[str, int]) -> str:
+        return str(self.module.kernel_name(problem, config))
+
+    def kernel_source(self, problem: Problem, config: Mapping[str, int]) -> str:
+        return str(self.module.kernel_source(problem, config))
+
+    def launch(self, problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
+        result: Launch = self.module.launch(problem, config, sm_count)
+        return result
+
+    def compile_arch(self, problem: Problem, arch: str) -> str:
+        return family_compile_arch(self.module, arch)
 
 
 def family_named(name: str) -> ModuleType:
