@@ -17,13 +17,17 @@ def main(path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     report = json.loads(path.read_text())
-    shapes = list(dict.fromkeys((r["m"], r["n"]) for r in report["rows"]))
+    # Largest matrix first, samplers in a fixed order and colour, however the report's rows are ordered
+    # (a merged report lists re-run rows last).
+    shapes = sorted({(r["m"], r["n"]) for r in report["rows"]}, key=lambda s: (-s[0] * s[1], s))
+    colours = {"tpe": "C0", "random": "C1", "grid": "C2"}
     fig, axes = plt.subplots(1, len(shapes), figsize=(6.5 * len(shapes), 4.2), squeeze=False)
     for axis, (m, n) in zip(axes[0], shapes, strict=True):
-        for row in (r for r in report["rows"] if (r["m"], r["n"]) == (m, n)):
+        rows = [r for r in report["rows"] if (r["m"], r["n"]) == (m, n)]
+        for row in sorted(rows, key=lambda r: list(colours).index(r["sampler"])):
             trace = row["trace"]
             axis.step([t for t, _, _ in trace], [best / row["optimum_us"] for _, _, best in trace], where="post",
-                      label=f"{row['sampler']} (pool)")
+                      label=f"{row['sampler']} (pool)", color=colours[row["sampler"]])
         axis.axhline(1.02, color="grey", linestyle=":", label="within 2% of the optimum")
         axis.set_ylim(0.98, 1.6)
         axis.set_xscale("log")
