@@ -96,6 +96,30 @@ class Kernels:
         return self._functions[key]
 
 
+class Scratch:
+    """The split-K workspace (floats) and arrival counters a launch needs. Split-K kernels leave both
+    zeroed after every launch, so they are zeroed only here, when they grow."""
+
+    def __init__(self) -> None:
+        self._workspace: Any = None
+        self._workspace_floats = 0
+        self._counters: Any = None
+        self._counter_count = 0
+
+    def get(self, floats: int, counters: int) -> tuple[Any, Any]:
+        """(workspace, counters) with room for at least this many; 0 (a null pointer) for none yet."""
+        cuda = driver()
+        if floats > self._workspace_floats:
+            self._workspace = cuda.mem_alloc(floats * 4)
+            cuda.memset_d32(self._workspace, 0, floats)
+            self._workspace_floats = floats
+        if counters > self._counter_count:
+            self._counters = cuda.mem_alloc(counters * 4)
+            cuda.memset_d32(self._counters, 0, counters)
+            self._counter_count = counters
+        return self._workspace or 0, self._counters or 0
+
+
 def opt_in_shared(function: Any, shared_bytes: int) -> None:
     """Let `function` launch with more than 48 KiB of dynamic shared memory."""
     cuda = driver()

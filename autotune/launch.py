@@ -15,7 +15,7 @@ from autotune import ops
 from autotune.compiler import CompileJob, compile_kernel
 from autotune.errors import AutotuneError
 from autotune.fingerprint import file_hash
-from autotune.gpu import DEFAULT_SHARED_LIMIT, Kernels, context, device_info, driver, opt_in_shared
+from autotune.gpu import DEFAULT_SHARED_LIMIT, Kernels, Scratch, context, device_info, opt_in_shared
 from autotune.ops import gemm
 from autotune.problem import ITEMSIZE, Problem
 from autotune.select import Choice
@@ -95,24 +95,8 @@ class Launcher:
         context()
         self.gpu = device_info()
         self._kernels = Kernels()
-        self._workspace: Any = None
-        self._workspace_floats = 0
-        self._counters: Any = None
-        self._counter_count = 0
+        self._scratch = Scratch()
         self._functions: dict[tuple[Problem, str], Any] = {}
-
-    def _scratch(self, floats: int, counters: int) -> tuple[Any, Any]:
-        # Split-K kernels leave the workspace zeroed; it only grows (and is zeroed) here.
-        cuda = driver()
-        if floats > self._workspace_floats:
-            self._workspace = cuda.mem_alloc(floats * 4)
-            cuda.memset_d32(self._workspace, 0, floats)
-            self._workspace_floats = floats
-        if counters > self._counter_count:
-            self._counters = cuda.mem_alloc(counters * 4)
-            cuda.memset_d32(self._counters, 0, counters)
-            self._counter_count = counters
-        return self._workspace or 0, self._counters or 0
 
     def _function(self, op: Any, problem: Problem, config: Config) -> Any:
         # Kernels do not depend on the shape: key by dtype and compiled parameters only (the kernel
@@ -153,7 +137,7 @@ class Launcher:
         if any(pointer % 16 for pointer in pointers):
             op, config = scalar_loads(problem, config)
         geom = op.launch(problem, config, self.gpu.sm_count)
-        workspace, counters = self._scratch(geom.workspace_floats, geom.counters)
+        workspace, counters = self._scratch.get(geom.workspace_floats, geom.counters)
         function = self._function(op, problem, config)
         if geom.shared_bytes > DEFAULT_SHARED_LIMIT:
             opt_in_shared(function, geom.shared_bytes)

@@ -9,6 +9,7 @@ for float16/bfloat16, to `wgmma` (Hopper's warpgroup MMA, sm_90a) when K and N a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from types import ModuleType
 
@@ -162,6 +163,30 @@ def instance_source(kernel_file: str, name: str, cuda_type: str, launch_bounds: 
         f"  {call};\n"
         f"}}\n"
     )
+
+
+# Blocks that give several waves on any current GPU: a streaming kernel split further only adds partials.
+ENOUGH_BLOCKS = 1024
+
+
+def rows_per_split(k: int, split: int, step: int) -> int:
+    """Rows of K each split of a streaming (skinny) kernel gets: a whole number of its steps."""
+    return math.ceil(math.ceil(k / split) / step) * step
+
+
+def split_k_reason(problem: Problem, split: int, step: int, tiles: int) -> str | None:
+    """Why a skinny kernel (B streamed once, `step` rows of K per block step, `tiles` output tiles)
+    should not split K `split` ways, or None. Shared by the skinny families."""
+    if split == 1:
+        return None
+    if (split - 1) * rows_per_split(problem.k, split, step) >= problem.k:
+        return f"split={split} leaves a split without rows (k={problem.k}, {step} rows per step)"
+    if tiles * (split // 2) >= ENOUGH_BLOCKS:
+        return f"split={split}: half of it already gives {ENOUGH_BLOCKS} blocks or more"
+    # Each split writes, reads back and zeroes M*N floats: past the bytes of B that is a loss.
+    if 12 * split * problem.m > problem.k * ITEMSIZE[problem.dtype]:
+        return f"split={split}: the partial sums would move more bytes than B"
+    return None
 
 
 def bytes_moved(problem: Problem) -> int:

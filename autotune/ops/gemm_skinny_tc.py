@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from autotune.dtypes import CUDA_TYPE
 from autotune.ops import gemm
 from autotune.ops.geometry import Launch
-from autotune.problem import ITEMSIZE, Problem
+from autotune.problem import Problem
 from autotune.space import Config, Param, Space
 
 NAME = "skinny_tc"
@@ -23,7 +23,6 @@ MMA_K = 16  # rows of B per mma
 MAX_THREADS = 1024
 MAX_SHARED_BYTES = 227 * 1024 - 1024  # the opt-in maximum less the kernel's static flag and slack
 REGISTERS_PER_SM = 65536
-ENOUGH_BLOCKS = 1024  # several waves on any current GPU: splitting K further only adds partials
 _WNS = (1, 2, 4)  # warps along N
 _KWS = (1, 2, 4, 8, 16)  # warps along K
 _VECS = (1, 2, 4, 8)  # elements per load of B (8: 16 bytes)
@@ -46,8 +45,7 @@ def _step(c: Mapping[str, int]) -> int:
 
 def _per_split(problem: Problem, c: Mapping[str, int]) -> int:
     """Rows of K per split, as the kernel computes them: a whole number of steps."""
-    per = math.ceil(problem.k / c["split"])
-    return math.ceil(per / _step(c)) * _step(c)
+    return gemm.rows_per_split(problem.k, c["split"], _step(c))
 
 
 def columns(c: Mapping[str, int]) -> int:
@@ -96,17 +94,7 @@ def _resource_reason(c: Mapping[str, int]) -> str | None:
 
 
 def _split_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
-    split = c["split"]
-    if split == 1:
-        return None
-    if (split - 1) * _per_split(problem, c) >= problem.k:
-        return f"split={split} leaves a split without rows (k={problem.k}, {_step(c)} rows per step)"
-    if column_tiles(problem, c) * (split // 2) >= ENOUGH_BLOCKS:
-        return f"split={split}: half of it already gives {ENOUGH_BLOCKS} blocks or more"
-    # Each split writes, reads back and zeroes M*N floats: past the bytes of B that is a loss.
-    if 12 * split * problem.m > problem.k * ITEMSIZE[problem.dtype]:
-        return f"split={split}: the partial sums would move more bytes than B"
-    return None
+    return gemm.split_k_reason(problem, c["split"], _step(c), column_tiles(problem, c))
 
 
 def space(problem: Problem) -> Space:

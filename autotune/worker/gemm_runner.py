@@ -20,11 +20,12 @@ from autotune import ops
 from autotune.dtypes import HOST_STORAGE, UNIT_ROUNDOFF, decode
 from autotune.errors import AutotuneError
 from autotune.fingerprint import GpuInfo
-from autotune.gpu import DEFAULT_SHARED_LIMIT, Kernels, driver, opt_in_shared
+from autotune.gpu import DEFAULT_SHARED_LIMIT, Kernels, Scratch, driver, opt_in_shared
 from autotune.ops import gemm
 from autotune.ops.geometry import Launch
 from autotune.outcome import Outcome, Status
 from autotune.problem import ITEMSIZE, Problem
+from autotune.worker.fill import RandomFill
 from autotune.worker.gemv_runner import ACCUMULATION_TOL, ROTATION_BYTES_PER_L2
 from autotune.worker.timing import Timer
 
@@ -47,7 +48,6 @@ class GemmRunner:
         cuda = driver()
         self.problem, self.gpu, self._kernels, self._timer = problem, gpu, kernels, timer
         self._op = ops.for_problem(problem)
-        self._seed = seed
         shape = as_gemm(problem)
         self._shape = shape
         m, n, k, item = shape.m, shape.n, shape.k, ITEMSIZE[problem.dtype]
@@ -62,12 +62,9 @@ class GemmRunner:
         self._ref = cuda.mem_alloc(m * n * 8)
         self._absref = cuda.mem_alloc(m * n * 8)
         self._result = cuda.mem_alloc(4 * 8)
-        self._workspace: Any = None
-        self._workspace_floats = 0
-        self._counters: Any = None
-        self._counter_count = 0
+        self._scratch = Scratch()
         dtype = problem.dtype
-        self._fill = kernels.function(support, f"at_fill_{dtype}", "PQQ")
+        self._random = RandomFill(kernels, support, dtype, gpu.sm_count, seed)
         self._reference = kernels.function(support, f"at_gemm_reference_{dtype}", "PPPPiii")
         self._compare = kernels.function(support, f"at_compare_{dtype}", "PPPPddQddP")
         for i in range(self.copies):
@@ -75,27 +72,9 @@ class GemmRunner:
             self._random(self._b[i], k * n)
         cuda.Context.synchronize()
 
-    def _random(self, buffer: Any, count: int) -> None:
-        self._seed += 1
-        blocks = max(1, min(math.ceil(count / 256), 32 * self.gpu.sm_count))
-        self._fill.prepared_async_call((blocks, 1, 1), (256, 1, 1), None, buffer, count, self._seed)
-
-    def _scratch(self, geom: Launch) -> tuple[Any, Any]:
-        # Split-K kernels leave their scratch zeroed: it is zeroed only when it grows.
-        cuda = driver()
-        if geom.workspace_floats > self._workspace_floats:
-            self._workspace = cuda.mem_alloc(geom.workspace_floats * 4)
-            cuda.memset_d32(self._workspace, 0, geom.workspace_floats)
-            self._workspace_floats = geom.workspace_floats
-        if geom.counters > self._counter_count:
-            self._counters = cuda.mem_alloc(geom.counters * 4)
-            cuda.memset_d32(self._counters, 0, geom.counters)
-            self._counter_count = geom.counters
-        return self._workspace or 0, self._counters or 0
-
     def _launch(self, fn: Any, geom: Launch, copy: int, alpha: float, beta: float) -> None:
         s = self._shape
-        workspace, counters = self._scratch(geom)
+        workspace, counters = self._scratch.get(geom.workspace_floats, geom.counters)
         fn.prepared_async_call(
             geom.grid,
             geom.block,

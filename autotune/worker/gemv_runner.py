@@ -11,11 +11,12 @@ import numpy as np
 
 from autotune.dtypes import HOST_STORAGE, UNIT_ROUNDOFF, decode, encode
 from autotune.fingerprint import GpuInfo
-from autotune.gpu import Kernels, driver
+from autotune.gpu import Kernels, Scratch, driver
 from autotune.ops import gemv
 from autotune.ops.geometry import Launch
 from autotune.outcome import Outcome, Status
 from autotune.problem import ITEMSIZE, Problem
+from autotune.worker.fill import RandomFill
 from autotune.worker.timing import Timer
 
 # Float32 accumulation error allowed, as a fraction of sum |a_ij x_j|: far above what N <= 2^24
@@ -23,7 +24,6 @@ from autotune.worker.timing import Timer
 ACCUMULATION_TOL = 2.0**-12
 ROTATION_BYTES_PER_L2 = 4  # rotate inputs over 4x the L2 so every call reads the matrix from DRAM
 MAX_COPIES = 256
-MAX_SPLIT = max(gemv.space(Problem("gemv", "float32", 1, 1)).choices()["split"])
 
 
 def check(got: np.ndarray, want: np.ndarray, scale: np.ndarray, dtype: str) -> str | None:
@@ -46,7 +46,6 @@ class GemvRunner:
     ) -> None:
         cuda = driver()
         self.problem, self.gpu, self._kernels, self._timer = problem, gpu, kernels, timer
-        self._seed = seed
         m, n, item = problem.m, problem.n, ITEMSIZE[problem.dtype]
         self.copies = max(1, min(MAX_COPIES, math.ceil(ROTATION_BYTES_PER_L2 * gpu.l2_bytes / problem.matrix_bytes)))
         self._a = [cuda.mem_alloc(m * n * item) for _ in range(self.copies)]
@@ -54,25 +53,17 @@ class GemvRunner:
         self._y = cuda.mem_alloc(m * item)
         self._ref = cuda.mem_alloc(m * 8)
         self._absref = cuda.mem_alloc(m * 8)
-        # Split-K scratch; the kernels leave it clean, so it is zeroed only here.
-        self._workspace = cuda.mem_alloc(MAX_SPLIT * m * 4)
-        self._counters = cuda.mem_alloc(m * 4)
-        cuda.memset_d32(self._workspace, 0, MAX_SPLIT * m)
-        cuda.memset_d32(self._counters, 0, m)
-        self._fill = kernels.function(support, f"at_fill_{problem.dtype}", "PQQ")
+        self._scratch = Scratch()
+        self._random = RandomFill(kernels, support, problem.dtype, gpu.sm_count, seed)
         self._reference = kernels.function(support, f"at_reference_{problem.dtype}", "PPPPii")
         for i in range(self.copies):
             self._random(self._a[i], m * n)
             self._random(self._x[i], n)
         cuda.Context.synchronize()
 
-    def _random(self, buffer: Any, count: int) -> None:
-        self._seed += 1
-        blocks = max(1, min(math.ceil(count / 256), 32 * self.gpu.sm_count))
-        self._fill.prepared_async_call((blocks, 1, 1), (256, 1, 1), None, buffer, count, self._seed)
-
     def _launch(self, fn: Any, geom: Launch, copy: int, alpha: float, beta: float) -> None:
         p = self.problem
+        workspace, counters = self._scratch.get(geom.workspace_floats, geom.counters)
         fn.prepared_async_call(
             geom.grid,
             geom.block,
@@ -84,8 +75,8 @@ class GemvRunner:
             p.n,
             alpha,
             beta,
-            self._workspace,
-            self._counters,
+            workspace,
+            counters,
             shared_size=geom.shared_bytes,
         )
 
@@ -124,7 +115,7 @@ class GemvRunner:
         if problem:
             return f"alpha=1, beta=0: {problem}", rel_error
         alpha, beta = 0.75, -1.25
-        y0 = encode(np.random.default_rng(self._seed).uniform(-1, 1, m), dtype)
+        y0 = encode(np.random.default_rng(self._random.seed).uniform(-1, 1, m), dtype)
         cuda.memcpy_htod(self._y, y0)
         self._launch(fn, geom, 0, alpha, beta)
         cuda.Context.synchronize()
