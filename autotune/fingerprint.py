@@ -137,3 +137,21 @@ def local_gpus() -> list[LocalGpu]:
         if len(fields) == 4:
             gpus.append(LocalGpu(*fields))
     return gpus
+
+
+@functools.cache
+def local_compute_capabilities() -> tuple[str, ...]:
+    """Compute capabilities ("9.0") of this machine's GPUs, through nvidia-smi (no CUDA context);
+    () where there is no GPU or nvidia-smi cannot say."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return ()
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    if out.returncode != 0:
+        return ()
+    return tuple(line.strip() for line in out.stdout.splitlines() if re.fullmatch(r"\d+\.\d+", line.strip()))

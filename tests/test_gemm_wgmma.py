@@ -222,3 +222,19 @@ def test_seed_kernels_do_not_spill(tmp_path: Path) -> None:
         # ptxas warns ("Potential Performance Loss: wgmma.mma_async instructions are serialized ...") when
         # it must wait for every wgmma, e.g. because accumulators are touched while one is in flight.
         assert "serialized" not in text and "Performance Loss" not in text, (config, text)
+
+
+def test_machines_without_hopper_gpus_get_the_mma_family(monkeypatch: pytest.MonkeyPatch) -> None:
+    from autotune import fingerprint
+
+    square = _problem(4096, 4096, 4096)
+    for capabilities, expected in [
+        ((), gemm_wgmma),
+        (("9.0",), gemm_wgmma),
+        (("9.0", "9.0"), gemm_wgmma),
+        (("8.0",), gemm_mma),
+        (("9.0", "10.0"), gemm_mma),
+    ]:
+        monkeypatch.setattr(fingerprint, "local_compute_capabilities", lambda c=capabilities: c)
+        assert gemm.family(square) is expected, capabilities
+        assert gemm.compile_arch(square, "sm_90" if expected is gemm_wgmma else "sm_80").startswith("sm_")

@@ -4,7 +4,8 @@ A problem is tuned within one family, chosen by dtype and shape. When A has at m
 decode: B is streamed once, memory-bound) that is `skinny_tc` (tensor cores) for float16/bfloat16 with
 M >= TC_MIN_M, else `skinny` (CUDA cores). Larger products go to `simt` for float32 (CUDA cores) and,
 for float16/bfloat16, to `wgmma` (Hopper's warpgroup MMA, sm_90a) when K and N are multiples of 8
-(16-byte rows), else to `mma` (mma.sync, any tensor-core GPU, any shape).
+(16-byte rows) and this machine's GPUs are Hopper (or it has none), else to `mma` (mma.sync, any
+tensor-core GPU, any shape).
 """
 
 from __future__ import annotations
@@ -39,7 +40,19 @@ def family(problem: Problem) -> ModuleType:
         return gemm_skinny
     if problem.dtype == "float32":
         return gemm_simt
-    return gemm_wgmma if gemm_wgmma.problem_reason(problem) is None else gemm_mma
+    if gemm_wgmma.problem_reason(problem) is None and wgmma_runs_here():
+        return gemm_wgmma
+    return gemm_mma
+
+
+def wgmma_runs_here() -> bool:
+    """Whether this machine can run the wgmma family: its GPUs are all compute capability 9.0
+    (sm_90a cubins run on nothing else), or it has none, when answers are for the GPUs the shipped
+    records come from (H100/H200). Elsewhere (an A100, a Blackwell) the mma family serves instead."""
+    from autotune.fingerprint import local_compute_capabilities
+
+    capabilities = local_compute_capabilities()
+    return all(cc == "9.0" for cc in capabilities)
 
 
 def unaligned_family(problem: Problem) -> ModuleType:
