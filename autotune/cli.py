@@ -189,8 +189,10 @@ def best(
             else ""
         )
         timing = f": {what} {choice.time_us:.2f} us"
-        if choice.problem.op == "gemm" and choice.source == "measured":
-            timing += f", {ops.for_problem(choice.problem).flops(choice.problem) / choice.time_us / 1e6:.1f} TFLOP/s"
+        if choice.problem.op == "gemm":
+            # The rate of the shape that was timed: this one, or the tuned neighbour it is estimated from.
+            m, n, k = choice.from_shape or (choice.problem.m, choice.problem.n, choice.problem.k)
+            timing += f", {2 * m * n * k / choice.time_us / 1e6:.1f} TFLOP/s"
         elif choice.gbs:
             timing += f", {choice.gbs:.0f} GB/s"
     out.print(f"{choice.problem} on {choice.gpu} [{choice.source}]{timing}", markup=False)

@@ -209,3 +209,8 @@ def test_cli_best_reports_tflops_for_a_measured_gemm(db_path: Path) -> None:
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "[measured]: measured 275.00 us, 499.8 TFLOP/s" in result.output
+    # An untuned shape is estimated from its tuned neighbour, whose own rate is what was measured.
+    args[args.index("--m") + 1] = "3000"
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "[estimate]: measured on 4096x4096x4096 275.00 us, 499.8 TFLOP/s" in result.output
