@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from autotune.compiler import CompileJob, CompilePool
+from autotune.compiler import CompileJob
 from autotune.ops import gemm_mma
 from autotune.paths import kernels_dir
 from autotune.problem import Problem
 from autotune.space import Config, config_key
+from tests.nvcc import compile_all
 
 SHAPES = [(1, 1, 1), (1000, 1001, 999), (7, 4096, 13), (4096, 4096, 4096)]
 GRID_X_MAX, GRID_YZ_MAX = 2**31 - 1, 65535
@@ -136,9 +137,4 @@ def test_representative_instances_compile_for_sm_90(tmp_path: Path) -> None:
         problem = problem_of[dtype]
         name = gemm_mma.kernel_name(problem, config)
         jobs.append(CompileJob(name, gemm_mma.kernel_source(problem, config), "sm_90", depends))
-    with CompilePool(cache_dir=tmp_path) as pool:
-        results = [f.result() for f in [pool.submit(job) for job in jobs]]
-    failures = [r.message for r in results if not r.ok]
-    assert not failures, failures[0]
-    for result in results:
-        assert result.cubin is not None and result.job.name.encode() in result.cubin.read_bytes()
+    compile_all(jobs, tmp_path)

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from autotune.compiler import CompileJob, CompilePool
+from autotune.compiler import CompileJob
 from autotune.ops import gemm_skinny as skinny
 from autotune.problem import Problem
 from autotune.space import config_key
+from tests.nvcc import compile_all
 
 DTYPES = ("float32", "float16", "bfloat16")
 # The shared test shapes with m clipped to the family's 16 rows, plus the goal and transposed-GEMV shapes.
@@ -197,9 +198,4 @@ def test_representative_instances_compile_for_sm_90(tmp_path: Path) -> None:
         assert skinny.space(problem).check(config) is None, (dtype, compiled, skinny.space(problem).check(config))
         name = skinny.kernel_name(problem, config)
         jobs.append(CompileJob(name, skinny.kernel_source(problem, config), "sm_90", "test"))
-    with CompilePool(cache_dir=tmp_path) as pool:
-        results = [f.result() for f in [pool.submit(job) for job in jobs]]
-    failures = [r.message for r in results if not r.ok]
-    assert not failures, failures[0]
-    for result in results:
-        assert result.cubin is not None and result.job.name.encode() in result.cubin.read_bytes()
+    compile_all(jobs, tmp_path)

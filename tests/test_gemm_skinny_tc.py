@@ -11,12 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autotune.compiler import CompileJob, CompilePool
+from autotune.compiler import CompileJob
 from autotune.fingerprint import file_hash, source_hash
 from autotune.ops import gemm, gemm_skinny
 from autotune.ops import gemm_skinny_tc as tc
 from autotune.problem import Problem
 from autotune.space import config_key
+from tests.nvcc import compile_all
 
 DTYPES = ("float16", "bfloat16")
 SHAPES = [(2, 1, 1), (16, 1001, 999), (7, 13, 5), (16, 4096, 4096), (4, 14336, 14336), (3, 5, 2), (16, 64, 131072)]
@@ -174,7 +175,4 @@ def test_representative_instances_compile_for_sm_90(tmp_path: Path) -> None:
         config = {**compiled, "split": 1}
         assert tc.space(problem).check(config) is None, (dtype, compiled, tc.space(problem).check(config))
         jobs.append(CompileJob(tc.kernel_name(problem, config), tc.kernel_source(problem, config), "sm_90", "test"))
-    with CompilePool(cache_dir=tmp_path) as pool:
-        results = [f.result() for f in [pool.submit(job) for job in jobs]]
-    failed = [(r.job.name, r.message[-600:]) for r in results if not r.ok]
-    assert not failed, failed
+    compile_all(jobs, tmp_path)

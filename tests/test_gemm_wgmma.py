@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from autotune.compiler import CompileJob, CompilePool
+from autotune.compiler import CompileJob
 from autotune.errors import AutotuneError
 from autotune.ops import gemm, gemm_mma, gemm_wgmma, gemv
 from autotune.paths import kernels_dir
 from autotune.problem import Problem
 from autotune.space import Config, config_key
+from tests.nvcc import compile_all
 
 # Shapes the family serves (k and n multiples of 8): tiny, tails in m, the goal shapes.
 SHAPES = [(1, 8, 8), (17, 24, 40), (1000, 1008, 1016), (4096, 4096, 4096), (8192, 8192, 8192), (64, 4096, 14336)]
@@ -175,12 +176,7 @@ def test_representative_instances_compile_for_sm_90a(tmp_path: Path) -> None:
                 gemm_wgmma.kernel_name(problem, config), gemm_wgmma.kernel_source(problem, config), arch, depends
             )
         )
-    with CompilePool(cache_dir=tmp_path) as pool:
-        results = [f.result() for f in [pool.submit(job) for job in jobs]]
-    failures = [r.message for r in results if not r.ok]
-    assert not failures, failures[0]
-    for result in results:
-        assert result.cubin is not None and result.job.name.encode() in result.cubin.read_bytes()
+    compile_all(jobs, tmp_path)
 
 
 def _ptxas_report(source: str, folder: Path, name: str) -> str:
