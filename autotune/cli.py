@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -191,8 +192,10 @@ def best(
         timing = f": {what} {choice.time_us:.2f} us"
         if choice.problem.op == "gemm":
             # The rate of the shape that was timed: this one, or the tuned neighbour it is estimated from.
-            m, n, k = choice.from_shape or (choice.problem.m, choice.problem.n, choice.problem.k)
-            timing += f", {2 * m * n * k / choice.time_us / 1e6:.1f} TFLOP/s"
+            timed = choice.problem
+            if choice.from_shape:
+                timed = replace(timed, m=choice.from_shape[0], n=choice.from_shape[1], k=choice.from_shape[2])
+            timing += f", {ops.for_problem(timed).flops(timed) / choice.time_us / 1e6:.1f} TFLOP/s"
         elif choice.gbs:
             timing += f", {choice.gbs:.0f} GB/s"
     out.print(f"{choice.problem} on {choice.gpu} [{choice.source}]{timing}", markup=False)
