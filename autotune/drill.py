@@ -31,8 +31,8 @@ BODY = "  at_gemv::gemv_body"
 NAN_T = "at_gemv::from_float<{t}>(__int_as_float(0x7fffffff))"
 # Each block first waits a second of GPU time: long enough for the drill to kill the worker mid-measure.
 SLOW = (
-    "  { unsigned long long t0, t; asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t0));\n"
-    "    do { __nanosleep(1000); asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t)); }"
+    '  { unsigned long long t0, t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));\n'
+    '    do { __nanosleep(1000); asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); }'
     " while (t - t0 < 1000000000ull); }\n"
 )
 

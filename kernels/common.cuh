@@ -1,10 +1,11 @@
 // Device helpers shared by the kernel families that stream a matrix once and reduce split-K partials
-// (gemm_skinny_tc.cu today). A family that includes this file is hashed together with it
+// (gemm_skinny.cu, gemm_skinny_tc.cu). A family that includes this file is hashed together with it
 // (autotune/fingerprint.py follows local includes), so editing it stales that family's records.
 //
-// gemv.cu and gemm_skinny.cu still carry their own copies of these helpers: moving them here changes
-// their source hash and so stales every shipped record of theirs; do that together with a re-sweep.
+// gemv.cu still carries its own copies of these helpers: moving them here changes its source hash and
+// so stales every shipped GEMV record; do that together with a re-sweep.
 #pragma once
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
@@ -105,6 +106,30 @@ __device__ __forceinline__ float sum_partials(float* p, size_t stride, int lo, i
     }
   }
   return s;
+}
+
+// Split-K inside a thread-block cluster (sm_90+): the CLUSTER blocks of a cluster are the splits of
+// one output tile, and each has left its `count` partial sums in shared memory at `part` (the same
+// offset in every block). Block r of the cluster adds outputs r*blockDim.x + tid, stepping by
+// CLUSTER*blockDim.x, reading the CLUSTER blocks' partials through distributed shared memory in rank
+// order (deterministic), and hands each sum to write(o, sum). No workspace, counters or second pass:
+// the partials never leave the GPCs' shared memory.
+template <int CLUSTER, typename Write>
+__device__ __forceinline__ void cluster_sum(float* part, int count, Write write) {
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();  // every block's partials are written and visible cluster-wide
+  const float* src[CLUSTER];
+#pragma unroll
+  for (int r = 0; r < CLUSTER; ++r) src[r] = cluster.map_shared_rank(part, r);
+  const int step = CLUSTER * (int)blockDim.x;
+  for (int o = (int)cluster.block_rank() * (int)blockDim.x + (int)threadIdx.x; o < count; o += step) {
+    float s = 0.0f;
+#pragma unroll
+    for (int r = 0; r < CLUSTER; ++r) s += src[r][o];
+    write(o, s);
+  }
+  cluster.sync();  // no block exits (freeing its shared memory) while another still reads it
 }
 
 }  // namespace at_common

@@ -25,36 +25,36 @@
 // per k with MT/4 16-byte broadcast loads and does MT*VEC FMAs per converted B vector.
 //
 // Reduction over the KW groups: shuffles within a warp (NT < 32), then a halving tree through shared
-// memory across warps. SPLIT == 1: the NT threads of group 0 write C. SPLIT > 1: they write float
-// partials to workspace[(split * M + m) * N + n]; the last block of the tile to arrive (atomic counter
-// per tile, counters[blockIdx.x]) sums the partials in a fixed order (deterministic), sets them back
-// to zero, writes C and resets its counter, so workspace and counters are zero again after each launch.
+// memory across warps. SPLIT == 1: the NT threads of group 0 write C. CLUSTER > 1 (then
+// SPLIT == CLUSTER, and the instance is declared with __cluster_dims__(1, CLUSTER, 1)): they leave
+// the block's sums in shared memory and the cluster adds them through distributed shared memory
+// (at_common::cluster_sum). Otherwise, SPLIT > 1: they write float partials to
+// workspace[(split * M + m) * N + n]; the last block of the tile to arrive (atomic counter per tile,
+// counters[blockIdx.x]) sums the partials in a fixed order (deterministic), sets them back to zero,
+// writes C and resets its counter, so workspace and counters are zero again after each launch.
 //
 // Dynamic shared memory (bytes), one buffer reused by the three phases (autotune/ops/gemm_skinny.py
 // mirrors it):
 //   max( 2 * ACHUNK * KW * UNROLL * MT * 4,                    A chunks, double-buffered (0: none)
 //        R > 1 ? (R / 2) * MT * VEC * NT * 4 : 0,              KW tree, R = NT*KW / max(NT, 32)
-//        SPLIT > 1 && NT*KW > MT*NT*VEC ? NT*KW * 4 : 0 )      split partial sums of the last block
-// Workspace: SPLIT * M * N floats and mtiles * ntiles counters when SPLIT > 1, else none.
+//        SPLIT > 1 && NT*KW > MT*NT*VEC ? NT*KW * 4 : 0,       split partial sums of the last block
+//        CLUSTER > 1 ? MT * NT * VEC * 4 : 0 )                 the block's sums, read by its cluster
+// Workspace: SPLIT * M * N floats and mtiles * ntiles counters when SPLIT > 1 and CLUSTER == 1, else
+// none.
 //
 // Preconditions the tuner's constraints guarantee: VEC > 1 only when N % VEC == 0 (B and C rows stay
 // VEC-aligned); NT*KW is a multiple of 32 and at most 1024; all sizes are powers of two.
 #pragma once
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <stdint.h>
+#include "common.cuh"
 
 namespace at_skinny {
 
-template <int BYTES> struct Raw;
-template <> struct Raw<16> { typedef uint4 type; };
-template <> struct Raw<8> { typedef uint2 type; };
-template <> struct Raw<4> { typedef unsigned int type; };
-template <> struct Raw<2> { typedef unsigned short type; };
-
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+using at_common::cluster_sum;
+using at_common::finish;
+using at_common::load_stream;
+using at_common::Raw;
+using at_common::sum_partials;
+using at_common::to_float;
 
 // One element held as raw bits (so a zero fill needs no T constructor) to float.
 template <typename T> __device__ __forceinline__ float raw_to_float(typename Raw<sizeof(T)>::type r);
@@ -64,55 +64,6 @@ template <> __device__ __forceinline__ float raw_to_float<__half>(unsigned short
 }
 template <> __device__ __forceinline__ float raw_to_float<__nv_bfloat16>(unsigned short r) {
   return __uint_as_float((unsigned int)r << 16);  // bf16 is the top half of a float
-}
-
-template <typename T> __device__ __forceinline__ T from_float(float v);
-template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-
-// Loads of B, which is read exactly once: keeping it out of L1 (and early out of L2) leaves the
-// caches to A and the partials; which path is fastest depends on the card, so it is tuned.
-// 0: read-only cache, 1: evict-first streaming, 2: no L1 allocation with a 256-byte L2 prefetch.
-template <int POLICY> __device__ __forceinline__ uint4 load_b(const uint4* p) {
-  if (POLICY == 1) return __ldcs(p);
-  if (POLICY == 2) {
-    uint4 r;
-    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
-    return r;
-  }
-  return __ldg(p);
-}
-template <int POLICY> __device__ __forceinline__ uint2 load_b(const uint2* p) {
-  if (POLICY == 1) return __ldcs(p);
-  if (POLICY == 2) {
-    uint2 r;
-    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0,%1}, [%2];"
-                 : "=r"(r.x), "=r"(r.y) : "l"(p));
-    return r;
-  }
-  return __ldg(p);
-}
-template <int POLICY> __device__ __forceinline__ unsigned int load_b(const unsigned int* p) {
-  if (POLICY == 1) return __ldcs(p);
-  if (POLICY == 2) {
-    unsigned int r;
-    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.u32 %0, [%1];" : "=r"(r) : "l"(p));
-    return r;
-  }
-  return __ldg(p);
-}
-template <int POLICY> __device__ __forceinline__ unsigned short load_b(const unsigned short* p) {
-  if (POLICY == 1) return __ldcs(p);
-  if (POLICY == 2) {
-    unsigned short r;
-    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.u16 %0, [%1];" : "=h"(r) : "l"(p));
-    return r;
-  }
-  return __ldg(p);
 }
 
 // The VEC elements packed in one raw vector, as floats (each B element is converted once).
@@ -183,42 +134,7 @@ template <int E, int NT> __device__ __forceinline__ void tree_add(const float* s
   }
 }
 
-template <typename T> __device__ __forceinline__ T finish(float acc, float alpha, float beta, const T* c_old) {
-  // BLAS semantics: beta == 0 means C is not read, so whatever it held (even NaN) cannot leak in.
-  float out = alpha * acc;
-  if (beta != 0.0f) out = fmaf(beta, to_float(*c_old), out);
-  return from_float<T>(out);
-}
-
-// Sum of the partials p[lo*stride], ..., p[(hi-1)*stride] in that order, zeroing each after reading it
-// (the workspace must be zero again after the launch). Loads run a batch ahead of the adds, so two
-// batches are in flight: the last block's reduction costs about (hi - lo) / (2 * BATCH) L2 round trips.
-__device__ __forceinline__ float sum_partials(float* p, size_t stride, int lo, int hi) {
-  constexpr int BATCH = 16;
-  float s = 0.0f;
-  float v[BATCH];
-#pragma unroll
-  for (int j = 0; j < BATCH; ++j) v[j] = lo + j < hi ? __ldcg(p + (size_t)(lo + j) * stride) : 0.0f;
-  for (int k = lo; k < hi; k += BATCH) {
-    float w[BATCH];
-#pragma unroll
-    for (int j = 0; j < BATCH; ++j) {
-      const int at = k + BATCH + j;
-      w[j] = at < hi ? __ldcg(p + (size_t)at * stride) : 0.0f;
-    }
-#pragma unroll
-    for (int j = 0; j < BATCH; ++j)
-      if (k + j < hi) __stcg(p + (size_t)(k + j) * stride, 0.0f);
-#pragma unroll
-    for (int j = 0; j < BATCH; ++j) {
-      s += v[j];  // past hi v[j] is 0: s + 0 == s
-      v[j] = w[j];
-    }
-  }
-  return s;
-}
-
-template <typename T, int NT, int KW, int VEC, int MT, int UNROLL, int ACHUNK, int POLICY>
+template <typename T, int NT, int KW, int VEC, int MT, int UNROLL, int ACHUNK, int POLICY, int CLUSTER>
 __device__ __forceinline__ void skinny_body(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
                                             int M, int N, int K, float alpha, float beta,
                                             float* __restrict__ workspace, unsigned int* __restrict__ counters) {
@@ -288,7 +204,7 @@ __device__ __forceinline__ void skinny_body(const T* __restrict__ A, const T* __
       const unsigned rr = rr0 + u * KW;
       const bool in = whole || rr < len;
       V b{};
-      if (col_ok && in) b = load_b<POLICY>(bptr + u * ustride);
+      if (col_ok && in) b = load_stream<POLICY>(bptr + u * ustride);
       bnext[u] = b;
       if (!ASMEM) {
 #pragma unroll
@@ -404,6 +320,23 @@ __device__ __forceinline__ void skinny_body(const T* __restrict__ A, const T* __
   }
   // Threads 0 .. NT-1 (set 0, c == tid) now hold the block's sums.
 
+  if (CLUSTER > 1) {
+    // The block's sums to shared memory as [MT][COLS] (its last readers, the A chunks or the tree,
+    // are done after the barrier), then across the cluster's splits.
+    __syncthreads();
+    if (tid < NT) {
+#pragma unroll
+      for (int r = 0; r < MT; ++r) store_partial<VEC>(smem + r * COLS + c * VEC, acc[r]);
+    }
+    cluster_sum<CLUSTER>(smem, OUT, [&](int o, float sum) {
+      const int r = o / COLS, cn = o % COLS;
+      if (m0 + r >= M || cn >= N - n0) return;
+      const size_t at = (size_t)(m0 + r) * N + n0 + cn;
+      C[at] = finish<T>(sum, alpha, beta, C + at);
+    });
+    return;
+  }
+
   if (splits == 1) {
     if (tid < NT && col_ok) {
 #pragma unroll
@@ -465,5 +398,6 @@ __device__ __forceinline__ void skinny_body(const T* __restrict__ A, const T* __
 // One instance, as the tuner generates it (see autotune/ops/gemm_skinny.py):
 //   extern "C" __global__ void __launch_bounds__(256) gemm_skinny_<key>(const __half* A, const __half* B,
 //       __half* C, int M, int N, int K, float alpha, float beta, float* workspace, unsigned int* counters)
-//   { at_skinny::skinny_body<__half, 32, 8, 8, 1, 4, 0, 1>(A, B, C, M, N, K, alpha, beta, workspace,
+//   { at_skinny::skinny_body<__half, 32, 8, 8, 1, 4, 0, 1, 1>(A, B, C, M, N, K, alpha, beta, workspace,
 //     counters); }
+// with CLUSTER > 1 the declaration also carries __cluster_dims__(1, CLUSTER, 1).

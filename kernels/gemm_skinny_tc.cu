@@ -26,13 +26,16 @@
 // load as zeros (A and B), so tails need no second code path.
 //
 // Epilogue: every warp stores its 16 x 64 accumulators to shared memory, red[wk][16][COLS]; the block
-// sums the KW slices per output in a fixed order. SPLIT == 1: it writes C. SPLIT > 1: it writes float
-// partials to workspace[(split * M + m) * N + n]; the last block of the tile to arrive (atomic counter
-// per tile, counters[blockIdx.x]) sums them in split order (deterministic), zeroes them, writes C and
-// resets its counter, so workspace and counters are zero again after each launch.
+// sums the KW slices per output in a fixed order. SPLIT == 1: it writes C. CLUSTER > 1 (then
+// SPLIT == CLUSTER, and the instance is declared with __cluster_dims__(1, CLUSTER, 1)): the block sums
+// go to red[0] and the cluster adds them through distributed shared memory (at_common::cluster_sum).
+// Otherwise, SPLIT > 1: the block writes float partials to workspace[(split * M + m) * N + n]; the
+// last block of the tile to arrive (atomic counter per tile, counters[blockIdx.x]) sums them in split
+// order (deterministic), zeroes them, writes C and resets its counter, so workspace and counters are
+// zero again after each launch.
 //
 // Dynamic shared memory: KW * 16 * COLS * 4 bytes (autotune/ops/gemm_skinny_tc.py mirrors it).
-// Workspace: SPLIT * M * N floats and ceil(N / COLS) counters when SPLIT > 1, else none.
+// Workspace: SPLIT * M * N floats and ceil(N / COLS) counters when SPLIT > 1 and CLUSTER == 1, else none.
 // Preconditions the tuner's constraints guarantee: M <= 16; VEC > 1 only when N % VEC == 0 and B is
 // 16-byte aligned (B rows stay VEC-aligned). A needs no alignment: 8-byte loads of A are used only
 // when K % 4 == 0 and A is 8-byte aligned, checked here.
@@ -41,6 +44,7 @@
 
 namespace at_skinny_tc {
 
+using at_common::cluster_sum;
 using at_common::finish;
 using at_common::load_stream;
 using at_common::sum_partials;
@@ -74,7 +78,7 @@ __device__ __forceinline__ unsigned word(const unsigned short (&p)[8], int q) {
   return (unsigned)p[2 * q] | ((unsigned)p[2 * q + 1] << 16);
 }
 
-template <typename T, int WN, int KW, int VEC, int UNROLL, int POLICY>
+template <typename T, int WN, int KW, int VEC, int UNROLL, int POLICY, int CLUSTER>
 __device__ __forceinline__ void skinny_tc_body(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
                                                int M, int N, int K, float alpha, float beta,
                                                float* __restrict__ workspace, unsigned int* __restrict__ counters) {
@@ -212,6 +216,23 @@ __device__ __forceinline__ void skinny_tc_body(const T* __restrict__ A, const T*
 
   const int rows = min(M, 16);
   const int outputs = rows * COLS;
+  if (CLUSTER > 1) {
+    // Block sums into slice 0 (each output is read and rewritten by the one thread that owns it;
+    // red[0][r][cn] is red[o]), then across the cluster's splits.
+    for (int o = tid; o < outputs; o += BLOCK) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int w = 0; w < KW; ++w) sum += red[(size_t)w * 16 * COLS + o];
+      red[o] = sum;
+    }
+    cluster_sum<CLUSTER>(red, outputs, [&](int o, float sum) {
+      const int r = o / COLS, cn = o % COLS;
+      if (cn >= N - n0) return;
+      const size_t at = (size_t)r * N + n0 + cn;
+      C[at] = finish<T>(sum, alpha, beta, C + at);
+    });
+    return;
+  }
   const size_t mn = (size_t)M * N;
   for (int o = tid; o < outputs; o += BLOCK) {
     const int r = o / COLS, cn = o % COLS;
@@ -253,5 +274,6 @@ __device__ __forceinline__ void skinny_tc_body(const T* __restrict__ A, const T*
 //   extern "C" __global__ void __launch_bounds__(128) gemm_skinny_tc_<key>(const __half* A,
 //       const __half* B, __half* C, int M, int N, int K, float alpha, float beta, float* workspace,
 //       unsigned int* counters)
-//   { at_skinny_tc::skinny_tc_body<__half, 1, 4, 8, 2, 1>(A, B, C, M, N, K, alpha, beta, workspace,
+//   { at_skinny_tc::skinny_tc_body<__half, 1, 4, 8, 2, 1, 1>(A, B, C, M, N, K, alpha, beta, workspace,
 //     counters); }
+// with CLUSTER > 1 the declaration also carries __cluster_dims__(1, CLUSTER, 1).

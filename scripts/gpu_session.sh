@@ -57,9 +57,9 @@ for name in "$@"; do
       step "sweep-gemm hgemm"
       python3 -m autotune sweep --op hgemm --trials "${GEMM_TRIALS:-40}" --db "$DB" 2>&1 | tee "$OUT/sweep-hgemm.log" | tail -22 ;;
     sweep-skinny)
-      # The half-precision skinny goal shapes that run on tensor cores (M >= 2; M = 1 is the
-      # transposed GEMV's CUDA-core family, tuned by sweep-trans).
-      awk '$1 >= 2 && $1 <= 16' autotune/gemm_shapes.txt > /tmp/skinny.txt
+      # The half-precision skinny goal shapes (M <= 16): tensor cores for M >= 2, the CUDA-core
+      # family (the transposed GEMV's) for M = 1.
+      awk '$1 <= 16' autotune/gemm_shapes.txt > /tmp/skinny.txt
       step "sweep-skinny hgemm ($(wc -l < /tmp/skinny.txt) shapes)"
       python3 -m autotune sweep --op hgemm --shapes /tmp/skinny.txt --trials "${GEMM_TRIALS:-40}" --db "$DB" 2>&1 | tee "$OUT/sweep-skinny.log" | tail -16 ;;
     bench-gemm)

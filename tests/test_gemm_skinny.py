@@ -99,7 +99,7 @@ def test_every_config_gives_a_sane_launch(dtype: str) -> None:
     for m, n, k in [(16, 8192, 8192), (1, 8192, 8192), (1, 256, 131072), (13, 1000, 999)]:
         problem = _problem(m, n, k, dtype)
         configs = list(skinny.space(problem))
-        assert 0 < len(configs) < 10_000, len(configs)
+        assert 0 < len(configs) < 20_000, len(configs)
         assert len({config_key(c) for c in configs}) == len(configs)
         for config in _sample(configs):
             launch = skinny.launch(problem, config, sm_count=132)
@@ -130,32 +130,57 @@ def test_split_k_workspace_and_counters() -> None:
     assert skinny.launch(problem, skinny.default_config(problem), 132).counters == 0
 
 
+def test_cluster_split_needs_no_workspace() -> None:
+    problem = _problem(16, 4096, 4096)
+    config = dict(skinny.default_config(problem), cluster=8, split=8)
+    assert skinny.space(problem).check(config) is None
+    launch = skinny.launch(problem, config, sm_count=132)
+    assert launch.grid[1] == 8 and launch.workspace_floats == 0 and launch.counters == 0
+    assert "__cluster_dims__(1, 8, 1)" in skinny.kernel_source(problem, config)
+    assert "__cluster_dims__" not in skinny.kernel_source(problem, skinny.default_config(problem))
+    reason = skinny.space(problem).check(dict(config, split=4))
+    assert reason is not None and "cluster=8" in reason and "split=4" in reason
+
+
+def test_clusters_are_offered_only_where_every_gpu_has_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    from autotune import fingerprint
+
+    problem = _problem(1, 4096, 4096)
+    for capabilities, offered in [((), (1, 2, 4, 8)), (("9.0",), (1, 2, 4, 8)), (("8.0", "9.0"), (1,))]:
+        monkeypatch.setattr(fingerprint, "local_compute_capabilities", lambda c=capabilities: c)
+        choices = {c["cluster"] for c in skinny.space(problem)}
+        assert tuple(sorted(choices)) == offered, capabilities
+
+
 def test_shared_memory_formula() -> None:
     # A chunks: 2 buffers of a_chunk * kw * unroll rows of mt floats.
-    c = {"nt": 32, "kw": 4, "vec": 8, "mt": 16, "unroll": 2, "a_chunk": 8, "policy": 1, "split": 1}
+    c = {"nt": 32, "kw": 4, "vec": 8, "mt": 16, "unroll": 2, "a_chunk": 8, "policy": 1, "cluster": 1, "split": 1}
     tree = (4 // 2) * 16 * 8 * 32 * 4
     assert skinny.shared_bytes(c) == max(2 * 8 * 4 * 2 * 16 * 4, tree)
     # Sub-warp column groups reduce by shuffles first: 8 groups of 16 threads are 4 warps, a tree of 4.
-    c = {"nt": 16, "kw": 8, "vec": 8, "mt": 1, "unroll": 2, "a_chunk": 0, "policy": 1, "split": 1}
+    c = {"nt": 16, "kw": 8, "vec": 8, "mt": 1, "unroll": 2, "a_chunk": 0, "policy": 1, "cluster": 1, "split": 1}
     assert skinny.shared_bytes(c) == 2 * 1 * 8 * 16 * 4
     # The last block's split reduction: one float per thread when threads outnumber outputs.
-    c = {"nt": 32, "kw": 1, "vec": 1, "mt": 1, "unroll": 1, "a_chunk": 0, "policy": 1, "split": 4}
+    c = {"nt": 32, "kw": 1, "vec": 1, "mt": 1, "unroll": 1, "a_chunk": 0, "policy": 1, "cluster": 1, "split": 4}
     assert skinny.shared_bytes(c) == 0
     c = dict(c, kw=32)
     assert skinny.shared_bytes(c) == max(16 * 1 * 1 * 32 * 4, 1024 * 4)
+    # A cluster's block sums: mt x nt*vec floats.
+    c = {"nt": 64, "kw": 1, "vec": 8, "mt": 1, "unroll": 1, "a_chunk": 0, "policy": 1, "cluster": 4, "split": 4}
+    assert skinny.shared_bytes(c) == 64 * 8 * 4
 
 
 def test_goal_configs_are_in_the_space() -> None:
     """The configs expected to win on an H200 (see the report in the kernel's module) are valid points."""
     expected = [
-        ((1, 4096, 4096), dict(nt=32, kw=8, vec=8, mt=1, unroll=4, a_chunk=0, policy=1, split=16)),
-        ((1, 14336, 14336), dict(nt=64, kw=8, vec=8, mt=1, unroll=2, a_chunk=0, policy=1, split=4)),
-        ((4, 8192, 8192), dict(nt=32, kw=8, vec=8, mt=4, unroll=2, a_chunk=0, policy=1, split=4)),
-        ((8, 4096, 4096), dict(nt=32, kw=4, vec=8, mt=8, unroll=2, a_chunk=8, policy=1, split=8)),
-        ((16, 4096, 4096), dict(nt=32, kw=4, vec=8, mt=16, unroll=2, a_chunk=8, policy=1, split=8)),
-        ((16, 14336, 14336), dict(nt=32, kw=4, vec=8, mt=16, unroll=2, a_chunk=8, policy=1, split=4)),
-        ((1, 256, 131072), dict(nt=32, kw=32, vec=8, mt=1, unroll=2, a_chunk=0, policy=1, split=256)),
-        ((1, 131072, 256), dict(nt=64, kw=4, vec=8, mt=1, unroll=4, a_chunk=0, policy=1, split=1)),
+        ((1, 4096, 4096), dict(nt=32, kw=8, vec=8, mt=1, unroll=4, a_chunk=0, policy=1, cluster=1, split=16)),
+        ((1, 14336, 14336), dict(nt=64, kw=8, vec=8, mt=1, unroll=2, a_chunk=0, policy=1, cluster=1, split=4)),
+        ((4, 8192, 8192), dict(nt=32, kw=8, vec=8, mt=4, unroll=2, a_chunk=0, policy=1, cluster=1, split=4)),
+        ((8, 4096, 4096), dict(nt=32, kw=4, vec=8, mt=8, unroll=2, a_chunk=8, policy=1, cluster=1, split=8)),
+        ((16, 4096, 4096), dict(nt=32, kw=4, vec=8, mt=16, unroll=2, a_chunk=8, policy=1, cluster=1, split=8)),
+        ((16, 14336, 14336), dict(nt=32, kw=4, vec=8, mt=16, unroll=2, a_chunk=8, policy=1, cluster=1, split=4)),
+        ((1, 256, 131072), dict(nt=32, kw=32, vec=8, mt=1, unroll=2, a_chunk=0, policy=1, cluster=1, split=256)),
+        ((1, 131072, 256), dict(nt=64, kw=4, vec=8, mt=1, unroll=4, a_chunk=0, policy=1, cluster=1, split=1)),
     ]
     for (m, n, k), config in expected:
         problem = _problem(m, n, k)
@@ -177,15 +202,19 @@ def test_kernel_source_names_its_instance() -> None:
 # One config per feature: every dtype, vector width, sub-warp and multi-warp column groups, every
 # rows-per-thread, A through the cache and staged, both load policies, the widest K trees.
 COMPILE_SAMPLE = [
-    ("float16", (16, 4096, 4096), dict(nt=32, kw=4, vec=8, mt=16, unroll=2, a_chunk=8, policy=1)),
-    ("float16", (1, 4096, 4096), dict(nt=32, kw=8, vec=8, mt=1, unroll=4, a_chunk=0, policy=2)),
-    ("float16", (1, 256, 131072), dict(nt=32, kw=32, vec=8, mt=1, unroll=2, a_chunk=0, policy=1)),
-    ("float16", (3, 100, 4096), dict(nt=8, kw=16, vec=4, mt=4, unroll=2, a_chunk=2, policy=1)),
-    ("bfloat16", (8, 14336, 14336), dict(nt=64, kw=2, vec=4, mt=8, unroll=2, a_chunk=2, policy=2)),
-    ("bfloat16", (2, 999, 999), dict(nt=128, kw=2, vec=1, mt=2, unroll=4, a_chunk=0, policy=1)),
-    ("float32", (16, 4096, 4096), dict(nt=32, kw=4, vec=4, mt=16, unroll=2, a_chunk=8, policy=1)),
-    ("float32", (1, 64, 65536), dict(nt=16, kw=32, vec=4, mt=1, unroll=1, a_chunk=0, policy=2)),
-    ("float32", (5, 4098, 512), dict(nt=64, kw=8, vec=2, mt=8, unroll=1, a_chunk=8, policy=1)),
+    ("float16", (16, 4096, 4096), dict(nt=32, kw=4, vec=8, mt=16, unroll=2, a_chunk=8, policy=1, cluster=1)),
+    ("float16", (1, 4096, 4096), dict(nt=32, kw=8, vec=8, mt=1, unroll=4, a_chunk=0, policy=2, cluster=1)),
+    ("float16", (1, 256, 131072), dict(nt=32, kw=32, vec=8, mt=1, unroll=2, a_chunk=0, policy=1, cluster=1)),
+    ("float16", (3, 100, 4096), dict(nt=8, kw=16, vec=4, mt=4, unroll=2, a_chunk=2, policy=1, cluster=1)),
+    ("bfloat16", (8, 14336, 14336), dict(nt=64, kw=2, vec=4, mt=8, unroll=2, a_chunk=2, policy=2, cluster=1)),
+    ("bfloat16", (2, 999, 999), dict(nt=128, kw=2, vec=1, mt=2, unroll=4, a_chunk=0, policy=1, cluster=1)),
+    ("float32", (16, 4096, 4096), dict(nt=32, kw=4, vec=4, mt=16, unroll=2, a_chunk=8, policy=1, cluster=1)),
+    ("float32", (1, 64, 65536), dict(nt=16, kw=32, vec=4, mt=1, unroll=1, a_chunk=0, policy=2, cluster=1)),
+    ("float32", (5, 4098, 512), dict(nt=64, kw=8, vec=2, mt=8, unroll=1, a_chunk=8, policy=1, cluster=1)),
+    # Split-K in clusters: the block sums after a tree, after A chunks, and straight from a warp.
+    ("float16", (1, 4096, 4096), dict(nt=32, kw=8, vec=8, mt=1, unroll=4, a_chunk=0, policy=1, cluster=8)),
+    ("bfloat16", (16, 4096, 4096), dict(nt=32, kw=4, vec=8, mt=16, unroll=2, a_chunk=8, policy=1, cluster=4)),
+    ("float32", (3, 1000, 999), dict(nt=32, kw=1, vec=4, mt=4, unroll=1, a_chunk=0, policy=2, cluster=2)),
 ]
 
 
@@ -194,7 +223,7 @@ def test_representative_instances_compile_for_sm_90(tmp_path: Path) -> None:
     jobs = []
     for dtype, (m, n, k), compiled in COMPILE_SAMPLE:
         problem = _problem(m, n, k, dtype)
-        config = {**compiled, "split": 1}
+        config = {**compiled, "split": compiled["cluster"]}
         assert skinny.space(problem).check(config) is None, (dtype, compiled, skinny.space(problem).check(config))
         name = skinny.kernel_name(problem, config)
         jobs.append(CompileJob(name, skinny.kernel_source(problem, config), "sm_90", "test"))

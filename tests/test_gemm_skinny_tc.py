@@ -79,6 +79,18 @@ def test_seed_configs_are_valid_and_fill_the_gpu() -> None:
                 assert 132 <= blocks[0] * blocks[1] <= 264, (size, config)
 
 
+def test_seeds_include_cluster_reductions_of_their_splits() -> None:
+    problem = _problem(16, 4096, 4096)
+    seeds = tc.seed_configs(problem)
+    clustered = [c for c in seeds if c["cluster"] > 1]
+    assert clustered and all(c["split"] == c["cluster"] for c in clustered)
+    for config in clustered:
+        assert dict(config, cluster=1) in seeds  # each beside the same tiling through the workspace
+        launch = tc.launch(problem, config, 132)
+        assert launch.workspace_floats == launch.counters == 0
+        assert "__cluster_dims__(1, %d, 1)" % config["cluster"] in tc.kernel_source(problem, config)
+
+
 def test_other_problems_are_refused_with_a_reason() -> None:
     config = tc.default_config(_problem(16, 4096, 4096))
     assert "m <= 16" in (tc.space(_problem(17, 4096, 4096)).check(config) or "")
@@ -118,7 +130,9 @@ def test_every_config_gives_a_sane_launch(dtype: str) -> None:
             assert all(0 < g <= limit for g, limit in zip(launch.grid, MAX_GRID, strict=True))
             assert launch.grid[0] * tc.columns(config) >= n
             assert (config["split"] - 1) * tc._per_split(problem, config) < k or config["split"] == 1
-            if config["split"] > 1:
+            if config["cluster"] > 1:
+                assert config["split"] == config["cluster"] and launch.workspace_floats == launch.counters == 0
+            elif config["split"] > 1:
                 assert launch.workspace_floats == config["split"] * m * n and launch.counters == launch.grid[0]
 
 
@@ -158,12 +172,16 @@ def test_kernel_source_names_its_instance() -> None:
 
 # One config per feature: both dtypes, every load width, warps along N and K, every unroll, both policies.
 COMPILE_SAMPLE = [
-    ("float16", (16, 4096, 4096), dict(wn=1, kw=4, vec=8, unroll=2, policy=1)),
-    ("float16", (16, 4096, 4096), dict(wn=1, kw=2, vec=8, unroll=4, policy=2)),
-    ("bfloat16", (8, 14336, 14336), dict(wn=2, kw=8, vec=8, unroll=1, policy=1)),
-    ("float16", (3, 1001, 999), dict(wn=1, kw=2, vec=1, unroll=2, policy=1)),
-    ("bfloat16", (2, 1002, 999), dict(wn=4, kw=1, vec=2, unroll=2, policy=2)),
-    ("float16", (4, 1004, 999), dict(wn=1, kw=16, vec=4, unroll=1, policy=1)),
+    ("float16", (16, 4096, 4096), dict(wn=1, kw=4, vec=8, unroll=2, policy=1, cluster=1)),
+    ("float16", (16, 4096, 4096), dict(wn=1, kw=2, vec=8, unroll=4, policy=2, cluster=1)),
+    ("bfloat16", (8, 14336, 14336), dict(wn=2, kw=8, vec=8, unroll=1, policy=1, cluster=1)),
+    ("float16", (3, 1001, 999), dict(wn=1, kw=2, vec=1, unroll=2, policy=1, cluster=1)),
+    ("bfloat16", (2, 1002, 999), dict(wn=4, kw=1, vec=2, unroll=2, policy=2, cluster=1)),
+    ("float16", (4, 1004, 999), dict(wn=1, kw=16, vec=4, unroll=1, policy=1, cluster=1)),
+    # Split-K in clusters of 2, 4 and 8 blocks.
+    ("float16", (16, 4096, 4096), dict(wn=1, kw=4, vec=8, unroll=2, policy=1, cluster=4)),
+    ("bfloat16", (2, 1002, 999), dict(wn=1, kw=2, vec=2, unroll=1, policy=2, cluster=2)),
+    ("float16", (8, 14336, 14336), dict(wn=2, kw=4, vec=8, unroll=1, policy=1, cluster=8)),
 ]
 
 
@@ -172,7 +190,7 @@ def test_representative_instances_compile_for_sm_90(tmp_path: Path) -> None:
     jobs = []
     for dtype, (m, n, k), compiled in COMPILE_SAMPLE:
         problem = _problem(m, n, k, dtype)
-        config = {**compiled, "split": 1}
+        config = {**compiled, "split": compiled["cluster"]}
         assert tc.space(problem).check(config) is None, (dtype, compiled, tc.space(problem).check(config))
         jobs.append(CompileJob(tc.kernel_name(problem, config), tc.kernel_source(problem, config), "sm_90", "test"))
     compile_all(jobs, tmp_path)

@@ -41,13 +41,17 @@ RANDOM_SAMPLES = 3  # per problem, beside the default, the seeds and the space's
 
 
 def _sample(problem: Problem) -> list[Config]:
-    """The default config, the family's seeds and a fixed sample of the space (its largest and
-    smallest tiles included)."""
+    """The default config (also with its K split over clusters of 2 and 8 blocks), the family's seeds
+    and a fixed sample of the space (its largest and smallest tiles included)."""
     op = ops.for_problem(problem)
     configs = list(op.space(problem))
     rng = random.Random(f"{problem}")
     seeds = gemm.seed_configs(problem) if problem.op == "gemm" else []
-    picked = [op.default_config(problem), configs[0], configs[-1], *seeds]
+    default = op.default_config(problem)
+    picked = [default, configs[0], configs[-1], *seeds]
+    # Split-K reduced in a cluster of blocks (the skinny families), where the problem allows it.
+    clustered = [dict(default, cluster=size, split=size) for size in (2, 8) if "cluster" in default]
+    picked += [c for c in clustered if op.space(problem).check(c) is None]
     picked += rng.sample(configs, min(RANDOM_SAMPLES, len(configs)))
     unique = {tuple(sorted(c.items())): c for c in picked}
     return list(unique.values())

@@ -55,6 +55,23 @@ def wgmma_runs_here() -> bool:
     return all(cc == "9.0" for cc in capabilities)
 
 
+def clusters_run_here() -> bool:
+    """Whether this machine's GPUs all have thread-block clusters (compute capability 9.0 and up), or
+    it has none, when answers are for the GPUs the shipped records come from (H100/H200)."""
+    from autotune.fingerprint import local_compute_capabilities
+
+    return all(int(cc.split(".")[0]) >= 9 for cc in local_compute_capabilities())
+
+
+# Blocks per cluster the skinny families may use: the portable sizes (a cluster of up to 8 blocks
+# runs on every sm_90 GPU); 1 means split-K through a workspace in global memory.
+CLUSTER_SIZES = (1, 2, 4, 8)
+
+
+def cluster_choices() -> tuple[int, ...]:
+    return CLUSTER_SIZES if clusters_run_here() else (1,)
+
+
 def unaligned_family(problem: Problem) -> ModuleType:
     """The family that runs this problem on arrays that are not 16-byte aligned. Families with a
     `vec` parameter fall back to scalar loads themselves; wgmma copies whole 16-byte chunks, so
@@ -164,13 +181,18 @@ def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch
     return result
 
 
-def instance_source(kernel_file: str, name: str, cuda_type: str, launch_bounds: str, call: str) -> str:
+def instance_source(
+    kernel_file: str, name: str, cuda_type: str, launch_bounds: str, call: str, cluster: int = 1
+) -> str:
     """A translation unit with one extern "C" instance of a family's template (a stable, unmangled
-    name) taking the GEMM kernel arguments; `call` runs the template on them."""
+    name) taking the GEMM kernel arguments; `call` runs the template on them. cluster > 1 declares
+    the kernel with thread-block clusters of that many blocks along the grid's y (the K splits), fixed
+    at compile time so that a plain launch runs it in clusters."""
     t = cuda_type
+    clusters = f"__cluster_dims__(1, {cluster}, 1) " if cluster > 1 else ""
     return (
         f'#include "{kernel_file}"\n'
-        f'extern "C" __global__ void __launch_bounds__({launch_bounds})\n'
+        f'extern "C" __global__ void {clusters}__launch_bounds__({launch_bounds})\n'
         f"{name}(const {t}* A, const {t}* B, {t}* C, int M, int N, int K,\n"
         f"    float alpha, float beta, float* workspace, unsigned int* counters) {{\n"
         f"  {call};\n"
@@ -187,13 +209,18 @@ def rows_per_split(k: int, split: int, step: int) -> int:
     return math.ceil(math.ceil(k / split) / step) * step
 
 
-def split_k_reason(problem: Problem, split: int, step: int, tiles: int) -> str | None:
+def split_k_reason(problem: Problem, split: int, step: int, tiles: int, cluster: int = 1) -> str | None:
     """Why a skinny kernel (B streamed once, `step` rows of K per block step, `tiles` output tiles)
-    should not split K `split` ways, or None. Shared by the skinny families."""
+    should not split K `split` ways, reducing the splits in clusters of `cluster` blocks (1: through
+    a workspace in global memory), or None. Shared by the skinny families."""
+    if cluster > 1 and split != cluster:
+        return f"cluster={cluster} reduces exactly that many splits, not split={split}"
     if split == 1:
         return None
     if (split - 1) * rows_per_split(problem.k, split, step) >= problem.k:
         return f"split={split} leaves a split without rows (k={problem.k}, {step} rows per step)"
+    if cluster > 1:
+        return None  # the partials stay in shared memory: the costs below are those of the workspace
     if tiles * (split // 2) >= ENOUGH_BLOCKS:
         return f"split={split}: half of it already gives {ENOUGH_BLOCKS} blocks or more"
     # Each split writes, reads back and zeroes M*N floats: past the bytes of B that is a loss.

@@ -78,7 +78,8 @@ def shared_bytes(c: Mapping[str, int]) -> int:
     tree = (sets // 2) * c["mt"] * c["vec"] * c["nt"] * 4 if sets > 1 else 0
     outputs = c["mt"] * c["nt"] * c["vec"]
     parts = block * 4 if c["split"] > 1 and block > outputs else 0
-    return max(a_chunks, tree, parts)
+    cluster_sums = outputs * 4 if c["cluster"] > 1 else 0
+    return max(a_chunks, tree, parts, cluster_sums)
 
 
 def _shape_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
@@ -109,7 +110,7 @@ def _resource_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
 
 def _split_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
     m_tiles, n_tiles = tiles(problem, c)
-    return gemm.split_k_reason(problem, c["split"], _step(c), m_tiles * n_tiles)
+    return gemm.split_k_reason(problem, c["split"], _step(c), m_tiles * n_tiles, c["cluster"])
 
 
 def space(problem: Problem) -> Space:
@@ -125,6 +126,7 @@ def space(problem: Problem) -> Space:
             Param("unroll", _UNROLLS),
             Param("a_chunk", _A_CHUNKS),
             Param("policy", _POLICIES),
+            Param("cluster", gemm.cluster_choices()),
             Param("split", _SPLITS, compiled=False),
         ),
         constraint=constraint,
@@ -144,6 +146,7 @@ def default_config(problem: Problem) -> Config:
         "unroll": unroll,
         "a_chunk": 2 if mt >= 4 else 0,
         "policy": 1,
+        "cluster": 1,
         "split": 1,
     }
 
@@ -152,7 +155,7 @@ def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
     c = config
     return (
         f"gemm_skinny_{problem.dtype}_n{c['nt']}_k{c['kw']}_v{c['vec']}_m{c['mt']}_u{c['unroll']}"
-        f"_a{c['a_chunk']}_p{c['policy']}"
+        f"_a{c['a_chunk']}_p{c['policy']}_c{c['cluster']}"
     )
 
 
@@ -160,9 +163,13 @@ def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
     """A translation unit with one extern "C" instance of the template (a stable, unmangled name)."""
     c = config
     t = CUDA_TYPE[problem.dtype]
-    args = f"{t}, {c['nt']}, {c['kw']}, {c['vec']}, {c['mt']}, {c['unroll']}, {c['a_chunk']}, {c['policy']}"
+    args = (
+        f"{t}, {c['nt']}, {c['kw']}, {c['vec']}, {c['mt']}, {c['unroll']}, {c['a_chunk']}, {c['policy']}, "
+        f"{c['cluster']}"
+    )
     call = f"at_skinny::skinny_body<{args}>(A, B, C, M, N, K, alpha, beta, workspace, counters)"
-    return gemm.instance_source(KERNEL_FILE, kernel_name(problem, config), t, str(c["nt"] * c["kw"]), call)
+    name = kernel_name(problem, config)
+    return gemm.instance_source(KERNEL_FILE, name, t, str(c["nt"] * c["kw"]), call, cluster=c["cluster"])
 
 
 def tiles(problem: Problem, config: Mapping[str, int]) -> tuple[int, int]:
@@ -173,10 +180,11 @@ def tiles(problem: Problem, config: Mapping[str, int]) -> tuple[int, int]:
 def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
     m_tiles, n_tiles = tiles(problem, config)
     split = config["split"]
+    global_split = split > 1 and config["cluster"] == 1  # clusters reduce in shared memory
     return Launch(
         grid=(m_tiles * n_tiles, split, 1),
         block=(config["nt"] * config["kw"], 1, 1),
         shared_bytes=shared_bytes(config),
-        workspace_floats=split * problem.m * problem.n if split > 1 else 0,
-        counters=m_tiles * n_tiles if split > 1 else 0,
+        workspace_floats=split * problem.m * problem.n if global_split else 0,
+        counters=m_tiles * n_tiles if global_split else 0,
     )

@@ -94,7 +94,7 @@ def _resource_reason(c: Mapping[str, int]) -> str | None:
 
 
 def _split_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
-    return gemm.split_k_reason(problem, c["split"], _step(c), column_tiles(problem, c))
+    return gemm.split_k_reason(problem, c["split"], _step(c), column_tiles(problem, c), c["cluster"])
 
 
 def space(problem: Problem) -> Space:
@@ -108,6 +108,7 @@ def space(problem: Problem) -> Space:
             Param("vec", _vec_choices(problem)),
             Param("unroll", _UNROLLS),
             Param("policy", _POLICIES),
+            Param("cluster", gemm.cluster_choices()),
             Param("split", _SPLITS, compiled=False),
         ),
         constraint=constraint,
@@ -117,17 +118,23 @@ def space(problem: Problem) -> Space:
 def default_config(problem: Problem) -> Config:
     """Valid for every m <= 16, n, k >= 1: one warp along N, up to four along K, no split."""
     kw = 1 << (min(4, max(1, problem.k // MMA_K)).bit_length() - 1)
-    return {"wn": 1, "kw": kw, "vec": _vec_choices(problem)[-1], "unroll": 1, "policy": 1, "split": 1}
+    return {"wn": 1, "kw": kw, "vec": _vec_choices(problem)[-1], "unroll": 1, "policy": 1, "cluster": 1, "split": 1}
 
 
 def _split_for(problem: Problem, c: Mapping[str, int], blocks: int) -> int:
     """The largest valid split that keeps the grid at or under `blocks` blocks (1 when none is)."""
     best = 1
     for split in _SPLITS:
-        candidate = {**c, "split": split}
+        candidate = {**c, "split": split, "cluster": 1}
         if column_tiles(problem, c) * split <= blocks and _split_reason(problem, candidate) is None:
             best = split
     return best
+
+
+def _clustered(config: Config) -> Config:
+    """The same tiling with its splits reduced in a cluster, where the split is a cluster size."""
+    split = config["split"]
+    return {**config, "cluster": split} if split > 1 and split in gemm.cluster_choices() else config
 
 
 def seed_configs(problem: Problem) -> list[Config]:
@@ -135,25 +142,38 @@ def seed_configs(problem: Problem) -> list[Config]:
     (~264 blocks), measured before the sampler's own picks."""
     seeds = []
     for wn, kw, unroll in ((1, 4, 2), (1, 8, 1), (2, 4, 2), (1, 4, 4), (1, 2, 4)):
-        base = {"wn": wn, "kw": kw, "vec": _vec_choices(problem)[-1], "unroll": unroll, "policy": 1, "split": 1}
+        base = {
+            "wn": wn,
+            "kw": kw,
+            "vec": _vec_choices(problem)[-1],
+            "unroll": unroll,
+            "policy": 1,
+            "cluster": 1,
+            "split": 1,
+        }
         config = {**base, "split": _split_for(problem, base, 264)}
-        if space(problem).check(config) is None:
-            seeds.append(config)
+        for candidate in (config, _clustered(config)):
+            if space(problem).check(candidate) is None and candidate not in seeds:
+                seeds.append(candidate)
     return seeds
 
 
 def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
     c = config
-    return f"gemm_skinny_tc_{problem.dtype}_n{c['wn']}_k{c['kw']}_v{c['vec']}_u{c['unroll']}_p{c['policy']}"
+    return (
+        f"gemm_skinny_tc_{problem.dtype}_n{c['wn']}_k{c['kw']}_v{c['vec']}_u{c['unroll']}_p{c['policy']}"
+        f"_c{c['cluster']}"
+    )
 
 
 def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
     """A translation unit with one extern "C" instance of the template (a stable, unmangled name)."""
     c = config
     t = CUDA_TYPE[problem.dtype]
-    args = f"{t}, {c['wn']}, {c['kw']}, {c['vec']}, {c['unroll']}, {c['policy']}"
+    args = f"{t}, {c['wn']}, {c['kw']}, {c['vec']}, {c['unroll']}, {c['policy']}, {c['cluster']}"
     call = f"at_skinny_tc::skinny_tc_body<{args}>(A, B, C, M, N, K, alpha, beta, workspace, counters)"
-    return gemm.instance_source(KERNEL_FILE, kernel_name(problem, config), t, str(threads(c)), call)
+    name = kernel_name(problem, config)
+    return gemm.instance_source(KERNEL_FILE, name, t, str(threads(c)), call, cluster=c["cluster"])
 
 
 def column_tiles(problem: Problem, config: Mapping[str, int]) -> int:
@@ -164,10 +184,11 @@ def column_tiles(problem: Problem, config: Mapping[str, int]) -> int:
 def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
     split = config["split"]
     tiles = column_tiles(problem, config)
+    global_split = split > 1 and config["cluster"] == 1  # clusters reduce in shared memory
     return Launch(
         grid=(tiles, split, 1),
         block=(threads(config), 1, 1),
         shared_bytes=shared_bytes(config),
-        workspace_floats=split * problem.m * problem.n if split > 1 else 0,
-        counters=tiles if split > 1 else 0,
+        workspace_floats=split * problem.m * problem.n if global_split else 0,
+        counters=tiles if global_split else 0,
     )
