@@ -11,7 +11,7 @@ tensor-core GPU, any shape).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import ModuleType
 
 from autotune.errors import AutotuneError
@@ -202,6 +202,24 @@ def instance_source(
 
 # Blocks that give several waves on any current GPU: a streaming kernel split further only adds partials.
 ENOUGH_BLOCKS = 1024
+
+
+# Blocks a skinny family's seed configs aim for: about two per SM of an H100/H200.
+SEED_BLOCKS = 264
+
+
+def seed_splits(
+    config: Config, tiles: int, splits: tuple[int, ...], check: Callable[[Config], str | None]
+) -> list[Config]:
+    """A skinny seed tiling (cluster 1) with the largest split that keeps its grid of `tiles` output
+    tiles within SEED_BLOCKS and passes `check` (the space's constraint), then the same tiling with
+    its splits reduced in a cluster, as many as one cluster holds; only those that pass `check`."""
+    split = max([s for s in splits if tiles * s <= SEED_BLOCKS and check({**config, "split": s}) is None] or [1])
+    through_memory = {**config, "cluster": 1, "split": split}
+    size = max([c for c in cluster_choices() if c <= split] or [1])
+    in_cluster = {**config, "cluster": size, "split": size}
+    candidates = [through_memory, in_cluster] if size > 1 else [through_memory]
+    return [c for c in candidates if check(c) is None]
 
 
 def rows_per_split(k: int, split: int, step: int) -> int:

@@ -151,6 +151,26 @@ def default_config(problem: Problem) -> Config:
     }
 
 
+# Seed tilings (nt, kw, unroll, a_chunk), from the H200 sweeps of the transposed GEMV and M = 1.
+_SEEDS = ((32, 8, 4, 0), (32, 16, 4, 2), (64, 8, 2, 0), (32, 16, 2, 0), (32, 4, 4, 0))
+
+
+def seed_configs(problem: Problem) -> list[Config]:
+    """Tilings that keep about two blocks per SM of an H100/H200 busy, each also with its splits
+    reduced in a cluster where they fit one; measured before the sampler's own picks."""
+    seeds: list[Config] = []
+    check = space(problem).check
+    for nt, kw, unroll, a_chunk in _SEEDS:
+        base = dict(default_config(problem), nt=nt, kw=kw, unroll=unroll, a_chunk=a_chunk)
+        if check(base) is not None:
+            continue
+        m_tiles, n_tiles = tiles(problem, base)
+        for candidate in gemm.seed_splits(base, m_tiles * n_tiles, _SPLITS, check):
+            if candidate not in seeds:
+                seeds.append(candidate)
+    return seeds
+
+
 def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
     c = config
     return (

@@ -36,6 +36,10 @@ def default_config(problem: Problem) -> Config:
     return dict(gemm_skinny.default_config(as_gemm(problem)))
 
 
+def seed_configs(problem: Problem) -> list[Config]:
+    return [dict(c) for c in gemm_skinny.seed_configs(as_gemm(problem))]
+
+
 def space(problem: Problem) -> Space:
     return gemm_skinny.space(as_gemm(problem))
 
