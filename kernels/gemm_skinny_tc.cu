@@ -17,12 +17,8 @@
 //   - the accumulator of mma j, logical column n = 2t or 2t+1, is C column 8n + j of the warp's 64,
 //     so a lane ends with C[g][16t .. 16t+15] and C[g+8][16t .. 16t+15].
 //
-// A warp covers CW slabs of 64 columns side by side: each A fragment serves CW x 8 mmas, and a row
-// of B is read in CW x 128 contiguous bytes per warp (two adjacent 128-byte pieces when CW = 2, which
-// the memory system serves better than pieces a tile apart).
-//
-// Block: WN warps along N (64*CW columns each) times KW warps along K; warp w: wn = w % WN, wk = w / WN.
-// Grid:  blockIdx.x = column tile of COLS = 64*CW*WN columns; blockIdx.y = K split.
+// Block: WN warps along N (64 columns each) times KW warps along K; warp w: wn = w % WN, wk = w / WN.
+// Grid:  blockIdx.x = column tile of COLS = 64*WN columns; blockIdx.y = K split.
 // K: split s gets rows [kb, kb + len), per = ceil(ceil(K / SPLIT) / STEP) * STEP with
 // STEP = 16*KW*UNROLL, kb = min(K, s*per), len = min(K - kb, per). In step s warp wk reads the 16-row
 // slices s*STEP + (u*KW + wk)*16, u < UNROLL: 4*UNROLL independent loads per thread, and the next
@@ -82,7 +78,7 @@ __device__ __forceinline__ unsigned word(const unsigned short (&p)[8], int q) {
   return (unsigned)p[2 * q] | ((unsigned)p[2 * q + 1] << 16);
 }
 
-template <typename T, int WN, int CW, int KW, int VEC, int UNROLL, int POLICY, int CLUSTER>
+template <typename T, int WN, int KW, int VEC, int UNROLL, int POLICY, int CLUSTER>
 __device__ __forceinline__ void skinny_tc_body(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
                                                int M, int N, int K, float alpha, float beta,
                                                float* __restrict__ workspace, unsigned int* __restrict__ counters) {
@@ -91,8 +87,7 @@ __device__ __forceinline__ void skinny_tc_body(const T* __restrict__ A, const T*
   typedef typename at_common::Raw<VEC * 2>::type V;
   constexpr int PIECES = 8 / VEC;          // loads per row and lane
   constexpr int BLOCK = WN * KW * 32;
-  constexpr int WCOLS = CW * 64;           // columns of a warp
-  constexpr int COLS = WN * WCOLS;         // columns of a block tile
+  constexpr int COLS = WN * 64;            // columns of a block tile
   constexpr int STEP = 16 * KW * UNROLL;   // rows of B a block reads per step
   static_assert(BLOCK <= 1024, "at most 1024 threads");
 
@@ -104,8 +99,8 @@ __device__ __forceinline__ void skinny_tc_body(const T* __restrict__ A, const T*
   const int wn = warp % WN, wk = warp / WN;
   const int g = lane / 4, t = lane % 4;
   const int n0 = blockIdx.x * COLS;        // < N; n0 + COLS may not fit an int, so compare offsets
-  const int lc = wn * WCOLS + 8 * g;       // the lane's first column, relative to n0 (slab c: + 64c)
-  const int left = N - n0 - lc;            // columns of the lane's 8 in slab 0 that exist: min(8, left)
+  const int cw = wn * 64 + 8 * g;          // the lane's first column, relative to n0
+  const int left = N - n0 - cw;            // columns of the lane's 8 that exist: min(8, left)
 
   // This split's rows [kb, kb + len), a whole number of steps except at the end of K.
   const int splits = gridDim.y;
@@ -117,14 +112,14 @@ __device__ __forceinline__ void skinny_tc_body(const T* __restrict__ A, const T*
   const int nfull = (int)(len / STEP);  // steps wholly inside the split: their loads need no row test
 
   // The lane's rows: 4t .. 4t+3 of each 16-row slice; A rows g and g+8.
-  const T* bptr = B + ((size_t)kb + (size_t)(wk * 16 + 4 * t)) * N + n0 + lc;
+  const T* bptr = B + ((size_t)kb + (size_t)(wk * 16 + 4 * t)) * N + n0 + cw;
   const size_t nn = (size_t)N;
   const bool a_row0 = g < M, a_row1 = g + 8 < M;
   const T* arow0 = A + (size_t)g * K + kb + wk * 16 + 4 * t;
   const T* arow1 = A + (size_t)(g + 8) * K + kb + wk * 16 + 4 * t;
   const bool a_vec = K % 4 == 0 && (reinterpret_cast<uintptr_t>(A) & 7) == 0;  // kb % 4 == 0 too
 
-  V bnext[UNROLL][4][CW][PIECES];
+  V bnext[UNROLL][4][PIECES];
   unsigned anext[UNROLL][4];
 
   // A: 4 consecutive k of one row as two words (elements 4t, 4t+1 | 4t+2, 4t+3), zeros past the split.
@@ -157,39 +152,33 @@ __device__ __forceinline__ void skinny_tc_body(const T* __restrict__ A, const T*
         const bool in = whole || rr + i < len;
         const T* row = bptr + (size_t)(slice + i) * nn;
 #pragma unroll
-        for (int c = 0; c < CW; ++c)
-#pragma unroll
-          for (int p = 0; p < PIECES; ++p) {
-            V v{};
-            if (in && c * 64 + p * VEC < left) v = load_stream<POLICY>(reinterpret_cast<const V*>(row + c * 64) + p);
-            bnext[u][i][c][p] = v;
-          }
+        for (int p = 0; p < PIECES; ++p) {
+          V v{};
+          if (in && p * VEC < left) v = load_stream<POLICY>(reinterpret_cast<const V*>(row) + p);
+          bnext[u][i][p] = v;
+        }
       }
       load_a(arow0 + slice, a_row0, whole, rr, anext[u][0], anext[u][2]);
       load_a(arow1 + slice, a_row1, whole, rr, anext[u][1], anext[u][3]);
     }
   };
 
-  float acc[CW][8][4];
+  float acc[8][4];
 #pragma unroll
-  for (int c = 0; c < CW; ++c)
+  for (int j = 0; j < 8; ++j)
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[c][j][e] = 0.0f;
+    for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
 
   if (nsteps > 0) load_step(0);
   for (int s = 0; s < nsteps; ++s) {
-    V bcur[UNROLL][4][CW][PIECES];
+    V bcur[UNROLL][4][PIECES];
     unsigned acur[UNROLL][4];
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
 #pragma unroll
       for (int i = 0; i < 4; ++i)
 #pragma unroll
-        for (int c = 0; c < CW; ++c)
-#pragma unroll
-          for (int p = 0; p < PIECES; ++p) bcur[u][i][c][p] = bnext[u][i][c][p];
+        for (int p = 0; p < PIECES; ++p) bcur[u][i][p] = bnext[u][i][p];
 #pragma unroll
       for (int r = 0; r < 4; ++r) acur[u][r] = anext[u][r];
     }
@@ -197,23 +186,20 @@ __device__ __forceinline__ void skinny_tc_body(const T* __restrict__ A, const T*
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
 #pragma unroll
-      for (int c = 0; c < CW; ++c)
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          // Column j of the lane's 8: rows (4t, 4t+1) in b0 and (4t+2, 4t+3) in b1, lower k in the low half.
-          const unsigned sel = j % 2 ? 0x7632u : 0x5410u;
-          const unsigned b0 = __byte_perm(word(bcur[u][0][c], j / 2), word(bcur[u][1][c], j / 2), sel);
-          const unsigned b1 = __byte_perm(word(bcur[u][2][c], j / 2), word(bcur[u][3][c], j / 2), sel);
-          Mma<T>::run(acc[c][j], acur[u], b0, b1);
-        }
+      for (int j = 0; j < 8; ++j) {
+        // Column j of the lane's 8: rows (4t, 4t+1) in b0 and (4t+2, 4t+3) in b1, lower k in the low half.
+        const unsigned sel = j % 2 ? 0x7632u : 0x5410u;
+        const unsigned b0 = __byte_perm(word(bcur[u][0], j / 2), word(bcur[u][1], j / 2), sel);
+        const unsigned b1 = __byte_perm(word(bcur[u][2], j / 2), word(bcur[u][3], j / 2), sel);
+        Mma<T>::run(acc[j], acur[u], b0, b1);
+      }
     }
   }
 
-  // Accumulators to red[wk][row][column]: mma j's element e of slab c is row g + 8*(e / 2), column
-  // 64c + 16t + 8*(e % 2) + j of the warp's 64*CW.
-#pragma unroll
-  for (int c = 0; c < CW; ++c) {
-    float* base = red + (size_t)wk * 16 * COLS + wn * WCOLS + c * 64 + 16 * t;
+  // Accumulators to red[wk][row][column]: mma j's element e is row g + 8*(e / 2), column
+  // 16t + 8*(e % 2) + j of the warp's 64.
+  {
+    float* base = red + (size_t)wk * 16 * COLS + wn * 64 + 16 * t;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {        // row g, then g + 8
       float* row = base + (size_t)(g + 8 * h) * COLS;
@@ -222,8 +208,8 @@ __device__ __forceinline__ void skinny_tc_body(const T* __restrict__ A, const T*
 #pragma unroll
         for (int q = 0; q < 2; ++q)
           reinterpret_cast<float4*>(row + 8 * half)[q] =
-              make_float4(acc[c][4 * q][2 * h + half], acc[c][4 * q + 1][2 * h + half],
-                          acc[c][4 * q + 2][2 * h + half], acc[c][4 * q + 3][2 * h + half]);
+              make_float4(acc[4 * q][2 * h + half], acc[4 * q + 1][2 * h + half], acc[4 * q + 2][2 * h + half],
+                          acc[4 * q + 3][2 * h + half]);
     }
   }
   __syncthreads();
@@ -288,6 +274,6 @@ __device__ __forceinline__ void skinny_tc_body(const T* __restrict__ A, const T*
 //   extern "C" __global__ void __launch_bounds__(128) gemm_skinny_tc_<key>(const __half* A,
 //       const __half* B, __half* C, int M, int N, int K, float alpha, float beta, float* workspace,
 //       unsigned int* counters)
-//   { at_skinny_tc::skinny_tc_body<__half, 1, 1, 4, 8, 2, 1, 1>(A, B, C, M, N, K, alpha, beta, workspace,
+//   { at_skinny_tc::skinny_tc_body<__half, 1, 4, 8, 2, 1, 1>(A, B, C, M, N, K, alpha, beta, workspace,
 //     counters); }
 // with CLUSTER > 1 the declaration also carries __cluster_dims__(1, CLUSTER, 1).

@@ -18,13 +18,12 @@ KERNEL_FILE = "gemm_skinny_tc.cu"
 DTYPES = ("float16", "bfloat16")
 
 MAX_M = 16  # one mma tile of rows
-SLAB_COLS = 64  # columns of B one set of a warp's mmas covers: 8 lane groups x 8 columns
+WARP_COLS = 64  # columns of B a warp covers: 8 lane groups x 8 columns
 MMA_K = 16  # rows of B per mma
 MAX_THREADS = 1024
 MAX_SHARED_BYTES = 227 * 1024 - 1024  # the opt-in maximum less the kernel's static flag and slack
 REGISTERS_PER_SM = 65536
 _WNS = (1, 2, 4)  # warps along N
-_CWS = (1, 2)  # 64-column slabs per warp (3 and up would spill)
 _KWS = (1, 2, 4, 8, 16)  # warps along K
 _VECS = (1, 2, 4, 8)  # elements per load of B (8: 16 bytes)
 _UNROLLS = (1, 2, 4)  # 16-row slices per warp and step; the next step is always in flight too
@@ -51,7 +50,7 @@ def _per_split(problem: Problem, c: Mapping[str, int]) -> int:
 
 def columns(c: Mapping[str, int]) -> int:
     """Columns of C per block."""
-    return SLAB_COLS * c["cw"] * c["wn"]
+    return WARP_COLS * c["wn"]
 
 
 def threads(c: Mapping[str, int]) -> int:
@@ -60,11 +59,10 @@ def threads(c: Mapping[str, int]) -> int:
 
 def registers(c: Mapping[str, int]) -> int:
     """Registers per thread (errs high; ptxas -v for sm_90 said 106, 158 and 223 for unroll 1, 2, 4 at
-    vec 8): 32 accumulators per slab, two steps of B (4 rows of 8 elements per slice and slab: 16
-    words, more when loaded in narrow pieces) and of A (4 words per slice) in flight, and about 48
-    for the rest."""
+    vec 8): 32 accumulators, two steps of B (4 rows of 8 elements per slice: 16 words, more when
+    loaded in narrow pieces) and of A (4 words per slice) in flight, and about 48 for the rest."""
     b_words = {1: 32, 2: 20}.get(c["vec"], 16)
-    return 48 + 32 * c["cw"] + 2 * c["unroll"] * (b_words * c["cw"] + 4)
+    return 48 + 32 + 2 * c["unroll"] * (b_words + 4)
 
 
 def shared_bytes(c: Mapping[str, int]) -> int:
@@ -79,8 +77,8 @@ def _shape_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
         return f"skinny_tc serves m <= {MAX_M}, not m={problem.m}"
     if threads(c) > MAX_THREADS:
         return f"wn*kw={c['wn'] * c['kw']} warps: more than {MAX_THREADS} threads"
-    if c["wn"] * c["cw"] > 1 and columns(c) // 2 >= problem.n:
-        return f"wn={c['wn']}, cw={c['cw']}: half as many columns per block already cover n={problem.n}"
+    if c["wn"] > 1 and columns(c) // 2 >= problem.n:
+        return f"wn={c['wn']}: half as many warps along N already cover n={problem.n}"
     if c["kw"] * c["unroll"] > 1 and _step(c) > max(problem.k, MMA_K):
         return f"16*kw*unroll={_step(c)} rows per step exceed k={problem.k}"
     return None
@@ -106,7 +104,6 @@ def space(problem: Problem) -> Space:
     return Space(
         params=(
             Param("wn", _WNS),
-            Param("cw", _CWS),
             Param("kw", _KWS),
             Param("vec", _vec_choices(problem)),
             Param("unroll", _UNROLLS),
@@ -123,7 +120,6 @@ def default_config(problem: Problem) -> Config:
     kw = 1 << (min(4, max(1, problem.k // MMA_K)).bit_length() - 1)
     return {
         "wn": 1,
-        "cw": 1,
         "kw": kw,
         "vec": _vec_choices(problem)[-1],
         "unroll": 1,
@@ -133,17 +129,9 @@ def default_config(problem: Problem) -> Config:
     }
 
 
-# Seed tilings (wn, cw, kw, unroll, narrower): `narrower` loads 8 bytes instead of 16, which the H200
-# sweeps of session 3 preferred on most goal shapes.
-_SEEDS = (
-    (1, 1, 4, 2, False),
-    (1, 1, 8, 1, False),
-    (1, 1, 8, 1, True),
-    (1, 1, 4, 4, True),
-    (2, 1, 4, 2, False),
-    (1, 2, 4, 1, False),
-    (1, 2, 8, 1, False),
-)
+# Seed tilings (wn, kw, unroll, narrower): `narrower` loads 8 bytes instead of 16, which the H200
+# sweeps preferred on most goal shapes.
+_SEEDS = ((1, 4, 2, False), (1, 8, 1, False), (1, 8, 1, True), (1, 4, 4, True), (2, 4, 2, False))
 
 
 def seed_configs(problem: Problem) -> list[Config]:
@@ -152,9 +140,9 @@ def seed_configs(problem: Problem) -> list[Config]:
     sampler's own picks."""
     seeds: list[Config] = []
     vecs = _vec_choices(problem)
-    for wn, cw, kw, unroll, narrower in _SEEDS:
+    for wn, kw, unroll, narrower in _SEEDS:
         vec = vecs[-2] if narrower and len(vecs) > 2 else vecs[-1]
-        base = {"wn": wn, "cw": cw, "kw": kw, "vec": vec, "unroll": unroll, "policy": 1, "cluster": 1, "split": 1}
+        base = {"wn": wn, "kw": kw, "vec": vec, "unroll": unroll, "policy": 1, "cluster": 1, "split": 1}
         valid = space(problem).check
         for candidate in gemm.seed_splits(base, column_tiles(problem, base), _SPLITS, valid):
             if candidate not in seeds:
@@ -165,7 +153,7 @@ def seed_configs(problem: Problem) -> list[Config]:
 def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
     c = config
     return (
-        f"gemm_skinny_tc_{problem.dtype}_n{c['wn']}_w{c['cw']}_k{c['kw']}_v{c['vec']}_u{c['unroll']}_p{c['policy']}"
+        f"gemm_skinny_tc_{problem.dtype}_n{c['wn']}_k{c['kw']}_v{c['vec']}_u{c['unroll']}_p{c['policy']}"
         f"_c{c['cluster']}"
     )
 
@@ -174,7 +162,7 @@ def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
     """A translation unit with one extern "C" instance of the template (a stable, unmangled name)."""
     c = config
     t = CUDA_TYPE[problem.dtype]
-    args = f"{t}, {c['wn']}, {c['cw']}, {c['kw']}, {c['vec']}, {c['unroll']}, {c['policy']}, {c['cluster']}"
+    args = f"{t}, {c['wn']}, {c['kw']}, {c['vec']}, {c['unroll']}, {c['policy']}, {c['cluster']}"
     call = f"at_skinny_tc::skinny_tc_body<{args}>(A, B, C, M, N, K, alpha, beta, workspace, counters)"
     name = kernel_name(problem, config)
     return gemm.instance_source(KERNEL_FILE, name, t, str(threads(c)), call, cluster=c["cluster"])
