@@ -8,7 +8,9 @@ mkdir -p "$OUT"
 python3 -m pip install -q --upgrade --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 export AUTOTUNE_CACHE_DIR=${AUTOTUNE_CACHE_DIR:-/tmp/autotune-cache}
-DB=${DB:-$OUT/tuning.db}
+# The database stays on the device machine ($OUT brings back only small files, at most 8); the
+# `export` step writes its top trials per problem to $OUT/records.jsonl.
+DB=${DB:-/tmp/autotune-tuning.db}
 TRIALS=${TRIALS:-64}
 
 step() { echo "=== $1 ($(date +%T))"; }
@@ -73,6 +75,9 @@ for name in "$@"; do
     bench-trans)
       step bench-trans
       python3 scripts/bench_gemv.py --trans --db "$DB" --out "$OUT" 2>&1 | tee "$OUT/bench-trans.log" | tail -62 ;;
+    export)
+      step export
+      python3 -c "import sys; from pathlib import Path; from autotune.store import open_store; print(open_store(sys.argv[1], import_shipped=False).export_records('$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)', Path(sys.argv[2]), top=3), 'records')" "$DB" "$OUT/records.jsonl" ;;
     *) echo "unknown step $name"; exit 2 ;;
   esac
 done

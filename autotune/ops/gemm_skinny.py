@@ -151,8 +151,18 @@ def default_config(problem: Problem) -> Config:
     }
 
 
-# Seed tilings (nt, kw, unroll, a_chunk), from the H200 sweeps of the transposed GEMV and M = 1.
-_SEEDS = ((32, 8, 4, 0), (32, 16, 4, 2), (64, 8, 2, 0), (32, 16, 2, 0), (32, 4, 4, 0))
+# Seed tilings (nt, kw, unroll, a_chunk, policy, narrower), from the H200 sweeps of the transposed
+# GEMV and M = 1; `narrower` takes the second-widest load (8 bytes for 16-bit types), which won the
+# small and the tall, narrow transposed shapes.
+_SEEDS = (
+    (32, 8, 4, 0, 1, False),
+    (32, 16, 4, 2, 1, False),
+    (64, 8, 2, 0, 1, False),
+    (32, 16, 2, 0, 1, False),
+    (32, 4, 4, 0, 2, True),
+    (32, 16, 2, 2, 1, True),
+    (32, 16, 4, 2, 1, True),
+)
 
 
 def seed_configs(problem: Problem) -> list[Config]:
@@ -160,8 +170,10 @@ def seed_configs(problem: Problem) -> list[Config]:
     reduced in a cluster where they fit one; measured before the sampler's own picks."""
     seeds: list[Config] = []
     check = space(problem).check
-    for nt, kw, unroll, a_chunk in _SEEDS:
-        base = dict(default_config(problem), nt=nt, kw=kw, unroll=unroll, a_chunk=a_chunk)
+    vecs = _vec_choices(problem)
+    for nt, kw, unroll, a_chunk, policy, narrower in _SEEDS:
+        vec = vecs[-2] if narrower and len(vecs) > 2 else vecs[-1]
+        base = dict(default_config(problem), nt=nt, kw=kw, vec=vec, unroll=unroll, a_chunk=a_chunk, policy=policy)
         if check(base) is not None:
             continue
         m_tiles, n_tiles = tiles(problem, base)
