@@ -1,6 +1,6 @@
 """Plot results/gemv_<gpu>.json: bandwidth per shape, ours beside cuBLAS, under the copy ceiling.
 
-    python scripts/plot_gemv.py results/gemv_nvidia-h200.json   # writes results/gemv_nvidia-h200.png
+python scripts/plot_gemv.py results/gemv_nvidia-h200.json   # writes results/gemv_nvidia-h200.png
 """
 
 from __future__ import annotations

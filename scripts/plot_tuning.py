@@ -1,6 +1,6 @@
 """Convergence plot of results/tuning_<gpu>.json: best time found / optimum against seconds.
 
-    python scripts/plot_tuning.py results/tuning_nvidia-h200.json   # writes results/tuning_nvidia-h200.png
+python scripts/plot_tuning.py results/tuning_nvidia-h200.json   # writes results/tuning_nvidia-h200.png
 """
 
 from __future__ import annotations
@@ -26,8 +26,13 @@ def main(path: Path) -> Path:
         rows = [r for r in report["rows"] if (r["m"], r["n"]) == (m, n)]
         for row in sorted(rows, key=lambda r: list(colours).index(r["sampler"])):
             trace = row["trace"]
-            axis.step([t for t, _, _ in trace], [best / row["optimum_us"] for _, _, best in trace], where="post",
-                      label=f"{row['sampler']} (pool)", color=colours[row["sampler"]])
+            axis.step(
+                [t for t, _, _ in trace],
+                [best / row["optimum_us"] for _, _, best in trace],
+                where="post",
+                label=f"{row['sampler']} (pool)",
+                color=colours[row["sampler"]],
+            )
         axis.axhline(1.02, color="grey", linestyle=":", label="within 2% of the optimum")
         axis.set_ylim(0.98, 1.6)
         axis.set_xscale("log")

@@ -1,6 +1,6 @@
 """Print results/gemv_<gpu>.json as the Markdown table the README carries.
 
-    python scripts/results_table.py results/gemv_nvidia-h200.json
+python scripts/results_table.py results/gemv_nvidia-h200.json
 """
 
 from __future__ import annotations

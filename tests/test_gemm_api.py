@@ -178,12 +178,13 @@ def test_wgmma_problems_run_unaligned_arrays_on_the_mma_family() -> None:
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_known_good_tilings_are_valid_seeds_for_the_goal_shapes(dtype: str) -> None:
-    for size in (4096, 8192):
-        problem = Problem("gemm", dtype, size, size, size)
+    # The tiled families on the squares, the skinny ones (both) on batched decode.
+    for problem in [Problem("gemm", dtype, s, s, s) for s in (4096, 8192)] + [
+        Problem("gemm", dtype, m, 4096, 4096) for m in (1, 16)
+    ]:
         seeds = gemm.seed_configs(problem)
-        assert len(seeds) >= 4
+        assert len(seeds) >= 4, problem
         assert all(gemm.space(problem).check(seed) is None for seed in seeds)
-    assert gemm.seed_configs(Problem("gemm", dtype, 1, 4096, 4096)) == []  # the CUDA-core skinny family names none
 
 
 @pytest.mark.shipped_records

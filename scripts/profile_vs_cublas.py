@@ -1,0 +1,38 @@
+"""cuBLAS (torch) and our tuned kernels on the skinny GEMM shapes where we trail, one after the other,
+for Nsight Compute to compare (kernel names, grids, clusters, registers, DRAM throughput). On the GPU
+machine, with the shipped records in the database:
+
+    ncu --clock-control none --launch-count 60 --metrics gpu__time_duration.sum,\
+dram__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size,launch__block_size,\
+launch__registers_per_thread,launch__cluster_dim_x,launch__shared_mem_per_block_dynamic \
+        python3 scripts/profile_vs_cublas.py
+
+results/ncu_skinny_nvidia-h200.txt is one such run.
+"""
+
+from __future__ import annotations
+
+import torch
+
+import autotune
+
+
+def main() -> None:
+    torch.backends.cuda.matmul.allow_tf32 = False
+    for m, n in [(16, 14336), (2, 14336), (16, 4096)]:
+        a = torch.rand(m, n, device="cuda", dtype=torch.float16) - 0.5
+        b = torch.rand(n, n, device="cuda", dtype=torch.float16) - 0.5
+        for _ in range(3):
+            torch.mm(a, b)
+            autotune.gemm(a, b)
+        torch.cuda.synchronize()
+    x = torch.rand(2048, device="cuda", dtype=torch.float16)
+    A = torch.rand(2048, 2048, device="cuda", dtype=torch.float16)
+    for _ in range(3):
+        torch.mv(A.t(), x)
+        autotune.gemv(A, x, trans=True)
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    main()
