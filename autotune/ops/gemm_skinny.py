@@ -26,7 +26,8 @@ _MTS = (1, 2, 4, 8, 16)
 _UNROLLS = (1, 2, 4)  # independent steps per thread; the next step is always in flight too
 # A through the cache (0) or staged in shared memory in chunks of this many steps.
 _A_CHUNKS = (0, 2, 8)
-# Load paths for B (see load_stream in kernels/common.cuh): on the H200 the GEMV tuning never picked 0 (read-only cache).
+# Load paths for B (see load_stream in kernels/common.cuh): on the H200 the GEMV tuning never picked 0
+# (read-only cache).
 _POLICIES = (1, 2)
 _SPLITS = tuple(2**i for i in range(10))  # 1 .. 512: the transposed GEMV with N = 256 needs hundreds
 
