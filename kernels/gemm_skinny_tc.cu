@@ -21,8 +21,11 @@
 // Grid:  blockIdx.x = column tile of COLS = 64*WN columns; blockIdx.y = K split.
 // K: split s gets rows [kb, kb + len), per = ceil(ceil(K / SPLIT) / STEP) * STEP with
 // STEP = 16*KW*UNROLL, kb = min(K, s*per), len = min(K - kb, per). In step s warp wk reads the 16-row
-// slices s*STEP + (u*KW + wk)*16, u < UNROLL: 4*UNROLL independent loads per thread, and the next
-// step's loads are issued before the current step's mmas. Rows past the split and columns past N
+// slices s*STEP + (u*KW + wk)*16, u < UNROLL: 4*UNROLL independent loads per thread. PREFETCH == 1
+// issues the next step's loads before the current step's mmas (two steps of B in registers);
+// PREFETCH == 0 holds one step, so a block of more warps fits twice on an SM and the other warps
+// hide the latency instead (a plain read of B reached ~4.4 TB/s on an H200 only with 16 warps per
+// SM: results/stream_patterns_nvidia-h200.txt). Rows past the split and columns past N
 // load as zeros (A and B), so tails need no second code path.
 //
 // Epilogue: every warp stores its 16 x 64 accumulators to shared memory, red[wk][16][COLS]; the block
@@ -78,7 +81,7 @@ __device__ __forceinline__ unsigned word(const unsigned short (&p)[8], int q) {
   return (unsigned)p[2 * q] | ((unsigned)p[2 * q + 1] << 16);
 }
 
-template <typename T, int WN, int KW, int VEC, int UNROLL, int POLICY, int CLUSTER>
+template <typename T, int WN, int KW, int VEC, int UNROLL, int POLICY, int CLUSTER, int PREFETCH>
 __device__ __forceinline__ void skinny_tc_body(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
                                                int M, int N, int K, float alpha, float beta,
                                                float* __restrict__ workspace, unsigned int* __restrict__ counters) {
@@ -169,8 +172,9 @@ __device__ __forceinline__ void skinny_tc_body(const T* __restrict__ A, const T*
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
 
-  if (nsteps > 0) load_step(0);
+  if (PREFETCH && nsteps > 0) load_step(0);
   for (int s = 0; s < nsteps; ++s) {
+    if (!PREFETCH) load_step(s);  // then bcur is bnext: one set of registers
     V bcur[UNROLL][4][PIECES];
     unsigned acur[UNROLL][4];
 #pragma unroll
@@ -182,7 +186,7 @@ __device__ __forceinline__ void skinny_tc_body(const T* __restrict__ A, const T*
 #pragma unroll
       for (int r = 0; r < 4; ++r) acur[u][r] = anext[u][r];
     }
-    if (s + 1 < nsteps) load_step(s + 1);
+    if (PREFETCH && s + 1 < nsteps) load_step(s + 1);
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
 #pragma unroll
@@ -274,6 +278,6 @@ __device__ __forceinline__ void skinny_tc_body(const T* __restrict__ A, const T*
 //   extern "C" __global__ void __launch_bounds__(128) gemm_skinny_tc_<key>(const __half* A,
 //       const __half* B, __half* C, int M, int N, int K, float alpha, float beta, float* workspace,
 //       unsigned int* counters)
-//   { at_skinny_tc::skinny_tc_body<__half, 1, 4, 8, 2, 1, 1>(A, B, C, M, N, K, alpha, beta, workspace,
+//   { at_skinny_tc::skinny_tc_body<__half, 1, 4, 8, 2, 1, 1, 1>(A, B, C, M, N, K, alpha, beta, workspace,
 //     counters); }
 // with CLUSTER > 1 the declaration also carries __cluster_dims__(1, CLUSTER, 1).

@@ -177,16 +177,17 @@ def test_kernel_source_names_its_instance() -> None:
 
 # One config per feature: both dtypes, every load width, warps along N and K, every unroll, both policies.
 COMPILE_SAMPLE = [
-    ("float16", (16, 4096, 4096), dict(wn=1, kw=4, vec=8, unroll=2, policy=1, cluster=1)),
-    ("float16", (16, 4096, 4096), dict(wn=1, kw=2, vec=8, unroll=4, policy=2, cluster=1)),
-    ("bfloat16", (8, 14336, 14336), dict(wn=2, kw=8, vec=8, unroll=1, policy=1, cluster=1)),
-    ("float16", (3, 1001, 999), dict(wn=1, kw=2, vec=1, unroll=2, policy=1, cluster=1)),
-    ("bfloat16", (2, 1002, 999), dict(wn=4, kw=1, vec=2, unroll=2, policy=2, cluster=1)),
-    ("float16", (4, 1004, 999), dict(wn=1, kw=16, vec=4, unroll=1, policy=1, cluster=1)),
+    ("float16", (16, 4096, 4096), dict(wn=1, kw=4, vec=8, unroll=2, policy=1, prefetch=1, cluster=1)),
+    ("float16", (16, 4096, 4096), dict(wn=1, kw=2, vec=8, unroll=4, policy=2, prefetch=1, cluster=1)),
+    ("bfloat16", (8, 14336, 14336), dict(wn=2, kw=8, vec=8, unroll=1, policy=1, prefetch=1, cluster=1)),
+    ("float16", (3, 1001, 999), dict(wn=1, kw=2, vec=1, unroll=2, policy=1, prefetch=1, cluster=1)),
+    ("bfloat16", (2, 1002, 999), dict(wn=4, kw=1, vec=2, unroll=2, policy=2, prefetch=1, cluster=1)),
+    ("float16", (4, 1004, 999), dict(wn=1, kw=16, vec=4, unroll=1, policy=1, prefetch=1, cluster=1)),
+    ("float16", (16, 14336, 14336), dict(wn=1, kw=8, vec=4, unroll=2, policy=1, prefetch=0, cluster=1)),
     # Split-K in clusters of 2, 4 and 8 blocks.
-    ("float16", (16, 4096, 4096), dict(wn=1, kw=4, vec=8, unroll=2, policy=1, cluster=4)),
-    ("bfloat16", (2, 1002, 999), dict(wn=1, kw=2, vec=2, unroll=1, policy=2, cluster=2)),
-    ("float16", (8, 14336, 14336), dict(wn=2, kw=4, vec=8, unroll=1, policy=1, cluster=8)),
+    ("float16", (16, 4096, 4096), dict(wn=1, kw=4, vec=8, unroll=2, policy=1, prefetch=1, cluster=4)),
+    ("bfloat16", (2, 1002, 999), dict(wn=1, kw=2, vec=2, unroll=1, policy=2, prefetch=1, cluster=2)),
+    ("float16", (8, 14336, 14336), dict(wn=2, kw=4, vec=8, unroll=1, policy=1, prefetch=1, cluster=8)),
 ]
 
 

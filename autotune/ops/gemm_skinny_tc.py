@@ -62,7 +62,7 @@ def registers(c: Mapping[str, int]) -> int:
     vec 8): 32 accumulators, two steps of B (4 rows of 8 elements per slice: 16 words, more when
     loaded in narrow pieces) and of A (4 words per slice) in flight, and about 48 for the rest."""
     b_words = {1: 32, 2: 20}.get(c["vec"], 16)
-    return 48 + 32 + 2 * c["unroll"] * (b_words + 4)
+    return 48 + 32 + (1 + c["prefetch"]) * c["unroll"] * (b_words + 4)
 
 
 def shared_bytes(c: Mapping[str, int]) -> int:
@@ -108,6 +108,7 @@ def space(problem: Problem) -> Space:
             Param("vec", _vec_choices(problem)),
             Param("unroll", _UNROLLS),
             Param("policy", _POLICIES),
+            Param("prefetch", (0, 1)),
             Param("cluster", gemm.cluster_choices()),
             Param("split", _SPLITS, compiled=False),
         ),
@@ -124,14 +125,24 @@ def default_config(problem: Problem) -> Config:
         "vec": _vec_choices(problem)[-1],
         "unroll": 1,
         "policy": 1,
+        "prefetch": 1,
         "cluster": 1,
         "split": 1,
     }
 
 
-# Seed tilings (wn, kw, unroll, narrower): `narrower` loads 8 bytes instead of 16, which the H200
-# sweeps preferred on most goal shapes.
-_SEEDS = ((1, 4, 2, False), (1, 8, 1, False), (1, 8, 1, True), (1, 4, 4, True), (2, 4, 2, False))
+# Seed tilings (wn, kw, unroll, narrower, prefetch): `narrower` loads 8 bytes instead of 16, which
+# the H200 sweeps preferred on most goal shapes; without prefetch, 8 warps a block fit twice an SM.
+_SEEDS = (
+    (1, 4, 2, False, 1),
+    (1, 8, 1, False, 1),
+    (1, 8, 1, True, 1),
+    (1, 4, 4, True, 1),
+    (2, 4, 2, False, 1),
+    (1, 8, 1, True, 0),
+    (1, 8, 2, True, 0),
+    (1, 16, 1, True, 0),
+)
 
 
 def seed_configs(problem: Problem) -> list[Config]:
@@ -140,9 +151,10 @@ def seed_configs(problem: Problem) -> list[Config]:
     sampler's own picks."""
     seeds: list[Config] = []
     vecs = _vec_choices(problem)
-    for wn, kw, unroll, narrower in _SEEDS:
+    for wn, kw, unroll, narrower, prefetch in _SEEDS:
         vec = vecs[-2] if narrower and len(vecs) > 2 else vecs[-1]
-        base = {"wn": wn, "kw": kw, "vec": vec, "unroll": unroll, "policy": 1, "cluster": 1, "split": 1}
+        base = {"wn": wn, "kw": kw, "vec": vec, "unroll": unroll, "policy": 1, "prefetch": prefetch}
+        base.update(cluster=1, split=1)
         valid = space(problem).check
         for candidate in gemm.seed_splits(base, column_tiles(problem, base), _SPLITS, valid):
             if candidate not in seeds:
@@ -154,7 +166,7 @@ def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
     c = config
     return (
         f"gemm_skinny_tc_{problem.dtype}_n{c['wn']}_k{c['kw']}_v{c['vec']}_u{c['unroll']}_p{c['policy']}"
-        f"_c{c['cluster']}"
+        f"_f{c['prefetch']}_c{c['cluster']}"
     )
 
 
@@ -162,7 +174,7 @@ def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
     """A translation unit with one extern "C" instance of the template (a stable, unmangled name)."""
     c = config
     t = CUDA_TYPE[problem.dtype]
-    args = f"{t}, {c['wn']}, {c['kw']}, {c['vec']}, {c['unroll']}, {c['policy']}, {c['cluster']}"
+    args = f"{t}, {c['wn']}, {c['kw']}, {c['vec']}, {c['unroll']}, {c['policy']}, {c['cluster']}, {c['prefetch']}"
     call = f"at_skinny_tc::skinny_tc_body<{args}>(A, B, C, M, N, K, alpha, beta, workspace, counters)"
     name = kernel_name(problem, config)
     return gemm.instance_source(KERNEL_FILE, name, t, str(threads(c)), call, cluster=c["cluster"])
