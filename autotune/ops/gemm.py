@@ -11,7 +11,7 @@ tensor-core GPU, any shape).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import ModuleType
 
 from autotune.errors import AutotuneError
@@ -208,18 +208,29 @@ ENOUGH_BLOCKS = 1024
 SEED_BLOCKS = 264
 
 
-def seed_splits(
-    config: Config, tiles: int, splits: tuple[int, ...], check: Callable[[Config], str | None]
+def seed_vec(vecs: tuple[int, ...], narrower: bool) -> int:
+    """A skinny seed's load width: the widest the problem allows, or with `narrower` the next one
+    (8 bytes for 16-bit types), which the H200 sweeps often preferred."""
+    return vecs[-2] if narrower and len(vecs) > 2 else vecs[-1]
+
+
+def skinny_seeds(
+    tilings: Iterable[tuple[Config, int]], splits: tuple[int, ...], check: Callable[[Config], str | None]
 ) -> list[Config]:
-    """A skinny seed tiling (cluster 1) with the largest split that keeps its grid of `tiles` output
-    tiles within SEED_BLOCKS and passes `check` (the space's constraint), then the same tiling with
-    its splits reduced in a cluster, as many as one cluster holds; only those that pass `check`."""
-    split = max([s for s in splits if tiles * s <= SEED_BLOCKS and check({**config, "split": s}) is None] or [1])
-    through_memory = {**config, "cluster": 1, "split": split}
-    size = max([c for c in cluster_choices() if c <= split] or [1])
-    in_cluster = {**config, "cluster": size, "split": size}
-    candidates = [through_memory, in_cluster] if size > 1 else [through_memory]
-    return [c for c in candidates if check(c) is None]
+    """Seed configs of a skinny family from (tiling, output tiles) pairs: each tiling (cluster 1) with
+    the largest split that keeps its grid within SEED_BLOCKS and passes `check` (the space's
+    constraint), then the same tiling with its splits reduced in a cluster, as many as one cluster
+    holds; only those that pass `check`, each once."""
+    seeds: list[Config] = []
+    for config, tiles in tilings:
+        valid = [s for s in splits if tiles * s <= SEED_BLOCKS and check({**config, "split": s}) is None]
+        split = max(valid or [1])
+        size = max([c for c in cluster_choices() if c <= split] or [1])
+        candidates = [{**config, "cluster": 1, "split": split}]
+        if size > 1:
+            candidates.append({**config, "cluster": size, "split": size})
+        seeds += [c for c in candidates if check(c) is None and c not in seeds]
+    return seeds
 
 
 def rows_per_split(k: int, split: int, step: int) -> int:

@@ -169,19 +169,16 @@ _SEEDS = (
 def seed_configs(problem: Problem) -> list[Config]:
     """Tilings that keep about two blocks per SM of an H100/H200 busy, each also with its splits
     reduced in a cluster where they fit one; measured before the sampler's own picks."""
-    seeds: list[Config] = []
     check = space(problem).check
     vecs = _vec_choices(problem)
+    tilings = []
     for nt, kw, unroll, a_chunk, policy, narrower in _SEEDS:
-        vec = vecs[-2] if narrower and len(vecs) > 2 else vecs[-1]
+        vec = gemm.seed_vec(vecs, narrower)
         base = dict(default_config(problem), nt=nt, kw=kw, vec=vec, unroll=unroll, a_chunk=a_chunk, policy=policy)
-        if check(base) is not None:
-            continue
-        m_tiles, n_tiles = tiles(problem, base)
-        for candidate in gemm.seed_splits(base, m_tiles * n_tiles, _SPLITS, check):
-            if candidate not in seeds:
-                seeds.append(candidate)
-    return seeds
+        if check(base) is None:
+            m_tiles, n_tiles = tiles(problem, base)
+            tilings.append((base, m_tiles * n_tiles))
+    return gemm.skinny_seeds(tilings, _SPLITS, check)
 
 
 def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:

@@ -149,17 +149,14 @@ def seed_configs(problem: Problem) -> list[Config]:
     """Tilings that keep about two blocks' worth of loads in flight per SM of an H100/H200 (~264
     blocks), each also with its splits reduced in a cluster where they fit one; measured before the
     sampler's own picks."""
-    seeds: list[Config] = []
     vecs = _vec_choices(problem)
+    tilings = []
     for wn, kw, unroll, narrower, prefetch in _SEEDS:
-        vec = vecs[-2] if narrower and len(vecs) > 2 else vecs[-1]
+        vec = gemm.seed_vec(vecs, narrower)
         base = {"wn": wn, "kw": kw, "vec": vec, "unroll": unroll, "policy": 1, "prefetch": prefetch}
         base.update(cluster=1, split=1)
-        valid = space(problem).check
-        for candidate in gemm.seed_splits(base, column_tiles(problem, base), _SPLITS, valid):
-            if candidate not in seeds:
-                seeds.append(candidate)
-    return seeds
+        tilings.append((base, column_tiles(problem, base)))
+    return gemm.skinny_seeds(tilings, _SPLITS, space(problem).check)
 
 
 def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
