@@ -17,11 +17,13 @@ from autotune.fingerprint import GpuInfo, source_hash, toolchain
 from autotune.outcome import Outcome, Status
 from autotune.problem import DTYPES, ITEMSIZE, Problem
 from autotune.search import SAMPLERS, Budget, Measurer, Study, StudyResult
-from autotune.space import Config, config_key
+from autotune.space import Config, Space, config_key
 from autotune.store.rows import Provenance
 from autotune.worker.client import Worker, WorkerLost
 
 WARM_START_NEIGHBOURS = 3
+# Best configs of this very problem under an earlier kernel source, measured again first.
+EARLIER_BEST = 3
 
 
 class Progress(Protocol):
@@ -124,6 +126,12 @@ def _neighbour_configs(store: Any, gpu: str, problem: Problem, current: str) -> 
     return configs
 
 
+def _carried_forward(config: Config, space: Space, default: Config) -> Config:
+    """A config measured under an earlier kernel source, restated in today's parameters: a
+    parameter added since takes its default value, a parameter dropped since is left out."""
+    return {name: config.get(name, default[name]) for name in space.names}
+
+
 class Tuner:
     def __init__(
         self,
@@ -170,9 +178,16 @@ class Tuner:
             for row in self._store.completed_trials(problem_id, current)
             if not self._fresh_only or is_fresh(row, self.gpu)
         )
-        seeds = getattr(ops.for_problem(problem), "seed_configs", None)
+        op = ops.for_problem(problem)
+        seeds = getattr(op, "seed_configs", None)
         known = seeds(problem) if seeds else []
-        study.warm_start([*first, *known, *_neighbour_configs(self._store, self.gpu.name, problem, current)])
+        space, default = op.space(problem), op.default_config(problem)
+        earlier = [
+            _carried_forward(row.config, space, default)
+            for row in self._store.earlier_best(problem_id, current, EARLIER_BEST)
+        ]
+        neighbours = _neighbour_configs(self._store, self.gpu.name, problem, current)
+        study.warm_start([*first, *earlier, *neighbours, *known])
         self._progress.problem_started(problem, index, total, self._budget.trials)
         if study.result.reused < self._budget.trials:
             try:

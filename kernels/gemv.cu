@@ -8,80 +8,26 @@
 // ROWS rows per group share every x vector a thread loads; UNROLL independent steps keep several
 // loads in flight per thread; VEC elements per load (VEC * sizeof(T) <= 16 bytes); XSMEM stages the
 // block's slice of x in shared memory instead of reading it through the cache; POLICY picks the load
-// path for the streamed matrix (0: read-only cache, 1: evict-first streaming, 2: no L1 allocation with
-// a 256-byte L2 prefetch).
+// path for the streamed matrix (common.cuh: load_stream).
 //
-// Split-K: gridDim.y > 1 splits the reduction. Each block writes float partial sums to a workspace;
-// the last block of a row tile to finish (an atomic counter per tile) adds them in split order, so the
-// result is deterministic, writes y and resets the counter, leaving the workspace clean for the next
-// launch. gridDim.x may be smaller than the number of row tiles (a persistent grid): blocks stride.
+// Split-K: gridDim.y > 1 splits the reduction. With CLUSTER == 1 each block writes float partial sums
+// to a workspace; the last block of a row tile to finish (an atomic counter per tile) adds them in
+// split order, so the result is deterministic, writes y, and leaves the workspace and counter zero for
+// the next launch. With CLUSTER == gridDim.y (sm_90+, declared by the instance with __cluster_dims__)
+// the splits of a row tile are one thread-block cluster and add their partials through distributed
+// shared memory (common.cuh: cluster_sum): no workspace, no counters. gridDim.x may be smaller than the
+// number of row tiles (a persistent grid): blocks stride.
 //
 // Preconditions the tuner's constraints guarantee: VEC > 1 only when N % VEC == 0 and A, x are
 // 16-byte aligned; XSMEM only when the block's x slice fits the dynamic shared memory it is given.
 #pragma once
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <stdint.h>
+#include "common.cuh"
 
 namespace at_gemv {
 
-template <int BYTES> struct Raw;
-template <> struct Raw<16> { typedef uint4 type; };
-template <> struct Raw<8> { typedef uint2 type; };
-template <> struct Raw<4> { typedef unsigned int type; };
-template <> struct Raw<2> { typedef unsigned short type; };
-
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T> __device__ __forceinline__ T from_float(float v);
-template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-
-// Streamed-matrix loads. The matrix is read once, so keeping it out of L1 (and early out of L2)
-// leaves the caches to x; which variant is fastest depends on the card, so it is a tuning parameter.
-template <int POLICY> __device__ __forceinline__ uint4 load_a(const uint4* p) {
-  if (POLICY == 1) return __ldcs(p);
-  if (POLICY == 2) {
-    uint4 r;
-    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
-    return r;
-  }
-  return __ldg(p);
-}
-template <int POLICY> __device__ __forceinline__ uint2 load_a(const uint2* p) {
-  if (POLICY == 1) return __ldcs(p);
-  if (POLICY == 2) {
-    uint2 r;
-    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0,%1}, [%2];"
-                 : "=r"(r.x), "=r"(r.y) : "l"(p));
-    return r;
-  }
-  return __ldg(p);
-}
-template <int POLICY> __device__ __forceinline__ unsigned int load_a(const unsigned int* p) {
-  if (POLICY == 1) return __ldcs(p);
-  if (POLICY == 2) {
-    unsigned int r;
-    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.u32 %0, [%1];" : "=r"(r) : "l"(p));
-    return r;
-  }
-  return __ldg(p);
-}
-template <int POLICY> __device__ __forceinline__ unsigned short load_a(const unsigned short* p) {
-  if (POLICY == 1) return __ldcs(p);
-  if (POLICY == 2) {
-    unsigned short r;
-    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.u16 %0, [%1];" : "=h"(r) : "l"(p));
-    return r;
-  }
-  return __ldg(p);
-}
+using at_common::finish;
+using at_common::load_stream;
+using at_common::to_float;
 
 // acc += dot(a, x) over the VEC elements packed in two raw vectors.
 template <typename T, int VEC, typename V>
@@ -93,36 +39,61 @@ __device__ __forceinline__ float dot_packed(const V& a, const V& x, float acc) {
   return acc;
 }
 
-// Sum over the LANES consecutive lanes of a group (LANES <= 32, a power of two).
-template <int LANES> __device__ __forceinline__ float group_sum(float v) {
+// Sums each of a lane's R values over the W consecutive lanes of its group (W <= 32, R and W powers
+// of two). Instead of reducing every value over every step (R * log2 W shuffles), each of the first
+// S = min(log2 W, log2 R) steps hands half of the values to the partner lane and keeps the other
+// half: R - R / 2^S + (R / 2^S) * (log2 W - S) shuffles (6 instead of 20 for R = 4, W = 32).
+// Afterwards lane l owns rows_owned() = R / 2^S consecutive rows, starting at first_row_owned(l),
+// whose sums are v[0 .. R / 2^S); it is their writer when is_row_owner(l).
+constexpr int log2_exact(int v) { return v <= 1 ? 0 : 1 + log2_exact(v / 2); }
+
+template <int W, int R> struct RowReduce {
+  static constexpr int HALVINGS = log2_exact(W) < log2_exact(R) ? log2_exact(W) : log2_exact(R);
+  static constexpr int OWNED = R >> HALVINGS;    // rows a lane owns at the end
+  static constexpr int SHARING = W >> HALVINGS;  // lanes that end up with the same rows
+
+  static __device__ __forceinline__ void run(float (&v)[R], int lane) {
 #pragma unroll
-  for (int offset = LANES / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
+    for (int step = 0; step < HALVINGS; ++step) {
+      const int offset = W >> (step + 1);
+      const int half = R >> (step + 1);
+      const bool upper = lane & offset;
+#pragma unroll
+      for (int j = 0; j < half; ++j) {
+        const float send = upper ? v[j] : v[j + half];
+        const float keep = upper ? v[j + half] : v[j];
+        v[j] = keep + __shfl_xor_sync(0xffffffffu, send, offset);
+      }
+    }
+#pragma unroll
+    for (int offset = SHARING / 2; offset > 0; offset /= 2)
+#pragma unroll
+      for (int j = 0; j < OWNED; ++j) v[j] += __shfl_xor_sync(0xffffffffu, v[j], offset);
+  }
+  // The halving steps kept the upper half where the lane's bit was set: the lane's top HALVINGS
+  // bits (within the group), most significant first, number its block of OWNED rows.
+  static __device__ __forceinline__ int first_row_owned(int lane) { return (lane % W) / SHARING * OWNED; }
+  static __device__ __forceinline__ bool is_row_owner(int lane) { return lane % SHARING == 0; }
+};
 
-template <typename T>
-__device__ __forceinline__ T finish(float acc, float alpha, float beta, const T* y_old) {
-  // BLAS semantics: beta == 0 means y is not read, so whatever y held (even NaN) cannot leak in.
-  float out = alpha * acc;
-  if (beta != 0.0f) out = fmaf(beta, to_float(*y_old), out);
-  return from_float<T>(out);
-}
-
-template <typename T, int BLOCK, int LANES, int VEC, int UNROLL, int ROWS, int XSMEM, int POLICY>
+template <typename T, int BLOCK, int LANES, int VEC, int UNROLL, int ROWS, int XSMEM, int POLICY, int CLUSTER>
 __device__ __forceinline__ void gemv_body(const T* __restrict__ A, const T* __restrict__ x,
                                           T* __restrict__ y, int M, int N, float alpha, float beta,
                                           float* __restrict__ partial,
                                           unsigned int* __restrict__ counters) {
-  typedef typename Raw<VEC * sizeof(T)>::type V;
+  typedef typename at_common::Raw<VEC * sizeof(T)>::type V;
   static_assert(BLOCK % 32 == 0 && BLOCK % LANES == 0, "a block holds whole row groups and warps");
   static_assert(LANES <= 32 || LANES % 32 == 0, "groups wider than a warp are whole warps");
   constexpr int GROUPS = BLOCK / LANES;
   constexpr int ROWS_PER_BLOCK = GROUPS * ROWS;
   constexpr int WARPS_PER_GROUP = LANES > 32 ? LANES / 32 : 1;
   constexpr int STEP = LANES * UNROLL;
+  constexpr int WARP_LANES = LANES < 32 ? LANES : 32;  // lanes of a group inside one warp
+  typedef RowReduce<WARP_LANES, ROWS> Reduce;
 
   extern __shared__ __align__(16) unsigned char x_slice_raw[];
   __shared__ float cross_warp[LANES > 32 ? BLOCK / 32 * ROWS : 1];
+  __shared__ float cluster_part[CLUSTER > 1 ? ROWS_PER_BLOCK : 1];
   __shared__ bool last_block;
 
   const int tid = threadIdx.x;
@@ -147,7 +118,8 @@ __device__ __forceinline__ void gemv_body(const T* __restrict__ A, const T* __re
 
   const int tiles = (M + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const int row0 = tile * ROWS_PER_BLOCK + group * ROWS;
+    const int first_row = tile * ROWS_PER_BLOCK;
+    const int row0 = first_row + group * ROWS;
     const V* arow[ROWS];
     float acc[ROWS];
 #pragma unroll
@@ -167,7 +139,7 @@ __device__ __forceinline__ void gemv_body(const T* __restrict__ A, const T* __re
 #pragma unroll
       for (int r = 0; r < ROWS; ++r)
 #pragma unroll
-        for (int u = 0; u < UNROLL; ++u) ar[r][u] = load_a<POLICY>(arow[r] + v + u * LANES);
+        for (int u = 0; u < UNROLL; ++u) ar[r][u] = load_stream<POLICY>(arow[r] + v + u * LANES);
 #pragma unroll
       for (int u = 0; u < UNROLL; ++u)
 #pragma unroll
@@ -176,53 +148,67 @@ __device__ __forceinline__ void gemv_body(const T* __restrict__ A, const T* __re
     for (; v < len; v += LANES) {  // fewer than UNROLL steps left
       const V xr = XSMEM ? xs[v] : __ldg(xv + v);
 #pragma unroll
-      for (int r = 0; r < ROWS; ++r) acc[r] = dot_packed<T, VEC>(load_a<POLICY>(arow[r] + v), xr, acc[r]);
+      for (int r = 0; r < ROWS; ++r)
+        acc[r] = dot_packed<T, VEC>(load_stream<POLICY>(arow[r] + v), xr, acc[r]);
     }
     // The scalar tail N % VEC only exists when VEC == 1 is impossible, which the constraints rule out.
 
+    // Sum over the group's lanes inside each warp; then `emit(r, sum)` is called once for each of
+    // the group's rows r, by the thread that holds that row's full sum.
+    Reduce::run(acc, lane);
+    auto each_row = [&](auto emit) {
+      if (LANES <= 32) {
+        if (Reduce::is_row_owner(lane)) {
+          const int first = Reduce::first_row_owned(lane);
 #pragma unroll
-    for (int r = 0; r < ROWS; ++r) acc[r] = group_sum<(LANES < 32 ? LANES : 32)>(acc[r]);
-    bool writer = lane == 0;
-    if (LANES > 32) {
+          for (int j = 0; j < Reduce::OWNED; ++j) emit(first + j, acc[j]);
+        }
+        return;
+      }
       const int warp = tid / 32;
-      if (tid % 32 == 0) {
+      if (Reduce::is_row_owner(tid % 32)) {
+        const int first = Reduce::first_row_owned(tid % 32);
 #pragma unroll
-        for (int r = 0; r < ROWS; ++r) cross_warp[warp * ROWS + r] = acc[r];
+        for (int j = 0; j < Reduce::OWNED; ++j) cross_warp[warp * ROWS + first + j] = acc[j];
       }
       __syncthreads();
-      if (lane == 0) {
+      if (lane < ROWS) {  // lane r of the group adds row r over the group's warps
         const int first_warp = group * WARPS_PER_GROUP;
-#pragma unroll
-        for (int r = 0; r < ROWS; ++r) {
-          float s = 0.0f;
-          for (int w = 0; w < WARPS_PER_GROUP; ++w) s += cross_warp[(first_warp + w) * ROWS + r];
-          acc[r] = s;
-        }
+        float s = 0.0f;
+        for (int w = 0; w < WARPS_PER_GROUP; ++w) s += cross_warp[(first_warp + w) * ROWS + lane];
+        emit(lane, s);
       }
       __syncthreads();  // cross_warp is reused by the next tile
-    }
+    };
 
     if (splits == 1) {
-      if (writer) {
-#pragma unroll
-        for (int r = 0; r < ROWS; ++r)
-          if (row0 + r < M) y[row0 + r] = finish<T>(acc[r], alpha, beta, y + row0 + r);
-      }
+      each_row([&](int r, float s) {
+        if (row0 + r < M) y[row0 + r] = finish<T>(s, alpha, beta, y + row0 + r);
+      });
       continue;
     }
 
-    if (writer) {
-#pragma unroll
-      for (int r = 0; r < ROWS; ++r)
-        if (row0 + r < M) partial[(size_t)blockIdx.y * M + row0 + r] = acc[r];
+    const int tile_rows = min(ROWS_PER_BLOCK, M - first_row);
+    if (CLUSTER > 1) {
+      each_row([&](int r, float s) { cluster_part[group * ROWS + r] = s; });
+      at_common::cluster_sum<CLUSTER>(cluster_part, tile_rows, [&](int o, float s) {
+        y[first_row + o] = finish<T>(s, alpha, beta, y + first_row + o);
+      });
+      continue;
     }
+
+    each_row([&](int r, float s) {
+      if (row0 + r < M) partial[(size_t)blockIdx.y * M + row0 + r] = s;
+    });
     __threadfence();  // partials visible device-wide before this block is counted
     __syncthreads();
     if (tid == 0) last_block = atomicAdd(counters + tile, 1u) == (unsigned)(splits - 1);
     __syncthreads();
     if (last_block) {
-      const int first_row = tile * ROWS_PER_BLOCK;
-      for (int i = tid; i < ROWS_PER_BLOCK && first_row + i < M; i += BLOCK) {
+      // A plain loop, not common.cuh's batched sum_partials: its 32 registers of loads in flight
+      // would count against every instance (split is a launch parameter), costing the split-free
+      // configs occupancy. The workspace needs no zeroing: every launch overwrites what it reads.
+      for (int i = tid; i < tile_rows; i += BLOCK) {
         float s = 0.0f;
         for (int k = 0; k < splits; ++k) s += __ldcg(partial + (size_t)k * M + first_row + i);
         y[first_row + i] = finish<T>(s, alpha, beta, y + first_row + i);
@@ -236,4 +222,4 @@ __device__ __forceinline__ void gemv_body(const T* __restrict__ A, const T* __re
 
 // One instance, as the tuner generates it (see autotune/ops/gemv.py):
 //   extern "C" __global__ void __launch_bounds__(256) gemv_<key>(const __half* A, ...)
-//   { at_gemv::gemv_body<__half, 256, 32, 8, 2, 1, 0, 0>(A, x, y, M, N, alpha, beta, partial, counters); }
+//   { at_gemv::gemv_body<__half, 256, 32, 8, 2, 1, 0, 0, 1>(A, x, y, M, N, alpha, beta, partial, counters); }

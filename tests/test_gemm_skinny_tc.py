@@ -50,8 +50,10 @@ def test_source_hash_covers_the_shared_header() -> None:
 
     from autotune.paths import kernels_dir
 
+    text = (kernels_dir() / "gemm_simt.cu").read_bytes()
+    assert file_hash("gemm_simt.cu") == hashlib.sha256(b"gemm_simt.cu\0" + text).hexdigest()[:16]
     text = (kernels_dir() / "gemv.cu").read_bytes()
-    assert file_hash("gemv.cu") == hashlib.sha256(b"gemv.cu\0" + text).hexdigest()[:16]
+    assert file_hash("gemv.cu") != hashlib.sha256(b"gemv.cu\0" + text).hexdigest()[:16]  # includes common.cuh
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from autotune.ops import gemv
-from autotune.problem import Problem
+from autotune.problem import ITEMSIZE, Problem
 from autotune.space import config_key
 
 SHAPES = [(1, 1), (7, 7), (1001, 999), (4096, 8192), (256, 131072), (131072, 256)]
@@ -61,6 +61,39 @@ def test_split_k_workspace_and_counters() -> None:
     assert launch.workspace_floats == 16 * 256
     assert launch.counters == 256 // 4  # 4 warps of one row each per block
     assert gemv.launch(problem, gemv.DEFAULT_CONFIG, 132).workspace_floats == 0
+
+
+def test_cluster_split_needs_no_workspace() -> None:
+    problem = _problem(256, 131072)
+    config = dict(gemv.DEFAULT_CONFIG, split=8, cluster=8, vec=8)
+    assert gemv.space(problem).check(config) is None
+    launch = gemv.launch(problem, config, sm_count=132)
+    assert launch.grid[1] == 8 and launch.workspace_floats == 0 and launch.counters == 0
+    assert "__cluster_dims__(1, 8, 1)" in gemv.kernel_source(problem, config)
+    assert "__cluster_dims__" not in gemv.kernel_source(problem, gemv.DEFAULT_CONFIG)
+    reason = gemv.space(problem).check(dict(config, split=4))
+    assert reason is not None and "cluster=8" in reason and "split=4" in reason
+
+
+def test_cluster_sums_share_the_shared_memory_budget() -> None:
+    # 512 single-lane rows x 8 rows of float sums is 16 KiB; with x (over 32 KiB here) it does not fit.
+    problem = _problem(64, 16448, "float32")
+    config = dict(gemv.DEFAULT_CONFIG, block=512, lanes=1, rows=8, split=2, cluster=2, x_smem=1)
+    assert "48 KiB" in (gemv.space(problem).check(config) or "")
+    assert gemv.space(problem).check(dict(config, x_smem=0)) is None
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_seed_configs_are_valid_distinct_and_use_wide_loads(dtype: str) -> None:
+    for m, n in SHAPES:
+        problem = _problem(m, n, dtype)
+        seeds = gemv.seed_configs(problem)
+        assert seeds, (m, n)
+        assert len({config_key(c) for c in seeds}) == len(seeds)
+        for config in seeds:
+            assert gemv.space(problem).check(config) is None
+            if n % 8 == 0:
+                assert config["vec"] * ITEMSIZE[dtype] == 16
 
 
 def test_persistent_grid_is_capped_by_the_sm_count() -> None:

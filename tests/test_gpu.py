@@ -20,24 +20,31 @@ pytestmark = pytest.mark.gpu
 
 SHAPES = [(1, 1), (7, 7), (1001, 999), (4096, 8192), (333, 4104)]
 DTYPES = ["float32", "float16", "bfloat16"]
-# One config per family, with split-K and persistent grids among them.
+# One config per family, with split-K (through the workspace and in clusters), persistent grids and
+# more rows per group than lanes among them.
 FAMILY_CONFIGS = [
-    dict(block=128, lanes=1, vec=1, unroll=1, rows=1, x_smem=0, policy=0, split=1, persist=0),
-    dict(block=256, lanes=1, vec=8, unroll=2, rows=2, x_smem=1, policy=1, split=1, persist=1),
-    dict(block=64, lanes=4, vec=4, unroll=4, rows=2, x_smem=0, policy=2, split=2, persist=0),
-    dict(block=256, lanes=16, vec=2, unroll=4, rows=1, x_smem=0, policy=0, split=1, persist=2),
-    dict(block=256, lanes=32, vec=8, unroll=2, rows=2, x_smem=0, policy=2, split=1, persist=0),
-    dict(block=128, lanes=32, vec=8, unroll=2, rows=1, x_smem=1, policy=1, split=4, persist=1),
-    dict(block=256, lanes=64, vec=2, unroll=4, rows=4, x_smem=0, policy=2, split=1, persist=0),
-    dict(block=512, lanes=512, vec=8, unroll=1, rows=1, x_smem=1, policy=1, split=8, persist=0),
+    dict(block=128, lanes=1, vec=1, unroll=1, rows=1, x_smem=0, policy=0, split=1, cluster=1, persist=0),
+    dict(block=256, lanes=1, vec=8, unroll=2, rows=2, x_smem=1, policy=1, split=1, cluster=1, persist=1),
+    dict(block=64, lanes=1, vec=2, unroll=2, rows=8, x_smem=0, policy=0, split=2, cluster=2, persist=0),
+    dict(block=64, lanes=4, vec=4, unroll=4, rows=2, x_smem=0, policy=2, split=2, cluster=1, persist=0),
+    dict(block=256, lanes=8, vec=8, unroll=1, rows=8, x_smem=0, policy=2, split=1, cluster=1, persist=2),
+    dict(block=256, lanes=16, vec=2, unroll=4, rows=1, x_smem=0, policy=0, split=1, cluster=1, persist=2),
+    dict(block=256, lanes=16, vec=4, unroll=1, rows=8, x_smem=1, policy=1, split=4, cluster=4, persist=1),
+    dict(block=256, lanes=32, vec=8, unroll=2, rows=2, x_smem=0, policy=2, split=1, cluster=1, persist=0),
+    dict(block=128, lanes=32, vec=8, unroll=2, rows=1, x_smem=1, policy=1, split=4, cluster=1, persist=1),
+    dict(block=256, lanes=64, vec=2, unroll=4, rows=4, x_smem=0, policy=2, split=1, cluster=1, persist=0),
+    dict(block=128, lanes=64, vec=8, unroll=2, rows=2, x_smem=0, policy=1, split=8, cluster=8, persist=0),
+    dict(block=512, lanes=512, vec=8, unroll=1, rows=1, x_smem=1, policy=1, split=8, cluster=1, persist=0),
 ]
 
 
 def _fit(problem: Problem, config: dict[str, int]) -> dict[str, int] | None:
-    """The config with the widest vector and the largest split this shape allows, or None."""
+    """The config with the widest vector and the largest split this shape allows (a cluster shrinks
+    with its split), or None."""
     space = gemv.space(problem)
     for vec, split in itertools.product(sorted(space.choices()["vec"], reverse=True), (config["split"], 2, 1)):
-        candidate = dict(config, vec=min(vec, config["vec"]), split=split)
+        cluster = split if config["cluster"] > 1 else 1
+        candidate = dict(config, vec=min(vec, config["vec"]), split=split, cluster=cluster)
         if space.check(candidate) is None:
             return candidate
     return None
@@ -56,7 +63,7 @@ def test_every_family_is_correct(worker: Worker, shape: tuple[int, int], dtype: 
     gpu = worker.hello()
     worker.setup(problem, seed=sum(shape))
     configs = [c for c in (_fit(problem, c) for c in FAMILY_CONFIGS) if c is not None]
-    assert len(configs) >= 6
+    assert len(configs) >= 9
     with CompilePool() as pool:
         futures = [
             (

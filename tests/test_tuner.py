@@ -15,6 +15,8 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from autotune.fingerprint import GpuInfo, source_hash, toolchain
 from autotune.ops import gemv
 from autotune.outcome import Outcome, Status
@@ -31,6 +33,12 @@ SHAPE = Problem("gemv", "float16", 4096, 8192)
 NEARBY = Problem("gemv", "float16", 4096, 4096)
 # Planted failures by lanes: 1 kills the worker, 4 hangs, 8 computes garbage, 16 fails to launch.
 PLANTED = {1: Status.CRASHED, 4: Status.TIMEOUT, 8: Status.WRONG_RESULT, 16: Status.LAUNCH_ERROR}
+
+
+@pytest.fixture(autouse=True)
+def no_seeds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The orchestration tests count and order trials; GEMV's fixed seed configs are tested alone."""
+    monkeypatch.delattr(gemv, "seed_configs")
 
 
 class FakeWorker:
@@ -222,7 +230,7 @@ def test_a_crash_left_without_its_retry_is_retried_next_run(store: Store) -> Non
 def broken_kernels(problem: Problem, policy: int) -> frozenset[str]:
     """The kernel names of every compiled-parameter combination with this cache policy."""
     choices = gemv.space(problem).choices()
-    compiled = ("block", "lanes", "vec", "unroll", "rows", "x_smem")
+    compiled = ("block", "lanes", "vec", "unroll", "rows", "x_smem", "cluster")
     names = set()
     for values in itertools.product(*(choices[name] for name in compiled)):
         names.add(gemv.kernel_name(problem, {**dict(zip(compiled, values, strict=True)), "policy": policy}))
@@ -372,6 +380,38 @@ def test_retuning_under_a_new_driver_remeasures_instead_of_reusing(store: Store)
     assert stale_problems(store, new_driver, None, None) == []
     best = store.best(H200.name, SHAPE, source_hash(SHAPE))
     assert best is not None and best.driver == "999.1"
+
+
+def test_seed_configs_are_measured_before_the_sampler_picks(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.undo()  # the GEMV seeds back
+    seeds = gemv.seed_configs(SHAPE)
+    assert len(seeds) >= 4
+    worker = FakeWorker()
+    tune(store, worker, len(seeds) + 2)
+    assert worker.measured[: len(seeds)] == seeds
+
+
+def test_a_re_sweep_after_a_kernel_edit_measures_the_earlier_best_first(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tune(store, FakeWorker(), 12, SHAPE)
+    pid = store.problem_id(SHAPE, H200.name)
+    assert pid is not None
+    first, second = [t.config for t in store.trials(pid) if t.status is Status.OK][:2]
+    # Under an older kernel the best config lacked today's `cluster` and had a parameter since dropped.
+    old = {**first, "retired": 3}
+    del old["cluster"]
+    store.record_trial(
+        Provenance(pid, store.upsert_gpu(H200), "0ld50urce", toolchain(), H200.driver, H200.cuda),
+        old,
+        Outcome(Status.OK, time_us=0.5, times_us=[0.5]),
+    )
+    monkeypatch.setattr("autotune.tuner.source_hash", lambda problem: "n3w50urce")  # the kernel changes
+    worker = FakeWorker()
+    tune(store, worker, 3, SHAPE)
+    # The old best restated (cluster at its default, `retired` gone), then the next best of before.
+    assert first["cluster"] == 1
+    assert worker.measured[:2] == [first, second]
 
 
 def test_warm_start_borrows_the_same_shape_in_another_dtype(store: Store) -> None:

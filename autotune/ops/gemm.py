@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import ModuleType
 
 from autotune.errors import AutotuneError
-from autotune.ops.geometry import Launch
+from autotune.ops.geometry import Launch, cluster_choices
 from autotune.problem import ITEMSIZE, Problem
 from autotune.space import Config, Space
 
@@ -53,23 +53,6 @@ def wgmma_runs_here() -> bool:
 
     capabilities = local_compute_capabilities()
     return all(cc == "9.0" for cc in capabilities)
-
-
-def clusters_run_here() -> bool:
-    """Whether this machine's GPUs all have thread-block clusters (compute capability 9.0 and up), or
-    it has none, when answers are for the GPUs the shipped records come from (H100/H200)."""
-    from autotune.fingerprint import local_compute_capabilities
-
-    return all(int(cc.split(".")[0]) >= 9 for cc in local_compute_capabilities())
-
-
-# Blocks per cluster the skinny families may use: the portable sizes (a cluster of up to 8 blocks
-# runs on every sm_90 GPU); 1 means split-K through a workspace in global memory.
-CLUSTER_SIZES = (1, 2, 4, 8)
-
-
-def cluster_choices() -> tuple[int, ...]:
-    return CLUSTER_SIZES if clusters_run_here() else (1,)
 
 
 def unaligned_family(problem: Problem) -> ModuleType:

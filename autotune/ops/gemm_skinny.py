@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping
 
 from autotune.dtypes import CUDA_TYPE
-from autotune.ops import gemm
+from autotune.ops import gemm, geometry
 from autotune.ops.geometry import Launch
 from autotune.problem import ITEMSIZE, Problem
 from autotune.space import Config, Param, Space
@@ -127,7 +127,7 @@ def space(problem: Problem) -> Space:
             Param("unroll", _UNROLLS),
             Param("a_chunk", _A_CHUNKS),
             Param("policy", _POLICIES),
-            Param("cluster", gemm.cluster_choices()),
+            Param("cluster", geometry.cluster_choices()),
             Param("split", _SPLITS, compiled=False),
         ),
         constraint=constraint,

@@ -8,7 +8,7 @@ import math
 from collections.abc import Mapping
 
 from autotune.dtypes import CUDA_TYPE
-from autotune.ops import gemm
+from autotune.ops import gemm, geometry
 from autotune.ops.geometry import Launch
 from autotune.problem import Problem
 from autotune.space import Config, Param, Space
@@ -109,7 +109,7 @@ def space(problem: Problem) -> Space:
             Param("unroll", _UNROLLS),
             Param("policy", _POLICIES),
             Param("prefetch", (0, 1)),
-            Param("cluster", gemm.cluster_choices()),
+            Param("cluster", geometry.cluster_choices()),
             Param("split", _SPLITS, compiled=False),
         ),
         constraint=constraint,

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from autotune.dtypes import CUDA_TYPE
-from autotune.ops.geometry import Launch
+from autotune.ops.geometry import Launch, cluster_choices
 from autotune.problem import ITEMSIZE, Problem
 from autotune.space import Config, Param, Space
 
@@ -22,6 +22,7 @@ MAX_BYTES_IN_FLIGHT = 128  # per thread per step: past this, registers spill
 _BLOCKS = (64, 128, 256, 512)
 _LANES = (1, 4, 8, 16, 32, 64, 128, 256, 512)
 _VECS = (1, 2, 4, 8)
+_ROWS = (1, 2, 4, 8)
 _SPLITS = (1, 2, 4, 8, 16, 32)
 
 # Valid for every shape and dtype: one warp per row, scalar loads, no split.
@@ -33,6 +34,7 @@ DEFAULT_CONFIG: Config = {
     "rows": 1,
     "x_smem": 0,
     "policy": 0,
+    "cluster": 1,
     "split": 1,
     "persist": 0,
 }
@@ -74,6 +76,11 @@ def _per_split_vectors(problem: Problem, config: Mapping[str, int]) -> int:
     return math.ceil(per / config["lanes"]) * config["lanes"]
 
 
+def _cluster_sum_bytes(config: Mapping[str, int]) -> int:
+    """Static shared memory of a cluster's row sums: one float per row of the block's tile."""
+    return (config["block"] // config["lanes"]) * config["rows"] * 4 if config["cluster"] > 1 else 0
+
+
 def space(problem: Problem) -> Space:
     itemsize = ITEMSIZE[problem.dtype]
     vecs = tuple(v for v in _VECS if v * itemsize <= 16 and (v == 1 or problem.n % v == 0))
@@ -85,8 +92,11 @@ def space(problem: Problem) -> Space:
             return "more than 128 bytes in flight per thread (register spills)"
         if c["split"] > 1 and c["split"] * c["lanes"] > _vectors(problem, c["vec"]):
             return f"split={c['split']} leaves splits without a full step of {c['lanes']} lanes"
-        if c["x_smem"] and _per_split_vectors(problem, c) * c["vec"] * itemsize > MAX_SHARED_BYTES:
-            return "x slice does not fit 48 KiB of shared memory"
+        if c["cluster"] > 1 and c["split"] != c["cluster"]:
+            return f"cluster={c['cluster']} reduces exactly that many splits, not split={c['split']}"
+        x_bytes = _per_split_vectors(problem, c) * c["vec"] * itemsize if c["x_smem"] else 0
+        if x_bytes + _cluster_sum_bytes(c) > MAX_SHARED_BYTES:
+            return "x slice and cluster sums do not fit 48 KiB of shared memory"
         return None
 
     return Space(
@@ -95,9 +105,10 @@ def space(problem: Problem) -> Space:
             Param("lanes", _LANES),
             Param("vec", vecs),
             Param("unroll", (1, 2, 4)),
-            Param("rows", (1, 2, 4)),
+            Param("rows", _ROWS),
             Param("x_smem", (0, 1)),
             Param("policy", (0, 1, 2)),
+            Param("cluster", cluster_choices()),
             Param("split", _SPLITS, compiled=False),
             Param("persist", (0, 1, 2, 4), compiled=False),
         ),
@@ -105,11 +116,41 @@ def space(problem: Problem) -> Space:
     )
 
 
+# Configs measured first on every problem (those the problem allows), so that a sweep of 80 trials
+# starts from the shapes' known good regions instead of finding them by chance: short rows (a few
+# lanes and many rows per group, 16-byte loads), long rows (warps or blocks per row), and short wide
+# matrices (split-K, reduced in a cluster or through the workspace). Loads are 16 bytes; the widths
+# come from the H200 sweeps and scripts/try_configs.py runs (131072x256 float16: 18.8 us with the
+# first seed, 23.9 us with what 80 trials had found).
+_SEED_SHAPES: tuple[dict[str, int], ...] = (
+    dict(block=256, lanes=8, unroll=2, rows=4, policy=2, persist=2),
+    dict(block=512, lanes=16, unroll=1, rows=4, policy=2, persist=2),
+    dict(block=256, lanes=8, unroll=1, rows=8, policy=2, persist=2),
+    dict(block=128, lanes=128, unroll=4, rows=2, policy=1, persist=0),
+    dict(block=256, lanes=64, unroll=2, rows=2, policy=1, persist=0),
+    dict(block=256, lanes=256, unroll=2, rows=4, policy=1, persist=0),
+    dict(block=128, lanes=64, unroll=4, rows=1, policy=1, persist=0, split=8, cluster=8),
+    dict(block=64, lanes=64, unroll=4, rows=1, policy=1, persist=4, split=16),
+)
+
+
+def seed_configs(problem: Problem) -> list[Config]:
+    """The seeds this problem allows, with 16-byte loads (or the widest its N divides)."""
+    check = space(problem).check
+    vec = max(v for v in _VECS if v * ITEMSIZE[problem.dtype] <= 16 and problem.n % v == 0)
+    seeds = []
+    for shape in _SEED_SHAPES:
+        config = {**DEFAULT_CONFIG, "vec": vec, **shape}
+        if check(config) is None and config not in seeds:
+            seeds.append(config)
+    return seeds
+
+
 def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
     c = config
     return (
         f"gemv_{problem.dtype}_b{c['block']}_l{c['lanes']}_v{c['vec']}_u{c['unroll']}"
-        f"_r{c['rows']}_s{c['x_smem']}_p{c['policy']}"
+        f"_r{c['rows']}_s{c['x_smem']}_p{c['policy']}_c{c['cluster']}"
     )
 
 
@@ -118,11 +159,14 @@ def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
     c = config
     t = CUDA_TYPE[problem.dtype]
     template_args = (
-        f"{t}, {c['block']}, {c['lanes']}, {c['vec']}, {c['unroll']}, {c['rows']}, {c['x_smem']}, {c['policy']}"
+        f"{t}, {c['block']}, {c['lanes']}, {c['vec']}, {c['unroll']}, {c['rows']}, {c['x_smem']}, {c['policy']}, "
+        f"{c['cluster']}"
     )
+    # A cluster size fixed at compile time: PyCUDA's plain launch then runs the kernel in clusters.
+    clusters = f"__cluster_dims__(1, {c['cluster']}, 1) " if c["cluster"] > 1 else ""
     return (
         f'#include "{KERNEL_FILE}"\n'
-        f'extern "C" __global__ void __launch_bounds__({c["block"]})\n'
+        f'extern "C" __global__ void {clusters}__launch_bounds__({c["block"]})\n'
         f"{kernel_name(problem, config)}(const {t}* A, const {t}* x, {t}* y, int M, int N,\n"
         f"    float alpha, float beta, float* partial, unsigned int* counters) {{\n"
         f"  at_gemv::gemv_body<{template_args}>(A, x, y, M, N, alpha, beta, partial, counters);\n"
@@ -137,12 +181,13 @@ def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch
     grid_x = tiles if c["persist"] == 0 else min(tiles, c["persist"] * sm_count)
     shared = _per_split_vectors(problem, c) * c["vec"] * ITEMSIZE[problem.dtype] if c["x_smem"] else 0
     split = c["split"]
+    global_split = split > 1 and c["cluster"] == 1  # a cluster adds its splits in shared memory
     return Launch(
         grid=(grid_x, split, 1),
         block=(c["block"], 1, 1),
         shared_bytes=shared,
-        workspace_floats=split * problem.m if split > 1 else 0,
-        counters=tiles if split > 1 else 0,
+        workspace_floats=split * problem.m if global_split else 0,
+        counters=tiles if global_split else 0,
     )
 
 

@@ -12,3 +12,21 @@ class Launch:
     shared_bytes: int  # dynamic shared memory; above 48 KiB the launcher opts the kernel in first
     workspace_floats: int  # split-K partial sums (0 without split)
     counters: int  # split-K arrival counters, zero between launches (0 without split)
+
+
+def clusters_run_here() -> bool:
+    """Whether this machine's GPUs all have thread-block clusters (compute capability 9.0 and up), or
+    it has none, when answers are for the GPUs the shipped records come from (H100/H200)."""
+    from autotune.fingerprint import local_compute_capabilities
+
+    return all(int(cc.split(".")[0]) >= 9 for cc in local_compute_capabilities())
+
+
+# Blocks per cluster the streaming families (GEMV, skinny GEMM) may use: the portable sizes (a
+# cluster of up to 8 blocks runs on every sm_90 GPU); 1 means split-K through a workspace in global
+# memory.
+CLUSTER_SIZES = (1, 2, 4, 8)
+
+
+def cluster_choices() -> tuple[int, ...]:
+    return CLUSTER_SIZES if clusters_run_here() else (1,)

@@ -21,6 +21,7 @@ from autotune.store import records
 from autotune.store.database import Database, open_database
 from autotune.store.queries import (
     PROBLEM_ORDER,
+    TRIAL_ORDER,
     final_counts,
     find_problem,
     find_trial,
@@ -143,6 +144,19 @@ class Store:
             .where(orm.Trial.problem_id == problem_id, orm.Trial.source_hash == source_hash)
             .where(orm.Trial.status != Status.RUNNING)
             .order_by(orm.Trial.id)
+        )
+        with self.db.session_scope() as session:
+            return [trial_row(t) for t in session.scalars(stmt)]
+
+    def earlier_best(self, problem_id: int, source_hash: str, top: int) -> list[TrialRow]:
+        """The `top` fastest OK trials of the problem measured with another kernel source: after a
+        kernel edit, still the likeliest configs to be fast, so a re-sweep measures them first."""
+        stmt = (
+            select(orm.Trial)
+            .where(orm.Trial.problem_id == problem_id, orm.Trial.source_hash != source_hash)
+            .where(orm.Trial.status == Status.OK, orm.Trial.time_us.is_not(None))
+            .order_by(*TRIAL_ORDER)
+            .limit(top)
         )
         with self.db.session_scope() as session:
             return [trial_row(t) for t in session.scalars(stmt)]
