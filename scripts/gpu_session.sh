@@ -77,7 +77,7 @@ for name in "$@"; do
       python3 scripts/bench_gemv.py --trans --db "$DB" --out "$OUT" 2>&1 | tee "$OUT/bench-trans.log" | tail -62 ;;
     export)
       step export
-      python3 -c "import sys; from pathlib import Path; from autotune.store import open_store; print(open_store(sys.argv[1], import_shipped=False).export_records('$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)', Path(sys.argv[2]), top=3), 'records')" "$DB" "$OUT/records.jsonl" ;;
+      python3 -c "import sys; from pathlib import Path; from autotune.store import open_store; print(open_store(sys.argv[1], import_shipped=False).export_records('$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)', Path(sys.argv[2]), top=3, current_only=True), 'records')" "$DB" "$OUT/records.jsonl" ;;
     *) echo "unknown step $name"; exit 2 ;;
   esac
 done

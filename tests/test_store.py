@@ -371,6 +371,22 @@ def test_export_import_round_trip(store: Store, tmp_path: Path) -> None:
         assert again.read_text() == exported.read_text()  # deterministic, and nothing lost
 
 
+def test_export_of_current_sources_only(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # SHAPE's kernel is "src-now" and OTHER's changed since its one trial: a shipped file gets
+    # SHAPE's two fastest of today's source (not the faster stale one) and nothing of OTHER.
+    from autotune import fingerprint
+
+    fill(store)
+    monkeypatch.setattr(fingerprint, "source_hash", lambda problem: SRC if problem == SHAPE else "src-newer")
+    exported = tmp_path / "nvidia-h200.jsonl"
+    assert store.export_records(H200.name, exported, top=2, current_only=True) == 2
+    trials = [json.loads(line) for line in exported.read_text().splitlines()[1:]]
+    assert [(t["m"], t["config"], t["source_hash"]) for t in trials] == [
+        (4096, {"block": 2}, SRC),
+        (4096, {"block": 4}, SRC),
+    ]
+
+
 def test_export_unknown_gpu(store: Store, tmp_path: Path) -> None:
     with pytest.raises(AutotuneError, match="no GPU named 'NVIDIA B200'"):
         store.export_records("NVIDIA B200", tmp_path / "x.jsonl")

@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from autotune import paths
+from autotune import fingerprint, paths
 from autotune.errors import AutotuneError
 from autotune.fingerprint import GpuInfo, slugify
 from autotune.outcome import Status
@@ -99,8 +99,25 @@ def _write_atomically(path: Path, text: str) -> None:
         raise AutotuneError(f"cannot write records file {path}: {exc.strerror or exc}") from None
 
 
-def export_records(db: Database, gpu_name: str, path: Path, *, top: int = 3, source_hash: str | None = None) -> int:
-    """Write the GPU line, then the `top` fastest OK trials of each problem; returns the trial count."""
+_EVERY = 2**31 - 1  # a rank limit that keeps every trial
+
+
+def _problem_of(row: orm.Problem) -> Problem:
+    return Problem(row.op, row.dtype, row.m, row.n, row.k, row.trans)
+
+
+def export_records(
+    db: Database,
+    gpu_name: str,
+    path: Path,
+    *,
+    top: int = 3,
+    source_hash: str | None = None,
+    current_only: bool = False,
+) -> int:
+    """Write the GPU line, then the `top` fastest OK trials of each problem (with `current_only`,
+    among those measured with the problem's kernel source as it is now: what a shipped records file
+    must hold, since older ones never answer); returns the trial count."""
     if top < 1:
         raise AutotuneError(f"--top must be at least 1, got {top}")
     with db.session_scope() as session:
@@ -110,8 +127,16 @@ def export_records(db: Database, gpu_name: str, path: Path, *, top: int = 3, sou
         if gpu is None:
             raise AutotuneError(f"no GPU named {gpu_name!r} in {db.url}")
         lines = [_gpu_line(gpu)]
-        ranked = ranked_ok(session, problem_filters(gpu_name=gpu_name), source_hash, top=top)
-        lines += [_trial_line(problem, trial) for problem, trial in ranked]
+        filters = problem_filters(gpu_name=gpu_name)
+        if current_only:
+            kept: dict[int, int] = {}
+            for problem, trial in ranked_ok(session, filters, source_hash, top=_EVERY):
+                if trial.source_hash == fingerprint.source_hash(_problem_of(problem)) and kept.get(problem.id, 0) < top:
+                    kept[problem.id] = kept.get(problem.id, 0) + 1
+                    lines.append(_trial_line(problem, trial))
+        else:
+            ranked = ranked_ok(session, filters, source_hash, top=top)
+            lines += [_trial_line(problem, trial) for problem, trial in ranked]
     text = "".join(json.dumps(line, sort_keys=True, allow_nan=False) + "\n" for line in lines)
     _write_atomically(path, text)
     return len(lines) - 1

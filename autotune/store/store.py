@@ -262,9 +262,14 @@ class Store:
 
     # --- records files ---------------------------------------------------------------------------
 
-    def export_records(self, gpu_name: str, path: Path, *, top: int = 3, source_hash: str | None = None) -> int:
-        """Write the `top` fastest OK trials per problem of this GPU as JSON lines; returns how many."""
-        return records.export_records(self.db, gpu_name, path, top=top, source_hash=source_hash)
+    def export_records(
+        self, gpu_name: str, path: Path, *, top: int = 3, source_hash: str | None = None, current_only: bool = False
+    ) -> int:
+        """Write the `top` fastest OK trials per problem of this GPU as JSON lines (with `current_only`,
+        of each problem's current kernel source only); returns how many."""
+        return records.export_records(
+            self.db, gpu_name, path, top=top, source_hash=source_hash, current_only=current_only
+        )
 
     def import_records(self, path: Path) -> int:
         """Import a records file in one transaction; returns how many trials were new."""
