@@ -28,7 +28,7 @@ from autotune.worker.client import Worker
 
 PROBLEM = Problem("gemv", "float16", 2048, 2048)
 BODY = "  at_gemv::gemv_body"
-NAN_T = "at_gemv::from_float<{t}>(__int_as_float(0x7fffffff))"
+NAN_T = "at_common::from_float<{t}>(__int_as_float(0x7fffffff))"
 # Each block first waits a second of GPU time: long enough for the drill to kill the worker mid-measure.
 SLOW = (
     '  { unsigned long long t0, t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));\n'

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from autotune.compiler import CompileJob, CompilePool, cache_key, compile_kernel
+from autotune.dtypes import CUDA_TYPE
 from autotune.fingerprint import source_hash
 from autotune.ops import gemv
 from autotune.paths import kernels_dir
@@ -86,3 +87,20 @@ def test_compile_error_keeps_the_command_line(tmp_path: Path) -> None:
     result = compile_kernel(broken, tmp_path)
     assert not result.ok and result.cubin is None
     assert "nvcc" in result.message and "--cubin" in result.message and "error" in result.message
+
+
+def test_every_planted_fault_of_the_drill_compiles(tmp_path: Path) -> None:
+    """The fault drill (GPU only) rewrites kernel sources: each rewrite must still compile, or the
+    drill would record a compile error instead of the fault it plants."""
+    from autotune import drill
+
+    jobs = []
+    for fault in drill.FAULTS:
+        name, source = gemv.kernel_name(drill.PROBLEM, fault.config), gemv.kernel_source(drill.PROBLEM, fault.config)
+        faulty = fault.rewrite(source, CUDA_TYPE[drill.PROBLEM.dtype])
+        assert faulty != source, fault.kind
+        jobs.append(CompileJob(name, faulty, "sm_90", f"{source_hash(drill.PROBLEM)}:{fault.kind}"))
+    with CompilePool(cache_dir=tmp_path) as pool:
+        results = [f.result() for f in [pool.submit(job) for job in jobs]]
+    failures = [f"{fault.kind}: {r.message}" for fault, r in zip(drill.FAULTS, results, strict=True) if not r.ok]
+    assert not failures, failures[0]
