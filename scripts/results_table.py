@@ -1,4 +1,4 @@
-"""Print results/gemv_<gpu>.json as the Markdown table the README carries.
+"""Print results/gemv_<gpu>.json or results/gemm_<gpu>.json as the Markdown table the README carries.
 
 python scripts/results_table.py results/gemv_nvidia-h200.json
 """
@@ -9,6 +9,28 @@ import json
 import math
 import sys
 from pathlib import Path
+
+# The GEMM family a config belongs to, told by a parameter only that family has (checked in this
+# order: mma's parameters are all shared with another family).
+_FAMILY_BY_PARAM = {"occ": "simt", "layout": "wgmma", "nt": "skinny", "prefetch": "skinny_tc", "bm": "mma"}
+
+
+def gemm_table(report: dict[str, object]) -> str:
+    rows = report["rows"]
+    assert isinstance(rows, list)
+    lines = [
+        "| dtype | M | N | K | family | ours µs | cuBLAS µs | cuBLAS/ours | ours TFLOP/s | cuBLAS TFLOP/s | config |",
+        "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        family = next((f for key, f in _FAMILY_BY_PARAM.items() if key in r["config"]), "?")
+        config = " ".join(f"{k}={v}" for k, v in r["config"].items())
+        lines.append(
+            f"| {r['dtype']} | {r['m']} | {r['n']} | {r['k']} | {family} | {r['ours_us']:.2f} | "
+            f"{r['cublas_us']:.2f} | {r['ratio']:.2f} | {r['ours_tflops']:.1f} | {r['cublas_tflops']:.1f} | "
+            f"`{config}` |"
+        )
+    return "\n".join(lines)
 
 
 def table(report: dict[str, object]) -> str:
@@ -36,4 +58,5 @@ def table(report: dict[str, object]) -> str:
 
 
 if __name__ == "__main__":
-    print(table(json.loads(Path(sys.argv[1]).read_text())))
+    data = json.loads(Path(sys.argv[1]).read_text())
+    print(gemm_table(data) if data["rows"] and "k" in data["rows"][0] else table(data))
