@@ -116,13 +116,13 @@ def space(problem: Problem) -> Space:
     )
 
 
-# Configs measured first on every problem (those the problem allows), so that a sweep of 80 trials
-# starts from the shapes' known good regions instead of finding them by chance: short rows (a few
-# lanes and many rows per group, 16-byte loads), long rows (warps or blocks per row), and short wide
-# matrices (split-K, reduced in a cluster or through the workspace). Loads are 16 bytes; the widths
-# come from the H200 sweeps and scripts/try_configs.py runs (131072x256 float16: 18.8 us with the
-# first seed, 23.9 us with what 80 trials had found).
-_SEED_SHAPES: tuple[dict[str, int], ...] = (
+# Tilings measured first on every problem (those the problem allows, with 16-byte loads), so that a
+# sweep starts from the known good regions instead of finding them by chance: short rows (a few
+# lanes and many rows per group), long rows (warps or blocks per row), and short wide matrices
+# (split-K, reduced in a cluster or through the workspace). They come from the H200 sweeps and
+# scripts/try_configs.py runs (131072x256 float16: 18.8 us with the first, 23.9 us with what an
+# 80-trial sweep had found).
+_SEED_TILINGS: tuple[dict[str, int], ...] = (
     dict(block=256, lanes=8, unroll=2, rows=4, policy=2, persist=2),
     dict(block=512, lanes=16, unroll=1, rows=4, policy=2, persist=2),
     dict(block=256, lanes=8, unroll=1, rows=8, policy=2, persist=2),
@@ -139,8 +139,8 @@ def seed_configs(problem: Problem) -> list[Config]:
     check = space(problem).check
     vec = max(v for v in _VECS if v * ITEMSIZE[problem.dtype] <= 16 and problem.n % v == 0)
     seeds = []
-    for shape in _SEED_SHAPES:
-        config = {**DEFAULT_CONFIG, "vec": vec, **shape}
+    for tiling in _SEED_TILINGS:
+        config = {**DEFAULT_CONFIG, "vec": vec, **tiling}
         if check(config) is None and config not in seeds:
             seeds.append(config)
     return seeds

@@ -129,9 +129,12 @@ def export_records(
         lines = [_gpu_line(gpu)]
         filters = problem_filters(gpu_name=gpu_name)
         if current_only:
+            current: dict[int, str] = {}  # problem id -> its kernel source hash today
             kept: dict[int, int] = {}
             for problem, trial in ranked_ok(session, filters, source_hash, top=_EVERY):
-                if trial.source_hash == fingerprint.source_hash(_problem_of(problem)) and kept.get(problem.id, 0) < top:
+                if problem.id not in current:
+                    current[problem.id] = fingerprint.source_hash(_problem_of(problem))
+                if trial.source_hash == current[problem.id] and kept.get(problem.id, 0) < top:
                     kept[problem.id] = kept.get(problem.id, 0) + 1
                     lines.append(_trial_line(problem, trial))
         else:
