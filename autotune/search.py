@@ -7,6 +7,7 @@ twice), then warm-started with the best configs of the nearest tuned shapes.
 
 from __future__ import annotations
 
+import random
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -24,6 +25,12 @@ from autotune.space import Config, Space, config_key
 
 SAMPLERS = ("tpe", "random", "grid")
 QUARANTINE_AFTER = 2  # worker deaths or hangs before a config is never dispatched again
+# A model-based sampler can settle on configs it has already seen (or on invalid ones) and propose
+# nothing new for thousands of asks while most of the space is unexplored. After this many proposals
+# in a row that bring nothing new, a uniformly drawn unmeasured valid config is measured next (not
+# for the grid, which walks its points in order and knows when it is done).
+KICK_AFTER = 25
+_KICK_DRAWS = 2000  # random draws to find such a config before giving up on this kick
 _WORKER_FAULTS = (Status.CRASHED, Status.TIMEOUT)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -45,6 +52,7 @@ class StudyResult:
     reused: int = 0  # trials found in the database
     statuses: dict[str, int] = field(default_factory=dict)
     stopped: str = ""  # why the study ended
+    kicks: int = 0  # uniformly drawn configs measured because the sampler proposed nothing new
 
 
 class Measurer:
@@ -101,6 +109,7 @@ class Study:
             name: CategoricalDistribution(list(choices)) for name, choices in space.choices().items()
         }
         self._study = optuna.create_study(direction="minimize", sampler=make_sampler(sampler, space, seed))
+        self._rng = random.Random(seed)
         self._known: dict[str, Outcome] = {}
         self.result = StudyResult()
 
@@ -140,6 +149,7 @@ class Study:
         pending: deque[tuple[optuna.trial.Trial, Config, Future[CompileResult]]] = deque()
         asks, ask_cap = 0, 50 * max(remaining, 1) + 500
         since_improvement = 0
+        fruitless = 0  # proposals in a row that brought nothing new
         exhausted = False
         self.result.stopped = "budget reached"
         while True:
@@ -157,6 +167,15 @@ class Study:
                 queued = self._ask(pending)
                 if queued is not None:
                     pending.append(queued)
+                    fruitless = 0
+                    continue
+                fruitless += 1
+                if fruitless >= KICK_AFTER and not isinstance(self._study.sampler, _GridSampler):
+                    fruitless = 0
+                    fresh = self._unexplored(pending)
+                    if fresh is not None:
+                        self._study.enqueue_trial(fresh)
+                        self.result.kicks += 1
             if not pending:
                 if timed_out:
                     self.result.stopped = "timeout"
@@ -179,6 +198,17 @@ class Study:
                     self._study.tell(late_trial, state=TrialState.FAIL)
                 break
         return self.result
+
+    def _unexplored(self, pending: deque[tuple[optuna.trial.Trial, Config, Future[CompileResult]]]) -> Config | None:
+        """A valid config neither known nor pending, drawn uniformly (None if the draws find none)."""
+        choices = self.space.choices()
+        taken = {config_key(c) for _, c, _ in pending}
+        for _ in range(_KICK_DRAWS):
+            config = {name: self._rng.choice(values) for name, values in choices.items()}
+            key = config_key(config)
+            if key not in self._known and key not in taken and self.space.check(config) is None:
+                return config
+        return None
 
     def _exhausted(self) -> bool:
         """Only a grid knows it has no new point left; other samplers end at the ask cap."""

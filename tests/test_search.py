@@ -139,3 +139,19 @@ def test_the_api_knows_the_same_samplers() -> None:
     from autotune import api, search
 
     assert api.SAMPLERS == search.SAMPLERS
+
+
+def test_a_sampler_that_proposes_nothing_new_is_kicked_to_unexplored_configs() -> None:
+    # A space where 1 point in 16 is valid: TPE keeps proposing invalid or measured points. Without
+    # kicks it ran out of proposals after a handful of trials; with them the budget is measured.
+    space = Space(
+        params=(Param("a", tuple(range(16))), Param("b", tuple(range(16)))),
+        constraint=lambda c: None if c["a"] == c["b"] else "off the diagonal",
+    )
+    measurer = FakeMeasurer()
+    measurer.space = space
+    measurer.measure = lambda config, compiled: Outcome(Status.OK, time_us=1.0 + config["a"])  # type: ignore[method-assign]
+    study = Study(space, measurer, InstantPool(), sampler="tpe", seed=3)  # type: ignore[arg-type]
+    result = study.run(Budget(12))
+    assert result.measured == 12 and result.stopped == "budget reached", result.stopped
+    assert result.kicks > 0
