@@ -13,10 +13,9 @@ from autotune.compiler import CompileJob, compile_kernel
 from autotune.ops import gemm_simt
 from autotune.problem import Problem
 from autotune.space import Config, config_key
+from tests.limits import MAX_GRID, MAX_SHARED
 
 SHAPES = [(1, 1, 1), (1000, 1001, 999), (7, 4096, 13), (4096, 4096, 4096)]
-MAX_SHARED = 227 * 1024
-MAX_GRID = (2**31 - 1, 65535, 65535)
 # The configs known to be fast for large float32 GEMMs on Hopper/Ampere (CUTLASS SIMT, maxas-style):
 # 128x128 block tiles, 256 threads of 8x8, warp tiles 32x64 or 64x32, float4 loads, double buffered.
 CLASSIC: list[Config] = [

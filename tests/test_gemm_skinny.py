@@ -12,7 +12,7 @@ import pytest
 from autotune.compiler import CompileJob
 from autotune.ops import gemm_skinny as skinny
 from autotune.problem import Problem
-from autotune.space import config_key
+from tests.limits import assert_within_limits, distinct_configs
 from tests.nvcc import compile_all
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -28,8 +28,6 @@ SHAPES = [
     (1, 131072, 256),
     (3, 5, 2),
 ]
-MAX_SHARED = 227 * 1024
-MAX_GRID = (2**31 - 1, 65535, 65535)
 
 
 def _problem(m: int, n: int, k: int, dtype: str = "float16") -> Problem:
@@ -98,14 +96,9 @@ def test_split_never_leaves_a_split_empty() -> None:
 def test_every_config_gives_a_sane_launch(dtype: str) -> None:
     for m, n, k in [(16, 8192, 8192), (1, 8192, 8192), (1, 256, 131072), (13, 1000, 999)]:
         problem = _problem(m, n, k, dtype)
-        configs = list(skinny.space(problem))
-        assert 0 < len(configs) < 20_000, len(configs)
-        assert len({config_key(c) for c in configs}) == len(configs)
-        for config in _sample(configs):
+        for config in _sample(distinct_configs(skinny.space(problem), 20_000)):
             launch = skinny.launch(problem, config, sm_count=132)
-            assert launch.block[0] <= 1024 and launch.block[0] % 32 == 0
-            assert launch.shared_bytes <= MAX_SHARED
-            assert all(0 < g <= limit for g, limit in zip(launch.grid, MAX_GRID, strict=True))
+            assert_within_limits(launch)
             m_tiles, n_tiles = skinny.tiles(problem, config)
             assert m_tiles * config["mt"] >= m and n_tiles * config["nt"] * config["vec"] >= n
             assert launch.grid == (m_tiles * n_tiles, config["split"], 1)
@@ -115,9 +108,7 @@ def test_8192_cube_gives_a_launch_within_limits() -> None:
     """The shared geometry check: the family refuses m = 8192, but its launch arithmetic still holds."""
     problem = _problem(8192, 8192, 8192)
     for config in _sample(list(skinny.space(_problem(16, 8192, 8192)))):
-        launch = skinny.launch(problem, config, sm_count=132)
-        assert launch.block[0] <= 1024 and launch.shared_bytes <= MAX_SHARED
-        assert all(0 < g <= limit for g, limit in zip(launch.grid, MAX_GRID, strict=True))
+        assert_within_limits(skinny.launch(problem, config, sm_count=132))
 
 
 def test_split_k_workspace_and_counters() -> None:

@@ -16,13 +16,11 @@ from autotune.fingerprint import file_hash, source_hash
 from autotune.ops import gemm, gemm_skinny
 from autotune.ops import gemm_skinny_tc as tc
 from autotune.problem import Problem
-from autotune.space import config_key
+from tests.limits import assert_within_limits, distinct_configs
 from tests.nvcc import compile_all
 
 DTYPES = ("float16", "bfloat16")
 SHAPES = [(2, 1, 1), (16, 1001, 999), (7, 13, 5), (16, 4096, 4096), (4, 14336, 14336), (3, 5, 2), (16, 64, 131072)]
-MAX_SHARED = 227 * 1024
-MAX_GRID = (2**31 - 1, 65535, 65535)
 
 
 def _problem(m: int, n: int, k: int, dtype: str = "float16") -> Problem:
@@ -131,14 +129,9 @@ def test_constraints_name_the_problem() -> None:
 def test_every_config_gives_a_sane_launch(dtype: str) -> None:
     for m, n, k in [(16, 8192, 8192), (2, 8192, 8192), (16, 64, 131072), (13, 1000, 999)]:
         problem = _problem(m, n, k, dtype)
-        configs = list(tc.space(problem))
-        assert 0 < len(configs) < 10_000, len(configs)
-        assert len({config_key(c) for c in configs}) == len(configs)
-        for config in _sample(configs):
+        for config in _sample(distinct_configs(tc.space(problem), 10_000)):
             launch = tc.launch(problem, config, sm_count=132)
-            assert launch.block[0] <= 1024 and launch.block[0] % 32 == 0
-            assert launch.shared_bytes <= MAX_SHARED
-            assert all(0 < g <= limit for g, limit in zip(launch.grid, MAX_GRID, strict=True))
+            assert_within_limits(launch)
             assert launch.grid[0] * tc.columns(config) >= n
             assert (config["split"] - 1) * tc._per_split(problem, config) < k or config["split"] == 1
             if config["cluster"] > 1:

@@ -19,12 +19,12 @@ from autotune.ops import gemm, gemm_mma, gemm_wgmma, gemv
 from autotune.paths import kernels_dir
 from autotune.problem import Problem
 from autotune.space import Config, config_key
+from tests.limits import MAX_SHARED
 from tests.nvcc import compile_all
 
 # Shapes the family serves (k and n multiples of 8): tiny, tails in m, the goal shapes.
 SHAPES = [(1, 8, 8), (17, 24, 40), (1000, 1008, 1016), (4096, 4096, 4096), (8192, 8192, 8192), (64, 4096, 14336)]
 GRID_X_MAX = 2**31 - 1
-MAX_SHARED = 227 * 1024
 
 
 def _problem(m: int, n: int, k: int, dtype: str = "float16") -> Problem:
