@@ -165,8 +165,9 @@ class Tuner:
         problem_id = self._store.problem_id(problem, self.gpu.name)
         self._store.drop_unfinished(problem_id)
         measurer = self._measurer_type(self._store, self._worker, self.gpu, self._gpu_id, problem, problem_id)
+        op = ops.for_problem(problem)
         study = Study(
-            ops.for_problem(problem).space(problem),
+            op.space(problem),
             measurer,
             self._pool,
             sampler=self._sampler,
@@ -178,12 +179,11 @@ class Tuner:
             for row in self._store.completed_trials(problem_id, current)
             if not self._fresh_only or is_fresh(row, self.gpu)
         )
-        op = ops.for_problem(problem)
         seeds = getattr(op, "seed_configs", None)
         known = seeds(problem) if seeds else []
-        space, default = op.space(problem), op.default_config(problem)
+        default = op.default_config(problem)
         earlier = [
-            _carried_forward(row.config, space, default)
+            _carried_forward(row.config, study.space, default)
             for row in self._store.earlier_best(problem_id, current, EARLIER_BEST)
         ]
         neighbours = _neighbour_configs(self._store, self.gpu.name, problem, current)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import ModuleType
 
 from autotune.errors import AutotuneError
-from autotune.ops.geometry import Launch, cluster_choices
+from autotune.ops.geometry import Launch, cluster_choices, cluster_declaration
 from autotune.problem import ITEMSIZE, Problem
 from autotune.space import Config, Space
 
@@ -172,10 +172,9 @@ def instance_source(
     the kernel with thread-block clusters of that many blocks along the grid's y (the K splits), fixed
     at compile time so that a plain launch runs it in clusters."""
     t = cuda_type
-    clusters = f"__cluster_dims__(1, {cluster}, 1) " if cluster > 1 else ""
     return (
         f'#include "{kernel_file}"\n'
-        f'extern "C" __global__ void {clusters}__launch_bounds__({launch_bounds})\n'
+        f'extern "C" __global__ void {cluster_declaration(cluster)}__launch_bounds__({launch_bounds})\n'
         f"{name}(const {t}* A, const {t}* B, {t}* C, int M, int N, int K,\n"
         f"    float alpha, float beta, float* workspace, unsigned int* counters) {{\n"
         f"  {call};\n"

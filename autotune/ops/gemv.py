@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from autotune.dtypes import CUDA_TYPE
-from autotune.ops.geometry import Launch, cluster_choices
+from autotune.ops.geometry import Launch, cluster_choices, cluster_declaration
 from autotune.problem import ITEMSIZE, Problem
 from autotune.space import Config, Param, Space
 
@@ -162,11 +162,9 @@ def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
         f"{t}, {c['block']}, {c['lanes']}, {c['vec']}, {c['unroll']}, {c['rows']}, {c['x_smem']}, {c['policy']}, "
         f"{c['cluster']}"
     )
-    # A cluster size fixed at compile time: PyCUDA's plain launch then runs the kernel in clusters.
-    clusters = f"__cluster_dims__(1, {c['cluster']}, 1) " if c["cluster"] > 1 else ""
     return (
         f'#include "{KERNEL_FILE}"\n'
-        f'extern "C" __global__ void {clusters}__launch_bounds__({c["block"]})\n'
+        f'extern "C" __global__ void {cluster_declaration(c["cluster"])}__launch_bounds__({c["block"]})\n'
         f"{kernel_name(problem, config)}(const {t}* A, const {t}* x, {t}* y, int M, int N,\n"
         f"    float alpha, float beta, float* partial, unsigned int* counters) {{\n"
         f"  at_gemv::gemv_body<{template_args}>(A, x, y, M, N, alpha, beta, partial, counters);\n"

@@ -30,3 +30,9 @@ CLUSTER_SIZES = (1, 2, 4, 8)
 
 def cluster_choices() -> tuple[int, ...]:
     return CLUSTER_SIZES if clusters_run_here() else (1,)
+
+
+def cluster_declaration(cluster: int) -> str:
+    """The attribute that makes a plain launch (PyCUDA's cuLaunchKernel takes no cluster argument)
+    run an instance in clusters of `cluster` blocks along the grid's y, the K splits; "" for 1."""
+    return f"__cluster_dims__(1, {cluster}, 1) " if cluster > 1 else ""
