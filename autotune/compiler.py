@@ -94,10 +94,13 @@ def compile_kernel(job: CompileJob, cache_dir: Path | None = None) -> CompileRes
             return _failure(job, command, str(exc), start)
         if done.returncode != 0 or not output.is_file():
             return _failure(job, command, done.stderr or done.stdout, start)
-        # Atomic publish: a reader sees either no file or the whole cubin, even across processes.
-        staging = target.with_suffix(f".tmp{os.getpid()}")
-        shutil.copyfile(output, staging)
-        os.replace(staging, target)
+        # Atomic publish: a reader sees either no file or the whole cubin, even across processes. The
+        # staging name is unique: threads of one process may compile the same kernel at once (configs
+        # that differ only in launch parameters share a cubin).
+        handle, staging_name = tempfile.mkstemp(prefix=f"{key}.", suffix=".tmp", dir=target.parent)
+        os.close(handle)
+        shutil.copyfile(output, staging_name)
+        os.replace(staging_name, target)
     return CompileResult(job, target, "", time.perf_counter() - start, cached=False)
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
 
+from autotune import compiler
 from autotune.compiler import CompileJob, CompilePool, cache_key, compile_kernel
 from autotune.dtypes import CUDA_TYPE
 from autotune.fingerprint import source_hash
@@ -80,6 +82,26 @@ def test_cache_hit_and_key(tmp_path: Path) -> None:
     other = CompileJob(job.name, job.source, "sm_80", job.depends_hash)
     assert cache_key(other) != cache_key(job)
     assert cache_key(CompileJob(job.name, job.source, job.arch, "changed")) != cache_key(job)
+
+
+def test_one_kernel_compiled_by_two_threads_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Configs that differ only in launch parameters share a cubin, so a pool can compile one kernel
+    twice at the same time: both must publish it (a shared staging name once lost one copy)."""
+    both_staged = threading.Barrier(2, timeout=60)
+    real_copyfile = shutil.copyfile
+
+    def copy_then_wait(source: str, target: str) -> str:
+        copied = real_copyfile(source, target)
+        both_staged.wait()  # neither thread publishes before both have staged
+        return copied
+
+    monkeypatch.setattr(compiler.shutil, "copyfile", copy_then_wait)
+    job = _job(*SAMPLE[0])
+    with CompilePool(workers=2, cache_dir=tmp_path) as pool:
+        results = [future.result() for future in [pool.submit(job), pool.submit(job)]]
+    assert all(r.ok and not r.cached for r in results)
+    assert results[0].cubin == results[1].cubin and results[0].cubin is not None and results[0].cubin.is_file()
+    assert not list(tmp_path.rglob("*.tmp*"))
 
 
 def test_compile_error_keeps_the_command_line(tmp_path: Path) -> None:
