@@ -113,7 +113,6 @@ class Bench:
         torch.cuda.synchronize()
         a64, x64 = (a[0].double().t() if problem.trans else a[0].double()), x[0].double()
         max_error = _max_error(y.double(), a64 @ x64, a64.abs() @ x64.abs())
-        ours_us = statistics.median(self.timer.measure(ours, reps=reps))
         if problem.trans:  # cuBLAS on the transposed view, both ways torch offers it
             candidates = [
                 lambda i: torch.mv(a[i % copies].t(), x[i % copies], out=y),
@@ -124,7 +123,9 @@ class Bench:
                 lambda i: torch.mv(a[i % copies], x[i % copies], out=y),
                 lambda i: torch.nn.functional.linear(x[i % copies], a[i % copies]),
             ]
-        cublas_us = min(statistics.median(self.timer.measure(f, reps=reps)) for f in candidates)
+        ours_samples, *cublas_samples = self.timer.measure_interleaved([ours, *candidates], reps=reps)
+        ours_us = statistics.median(ours_samples)
+        cublas_us = min(statistics.median(samples) for samples in cublas_samples)
         moved = gemv.bytes_moved(problem)
         return BenchRow(
             problem.dtype,
@@ -160,10 +161,12 @@ class Bench:
         a64, b64 = a[0].double(), b[0].double()
         max_error = _max_error(c.double(), a64 @ b64, a64.abs() @ b64.abs())
         del a64, b64
-        ours_us = statistics.median(self.timer.measure(ours, reps=reps))
-        cublas_us = statistics.median(
-            self.timer.measure(lambda i: torch.mm(a[i % copies], b[i % copies], out=c), reps=reps)
-        )
+
+        def cublas(i: int) -> None:
+            torch.mm(a[i % copies], b[i % copies], out=c)
+
+        ours_samples, cublas_samples = self.timer.measure_interleaved([ours, cublas], reps=reps)
+        ours_us, cublas_us = statistics.median(ours_samples), statistics.median(cublas_samples)
         flops = gemm.flops(p)
         return GemmRow(
             p.dtype,

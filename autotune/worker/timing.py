@@ -46,6 +46,21 @@ class Timer:
 
     def measure(self, launch: Launcher, *, target_ms: float = 2.0, reps: int = 5) -> list[float]:
         """`reps` samples of time per call, each over enough calls to fill about `target_ms`."""
+        return self.measure_interleaved([launch], target_ms=target_ms, reps=reps)[0]
+
+    def measure_interleaved(
+        self, launches: list[Launcher], *, target_ms: float = 2.0, reps: int = 5
+    ) -> list[list[float]]:
+        """`reps` samples of each launcher's time per call, taken in turns (A, B, A, B, ...), so that
+        clocks drifting with power and heat during the run weigh on every launcher alike."""
+        calls = [self._calls_for(launch, target_ms) for launch in launches]
+        samples: list[list[float]] = [[] for _ in launches]
+        for _ in range(reps):
+            for launch, count, taken in zip(launches, calls, samples, strict=True):
+                taken.append(self.per_call_us(launch, count))
+        return samples
+
+    def _calls_for(self, launch: Launcher, target_ms: float) -> int:
+        """Calls a sample takes to fill about `target_ms` (8 at least, 200 at most)."""
         estimate = self.per_call_us(launch, 8)
-        calls = max(8, min(200, int(target_ms * 1000.0 / max(estimate, 0.5))))
-        return [self.per_call_us(launch, calls) for _ in range(reps)]
+        return max(8, min(200, int(target_ms * 1000.0 / max(estimate, 0.5))))
