@@ -3,9 +3,11 @@ take samples of our kernel and cuBLAS in turns, so clocks that drift during a ru
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from autotune.worker.timing import Timer
+from autotune.worker.timing import SUSTAINED_US, WARMUP_MS, Timer
 
 
 class _ScriptedTimer(Timer):
@@ -49,3 +51,13 @@ def test_every_launcher_gets_reps_samples(reps: int) -> None:
     timer = _ScriptedTimer({"ours": 50.0, "cublas": 40.0}, drift=0.0)
     samples = timer.measure_interleaved([ours, cublas, ours], reps=reps)
     assert [len(s) for s in samples] == [reps] * 3
+
+
+def test_long_calls_are_timed_after_a_warm_up() -> None:
+    """Calls of SUSTAINED_US or more run WARMUP_MS untimed first (clocks settle under load); shorter
+    ones do not pay for it."""
+    timer = _ScriptedTimer({"ours": 2000.0, "cublas": 100.0}, drift=0.0)
+    timer.measure_interleaved([ours, cublas], target_ms=2.0, reps=2)
+    warmup_calls = math.ceil(WARMUP_MS * 1000.0 / 2000.0)
+    assert timer.order == [("ours", 8), ("cublas", 8), ("ours", warmup_calls)] + [("ours", 8), ("cublas", 20)] * 2
+    assert SUSTAINED_US > 100.0  # so the 100 us launcher above had no warm-up
