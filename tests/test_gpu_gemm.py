@@ -22,7 +22,8 @@ from autotune.worker.client import Worker
 
 pytestmark = pytest.mark.gpu
 
-# (m, n, k): odd tails everywhere, tiny, skinny (M <= 16, on CUDA cores for float32 and M = 1, on
+# (m, n, k): odd tails everywhere (the wgmma family's, n and k multiples of 8: 257 x 384 x 4104 and
+# 1000 x 1000 x 1000), tiny, skinny (M <= 16, on CUDA cores for float32 and M = 1, on
 # tensor cores otherwise: M = 2, 3, 7, 12 and 16 cover rows g + 8 absent, partial and full) and one
 # larger aligned shape.
 GEMM_SHAPES = [
@@ -30,6 +31,7 @@ GEMM_SHAPES = [
     (7, 13, 5),
     (1000, 1001, 999),
     (257, 384, 4104),
+    (1000, 1000, 1000),
     (16, 4096, 4096),
     (3, 1001, 999),
     (2, 1001, 999),

@@ -2,8 +2,8 @@
 geometry, source.
 
 Built for sm_90a only (ARCH_SUFFIX): wgmma exists on compute capability 9.0 alone, and such a cubin
-loads on no other GPU. The dispatcher (gemm.family) does not pick this family yet; select it with
-gemm.family_named("wgmma") until scripts/check_wgmma.py has passed on a GPU.
+loads on no other GPU. The dispatcher (gemm.family) picks it for half-precision products with 16-byte
+rows on machines whose GPUs are all Hopper; scripts/check_wgmma.py checks its B layouts on a GPU.
 """
 
 from __future__ import annotations
