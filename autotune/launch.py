@@ -12,9 +12,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from autotune import ops
-from autotune.compiler import CompileJob, compile_kernel
+from autotune.compiler import compile_kernel
 from autotune.errors import AutotuneError
-from autotune.fingerprint import file_hash
 from autotune.gpu import DEFAULT_SHARED_LIMIT, Kernels, Scratch, context, device_info, opt_in_shared
 from autotune.ops import gemm
 from autotune.problem import ITEMSIZE, Problem
@@ -107,12 +106,7 @@ class Launcher:
         return self._functions[key]
 
     def _load(self, op: Any, problem: Problem, config: Config) -> Any:
-        job = CompileJob(
-            op.kernel_name(problem, config),
-            op.kernel_source(problem, config),
-            op.compile_arch(problem, self.gpu.arch),
-            file_hash(op.kernel_file(problem)),
-        )
+        job = ops.compile_job(problem, config, self.gpu.arch)
         compiled = compile_kernel(job)
         if compiled.cubin is None:
             raise AutotuneError(f"compiling {job.name} failed: {compiled.message.splitlines()[0]}")

@@ -65,17 +65,11 @@ class StoreMeasurer(Measurer):
     ) -> None:
         self._store, self._worker, self._gpu, self._gpu_id = store, worker, gpu, gpu_id
         self._problem, self._problem_id = problem, problem_id
-        self._op = ops.for_problem(problem)
         self._source_hash = source_hash(problem)
         self._where = Provenance(problem_id, gpu_id, self._source_hash, toolchain(), gpu.driver, gpu.cuda)
 
     def compile_job(self, config: Config) -> CompileJob:
-        return CompileJob(
-            name=self._op.kernel_name(self._problem, config),
-            source=self._op.kernel_source(self._problem, config),
-            arch=self._op.compile_arch(self._problem, self._gpu.arch),
-            depends_hash=self._source_hash,
-        )
+        return ops.compile_job(self._problem, config, self._gpu.arch)
 
     def crashes(self, config: Config) -> int:
         return int(self._store.crash_count(self._problem_id, config_key(config), self._source_hash))

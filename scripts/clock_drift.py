@@ -18,8 +18,7 @@ from dataclasses import replace
 
 from autotune import api, ops
 from autotune.bench import Bench
-from autotune.compiler import CompileJob, CompilePool
-from autotune.fingerprint import file_hash
+from autotune.compiler import CompilePool
 from autotune.launch import describe
 
 REST_S = 3.0  # idle seconds before each series: long enough for the clocks to recover
@@ -40,19 +39,9 @@ def main() -> int:
     torch, gpu = bench.torch, bench.launcher.gpu
     selected = api.best("gemm", args.m, args.n, args.k, dtype=args.dtype, gpu=gpu.name)
     problem = selected.problem
-    op = ops.for_problem(problem)
     configs = [json.loads(c) for c in args.config]
     with CompilePool() as pool:
-        jobs = [
-            CompileJob(
-                op.kernel_name(problem, c),
-                op.kernel_source(problem, c),
-                op.compile_arch(problem, gpu.arch),
-                file_hash(op.kernel_file(problem)),
-            )
-            for c in configs
-        ]
-        for future in [pool.submit(job) for job in jobs]:
+        for future in [pool.submit(ops.compile_job(problem, c, gpu.arch)) for c in configs]:
             future.result()
     kind = getattr(torch, args.dtype)
     a = torch.rand(args.m, args.k, device="cuda", dtype=kind) * 2 - 1

@@ -16,8 +16,7 @@ from dataclasses import replace
 
 from autotune import api, ops
 from autotune.bench import Bench
-from autotune.compiler import CompileJob, CompilePool
-from autotune.fingerprint import file_hash
+from autotune.compiler import CompilePool
 from autotune.select import Choice
 
 
@@ -57,16 +56,7 @@ def main() -> int:
         else:
             configs.append(config)
     with CompilePool() as pool:
-        jobs = [
-            CompileJob(
-                op.kernel_name(problem, c),
-                op.kernel_source(problem, c),
-                op.compile_arch(problem, gpu.arch),
-                file_hash(op.kernel_file(problem)),
-            )
-            for c in configs
-        ]
-        for future in [pool.submit(job) for job in jobs]:
+        for future in [pool.submit(ops.compile_job(problem, c, gpu.arch)) for c in configs]:
             future.result()
     print(f"{problem} on {gpu.name}: selected {selected.source} {json.dumps(selected.config)}")
     for config in configs:

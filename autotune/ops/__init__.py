@@ -9,8 +9,10 @@ kernel families by dtype and shape).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import ModuleType
 
+from autotune.compiler import CompileJob
 from autotune.errors import AutotuneError
 from autotune.ops import gemm, gemv
 from autotune.problem import Problem
@@ -32,3 +34,17 @@ def for_problem(problem: Problem) -> ModuleType:
 
         return gemv_t
     return get(problem.op)
+
+
+def compile_job(problem: Problem, config: Mapping[str, int], gpu_arch: str) -> CompileJob:
+    """The nvcc job that builds this config's kernel for a GPU of `gpu_arch` (e.g. "sm_90"), keyed by
+    the kernel source file's hash so that a cubin of an older source is never reused."""
+    from autotune.fingerprint import source_hash  # it imports this package: resolved at call time
+
+    op = for_problem(problem)
+    return CompileJob(
+        op.kernel_name(problem, config),
+        op.kernel_source(problem, config),
+        op.compile_arch(problem, gpu_arch),
+        source_hash(problem),
+    )
