@@ -106,7 +106,7 @@ class Launcher:
         return self._functions[key]
 
     def _load(self, op: Any, problem: Problem, config: Config) -> Any:
-        job = ops.compile_job(problem, config, self.gpu.arch)
+        job = ops.compile_job(problem, config, self.gpu.arch, op)
         compiled = compile_kernel(job)
         if compiled.cubin is None:
             raise AutotuneError(f"compiling {job.name} failed: {compiled.message.splitlines()[0]}")

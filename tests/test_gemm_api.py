@@ -174,6 +174,13 @@ def test_wgmma_problems_run_unaligned_arrays_on_the_mma_family() -> None:
     assert op.compile_arch(SQUARE, "sm_80") == "sm_80"  # mma runs on any tensor-core GPU
     assert "gemm_mma" in op.kernel_source(SQUARE, config)
     assert op.launch(SQUARE, config, 132).grid[0] > 0
+    # Its nvcc job is keyed by the mma source, not by the wgmma source the problem's own op uses (a
+    # shared helper once keyed, and built, the problem's own family whatever the launcher asked).
+    own = ops.compile_job(SQUARE, gemm.default_config(SQUARE), "sm_90")
+    stand_in = ops.compile_job(SQUARE, config, "sm_90", op)
+    assert own.depends_hash == source_hash(SQUARE) != stand_in.depends_hash
+    assert stand_in.name.startswith("gemm_mma") and stand_in.arch == "sm_90"
+    assert own.name.startswith("gemm_wgmma") and own.arch == "sm_90a"
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])

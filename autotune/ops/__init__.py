@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import ModuleType
+from typing import Any
 
 from autotune.compiler import CompileJob
 from autotune.errors import AutotuneError
+from autotune.fingerprint import file_hash
 from autotune.ops import gemm, gemv
 from autotune.problem import Problem
 
@@ -36,15 +38,14 @@ def for_problem(problem: Problem) -> ModuleType:
     return get(problem.op)
 
 
-def compile_job(problem: Problem, config: Mapping[str, int], gpu_arch: str) -> CompileJob:
+def compile_job(problem: Problem, config: Mapping[str, int], gpu_arch: str, op: Any = None) -> CompileJob:
     """The nvcc job that builds this config's kernel for a GPU of `gpu_arch` (e.g. "sm_90"), keyed by
-    the kernel source file's hash so that a cubin of an older source is never reused."""
-    from autotune.fingerprint import source_hash  # it imports this package: resolved at call time
-
-    op = for_problem(problem)
+    the kernel source file's hash so that a cubin of an older source is never reused. `op` is the
+    problem's own op module unless given (the launcher runs unaligned arrays in another family)."""
+    op = op or for_problem(problem)
     return CompileJob(
         op.kernel_name(problem, config),
         op.kernel_source(problem, config),
         op.compile_arch(problem, gpu_arch),
-        source_hash(problem),
+        file_hash(op.kernel_file(problem)),
     )
