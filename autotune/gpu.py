@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import atexit
 import functools
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from autotune import tma
 from autotune.errors import AutotuneError
 from autotune.fingerprint import GpuInfo, LocalGpu, cuda_release, local_gpus
 
@@ -118,6 +122,38 @@ class Scratch:
             cuda.memset_d32(self._counters, 0, counters)
             self._counter_count = counters
         return self._workspace or 0, self._counters or 0
+
+
+class TensorMapSlots:
+    """Device copies of TMA kernels' tensor maps (see autotune/tma.py): one slot of a device slab per
+    (boxes, dtype, sizes, A, B), since the maps hold the arrays' addresses. Callers that rotate
+    through several copies of their operands (the tuner, benchmarks) find every pair's maps ready.
+    When the slots run out, the least recently used is rewritten: a synchronous host-to-device copy
+    goes through the legacy default stream, where the kernels run too, so it waits for any launch
+    still reading the old maps."""
+
+    SLOTS = 256
+
+    def __init__(self) -> None:
+        self._slab: Any = None
+        self._slots: OrderedDict[tuple[Any, ...], int] = OrderedDict()
+
+    def get(self, maps: tma.OperandMaps, dtype: str, sizes: tuple[int, int, int], a: int, b: int) -> int:
+        """The device address of the maps of A (m x k) at `a` and B (k x n) at `b`; sizes = (m, n, k)."""
+        key = (maps, dtype, sizes, a, b)
+        index = self._slots.get(key)
+        if index is not None:
+            self._slots.move_to_end(key)
+            return int(self._slab) + index * maps.nbytes
+        cuda = driver()
+        if self._slab is None:
+            self._slab = cuda.mem_alloc(self.SLOTS * maps.nbytes)
+        index = len(self._slots) if len(self._slots) < self.SLOTS else self._slots.popitem(last=False)[1]
+        data = tma.encode_operands(maps, dtype, *sizes, a, b)
+        address = int(self._slab) + index * maps.nbytes
+        cuda.memcpy_htod(address, np.frombuffer(data, dtype=np.uint8))
+        self._slots[key] = index
+        return address
 
 
 def opt_in_shared(function: Any, shared_bytes: int) -> None:

@@ -16,13 +16,22 @@
 //             blocks resident at one time share a few A and B panels in L2 (1: plain row-major order)
 //   LAYOUT    how B's stage is laid out and described to wgmma (see LayoutB); the GPU check
 //             (scripts/check_wgmma.py) runs every variant, the tuner only the one expected correct
+//   TMA       how stages are filled: 0 by every thread's cp.async (16 bytes each), 1 by the tensor
+//             memory accelerator (cp.async.bulk.tensor, issued by one thread, completing on an
+//             mbarrier per stage); TMA needs LAYOUT 0, whose bytes are what its 128-byte swizzle writes
 //
 // Requirements the Python side checks (autotune/ops/gemm_wgmma.py): K % 8 == 0 and N % 8 == 0, and A and
 // B 16-byte aligned, so every 16-byte piece of a row of A or B is wholly inside or wholly outside the
-// matrix; pieces outside (M, N and K tails) are zero filled by cp.async (src-size 0). C needs nothing.
+// matrix; pieces outside (M, N and K tails) are zero filled by cp.async (src-size 0), or by the TMA,
+// which fills every element outside the tensor with zeros. C needs nothing.
+//
+// TMA instances read two tensor maps (CUtensorMap, 128 bytes each, made on the host by
+// cuTensorMapEncodeTiled: autotune/tma.py) from global memory at `workspace`: A's (a box of BK x BM,
+// swizzled like A's stage) at byte 0 and B's (a box of 64 x BK, one 64-column atom) at byte 128. The
+// maps hold A's and B's addresses, so the caller writes them for the arrays it passes.
 //
 // Dynamic shared memory (the Python module mirrors it):
-//   SHARED_BYTES = STAGES * (BM * BK + BK * BN) * sizeof(T) + 1024
+//   SHARED_BYTES = STAGES * (BM * BK + BK * BN) * sizeof(T) + 1024 (+ 8 * STAGES with TMA: mbarriers)
 // The 1024 bytes let the kernel round its base up to 1024: a 128-byte swizzle repeats every 8 rows of
 // 128 bytes and the hardware swizzles on address bits, so every 8-row atom must start 1024-aligned.
 //
@@ -40,13 +49,20 @@
 // (128 contiguous bytes, k-row r % 8 at 16 * (r % 8)), n-groups 128 bytes apart, k-groups BN * 16.
 // Which descriptor field holds which distance is where sources disagree in wording; see LayoutB.
 //
-// Pipeline (one block per output tile, every thread both loads and multiplies):
+// cp.async pipeline (TMA 0; one block per output tile, every thread both loads and multiplies):
 //   iteration kt: wait for this thread's copies of tile kt, fence.proxy.async (cp.async writes are
 //   generic-proxy writes; wgmma reads shared memory through the async proxy), __syncthreads (everyone's
 //   copies; and every warpgroup has passed wgmma.wait_group 1 of iteration kt - 1, so the wgmmas of tile
 //   kt - 2 are done), issue the copies of tile kt + STAGES - 2 into the stage tile kt - 2 used, then
 //   wgmma.fence, the wgmmas of tile kt, commit, and wgmma.wait_group 1 (tile kt - 1 done), so one
 //   group of wgmmas is always queued behind the running one across the barrier.
+//
+// TMA pipeline: thread 0 fills all STAGES stages up front (an expect-tx arrive and the copies of a
+// tile on the stage's "full" mbarrier). Iteration kt: wait for full[kt % STAGES] (phase kt / STAGES),
+// wgmma.fence, the wgmmas of tile kt, commit, wgmma.wait_group 1 (tile kt - 1 done in this warpgroup),
+// __syncthreads (in every warpgroup), then thread 0 refills tile kt - 1's stage with tile
+// kt - 1 + STAGES. So STAGES - 1 tiles are loading while one is multiplied, and no thread issues
+// per-byte copy instructions.
 //
 // Grid: x = tiles_m * tiles_n (one block per output tile, remapped by SWIZZLE). No split-K, so the
 // workspace and counters arguments are unused.
@@ -199,6 +215,41 @@ template <int PENDING> __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory");
 }
 
+// mbarrier and bulk tensor copy (TMA) helpers. An mbarrier here counts one arrival (thread 0's
+// expect-tx) plus the bytes the copies of its stage deliver; its phase flips when both are in.
+__device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+// Makes the initialized mbarriers visible to the copy engine (the async proxy) and the other threads
+// (with the barrier that follows).
+__device__ __forceinline__ void fence_mbarrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;" ::: "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+// Spins until the mbarrier's phase with this parity has completed.
+__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// Copies the box at (c0, c1) (innermost coordinate first, in elements) of the tensor `map` describes
+// into shared memory at dst, swizzled as the map says, and adds its bytes to mbarrier bar.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* map, uint32_t bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
+          dst),
+      "l"(map), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void prefetch_tensor_map(const void* map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
+}
+
 // Shared-memory matrix descriptor of wgmma (PTX ISA, "matrix descriptor"): bits 0-13 start address,
 // 16-29 leading byte offset, 32-45 stride byte offset (all three in 16-byte units), 62-63 swizzle
 // (0 none, 1 128-byte, 2 64-byte). Base offset (bits 49-51) stays 0: every swizzle atom starts
@@ -299,7 +350,7 @@ __device__ __forceinline__ void store_pair(T* __restrict__ C, int M, int N, int 
   p[1] = P::from_float(o1);
 }
 
-template <typename T, int BM, int BN, int BK, int WGS, int STAGES, int SWIZZLE, int LAYOUT>
+template <typename T, int BM, int BN, int BK, int WGS, int STAGES, int SWIZZLE, int LAYOUT, int TMA>
 __device__ __forceinline__ void gemm_wgmma_body(const T* __restrict__ A, const T* __restrict__ B,
                                                 T* __restrict__ C, int M, int N, int K, float alpha, float beta,
                                                 float* __restrict__ workspace, unsigned int* __restrict__ counters) {
@@ -308,6 +359,8 @@ __device__ __forceinline__ void gemm_wgmma_body(const T* __restrict__ A, const T
   static_assert(BM % (64 * WGS) == 0, "each warpgroup owns whole m64 slices");
   static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma N of 64, 128 or 256");
   static_assert(STAGES >= 3, "one stage loading, one multiplied, one held by the wgmma in flight");
+  static_assert(TMA == 0 || TMA == 1, "cp.async (0) or the tensor memory accelerator (1)");
+  static_assert(TMA == 0 || LAYOUT == 0, "the TMA writes B's stage in LAYOUT 0 (128-byte swizzled atoms)");
   constexpr int THREADS = 128 * WGS;
   constexpr int WG_M = BM / WGS;  // rows of the tile a warpgroup owns
   constexpr int MT = WG_M / 64;   // its m64 slices
@@ -317,7 +370,6 @@ __device__ __forceinline__ void gemm_wgmma_body(const T* __restrict__ A, const T
   constexpr int B_STAGE_BYTES = BK * BN * (int)sizeof(T);
   typedef LayoutA<BK> LA;
   typedef LayoutB<BN, BK, LAYOUT> LB;
-  (void)workspace;
   (void)counters;
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -331,38 +383,6 @@ __device__ __forceinline__ void gemm_wgmma_body(const T* __restrict__ A, const T
   const int m0 = tile_m * BM, n0 = tile_n * BN;
   const int k_tiles = (K + BK - 1) / BK;
 
-  // Copy plan: thread tid copies 16-byte chunk tid % CPR of rows tid / CPR + i * (THREADS / CPR), where
-  // a row has CPR chunks (A: BK / 8; B: BN / 8). CPR consecutive threads read one contiguous row
-  // segment of global memory; THREADS is a multiple of CPR, so a thread's chunk is fixed.
-  constexpr int A_CPR = BK / 8, A_RSTEP = THREADS / A_CPR, A_ITERS = BM / A_RSTEP;
-  constexpr int B_CPR = BN / 8, B_RSTEP = THREADS / B_CPR, B_ITERS = BK / B_RSTEP;
-  static_assert(THREADS % B_CPR == 0 && BM % A_RSTEP == 0 && BK % B_RSTEP == 0, "whole passes");
-  const int a_c = tid % A_CPR, a_r0 = tid / A_CPR;
-  const int b_c = tid % B_CPR, b_r0 = tid / B_CPR;
-  const T* a_src = A + (size_t)(m0 + a_r0) * K + a_c * 8;  // row a_r0, chunk a_c of k-tile 0
-  const T* b_src = B + (size_t)b_r0 * N + n0 + b_c * 8;    // k-row b_r0, chunk b_c of k-tile 0
-  const int a_rows_left = M - m0 - a_r0;                   // valid rows from a_r0 on
-  const bool b_col_ok = n0 + b_c * 8 < N;
-
-  auto load_stage = [&](int stage, int kt) {
-    const int k0 = kt * BK;
-    const uint32_t a_dst = sA + stage * A_STAGE_BYTES;
-    const bool a_k_ok = k0 + a_c * 8 < K;
-#pragma unroll
-    for (int i = 0; i < A_ITERS; ++i) {
-      const int r = a_r0 + i * A_RSTEP;
-      const bool valid = a_k_ok && i * A_RSTEP < a_rows_left;
-      cp_async16(a_dst + LA::chunk_offset(r, a_c), valid ? a_src + (size_t)i * A_RSTEP * K + k0 : A, valid);
-    }
-    const uint32_t b_dst = sB + stage * B_STAGE_BYTES;
-#pragma unroll
-    for (int i = 0; i < B_ITERS; ++i) {
-      const int k = b_r0 + i * B_RSTEP;
-      const bool valid = b_col_ok && k0 + k < K;
-      cp_async16(b_dst + LB::chunk_offset(k, b_c), valid ? b_src + (size_t)(k0 + i * B_RSTEP) * N : B, valid);
-    }
-  };
-
   // Descriptors of stage 0, k16 step 0: later stages and steps only add to the start address (the
   // 14-bit field cannot carry: shared addresses stay below 256 KiB).
   const int wg = tid / 128;
@@ -375,42 +395,122 @@ __device__ __forceinline__ void gemm_wgmma_body(const T* __restrict__ A, const T
 #pragma unroll
     for (int j = 0; j < NACC; ++j) acc[i][j] = 0.0f;
 
-  // Prologue: STAGES - 2 tiles in flight. Every step commits a group, empty or not, so that "at most
-  // STAGES - 3 groups pending" always means "tile kt has landed".
-#pragma unroll
-  for (int s = 0; s < STAGES - 2; ++s) {
-    if (s < k_tiles) load_stage(s, s);
-    cp_async_commit();
-  }
-
-  int read_stage = 0, write_stage = STAGES - 2;
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    cp_async_wait<STAGES - 3>();
-    fence_proxy_async();
-    __syncthreads();
-    // The stage of tile kt - 2 is free (see the pipeline note at the top): refill it first, so the
-    // copies are out while the wgmmas of tile kt - 1 still run.
-    if (kt + STAGES - 2 < k_tiles) load_stage(write_stage, kt + STAGES - 2);
-    cp_async_commit();
-    write_stage = write_stage == STAGES - 1 ? 0 : write_stage + 1;
-
+  // The wgmmas of one stage, committed as one group; then wait until the group before it is done.
+  auto multiply = [&](int stage) {
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BK / 16; ++kk)
 #pragma unroll
       for (int i = 0; i < MT; ++i) {
-        const uint32_t a_off = read_stage * A_STAGE_BYTES + i * 64 * LA::ROW + kk * 32;
-        const uint32_t b_off = read_stage * B_STAGE_BYTES + kk * LB::KSTEP_BYTES;
+        const uint32_t a_off = stage * A_STAGE_BYTES + i * 64 * LA::ROW + kk * 32;
+        const uint32_t b_off = stage * B_STAGE_BYTES + kk * LB::KSTEP_BYTES;
         Wgmma<T, BN>::run(acc[i], desc_a0 + (a_off >> 4), desc_b0 + (b_off >> 4), 1);
       }
     wgmma_commit();
     wgmma_wait<1>();
-    read_stage = read_stage == STAGES - 1 ? 0 : read_stage + 1;
-  }
-  wgmma_wait<0>();
+  };
+
+  if constexpr (TMA == 1) {
+    const unsigned char* maps = reinterpret_cast<const unsigned char*>(workspace);
+    const void* map_a = maps;
+    const void* map_b = maps + 128;
+    const uint32_t full = sB + STAGES * B_STAGE_BYTES;  // STAGES mbarriers of 8 bytes
+    if (tid == 0) {
+      prefetch_tensor_map(map_a);
+      prefetch_tensor_map(map_b);
 #pragma unroll
-  for (int i = 0; i < MT; ++i) fence_registers(acc[i]);
-  cp_async_wait<0>();  // only empty groups can be left; nothing may land after the block exits
+      for (int s = 0; s < STAGES; ++s) mbarrier_init(full + 8 * s, 1);
+      fence_mbarrier_init();
+    }
+    __syncthreads();
+    // Thread 0 only: tile kt into `stage`, A's box and B's BN / 64 atoms, all on the stage's mbarrier.
+    auto load_stage = [&](int stage, int kt) {
+      const uint32_t bar = full + 8 * stage;
+      mbarrier_arrive_expect_tx(bar, A_STAGE_BYTES + B_STAGE_BYTES);
+      tma_load_2d(sA + stage * A_STAGE_BYTES, map_a, bar, kt * BK, m0);
+#pragma unroll
+      for (int j = 0; j < BN / 64; ++j)
+        tma_load_2d(sB + stage * B_STAGE_BYTES + j * LB::ATOM_STRIDE, map_b, bar, n0 + 64 * j, kt * BK);
+    };
+    if (tid == 0)
+      for (int s = 0; s < STAGES && s < k_tiles; ++s) load_stage(s, s);
+
+    int stage = 0, previous = STAGES - 1;
+    uint32_t phase = 0;
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      mbarrier_wait(full + 8 * stage, phase);
+      multiply(stage);
+      // Tile kt - 1 is done in this warpgroup; after the barrier, in every one: its stage is free.
+      if (kt >= 1 && kt - 1 + STAGES < k_tiles) {
+        __syncthreads();
+        if (tid == 0) load_stage(previous, kt - 1 + STAGES);
+      }
+      previous = stage;
+      stage = stage == STAGES - 1 ? 0 : stage + 1;
+      phase ^= stage == 0;
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < MT; ++i) fence_registers(acc[i]);
+  } else {
+    // Copy plan: thread tid copies 16-byte chunk tid % CPR of rows tid / CPR + i * (THREADS / CPR),
+    // where a row has CPR chunks (A: BK / 8; B: BN / 8). CPR consecutive threads read one contiguous
+    // row segment of global memory; THREADS is a multiple of CPR, so a thread's chunk is fixed.
+    constexpr int A_CPR = BK / 8, A_RSTEP = THREADS / A_CPR, A_ITERS = BM / A_RSTEP;
+    constexpr int B_CPR = BN / 8, B_RSTEP = THREADS / B_CPR, B_ITERS = BK / B_RSTEP;
+    static_assert(THREADS % B_CPR == 0 && BM % A_RSTEP == 0 && BK % B_RSTEP == 0, "whole passes");
+    const int a_c = tid % A_CPR, a_r0 = tid / A_CPR;
+    const int b_c = tid % B_CPR, b_r0 = tid / B_CPR;
+    const T* a_src = A + (size_t)(m0 + a_r0) * K + a_c * 8;  // row a_r0, chunk a_c of k-tile 0
+    const T* b_src = B + (size_t)b_r0 * N + n0 + b_c * 8;    // k-row b_r0, chunk b_c of k-tile 0
+    const int a_rows_left = M - m0 - a_r0;                   // valid rows from a_r0 on
+    const bool b_col_ok = n0 + b_c * 8 < N;
+
+    auto load_stage = [&](int stage, int kt) {
+      const int k0 = kt * BK;
+      const uint32_t a_dst = sA + stage * A_STAGE_BYTES;
+      const bool a_k_ok = k0 + a_c * 8 < K;
+#pragma unroll
+      for (int i = 0; i < A_ITERS; ++i) {
+        const int r = a_r0 + i * A_RSTEP;
+        const bool valid = a_k_ok && i * A_RSTEP < a_rows_left;
+        cp_async16(a_dst + LA::chunk_offset(r, a_c), valid ? a_src + (size_t)i * A_RSTEP * K + k0 : A, valid);
+      }
+      const uint32_t b_dst = sB + stage * B_STAGE_BYTES;
+#pragma unroll
+      for (int i = 0; i < B_ITERS; ++i) {
+        const int k = b_r0 + i * B_RSTEP;
+        const bool valid = b_col_ok && k0 + k < K;
+        cp_async16(b_dst + LB::chunk_offset(k, b_c), valid ? b_src + (size_t)(k0 + i * B_RSTEP) * N : B, valid);
+      }
+    };
+
+    // Prologue: STAGES - 2 tiles in flight. Every step commits a group, empty or not, so that "at
+    // most STAGES - 3 groups pending" always means "tile kt has landed".
+#pragma unroll
+    for (int s = 0; s < STAGES - 2; ++s) {
+      if (s < k_tiles) load_stage(s, s);
+      cp_async_commit();
+    }
+
+    int read_stage = 0, write_stage = STAGES - 2;
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      cp_async_wait<STAGES - 3>();
+      fence_proxy_async();
+      __syncthreads();
+      // The stage of tile kt - 2 is free (see the pipeline note at the top): refill it first, so the
+      // copies are out while the wgmmas of tile kt - 1 still run.
+      if (kt + STAGES - 2 < k_tiles) load_stage(write_stage, kt + STAGES - 2);
+      cp_async_commit();
+      write_stage = write_stage == STAGES - 1 ? 0 : write_stage + 1;
+      multiply(read_stage);
+      read_stage = read_stage == STAGES - 1 ? 0 : read_stage + 1;
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < MT; ++i) fence_registers(acc[i]);
+    cp_async_wait<0>();  // only empty groups can be left; nothing may land after the block exits
+  }
 
   // Accumulator layout of wgmma m64nN (f32): warp w of the warpgroup holds rows 16 w .. 16 w + 15;
   // acc[4 j + 2 h + e] is (16 w + lane / 4 + 8 h, 8 j + 2 (lane % 4) + e).
@@ -433,5 +533,5 @@ __device__ __forceinline__ void gemm_wgmma_body(const T* __restrict__ A, const T
 // One instance, as the tuner generates it (see autotune/ops/gemm_wgmma.py):
 //   extern "C" __global__ void __launch_bounds__(256, 1) gemm_wgmma_<key>(const __half* A, const __half* B,
 //       __half* C, int M, int N, int K, float alpha, float beta, float* workspace, unsigned int* counters)
-//   { at_wgmma::gemm_wgmma_body<__half, 128, 256, 64, 2, 4, 8, 0>(A, B, C, M, N, K, alpha, beta, workspace,
-//                                                                 counters); }
+//   { at_wgmma::gemm_wgmma_body<__half, 128, 256, 64, 2, 4, 8, 0, 1>(A, B, C, M, N, K, alpha, beta,
+//                                                                    workspace, counters); }

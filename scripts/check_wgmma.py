@@ -56,7 +56,7 @@ REPEATS, LAUNCHES, WARMUP = 5, 20, 3
 
 
 def _config(bm: int, bn: int, bk: int, wgs: int, stages: int, swizzle: int, layout: int) -> Config:
-    return {"bm": bm, "bn": bn, "bk": bk, "wgs": wgs, "stages": stages, "swizzle": swizzle, "layout": layout}
+    return {"bm": bm, "bn": bn, "bk": bk, "wgs": wgs, "stages": stages, "swizzle": swizzle, "layout": layout, "tma": 0}
 
 
 def configs_for(layout: int, full: bool) -> list[Config]:

@@ -32,7 +32,7 @@ def _problem(m: int, n: int, k: int, dtype: str = "float16") -> Problem:
 
 
 def _config(**overrides: int) -> Config:
-    base = dict(bm=128, bn=256, bk=64, wgs=2, stages=4, swizzle=8, layout=0)
+    base = dict(bm=128, bn=256, bk=64, wgs=2, stages=4, swizzle=8, layout=0, tma=0)
     return {**base, **overrides}
 
 
@@ -55,7 +55,7 @@ def test_seeds_are_valid_at_the_goal_shapes() -> None:
     for size, dtype in itertools.product((4096, 8192), gemm_wgmma.DTYPES):
         problem = _problem(size, size, size, dtype)
         seeds = gemm_wgmma.seed_configs(problem)
-        assert len(seeds) == len(gemm_wgmma._SEEDS)
+        assert len(seeds) == 2 * len(gemm_wgmma._SEEDS)  # each tiling with cp.async and with TMA
         assert _config() in seeds and _config(bm=256, bn=128) in seeds
         assert all(gemm_wgmma.space(problem).check(c) is None for c in seeds)
         assert all(c["layout"] in gemm_wgmma.TUNED_LAYOUTS for c in seeds)
@@ -82,6 +82,8 @@ def test_shared_bytes_mirror_the_kernel() -> None:
     assert gemm_wgmma.shared_bytes(problem, _config(bm=128, bn=128, stages=7)) == 7 * 32768 + 1024 <= MAX_SHARED
     assert gemm_wgmma.shared_bytes(problem, _config(bk=32, stages=9)) == 9 * (128 * 32 + 32 * 256) * 2 + 1024
     assert gemm_wgmma.shared_bytes(problem, _config(bk=32, stages=9)) <= MAX_SHARED
+    # TMA instances add one 8-byte mbarrier a stage.
+    assert gemm_wgmma.shared_bytes(problem, _config(tma=1)) == 4 * (128 * 64 + 64 * 256) * 2 + 1024 + 4 * 8
     assert gemm_wgmma.accumulators(_config()) == 128
     assert gemm_wgmma.accumulators(_config(bm=256, bn=128)) == 128
     assert gemm_wgmma.accumulators(_config(bm=128, bn=128, wgs=1)) == 128
@@ -90,13 +92,23 @@ def test_shared_bytes_mirror_the_kernel() -> None:
 def test_space_is_small_and_names_are_unique() -> None:
     problem = _problem(4096, 4096, 4096)
     configs = list(gemm_wgmma.space(problem))
-    assert 30 < len(configs) < 1000
+    assert 30 < len(configs) < 2500
     assert len({config_key(c) for c in configs}) == len(configs)
     assert len({gemm_wgmma.kernel_name(problem, c) for c in configs}) == len(configs)
     other = _problem(4096, 4096, 4096, "bfloat16")
     assert gemm_wgmma.kernel_name(problem, configs[0]) != gemm_wgmma.kernel_name(other, configs[0])
     # Layouts only the GPU check runs still get their own names.
     assert gemm_wgmma.kernel_name(problem, _config()) != gemm_wgmma.kernel_name(problem, _config(layout=1))
+    assert gemm_wgmma.kernel_name(problem, _config()) != gemm_wgmma.kernel_name(problem, _config(tma=1))
+    assert {c["tma"] for c in configs} == {0, 1}
+
+
+def test_tma_needs_the_swizzled_layout() -> None:
+    space = gemm_wgmma.space(_problem(4096, 4096, 4096))
+    assert space.check(_config(tma=1)) is None
+    # The tuned space holds layout 0 alone; the GPU check's layouts are ruled out for TMA by name.
+    assert "layout 0" in (gemm_wgmma._loader_reason(_config(tma=1, layout=2)) or "")
+    assert gemm_wgmma._loader_reason(_config(tma=0, layout=2)) is None
 
 
 def test_geometry_of_every_config_is_launchable() -> None:
@@ -110,6 +122,16 @@ def test_geometry_of_every_config_is_launchable() -> None:
             assert launch.grid[0] * config["bm"] * config["bn"] >= problem.m * problem.n
             assert launch.workspace_floats == 0 and launch.counters == 0
             assert gemm_wgmma.accumulators(config) <= 128
+            maps = launch.operand_maps
+            assert (maps is not None) == bool(config["tma"])
+            if maps is not None:
+                # One box of A covers a stage's BM x BK rows, swizzled as A's stage is; B's stage is
+                # BN / 64 boxes of 64 columns. Boxes are at most 256 a side, and a swizzled box row
+                # fits its swizzle span (cuTensorMapEncodeTiled's rules).
+                assert (maps.a.rows, maps.a.cols, maps.a.swizzle) == (config["bm"], config["bk"], 2 * config["bk"])
+                assert (maps.b.rows, maps.b.cols, maps.b.swizzle) == (config["bk"], 64, 128)
+                for box in (maps.a, maps.b):
+                    assert max(box.rows, box.cols) <= 256 and box.cols * 2 <= box.swizzle
 
 
 def test_source_instantiates_the_template() -> None:
@@ -117,7 +139,10 @@ def test_source_instantiates_the_template() -> None:
     source = gemm_wgmma.kernel_source(problem, _config())
     assert '#include "gemm_wgmma.cu"' in source
     assert "__launch_bounds__(256, 1)" in source
-    assert "gemm_wgmma_body<__nv_bfloat16, 128, 256, 64, 2, 4, 8, 0>" in source
+    assert "gemm_wgmma_body<__nv_bfloat16, 128, 256, 64, 2, 4, 8, 0, 0>" in source
+    assert "gemm_wgmma_body<__nv_bfloat16, 128, 256, 64, 2, 4, 8, 0, 1>" in gemm_wgmma.kernel_source(
+        problem, _config(tma=1)
+    )
     assert gemm_wgmma.kernel_name(problem, _config()) in source
 
 
@@ -147,8 +172,12 @@ def test_wgmma_serves_half_precision_products_with_16_byte_rows() -> None:
             assert gemm.family(problem) is gemm_mma
 
 
-# Every layout, both k-depths, both warpgroup counts, every wgmma N, stage counts from 3 to 9, both dtypes.
+# Every layout, both k-depths, both warpgroup counts, every wgmma N, stage counts from 3 to 9, both
+# dtypes, both loaders.
 COMPILE_SAMPLE = [
+    ("float16", _config(tma=1)),
+    ("bfloat16", _config(bm=256, bn=128, bk=32, stages=8, tma=1)),
+    ("float16", _config(bm=64, bn=64, bk=32, wgs=1, stages=3, swizzle=1, tma=1)),
     ("float16", _config(bk=32, stages=9)),
     ("bfloat16", _config(bm=256, bn=128, bk=32, stages=8, layout=2)),
     ("float16", _config(bm=64, bn=64, bk=32, wgs=1, stages=3, swizzle=1, layout=3)),
@@ -234,3 +263,13 @@ def test_machines_without_hopper_gpus_get_the_mma_family(monkeypatch: pytest.Mon
         monkeypatch.setattr(fingerprint, "local_compute_capabilities", lambda c=capabilities: c)
         assert gemm.family(square) is expected, capabilities
         assert gemm.compile_arch(square, "sm_90" if expected is gemm_wgmma else "sm_80").startswith("sm_")
+
+
+def test_tensor_maps_need_16_byte_aligned_matrices() -> None:
+    from autotune import tma
+
+    box = tma.Box(128, 64, 128)
+    with pytest.raises(AutotuneError, match="16-byte aligned"):
+        tma.encode(0x1002, "float16", 64, 64, box)
+    with pytest.raises(AutotuneError, match="16-byte aligned"):
+        tma.encode(0x1000, "float16", 64, 60, box)  # rows of 120 bytes

@@ -198,3 +198,32 @@ def test_unaligned_views_fall_back_to_scalar_loads(op: str, tmp_path: Path) -> N
         scale = (a.double().abs().t() @ x.double().abs()).max().item()
     assert a.data_ptr() % 16 != 0
     assert (got.double() - want).abs().max().item() <= 1e-2 * scale
+
+
+def test_tma_kernels_follow_the_callers_arrays() -> None:
+    """A TMA config's tensor maps name A and B: the launcher must rewrite them when the arrays change
+    (three calls: new arrays, other arrays, the first ones again), with tails in M, N and K."""
+    torch = pytest.importorskip("torch")
+    from autotune.launch import Launcher, describe
+    from autotune.ops import gemm_wgmma
+    from autotune.select import Choice
+
+    problem = Problem("gemm", "float16", 520, 264, 1000)
+    if gemm.family(problem) is not gemm_wgmma:
+        pytest.skip("the wgmma family needs a Hopper GPU")
+    launcher = Launcher()
+    config = {**gemm_wgmma.default_config(problem), "tma": 1}
+    choice = Choice(problem, launcher.gpu.name, config, "default")
+    pairs = [
+        (
+            torch.rand(520, 1000, device="cuda", dtype=torch.float16) - 0.5,
+            torch.rand(1000, 264, device="cuda", dtype=torch.float16) - 0.5,
+        )
+        for _ in range(2)
+    ]
+    for a, b in (pairs[0], pairs[1], pairs[0]):
+        c = torch.full((520, 264), float("nan"), device="cuda", dtype=torch.float16)
+        launcher.gemm(choice, describe(a, "A"), describe(b, "B"), describe(c, "out"), 1.0, 0.0)
+        want = a.double() @ b.double()
+        scale = (a.double().abs() @ b.double().abs()).max().item()
+        assert (c.double() - want).abs().max().item() <= 1e-2 * scale

@@ -74,3 +74,33 @@ def test_gemv_refuses_beta_without_out() -> None:
 
     with pytest.raises(AutotuneError, match="out="):
         autotune.gemv(CudaArray((4, 6)), CudaArray((6,)), beta=0.5)
+
+
+def test_tensor_map_slots_write_each_pair_of_arrays_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TMA kernels' maps hold the arrays' addresses: a pair seen before reuses its slot (no copy to
+    the device), a new pair is written, and past SLOTS pairs the least recently used slot is reused."""
+    from autotune import gpu, tma
+
+    writes: list[tuple[int, bytes]] = []
+
+    class FakeDriver:
+        def mem_alloc(self, size: int) -> int:
+            return 1 << 30
+
+        def memcpy_htod(self, address: int, data: Any) -> None:
+            writes.append((address, bytes(data)))
+
+    monkeypatch.setattr(gpu, "driver", lambda: FakeDriver())
+    monkeypatch.setattr(tma, "encode_operands", lambda maps, dtype, m, n, k, a, b: a.to_bytes(128, "little") * 2)
+    monkeypatch.setattr(gpu.TensorMapSlots, "SLOTS", 2)
+    maps = tma.OperandMaps(tma.Box(128, 64, 128), tma.Box(64, 64, 128))
+    slots = gpu.TensorMapSlots()
+    first = slots.get(maps, "float16", (256, 256, 256), 4096, 8192)
+    second = slots.get(maps, "float16", (256, 256, 256), 12288, 8192)
+    assert second == first + maps.nbytes and len(writes) == 2
+    assert slots.get(maps, "float16", (256, 256, 256), 4096, 8192) == first and len(writes) == 2
+    # A third pair takes the least recently used slot (the second's), and is written there.
+    assert slots.get(maps, "float16", (256, 256, 256), 16384, 8192) == second
+    assert writes[-1] == (second, (16384).to_bytes(128, "little") * 2)
+    # The same arrays at other sizes are other maps.
+    assert slots.get(maps, "float16", (128, 256, 256), 4096, 8192) == first and len(writes) == 4

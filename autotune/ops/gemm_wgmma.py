@@ -1,5 +1,5 @@
-"""Tensor-core GEMM family "wgmma" (Hopper wgmma.mma_async, cp.async pipeline, half/bfloat16): space,
-geometry, source.
+"""Tensor-core GEMM family "wgmma" (Hopper wgmma.mma_async, half/bfloat16; stages filled by cp.async
+or by the tensor memory accelerator): space, geometry, source.
 
 Built for sm_90a only (ARCH_SUFFIX): wgmma exists on compute capability 9.0 alone, and such a cubin
 loads on no other GPU. The dispatcher (gemm.family) picks it for half-precision products with 16-byte
@@ -16,6 +16,7 @@ from autotune.ops import gemm
 from autotune.ops.geometry import Launch
 from autotune.problem import ITEMSIZE, Problem
 from autotune.space import Config, Param, Space
+from autotune.tma import Box, OperandMaps
 
 NAME = "wgmma"
 KERNEL_FILE = "gemm_wgmma.cu"
@@ -41,6 +42,11 @@ _SWIZZLES = (1, 4, 8, 16)
 # of LAYOUTS; the tuner only those expected correct (TUNED_LAYOUTS) until the check says otherwise.
 LAYOUTS = (0, 1, 2, 3)
 TUNED_LAYOUTS = (0,)
+# How stages are filled: 0 every thread's cp.async, 1 the tensor memory accelerator (TMA: one thread
+# issues a few bulk tensor copies a stage, which complete on an mbarrier; needs layout 0).
+_LOADERS = (0, 1)
+MBARRIER_BYTES = 8  # one "full" mbarrier a stage in TMA instances
+B_ATOM_COLUMNS = 64  # B's stage is 64-column atoms of 128-byte rows: one TMA box each
 
 
 def _tiles(size: int, tile: int) -> int:
@@ -61,9 +67,11 @@ def accumulators(config: Mapping[str, int]) -> int:
 
 
 def shared_bytes(problem: Problem, config: Mapping[str, int]) -> int:
-    """Mirrors gemm_wgmma.cu: SHARED_BYTES = STAGES * (BM * BK + BK * BN) * sizeof(T) + 1024."""
+    """Mirrors gemm_wgmma.cu: SHARED_BYTES = STAGES * (BM * BK + BK * BN) * sizeof(T) + 1024, plus an
+    mbarrier a stage with TMA."""
     c = config
-    return c["stages"] * (c["bm"] * c["bk"] + c["bk"] * c["bn"]) * ITEMSIZE[problem.dtype] + ALIGN_PAD
+    stages = c["stages"] * (c["bm"] * c["bk"] + c["bk"] * c["bn"]) * ITEMSIZE[problem.dtype]
+    return stages + ALIGN_PAD + (c["stages"] * MBARRIER_BYTES if c["tma"] else 0)
 
 
 def problem_reason(problem: Problem) -> str | None:
@@ -91,6 +99,12 @@ def _tile_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
     return None
 
 
+def _loader_reason(c: Mapping[str, int]) -> str | None:
+    if c["tma"] and c["layout"] != 0:
+        return f"the TMA writes B's stage in layout 0 (128-byte swizzled atoms), not layout {c['layout']}"
+    return None
+
+
 def _schedule_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
     k_tiles = _tiles(problem.k, c["bk"])
     # STAGES - 2 tiles are loaded ahead: more stages than that needs only take shared memory.
@@ -104,7 +118,7 @@ def _schedule_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
 
 def space(problem: Problem) -> Space:
     def constraint(c: Mapping[str, int]) -> str | None:
-        return problem_reason(problem) or _tile_reason(problem, c) or _schedule_reason(problem, c)
+        return problem_reason(problem) or _tile_reason(problem, c) or _loader_reason(c) or _schedule_reason(problem, c)
 
     return Space(
         params=(
@@ -115,6 +129,7 @@ def space(problem: Problem) -> Space:
             Param("stages", _STAGES),
             Param("swizzle", _SWIZZLES),
             Param("layout", TUNED_LAYOUTS),
+            Param("tma", _LOADERS),
         ),
         constraint=constraint,
     )
@@ -122,7 +137,7 @@ def space(problem: Problem) -> Space:
 
 def default_config(problem: Problem) -> Config:
     """Valid for every problem the family serves (k and n multiples of 8): one warpgroup, tiles no
-    larger than the output, three stages."""
+    larger than the output, three stages filled by the TMA (faster than cp.async on the H200)."""
     return {
         "bm": 128 if problem.m > 64 else 64,
         "bn": 128 if problem.n > 64 else 64,
@@ -131,20 +146,23 @@ def default_config(problem: Problem) -> Config:
         "stages": 3,
         "swizzle": 1,
         "layout": TUNED_LAYOUTS[0],
+        "tma": 1,
     }
 
 
 def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
     c = config
     tile = f"{c['bm']}x{c['bn']}x{c['bk']}"
-    return f"gemm_wgmma_{problem.dtype}_{tile}_g{c['wgs']}_s{c['stages']}_z{c['swizzle']}_l{c['layout']}"
+    schedule = f"g{c['wgs']}_s{c['stages']}_z{c['swizzle']}_l{c['layout']}_t{c['tma']}"
+    return f"gemm_wgmma_{problem.dtype}_{tile}_{schedule}"
 
 
 def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
     """A translation unit with one extern "C" instance of the template (a stable, unmangled name)."""
     c = config
     t = CUDA_TYPE[problem.dtype]
-    template_args = f"{t}, {c['bm']}, {c['bn']}, {c['bk']}, {c['wgs']}, {c['stages']}, {c['swizzle']}, {c['layout']}"
+    tiling = f"{c['bm']}, {c['bn']}, {c['bk']}, {c['wgs']}, {c['stages']}"
+    template_args = f"{t}, {tiling}, {c['swizzle']}, {c['layout']}, {c['tma']}"
     call = f"at_wgmma::gemm_wgmma_body<{template_args}>(A, B, C, M, N, K, alpha, beta, workspace, counters)"
     # One block a multiprocessor (its shared memory alone sees to that): ptxas may give a thread up to
     # 255 registers, which 128 accumulators need.
@@ -152,8 +170,19 @@ def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
     return gemm.instance_source(KERNEL_FILE, kernel_name(problem, config), t, bounds, call)
 
 
+def operand_maps(config: Mapping[str, int]) -> OperandMaps | None:
+    """The TMA boxes of a stage (None for cp.async instances): A's BM x BK rows, swizzled over their
+    2 * BK bytes as A's stage is (LayoutA), and one 64-column atom of BK k-rows of B (LayoutB 0)."""
+    c = config
+    if not c["tma"]:
+        return None
+    row_bytes = 2 * c["bk"]
+    return OperandMaps(a=Box(c["bm"], c["bk"], row_bytes), b=Box(c["bk"], B_ATOM_COLUMNS, 128))
+
+
 def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
-    """One block per output tile on grid x (the kernel remaps it); no split-K, no scratch."""
+    """One block per output tile on grid x (the kernel remaps it); no split-K. TMA instances get
+    their tensor maps in the workspace argument."""
     c = config
     tiles = _tiles(problem.m, c["bm"]) * _tiles(problem.n, c["bn"])
     return Launch(
@@ -162,6 +191,7 @@ def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch
         shared_bytes=shared_bytes(problem, c),
         workspace_floats=0,
         counters=0,
+        operand_maps=operand_maps(c),
     )
 
 
@@ -183,6 +213,7 @@ _SEEDS = (
 
 
 def seed_configs(problem: Problem) -> list[Config]:
-    """Known-good configs valid for this problem."""
-    candidates = [{**seed, "layout": TUNED_LAYOUTS[0]} for seed in _SEEDS]
+    """Known-good configs valid for this problem, each with TMA loads (first: at 4096^3 on the H200,
+    226 us against 271 with cp.async for the same tiling) and with cp.async."""
+    candidates = [{**seed, "layout": TUNED_LAYOUTS[0], "tma": tma} for tma in (1, 0) for seed in _SEEDS]
     return [c for c in candidates if space(problem).check(c) is None]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autotune.tma import OperandMaps
+
 
 @dataclass(frozen=True)
 class Launch:
@@ -12,6 +14,9 @@ class Launch:
     shared_bytes: int  # dynamic shared memory; above 48 KiB the launcher opts the kernel in first
     workspace_floats: int  # split-K partial sums (0 without split)
     counters: int  # split-K arrival counters, zero between launches (0 without split)
+    # TMA kernels: the tensor maps of A and B they read from the buffer passed as `workspace`, which
+    # the launcher writes for the arrays of each call (None: the kernel reads its arrays directly)
+    operand_maps: OperandMaps | None = None
 
 
 def clusters_run_here() -> bool:

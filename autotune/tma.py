@@ -1,0 +1,115 @@
+"""Tensor maps for the Hopper tensor memory accelerator (TMA), made on the host through the driver.
+
+A kernel that copies tiles with cp.async.bulk.tensor names its source by a CUtensorMap: the matrix's
+address, shape and row pitch, the box (tile) one copy moves, and how the copy swizzles it into shared
+memory. PyCUDA has no call for making one, so cuTensorMapEncodeTiled is called through ctypes on the
+driver library PyCUDA already loaded; it runs on the host alone (no context, no GPU work). The kernels
+read their maps from global memory: the caller writes the bytes `encode_operands` returns into a
+device buffer and passes it (see kernels/gemm_wgmma.cu).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from autotune.errors import AutotuneError
+from autotune.problem import ITEMSIZE
+
+MAP_BYTES = 128  # sizeof(CUtensorMap)
+_MAP_ALIGN = 64  # cuTensorMapEncodeTiled wants the map's host address 64-byte aligned
+
+# cuda.h enums (CUtensorMapDataType, CUtensorMapSwizzle, CUtensorMapL2promotion).
+_DATA_TYPE = {"float16": 6, "bfloat16": 9}
+_SWIZZLE = {0: 0, 32: 1, 64: 2, 128: 3}  # bytes of the swizzle span -> CU_TENSOR_MAP_SWIZZLE_*
+_INTERLEAVE_NONE = 0
+_L2_PROMOTION_256B = 3
+_OOB_FILL_ZEROS = 0  # CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE: elements outside the matrix read as zero
+
+
+@dataclass(frozen=True)
+class Box:
+    """One copy's tile of a row-major matrix: `rows` x `cols` elements, swizzled over `swizzle` bytes
+    (0: not swizzled; otherwise a box row is at most that many bytes)."""
+
+    rows: int
+    cols: int
+    swizzle: int
+
+
+@dataclass(frozen=True)
+class OperandMaps:
+    """The two tensor maps of a GEMM kernel: A's (M x K) box, then B's (K x N), 128 bytes each."""
+
+    a: Box
+    b: Box
+
+    @property
+    def nbytes(self) -> int:
+        return 2 * MAP_BYTES
+
+
+@cache
+def _encode_function() -> Any:
+    try:
+        library = ctypes.CDLL("libcuda.so.1")
+    except OSError as error:
+        raise AutotuneError(f"tensor maps need the CUDA driver library (libcuda.so.1): {error}") from None
+    function = library.cuTensorMapEncodeTiled
+    function.restype = ctypes.c_int
+    function.argtypes = [
+        ctypes.c_void_p,  # CUtensorMap*
+        ctypes.c_int,  # data type
+        ctypes.c_uint32,  # rank
+        ctypes.c_void_p,  # global address
+        ctypes.POINTER(ctypes.c_uint64),  # global dims, innermost first
+        ctypes.POINTER(ctypes.c_uint64),  # global strides in bytes, rank - 1 of them
+        ctypes.POINTER(ctypes.c_uint32),  # box dims
+        ctypes.POINTER(ctypes.c_uint32),  # element strides
+        ctypes.c_int,  # interleave
+        ctypes.c_int,  # swizzle
+        ctypes.c_int,  # L2 promotion
+        ctypes.c_int,  # out-of-bounds fill
+    ]
+    return function
+
+
+def encode(pointer: int, dtype: str, rows: int, cols: int, box: Box) -> bytes:
+    """The CUtensorMap of a row-major rows x cols matrix of `dtype` at device address `pointer`."""
+    pitch = cols * ITEMSIZE[dtype]
+    if pointer % 16 or pitch % 16:
+        raise AutotuneError(f"a tensor map needs a 16-byte aligned matrix and row pitch, got {pointer:#x}, {pitch}")
+    storage = ctypes.create_string_buffer(MAP_BYTES + _MAP_ALIGN)
+    address = ctypes.addressof(storage)
+    aligned = address + (-address % _MAP_ALIGN)
+    dims = (ctypes.c_uint64 * 2)(cols, rows)
+    strides = (ctypes.c_uint64 * 1)(pitch)
+    box_dims = (ctypes.c_uint32 * 2)(box.cols, box.rows)
+    element_strides = (ctypes.c_uint32 * 2)(1, 1)
+    status = _encode_function()(
+        aligned,
+        _DATA_TYPE[dtype],
+        2,
+        pointer,
+        dims,
+        strides,
+        box_dims,
+        element_strides,
+        _INTERLEAVE_NONE,
+        _SWIZZLE[box.swizzle],
+        _L2_PROMOTION_256B,
+        _OOB_FILL_ZEROS,
+    )
+    if status != 0:
+        raise AutotuneError(
+            f"cuTensorMapEncodeTiled failed (CUresult {status}) for a {rows}x{cols} {dtype} matrix, "
+            f"box {box.rows}x{box.cols}, swizzle {box.swizzle}"
+        )
+    return ctypes.string_at(aligned, MAP_BYTES)
+
+
+def encode_operands(maps: OperandMaps, dtype: str, m: int, n: int, k: int, a_pointer: int, b_pointer: int) -> bytes:
+    """A's map then B's, for C (m x n) = A (m x k) B (k x n): the bytes a kernel's map buffer holds."""
+    return encode(a_pointer, dtype, m, k, maps.a) + encode(b_pointer, dtype, k, n, maps.b)
