@@ -37,13 +37,27 @@
 // order (deterministic), zeroes them, writes C and resets its counter, so workspace and counters are
 // zero again after each launch.
 //
-// Dynamic shared memory: KW * 16 * COLS * 4 bytes (autotune/ops/gemm_skinny_tc.py mirrors it).
+// STAGES > 0: B and A go through shared memory instead, filled by the tensor memory accelerator (TMA,
+// plain sm_90; the Python side offers it on Hopper for K and N multiples of 8 and 16-byte aligned A
+// and B). Thread 0 keeps STAGES stages of 64 rows of K in flight, each A's 16 x 64 box (rows past M
+// are zeros) and WN boxes of 64 x 64 of B, 128-byte swizzled, completing on one mbarrier a stage;
+// warp (wn, wk) multiplies the k16 steps wk, wk + KW, ... of its 64 columns from shared memory with
+// ldmatrix and mma.sync (the accumulators in their natural layout: mma j's element e is row
+// g + 8*(e / 2), column 8j + 2t + e % 2), and the block refills a stage once all warps have passed
+// it. Each split is a whole number of 64-row tiles; the TMA zero-fills rows past K and columns past
+// N. The two tensor maps come in `workspace` (A's at byte 0, B's at 128: autotune/tma.py), so a TMA
+// instance reduces its splits in a cluster (CLUSTER == SPLIT) or has none. VEC, UNROLL, POLICY and
+// PREFETCH do not apply to it.
+//
+// Dynamic shared memory: KW * 16 * COLS * 4 bytes (autotune/ops/gemm_skinny_tc.py mirrors it); with
+// TMA the larger of that (the accumulators reuse the stages) and 1024 + STAGES * (2048 + WN * 8192).
 // Workspace: SPLIT * M * N floats and ceil(N / COLS) counters when SPLIT > 1 and CLUSTER == 1, else none.
 // Preconditions the tuner's constraints guarantee: M <= 16; VEC > 1 only when N % VEC == 0 and B is
 // 16-byte aligned (B rows stay VEC-aligned). A needs no alignment: 8-byte loads of A are used only
 // when K % 4 == 0 and A is 8-byte aligned, checked here.
 #pragma once
 #include "common.cuh"
+#include "tma.cuh"
 
 namespace at_skinny_tc {
 
@@ -81,7 +95,100 @@ __device__ __forceinline__ unsigned word(const unsigned short (&p)[8], int q) {
   return (unsigned)p[2 * q] | ((unsigned)p[2 * q + 1] << 16);
 }
 
-template <typename T, int WN, int KW, int VEC, int UNROLL, int POLICY, int CLUSTER, int PREFETCH>
+// Four 8x8 matrices of 16-bit elements from shared memory, lane l giving the address of row l % 8 of
+// matrix l / 8; .trans hands each lane a column pair instead of a row pair.
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+// Byte offset of 16-byte chunk c of 128-byte row r in a TMA box written with the 128-byte swizzle
+// (the box starts 1024-aligned).
+__device__ __forceinline__ uint32_t swizzled(int r, int c) { return r * 128 + ((c ^ (r & 7)) << 4); }
+
+// The TMA mainloop (STAGES > 0, see the top of the file): this split's rows [kb, kb + len) of A and
+// of the block's COLS columns of B into acc (natural mma layout). `stages` is the dynamic shared
+// memory, `maps` the two tensor maps.
+template <typename T, int WN, int KW, int STAGES>
+__device__ __forceinline__ void tma_mainloop(float (&acc)[8][4], void* stages, const void* maps, int kb,
+                                             unsigned len, int n0) {
+  using namespace at_tma;
+  constexpr int BK = 64;                          // rows of K a stage
+  constexpr int A_BYTES = 16 * BK * 2;            // A's box: 16 rows of 128 bytes
+  constexpr int ATOM_BYTES = BK * 64 * 2;         // one 64-column box of B
+  constexpr int STAGE_BYTES = A_BYTES + WN * ATOM_BYTES;
+  static_assert(4 % KW == 0, "the KW warps along K share a stage's four k16 steps");
+  __shared__ __align__(8) uint64_t full[STAGES];
+
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int wn = warp % WN, wk = warp / WN;
+  const uint32_t base = (smem_addr(stages) + 1023u) & ~1023u;
+  const uint32_t bars = smem_addr(full);
+  const unsigned char* map_bytes = static_cast<const unsigned char*>(maps);
+  const void* map_a = map_bytes;
+  const void* map_b = map_bytes + 128;
+  const int tiles = (int)((len + BK - 1) / BK);
+
+  if (tid == 0) {
+    prefetch_tensor_map(map_a);
+    prefetch_tensor_map(map_b);
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) mbarrier_init(bars + 8 * s, 1);
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+  auto load = [&](int stage, int tile) {  // thread 0 only
+    const uint32_t bar = bars + 8 * stage, dst = base + stage * STAGE_BYTES;
+    const int k0 = kb + tile * BK;
+    mbarrier_arrive_expect_tx(bar, STAGE_BYTES);
+    tma_load_2d(dst, map_a, bar, k0, 0);
+#pragma unroll
+    for (int j = 0; j < WN; ++j) tma_load_2d(dst + A_BYTES + j * ATOM_BYTES, map_b, bar, n0 + 64 * j, k0);
+  };
+  if (tid == 0)
+    for (int s = 0; s < STAGES && s < tiles; ++s) load(s, s);
+
+  // Lane l addresses row l % 8 of matrix l / 8: for A rows (l % 8) + 8 (l / 8 % 2) and k chunk
+  // l / 16 of the step; for B k-row (l % 8) + 8 (l / 8 % 2) and column chunk l / 16 of the pair.
+  const int row = (lane & 7) + 8 * ((lane >> 3) & 1), half = lane >> 4;
+  int stage = 0;
+  uint32_t phase = 0;
+  for (int tile = 0; tile < tiles; ++tile) {
+    mbarrier_wait(bars + 8 * stage, phase);
+    const uint32_t sa = base + stage * STAGE_BYTES;
+    const uint32_t sb = sa + A_BYTES + wn * ATOM_BYTES;
+#pragma unroll
+    for (int step = 0; step < 4 / KW; ++step) {
+      const int kk = step * KW + wk;  // this warp's k16 step of the stage
+      unsigned a[4];
+      ldmatrix_x4(a, sa + swizzled(row, 2 * kk + half));
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {  // column chunks 2 jj and 2 jj + 1 of the warp's 8
+        unsigned b[4];
+        ldmatrix_x4_trans(b, sb + swizzled(16 * kk + row, 2 * jj + half));
+        Mma<T>::run(acc[2 * jj], a, b[0], b[1]);
+        Mma<T>::run(acc[2 * jj + 1], a, b[2], b[3]);
+      }
+    }
+    // This thread's reads of the stage (generic proxy) come before the copy engine's next writes.
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    __syncthreads();
+    if (tid == 0 && tile + STAGES < tiles) load(stage, tile + STAGES);
+    stage = stage == STAGES - 1 ? 0 : stage + 1;
+    phase ^= stage == 0;
+  }
+  __syncthreads();  // the stages are free: the caller reuses them for the accumulators
+}
+
+template <typename T, int WN, int KW, int VEC, int UNROLL, int POLICY, int CLUSTER, int PREFETCH, int STAGES>
 __device__ __forceinline__ void skinny_tc_body(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
                                                int M, int N, int K, float alpha, float beta,
                                                float* __restrict__ workspace, unsigned int* __restrict__ counters) {
@@ -91,7 +198,7 @@ __device__ __forceinline__ void skinny_tc_body(const T* __restrict__ A, const T*
   constexpr int PIECES = 8 / VEC;          // loads per row and lane
   constexpr int BLOCK = WN * KW * 32;
   constexpr int COLS = WN * 64;            // columns of a block tile
-  constexpr int STEP = 16 * KW * UNROLL;   // rows of B a block reads per step
+  constexpr int STEP = STAGES > 0 ? 64 : 16 * KW * UNROLL;  // rows of B a block reads per step
   static_assert(BLOCK <= 1024, "at most 1024 threads");
 
   extern __shared__ __align__(16) float red[];
@@ -172,48 +279,62 @@ __device__ __forceinline__ void skinny_tc_body(const T* __restrict__ A, const T*
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
 
-  if (PREFETCH && nsteps > 0) load_step(0);
-  for (int s = 0; s < nsteps; ++s) {
-    if (!PREFETCH) load_step(s);  // then bcur is bnext: one set of registers
-    V bcur[UNROLL][4][PIECES];
-    unsigned acur[UNROLL][4];
+  if constexpr (STAGES > 0) {
+    // Through shared memory (the register-streaming setup above goes unused and is compiled away).
+    tma_mainloop<T, WN, KW, STAGES>(acc, red, workspace, kb, len, n0);
+    // Accumulators to red[wk][row][column] (red reuses the stages): mma j's element e is row
+    // g + 8*(e / 2), column 8j + 2t + e % 2 of the warp's 64.
+    float* base = red + (size_t)wk * 16 * COLS + wn * 64 + 2 * t;
 #pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
+    for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 8; ++j)
+        *reinterpret_cast<float2*>(base + (size_t)(g + 8 * h) * COLS + 8 * j) =
+            make_float2(acc[j][2 * h], acc[j][2 * h + 1]);
+  } else {
+    if (PREFETCH && nsteps > 0) load_step(0);
+    for (int s = 0; s < nsteps; ++s) {
+      if (!PREFETCH) load_step(s);  // then bcur is bnext: one set of registers
+      V bcur[UNROLL][4][PIECES];
+      unsigned acur[UNROLL][4];
 #pragma unroll
-        for (int p = 0; p < PIECES; ++p) bcur[u][i][p] = bnext[u][i][p];
+      for (int u = 0; u < UNROLL; ++u) {
 #pragma unroll
-      for (int r = 0; r < 4; ++r) acur[u][r] = anext[u][r];
-    }
-    if (PREFETCH && s + 1 < nsteps) load_step(s + 1);
+        for (int i = 0; i < 4; ++i)
 #pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
+          for (int p = 0; p < PIECES; ++p) bcur[u][i][p] = bnext[u][i][p];
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        // Column j of the lane's 8: rows (4t, 4t+1) in b0 and (4t+2, 4t+3) in b1, lower k in the low half.
-        const unsigned sel = j % 2 ? 0x7632u : 0x5410u;
-        const unsigned b0 = __byte_perm(word(bcur[u][0], j / 2), word(bcur[u][1], j / 2), sel);
-        const unsigned b1 = __byte_perm(word(bcur[u][2], j / 2), word(bcur[u][3], j / 2), sel);
-        Mma<T>::run(acc[j], acur[u], b0, b1);
+        for (int r = 0; r < 4; ++r) acur[u][r] = anext[u][r];
+      }
+      if (PREFETCH && s + 1 < nsteps) load_step(s + 1);
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          // Column j of the lane's 8: rows (4t, 4t+1) in b0 and (4t+2, 4t+3) in b1, lower k in the low half.
+          const unsigned sel = j % 2 ? 0x7632u : 0x5410u;
+          const unsigned b0 = __byte_perm(word(bcur[u][0], j / 2), word(bcur[u][1], j / 2), sel);
+          const unsigned b1 = __byte_perm(word(bcur[u][2], j / 2), word(bcur[u][3], j / 2), sel);
+          Mma<T>::run(acc[j], acur[u], b0, b1);
+        }
       }
     }
-  }
 
-  // Accumulators to red[wk][row][column]: mma j's element e is row g + 8*(e / 2), column
-  // 16t + 8*(e % 2) + j of the warp's 64.
-  {
-    float* base = red + (size_t)wk * 16 * COLS + wn * 64 + 16 * t;
+    // Accumulators to red[wk][row][column]: mma j's element e is row g + 8*(e / 2), column
+    // 16t + 8*(e % 2) + j of the warp's 64.
+    {
+      float* base = red + (size_t)wk * 16 * COLS + wn * 64 + 16 * t;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {        // row g, then g + 8
-      float* row = base + (size_t)(g + 8 * h) * COLS;
+      for (int h = 0; h < 2; ++h) {        // row g, then g + 8
+        float* row = base + (size_t)(g + 8 * h) * COLS;
 #pragma unroll
-      for (int half = 0; half < 2; ++half)  // columns 16t .. 16t+7, then 16t+8 .. 16t+15
+        for (int half = 0; half < 2; ++half)  // columns 16t .. 16t+7, then 16t+8 .. 16t+15
 #pragma unroll
-        for (int q = 0; q < 2; ++q)
-          reinterpret_cast<float4*>(row + 8 * half)[q] =
-              make_float4(acc[4 * q][2 * h + half], acc[4 * q + 1][2 * h + half], acc[4 * q + 2][2 * h + half],
-                          acc[4 * q + 3][2 * h + half]);
+          for (int q = 0; q < 2; ++q)
+            reinterpret_cast<float4*>(row + 8 * half)[q] =
+                make_float4(acc[4 * q][2 * h + half], acc[4 * q + 1][2 * h + half], acc[4 * q + 2][2 * h + half],
+                            acc[4 * q + 3][2 * h + half]);
+      }
     }
   }
   __syncthreads();
@@ -278,6 +399,6 @@ __device__ __forceinline__ void skinny_tc_body(const T* __restrict__ A, const T*
 //   extern "C" __global__ void __launch_bounds__(128) gemm_skinny_tc_<key>(const __half* A,
 //       const __half* B, __half* C, int M, int N, int K, float alpha, float beta, float* workspace,
 //       unsigned int* counters)
-//   { at_skinny_tc::skinny_tc_body<__half, 1, 4, 8, 2, 1, 1, 1>(A, B, C, M, N, K, alpha, beta, workspace,
-//     counters); }
+//   { at_skinny_tc::skinny_tc_body<__half, 1, 4, 8, 2, 1, 1, 1, 0>(A, B, C, M, N, K, alpha, beta,
+//     workspace, counters); }
 // with CLUSTER > 1 the declaration also carries __cluster_dims__(1, CLUSTER, 1).

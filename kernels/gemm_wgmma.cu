@@ -71,7 +71,17 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "tma.cuh"
+
 namespace at_wgmma {
+
+using at_tma::fence_mbarrier_init;
+using at_tma::mbarrier_arrive_expect_tx;
+using at_tma::mbarrier_init;
+using at_tma::mbarrier_wait;
+using at_tma::prefetch_tensor_map;
+using at_tma::smem_addr;
+using at_tma::tma_load_2d;
 
 constexpr int ROW_BYTES = 128;    // bytes of one k-row of a B atom (and of A's rows when BK = 64)
 constexpr int ATOM_BYTES = 1024;  // 8 rows of 128 bytes: the period of the 128-byte swizzle
@@ -200,9 +210,6 @@ template <int COUNT> __device__ __forceinline__ void fence_registers(float (&d)[
 // async-proxy reads (wgmma's operands); a barrier after it extends that to the other threads' wgmmas.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 
 // 16-byte asynchronous copy; valid == false reads nothing and fills the destination with zeros.
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
@@ -213,41 +220,6 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool v
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int PENDING> __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory");
-}
-
-// mbarrier and bulk tensor copy (TMA) helpers. An mbarrier here counts one arrival (thread 0's
-// expect-tx) plus the bytes the copies of its stage deliver; its phase flips when both are in.
-__device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-// Makes the initialized mbarriers visible to the copy engine (the async proxy) and the other threads
-// (with the barrier that follows).
-__device__ __forceinline__ void fence_mbarrier_init() {
-  asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;" ::: "memory");
-}
-__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-// Spins until the mbarrier's phase with this parity has completed.
-__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nWAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-// Copies the box at (c0, c1) (innermost coordinate first, in elements) of the tensor `map` describes
-// into shared memory at dst, swizzled as the map says, and adds its bytes to mbarrier bar.
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* map, uint32_t bar, int c0, int c1) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
-          dst),
-      "l"(map), "r"(c0), "r"(c1), "r"(bar)
-      : "memory");
-}
-__device__ __forceinline__ void prefetch_tensor_map(const void* map) {
-  asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
 }
 
 // Shared-memory matrix descriptor of wgmma (PTX ISA, "matrix descriptor"): bits 0-13 start address,

@@ -76,9 +76,11 @@ def test_seed_configs_are_valid_and_fill_the_gpu() -> None:
             for config in seeds:
                 assert tc.space(problem).check(config) is None, config
                 blocks = tc.launch(problem, config, 132).grid
-                # About two blocks per SM; a cluster's seed may take twice that (no workspace).
+                # About two blocks per SM; a cluster's seed may take twice that (no workspace). A TMA
+                # block keeps stages of 64 rows in flight, so fewer do (cuBLAS runs 96 at 4096^2).
                 most = 528 if config["cluster"] > 1 else 264
-                assert 132 <= blocks[0] * blocks[1] <= most, (size, config)
+                least = 96 if config["stages"] else 132
+                assert least <= blocks[0] * blocks[1] <= most, (size, config)
 
 
 def test_seeds_include_cluster_reductions_of_their_splits() -> None:
@@ -93,8 +95,9 @@ def test_seeds_include_cluster_reductions_of_their_splits() -> None:
         return {key: value for key, value in c.items() if key not in ("cluster", "split")}
 
     for config in clustered:
-        # Each beside the same tiling through the workspace.
-        assert any(tiling(other) == tiling(config) and other["cluster"] == 1 for other in seeds)
+        # Each beside the same tiling through the workspace (TMA configs reduce in clusters only).
+        if not config["stages"]:
+            assert any(tiling(other) == tiling(config) and other["cluster"] == 1 for other in seeds)
         launch = tc.launch(problem, config, 132)
         assert launch.workspace_floats == launch.counters == 0
         assert f"__cluster_dims__(1, {config['cluster']}, 1)" in tc.kernel_source(problem, config)
@@ -187,6 +190,10 @@ COMPILE_SAMPLE = [
     ("float16", (16, 4096, 4096), dict(wn=1, kw=4, vec=8, unroll=2, policy=1, prefetch=1, cluster=4)),
     ("bfloat16", (2, 1002, 999), dict(wn=1, kw=2, vec=2, unroll=1, policy=2, prefetch=1, cluster=2)),
     ("float16", (8, 14336, 14336), dict(wn=2, kw=4, vec=8, unroll=1, policy=1, prefetch=1, cluster=8)),
+    # TMA stages: every warp count along N and K, with and without a cluster, tails in M, N and K.
+    ("float16", (16, 4096, 4096), dict(wn=1, kw=4, vec=8, unroll=1, policy=1, prefetch=0, cluster=4, stages=4)),
+    ("bfloat16", (5, 1000, 1016), dict(wn=2, kw=2, vec=8, unroll=1, policy=1, prefetch=0, cluster=1, stages=3)),
+    ("float16", (8, 14336, 14336), dict(wn=4, kw=1, vec=8, unroll=1, policy=1, prefetch=0, cluster=8, stages=6)),
 ]
 
 
@@ -195,7 +202,99 @@ def test_representative_instances_compile_for_sm_90(tmp_path: Path) -> None:
     jobs = []
     for dtype, (m, n, k), compiled in COMPILE_SAMPLE:
         problem = _problem(m, n, k, dtype)
-        config = {**compiled, "split": compiled["cluster"]}
+        config = {"stages": 0, **compiled, "split": compiled["cluster"]}
         assert tc.space(problem).check(config) is None, (dtype, compiled, tc.space(problem).check(config))
         jobs.append(CompileJob(tc.kernel_name(problem, config), tc.kernel_source(problem, config), "sm_90", "test"))
     compile_all(jobs, tmp_path)
+
+
+def test_tma_stages_are_offered_for_16_byte_rows_on_hopper(monkeypatch: pytest.MonkeyPatch) -> None:
+    from autotune.ops import geometry
+
+    aligned, odd = _problem(5, 1000, 1016), _problem(5, 1001, 1016)
+    assert set(tc.space(aligned).choices()["stages"]) == {0, 2, 3, 4, 6, 8}
+    assert tc.space(odd).choices()["stages"] == (0,)
+    monkeypatch.setattr(geometry, "clusters_run_here", lambda: False)
+    assert tc.space(aligned).choices()["stages"] == (0,)
+
+
+def test_tma_configs_pin_the_register_parameters_and_reduce_in_clusters() -> None:
+    problem = _problem(16, 4096, 4096)
+    tma = dict(wn=2, kw=2, vec=8, unroll=1, policy=1, prefetch=0, cluster=4, split=4, stages=4)
+    space = tc.space(problem)
+    assert space.check(tma) is None
+    assert "unroll does not apply" in (space.check(dict(tma, unroll=2)) or "")
+    assert "needs cluster=4" in (space.check(dict(tma, cluster=1)) or "")
+    assert "at most 4 warps along K" in (space.check(dict(tma, wn=1, kw=8)) or "")
+    launch = tc.launch(problem, tma, 132)
+    assert launch.workspace_floats == launch.counters == 0 and launch.grid == (32, 4, 1)
+    assert launch.operand_maps is not None
+    assert (launch.operand_maps.a.rows, launch.operand_maps.a.cols) == (16, 64)
+    assert (launch.operand_maps.b.rows, launch.operand_maps.b.cols) == (64, 64)
+    assert launch.shared_bytes == 1024 + 4 * (2048 + 2 * 8192)
+    assert tc.launch(problem, dict(tma, stages=0, prefetch=1), 132).operand_maps is None
+
+
+def _swizzled(row: int, chunk: int) -> int:
+    """kernels/gemm_skinny_tc.cu's swizzled(): byte offset of a 16-byte chunk in a 128-byte-swizzled box."""
+    return row * 128 + ((chunk ^ (row % 8)) << 4)
+
+
+def test_tma_fragments_give_the_product() -> None:
+    """The TMA path's ldmatrix addressing, replayed: the copy engine writes A's 16 x 64 box and B's
+    64 x 64 box with the 128-byte swizzle; lane l addresses row l % 8 of matrix l / 8; ldmatrix.x4
+    hands lane (g, t) elements (g, 2t), (g, 2t+1) of each matrix, .trans elements (2t, g), (2t+1, g);
+    mma.m16n8k16 then takes a0..a3 and b0, b1 as the PTX ISA lays them out, and accumulator e of mma
+    j must land at row g + 8 (e // 2), column 8j + 2t + e % 2. The result must be A @ B."""
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((16, 64)), rng.standard_normal((64, 64))
+    smem_a, smem_b = np.zeros(16 * 64), np.zeros(64 * 64)  # in 2-byte elements
+    for r in range(16):
+        for c in range(8):
+            smem_a[_swizzled(r, c) // 2 : _swizzled(r, c) // 2 + 8] = a[r, 8 * c : 8 * c + 8]
+    for k in range(64):
+        for c in range(8):
+            smem_b[_swizzled(k, c) // 2 : _swizzled(k, c) // 2 + 8] = b[k, 8 * c : 8 * c + 8]
+
+    def ldmatrix_x4(smem: np.ndarray, row0: int, chunk0: int, trans: bool) -> np.ndarray:
+        """[lane, register, pair]: register i of each lane from matrix i; lane l addresses row
+        row0 + l % 8 + 8 (l / 8 % 2), chunk chunk0 + l / 16, as the kernel does."""
+
+        def address(lane: int) -> int:
+            return _swizzled(row0 + (lane & 7) + 8 * ((lane >> 3) & 1), chunk0 + (lane >> 4)) // 2
+
+        rows = [[smem[address(8 * i + r) : address(8 * i + r) + 8] for r in range(8)] for i in range(4)]
+        out = np.zeros((32, 4, 2))
+        for lane in range(32):
+            g, t = lane // 4, lane % 4
+            for i in range(4):
+                m = np.array(rows[i])
+                out[lane, i] = m[2 * t : 2 * t + 2, g] if trans else m[g, 2 * t : 2 * t + 2]
+        return out
+
+    acc = np.zeros((32, 8, 4))
+    for kk in range(4):
+        a_regs = ldmatrix_x4(smem_a, 0, 2 * kk, trans=False)
+        for jj in range(4):
+            b_regs = ldmatrix_x4(smem_b, 16 * kk, 2 * jj, trans=True)
+            for half in range(2):
+                j = 2 * jj + half
+                a_frag, b_frag = np.zeros((16, 16)), np.zeros((16, 8))
+                for lane in range(32):
+                    g, t = lane // 4, lane % 4
+                    for i, (row, col) in enumerate([(g, 2 * t), (g + 8, 2 * t), (g, 2 * t + 8), (g + 8, 2 * t + 8)]):
+                        a_frag[row, col : col + 2] = a_regs[lane, i]
+                    b_frag[2 * t : 2 * t + 2, g] = b_regs[lane, 2 * half]
+                    b_frag[2 * t + 8 : 2 * t + 10, g] = b_regs[lane, 2 * half + 1]
+                d = a_frag @ b_frag
+                for lane in range(32):
+                    g, t = lane // 4, lane % 4
+                    for e in range(4):
+                        acc[lane, j, e] += d[g + 8 * (e // 2), 2 * t + e % 2]
+    out = np.zeros((16, 64))
+    for lane in range(32):
+        g, t = lane // 4, lane % 4
+        for j in range(8):
+            for e in range(4):
+                out[g + 8 * (e // 2), 8 * j + 2 * t + e % 2] = acc[lane, j, e]
+    np.testing.assert_allclose(out, a @ b, rtol=1e-12, atol=1e-12)

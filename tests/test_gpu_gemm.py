@@ -24,8 +24,9 @@ pytestmark = pytest.mark.gpu
 
 # (m, n, k): odd tails everywhere (the wgmma family's, n and k multiples of 8: 257 x 384 x 4104 and
 # 1000 x 1000 x 1000), tiny, skinny (M <= 16, on CUDA cores for float32 and M = 1, on
-# tensor cores otherwise: M = 2, 3, 7, 12 and 16 cover rows g + 8 absent, partial and full) and one
-# larger aligned shape.
+# tensor cores otherwise: M = 2, 3, 7, 12 and 16 cover rows g + 8 absent, partial and full; 5 x 1000 x
+# 1016 has 16-byte rows, so skinny_tc's TMA stages serve it with tails in M, N and K) and one larger
+# aligned shape.
 GEMM_SHAPES = [
     (1, 1, 1),
     (7, 13, 5),
@@ -36,6 +37,7 @@ GEMM_SHAPES = [
     (3, 1001, 999),
     (2, 1001, 999),
     (12, 200, 4100),
+    (5, 1000, 1016),
 ]
 TRANS_SHAPES = [(1, 1), (999, 1001), (131072, 256), (256, 8192)]
 DTYPES = ["float32", "float16", "bfloat16"]

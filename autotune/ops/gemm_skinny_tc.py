@@ -1,6 +1,8 @@
 """Skinny GEMM family on tensor cores (M <= 16, float16/bfloat16): parameters, constraints, launch
 geometry, source. The kernel (kernels/gemm_skinny_tc.cu) streams B once, like the CUDA-core `skinny`
-family, but multiplies with mma.sync, so its time stays flat as M grows from 2 to 16."""
+family, but multiplies with mma.sync, so its time stays flat as M grows from 2 to 16. B streams
+either straight into registers (`stages` = 0) or, on Hopper, through `stages` shared-memory stages
+filled by the TMA (one thread's bulk tensor copies instead of every thread's loads)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from autotune.ops import gemm, geometry
 from autotune.ops.geometry import Launch
 from autotune.problem import Problem
 from autotune.space import Config, Param, Space
+from autotune.tma import Box, OperandMaps
 
 NAME = "skinny_tc"
 KERNEL_FILE = "gemm_skinny_tc.cu"
@@ -29,6 +32,19 @@ _VECS = (1, 2, 4, 8)  # elements per load of B (8: 16 bytes)
 _UNROLLS = (1, 2, 4)  # 16-row slices per warp and step; the next step is always in flight too
 _POLICIES = (1, 2)  # load paths for B (see load_stream in kernels/common.cuh)
 _SPLITS = tuple(2**i for i in range(9))  # 1 .. 256
+# TMA stages (0: B streams into registers instead). A stage holds 64 rows of K: A's 16 x 64 box and
+# one 64 x 64 box of B per warp along N, 128-byte swizzled.
+_STAGES = (2, 3, 4, 6, 8)
+TMA_ROWS = 64
+TMA_ALIGN_PAD = 1024  # the kernel rounds its stages up to 1024 bytes (the swizzle's period)
+TMA_MAX_KW = 4  # the warps along K share a stage's four k16 steps
+
+
+def _stage_choices(problem: Problem) -> tuple[int, ...]:
+    """(0,) and, where the TMA can serve the problem, the stage counts: Hopper (or no GPU here, when
+    answers are for the H100/H200 records) and rows of A and B that are multiples of 16 bytes."""
+    tma_rows = problem.k % 8 == 0 and problem.n % 8 == 0
+    return (0, *_STAGES) if tma_rows and geometry.clusters_run_here() else (0,)
 
 
 def _vec_choices(problem: Problem) -> tuple[int, ...]:
@@ -39,8 +55,8 @@ def _vec_choices(problem: Problem) -> tuple[int, ...]:
 
 
 def _step(c: Mapping[str, int]) -> int:
-    """Rows of B a block reads per step."""
-    return MMA_K * c["kw"] * c["unroll"]
+    """Rows of B a block reads per step (a TMA stage: 64)."""
+    return TMA_ROWS if c["stages"] else MMA_K * c["kw"] * c["unroll"]
 
 
 def _per_split(problem: Problem, c: Mapping[str, int]) -> int:
@@ -61,13 +77,24 @@ def registers(c: Mapping[str, int]) -> int:
     """Registers per thread (errs high; ptxas -v for sm_90 said 106, 158 and 223 for unroll 1, 2, 4 at
     vec 8): 32 accumulators, two steps of B (4 rows of 8 elements per slice: 16 words, more when
     loaded in narrow pieces) and of A (4 words per slice) in flight, and about 48 for the rest."""
+    if c["stages"]:
+        return 80  # ptxas -v: 64 (32 accumulators, fragments of A and B, addresses)
     b_words = {1: 32, 2: 20}.get(c["vec"], 16)
     return 48 + 32 + (1 + c["prefetch"]) * c["unroll"] * (b_words + 4)
 
 
+def stage_bytes(c: Mapping[str, int]) -> int:
+    """One TMA stage: A's box of 16 rows x 64 and WN boxes of 64 x 64 of B (16-bit elements)."""
+    return 16 * TMA_ROWS * 2 + c["wn"] * TMA_ROWS * WARP_COLS * 2
+
+
 def shared_bytes(c: Mapping[str, int]) -> int:
-    """Mirrors kernels/gemm_skinny_tc.cu: the KW warps' 16 x COLS float accumulators."""
-    return c["kw"] * 16 * columns(c) * 4
+    """Mirrors kernels/gemm_skinny_tc.cu: the KW warps' 16 x COLS float accumulators, which with TMA
+    reuse the stages' memory (then the larger of the two)."""
+    accumulators = c["kw"] * 16 * columns(c) * 4
+    if not c["stages"]:
+        return accumulators
+    return max(accumulators, TMA_ALIGN_PAD + c["stages"] * stage_bytes(c))
 
 
 def _shape_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
@@ -97,9 +124,28 @@ def _split_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
     return gemm.split_k_reason(problem, c["split"], _step(c), column_tiles(problem, c), c["cluster"])
 
 
+def _tma_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
+    """Why a TMA config (stages > 0) is not one to build; the register-streaming parameters do not
+    apply to it and stay at fixed values, so that no two configs build the same kernel."""
+    if not c["stages"]:
+        return None
+    fixed = {"vec": _vec_choices(problem)[-1], "unroll": 1, "policy": 1, "prefetch": 0}
+    for name, value in fixed.items():
+        if c[name] != value:
+            return f"{name} does not apply with TMA stages: it stays {value}"
+    if c["kw"] > TMA_MAX_KW:
+        return f"kw={c['kw']}: with TMA at most {TMA_MAX_KW} warps along K share a stage's four k16 steps"
+    if c["split"] != c["cluster"]:
+        return f"split={c['split']} with TMA needs cluster={c['split']}: the workspace holds the tensor maps"
+    tiles = math.ceil(_per_split(problem, c) / TMA_ROWS)
+    if c["stages"] > max(2, tiles):
+        return f"{c['stages']} stages for {tiles} tiles of {TMA_ROWS} rows a split"
+    return None
+
+
 def space(problem: Problem) -> Space:
     def constraint(c: Mapping[str, int]) -> str | None:
-        return _shape_reason(problem, c) or _resource_reason(c) or _split_reason(problem, c)
+        return _shape_reason(problem, c) or _tma_reason(problem, c) or _resource_reason(c) or _split_reason(problem, c)
 
     return Space(
         params=(
@@ -111,6 +157,7 @@ def space(problem: Problem) -> Space:
             Param("prefetch", (0, 1)),
             Param("cluster", geometry.cluster_choices()),
             Param("split", _SPLITS, compiled=False),
+            Param("stages", _stage_choices(problem)),
         ),
         constraint=constraint,
     )
@@ -128,6 +175,7 @@ def default_config(problem: Problem) -> Config:
         "prefetch": 1,
         "cluster": 1,
         "split": 1,
+        "stages": 0,
     }
 
 
@@ -146,6 +194,11 @@ _SEEDS = (
 )
 
 
+# TMA seed tilings (wn, kw, stages): 64 to 256 columns a block, 3 to 6 stages of 64 rows (with
+# 8, fewer blocks fit an SM and the H200 ran 16x4096x4096 in 21 us instead of 15.6).
+_TMA_SEEDS = ((1, 4, 4), (2, 2, 4), (4, 1, 4), (2, 1, 6), (4, 1, 6), (2, 2, 3))
+
+
 def seed_configs(problem: Problem) -> list[Config]:
     """Tilings that keep about two blocks' worth of loads in flight per SM of an H100/H200 (~264
     blocks), each also with its splits reduced in a cluster where they fit one; measured before the
@@ -155,16 +208,35 @@ def seed_configs(problem: Problem) -> list[Config]:
     for wn, kw, unroll, narrower, prefetch in _SEEDS:
         vec = gemm.seed_vec(vecs, narrower)
         base = {"wn": wn, "kw": kw, "vec": vec, "unroll": unroll, "policy": 1, "prefetch": prefetch}
-        base.update(cluster=1, split=1)
+        base.update(cluster=1, split=1, stages=0)
         tilings.append((base, column_tiles(problem, base)))
-    return gemm.skinny_seeds(tilings, _SPLITS, space(problem).check)
+    return gemm.skinny_seeds(tilings, _SPLITS, space(problem).check) + _tma_seeds(problem)
+
+
+def _tma_seeds(problem: Problem) -> list[Config]:
+    """Each TMA tiling with its K split over the largest cluster that keeps the grid within
+    gemm.SEED_BLOCKS, and over twice that (TMA configs reduce their splits in a cluster only)."""
+    if len(_stage_choices(problem)) == 1:
+        return []
+    check = space(problem).check
+    fixed = {"vec": _vec_choices(problem)[-1], "unroll": 1, "policy": 1, "prefetch": 0}
+    seeds: list[Config] = []
+    for wn, kw, stages in _TMA_SEEDS:
+        base = {"wn": wn, "kw": kw, **fixed, "stages": stages}
+        tiles = column_tiles(problem, base)
+        fitting = [size for size in geometry.cluster_choices() if tiles * size <= gemm.SEED_BLOCKS] or [1]
+        for size in sorted({max(fitting), 2 * max(fitting)}):
+            config = {**base, "cluster": size, "split": size}
+            if check(config) is None and config not in seeds:
+                seeds.append(config)
+    return seeds
 
 
 def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
     c = config
     return (
         f"gemm_skinny_tc_{problem.dtype}_n{c['wn']}_k{c['kw']}_v{c['vec']}_u{c['unroll']}_p{c['policy']}"
-        f"_f{c['prefetch']}_c{c['cluster']}"
+        f"_f{c['prefetch']}_c{c['cluster']}_s{c['stages']}"
     )
 
 
@@ -172,7 +244,8 @@ def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
     """A translation unit with one extern "C" instance of the template (a stable, unmangled name)."""
     c = config
     t = CUDA_TYPE[problem.dtype]
-    args = f"{t}, {c['wn']}, {c['kw']}, {c['vec']}, {c['unroll']}, {c['policy']}, {c['cluster']}, {c['prefetch']}"
+    tiling = f"{c['wn']}, {c['kw']}, {c['vec']}, {c['unroll']}, {c['policy']}"
+    args = f"{t}, {tiling}, {c['cluster']}, {c['prefetch']}, {c['stages']}"
     call = f"at_skinny_tc::skinny_tc_body<{args}>(A, B, C, M, N, K, alpha, beta, workspace, counters)"
     name = kernel_name(problem, config)
     return gemm.instance_source(KERNEL_FILE, name, t, str(threads(c)), call, cluster=c["cluster"])
@@ -193,4 +266,13 @@ def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch
         shared_bytes=shared_bytes(config),
         workspace_floats=split * problem.m * problem.n if global_split else 0,
         counters=tiles if global_split else 0,
+        operand_maps=operand_maps(config),
     )
+
+
+def operand_maps(config: Mapping[str, int]) -> OperandMaps | None:
+    """TMA configs' boxes: 16 rows of A (rows past M read as zeros) and one warp's 64 columns of B, 64
+    rows of K each, 128-byte swizzled as the kernel's ldmatrix addressing expects."""
+    if not config["stages"]:
+        return None
+    return OperandMaps(a=Box(16, TMA_ROWS, 128), b=Box(TMA_ROWS, WARP_COLS, 128))
