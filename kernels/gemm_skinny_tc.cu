@@ -115,11 +115,11 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], uint32_t add
 __device__ __forceinline__ uint32_t swizzled(int r, int c) { return r * 128 + ((c ^ (r & 7)) << 4); }
 
 // The TMA mainloop (STAGES > 0, see the top of the file): this split's rows [kb, kb + len) of A and
-// of the block's COLS columns of B into acc (natural mma layout). `stages` is the dynamic shared
-// memory, `maps` the two tensor maps.
+// of the block's COLS columns of B through shared-memory stages; the accumulators end in
+// red[wk][row][column], which reuses the stages (red is the dynamic shared memory, `maps` the two
+// tensor maps).
 template <typename T, int WN, int KW, int STAGES>
-__device__ __forceinline__ void tma_mainloop(float (&acc)[8][4], void* stages, const void* maps, int kb,
-                                             unsigned len, int n0) {
+__device__ __forceinline__ void tma_mainloop(float* red, const void* maps, int kb, unsigned len, int n0) {
   using namespace at_tma;
   constexpr int BK = 64;                          // rows of K a stage
   constexpr int A_BYTES = 16 * BK * 2;            // A's box: 16 rows of 128 bytes
@@ -128,22 +128,16 @@ __device__ __forceinline__ void tma_mainloop(float (&acc)[8][4], void* stages, c
   static_assert(4 % KW == 0, "the KW warps along K share a stage's four k16 steps");
   __shared__ __align__(8) uint64_t full[STAGES];
 
+  constexpr int COLS = WN * 64;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int wn = warp % WN, wk = warp / WN;
-  const uint32_t base = (smem_addr(stages) + 1023u) & ~1023u;
+  const uint32_t base = (smem_addr(red) + 1023u) & ~1023u;
   const uint32_t bars = smem_addr(full);
-  const unsigned char* map_bytes = static_cast<const unsigned char*>(maps);
-  const void* map_a = map_bytes;
-  const void* map_b = map_bytes + 128;
+  const void* map_a = maps;
+  const void* map_b = static_cast<const unsigned char*>(maps) + MAP_BYTES;
   const int tiles = (int)((len + BK - 1) / BK);
 
-  if (tid == 0) {
-    prefetch_tensor_map(map_a);
-    prefetch_tensor_map(map_b);
-#pragma unroll
-    for (int s = 0; s < STAGES; ++s) mbarrier_init(bars + 8 * s, 1);
-    fence_mbarrier_init();
-  }
+  if (tid == 0) start_pipeline<STAGES>(maps, bars);
   __syncthreads();
   auto load = [&](int stage, int tile) {  // thread 0 only
     const uint32_t bar = bars + 8 * stage, dst = base + stage * STAGE_BYTES;
@@ -155,6 +149,12 @@ __device__ __forceinline__ void tma_mainloop(float (&acc)[8][4], void* stages, c
   };
   if (tid == 0)
     for (int s = 0; s < STAGES && s < tiles; ++s) load(s, s);
+
+  float acc[8][4];
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
 
   // Lane l addresses row l % 8 of matrix l / 8: for A rows (l % 8) + 8 (l / 8 % 2) and k chunk
   // l / 16 of the step; for B k-row (l % 8) + 8 (l / 8 % 2) and column chunk l / 16 of the pair.
@@ -185,39 +185,33 @@ __device__ __forceinline__ void tma_mainloop(float (&acc)[8][4], void* stages, c
     stage = stage == STAGES - 1 ? 0 : stage + 1;
     phase ^= stage == 0;
   }
-  __syncthreads();  // the stages are free: the caller reuses them for the accumulators
+  __syncthreads();  // the stages are free: red reuses them
+
+  // mma j's element e is row g + 8*(e / 2), column 8j + 2t + e % 2 of the warp's 64.
+  const int g = lane / 4, t = lane % 4;
+  float* out = red + (size_t)wk * 16 * COLS + wn * 64 + 2 * t;
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      *reinterpret_cast<float2*>(out + (size_t)(g + 8 * h) * COLS + 8 * j) = make_float2(acc[j][2 * h], acc[j][2 * h + 1]);
 }
 
-template <typename T, int WN, int KW, int VEC, int UNROLL, int POLICY, int CLUSTER, int PREFETCH, int STAGES>
-__device__ __forceinline__ void skinny_tc_body(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
-                                               int M, int N, int K, float alpha, float beta,
-                                               float* __restrict__ workspace, unsigned int* __restrict__ counters) {
-  static_assert(sizeof(T) == 2, "tensor-core skinny GEMM is for 16-bit types");
-  static_assert(VEC == 1 || VEC == 2 || VEC == 4 || VEC == 8, "1 to 8 elements per load");
+// The register-streaming mainloop (STAGES == 0, see the top of the file): this split's rows
+// [kb, kb + len) of A and of the block's COLS columns of B, loaded straight into mma fragments; the
+// accumulators end in red[wk][row][column].
+template <typename T, int WN, int KW, int VEC, int UNROLL, int POLICY, int PREFETCH>
+__device__ __forceinline__ void register_mainloop(float* red, const T* __restrict__ A, const T* __restrict__ B,
+                                                  int M, int N, int K, int kb, unsigned len, int n0) {
   typedef typename at_common::Raw<VEC * 2>::type V;
   constexpr int PIECES = 8 / VEC;          // loads per row and lane
-  constexpr int BLOCK = WN * KW * 32;
-  constexpr int COLS = WN * 64;            // columns of a block tile
-  constexpr int STEP = STAGES > 0 ? 64 : 16 * KW * UNROLL;  // rows of B a block reads per step
-  static_assert(BLOCK <= 1024, "at most 1024 threads");
-
-  extern __shared__ __align__(16) float red[];
-  __shared__ bool last_block;
-
-  const int tid = threadIdx.x;
-  const int lane = tid % 32, warp = tid / 32;
+  constexpr int COLS = WN * 64;
+  constexpr int STEP = 16 * KW * UNROLL;   // rows of B a block reads per step
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int wn = warp % WN, wk = warp / WN;
   const int g = lane / 4, t = lane % 4;
-  const int n0 = blockIdx.x * COLS;        // < N; n0 + COLS may not fit an int, so compare offsets
   const int cw = wn * 64 + 8 * g;          // the lane's first column, relative to n0
   const int left = N - n0 - cw;            // columns of the lane's 8 that exist: min(8, left)
-
-  // This split's rows [kb, kb + len), a whole number of steps except at the end of K.
-  const int splits = gridDim.y;
-  long long per = ((long long)K + splits - 1) / splits;
-  per = (per + STEP - 1) / STEP * STEP;
-  const int kb = (int)min((long long)K, (long long)blockIdx.y * per);
-  const unsigned len = (unsigned)min((long long)K - kb, per);
   const int nsteps = (int)((len + STEP - 1) / STEP);
   const int nfull = (int)(len / STEP);  // steps wholly inside the split: their loads need no row test
 
@@ -279,63 +273,80 @@ __device__ __forceinline__ void skinny_tc_body(const T* __restrict__ A, const T*
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
 
-  if constexpr (STAGES > 0) {
-    // Through shared memory (the register-streaming setup above goes unused and is compiled away).
-    tma_mainloop<T, WN, KW, STAGES>(acc, red, workspace, kb, len, n0);
-    // Accumulators to red[wk][row][column] (red reuses the stages): mma j's element e is row
-    // g + 8*(e / 2), column 8j + 2t + e % 2 of the warp's 64.
-    float* base = red + (size_t)wk * 16 * COLS + wn * 64 + 2 * t;
+  if (PREFETCH && nsteps > 0) load_step(0);
+  for (int s = 0; s < nsteps; ++s) {
+    if (!PREFETCH) load_step(s);  // then bcur is bnext: one set of registers
+    V bcur[UNROLL][4][PIECES];
+    unsigned acur[UNROLL][4];
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
+    for (int u = 0; u < UNROLL; ++u) {
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
-        *reinterpret_cast<float2*>(base + (size_t)(g + 8 * h) * COLS + 8 * j) =
-            make_float2(acc[j][2 * h], acc[j][2 * h + 1]);
-  } else {
-    if (PREFETCH && nsteps > 0) load_step(0);
-    for (int s = 0; s < nsteps; ++s) {
-      if (!PREFETCH) load_step(s);  // then bcur is bnext: one set of registers
-      V bcur[UNROLL][4][PIECES];
-      unsigned acur[UNROLL][4];
+      for (int i = 0; i < 4; ++i)
 #pragma unroll
-      for (int u = 0; u < UNROLL; ++u) {
+        for (int p = 0; p < PIECES; ++p) bcur[u][i][p] = bnext[u][i][p];
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
+      for (int r = 0; r < 4; ++r) acur[u][r] = anext[u][r];
+    }
+    if (PREFETCH && s + 1 < nsteps) load_step(s + 1);
 #pragma unroll
-          for (int p = 0; p < PIECES; ++p) bcur[u][i][p] = bnext[u][i][p];
+    for (int u = 0; u < UNROLL; ++u) {
 #pragma unroll
-        for (int r = 0; r < 4; ++r) acur[u][r] = anext[u][r];
-      }
-      if (PREFETCH && s + 1 < nsteps) load_step(s + 1);
-#pragma unroll
-      for (int u = 0; u < UNROLL; ++u) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          // Column j of the lane's 8: rows (4t, 4t+1) in b0 and (4t+2, 4t+3) in b1, lower k in the low half.
-          const unsigned sel = j % 2 ? 0x7632u : 0x5410u;
-          const unsigned b0 = __byte_perm(word(bcur[u][0], j / 2), word(bcur[u][1], j / 2), sel);
-          const unsigned b1 = __byte_perm(word(bcur[u][2], j / 2), word(bcur[u][3], j / 2), sel);
-          Mma<T>::run(acc[j], acur[u], b0, b1);
-        }
+      for (int j = 0; j < 8; ++j) {
+        // Column j of the lane's 8: rows (4t, 4t+1) in b0 and (4t+2, 4t+3) in b1, lower k in the low half.
+        const unsigned sel = j % 2 ? 0x7632u : 0x5410u;
+        const unsigned b0 = __byte_perm(word(bcur[u][0], j / 2), word(bcur[u][1], j / 2), sel);
+        const unsigned b1 = __byte_perm(word(bcur[u][2], j / 2), word(bcur[u][3], j / 2), sel);
+        Mma<T>::run(acc[j], acur[u], b0, b1);
       }
     }
+  }
 
-    // Accumulators to red[wk][row][column]: mma j's element e is row g + 8*(e / 2), column
-    // 16t + 8*(e % 2) + j of the warp's 64.
-    {
-      float* base = red + (size_t)wk * 16 * COLS + wn * 64 + 16 * t;
+  // Accumulators to red[wk][row][column]: mma j's element e is row g + 8*(e / 2), column
+  // 16t + 8*(e % 2) + j of the warp's 64.
+  {
+    float* base = red + (size_t)wk * 16 * COLS + wn * 64 + 16 * t;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {        // row g, then g + 8
-        float* row = base + (size_t)(g + 8 * h) * COLS;
+    for (int h = 0; h < 2; ++h) {        // row g, then g + 8
+      float* row = base + (size_t)(g + 8 * h) * COLS;
 #pragma unroll
-        for (int half = 0; half < 2; ++half)  // columns 16t .. 16t+7, then 16t+8 .. 16t+15
+      for (int half = 0; half < 2; ++half)  // columns 16t .. 16t+7, then 16t+8 .. 16t+15
 #pragma unroll
-          for (int q = 0; q < 2; ++q)
-            reinterpret_cast<float4*>(row + 8 * half)[q] =
-                make_float4(acc[4 * q][2 * h + half], acc[4 * q + 1][2 * h + half], acc[4 * q + 2][2 * h + half],
-                            acc[4 * q + 3][2 * h + half]);
-      }
+        for (int q = 0; q < 2; ++q)
+          reinterpret_cast<float4*>(row + 8 * half)[q] =
+              make_float4(acc[4 * q][2 * h + half], acc[4 * q + 1][2 * h + half], acc[4 * q + 2][2 * h + half],
+                          acc[4 * q + 3][2 * h + half]);
     }
+  }
+}
+
+template <typename T, int WN, int KW, int VEC, int UNROLL, int POLICY, int CLUSTER, int PREFETCH, int STAGES>
+__device__ __forceinline__ void skinny_tc_body(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
+                                               int M, int N, int K, float alpha, float beta,
+                                               float* __restrict__ workspace, unsigned int* __restrict__ counters) {
+  static_assert(sizeof(T) == 2, "tensor-core skinny GEMM is for 16-bit types");
+  static_assert(VEC == 1 || VEC == 2 || VEC == 4 || VEC == 8, "1 to 8 elements per load");
+  constexpr int BLOCK = WN * KW * 32;
+  constexpr int COLS = WN * 64;            // columns of a block tile
+  constexpr int STEP = STAGES > 0 ? 64 : 16 * KW * UNROLL;  // rows of B a block reads per step
+  static_assert(BLOCK <= 1024, "at most 1024 threads");
+
+  extern __shared__ __align__(16) float red[];
+  __shared__ bool last_block;
+
+  const int tid = threadIdx.x;
+  const int n0 = blockIdx.x * COLS;        // < N; n0 + COLS may not fit an int, so compare offsets
+
+  // This split's rows [kb, kb + len), a whole number of steps except at the end of K.
+  const int splits = gridDim.y;
+  long long per = ((long long)K + splits - 1) / splits;
+  per = (per + STEP - 1) / STEP * STEP;
+  const int kb = (int)min((long long)K, (long long)blockIdx.y * per);
+  const unsigned len = (unsigned)min((long long)K - kb, per);
+
+  if constexpr (STAGES > 0) {
+    tma_mainloop<T, WN, KW, STAGES>(red, workspace, kb, len, n0);
+  } else {
+    register_mainloop<T, WN, KW, VEC, UNROLL, POLICY, PREFETCH>(red, A, B, M, N, K, kb, len, n0);
   }
   __syncthreads();
 

@@ -75,11 +75,8 @@
 
 namespace at_wgmma {
 
-using at_tma::fence_mbarrier_init;
 using at_tma::mbarrier_arrive_expect_tx;
-using at_tma::mbarrier_init;
 using at_tma::mbarrier_wait;
-using at_tma::prefetch_tensor_map;
 using at_tma::smem_addr;
 using at_tma::tma_load_2d;
 
@@ -383,17 +380,10 @@ __device__ __forceinline__ void gemm_wgmma_body(const T* __restrict__ A, const T
   };
 
   if constexpr (TMA == 1) {
-    const unsigned char* maps = reinterpret_cast<const unsigned char*>(workspace);
-    const void* map_a = maps;
-    const void* map_b = maps + 128;
+    const void* map_a = workspace;
+    const void* map_b = reinterpret_cast<const unsigned char*>(workspace) + at_tma::MAP_BYTES;
     const uint32_t full = sB + STAGES * B_STAGE_BYTES;  // STAGES mbarriers of 8 bytes
-    if (tid == 0) {
-      prefetch_tensor_map(map_a);
-      prefetch_tensor_map(map_b);
-#pragma unroll
-      for (int s = 0; s < STAGES; ++s) mbarrier_init(full + 8 * s, 1);
-      fence_mbarrier_init();
-    }
+    if (tid == 0) at_tma::start_pipeline<STAGES>(workspace, full);
     __syncthreads();
     // Thread 0 only: tile kt into `stage`, A's box and B's BN / 64 atoms, all on the stage's mbarrier.
     auto load_stage = [&](int stage, int kt) {

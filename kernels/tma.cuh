@@ -7,6 +7,8 @@
 
 namespace at_tma {
 
+constexpr int MAP_BYTES = 128;  // sizeof(CUtensorMap): a kernel's maps lie this far apart (A's, then B's)
+
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -44,6 +46,17 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* map, uint3
 }
 __device__ __forceinline__ void prefetch_tensor_map(const void* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
+}
+
+// Thread 0 of a block, before its first copy: prefetches the two tensor maps at `maps` and makes
+// STAGES mbarriers of one arrival each at `bars` (8 bytes apart); a __syncthreads after it
+// publishes them to the block.
+template <int STAGES> __device__ __forceinline__ void start_pipeline(const void* maps, uint32_t bars) {
+  prefetch_tensor_map(maps);
+  prefetch_tensor_map(static_cast<const unsigned char*>(maps) + MAP_BYTES);
+#pragma unroll
+  for (int s = 0; s < STAGES; ++s) mbarrier_init(bars + 8 * s, 1);
+  fence_mbarrier_init();
 }
 
 }  // namespace at_tma

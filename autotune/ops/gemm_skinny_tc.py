@@ -78,7 +78,7 @@ def registers(c: Mapping[str, int]) -> int:
     vec 8): 32 accumulators, two steps of B (4 rows of 8 elements per slice: 16 words, more when
     loaded in narrow pieces) and of A (4 words per slice) in flight, and about 48 for the rest."""
     if c["stages"]:
-        return 80  # ptxas -v: 64 (32 accumulators, fragments of A and B, addresses)
+        return 80  # ptxas -v: 56 (32 accumulators, fragments of A and B, addresses)
     b_words = {1: 32, 2: 20}.get(c["vec"], 16)
     return 48 + 32 + (1 + c["prefetch"]) * c["unroll"] * (b_words + 4)
 
