@@ -10,13 +10,16 @@ import atexit
 import functools
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from autotune import tma
 from autotune.errors import AutotuneError
 from autotune.fingerprint import GpuInfo, LocalGpu, cuda_release, local_gpus
+
+if TYPE_CHECKING:
+    from autotune.ops.geometry import Launch
 
 # Dynamic shared memory every kernel may use; more needs a per-function opt-in (up to 227 KiB on Hopper).
 DEFAULT_SHARED_LIMIT = 48 * 1024
@@ -100,30 +103,6 @@ class Kernels:
         return self._functions[key]
 
 
-class Scratch:
-    """The split-K workspace (floats) and arrival counters a launch needs. Split-K kernels leave both
-    zeroed after every launch, so they are zeroed only here, when they grow."""
-
-    def __init__(self) -> None:
-        self._workspace: Any = None
-        self._workspace_floats = 0
-        self._counters: Any = None
-        self._counter_count = 0
-
-    def get(self, floats: int, counters: int) -> tuple[Any, Any]:
-        """(workspace, counters) with room for at least this many; 0 (a null pointer) for none yet."""
-        cuda = driver()
-        if floats > self._workspace_floats:
-            self._workspace = cuda.mem_alloc(floats * 4)
-            cuda.memset_d32(self._workspace, 0, floats)
-            self._workspace_floats = floats
-        if counters > self._counter_count:
-            self._counters = cuda.mem_alloc(counters * 4)
-            cuda.memset_d32(self._counters, 0, counters)
-            self._counter_count = counters
-        return self._workspace or 0, self._counters or 0
-
-
 class TensorMapSlots:
     """Device copies of TMA kernels' tensor maps (see autotune/tma.py): one slot of a device slab per
     (boxes, dtype, sizes, A, B), since the maps hold the arrays' addresses. Callers that rotate
@@ -154,6 +133,41 @@ class TensorMapSlots:
         cuda.memcpy_htod(address, np.frombuffer(data, dtype=np.uint8))
         self._slots[key] = index
         return address
+
+
+class Scratch:
+    """The split-K workspace (floats) and arrival counters a launch needs. Split-K kernels leave both
+    zeroed after every launch, so they are zeroed only here, when they grow. TMA kernels get their
+    tensor maps in the workspace's place (for_launch)."""
+
+    def __init__(self) -> None:
+        self._maps = TensorMapSlots()
+        self._workspace: Any = None
+        self._workspace_floats = 0
+        self._counters: Any = None
+        self._counter_count = 0
+
+    def get(self, floats: int, counters: int) -> tuple[Any, Any]:
+        """(workspace, counters) with room for at least this many; 0 (a null pointer) for none yet."""
+        cuda = driver()
+        if floats > self._workspace_floats:
+            self._workspace = cuda.mem_alloc(floats * 4)
+            cuda.memset_d32(self._workspace, 0, floats)
+            self._workspace_floats = floats
+        if counters > self._counter_count:
+            self._counters = cuda.mem_alloc(counters * 4)
+            cuda.memset_d32(self._counters, 0, counters)
+            self._counter_count = counters
+        return self._workspace or 0, self._counters or 0
+
+    def for_launch(self, geom: Launch, dtype: str, sizes: tuple[int, ...], a: int, b: int) -> tuple[Any, Any]:
+        """(workspace, counters) for a launch on A at `a` and B at `b`: the split-K buffers, or for a
+        TMA kernel (geom.operand_maps; GEMMs only, sizes = (m, n, k)) the device address of its maps."""
+        workspace, counters = self.get(geom.workspace_floats, geom.counters)
+        if geom.operand_maps is not None:
+            m, n, k = sizes
+            workspace = self._maps.get(geom.operand_maps, dtype, (m, n, k), a, b)
+        return workspace, counters
 
 
 def opt_in_shared(function: Any, shared_bytes: int) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 from autotune import ops
 from autotune.compiler import compile_kernel
 from autotune.errors import AutotuneError
-from autotune.gpu import DEFAULT_SHARED_LIMIT, Kernels, Scratch, TensorMapSlots, context, device_info, opt_in_shared
+from autotune.gpu import DEFAULT_SHARED_LIMIT, Kernels, Scratch, context, device_info, opt_in_shared
 from autotune.ops import gemm
 from autotune.problem import ITEMSIZE, Problem
 from autotune.select import Choice
@@ -96,7 +96,6 @@ class Launcher:
         self._kernels = Kernels()
         self._scratch = Scratch()
         self._functions: dict[tuple[Problem, str], Any] = {}
-        self._maps = TensorMapSlots()
 
     def _function(self, op: Any, problem: Problem, config: Config) -> Any:
         # Kernels do not depend on the shape: key by dtype and compiled parameters only (the kernel
@@ -132,10 +131,7 @@ class Launcher:
         if any(pointer % 16 for pointer in pointers):
             op, config = scalar_loads(problem, config)
         geom = op.launch(problem, config, self.gpu.sm_count)
-        workspace, counters = self._scratch.get(geom.workspace_floats, geom.counters)
-        if geom.operand_maps is not None:  # TMA kernels (GEMMs: sizes are (m, n, k)) read their maps there
-            m, n, k = sizes
-            workspace = self._maps.get(geom.operand_maps, problem.dtype, (m, n, k), pointers[0], pointers[1])
+        workspace, counters = self._scratch.for_launch(geom, problem.dtype, sizes, pointers[0], pointers[1])
         function = self._function(op, problem, config)
         if geom.shared_bytes > DEFAULT_SHARED_LIMIT:
             opt_in_shared(function, geom.shared_bytes)

@@ -3,6 +3,7 @@ one-line errors for shapes, layouts and dtypes it cannot run (no GPU needed)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -104,3 +105,27 @@ def test_tensor_map_slots_write_each_pair_of_arrays_once(monkeypatch: pytest.Mon
     assert writes[-1] == (second, (16384).to_bytes(128, "little") * 2)
     # The same arrays at other sizes are other maps.
     assert slots.get(maps, "float16", (128, 256, 256), 4096, 8192) == first and len(writes) == 4
+
+
+def test_scratch_passes_tma_kernels_their_maps_in_the_workspace(monkeypatch: pytest.MonkeyPatch) -> None:
+    from autotune import gpu, tma
+    from autotune.ops.geometry import Launch
+
+    class FakeDriver:
+        def mem_alloc(self, size: int) -> int:
+            return 1 << 30
+
+        def memset_d32(self, buffer: int, value: int, count: int) -> None:
+            pass
+
+        def memcpy_htod(self, address: int, data: Any) -> None:
+            pass
+
+    monkeypatch.setattr(gpu, "driver", lambda: FakeDriver())
+    monkeypatch.setattr(tma, "encode_operands", lambda *args: bytes(256))
+    maps = tma.OperandMaps(tma.Box(128, 64, 128), tma.Box(64, 64, 128))
+    plain = Launch(grid=(1, 1, 1), block=(128, 1, 1), shared_bytes=0, workspace_floats=0, counters=0)
+    scratch = gpu.Scratch()
+    assert scratch.for_launch(plain, "float16", (64, 64, 64), 4096, 8192) == (0, 0)
+    slot = scratch.for_launch(replace(plain, operand_maps=maps), "float16", (64, 64, 64), 4096, 8192)
+    assert slot == (1 << 30, 0)

@@ -124,13 +124,17 @@ def _split_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
     return gemm.split_k_reason(problem, c["split"], _step(c), column_tiles(problem, c), c["cluster"])
 
 
+def _tma_pinned(problem: Problem) -> dict[str, int]:
+    """The register-streaming parameters, which do not apply with TMA stages: TMA configs hold them at
+    these values, so that no two configs build the same kernel."""
+    return {"vec": _vec_choices(problem)[-1], "unroll": 1, "policy": 1, "prefetch": 0}
+
+
 def _tma_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
-    """Why a TMA config (stages > 0) is not one to build; the register-streaming parameters do not
-    apply to it and stay at fixed values, so that no two configs build the same kernel."""
+    """Why a TMA config (stages > 0) is not one to build."""
     if not c["stages"]:
         return None
-    fixed = {"vec": _vec_choices(problem)[-1], "unroll": 1, "policy": 1, "prefetch": 0}
-    for name, value in fixed.items():
+    for name, value in _tma_pinned(problem).items():
         if c[name] != value:
             return f"{name} does not apply with TMA stages: it stays {value}"
     if c["kw"] > TMA_MAX_KW:
@@ -219,10 +223,9 @@ def _tma_seeds(problem: Problem) -> list[Config]:
     if len(_stage_choices(problem)) == 1:
         return []
     check = space(problem).check
-    fixed = {"vec": _vec_choices(problem)[-1], "unroll": 1, "policy": 1, "prefetch": 0}
     seeds: list[Config] = []
     for wn, kw, stages in _TMA_SEEDS:
-        base = {"wn": wn, "kw": kw, **fixed, "stages": stages}
+        base = {"wn": wn, "kw": kw, **_tma_pinned(problem), "stages": stages}
         tiles = column_tiles(problem, base)
         fitting = [size for size in geometry.cluster_choices() if tiles * size <= gemm.SEED_BLOCKS] or [1]
         for size in sorted({max(fitting), 2 * max(fitting)}):

@@ -107,7 +107,7 @@ def _loader_reason(c: Mapping[str, int]) -> str | None:
 
 def _schedule_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
     k_tiles = _tiles(problem.k, c["bk"])
-    # STAGES - 2 tiles are loaded ahead: more stages than that needs only take shared memory.
+    # STAGES - 2 tiles (STAGES - 1 with TMA) load ahead: more stages than k-tiles only take shared memory.
     if c["stages"] > max(3, k_tiles + 2):
         return f"{c['stages']} stages for {k_tiles} k-tiles"
     tiles_m = _tiles(problem.m, c["bm"])

@@ -20,7 +20,7 @@ from autotune import ops
 from autotune.dtypes import HOST_STORAGE, UNIT_ROUNDOFF, decode
 from autotune.errors import AutotuneError
 from autotune.fingerprint import GpuInfo
-from autotune.gpu import DEFAULT_SHARED_LIMIT, Kernels, Scratch, TensorMapSlots, driver, opt_in_shared
+from autotune.gpu import DEFAULT_SHARED_LIMIT, Kernels, Scratch, driver, opt_in_shared
 from autotune.ops import gemm
 from autotune.ops.geometry import Launch
 from autotune.outcome import Outcome, Status
@@ -63,7 +63,6 @@ class GemmRunner:
         self._absref = cuda.mem_alloc(m * n * 8)
         self._result = cuda.mem_alloc(4 * 8)
         self._scratch = Scratch()
-        self._maps = TensorMapSlots()
         dtype = problem.dtype
         self._random = RandomFill(kernels, support, dtype, gpu.sm_count, seed)
         self._reference = kernels.function(support, f"at_gemm_reference_{dtype}", "PPPPiii")
@@ -75,10 +74,8 @@ class GemmRunner:
 
     def _launch(self, fn: Any, geom: Launch, copy: int, alpha: float, beta: float) -> None:
         s = self._shape
-        workspace, counters = self._scratch.get(geom.workspace_floats, geom.counters)
-        if geom.operand_maps is not None:  # TMA kernels read their tensor maps there
-            a, b = int(self._a[copy]), int(self._b[copy])
-            workspace = self._maps.get(geom.operand_maps, self.problem.dtype, (s.m, s.n, s.k), a, b)
+        a, b = int(self._a[copy]), int(self._b[copy])
+        workspace, counters = self._scratch.for_launch(geom, self.problem.dtype, (s.m, s.n, s.k), a, b)
         fn.prepared_async_call(
             geom.grid,
             geom.block,
