@@ -17,48 +17,14 @@
 // that no load is dead. Build and run on the GPU machine:
 //   nvcc -O3 -arch=sm_90 -o /tmp/skinny_floor scripts/skinny_floor.cu && /tmp/skinny_floor
 #include <cooperative_groups.h>
-#include <cuda_runtime.h>
 
-#include <cstdint>
-#include <cstdio>
 #include <vector>
 
-#define CHECK(x)                                                               \
-  do {                                                                         \
-    cudaError_t e = (x);                                                       \
-    if (e != cudaSuccess) {                                                    \
-      printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e));         \
-      return 1;                                                                \
-    }                                                                          \
-  } while (0)
+#include "bench_common.cuh"
 
 constexpr int K = 4096, N = 4096;            // rows, columns (float16)
 constexpr size_t ROW_BYTES = (size_t)N * 2;  // 8 KB
 constexpr size_t BYTES = (size_t)K * ROW_BYTES;
-
-__global__ void spin(unsigned long long ns) {
-  unsigned long long t0, t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  do {
-    __nanosleep(1000);
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  } while (t - t0 < ns);
-}
-
-template <int LOADS>
-__global__ void flat(const uint4* __restrict__ a, unsigned* __restrict__ out) {
-  constexpr size_t n16 = BYTES / 16;
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  unsigned acc = 0;
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n16; i += stride * LOADS) {
-    uint4 v[LOADS];
-#pragma unroll
-    for (int u = 0; u < LOADS; ++u) v[u] = i + u * stride < n16 ? __ldcs(a + i + u * stride) : uint4{};
-#pragma unroll
-    for (int u = 0; u < LOADS; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-  }
-  if (acc == 0x12345678u) out[0] = acc;  // practically never true, but the loads must stay
-}
 
 // blockIdx.x: 64-column tile, blockIdx.y: row range of K / gridDim.y rows.
 template <int KW, int UNROLL, bool CLUSTER>
@@ -153,24 +119,6 @@ __global__ void row(const char* __restrict__ b, unsigned* __restrict__ out) {
   if (acc == 0x12345678u) out[0] = acc;
 }
 
-// GPU microseconds per call over `calls` launches queued behind a spin kernel, best of 5.
-template <typename Launch>
-float best_us(Launch launch, cudaEvent_t a, cudaEvent_t z) {
-  float best = 1e30f;
-  for (int rep = 0; rep < 5; ++rep) {
-    const int calls = 200;
-    spin<<<1, 32>>>(20ull * 1000 * calls + 200000);
-    cudaEventRecord(a);
-    for (int i = 0; i < calls; ++i) launch(i);
-    cudaEventRecord(z);
-    cudaEventSynchronize(z);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, z);
-    best = ms * 1000.0f / calls < best ? ms * 1000.0f / calls : best;
-  }
-  return best;
-}
-
 // A strip launch with its row ranges in clusters of `split` blocks.
 template <int KW, int UNROLL>
 cudaError_t strip_in_clusters(int split, const char* b, unsigned* out) {
@@ -208,27 +156,27 @@ int main() {
     printf("%-44s %7.2f us  %6.0f GB/s\n", name, us, BYTES / (us * 1e3));
   };
   const int sms = prop.multiProcessorCount;
-  report("flat 8/SM x 256 x 4 loads", best_us([&](int i) { flat<4><<<8 * sms, 256>>>((const uint4*)buf(i), out); }, start, stop));
-  report("flat 2/SM x 1024 x 4 loads", best_us([&](int i) { flat<4><<<2 * sms, 1024>>>((const uint4*)buf(i), out); }, start, stop));
+  report("flat 8/SM x 256 x 4 loads", best_of([&](int i) { read_flat<4><<<8 * sms, 256>>>((const uint4*)buf(i), BYTES / 16, out); }, start, stop));
+  report("flat 2/SM x 1024 x 4 loads", best_of([&](int i) { read_flat<4><<<2 * sms, 1024>>>((const uint4*)buf(i), BYTES / 16, out); }, start, stop));
   // skinny_tc's tuned tiling: 64 tiles x 8 splits of 4 warps, two slices a warp in flight.
-  report("strip kw4 u2 split8 (512 blocks)", best_us([&](int i) { strip<4, 2, false><<<dim3(64, 8), 128>>>(buf(i), out); }, start, stop));
-  report("strip kw4 u2 split8 in clusters of 8", best_us([&](int i) { strip_in_clusters<4, 2>(8, buf(i), out); }, start, stop));
-  report("strip kw4 u1 split8 (512 blocks)", best_us([&](int i) { strip<4, 1, false><<<dim3(64, 8), 128>>>(buf(i), out); }, start, stop));
-  report("strip kw4 u4 split8 (512 blocks)", best_us([&](int i) { strip<4, 4, false><<<dim3(64, 8), 128>>>(buf(i), out); }, start, stop));
-  report("strip kw8 u2 split8 (512 blocks)", best_us([&](int i) { strip<8, 2, false><<<dim3(64, 8), 256>>>(buf(i), out); }, start, stop));
-  report("strip kw4 u2 split16 (1024 blocks)", best_us([&](int i) { strip<4, 2, false><<<dim3(64, 16), 128>>>(buf(i), out); }, start, stop));
-  report("strip kw4 u2 split4 (256 blocks)", best_us([&](int i) { strip<4, 2, false><<<dim3(64, 4), 128>>>(buf(i), out); }, start, stop));
-  report("strip kw4 u2 split4 in clusters of 4", best_us([&](int i) { strip_in_clusters<4, 2>(4, buf(i), out); }, start, stop));
+  report("strip kw4 u2 split8 (512 blocks)", best_of([&](int i) { strip<4, 2, false><<<dim3(64, 8), 128>>>(buf(i), out); }, start, stop));
+  report("strip kw4 u2 split8 in clusters of 8", best_of([&](int i) { strip_in_clusters<4, 2>(8, buf(i), out); }, start, stop));
+  report("strip kw4 u1 split8 (512 blocks)", best_of([&](int i) { strip<4, 1, false><<<dim3(64, 8), 128>>>(buf(i), out); }, start, stop));
+  report("strip kw4 u4 split8 (512 blocks)", best_of([&](int i) { strip<4, 4, false><<<dim3(64, 8), 128>>>(buf(i), out); }, start, stop));
+  report("strip kw8 u2 split8 (512 blocks)", best_of([&](int i) { strip<8, 2, false><<<dim3(64, 8), 256>>>(buf(i), out); }, start, stop));
+  report("strip kw4 u2 split16 (1024 blocks)", best_of([&](int i) { strip<4, 2, false><<<dim3(64, 16), 128>>>(buf(i), out); }, start, stop));
+  report("strip kw4 u2 split4 (256 blocks)", best_of([&](int i) { strip<4, 2, false><<<dim3(64, 4), 128>>>(buf(i), out); }, start, stop));
+  report("strip kw4 u2 split4 in clusters of 4", best_of([&](int i) { strip_in_clusters<4, 2>(4, buf(i), out); }, start, stop));
   uint2* a;  // A: 16 x 4096 float16
   CHECK(cudaMalloc(&a, 16 * K * 2));
   CHECK(cudaMemset(a, 0x3c, 16 * K * 2));  // nonzero: never time on zeros
-  report("strip+mma, A constant, kw4 u2 split8", best_us([&](int i) { strip_mma<4, 2, false, false><<<dim3(64, 8), 128>>>(buf(i), a, out); }, start, stop));
-  report("strip+mma, A loaded, kw4 u2 split8", best_us([&](int i) { strip_mma<4, 2, true, false><<<dim3(64, 8), 128>>>(buf(i), a, out); }, start, stop));
-  report("strip+mma, A loaded, kw4 u1 split8", best_us([&](int i) { strip_mma<4, 1, true, false><<<dim3(64, 8), 128>>>(buf(i), a, out); }, start, stop));
-  report("strip+mma, A loaded, kw8 u1 split8", best_us([&](int i) { strip_mma<8, 1, true, false><<<dim3(64, 8), 256>>>(buf(i), a, out); }, start, stop));
-  report("strip+mma, A loaded, kw4 u2 split16", best_us([&](int i) { strip_mma<4, 2, true, false><<<dim3(64, 16), 128>>>(buf(i), a, out); }, start, stop));
-  report("row kw4 u4 split32 (512 blocks)", best_us([&](int i) { row<4, 4><<<dim3(16, 32), 128>>>(buf(i), out); }, start, stop));
-  report("row kw8 u4 split16 (256 blocks)", best_us([&](int i) { row<8, 4><<<dim3(16, 16), 256>>>(buf(i), out); }, start, stop));
+  report("strip+mma, A constant, kw4 u2 split8", best_of([&](int i) { strip_mma<4, 2, false, false><<<dim3(64, 8), 128>>>(buf(i), a, out); }, start, stop));
+  report("strip+mma, A loaded, kw4 u2 split8", best_of([&](int i) { strip_mma<4, 2, true, false><<<dim3(64, 8), 128>>>(buf(i), a, out); }, start, stop));
+  report("strip+mma, A loaded, kw4 u1 split8", best_of([&](int i) { strip_mma<4, 1, true, false><<<dim3(64, 8), 128>>>(buf(i), a, out); }, start, stop));
+  report("strip+mma, A loaded, kw8 u1 split8", best_of([&](int i) { strip_mma<8, 1, true, false><<<dim3(64, 8), 256>>>(buf(i), a, out); }, start, stop));
+  report("strip+mma, A loaded, kw4 u2 split16", best_of([&](int i) { strip_mma<4, 2, true, false><<<dim3(64, 16), 128>>>(buf(i), a, out); }, start, stop));
+  report("row kw4 u4 split32 (512 blocks)", best_of([&](int i) { row<4, 4><<<dim3(16, 32), 128>>>(buf(i), out); }, start, stop));
+  report("row kw8 u4 split16 (256 blocks)", best_of([&](int i) { row<8, 4><<<dim3(16, 16), 256>>>(buf(i), out); }, start, stop));
   CHECK(cudaGetLastError());
   CHECK(cudaDeviceSynchronize());
   return 0;

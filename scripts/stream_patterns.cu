@@ -9,18 +9,7 @@
 // Every load is evict-first (__ldcs), as in the tuned kernels; the XOR of all words is written so
 // that no load is dead. Build and run on the GPU machine:
 //   nvcc -O3 -arch=sm_90 -o /tmp/stream scripts/stream_patterns.cu && /tmp/stream
-#include <cstdio>
-#include <cstdint>
-#include <cuda_runtime.h>
-
-#define CHECK(x)                                                                         \
-  do {                                                                                   \
-    cudaError_t e = (x);                                                                 \
-    if (e != cudaSuccess) {                                                              \
-      printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e));                   \
-      return 1;                                                                          \
-    }                                                                                    \
-  } while (0)
+#include "bench_common.cuh"
 
 constexpr int K = 14336, N = 14336;          // rows, columns (float16)
 constexpr size_t ROW_BYTES = (size_t)N * 2;  // 28672
@@ -80,20 +69,6 @@ __global__ void row512(const char* __restrict__ b, unsigned* __restrict__ out) {
   if (acc == 0x12345678u) out[0] = acc;
 }
 
-template <int UNROLL>
-__global__ void flat(const uint4* __restrict__ b, size_t count, unsigned* __restrict__ out) {
-  unsigned acc = 0;
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride * UNROLL) {
-    uint4 v[UNROLL];
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) v[u] = i + u * stride < count ? __ldcs(b + i + u * stride) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-  }
-  if (acc == 0x12345678u) out[0] = acc;
-}
-
 template <typename Launch>
 float time_us(Launch launch, int reps) {
   cudaEvent_t a, z;
@@ -126,7 +101,7 @@ int main() {
 
   const float copy_us = time_us([&] { cudaMemcpyAsync(copy, b, bytes, cudaMemcpyDeviceToDevice); }, reps);
   printf("%-34s %8.1f us  %6.0f GB/s read+write\n", "device-to-device copy", copy_us, 2 * gb / copy_us * 1e6);
-  report("flat 16B x4, 528x512", time_us([&] { flat<4><<<528, 512>>>((const uint4*)b, bytes / 16, out); }, reps));
+  report("flat 16B x4, 528x512", time_us([&] { read_flat<4><<<528, 512>>>((const uint4*)b, bytes / 16, out); }, reps));
   report("row512 kw4 u4 split4 (224 blocks)", time_us([&] { row512<4, 4, 4><<<56 * 4, 128>>>(b, out); }, reps));
   report("row512 kw8 u4 split4 (224 blocks)", time_us([&] { row512<8, 4, 4><<<56 * 4, 256>>>(b, out); }, reps));
   report("row512 kw16 u2 split8 (448 blocks)", time_us([&] { row512<16, 2, 8><<<56 * 8, 512>>>(b, out); }, reps));

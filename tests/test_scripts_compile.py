@@ -1,4 +1,4 @@
-"""The standalone CUDA benchmarks in scripts/ (read_floor.cu, stream_patterns.cu, skinny_floor.cu)
+"""The standalone CUDA benchmarks in scripts/ (every *.cu there, sharing bench_common.cuh)
 compile for sm_90 with nvcc, so that the figures their results files quote can be reproduced. They
 run only on the GPU machine; compiling needs no GPU."""
 

@@ -1,0 +1,68 @@
+// What the standalone CUDA benchmarks in scripts/ share: error checks, the flat read every floor is
+// measured against, and the way autotune times a kernel (autotune/worker/timing.py): launches queued
+// behind a spin kernel, run back to back, events around them.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+
+// For main(): prints the failing call and returns 1.
+#define CHECK(x)                                                               \
+  do {                                                                         \
+    cudaError_t e = (x);                                                       \
+    if (e != cudaSuccess) {                                                    \
+      printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e));         \
+      return 1;                                                                \
+    }                                                                          \
+  } while (0)
+
+// Keeps the GPU busy for `ns` while the host queues the launches to time behind it.
+__global__ void spin(unsigned long long ns) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}
+
+// Grid-stride over n16 16-byte words, LOADS independent evict-first loads in flight per thread; the
+// XOR of everything read is written so that no load is dead.
+template <int LOADS>
+__global__ void read_flat(const uint4* __restrict__ a, size_t n16, unsigned* __restrict__ out) {
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  unsigned acc = 0;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n16; i += stride * LOADS) {
+    uint4 v[LOADS];
+#pragma unroll
+    for (int u = 0; u < LOADS; ++u) v[u] = i + u * stride < n16 ? __ldcs(a + i + u * stride) : uint4{};
+#pragma unroll
+    for (int u = 0; u < LOADS; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  if (acc == 0x12345678u) out[0] = acc;  // practically never true, but the loads must stay
+}
+
+// GPU microseconds per call over `calls` launches (launch(i) for i < calls) queued behind a spin kernel.
+template <typename Launch>
+float per_call_us(Launch launch, int calls, cudaEvent_t start, cudaEvent_t stop) {
+  spin<<<1, 32>>>(20ull * 1000 * calls + 200000);
+  cudaEventRecord(start);
+  for (int i = 0; i < calls; ++i) launch(i);
+  cudaEventRecord(stop);
+  cudaEventSynchronize(stop);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, start, stop);
+  return ms * 1000.0f / calls;
+}
+
+// The least of five per_call_us runs of 200 calls.
+template <typename Launch>
+float best_of(Launch launch, cudaEvent_t start, cudaEvent_t stop) {
+  float best = 1e30f;
+  for (int rep = 0; rep < 5; ++rep) {
+    const float t = per_call_us(launch, 200, start, stop);
+    best = t < best ? t : best;
+  }
+  return best;
+}
