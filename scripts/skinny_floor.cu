@@ -2,8 +2,8 @@
 // Reading its B (4096 x 4096 float16, 32 MB) alone takes 9.8 us in the best flat grid
 // (results/read_floor_nvidia-h200.txt). These read-only kernels stream the same matrix in skinny_tc's
 // decomposition, timed like read_floor.cu (launches queued behind a spin kernel, back to back,
-// inputs rotating over 4x the L2), so that the gap splits into what the decomposition costs and what
-// the GEMM adds to it (mma, A's fragments, the reduction):
+// inputs rotating over 4x the L2), so that the gap splits into what the decomposition costs, what
+// the GEMM's arithmetic and A's fragments add, and (the real kernel's time less these) the rest:
 //   flat       grid-stride 16-byte loads over the whole matrix
 //   strip      skinny_tc's pattern: 64 column tiles x SPLIT row ranges, KW warps a block, warp wk
 //              reads the 16-row slices wk, wk + KW, ... of its range, lane (g, t) rows 4t..4t+3 and
@@ -52,7 +52,7 @@ __global__ void strip(const char* __restrict__ b, unsigned* __restrict__ out) {
 
 // strip, plus skinny_tc's arithmetic on what it reads: each 16-row slice's 8 mma.m16n8k16 (B pairs
 // packed with byte permutes), A's fragment loaded from a 16 x K matrix (LOAD_A) or held constant.
-template <int KW, int UNROLL, bool LOAD_A, bool CLUSTER>
+template <int KW, int UNROLL, bool LOAD_A>
 __global__ void strip_mma(const char* __restrict__ b, const uint2* __restrict__ a, unsigned* __restrict__ out) {
   const int lane = threadIdx.x % 32, wk = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
@@ -83,10 +83,9 @@ __global__ void strip_mma(const char* __restrict__ b, const uint2* __restrict__ 
     for (int u = 0; u < UNROLL; ++u)
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        const unsigned w[4] = {j / 2 == 0 ? v[u][0].x : j / 2 == 1 ? v[u][0].y : j / 2 == 2 ? v[u][0].z : v[u][0].w,
-                               j / 2 == 0 ? v[u][1].x : j / 2 == 1 ? v[u][1].y : j / 2 == 2 ? v[u][1].z : v[u][1].w,
-                               j / 2 == 0 ? v[u][2].x : j / 2 == 1 ? v[u][2].y : j / 2 == 2 ? v[u][2].z : v[u][2].w,
-                               j / 2 == 0 ? v[u][3].x : j / 2 == 1 ? v[u][3].y : j / 2 == 2 ? v[u][3].z : v[u][3].w};
+        unsigned w[4];  // word j / 2 of each of the lane's 4 rows
+#pragma unroll
+        for (int i = 0; i < 4; ++i) w[i] = reinterpret_cast<const unsigned*>(&v[u][i])[j / 2];
         const unsigned sel = j % 2 ? 0x7632u : 0x5410u;
         const unsigned b0 = __byte_perm(w[0], w[1], sel), b1 = __byte_perm(w[2], w[3], sel);
         asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -95,7 +94,6 @@ __global__ void strip_mma(const char* __restrict__ b, const uint2* __restrict__ 
             : "r"(af[u][0]), "r"(af[u][1]), "r"(af[u][2]), "r"(af[u][3]), "r"(b0), "r"(b1));
       }
   }
-  if (CLUSTER) cooperative_groups::this_cluster().sync();
   float sum = 0.0f;
 #pragma unroll
   for (int j = 0; j < 8; ++j) sum += acc[j][0] + acc[j][1] + acc[j][2] + acc[j][3];
@@ -170,11 +168,11 @@ int main() {
   uint2* a;  // A: 16 x 4096 float16
   CHECK(cudaMalloc(&a, 16 * K * 2));
   CHECK(cudaMemset(a, 0x3c, 16 * K * 2));  // nonzero: never time on zeros
-  report("strip+mma, A constant, kw4 u2 split8", best_of([&](int i) { strip_mma<4, 2, false, false><<<dim3(64, 8), 128>>>(buf(i), a, out); }, start, stop));
-  report("strip+mma, A loaded, kw4 u2 split8", best_of([&](int i) { strip_mma<4, 2, true, false><<<dim3(64, 8), 128>>>(buf(i), a, out); }, start, stop));
-  report("strip+mma, A loaded, kw4 u1 split8", best_of([&](int i) { strip_mma<4, 1, true, false><<<dim3(64, 8), 128>>>(buf(i), a, out); }, start, stop));
-  report("strip+mma, A loaded, kw8 u1 split8", best_of([&](int i) { strip_mma<8, 1, true, false><<<dim3(64, 8), 256>>>(buf(i), a, out); }, start, stop));
-  report("strip+mma, A loaded, kw4 u2 split16", best_of([&](int i) { strip_mma<4, 2, true, false><<<dim3(64, 16), 128>>>(buf(i), a, out); }, start, stop));
+  report("strip+mma, A constant, kw4 u2 split8", best_of([&](int i) { strip_mma<4, 2, false><<<dim3(64, 8), 128>>>(buf(i), a, out); }, start, stop));
+  report("strip+mma, A loaded, kw4 u2 split8", best_of([&](int i) { strip_mma<4, 2, true><<<dim3(64, 8), 128>>>(buf(i), a, out); }, start, stop));
+  report("strip+mma, A loaded, kw4 u1 split8", best_of([&](int i) { strip_mma<4, 1, true><<<dim3(64, 8), 128>>>(buf(i), a, out); }, start, stop));
+  report("strip+mma, A loaded, kw8 u1 split8", best_of([&](int i) { strip_mma<8, 1, true><<<dim3(64, 8), 256>>>(buf(i), a, out); }, start, stop));
+  report("strip+mma, A loaded, kw4 u2 split16", best_of([&](int i) { strip_mma<4, 2, true><<<dim3(64, 16), 128>>>(buf(i), a, out); }, start, stop));
   report("row kw4 u4 split32 (512 blocks)", best_of([&](int i) { row<4, 4><<<dim3(16, 32), 128>>>(buf(i), out); }, start, stop));
   report("row kw8 u4 split16 (256 blocks)", best_of([&](int i) { row<8, 4><<<dim3(16, 16), 256>>>(buf(i), out); }, start, stop));
   CHECK(cudaGetLastError());
