@@ -28,11 +28,13 @@
 // SM: results/stream_patterns_nvidia-h200.txt). Rows past the split and columns past N
 // load as zeros (A and B), so tails need no second code path.
 //
-// Epilogue: every warp stores its 16 x 64 accumulators to shared memory, red[wk][16][COLS]; the block
-// sums the KW slices per output in a fixed order. SPLIT == 1: it writes C. CLUSTER > 1 (then
-// SPLIT == CLUSTER, and the instance is declared with __cluster_dims__(1, CLUSTER, 1)): the block sums
-// go to red[0] and the cluster adds them through distributed shared memory (at_common::cluster_sum).
-// Otherwise, SPLIT > 1: the block writes float partials to workspace[(split * M + m) * N + n]; the
+// Epilogue: every warp stores the M rows of its 16 x 64 accumulators to shared memory,
+// red[wk][16][COLS] (16-byte chunks permuted against bank conflicts: red_at); the block sums the KW
+// slices per output in a fixed order. SPLIT == 1: it writes C. CLUSTER > 1 (then SPLIT == CLUSTER, and
+// the instance is declared with __cluster_dims__(1, CLUSTER, 1)): block r of the cluster finishes
+// columns [r*W, r*W + W), W = COLS / CLUSTER; each block pushes its sums of those columns into block
+// r's shared memory (distributed shared memory, kernels/cluster.cuh), between two phases of the
+// cluster barrier, and block r adds them in rank order and writes C. Otherwise, SPLIT > 1: the block writes float partials to workspace[(split * M + m) * N + n]; the
 // last block of the tile to arrive (atomic counter per tile, counters[blockIdx.x]) sums them in split
 // order (deterministic), zeroes them, writes C and resets its counter, so workspace and counters are
 // zero again after each launch.
@@ -49,19 +51,20 @@
 // instance reduces its splits in a cluster (CLUSTER == SPLIT) or has none. VEC, UNROLL, POLICY and
 // PREFETCH do not apply to it.
 //
-// Dynamic shared memory: KW * 16 * COLS * 4 bytes (autotune/ops/gemm_skinny_tc.py mirrors it); with
-// TMA the larger of that (the accumulators reuse the stages) and 1024 + STAGES * (2048 + WN * 8192).
+// Dynamic shared memory: KW * 16 * COLS * 4 bytes, plus 16 * COLS * 4 for the pushed sums with a
+// cluster (autotune/ops/gemm_skinny_tc.py mirrors it); with TMA the larger of that (the partial sums
+// reuse the stages) and 1024 + STAGES * (2048 + WN * 8192).
 // Workspace: SPLIT * M * N floats and ceil(N / COLS) counters when SPLIT > 1 and CLUSTER == 1, else none.
 // Preconditions the tuner's constraints guarantee: M <= 16; VEC > 1 only when N % VEC == 0 and B is
 // 16-byte aligned (B rows stay VEC-aligned). A needs no alignment: 8-byte loads of A are used only
 // when K % 4 == 0 and A is 8-byte aligned, checked here.
 #pragma once
 #include "common.cuh"
+#include "cluster.cuh"
 #include "tma.cuh"
 
 namespace at_skinny_tc {
 
-using at_common::cluster_sum;
 using at_common::finish;
 using at_common::load_stream;
 using at_common::sum_partials;
@@ -115,11 +118,11 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], uint32_t add
 __device__ __forceinline__ uint32_t swizzled(int r, int c) { return r * 128 + ((c ^ (r & 7)) << 4); }
 
 // The TMA mainloop (STAGES > 0, see the top of the file): this split's rows [kb, kb + len) of A and
-// of the block's COLS columns of B through shared-memory stages; the accumulators end in
-// red[wk][row][column], which reuses the stages (red is the dynamic shared memory, `maps` the two
-// tensor maps).
+// of the block's COLS columns of B through shared-memory stages in `smem` (the dynamic shared memory;
+// `maps` the two tensor maps), summed into acc in the mma's natural layout (see emit).
 template <typename T, int WN, int KW, int STAGES>
-__device__ __forceinline__ void tma_mainloop(float* red, const void* maps, int kb, unsigned len, int n0) {
+__device__ __forceinline__ void tma_mainloop(float (&acc)[8][4], float* smem, const void* maps, int kb, unsigned len,
+                                             int n0) {
   using namespace at_tma;
   constexpr int BK = 64;                          // rows of K a stage
   constexpr int A_BYTES = 16 * BK * 2;            // A's box: 16 rows of 128 bytes
@@ -128,10 +131,9 @@ __device__ __forceinline__ void tma_mainloop(float* red, const void* maps, int k
   static_assert(4 % KW == 0, "the KW warps along K share a stage's four k16 steps");
   __shared__ __align__(8) uint64_t full[STAGES];
 
-  constexpr int COLS = WN * 64;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int wn = warp % WN, wk = warp / WN;
-  const uint32_t base = (smem_addr(red) + 1023u) & ~1023u;
+  const uint32_t base = (smem_addr(smem) + 1023u) & ~1023u;
   const uint32_t bars = smem_addr(full);
   const void* map_a = maps;
   const void* map_b = static_cast<const unsigned char*>(maps) + MAP_BYTES;
@@ -149,12 +151,6 @@ __device__ __forceinline__ void tma_mainloop(float* red, const void* maps, int k
   };
   if (tid == 0)
     for (int s = 0; s < STAGES && s < tiles; ++s) load(s, s);
-
-  float acc[8][4];
-#pragma unroll
-  for (int j = 0; j < 8; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
 
   // Lane l addresses row l % 8 of matrix l / 8: for A rows (l % 8) + 8 (l / 8 % 2) and k chunk
   // l / 16 of the step; for B k-row (l % 8) + 8 (l / 8 % 2) and column chunk l / 16 of the pair.
@@ -185,27 +181,17 @@ __device__ __forceinline__ void tma_mainloop(float* red, const void* maps, int k
     stage = stage == STAGES - 1 ? 0 : stage + 1;
     phase ^= stage == 0;
   }
-  __syncthreads();  // the stages are free: red reuses them
-
-  // mma j's element e is row g + 8*(e / 2), column 8j + 2t + e % 2 of the warp's 64.
-  const int g = lane / 4, t = lane % 4;
-  float* out = red + (size_t)wk * 16 * COLS + wn * 64 + 2 * t;
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-      *reinterpret_cast<float2*>(out + (size_t)(g + 8 * h) * COLS + 8 * j) = make_float2(acc[j][2 * h], acc[j][2 * h + 1]);
 }
 
 // The register-streaming mainloop (STAGES == 0, see the top of the file): this split's rows
-// [kb, kb + len) of A and of the block's COLS columns of B, loaded straight into mma fragments; the
-// accumulators end in red[wk][row][column].
+// [kb, kb + len) of A and of the block's COLS columns of B, loaded straight into mma fragments and
+// summed into acc in the relabelled layout (see emit).
 template <typename T, int WN, int KW, int VEC, int UNROLL, int POLICY, int PREFETCH>
-__device__ __forceinline__ void register_mainloop(float* red, const T* __restrict__ A, const T* __restrict__ B,
-                                                  int M, int N, int K, int kb, unsigned len, int n0) {
+__device__ __forceinline__ void register_mainloop(float (&acc)[8][4], const T* __restrict__ A,
+                                                  const T* __restrict__ B, int M, int N, int K, int kb, unsigned len,
+                                                  int n0) {
   typedef typename at_common::Raw<VEC * 2>::type V;
   constexpr int PIECES = 8 / VEC;          // loads per row and lane
-  constexpr int COLS = WN * 64;
   constexpr int STEP = 16 * KW * UNROLL;   // rows of B a block reads per step
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int wn = warp % WN, wk = warp / WN;
@@ -267,12 +253,6 @@ __device__ __forceinline__ void register_mainloop(float* red, const T* __restric
     }
   };
 
-  float acc[8][4];
-#pragma unroll
-  for (int j = 0; j < 8; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
-
   if (PREFETCH && nsteps > 0) load_step(0);
   for (int s = 0; s < nsteps; ++s) {
     if (!PREFETCH) load_step(s);  // then bcur is bnext: one set of registers
@@ -300,23 +280,41 @@ __device__ __forceinline__ void register_mainloop(float* red, const T* __restric
       }
     }
   }
+}
 
-  // Accumulators to red[wk][row][column]: mma j's element e is row g + 8*(e / 2), column
-  // 16t + 8*(e % 2) + j of the warp's 64.
-  {
-    float* base = red + (size_t)wk * 16 * COLS + wn * 64 + 16 * t;
+// Hands the lane's accumulators to sink(row, column, values): column counted from the block's first,
+// values a float4 (register mainloop) or float2 (TMA mainloop) of consecutive columns.
+template <int STAGES, typename Sink>
+__device__ __forceinline__ void emit(const float (&acc)[8][4], int wn, Sink sink) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {        // row g, then g + 8
-      float* row = base + (size_t)(g + 8 * h) * COLS;
+  for (int h = 0; h < 2; ++h) {  // row g, then g + 8
+    if constexpr (STAGES > 0) {
+      // mma j's element e is row g + 8*(e / 2), column 8j + 2t + e % 2 of the warp's 64.
+#pragma unroll
+      for (int j = 0; j < 8; ++j) sink(g + 8 * h, wn * 64 + 8 * j + 2 * t, make_float2(acc[j][2 * h], acc[j][2 * h + 1]));
+    } else {
+      // mma j's element e is row g + 8*(e / 2), column 16t + 8*(e % 2) + j of the warp's 64.
 #pragma unroll
       for (int half = 0; half < 2; ++half)  // columns 16t .. 16t+7, then 16t+8 .. 16t+15
 #pragma unroll
         for (int q = 0; q < 2; ++q)
-          reinterpret_cast<float4*>(row + 8 * half)[q] =
-              make_float4(acc[4 * q][2 * h + half], acc[4 * q + 1][2 * h + half], acc[4 * q + 2][2 * h + half],
-                          acc[4 * q + 3][2 * h + half]);
+          sink(g + 8 * h, wn * 64 + 16 * t + 8 * half + 4 * q,
+               make_float4(acc[4 * q][2 * h + half], acc[4 * q + 1][2 * h + half], acc[4 * q + 2][2 * h + half],
+                           acc[4 * q + 3][2 * h + half]));
     }
   }
+}
+
+// Float offset of (row, col) in a warp's 16 x COLS slice of the partial sums. The 16-byte chunks of
+// a row are permuted (chunk bits 0 and 1 XOR column bit 5 and row bit 0): a warp's float4 stores in
+// the register layout (the 8 lanes of a phase: rows g, g + 1 x columns 16t + c) then hit 8 different
+// 16-byte banks, where the plain layout puts t and t + 2 and both rows on the same ones (4-way
+// conflicts; at 16 x 4096^2 on an H200 the permutation alone took 1.1 us off 14.2), and any 8
+// consecutive chunks of a row still lie in 8 different banks for the readers.
+template <int COLS> __device__ __forceinline__ int red_at(int row, int col) {
+  const int chunk = (col >> 2) ^ ((col >> 5) & 1) ^ ((row & 1) << 1);
+  return row * COLS + chunk * 4 + (col & 3);
 }
 
 template <typename T, int WN, int KW, int VEC, int UNROLL, int POLICY, int CLUSTER, int PREFETCH, int STAGES>
@@ -333,7 +331,7 @@ __device__ __forceinline__ void skinny_tc_body(const T* __restrict__ A, const T*
   extern __shared__ __align__(16) float red[];
   __shared__ bool last_block;
 
-  const int tid = threadIdx.x;
+  const int tid = threadIdx.x, wn = tid / 32 % WN, wk = tid / 32 / WN;
   const int n0 = blockIdx.x * COLS;        // < N; n0 + COLS may not fit an int, so compare offsets
 
   // This split's rows [kb, kb + len), a whole number of steps except at the end of K.
@@ -342,40 +340,83 @@ __device__ __forceinline__ void skinny_tc_body(const T* __restrict__ A, const T*
   per = (per + STEP - 1) / STEP * STEP;
   const int kb = (int)min((long long)K, (long long)blockIdx.y * per);
   const unsigned len = (unsigned)min((long long)K - kb, per);
+  const int rows = min(M, 16);
 
+  float acc[8][4];
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
+  // With a cluster, each block arrives once its shared memory may take the other blocks' pushes:
+  // at once when B streams through registers, after the last stage with TMA.
   if constexpr (STAGES > 0) {
-    tma_mainloop<T, WN, KW, STAGES>(red, workspace, kb, len, n0);
+    tma_mainloop<T, WN, KW, STAGES>(acc, red, workspace, kb, len, n0);
+    __syncthreads();  // every warp is done with the stages: the partial sums may reuse them
+    if constexpr (CLUSTER > 1) at_cluster::arrive();
   } else {
-    register_mainloop<T, WN, KW, VEC, UNROLL, POLICY, PREFETCH>(red, A, B, M, N, K, kb, len, n0);
+    if constexpr (CLUSTER > 1) at_cluster::arrive_relaxed();
+    register_mainloop<T, WN, KW, VEC, UNROLL, POLICY, PREFETCH>(acc, A, B, M, N, K, kb, len, n0);
   }
+  // red[wk] = this warp's partial sums; rows past M are not stored, nothing reads them.
+  emit<STAGES>(acc, wn, [&](int row, int col, auto v) {
+    if (row < rows) *reinterpret_cast<decltype(v)*>(red + wk * 16 * COLS + red_at<COLS>(row, col)) = v;
+  });
   __syncthreads();
 
-  const int rows = min(M, 16);
-  const int outputs = rows * COLS;
-  if (CLUSTER > 1) {
-    // Block sums into slice 0 (each output is read and rewritten by the one thread that owns it;
-    // red[0][r][cn] is red[o]), then across the cluster's splits.
-    for (int o = tid; o < outputs; o += BLOCK) {
+  if constexpr (CLUSTER > 1) {
+    // The block's sums, 4 columns at a time, go into the shared memory of the block that finishes
+    // them: block r of the cluster owns columns [r*W, r*W + W) and receives them after red, in
+    // land[sender's rank][row][W]. Pushing the block sums (4 KB a block at 16 x 64) beats pushing
+    // every warp's (16 KB): the network between the SMs is the narrower path.
+    constexpr int W = COLS / CLUSTER;                    // a multiple of 8
+    static_assert(W % 4 == 0, "whole chunks of 4 columns a block");
+    constexpr int CPR = COLS / 4;                        // chunks of 4 columns a row
+    constexpr int PER = (16 * CPR + BLOCK - 1) / BLOCK;  // chunks a thread, at most
+    float* land = red + KW * 16 * COLS;
+    const uint32_t rank = at_cluster::block_rank();
+    float4 sums[PER];
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {  // every load before the first push: they stay in flight together
+      const int q = tid + i * BLOCK, r = q / CPR, c = 4 * (q % CPR);
+      float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (r < rows) {
+#pragma unroll
+        for (int w = 0; w < KW; ++w) {
+          const float4 v = *reinterpret_cast<const float4*>(red + w * 16 * COLS + red_at<COLS>(r, c));
+          sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
+        }
+      }
+      sums[i] = sum;
+    }
+    at_cluster::wait();  // every block of the cluster can take pushes
+    const uint32_t mine = at_tma::smem_addr(land) + 4u * rank * 16 * W;
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+      const int q = tid + i * BLOCK, r = q / CPR, c = 4 * (q % CPR);
+      if (r < rows) at_cluster::store(at_cluster::map_to_rank(mine + 4u * (r * W + c % W), c / W), sums[i]);
+    }
+    at_cluster::arrive();
+    at_cluster::wait();  // every push has landed, and nobody touches another block's memory after this
+    for (int o = tid; o < rows * W; o += BLOCK) {
+      const int r = o / W, cn = (int)rank * W + o % W;
       float sum = 0.0f;
 #pragma unroll
-      for (int w = 0; w < KW; ++w) sum += red[(size_t)w * 16 * COLS + o];
-      red[o] = sum;
-    }
-    cluster_sum<CLUSTER>(red, outputs, [&](int o, float sum) {
-      const int r = o / COLS, cn = o % COLS;
-      if (cn >= N - n0) return;
+      for (int from = 0; from < CLUSTER; ++from) sum += land[(from * 16 + r) * W + o % W];  // in rank order
+      if (cn >= N - n0) continue;
       const size_t at = (size_t)r * N + n0 + cn;
       C[at] = finish<T>(sum, alpha, beta, C + at);
-    });
+    }
     return;
   }
+
+  const int outputs = rows * COLS;
   const size_t mn = (size_t)M * N;
   for (int o = tid; o < outputs; o += BLOCK) {
     const int r = o / COLS, cn = o % COLS;
     if (cn >= N - n0) continue;
     float sum = 0.0f;
 #pragma unroll
-    for (int w = 0; w < KW; ++w) sum += red[((size_t)w * 16 + r) * COLS + cn];
+    for (int w = 0; w < KW; ++w) sum += red[w * 16 * COLS + red_at<COLS>(r, cn)];
     const size_t at = (size_t)r * N + n0 + cn;
     if (splits == 1) {
       C[at] = finish<T>(sum, alpha, beta, C + at);

@@ -166,6 +166,43 @@ def test_fragment_relabelling_gives_the_product() -> None:
     np.testing.assert_allclose(out, a @ b, rtol=1e-12, atol=1e-12)
 
 
+def test_shared_memory_holds_the_partial_sums_and_what_a_cluster_pushes() -> None:
+    """kernels/gemm_skinny_tc.cu: KW slices of 16 x COLS floats, and one more where the other blocks
+    of a cluster push their sums in."""
+    base = dict(wn=2, kw=4, vec=8, unroll=1, policy=1, prefetch=1, cluster=1, split=1, stages=0)
+    assert tc.shared_bytes(base) == 4 * 16 * 128 * 4
+    assert tc.shared_bytes(dict(base, cluster=8, split=8)) == 5 * 16 * 128 * 4
+    launch = tc.launch(_problem(16, 4096, 4096), dict(base, cluster=8, split=8), 132)
+    assert launch.shared_bytes == 5 * 16 * 128 * 4
+
+
+def _red_at(row: int, col: int, cols: int) -> int:
+    """kernels/gemm_skinny_tc.cu's red_at(): float offset of (row, col) in a warp's partial sums."""
+    chunk = (col >> 2) ^ ((col >> 5) & 1) ^ ((row & 1) << 1)
+    return row * cols + chunk * 4 + (col & 3)
+
+
+@pytest.mark.parametrize("wn", [1, 2, 4])
+def test_partial_sum_layout_is_a_permutation_without_bank_conflicts(wn: int) -> None:
+    cols = 64 * wn
+    for row in range(16):
+        offsets = sorted(_red_at(row, col, cols) for col in range(cols))
+        assert offsets == list(range(row * cols, (row + 1) * cols))
+
+    def banks(offsets: list[int]) -> int:  # distinct 16-byte banks of 128 bytes that the offsets hit
+        return len({offset * 4 % 128 // 16 for offset in offsets})
+
+    # The register layout's float4 stores: lane (g, t) writes columns 16t + 8*half + 4q of rows g and
+    # g + 8; 16-byte accesses are served 8 lanes at a time.
+    for w, h, half, q, phase in itertools.product(range(wn), range(2), range(2), range(2), range(4)):
+        lanes = [(lane // 4, lane % 4) for lane in range(8 * phase, 8 * phase + 8)]
+        assert banks([_red_at(g + 8 * h, 64 * w + 16 * t + 8 * half + 4 * q, cols) for g, t in lanes]) == 8
+    # The readers: 8 consecutive chunks of 4 columns (float4), or 32 consecutive columns (float).
+    for row, start in itertools.product(range(16), range(0, cols, 32)):
+        assert banks([_red_at(row, col, cols) for col in range(start, start + 32, 4)]) == 8
+        assert len({_red_at(row, col, cols) % 32 for col in range(start, start + 32)}) == 32
+
+
 def test_kernel_source_names_its_instance() -> None:
     problem = _problem(16, 4096, 4096, "bfloat16")
     config = tc.default_config(problem)

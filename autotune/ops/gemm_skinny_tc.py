@@ -89,9 +89,10 @@ def stage_bytes(c: Mapping[str, int]) -> int:
 
 
 def shared_bytes(c: Mapping[str, int]) -> int:
-    """Mirrors kernels/gemm_skinny_tc.cu: the KW warps' 16 x COLS float accumulators, which with TMA
-    reuse the stages' memory (then the larger of the two)."""
-    accumulators = c["kw"] * 16 * columns(c) * 4
+    """Mirrors kernels/gemm_skinny_tc.cu: the KW warps' 16 x COLS float partial sums, and with a
+    cluster another 16 x COLS for the sums the other blocks push in; with TMA they reuse the stages'
+    memory (then the larger of the two)."""
+    accumulators = (c["kw"] + (c["cluster"] > 1)) * 16 * columns(c) * 4
     if not c["stages"]:
         return accumulators
     return max(accumulators, TMA_ALIGN_PAD + c["stages"] * stage_bytes(c))
