@@ -79,7 +79,7 @@ def test_seed_configs_are_valid_and_fill_the_gpu() -> None:
                 # About two blocks per SM; a cluster's seed may take twice that (no workspace). A TMA
                 # block keeps stages of 64 rows in flight, so fewer do (cuBLAS runs 96 at 4096^2).
                 most = 528 if config["cluster"] > 1 else 264
-                least = 96 if config["stages"] else 132
+                least = tc.TMA_SEED_LEAST_BLOCKS if config["stages"] else 132
                 assert least <= blocks[0] * blocks[1] <= most, (size, config)
 
 

@@ -202,6 +202,11 @@ _SEEDS = (
 # TMA seed tilings (wn, kw, stages): 64 to 256 columns a block, 3 to 6 stages of 64 rows (with
 # 8, fewer blocks fit an SM and the H200 ran 16x4096x4096 in 21 us instead of 15.6).
 _TMA_SEEDS = ((1, 4, 4), (2, 2, 4), (4, 1, 4), (2, 1, 6), (4, 1, 6), (2, 2, 3))
+# Fewest blocks a TMA seed runs without a split: each keeps whole stages in flight, so fewer than
+# two an SM can stream B (cuBLAS runs 96 at 16x4096^2 and 112 at 14336^2). On the H200, 2x14336^2
+# with (2, 2, 4) took 98.7 us unsplit (112 blocks) against 104.6 in clusters of 2 (session 9,
+# results/try_configs_skinny_14336_nvidia-h200.txt); the seeds had offered only the latter.
+TMA_SEED_LEAST_BLOCKS = 96
 
 
 def seed_configs(problem: Problem) -> list[Config]:
@@ -220,7 +225,8 @@ def seed_configs(problem: Problem) -> list[Config]:
 
 def _tma_seeds(problem: Problem) -> list[Config]:
     """Each TMA tiling with its K split over the largest cluster that keeps the grid within
-    gemm.SEED_BLOCKS, and over twice that (TMA configs reduce their splits in a cluster only)."""
+    gemm.SEED_BLOCKS, and over twice that (TMA configs reduce their splits in a cluster only), and
+    unsplit where its column tiles alone are TMA_SEED_LEAST_BLOCKS or more."""
     if len(_stage_choices(problem)) == 1:
         return []
     check = space(problem).check
@@ -229,7 +235,8 @@ def _tma_seeds(problem: Problem) -> list[Config]:
         base = {"wn": wn, "kw": kw, **_tma_pinned(problem), "stages": stages}
         tiles = column_tiles(problem, base)
         fitting = [size for size in geometry.cluster_choices() if tiles * size <= gemm.SEED_BLOCKS] or [1]
-        for size in sorted({max(fitting), 2 * max(fitting)}):
+        sizes = {max(fitting), 2 * max(fitting)} | ({1} if tiles >= TMA_SEED_LEAST_BLOCKS else set())
+        for size in sorted(sizes):
             config = {**base, "cluster": size, "split": size}
             if check(config) is None and config not in seeds:
                 seeds.append(config)
