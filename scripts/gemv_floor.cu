@@ -18,6 +18,7 @@
 
 #include "bench_common.cuh"
 #include "../kernels/gemv.cu"
+#include "../kernels/tma.cuh"
 
 constexpr int M = 4096, N = 8192;                     // float16
 constexpr size_t ROW16 = (size_t)N * 2 / 16;          // 16-byte words a row
@@ -110,6 +111,97 @@ __global__ void __launch_bounds__(32 * KW) gemv_tc(const __half* __restrict__ A,
   }
 }
 
+// The tensor-core sketch fed from shared memory: STAGES stages of 16 rows x BK columns, each row piece
+// (BK * 2 bytes, contiguous in A) one bulk copy (cp.async.bulk, no tensor map) completing on the
+// stage's mbarrier; rows padded to BK * 2 + 16 bytes so that ldmatrix's 8 row addresses fall in
+// different banks. x's piece comes with the stage as a 17th row (read from global memory in every
+// step instead, its loads were 74% of the stalls under Nsight). The KW warps share a stage's BK / 16
+// k16 steps, alternating two accumulators. Lanes 0..16 of warp 0 issue a stage's 17 copies after
+// lane 0 set its byte count.
+template <int KW, int BK, int STAGES>
+__global__ void __launch_bounds__(32 * KW) gemv_tc_bulk(const __half* __restrict__ A, const __half* __restrict__ x,
+                                                         __half* __restrict__ y) {
+  using namespace at_tma;
+  constexpr int PITCH = BK * 2 + 16;  // bytes a row of a stage
+  constexpr int STAGE_BYTES = 17 * PITCH;
+  constexpr int TILES = N / BK;
+  extern __shared__ __align__(128) unsigned char stages[];
+  __shared__ __align__(8) uint64_t full[STAGES];
+  __shared__ float part[KW][16];
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const int row0 = blockIdx.x * 16;
+  const uint32_t base = smem_addr(stages), bars = smem_addr(full);
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) mbarrier_init(bars + 8 * s, 1);
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+  auto load = [&](int stage, int tile) {  // warp 0
+    const uint32_t bar = bars + 8 * stage;
+    if (lane == 0) mbarrier_arrive_expect_tx(bar, 17 * BK * 2);
+    __syncwarp();
+    if (lane < 17) {
+      const __half* src = (lane < 16 ? A + (size_t)(row0 + lane) * N : x) + (size_t)tile * BK;
+      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                       base + stage * STAGE_BYTES + lane * PITCH),
+                   "l"(src), "n"(BK * 2), "r"(bar)
+                   : "memory");
+    }
+  };
+  if (w == 0)
+    for (int s = 0; s < STAGES && s < TILES; ++s) load(s, s);
+  float d[2][4] = {};
+  // ldmatrix x4: lane l gives row (l % 8) + 8 (l / 8 % 2), 16-byte column chunk l / 16 of the step.
+  const int lrow = (lane & 7) + 8 * ((lane >> 3) & 1), lchunk = lane >> 4;
+  int stage = 0;
+  uint32_t phase = 0;
+  for (int tile = 0; tile < TILES; ++tile) {
+    mbarrier_wait(bars + 8 * stage, phase);
+    const uint32_t sa = base + stage * STAGE_BYTES;
+#pragma unroll
+    for (int step = w; step < BK / 16; step += KW) {
+      unsigned a[4];
+      asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+                   : "r"(sa + lrow * PITCH + step * 32 + lchunk * 16));
+      const unsigned* xw = reinterpret_cast<const unsigned*>(stages + stage * STAGE_BYTES + 16 * PITCH + step * 32);
+      const unsigned b0 = xw[t], b1 = xw[t + 4];
+      float(&acc)[4] = d[(step / KW) % 2];
+      asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+          : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // our reads before the next copies
+    __syncthreads();
+    if (w == 0 && tile + STAGES < TILES) load(stage, tile + STAGES);
+    stage = stage == STAGES - 1 ? 0 : stage + 1;
+    phase ^= stage == 0;
+  }
+  if (t == 0) {  // D[g][0] and D[g + 8][0]
+    part[w][g] = d[0][0] + d[1][0];
+    part[w][g + 8] = d[0][2] + d[1][2];
+  }
+  __syncthreads();
+  if (threadIdx.x < 16) {
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < KW; ++i) s += part[i][threadIdx.x];
+    y[row0 + threadIdx.x] = __float2half_rn(s);
+  }
+}
+
+// Launches gemv_tc_bulk<KW, BK, STAGES> on A with its dynamic shared memory.
+template <int KW, int BK, int STAGES>
+void bulk(const __half* A, const __half* x, __half* y) {
+  constexpr int SMEM = STAGES * 17 * (BK * 2 + 16);
+  static bool ready = false;
+  if (!ready) {
+    cudaFuncSetAttribute(gemv_tc_bulk<KW, BK, STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
+    ready = true;
+  }
+  gemv_tc_bulk<KW, BK, STAGES><<<M / 16, 32 * KW, SMEM>>>(A, x, y);
+}
+
 int main() {
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -182,6 +274,16 @@ int main() {
   report_gemv("gemv_tc kw16 u4", best_of([&](int i) { gemv_tc<16, 4><<<M / 16, 512>>>(mat(i), x, y); }, start, stop));
   report_gemv("gemv_tc kw32 u2", best_of([&](int i) { gemv_tc<32, 2><<<M / 16, 1024>>>(mat(i), x, y); }, start, stop));
   report_gemv("gemv_tc kw32 u1", best_of([&](int i) { gemv_tc<32, 1><<<M / 16, 1024>>>(mat(i), x, y); }, start, stop));
+  // Fed from shared memory by bulk copies: 256 blocks of 16 rows.
+  report_gemv("gemv_tc_bulk kw4 bk256 6 stages", best_of([&](int i) { bulk<4, 256, 6>(mat(i), x, y); }, start, stop));
+  report_gemv("gemv_tc_bulk kw4 bk256 10 stages", best_of([&](int i) { bulk<4, 256, 10>(mat(i), x, y); }, start, stop));
+  report_gemv("gemv_tc_bulk kw4 bk512 4 stages", best_of([&](int i) { bulk<4, 512, 4>(mat(i), x, y); }, start, stop));
+  report_gemv("gemv_tc_bulk kw4 bk512 6 stages", best_of([&](int i) { bulk<4, 512, 6>(mat(i), x, y); }, start, stop));
+  report_gemv("gemv_tc_bulk kw8 bk512 6 stages", best_of([&](int i) { bulk<8, 512, 6>(mat(i), x, y); }, start, stop));
+  report_gemv("gemv_tc_bulk kw4 bk1024 3 stages", best_of([&](int i) { bulk<4, 1024, 3>(mat(i), x, y); }, start, stop));
+  report_gemv("gemv_tc_bulk kw16 bk512 4 stages", best_of([&](int i) { bulk<16, 512, 4>(mat(i), x, y); }, start, stop));
+  report_gemv("gemv_tc_bulk kw16 bk1024 3 stages", best_of([&](int i) { bulk<16, 1024, 3>(mat(i), x, y); }, start, stop));
+  report_gemv("gemv_tc_bulk kw8 bk1024 6 stages", best_of([&](int i) { bulk<8, 1024, 6>(mat(i), x, y); }, start, stop));
   report_gemv("gemv 512/128 u4 r2, persistent 4/SM", best_of([&](int i) { gemv<512, 128, 4, 2, 0, 1><<<4 * sms, 512>>>(mat(i), x, y, nullptr, nullptr); }, start, stop));
   report_gemv("gemv 512/128 u4 r1, persistent 4/SM", best_of([&](int i) { gemv<512, 128, 4, 1, 0, 1><<<4 * sms, 512>>>(mat(i), x, y, nullptr, nullptr); }, start, stop));
   report_gemv("gemv 512/128 u8 r1, persistent 4/SM", best_of([&](int i) { gemv<512, 128, 8, 1, 0, 1><<<4 * sms, 512>>>(mat(i), x, y, nullptr, nullptr); }, start, stop));
@@ -218,6 +320,10 @@ int main() {
   worst("gemv_tc kw8 u4");
   gemv_tc<16, 2><<<M / 16, 512>>>(mat(0), x, y);
   worst("gemv_tc kw16 u2");
+  bulk<4, 512, 6>(mat(0), x, y);
+  worst("gemv_tc_bulk kw4 bk512 6");
+  bulk<8, 1024, 6>(mat(0), x, y);
+  worst("gemv_tc_bulk kw8 bk1024 6");
   gemv<128, 128, 4, 2, 0, 1><<<M / 2, 128>>>(mat(0), x, y, nullptr, nullptr);
   worst("gemv shipped");
   return 0;
