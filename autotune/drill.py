@@ -131,6 +131,17 @@ def _rows(db: Path) -> list[tuple[int, str, str, float | None]]:
         return [tuple(row) for row in connection.execute(query)]
 
 
+def finished_so_far(db: Path) -> int:
+    """Finished trials in the sweep's database while it runs: 0 until its migrations have made the
+    tables (the file appears first), and while SQLite answers that the file is busy."""
+    if not db.exists():
+        return 0
+    try:
+        return len(_rows(db))
+    except sqlite3.OperationalError:
+        return 0
+
+
 def _child(db: Path, trials: int, measure_timeout: float) -> subprocess.Popen[bytes]:
     code = f"from autotune.drill import run_sweep; run_sweep({str(db)!r}, {trials}, {measure_timeout})"
     return subprocess.Popen([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1])
@@ -141,7 +152,7 @@ def drill(db: Path, *, trials: int = 40, kill_after: int = 14, measure_timeout: 
     child = _child(db, trials, measure_timeout)
     deadline = time.monotonic() + 300
     while child.poll() is None and time.monotonic() < deadline:
-        if db.exists() and len(_rows(db)) >= kill_after:
+        if finished_so_far(db) >= kill_after:
             break
         time.sleep(0.1)
     killed = child.poll() is None

@@ -1,0 +1,22 @@
+"""The fault drill watches the sweep's database while the sweep creates it (CPU only)."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from autotune.drill import finished_so_far
+
+
+def test_the_drill_counts_nothing_until_the_tables_exist(tmp_path: Path) -> None:
+    db = tmp_path / "drill.db"
+    assert finished_so_far(db) == 0  # no file yet
+    sqlite3.connect(db).close()  # the sweep has opened the file but not migrated it
+    assert finished_so_far(db) == 0
+    with sqlite3.connect(db) as connection:
+        connection.execute("create table trials (id integer, config_key text, status text, time_us real)")
+        connection.executemany(
+            "insert into trials values (?, ?, ?, ?)",
+            [(1, "a", "ok", 1.0), (2, "b", "running", None), (3, "c", "wrong_result", None), (4, "d", "invalid", None)],
+        )
+    assert finished_so_far(db) == 2  # running and invalid trials are not finished
