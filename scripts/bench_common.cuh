@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <vector>
 
 // For main(): prints the failing call and returns 1.
 #define CHECK(x)                                                               \
@@ -41,6 +42,24 @@ __global__ void read_flat(const uint4* __restrict__ a, size_t n16, unsigned* __r
     for (int u = 0; u < LOADS; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
   }
   if (acc == 0x12345678u) out[0] = acc;  // practically never true, but the loads must stay
+}
+
+// Enough buffers of `bytes` to span 4x the L2, so that a kernel cycling through them reads from DRAM
+// every call, each filled with the byte `fill`; none (after printing why) if one cannot be had.
+template <typename T>
+std::vector<T*> rotating_buffers(const cudaDeviceProp& prop, size_t bytes, int fill) {
+  const size_t copies = (4 * (size_t)prop.l2CacheSize + bytes - 1) / bytes;
+  std::vector<T*> bufs;
+  for (size_t i = 0; i < copies; ++i) {
+    void* b = nullptr;
+    const cudaError_t e = cudaMalloc(&b, bytes);
+    if (e != cudaSuccess || cudaMemset(b, fill, bytes) != cudaSuccess) {
+      printf("rotating_buffers: %s\n", cudaGetErrorString(e != cudaSuccess ? e : cudaGetLastError()));
+      return {};
+    }
+    bufs.push_back(static_cast<T*>(b));
+  }
+  return bufs;
 }
 
 // GPU microseconds per call over `calls` launches (launch(i) for i < calls) queued behind a spin kernel.

@@ -59,6 +59,33 @@ __global__ void __launch_bounds__(BLOCK) gemv(const __half* A, const __half* x, 
                                                                               counters);
 }
 
+// D += A B for one mma.m16n8k16 with float16 inputs and float accumulators (registers in the PTX
+// ISA's fragment order).
+__device__ __forceinline__ void mma(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
+                                    unsigned b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// The tensor-core sketches' end: column 0 of each warp's D (rows g and g + 8 of the block's 16, in
+// lanes t = 0) summed over the block's KW warps into y.
+template <int KW>
+__device__ __forceinline__ void write_rows(float (&part)[KW][16], float row_g, float row_g8, __half* y, int row0) {
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+  if (lane % 4 == 0) {
+    part[w][lane / 4] = row_g;
+    part[w][lane / 4 + 8] = row_g8;
+  }
+  __syncthreads();
+  if (threadIdx.x < 16) {
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < KW; ++i) s += part[i][threadIdx.x];
+    y[row0 + threadIdx.x] = __float2half_rn(s);
+  }
+}
+
 // A GEMV on tensor cores, float16 (a sketch to measure, not a tuned family): the math of the CUDA-core
 // kernel (8 conversions and 8 FMAs per 16-byte load, x converted again per row group) becomes one
 // mma.sync.m16n8k16 per 16-byte load. A block of KW warps owns 16 rows; warp w takes the 32-column
@@ -90,25 +117,11 @@ __global__ void __launch_bounds__(32 * KW) gemv_tc(const __half* __restrict__ A,
     }
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
-      asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-          : "r"(a0[u].x), "r"(a1[u].x), "r"(a0[u].y), "r"(a1[u].y), "r"(xv[u].x), "r"(xv[u].y));
-      asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-          : "r"(a0[u].z), "r"(a1[u].z), "r"(a0[u].w), "r"(a1[u].w), "r"(xv[u].z), "r"(xv[u].w));
+      mma(d, a0[u].x, a1[u].x, a0[u].y, a1[u].y, xv[u].x, xv[u].y);
+      mma(d, a0[u].z, a1[u].z, a0[u].w, a1[u].w, xv[u].z, xv[u].w);
     }
   }
-  if (t == 0) {  // D[g][0] and D[g + 8][0]
-    part[w][g] = d[0];
-    part[w][g + 8] = d[2];
-  }
-  __syncthreads();
-  if (threadIdx.x < 16) {
-    float s = 0.0f;
-#pragma unroll
-    for (int i = 0; i < KW; ++i) s += part[i][threadIdx.x];
-    y[row0 + threadIdx.x] = __float2half_rn(s);
-  }
+  write_rows<KW>(part, d[0], d[2], y, row0);
 }
 
 // The tensor-core sketch fed from shared memory: STAGES stages of 16 rows x BK columns, each row piece
@@ -128,7 +141,7 @@ __global__ void __launch_bounds__(32 * KW) gemv_tc_bulk(const __half* __restrict
   extern __shared__ __align__(128) unsigned char stages[];
   __shared__ __align__(8) uint64_t full[STAGES];
   __shared__ float part[KW][16];
-  const int lane = threadIdx.x % 32, w = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32, t = lane % 4;
   const int row0 = blockIdx.x * 16;
   const uint32_t base = smem_addr(stages), bars = smem_addr(full);
   if (threadIdx.x == 0) {
@@ -166,10 +179,7 @@ __global__ void __launch_bounds__(32 * KW) gemv_tc_bulk(const __half* __restrict
                    : "r"(sa + lrow * PITCH + step * 32 + lchunk * 16));
       const unsigned* xw = reinterpret_cast<const unsigned*>(stages + stage * STAGE_BYTES + 16 * PITCH + step * 32);
       const unsigned b0 = xw[t], b1 = xw[t + 4];
-      float(&acc)[4] = d[(step / KW) % 2];
-      asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-          : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
-          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+      mma(d[(step / KW) % 2], a[0], a[1], a[2], a[3], b0, b1);
     }
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // our reads before the next copies
     __syncthreads();
@@ -177,17 +187,7 @@ __global__ void __launch_bounds__(32 * KW) gemv_tc_bulk(const __half* __restrict
     stage = stage == STAGES - 1 ? 0 : stage + 1;
     phase ^= stage == 0;
   }
-  if (t == 0) {  // D[g][0] and D[g + 8][0]
-    part[w][g] = d[0][0] + d[1][0];
-    part[w][g + 8] = d[0][2] + d[1][2];
-  }
-  __syncthreads();
-  if (threadIdx.x < 16) {
-    float s = 0.0f;
-#pragma unroll
-    for (int i = 0; i < KW; ++i) s += part[i][threadIdx.x];
-    y[row0 + threadIdx.x] = __float2half_rn(s);
-  }
+  write_rows<KW>(part, d[0][0] + d[1][0], d[0][2] + d[1][2], y, row0);
 }
 
 // Launches gemv_tc_bulk<KW, BK, STAGES> on A with its dynamic shared memory.
@@ -211,12 +211,10 @@ int main() {
   CHECK(cudaEventCreate(&stop));
   unsigned* out;
   CHECK(cudaMalloc(&out, 4));
-  const int copies = (int)((4 * (size_t)prop.l2CacheSize + BYTES - 1) / BYTES);
-  std::vector<uint4*> bufs(copies);
-  for (auto& b : bufs) {
-    CHECK(cudaMalloc(&b, BYTES));
-    CHECK(cudaMemset(b, 0x3c, BYTES));  // 1.0 in every float16: never time on zeros
-  }
+  // 0x3c3c (about 1.06) in every float16: never time on zeros.
+  const std::vector<uint4*> bufs = rotating_buffers<uint4>(prop, BYTES, 0x3c);
+  if (bufs.empty()) return 1;
+  const int copies = (int)bufs.size();
   __half *x, *y;
   CHECK(cudaMalloc(&x, N * 2));
   CHECK(cudaMemset(x, 0x3c, N * 2));

@@ -21,7 +21,6 @@ int main() {
   CHECK(cudaEventCreate(&z));
   unsigned* out;
   CHECK(cudaMalloc(&out, 4));
-  const size_t rotation = 4 * (size_t)prop.l2CacheSize;
 
   printf("%s, %d SMs, L2 %d MB\n", prop.name, sms, prop.l2CacheSize >> 20);
   printf("empty kernel: %.2f us per call\n", best_of([&](int) { empty<<<1, 32>>>(); }, a, z));
@@ -29,12 +28,9 @@ int main() {
   const size_t sizes_mb[] = {2, 4, 8, 16, 32, 64, 128, 256};
   for (size_t mb : sizes_mb) {
     const size_t bytes = mb << 20;
-    const int copies = (int)((rotation + bytes - 1) / bytes);
-    std::vector<uint4*> bufs(copies);
-    for (auto& b : bufs) {
-      CHECK(cudaMalloc(&b, bytes));
-      CHECK(cudaMemset(b, 1, bytes));
-    }
+    const std::vector<uint4*> bufs = rotating_buffers<uint4>(prop, bytes, 1);
+    if (bufs.empty()) return 1;
+    const int copies = (int)bufs.size();
     const size_t n16 = bytes / 16;
     float best = 1e30f;
     char how[64] = "";

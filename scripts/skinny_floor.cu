@@ -141,12 +141,9 @@ int main() {
   CHECK(cudaEventCreate(&stop));
   unsigned* out;
   CHECK(cudaMalloc(&out, 4));
-  const int copies = (int)((4 * (size_t)prop.l2CacheSize + BYTES - 1) / BYTES);
-  std::vector<char*> bufs(copies);
-  for (auto& b : bufs) {
-    CHECK(cudaMalloc(&b, BYTES));
-    CHECK(cudaMemset(b, 0x3c, BYTES));
-  }
+  const std::vector<char*> bufs = rotating_buffers<char>(prop, BYTES, 0x3c);
+  if (bufs.empty()) return 1;
+  const int copies = (int)bufs.size();
   auto buf = [&](int i) { return bufs[i % copies]; };
   printf("%s, %d SMs: reading 4096 x 4096 float16 (32 MB), %d copies rotating\n", prop.name,
          prop.multiProcessorCount, copies);
