@@ -3,12 +3,15 @@
 // The same 64 MB is read in the GEMV's decomposition and in others, timed like our kernels
 // (bench_common.cuh: launches back to back behind a spin kernel, buffers rotating over 4x the L2):
 //   flat       grid-stride 16-byte loads over the whole matrix (read_floor.cu's best grids)
-//   rows       the shipped GEMV's pattern without its arithmetic: a block of T threads per R rows,
-//              each thread LOADS 16-byte loads a row at a time in flight (lane-strided), XOR
-//   rows, persistent   the same groups of 128 lanes in few large blocks that loop over the row
-//              tiles, so that the requests in flight cover a contiguous window of the matrix
+//   rows       the shipped GEMV's pattern without its arithmetic: groups of 128 lanes, ROWS rows a
+//              group, each lane BATCH 16-byte loads of each row in flight (lane-strided), XOR
+//   rows, persistent   the same groups in few large blocks that loop over the row tiles, so that
+//              the requests in flight cover a contiguous window of the matrix
 //   gemv       the real kernel (kernels/gemv.cu) at the shipped config and variants of it
-//              (each checked: y must equal A x afterwards)
+//   gemv_tc, gemv_tc_bulk   sketches of a GEMV on tensor cores, fed from registers or by bulk
+//              copies into shared memory (see each kernel)
+// Every GEMV row is checked (y must equal A x afterwards), and the sketches once more on random data
+// against a float64 reference.
 // Build and run on the GPU machine:
 //   nvcc -O3 -arch=sm_90 -o /tmp/gemv_floor scripts/gemv_floor.cu && /tmp/gemv_floor
 #include <cuda_fp16.h>
