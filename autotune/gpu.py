@@ -84,22 +84,34 @@ def device_info(device_index: int = 0) -> GpuInfo:
     )
 
 
+def programmatic_launch(op: Any, gpu: GpuInfo) -> bool:
+    """Whether `op`'s kernels run on `gpu` with programmatic dependent launch (autotune/pdl.py):
+    the op's kernels wait for the kernel before them, and the GPU has PDL (sm_90 and up)."""
+    return bool(getattr(op, "PROGRAMMATIC_LAUNCH", False)) and int(gpu.compute_capability.split(".")[0]) >= 9
+
+
 class Kernels:
     """Loaded cubins and their functions, each loaded once per process."""
 
     def __init__(self) -> None:
         self._modules: dict[Path, Any] = {}
-        self._functions: dict[tuple[Path, str], Any] = {}
+        self._functions: dict[tuple[Path, str, bool], Any] = {}
 
-    def function(self, cubin: Path, name: str, arg_types: str) -> Any:
-        key = (cubin, name)
+    def function(self, cubin: Path, name: str, arg_types: str, *, programmatic: bool = False) -> Any:
+        """A PyCUDA Function, prepared; with `programmatic`, a pdl.ProgrammaticFunction (same calls)."""
+        key = (cubin, name, programmatic)
         if key not in self._functions:
             cuda = driver()
-            if cubin not in self._modules:
-                self._modules[cubin] = cuda.module_from_buffer(cubin.read_bytes())
-            function = self._modules[cubin].get_function(name)
-            function.prepare(arg_types)
-            self._functions[key] = function
+            if programmatic:
+                from autotune.pdl import ProgrammaticFunction
+
+                self._functions[key] = ProgrammaticFunction(cubin.read_bytes(), name, arg_types)
+            else:
+                if cubin not in self._modules:
+                    self._modules[cubin] = cuda.module_from_buffer(cubin.read_bytes())
+                function = self._modules[cubin].get_function(name)
+                function.prepare(arg_types)
+                self._functions[key] = function
         return self._functions[key]
 
 

@@ -2,7 +2,8 @@
 
 Arrays come as PyCUDA GPUArrays, torch tensors, or anything with __cuda_array_interface__ (cupy,
 numba). Kernels are compiled once per config (cubin cache on disk) and loaded once per process.
-Launches go to the legacy default stream, which orders them with torch's and cupy's default streams.
+Launches go to the legacy default stream, which orders them with torch's and cupy's default streams;
+GEMVs go with programmatic dependent launch on sm_90+ (autotune/pdl.py), which keeps that order.
 """
 
 from __future__ import annotations
@@ -14,7 +15,15 @@ from typing import Any
 from autotune import ops
 from autotune.compiler import compile_kernel
 from autotune.errors import AutotuneError
-from autotune.gpu import DEFAULT_SHARED_LIMIT, Kernels, Scratch, context, device_info, opt_in_shared
+from autotune.gpu import (
+    DEFAULT_SHARED_LIMIT,
+    Kernels,
+    Scratch,
+    context,
+    device_info,
+    opt_in_shared,
+    programmatic_launch,
+)
 from autotune.ops import gemm
 from autotune.problem import ITEMSIZE, Problem
 from autotune.select import Choice
@@ -110,7 +119,9 @@ class Launcher:
         compiled = compile_kernel(job)
         if compiled.cubin is None:
             raise AutotuneError(f"compiling {job.name} failed: {compiled.message.splitlines()[0]}")
-        return self._kernels.function(compiled.cubin, job.name, op.ARG_TYPES)
+        return self._kernels.function(
+            compiled.cubin, job.name, op.ARG_TYPES, programmatic=programmatic_launch(op, self.gpu)
+        )
 
     def gemv(self, choice: Choice, a: DeviceArray, x: DeviceArray, y: DeviceArray, alpha: float, beta: float) -> None:
         problem = choice.problem

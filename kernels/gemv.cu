@@ -18,8 +18,12 @@
 // shared memory (common.cuh: cluster_sum): no workspace, no counters. gridDim.x may be smaller than the
 // number of row tiles (a persistent grid): blocks stride.
 //
+// Every instance starts with programmatic_start (below): autotune launches GEMVs with programmatic
+// dependent launch on sm_90+, so that each call's launch overlaps the end of the call before it.
+//
 // Preconditions the tuner's constraints guarantee: VEC > 1 only when N % VEC == 0 and A, x are
-// 16-byte aligned; XSMEM only when the block's x slice fits the dynamic shared memory it is given.
+// 16-byte aligned; XSMEM only when the block's x slice fits the dynamic shared memory it is given;
+// PREFETCH only with 16-byte vectors.
 #pragma once
 #include "common.cuh"
 
@@ -76,6 +80,47 @@ template <int W, int R> struct RowReduce {
   static __device__ __forceinline__ bool is_row_owner(int lane) { return lane % SHARING == 0; }
 };
 
+// The vectors [v_begin, v_end) of each row that this block's split (blockIdx.y of gridDim.y) reduces:
+// a whole number of LANES-wide steps per split, so that every lane does the same work.
+template <int LANES>
+__device__ __forceinline__ void split_range(long long nvec, long long& v_begin, long long& v_end) {
+  long long per_split = (nvec + gridDim.y - 1) / gridDim.y;
+  per_split = (per_split + LANES - 1) / LANES * LANES;
+  v_begin = min(nvec, (long long)blockIdx.y * per_split);
+  v_end = min(nvec, v_begin + per_split);
+}
+
+// Programmatic dependent launch (sm_90+). launch_dependents lets the next kernel in the stream, when
+// it was launched with the PDL attribute, place its blocks once every block of this grid has started;
+// wait holds this grid until the kernel before it has finished and its writes are visible. So after
+// the wait everything reads as after an ordinary launch, while the launch and block start of each call
+// overlap the end of the call before. Nothing before the wait may read memory the kernel before could
+// still write, with one exception used here: a prefetch into L2 (PREFETCH) of the row segments of the
+// block's first tile. Every write lands in L2, so a line fetched early is never stale; it lets a small
+// matrix's loads find their lines on chip instead of all starting cold. The bulk prefetch needs
+// 16-byte aligned segments whose length is a multiple of 16 bytes: 16-byte vectors give both.
+// Launched without the attribute (or on an older GPU, where this compiles to nothing) it changes nothing.
+template <typename T, int BLOCK, int LANES, int VEC, int ROWS, int PREFETCH>
+__device__ __forceinline__ void programmatic_start(const T* __restrict__ A, int M, int N) {
+  static_assert(!PREFETCH || VEC * sizeof(T) == 16, "bulk prefetches need 16-byte vectors");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  if (PREFETCH) {
+    constexpr int ROWS_PER_BLOCK = BLOCK / LANES * ROWS;
+    long long v_begin, v_end;
+    split_range<LANES>(N / VEC, v_begin, v_end);
+    const unsigned bytes = (unsigned)((v_end - v_begin) * VEC * sizeof(T));
+    for (int r = threadIdx.x; r < ROWS_PER_BLOCK && bytes > 0; r += BLOCK) {
+      const int row = blockIdx.x * ROWS_PER_BLOCK + r;
+      if (row >= M) break;
+      const T* segment = A + (size_t)row * N + v_begin * VEC;
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(segment), "r"(bytes) : "memory");
+    }
+  }
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 template <typename T, int BLOCK, int LANES, int VEC, int UNROLL, int ROWS, int XSMEM, int POLICY, int CLUSTER>
 __device__ __forceinline__ void gemv_body(const T* __restrict__ A, const T* __restrict__ x,
                                           T* __restrict__ y, int M, int N, float alpha, float beta,
@@ -99,13 +144,9 @@ __device__ __forceinline__ void gemv_body(const T* __restrict__ A, const T* __re
   const int tid = threadIdx.x;
   const int lane = tid % LANES;
   const int group = tid / LANES;
-  const long long nvec = N / VEC;
   const int splits = gridDim.y;
-  // Each split gets a whole number of LANES-wide steps so that every lane does the same work.
-  long long per_split = (nvec + splits - 1) / splits;
-  per_split = (per_split + LANES - 1) / LANES * LANES;
-  const long long v_begin = min(nvec, (long long)blockIdx.y * per_split);
-  const long long v_end = min(nvec, v_begin + per_split);
+  long long v_begin, v_end;
+  split_range<LANES>(N / VEC, v_begin, v_end);
 
   const V* xv = reinterpret_cast<const V*>(x) + v_begin;
   const V* xs = reinterpret_cast<const V*>(x_slice_raw);
@@ -221,5 +262,7 @@ __device__ __forceinline__ void gemv_body(const T* __restrict__ A, const T* __re
 }  // namespace at_gemv
 
 // One instance, as the tuner generates it (see autotune/ops/gemv.py):
-//   extern "C" __global__ void __launch_bounds__(256) gemv_<key>(const __half* A, ...)
-//   { at_gemv::gemv_body<__half, 256, 32, 8, 2, 1, 0, 0, 1>(A, x, y, M, N, alpha, beta, partial, counters); }
+//   extern "C" __global__ void __launch_bounds__(256) gemv_<key>(const __half* A, ...) {
+//     at_gemv::programmatic_start<__half, 256, 32, 8, 1, 0>(A, M, N);
+//     at_gemv::gemv_body<__half, 256, 32, 8, 2, 1, 0, 0, 1>(A, x, y, M, N, alpha, beta, partial, counters);
+//   }

@@ -28,7 +28,7 @@ for name in "$@"; do
       step sweep-one
       /usr/bin/time -f "sweep wall %e s" python3 -m autotune sweep --op hgemv --m 4096 --n 8192 --trials "$TRIALS" --db "$DB" 2>&1 | tee "$OUT/sweep-one.log" | tail -8 ;;
     sweep-all)
-      for op in hgemv bgemv sgemv; do
+      for op in ${OPS:-hgemv bgemv sgemv}; do
         step "sweep-all $op"
         python3 -m autotune sweep --op "$op" --trials "$TRIALS" ${PATIENCE:+--patience $PATIENCE} --db "$DB" 2>&1 | tee "$OUT/sweep-$op.log" | tail -24
       done ;;

@@ -21,6 +21,8 @@ def modelled_time_us(config: dict[str, int]) -> float:
         + config["policy"] * 0.2
         + (config["split"] - 1) * 0.1
         + config["persist"] * 0.1
+        + (config.get("cluster", 1) - 1) * 0.05
+        + config.get("prefetch", 0) * 0.1
     )
 
 

@@ -115,6 +115,25 @@ def test_kernel_source_names_its_instance() -> None:
     assert "__nv_bfloat16, 128, 32, 1, 4, 1, 0, 0" in source
 
 
+def test_every_instance_waits_for_its_predecessor_first() -> None:
+    # Launchers use programmatic dependent launch for GEMVs: the wait must come before the body.
+    problem = _problem(4096, 8192)
+    config = dict(gemv.DEFAULT_CONFIG, vec=8, prefetch=1)
+    source = gemv.kernel_source(problem, config)
+    assert gemv.PROGRAMMATIC_LAUNCH
+    assert source.index("at_gemv::programmatic_start<__half, 128, 32, 8, 1, 1>(A, M, N);") < source.index("gemv_body")
+    assert gemv.kernel_name(problem, config) != gemv.kernel_name(problem, dict(config, prefetch=0))
+
+
+def test_prefetch_needs_16_byte_vectors() -> None:
+    space = gemv.space(_problem(4096, 8192))
+    assert space.check(dict(gemv.DEFAULT_CONFIG, vec=8, prefetch=1)) is None
+    assert "16-byte vectors" in (space.check(dict(gemv.DEFAULT_CONFIG, vec=4, prefetch=1)) or "")
+    assert space.check(dict(gemv.DEFAULT_CONFIG, vec=4, prefetch=1)) is not None
+    f32 = gemv.space(_problem(4096, 8192, "float32"))
+    assert f32.check(dict(gemv.DEFAULT_CONFIG, vec=4, prefetch=1)) is None
+
+
 def test_reference_matches_numpy() -> None:
     rng = np.random.default_rng(0)
     a, x = rng.standard_normal((5, 3)), rng.standard_normal(3)

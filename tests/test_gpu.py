@@ -20,21 +20,21 @@ pytestmark = pytest.mark.gpu
 
 SHAPES = [(1, 1), (7, 7), (1001, 999), (4096, 8192), (333, 4104)]
 DTYPES = ["float32", "float16", "bfloat16"]
-# One config per family, with split-K (through the workspace and in clusters), persistent grids and
-# more rows per group than lanes among them.
+# One config per family, with split-K (through the workspace and in clusters), persistent grids,
+# more rows per group than lanes, and L2 prefetches before the wait for the kernel before among them.
 FAMILY_CONFIGS = [
-    dict(block=128, lanes=1, vec=1, unroll=1, rows=1, x_smem=0, policy=0, split=1, cluster=1, persist=0),
-    dict(block=256, lanes=1, vec=8, unroll=2, rows=2, x_smem=1, policy=1, split=1, cluster=1, persist=1),
-    dict(block=64, lanes=1, vec=2, unroll=2, rows=8, x_smem=0, policy=0, split=2, cluster=2, persist=0),
-    dict(block=64, lanes=4, vec=4, unroll=4, rows=2, x_smem=0, policy=2, split=2, cluster=1, persist=0),
-    dict(block=256, lanes=8, vec=8, unroll=1, rows=8, x_smem=0, policy=2, split=1, cluster=1, persist=2),
-    dict(block=256, lanes=16, vec=2, unroll=4, rows=1, x_smem=0, policy=0, split=1, cluster=1, persist=2),
-    dict(block=256, lanes=16, vec=4, unroll=1, rows=8, x_smem=1, policy=1, split=4, cluster=4, persist=1),
-    dict(block=256, lanes=32, vec=8, unroll=2, rows=2, x_smem=0, policy=2, split=1, cluster=1, persist=0),
-    dict(block=128, lanes=32, vec=8, unroll=2, rows=1, x_smem=1, policy=1, split=4, cluster=1, persist=1),
-    dict(block=256, lanes=64, vec=2, unroll=4, rows=4, x_smem=0, policy=2, split=1, cluster=1, persist=0),
-    dict(block=128, lanes=64, vec=8, unroll=2, rows=2, x_smem=0, policy=1, split=8, cluster=8, persist=0),
-    dict(block=512, lanes=512, vec=8, unroll=1, rows=1, x_smem=1, policy=1, split=8, cluster=1, persist=0),
+    dict(block=128, lanes=1, vec=1, unroll=1, rows=1, x_smem=0, policy=0, split=1, cluster=1, persist=0, prefetch=0),
+    dict(block=256, lanes=1, vec=8, unroll=2, rows=2, x_smem=1, policy=1, split=1, cluster=1, persist=1, prefetch=0),
+    dict(block=64, lanes=1, vec=2, unroll=2, rows=8, x_smem=0, policy=0, split=2, cluster=2, persist=0, prefetch=0),
+    dict(block=64, lanes=4, vec=4, unroll=4, rows=2, x_smem=0, policy=2, split=2, cluster=1, persist=0, prefetch=0),
+    dict(block=256, lanes=8, vec=8, unroll=1, rows=8, x_smem=0, policy=2, split=1, cluster=1, persist=2, prefetch=0),
+    dict(block=256, lanes=16, vec=2, unroll=4, rows=1, x_smem=0, policy=0, split=1, cluster=1, persist=2, prefetch=0),
+    dict(block=256, lanes=16, vec=4, unroll=1, rows=8, x_smem=1, policy=1, split=4, cluster=4, persist=1, prefetch=0),
+    dict(block=256, lanes=32, vec=8, unroll=2, rows=2, x_smem=0, policy=2, split=1, cluster=1, persist=0, prefetch=1),
+    dict(block=128, lanes=32, vec=8, unroll=2, rows=1, x_smem=1, policy=1, split=4, cluster=1, persist=1, prefetch=1),
+    dict(block=256, lanes=64, vec=2, unroll=4, rows=4, x_smem=0, policy=2, split=1, cluster=1, persist=0, prefetch=0),
+    dict(block=128, lanes=64, vec=8, unroll=2, rows=2, x_smem=0, policy=1, split=8, cluster=8, persist=0, prefetch=1),
+    dict(block=512, lanes=512, vec=8, unroll=1, rows=1, x_smem=1, policy=1, split=8, cluster=1, persist=0, prefetch=1),
 ]
 
 
@@ -42,9 +42,10 @@ def _fit(problem: Problem, config: dict[str, int]) -> dict[str, int] | None:
     """The config with the widest vector and the largest split this shape allows (a cluster shrinks
     with its split), or None."""
     space = gemv.space(problem)
-    for vec, split in itertools.product(sorted(space.choices()["vec"], reverse=True), (config["split"], 2, 1)):
+    vecs = sorted(space.choices()["vec"], reverse=True)
+    for vec, split, prefetch in itertools.product(vecs, (config["split"], 2, 1), (config["prefetch"], 0)):
         cluster = split if config["cluster"] > 1 else 1
-        candidate = dict(config, vec=min(vec, config["vec"]), split=split, cluster=cluster)
+        candidate = dict(config, vec=min(vec, config["vec"]), split=split, cluster=cluster, prefetch=prefetch)
         if space.check(candidate) is None:
             return candidate
     return None
@@ -139,6 +140,51 @@ def test_gemv_on_torch_tensors(dtype: str, tmp_path: Path) -> None:
     want = a.double() @ x.double()
     scale = (a.double().abs() @ x.double().abs()).max().item()
     assert (y.double() - want).abs().max().item() <= 1e-2 * scale
+
+
+CHAIN_CONFIGS = [
+    dict(block=128, lanes=128, vec=4, unroll=4, rows=2, x_smem=0, policy=1, split=1, cluster=1, persist=0, prefetch=0),
+    dict(block=128, lanes=128, vec=4, unroll=4, rows=2, x_smem=0, policy=1, split=1, cluster=1, persist=0, prefetch=1),
+    dict(block=64, lanes=64, vec=4, unroll=2, rows=2, x_smem=1, policy=1, split=4, cluster=1, persist=4, prefetch=1),
+    dict(block=128, lanes=64, vec=4, unroll=2, rows=2, x_smem=0, policy=1, split=4, cluster=4, persist=0, prefetch=0),
+]
+
+
+@pytest.mark.parametrize(
+    "config", CHAIN_CONFIGS, ids=lambda c: f"split{c['split']}-cluster{c['cluster']}-prefetch{c['prefetch']}"
+)
+def test_back_to_back_gemvs_read_what_the_one_before_wrote(config: dict[str, int]) -> None:
+    """A chain v <- A_k v of GEMVs queued without a sync in between. With programmatic dependent
+    launch each one starts before the one before has finished, so this fails (NaN from the poisoned
+    vectors, or stale values) if a kernel reads x, or touches the split-K workspace, before its wait."""
+    import pycuda.autoprimaryctx  # noqa: F401
+    import pycuda.gpuarray as gpuarray
+
+    from autotune.gpu import programmatic_launch
+    from autotune.launch import Launcher, describe
+    from autotune.select import Choice
+
+    n, steps = 2048, 24
+    rng = np.random.default_rng(7)
+    mats = [(rng.uniform(-1, 1, (n, n)) * (3.0 / n) ** 0.5).astype(np.float32) for _ in range(steps)]
+    start = rng.uniform(-1, 1, n).astype(np.float32)
+    launcher = Launcher()
+    problem = Problem("gemv", "float32", n, n)
+    assert gemv.space(problem).check(config) is None
+    choice = Choice(problem, launcher.gpu.name, config, "measured")
+    if programmatic_launch(gemv, launcher.gpu):
+        assert type(launcher._function(gemv, problem, config)).__name__ == "ProgrammaticFunction"
+    a_gpu = [gpuarray.to_gpu(a) for a in mats]
+    vectors = [gpuarray.to_gpu(start)] + [gpuarray.to_gpu(np.full(n, np.nan, np.float32)) for _ in range(steps)]
+    for k in range(steps):
+        a, x, y = describe(a_gpu[k], "A"), describe(vectors[k], "x"), describe(vectors[k + 1], "y")
+        launcher.gemv(choice, a, x, y, 1.0, 0.0)
+    want = start.astype(np.float64)
+    for a in mats:
+        want = a.astype(np.float64) @ want
+    got = vectors[-1].get().astype(np.float64)
+    assert np.isfinite(got).all()
+    assert np.linalg.norm(got - want) <= 1e-4 * np.linalg.norm(want)
 
 
 def test_short_real_sweep_then_best(tmp_path: Path) -> None:

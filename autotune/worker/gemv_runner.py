@@ -11,7 +11,7 @@ import numpy as np
 
 from autotune.dtypes import HOST_STORAGE, UNIT_ROUNDOFF, decode, encode
 from autotune.fingerprint import GpuInfo
-from autotune.gpu import Kernels, Scratch, driver
+from autotune.gpu import Kernels, Scratch, driver, programmatic_launch
 from autotune.ops import gemv
 from autotune.ops.geometry import Launch
 from autotune.outcome import Outcome, Status
@@ -126,7 +126,7 @@ class GemvRunner:
 
     def measure(self, cubin: Path, name: str, config: Mapping[str, int]) -> Outcome:
         geom = gemv.launch(self.problem, config, self.gpu.sm_count)
-        fn = self._kernels.function(cubin, name, gemv.ARG_TYPES)
+        fn = self._kernels.function(cubin, name, gemv.ARG_TYPES, programmatic=programmatic_launch(gemv, self.gpu))
         problem, rel_error = self.verify(fn, geom)
         if problem:
             return Outcome(Status.WRONG_RESULT, problem, rel_error=rel_error)

@@ -1,0 +1,131 @@
+"""Kernel launches with programmatic dependent launch (PDL), through the CUDA driver API by ctypes.
+
+Back to back, a kernel normally starts only once the one before it in the stream has finished: each
+call pays its launch and the ramp-up of its blocks in full (about 1.3 µs for an empty kernel on the
+H200). Launched with the PDL attribute, a kernel's blocks may start as soon as every block of the
+kernel before has executed `griddepcontrol.launch_dependents`, and they wait in
+`griddepcontrol.wait` until that kernel has finished and its writes are visible. Only kernels that
+wait before reading anything may be launched this way (ops modules say so with PROGRAMMATIC_LAUNCH).
+
+PyCUDA has no cuLaunchKernelEx, and its Function does not expose the CUfunction handle, so a
+programmatic kernel is loaded a second time, here, from the same cubin into the same (current)
+context. ProgrammaticFunction offers the two methods of PyCUDA's Function that autotune calls.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import struct
+from typing import Any
+
+# cuda.h (CUDA 12 and 13): CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION.
+_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+_CTYPES: dict[str, Any] = {
+    "P": ctypes.c_uint64,
+    "Q": ctypes.c_uint64,
+    "i": ctypes.c_int32,
+    "I": ctypes.c_uint32,
+    "f": ctypes.c_float,
+    "d": ctypes.c_double,
+}
+
+
+class LaunchAttribute(ctypes.Structure):
+    """CUlaunchAttribute: an id, padding to 8 bytes, a 64-byte union of values."""
+
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_char * 64)]
+
+
+class LaunchConfig(ctypes.Structure):
+    """CUlaunchConfig."""
+
+    _fields_ = [
+        ("grid_x", ctypes.c_uint),
+        ("grid_y", ctypes.c_uint),
+        ("grid_z", ctypes.c_uint),
+        ("block_x", ctypes.c_uint),
+        ("block_y", ctypes.c_uint),
+        ("block_z", ctypes.c_uint),
+        ("shared_bytes", ctypes.c_uint),
+        ("stream", ctypes.c_void_p),
+        ("attrs", ctypes.POINTER(LaunchAttribute)),
+        ("num_attrs", ctypes.c_uint),
+    ]
+
+
+def programmatic_attribute() -> LaunchAttribute:
+    """The attribute that allows a launch to overlap the end of the kernel before it."""
+    value = struct.pack("<i", 1).ljust(64, b"\0")  # programmaticStreamSerializationAllowed = 1
+    return LaunchAttribute(_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, b"\0" * 4, value)
+
+
+def argument_values(arg_types: str, args: tuple[Any, ...]) -> list[Any]:
+    """ctypes values of a launch's arguments, typed as in PyCUDA's prepare() notation."""
+    if len(args) != len(arg_types):
+        raise TypeError(f"the kernel takes {len(arg_types)} arguments ({arg_types}), got {len(args)}")
+    values: list[Any] = []
+    for kind, arg in zip(arg_types, args, strict=True):
+        # int() of a PyCUDA DeviceAllocation is its device address.
+        values.append(_CTYPES[kind](float(arg) if kind in "fd" else int(arg)))
+    return values
+
+
+@functools.cache
+def _libcuda() -> ctypes.CDLL:
+    lib = ctypes.CDLL("libcuda.so.1")
+    lib.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+    lib.cuModuleLoadData.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p]
+    lib.cuModuleGetFunction.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_char_p]
+    lib.cuFuncSetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+    lib.cuLaunchKernelEx.argtypes = [
+        ctypes.POINTER(LaunchConfig),
+        ctypes.c_void_p,
+        ctypes.POINTER(ctypes.c_void_p),
+        ctypes.c_void_p,
+    ]
+    return lib
+
+
+def _check(result: int, what: str) -> None:
+    if result == 0:
+        return
+    from autotune.gpu import driver
+
+    name = ctypes.c_char_p()
+    _libcuda().cuGetErrorName(result, ctypes.byref(name))
+    label = name.value.decode() if name.value else f"CUresult {result}"
+    # PyCUDA's own error class, so that callers handle these like any other launch failure.
+    raise driver().LaunchError(f"{what} failed: {label}")
+
+
+class ProgrammaticFunction:
+    """A kernel of a cubin, launched with the PDL attribute on the legacy default stream or `stream`."""
+
+    def __init__(self, cubin: bytes, name: str, arg_types: str) -> None:
+        lib = _libcuda()
+        self._module = ctypes.c_void_p()  # never unloaded: kernels stay loaded for the process's life
+        _check(lib.cuModuleLoadData(ctypes.byref(self._module), cubin), "cuModuleLoadData")
+        self._function = ctypes.c_void_p()
+        _check(lib.cuModuleGetFunction(ctypes.byref(self._function), self._module, name.encode()), name)
+        self._arg_types = arg_types
+        self._attribute = programmatic_attribute()
+
+    def prepared_async_call(
+        self, grid: tuple[int, ...], block: tuple[int, ...], stream: Any, *args: Any, shared_size: int = 0
+    ) -> None:
+        values = argument_values(self._arg_types, args)
+        params = (ctypes.c_void_p * len(values))(*(ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values))
+        config = LaunchConfig(
+            *grid,
+            *block,
+            shared_size,
+            None if stream is None else int(stream.handle),
+            ctypes.pointer(self._attribute),
+            1,
+        )
+        _check(_libcuda().cuLaunchKernelEx(ctypes.byref(config), self._function, params, None), "cuLaunchKernelEx")
+
+    def set_attribute(self, attribute: Any, value: int) -> None:
+        """cuFuncSetAttribute (`attribute` a pycuda.driver.function_attribute)."""
+        _check(_libcuda().cuFuncSetAttribute(self._function, int(attribute), value), "cuFuncSetAttribute")

@@ -1,0 +1,85 @@
+"""Programmatic dependent launch by ctypes (autotune/pdl.py): the structures match cuda.h, arguments
+are packed as PyCUDA's prepare() notation says, and only ops that wait for their predecessor use it."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from autotune import pdl
+from autotune.fingerprint import GpuInfo
+from autotune.gpu import programmatic_launch
+from autotune.ops import gemm, gemv
+
+LAYOUT_PROGRAM = r"""
+#include <cuda.h>
+#include <cstddef>
+#include <cstdio>
+int main() {
+  printf("%zu %zu %zu %zu %zu %zu %zu %d\n", sizeof(CUlaunchAttribute), offsetof(CUlaunchAttribute, value),
+         sizeof(CUlaunchConfig), offsetof(CUlaunchConfig, sharedMemBytes), offsetof(CUlaunchConfig, hStream),
+         offsetof(CUlaunchConfig, attrs), offsetof(CUlaunchConfig, numAttrs),
+         (int)CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION);
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_structures_match_cuda_h(tmp_path: Path) -> None:
+    source = tmp_path / "layout.cpp"
+    source.write_text(LAYOUT_PROGRAM)
+    binary = tmp_path / "layout"
+    subprocess.run(["nvcc", "-o", str(binary), str(source)], check=True, capture_output=True)
+    printed = [int(v) for v in subprocess.run([str(binary)], check=True, capture_output=True, text=True).stdout.split()]
+    ours = [
+        ctypes.sizeof(pdl.LaunchAttribute),
+        pdl.LaunchAttribute.value.offset,
+        ctypes.sizeof(pdl.LaunchConfig),
+        pdl.LaunchConfig.shared_bytes.offset,
+        pdl.LaunchConfig.stream.offset,
+        pdl.LaunchConfig.attrs.offset,
+        pdl.LaunchConfig.num_attrs.offset,
+        pdl.programmatic_attribute().id,
+    ]
+    assert ours == printed
+
+
+def test_the_attribute_allows_programmatic_serialization() -> None:
+    attribute = pdl.programmatic_attribute()
+    raw = ctypes.string_at(ctypes.addressof(attribute), ctypes.sizeof(attribute))
+    assert int.from_bytes(raw[:4], "little") == attribute.id == 6
+    value = raw[pdl.LaunchAttribute.value.offset :]
+    assert int.from_bytes(value[:4], "little") == 1  # programmaticStreamSerializationAllowed
+    assert value[4:] == bytes(60)
+
+
+class Address:
+    """Like a PyCUDA DeviceAllocation: int() gives the device address."""
+
+    def __int__(self) -> int:
+        return 0xDEADBEEF00
+
+
+def test_arguments_are_packed_by_their_prepare_letters() -> None:
+    values = pdl.argument_values("PPPiiffPP", (Address(), 16, 0, 7, -3, 0.5, 2, Address(), 0))
+    assert [type(v) for v in values] == [ctypes.c_uint64] * 3 + [ctypes.c_int32] * 2 + [ctypes.c_float] * 2 + [
+        ctypes.c_uint64
+    ] * 2
+    assert [v.value for v in values] == [0xDEADBEEF00, 16, 0, 7, -3, 0.5, 2.0, 0xDEADBEEF00, 0]
+    with pytest.raises(TypeError, match="takes 2 arguments"):
+        pdl.argument_values("Pi", (1,))
+
+
+def _gpu(compute_capability: str) -> GpuInfo:
+    return GpuInfo("GPU", "uuid", compute_capability, 132, 50 << 20, 80 << 30, "580", "13.0")
+
+
+def test_only_waiting_kernels_on_sm_90_and_up_launch_programmatically() -> None:
+    assert programmatic_launch(gemv, _gpu("9.0"))
+    assert programmatic_launch(gemv, _gpu("10.0"))
+    assert not programmatic_launch(gemv, _gpu("8.0"))  # no griddepcontrol before Hopper
+    assert not programmatic_launch(gemm, _gpu("9.0"))  # GEMM kernels do not wait for their predecessor
