@@ -92,7 +92,7 @@ def test_verifier_rejects_a_wrong_kernel(worker: Worker, tmp_path: Path) -> None
     config = dict(gemv.DEFAULT_CONFIG)
     # The same kernel with the reduction cut short by one element: must fail verification.
     source = gemv.kernel_source(problem, config).replace("int M, int N,\n", "int M, int N_full,\n", 1)
-    source = source.replace("(A, x, y, M, N,", "(A, x, y, M, N_full - 1,")
+    source = source.replace("(A, M, N);", "(A, M, N_full);").replace("(A, x, y, M, N,", "(A, x, y, M, N_full - 1,")
     from autotune.compiler import compile_kernel
 
     compiled = compile_kernel(CompileJob(gemv.kernel_name(problem, config), source, gpu.arch, "planted"), tmp_path)
