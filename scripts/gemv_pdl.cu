@@ -34,6 +34,30 @@ __global__ void empty_kernel() {
   if (MODE >= 1) asm volatile("griddepcontrol.wait;" ::: "memory");
 }
 
+// The read floor under PDL: block b reads the contiguous chunk of blockDim.x * LOADS 16-byte words at
+// b * blockDim.x * LOADS (all loads in flight at once), XOR of everything written so no load is dead.
+// MODE as below; MODE 2 prefetches the block's chunk into L2 (one bulk prefetch) before the wait.
+template <int LOADS, int MODE>
+__global__ void read_chunks(const uint4* __restrict__ a, size_t n16, unsigned* __restrict__ out) {
+  const size_t base = (size_t)blockIdx.x * blockDim.x * LOADS;
+  if (MODE >= 1) asm volatile("griddepcontrol.launch_dependents;");
+  if (MODE == 2 && threadIdx.x == 0) {
+    const size_t words = min((size_t)blockDim.x * LOADS, n16 - base);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a + base), "r"((unsigned)(words * 16)) : "memory");
+  }
+  if (MODE >= 1) asm volatile("griddepcontrol.wait;" ::: "memory");
+  uint4 v[LOADS];
+#pragma unroll
+  for (int u = 0; u < LOADS; ++u) {
+    const size_t i = base + (size_t)u * blockDim.x + threadIdx.x;
+    v[u] = i < n16 ? __ldcs(a + i) : uint4{};
+  }
+  unsigned acc = 0;
+#pragma unroll
+  for (int u = 0; u < LOADS; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  if (acc == 0x12345678u) out[0] = acc;
+}
+
 // MODE 0: plain; 1: PDL; 2: PDL and an L2 prefetch of the block's row segments before the wait
 // (kernels/gemv.cu: programmatic_start, as every tuned instance starts).
 template <typename T, int BLOCK, int LANES, int VEC, int UNROLL, int ROWS, int POLICY, int MODE>
@@ -144,6 +168,36 @@ int main() {
   printf("empty kernel: plain %.2f  pdl %.2f us\n",
          best_of([&](int) { launch(empty_kernel<0>, false, dim3(1), dim3(32)); }, env.start, env.stop),
          best_of([&](int) { launch(empty_kernel<1>, true, dim3(1), dim3(32)); }, env.start, env.stop));
+  // Read floors: the fastest of a few block shapes, each way.
+  unsigned* out;
+  CHECK(cudaMalloc(&out, 4));
+  for (size_t mb : {2, 4, 8, 16}) {
+    const size_t bytes = mb << 20, n16 = bytes / 16;
+    std::vector<uint4*> bufs = rotating_buffers<uint4>(env.prop, bytes, 0x3c);
+    if (bufs.empty()) return 1;
+    const int copies = (int)bufs.size();
+    float best[3] = {1e30f, 1e30f, 1e30f};
+    auto time_read = [&](auto kernel, int mode, int threads, int loads) {
+      const unsigned blocks = (unsigned)((n16 + (size_t)threads * loads - 1) / ((size_t)threads * loads));
+      const float t = best_of([&](int i) { launch(kernel, mode > 0, dim3(blocks), dim3(threads), (const uint4*)bufs[i % copies], n16, out); },
+                              env.start, env.stop);
+      best[mode] = t < best[mode] ? t : best[mode];
+    };
+    for (int threads : {128, 256, 512}) {
+      time_read(read_chunks<1, 0>, 0, threads, 1);
+      time_read(read_chunks<1, 1>, 1, threads, 1);
+      time_read(read_chunks<1, 2>, 2, threads, 1);
+      time_read(read_chunks<2, 0>, 0, threads, 2);
+      time_read(read_chunks<2, 1>, 1, threads, 2);
+      time_read(read_chunks<2, 2>, 2, threads, 2);
+      time_read(read_chunks<4, 0>, 0, threads, 4);
+      time_read(read_chunks<4, 1>, 1, threads, 4);
+      time_read(read_chunks<4, 2>, 2, threads, 4);
+    }
+    CHECK(cudaGetLastError());
+    printf("read %2zu MB (best of 9 block shapes)  plain %5.2f  pdl %5.2f  pdl+L2 %5.2f us\n", mb, best[0], best[1], best[2]);
+    for (uint4* b : bufs) cudaFree(b);
+  }
   int bad = 0;
   // The configs shipped in db/records/nvidia-h200.jsonl (block, lanes, vec, unroll, rows, policy; split, persist).
   bad |= run<__half, 64, 64, 8, 2, 1, 1>(env, "float16", 1024, 1024, 1, 0);
