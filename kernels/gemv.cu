@@ -246,22 +246,12 @@ __device__ __forceinline__ void gemv_body(const T* __restrict__ A, const T* __re
     if (tid == 0) last_block = atomicAdd(counters + tile, 1u) == (unsigned)(splits - 1);
     __syncthreads();
     if (last_block) {
-      // Partials are read 8 at a time (a loop of one load each waited an L2 round trip per 4 splits,
-      // and the last tile's sum is the kernel's tail), and added in split order, so the result is
-      // deterministic. Not common.cuh's sum_partials: its 32 registers of loads in flight would
-      // count against every instance (split is a launch parameter), costing the split-free configs
-      // occupancy. The workspace needs no zeroing: every launch overwrites what it reads.
-      constexpr int BATCH = 8;
+      // A plain loop, not common.cuh's batched sum_partials: its 32 registers of loads in flight
+      // would count against every instance (split is a launch parameter), costing the split-free
+      // configs occupancy. The workspace needs no zeroing: every launch overwrites what it reads.
       for (int i = tid; i < tile_rows; i += BLOCK) {
-        const float* column = partial + first_row + i;
         float s = 0.0f;
-        for (int k0 = 0; k0 < splits; k0 += BATCH) {
-          float p[BATCH];
-#pragma unroll
-          for (int j = 0; j < BATCH; ++j) p[j] = k0 + j < splits ? __ldcg(column + (size_t)(k0 + j) * M) : 0.0f;
-#pragma unroll
-          for (int j = 0; j < BATCH; ++j) s += p[j];
-        }
+        for (int k = 0; k < splits; ++k) s += __ldcg(partial + (size_t)k * M + first_row + i);
         y[first_row + i] = finish<T>(s, alpha, beta, y + first_row + i);
       }
       if (tid == 0) counters[tile] = 0u;
