@@ -49,8 +49,8 @@ MAX_TRIALS, MAX_SECONDS = 400, 60.0
 def bench_space(problem: Problem) -> Space:
     # Parameters added to the GEMV space since this benchmark was fixed stay at their defaults.
     full = gemv.space(problem)
-    fixed = {name: (value,) for name, value in gemv.DEFAULT_CONFIG.items()}
-    params = tuple(replace(p, choices=BENCH_CHOICES.get(p.name, fixed[p.name])) for p in full.params)
+    default = gemv.DEFAULT_CONFIG
+    params = tuple(replace(p, choices=BENCH_CHOICES.get(p.name, (default[p.name],))) for p in full.params)
     return Space(tuple(Param(p.name, p.choices, p.compiled) for p in params), full.constraint)
 
 
