@@ -137,7 +137,8 @@ def sweep(
         if progress.started:
             bar.stop()
     table = Table(title=escape(f"{report.gpu.name}  ({report.db_url})"))
-    for column in ("problem", "best us", "GB/s", "new", "stored", "failed", "stopped", "seconds", "config"):
+    headings = ("problem", "best us", "GB/s", "new", "stored", "failed", "confirmed", "stopped", "seconds", "config")
+    for column in headings:
         table.add_column(column)
     for item in report.problems:
         r = item.result
@@ -152,6 +153,7 @@ def sweep(
             str(r.measured),
             str(r.reused),
             str(failed),
+            str(r.confirmed),
             r.stopped,
             f"{item.seconds:.1f}",
             _config_text(r.best_config, item.problem),
@@ -275,7 +277,7 @@ def show(
     """Every trial stored for one problem, fastest first, failures with their reason."""
     problem, gpu_name, trials = api.problem_trials(op, m, n, k, trans=trans, dtype=dtype, gpu=gpu, db=db)
     table = Table(title=escape(f"{problem} on {gpu_name}"))
-    for column in ("status", "us", "GB/s", "config", "message"):
+    for column in ("status", "us", "GB/s", "rounds", "config", "message"):
         table.add_column(column)
     shown = trials if limit == 0 else trials[:limit]
     for t in shown:
@@ -283,6 +285,7 @@ def show(
             t.status.value,
             _us(t.time_us),
             f"{t.gbs:.0f}" if t.gbs else "-",
+            str(t.rounds),
             _config_text(t.config, problem),
             escape((t.message.splitlines() or [""])[-1][:80]),
         )

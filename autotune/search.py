@@ -53,6 +53,7 @@ class StudyResult:
     statuses: dict[str, int] = field(default_factory=dict)
     stopped: str = ""  # why the study ended
     kicks: int = 0  # uniformly drawn configs measured because the sampler proposed nothing new
+    confirmed: int = 0  # leaders measured again on fresh buffers (autotune/confirm.py)
 
 
 class Measurer:

@@ -8,17 +8,19 @@ import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Protocol
 
 from autotune import ops, select
 from autotune.compiler import CompileJob, CompilePool, CompileResult
+from autotune.confirm import confirm_leaders
 from autotune.errors import AutotuneError
 from autotune.fingerprint import GpuInfo, source_hash, toolchain
 from autotune.outcome import Outcome, Status
 from autotune.problem import DTYPES, ITEMSIZE, Problem
 from autotune.search import SAMPLERS, Budget, Measurer, Study, StudyResult
 from autotune.space import Config, Space, config_key
-from autotune.store.rows import Provenance
+from autotune.store.rows import Provenance, TrialRow
 from autotune.worker.client import Worker, WorkerLost
 
 WARM_START_NEIGHBOURS = 3
@@ -80,6 +82,23 @@ class StoreMeasurer(Measurer):
     def record_invalid(self, config: Config, reason: str) -> None:
         self._record(config, Outcome(Status.INVALID, reason))
 
+    # -- confirmation (autotune/confirm.py) --------------------------------------------------------
+    def leaders(self, top: int) -> list[TrialRow]:
+        return list(self._store.leaders(self._problem_id, self._source_hash, top))
+
+    def fresh_buffers(self) -> None:
+        """New buffers, allocated while the old ones are held, filled with new random data."""
+        self._worker.setup(self._problem, seed=_fresh_seed(), fresh_memory=True)
+
+    def remeasure(self, trial: TrialRow, cubin: Path, kernel: str) -> Outcome:
+        """Measure a stored OK trial again and add the outcome to it as one more round."""
+        outcome = self._worker.measure(cubin, kernel, trial.config)
+        if outcome.status in (Status.CRASHED, Status.TIMEOUT):
+            self._store.note_crash(self._problem_id, trial.config_key, self._source_hash)
+        self._store.add_round(trial.id, outcome)
+        return outcome
+
+    # -- trials of the study -----------------------------------------------------------------------
     def measure(self, config: Config, compiled: CompileResult) -> Outcome:
         if compiled.cubin is None:
             outcome = Outcome(Status.COMPILE_ERROR, compiled.message)
@@ -92,6 +111,10 @@ class StoreMeasurer(Measurer):
             self._store.note_crash(self._problem_id, config_key(config), self._source_hash)
         self._store.finish_trial(trial_id, outcome)
         return outcome
+
+
+def _fresh_seed() -> int:
+    return int.from_bytes(os.urandom(4), "little")
 
 
 def _stored_outcome(row: Any) -> Outcome:
@@ -140,6 +163,7 @@ class Tuner:
         progress: Progress | None = None,
         fresh_only: bool = False,
         measurer: type[StoreMeasurer] = StoreMeasurer,
+        confirm: bool = True,
     ) -> None:
         if sampler not in SAMPLERS:
             raise AutotuneError(f"unknown sampler {sampler!r}: choose one of {', '.join(SAMPLERS)}")
@@ -151,6 +175,7 @@ class Tuner:
         # Re-tuning stale problems: only trials measured under this driver and CUDA count as done.
         self._fresh_only = fresh_only
         self._measurer_type = measurer  # a fault drill plants its faults through a subclass
+        self._confirm = confirm  # measure the leaders again on fresh buffers (autotune/confirm.py)
 
     def tune(self, problem: Problem, index: int = 0, total: int = 1, first: Sequence[Config] = ()) -> ProblemReport:
         """Tune one problem; `first` configs are measured before the sampler's own picks."""
@@ -185,16 +210,26 @@ class Tuner:
         self._progress.problem_started(problem, index, total, self._budget.trials)
         if study.result.reused < self._budget.trials:
             try:
-                self._worker.setup(problem, seed=int.from_bytes(os.urandom(4), "little"))
+                self._worker.setup(problem, seed=_fresh_seed())
             except (AutotuneError, WorkerLost) as exc:
                 study.result.stopped = f"setup failed: {exc}"
             else:
                 study.run(self._budget)
         else:
             study.result.stopped = "already tuned"
+        if self._confirm:
+            self._confirm_leaders(study, measurer)
         seconds = time.perf_counter() - start
         self._progress.problem_done(problem, study.result, seconds)
         return ProblemReport(problem, study.result, seconds)
+
+    def _confirm_leaders(self, study: Study, measurer: StoreMeasurer) -> None:
+        """Measure the leaders again on fresh buffers; the study's best becomes the confirmed one."""
+        study.result.confirmed = confirm_leaders(measurer, self._pool)
+        if study.result.confirmed:
+            leaders = measurer.leaders(1)
+            study.result.best_config = dict(leaders[0].config) if leaders else None
+            study.result.best_us = leaders[0].time_us if leaders else None
 
 
 def is_fresh(row: Any, gpu: GpuInfo) -> bool:

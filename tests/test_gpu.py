@@ -200,3 +200,12 @@ def test_short_real_sweep_then_best(tmp_path: Path) -> None:
     best = runner.invoke(app, ["best", "--m", "1024", "--n", "1000", "--db", db, "--json"])
     assert best.exit_code == 0, best.output
     assert '"measured"' in best.output
+    # The leaders were measured again on a second set of buffers, and the best is one of them.
+    from autotune.store import open_store
+
+    problem = Problem("gemv", "float16", 1024, 1000)
+    with open_store(db, import_shipped=False) as store:
+        pid = store.problem_id(problem, store.gpu_names()[0], create=False)
+        assert pid is not None
+        leader = store.leaders(pid, source_hash(problem), 1)[0]
+        assert leader.rounds == 2 and len(leader.times_us) >= 2

@@ -349,6 +349,42 @@ def test_problems_and_trials_summaries(store: Store) -> None:
     assert {s for s, _ in statuses[4:]} == {Status.WRONG_RESULT, Status.TIMEOUT}
 
 
+def test_leaders_are_the_fastest_ok_trials_of_one_source(store: Store) -> None:
+    pid = fill(store)
+    assert [(t.config, t.time_us, t.rounds) for t in store.leaders(pid, SRC, 2)] == [
+        ({"block": 2}, 3.0, 1),
+        ({"block": 4}, 4.0, 1),
+    ]
+    assert store.leaders(pid, "src-other", 2) == []
+
+
+def test_a_round_keeps_every_sample_and_the_slower_time(store: Store) -> None:
+    pid = fill(store)
+    fastest, second = store.leaders(pid, SRC, 2)
+    store.add_round(fastest.id, ok(4.5))  # slower on the second buffers: it takes that time
+    store.add_round(second.id, ok(3.5))  # faster: it keeps its slower first time
+    fastest, second = store.leaders(pid, SRC, 2)
+    assert (fastest.config, fastest.time_us, fastest.rounds) == ({"block": 4}, 4.0, 2)
+    assert second.config == {"block": 2} and (second.time_us, second.rounds) == (4.5, 2)
+    assert second.times_us == [3.0, 3.0 * 1.01, 4.5, 4.5 * 1.01]
+    assert second.gbs == pytest.approx(1000 / 4.5)
+    best = store.best(H200.name, SHAPE, SRC)
+    assert best is not None and best.config == {"block": 4}
+
+
+def test_a_round_that_fails_makes_the_trial_fail(store: Store) -> None:
+    pid = fill(store)
+    fastest = store.leaders(pid, SRC, 1)[0]
+    store.add_round(fastest.id, Outcome(Status.WRONG_RESULT, "row 3: got nan"))
+    failed = next(t for t in store.trials(pid) if t.id == fastest.id)
+    assert (failed.status, failed.time_us, failed.rounds) == (Status.WRONG_RESULT, None, 2)
+    assert failed.message == "round 2, on fresh buffers: row 3: got nan"
+    assert failed.times_us == [3.0, 3.0 * 1.01]  # the first round's samples are kept
+    assert store.leaders(pid, SRC, 1)[0].config == {"block": 4}
+    with pytest.raises(AutotuneError, match="is not an OK trial"):
+        store.add_round(fastest.id, ok(1.0))
+
+
 # --- records files ---------------------------------------------------------------------------------
 
 
@@ -369,6 +405,26 @@ def test_export_import_round_trip(store: Store, tmp_path: Path) -> None:
         again = tmp_path / "again.jsonl"
         fresh.export_records(H200.name, again, top=2)
         assert again.read_text() == exported.read_text()  # deterministic, and nothing lost
+
+
+def test_records_carry_the_rounds(store: Store, tmp_path: Path) -> None:
+    pid = fill(store)
+    store.add_round(store.leaders(pid, SRC, 1)[0].id, ok(3.5))
+    exported = tmp_path / "nvidia-h200.jsonl"
+    store.export_records(H200.name, exported, top=1, source_hash=SRC)
+    assert [json.loads(line).get("rounds") for line in exported.read_text().splitlines()] == [None, 2, 1]
+    with open_store(str(tmp_path / "fresh.db"), import_shipped=False) as fresh:
+        fresh.import_records(exported)
+        fresh_pid = fresh.problem_id(SHAPE, H200.name, create=False)
+        assert fresh_pid is not None
+        assert [(t.time_us, t.rounds) for t in fresh.leaders(fresh_pid, SRC, 1)] == [(3.5, 2)]
+    older = tmp_path / "older.jsonl"  # written before rounds existed: measured once
+    write_records(older, [GPU_LINE, trial_line(2.0, 64)])
+    assert store.import_records(older) == 1
+    assert [t.rounds for t in store.trials(pid) if t.config == {"block": 64}] == [1]
+    write_records(older, [GPU_LINE, {**trial_line(2.0, 8), "rounds": 0}])
+    with pytest.raises(AutotuneError, match="line 2: field 'rounds' must be a positive integer, got 0"):
+        store.import_records(older)
 
 
 def test_export_of_current_sources_only(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

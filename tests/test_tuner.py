@@ -12,7 +12,7 @@ import sys
 import textwrap
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -49,9 +49,11 @@ class FakeWorker:
         self.measured: list[Config] = []
         self.returned: Counter[Status] = Counter()
         self.setups: list[Problem] = []
+        self.fresh_setups = 0  # setups asked to allocate new buffers before freeing the old
 
-    def setup(self, problem: Problem, seed: int) -> dict[str, object]:
+    def setup(self, problem: Problem, seed: int, fresh_memory: bool = False) -> dict[str, object]:
         self.setups.append(problem)
+        self.fresh_setups += fresh_memory
         return {}
 
     def measure(self, cubin: Path, kernel: str, config: Config, timeout: float = 60.0) -> Outcome:
@@ -73,6 +75,8 @@ def tune(
     seed: int | None = 1,
     pool: InstantPool | None = None,
     sampler: str = "random",
+    confirm: bool = False,
+    first: Sequence[Config] = (),
 ) -> ProblemReport:
     tuner = Tuner(
         store,
@@ -82,8 +86,9 @@ def tune(
         sampler=sampler,
         budget=Budget(trials),
         seed=seed,
+        confirm=confirm,  # most tests count measurements: confirmation rounds are tested on their own
     )
-    return tuner.tune(problem)
+    return tuner.tune(problem, first=first)
 
 
 def rows(store: Store, problem: Problem = SHAPE) -> list[TrialRow]:
@@ -283,7 +288,7 @@ CHILD = textwrap.dedent(
     from tests.fakes import InstantPool, modelled_time_us
 
     class SlowWorker:
-        def setup(self, problem, seed):
+        def setup(self, problem, seed, fresh_memory=False):
             return {}
 
         def measure(self, cubin, kernel, config, timeout=60.0):
@@ -426,3 +431,71 @@ def test_warm_start_borrows_the_same_shape_in_another_dtype(store: Store) -> Non
     tune(store, worker, 3, single)
     expected = {**half.config, "vec": max(1, half.config["vec"] // 2)}  # the same 16-byte loads
     assert expected in worker.measured[:2]
+
+
+# --- confirmation: the leaders measured again on fresh buffers --------------------------------------
+
+# The modelled optimum, one 2% slower (inside the confirmation window) and one 5% slower (outside).
+LEADER: Config = {**gemv.DEFAULT_CONFIG, "block": 256, "lanes": 32, "vec": 8, "unroll": 2, "policy": 0}
+RUNNER_UP: Config = {**LEADER, "policy": 1}
+THIRD: Config = {**LEADER, "rows": 2}
+
+
+class PlacementWorker(FakeWorker):
+    """The leader is 5% slower (or, with `fails`, wrong) on every set of buffers after the first."""
+
+    def __init__(self, fails: bool = False) -> None:
+        super().__init__()
+        self._fails = fails
+
+    def measure(self, cubin: Path, kernel: str, config: Config, timeout: float = 60.0) -> Outcome:
+        if config_key(config) != config_key(LEADER) or not self.fresh_setups:
+            return super().measure(cubin, kernel, config, timeout)
+        self.measured.append(dict(config))
+        if self._fails:
+            return Outcome(Status.WRONG_RESULT, "row 7: got nan")
+        return Outcome(Status.OK, time_us=10.5, times_us=[10.5])
+
+
+def test_modelled_times_of_the_confirmation_configs() -> None:
+    assert [modelled_time_us(c) for c in (LEADER, RUNNER_UP, THIRD)] == [10.0, 10.2, 10.5]
+    assert all(gemv.space(SHAPE).check(c) is None for c in (LEADER, RUNNER_UP, THIRD))
+
+
+def test_leaders_are_confirmed_on_fresh_buffers_and_keep_their_slower_time(store: Store) -> None:
+    worker = PlacementWorker()
+    report = tune(store, worker, 3, first=[LEADER, RUNNER_UP, THIRD], confirm=True)
+    # The leader and the runner-up are measured again on new buffers; the leader turns out 5% slower,
+    # which brings the third within 3% of the new best, so it is confirmed in a second pass.
+    assert worker.measured == [LEADER, RUNNER_UP, THIRD, LEADER, RUNNER_UP, THIRD]
+    assert worker.setups == [SHAPE] * 3 and worker.fresh_setups == 2
+    assert (report.result.best_config, report.result.best_us, report.result.confirmed) == (RUNNER_UP, 10.2, 3)
+    stored = {t.config_key: t for t in rows(store)}
+    leader = stored[config_key(LEADER)]
+    assert (leader.time_us, leader.rounds, leader.times_us) == (10.5, 2, [10.0, 10.5])
+    assert all(t.rounds == 2 for t in stored.values())
+    best = store.best(H200.name, SHAPE, source_hash(SHAPE))
+    assert best is not None and best.config == RUNNER_UP
+    # Confirmed once, never again: a second sweep of the problem measures nothing.
+    again = PlacementWorker()
+    assert tune(store, again, 3, confirm=True).result.confirmed == 0
+    assert again.measured == [] and again.setups == []
+
+
+def test_a_leader_wrong_on_fresh_buffers_is_recorded_failed_and_never_chosen(store: Store) -> None:
+    worker = PlacementWorker(fails=True)
+    report = tune(store, worker, 3, first=[LEADER, RUNNER_UP, THIRD], confirm=True)
+    assert report.result.best_config == RUNNER_UP
+    leader = next(t for t in rows(store) if t.config_key == config_key(LEADER))
+    assert (leader.status, leader.time_us) == (Status.WRONG_RESULT, None)
+    assert leader.message == "round 2, on fresh buffers: row 7: got nan"
+    best = store.best(H200.name, SHAPE, source_hash(SHAPE))
+    assert best is not None and best.config == RUNNER_UP
+
+
+def test_confirmation_reaches_problems_already_tuned(store: Store) -> None:
+    tune(store, FakeWorker(), 3, first=[LEADER, RUNNER_UP, THIRD])  # tuned without confirmation
+    worker = FakeWorker()
+    report = tune(store, worker, 3, confirm=True)
+    assert report.result.stopped == "already tuned"
+    assert worker.measured == [LEADER, RUNNER_UP] and worker.fresh_setups == 1

@@ -124,6 +124,9 @@ class Trial(Base):
     driver: Mapped[str] = mapped_column(String)
     cuda: Mapped[str] = mapped_column(String)
     origin: Mapped[str] = mapped_column(String)  # "measured" or "shipped:<records file name>"
+    # Sets of freshly allocated buffers the config was measured on; time_us is the slowest of them
+    # (autotune/confirm.py).
+    rounds: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 

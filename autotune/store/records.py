@@ -77,6 +77,7 @@ def _trial_line(problem: orm.Problem, trial: orm.Trial) -> dict[str, Any]:
         "config": trial.config,
         "time_us": trial.time_us,
         "times_us": [t for t in trial.times_us if math.isfinite(t)],
+        "rounds": trial.rounds,
         "gbs": orm.finite(trial.gbs),
         "rel_error": orm.finite(trial.rel_error),
         "source_hash": trial.source_hash,
@@ -175,6 +176,10 @@ def _parse_trial(line: dict[str, Any]) -> dict[str, Any]:
     # Records written before GEMM and the transposed GEMV carry neither field.
     values["k"] = line.get("k", 0)
     values["trans"] = line.get("trans", False)
+    # Records written before confirmation rounds were measured once.
+    values["rounds"] = line.get("rounds", 1)
+    if not isinstance(values["rounds"], int) or isinstance(values["rounds"], bool) or values["rounds"] < 1:
+        raise _BadLine(f"field 'rounds' must be a positive integer, got {values['rounds']!r}")
     if not isinstance(values["trans"], bool):
         raise _BadLine(f"field 'trans' must be true or false, got {values['trans']!r}")
     dims = ("m", "n", "k") if values["op"] == "gemm" else ("m", "n")
@@ -251,6 +256,7 @@ def _new_trial(problem_id: int, gpu_id: int, values: dict[str, Any], origin: str
         status=Status.OK,
         time_us=values["time_us"],
         times_us=[float(t) for t in values["times_us"]],
+        rounds=values["rounds"],
         gbs=values["gbs"],
         rel_error=values["rel_error"],
         message="",

@@ -54,6 +54,7 @@ class TrialRow:
     problem_id: int
     gpu_id: int
     finished_at: datetime | None
+    rounds: int  # buffer sets measured on; time_us is the slowest
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,7 @@ def trial_row(trial: orm.Trial) -> TrialRow:
         problem_id=trial.problem_id,
         gpu_id=trial.gpu_id,
         finished_at=as_utc(trial.finished_at) if trial.finished_at is not None else None,
+        rounds=trial.rounds,
     )
 
 

@@ -192,6 +192,36 @@ class Store:
             session.flush()
             return trial.id
 
+    def leaders(self, problem_id: int, source_hash: str, top: int) -> list[TrialRow]:
+        """The `top` fastest OK trials of the problem with that kernel source, fastest first."""
+        stmt = (
+            select(orm.Trial)
+            .where(orm.Trial.problem_id == problem_id, orm.Trial.source_hash == source_hash)
+            .where(orm.Trial.status == Status.OK, orm.Trial.time_us.is_not(None))
+            .order_by(*TRIAL_ORDER)
+            .limit(top)
+        )
+        with self.db.session_scope() as session:
+            return [trial_row(t) for t in session.scalars(stmt)]
+
+    def add_round(self, trial_id: int, outcome: Outcome) -> None:
+        """One more measurement of an OK trial on another set of buffers. Every sample is kept and
+        the trial keeps the slowest median of its rounds; a round that fails makes the trial fail."""
+        if outcome.status is Status.RUNNING:
+            raise ValueError("add_round needs a final outcome, not running")
+        with self.db.session_scope(write=True) as session:
+            trial = session.get(orm.Trial, trial_id)
+            if trial is None or trial.status is not Status.OK or trial.time_us is None:
+                raise AutotuneError(f"trial {trial_id} is not an OK trial in {self.url}")
+            trial.rounds += 1
+            trial.times_us = [*trial.times_us, *(t for t in outcome.times_us if math.isfinite(t))]
+            trial.finished_at = orm.utcnow()
+            if not outcome.ok or outcome.time_us is None:
+                trial.status, trial.time_us, trial.gbs = outcome.status, None, None
+                trial.message = f"round {trial.rounds}, on fresh buffers: {outcome.message}"
+            elif outcome.time_us > trial.time_us:
+                trial.time_us, trial.gbs = outcome.time_us, orm.finite(outcome.gbs)
+
     def drop_unfinished(self, problem_id: int | None = None) -> int:
         """Delete the running rows a killed sweep left (of one problem, or all); returns how many."""
         stmt = delete(orm.Trial).where(orm.Trial.status == Status.RUNNING)

@@ -162,10 +162,13 @@ class Worker:
         except WorkerLost as lost:
             raise AutotuneError(f"the GPU worker failed to start: {lost}") from None
 
-    def setup(self, problem: Problem, seed: int) -> dict[str, Any]:
-        request = {"cmd": "setup", "problem": problem.__dict__, "seed": seed}
+    def setup(self, problem: Problem, seed: int, *, fresh_memory: bool = False) -> dict[str, Any]:
+        """Allocate and fill the problem's buffers (random data from `seed`). With `fresh_memory`,
+        the new buffers are allocated before the old ones are freed, so they lie elsewhere."""
+        payload = {"problem": problem.__dict__, "seed": seed, "fresh_memory": fresh_memory}
+        request = {"cmd": "setup", **payload}
         self._setup = None
-        result = self.request("setup", SETUP_TIMEOUT_S, problem=problem.__dict__, seed=seed)
+        result = self.request("setup", SETUP_TIMEOUT_S, **payload)
         self._setup = request
         return result
 

@@ -46,11 +46,14 @@ class _State:
             self._timer = Timer(self._kernels, self._support)
         return self._support
 
-    def setup(self, problem: Problem, seed: int) -> dict[str, Any]:
+    def setup(self, problem: Problem, seed: int, fresh_memory: bool = False) -> dict[str, Any]:
         from autotune.worker.gemm_runner import GemmRunner
         from autotune.worker.gemv_runner import GemvRunner
 
-        self.runner = None  # free the previous problem's buffers first
+        if not fresh_memory:
+            self.runner = None  # free the previous problem's buffers first
+        # Otherwise the old buffers are freed only once the new ones are allocated, so the new ones
+        # cannot reuse their memory: a confirmation measures on other memory (autotune/confirm.py).
         start = time.perf_counter()
         support, gpu = self.support(), self.gpu()  # these also create the kernel cache and timer
         runner = GemmRunner if problem.op == "gemm" or problem.trans else GemvRunner
@@ -96,7 +99,8 @@ def _handle(state: _State, request: dict[str, Any]) -> dict[str, Any]:
     if command == "hello":
         return dict(state.gpu().to_dict())
     if command == "setup":
-        return state.setup(Problem(**request["problem"]), int(request["seed"]))
+        fresh_memory = bool(request.get("fresh_memory", False))
+        return state.setup(Problem(**request["problem"]), int(request["seed"]), fresh_memory)
     if command == "measure":
         return _measure(state, request)
     raise AutotuneError(f"unknown worker command {command!r}")
