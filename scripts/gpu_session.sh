@@ -32,6 +32,20 @@ for name in "$@"; do
         step "sweep-all $op"
         python3 -m autotune sweep --op "$op" --trials "$TRIALS" ${PATIENCE:+--patience $PATIENCE} --db "$DB" 2>&1 | tee "$OUT/sweep-$op.log" | tail -24
       done ;;
+    confirm)
+      # A budget the shipped records already fill: nothing new is tuned, each problem's leaders are
+      # measured again on this machine's fresh buffers (autotune/confirm.py).
+      for op in ${OPS:-hgemv bgemv sgemv}; do
+        step "confirm $op"
+        python3 -m autotune sweep --op "$op" --trials 3 --db "$DB" 2>&1 | tee "$OUT/confirm-$op.log" | tail -22
+      done ;;
+    ncu-gemv)
+      step ncu-gemv
+      ncu --clock-control none --launch-count ${NCU_LAUNCHES:-48} --metrics gpu__time_duration.sum,\
+dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,dram__bytes_write.sum,\
+lts__t_sectors_srcunit_tex_op_read.sum,launch__grid_size,launch__block_size,launch__registers_per_thread,\
+sm__warps_active.avg.pct_of_peak_sustained_active python3 scripts/profile_vs_cublas.py gemv > "$OUT/ncu-gemv.txt" 2>&1
+      grep -E "^  [a-zA-Z_]|gpu__time|dram__|lts__|launch__grid|launch__regi|sm__warps" "$OUT/ncu-gemv.txt" | head -400 | tail -120 ;;
     sweep-few)
       step sweep-few
       printf '4096 8192\n1024 1024\n2048 2048\n256 131072\n131072 256\n57344 8192\n' > /tmp/few.txt
