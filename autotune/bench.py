@@ -13,6 +13,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from autotune import ops
 from autotune.errors import AutotuneError
 from autotune.launch import Launcher, describe
 from autotune.ops import gemm, gemv
@@ -139,7 +140,7 @@ class Bench:
             0.0,
             max_error,
             choice.source,
-            dict(choice.config),
+            ops.in_space_order(choice.problem, choice.config),
         )
 
     def compare_gemm(self, choice: Choice, reps: int = 7) -> GemmRow:
@@ -180,7 +181,7 @@ class Bench:
             flops / cublas_us / 1e6,
             max_error,
             choice.source,
-            dict(choice.config),
+            ops.in_space_order(choice.problem, choice.config),
         )
 
 

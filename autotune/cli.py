@@ -46,9 +46,7 @@ def _config_text(config: dict[str, int] | None, problem: Problem) -> str:
     """Parameters in the order of the problem's space (records store them sorted)."""
     if not config:
         return "-"
-    order = list(ops.for_problem(problem).space(problem).names)
-    keys = sorted(config, key=lambda k: order.index(k) if k in order else len(order))
-    return " ".join(f"{k}={config[k]}" for k in keys)
+    return " ".join(f"{k}={v}" for k, v in ops.in_space_order(problem, config).items())
 
 
 def _us(value: float | None) -> str:

@@ -144,3 +144,12 @@ def test_reference_matches_numpy() -> None:
 
 def test_bytes_moved() -> None:
     assert gemv.bytes_moved(_problem(4096, 8192)) == (4096 * 8192 + 8192 + 4096) * 2
+
+
+def test_configs_are_shown_in_the_order_of_the_space() -> None:
+    from autotune import ops
+
+    problem = Problem("gemv", "float16", 4096, 8192)
+    stored = dict(sorted({**gemv.DEFAULT_CONFIG, "retired": 1}.items()))  # as records keep them
+    shown = ops.in_space_order(problem, stored)
+    assert list(shown) == [*gemv.space(problem).names, "retired"] and shown == stored

@@ -49,3 +49,10 @@ def compile_job(problem: Problem, config: Mapping[str, int], gpu_arch: str, op: 
         op.compile_arch(problem, gpu_arch),
         file_hash(op.kernel_file(problem)),
     )
+
+
+def in_space_order(problem: Problem, config: Mapping[str, int]) -> dict[str, int]:
+    """The config with its parameters in the order of the problem's space (records and the database
+    keep them sorted by name); parameters the space does not know come last."""
+    order = list(for_problem(problem).space(problem).names)
+    return {k: config[k] for k in sorted(config, key=lambda k: order.index(k) if k in order else len(order))}
