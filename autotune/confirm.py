@@ -10,7 +10,8 @@ chosen is fast wherever its caller's arrays happen to lie.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from pathlib import Path
+from typing import Protocol
 
 from autotune.compiler import CompileJob, CompilePool
 from autotune.errors import AutotuneError
@@ -33,7 +34,7 @@ class Remeasurer(Protocol):
     def compile_job(self, config: Config) -> CompileJob: ...
     def leaders(self, top: int) -> list[TrialRow]: ...
     def fresh_buffers(self) -> None: ...
-    def remeasure(self, trial: TrialRow, cubin: Any, kernel: str) -> Outcome: ...
+    def remeasure(self, trial: TrialRow, cubin: Path, kernel: str) -> Outcome: ...
 
 
 def unconfirmed(leaders: list[TrialRow]) -> list[TrialRow]:

@@ -383,6 +383,9 @@ def test_a_round_that_fails_makes_the_trial_fail(store: Store) -> None:
     assert store.leaders(pid, SRC, 1)[0].config == {"block": 4}
     with pytest.raises(AutotuneError, match="is not an OK trial"):
         store.add_round(fastest.id, ok(1.0))
+    measure(store, SHAPE, {"block": 2}, ok(3.3))  # measured afresh (a crash's retry): one round again
+    again = next(t for t in store.trials(pid) if t.id == fastest.id)
+    assert (again.status, again.time_us, again.rounds, again.message) == (Status.OK, 3.3, 1, "")
 
 
 # --- records files ---------------------------------------------------------------------------------

@@ -65,7 +65,7 @@ def _begin_trial(session: Session, where: Provenance, config: Mapping[str, Any])
     trial.gpu_id, trial.config, trial.origin = where.gpu_id, dict(config), MEASURED
     trial.nvcc, trial.pycuda = where.toolchain.nvcc, where.toolchain.pycuda
     trial.driver, trial.cuda = where.driver, where.cuda
-    trial.status, trial.message, trial.times_us = Status.RUNNING, "", []
+    trial.status, trial.message, trial.times_us, trial.rounds = Status.RUNNING, "", [], 1
     trial.time_us = trial.gbs = trial.rel_error = None
     trial.created_at, trial.finished_at = orm.utcnow(), None
     return trial
