@@ -18,6 +18,22 @@
     }                                                                          \
   } while (0)
 
+// What a benchmark's main() starts with: device 0, the events best_of times with, and the word its
+// kernels write when their XOR hits a magic value (so that no load is dead).
+struct BenchSetup {
+  cudaDeviceProp prop;
+  cudaEvent_t start, stop;
+  unsigned* out;
+};
+
+inline cudaError_t bench_setup(BenchSetup& setup) {
+  cudaError_t e = cudaGetDeviceProperties(&setup.prop, 0);
+  if (e == cudaSuccess) e = cudaEventCreate(&setup.start);
+  if (e == cudaSuccess) e = cudaEventCreate(&setup.stop);
+  if (e == cudaSuccess) e = cudaMalloc(&setup.out, 4);
+  return e;
+}
+
 // Keeps the GPU busy for `ns` while the host queues the launches to time behind it.
 __global__ void spin(unsigned long long ns) {
   unsigned long long t0, t;

@@ -13,14 +13,12 @@
 __global__ void empty() {}
 
 int main() {
-  cudaDeviceProp prop;
-  CHECK(cudaGetDeviceProperties(&prop, 0));
+  BenchSetup setup;
+  CHECK(bench_setup(setup));
+  const cudaDeviceProp& prop = setup.prop;
   const int sms = prop.multiProcessorCount;
-  cudaEvent_t a, z;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&z));
-  unsigned* out;
-  CHECK(cudaMalloc(&out, 4));
+  cudaEvent_t a = setup.start, z = setup.stop;
+  unsigned* out = setup.out;
 
   printf("%s, %d SMs, L2 %d MB\n", prop.name, sms, prop.l2CacheSize >> 20);
   printf("empty kernel: %.2f us per call\n", best_of([&](int) { empty<<<1, 32>>>(); }, a, z));

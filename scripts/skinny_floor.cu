@@ -134,13 +134,11 @@ cudaError_t strip_in_clusters(int split, const char* b, unsigned* out) {
 }
 
 int main() {
-  cudaDeviceProp prop;
-  CHECK(cudaGetDeviceProperties(&prop, 0));
-  cudaEvent_t start, stop;
-  CHECK(cudaEventCreate(&start));
-  CHECK(cudaEventCreate(&stop));
-  unsigned* out;
-  CHECK(cudaMalloc(&out, 4));
+  BenchSetup setup;
+  CHECK(bench_setup(setup));
+  const cudaDeviceProp& prop = setup.prop;
+  cudaEvent_t start = setup.start, stop = setup.stop;
+  unsigned* out = setup.out;
   const std::vector<char*> bufs = rotating_buffers<char>(prop, BYTES, 0x3c);
   if (bufs.empty()) return 1;
   const int copies = (int)bufs.size();

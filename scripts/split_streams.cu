@@ -39,14 +39,12 @@ __global__ void __launch_bounds__(BLOCK) read_split(const uint4* __restrict__ a,
 }
 
 int main() {
-  cudaDeviceProp prop;
-  CHECK(cudaGetDeviceProperties(&prop, 0));
+  BenchSetup setup;
+  CHECK(bench_setup(setup));
+  const cudaDeviceProp& prop = setup.prop;
   const int sms = prop.multiProcessorCount;
-  cudaEvent_t a, z;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&z));
-  unsigned* out;
-  CHECK(cudaMalloc(&out, 4));
+  cudaEvent_t a = setup.start, z = setup.stop;
+  unsigned* out = setup.out;
   const size_t bytes = 64ull << 20;
   const std::vector<uint4*> bufs = rotating_buffers<uint4>(prop, bytes, 1);
   if (bufs.empty()) return 1;
