@@ -499,3 +499,16 @@ def test_confirmation_reaches_problems_already_tuned(store: Store) -> None:
     report = tune(store, worker, 3, confirm=True)
     assert report.result.stopped == "already tuned"
     assert worker.measured == [LEADER, RUNNER_UP] and worker.fresh_setups == 1
+
+
+def test_warm_start_measures_another_gpus_best_of_the_same_problem_first(store: Store) -> None:
+    tune(store, FakeWorker(), 12, SHAPE)  # on the H200
+    h200_best = store.best(H200.name, SHAPE, source_hash(SHAPE))
+    assert h200_best is not None
+    h100 = dataclasses.replace(H200, name="NVIDIA H100 80GB HBM3", uuid="GPU-2222")
+    worker = FakeWorker()
+    tuner = Tuner(store, worker, InstantPool(), h100, sampler="random", budget=Budget(3), seed=5, confirm=False)  # type: ignore[arg-type]
+    tuner.tune(SHAPE)
+    assert worker.measured[0] == h200_best.config
+    h100_best = store.best(h100.name, SHAPE, source_hash(SHAPE))
+    assert h100_best is not None and store.best(H200.name, SHAPE, source_hash(SHAPE)) == h200_best
