@@ -32,6 +32,13 @@ for name in "$@"; do
         step "sweep-all $op"
         python3 -m autotune sweep --op "$op" --trials "$TRIALS" ${PATIENCE:+--patience $PATIENCE} --db "$DB" 2>&1 | tee "$OUT/sweep-$op.log" | tail -24
       done ;;
+    sweep-shapes)
+      # Some shapes only: SHAPES="256 131072;1024 65536" (rows separated by ';').
+      tr ';' '\n' <<< "${SHAPES:?set SHAPES}" > /tmp/shapes.txt
+      for op in ${OPS:-hgemv bgemv sgemv}; do
+        step "sweep-shapes $op"
+        python3 -m autotune sweep --op "$op" --shapes /tmp/shapes.txt --trials "$TRIALS" --db "$DB" 2>&1 | tee "$OUT/sweep-shapes-$op.log" | tail -6
+      done ;;
     confirm)
       # A budget the shipped records already fill: nothing new is tuned, each problem's leaders are
       # measured again on this machine's fresh buffers (autotune/confirm.py).
