@@ -139,16 +139,18 @@ _SEED_TILINGS: tuple[dict[str, int], ...] = (
     dict(block=128, lanes=64, unroll=4, rows=1, policy=1, persist=0, split=8, cluster=8),
     dict(block=64, lanes=64, unroll=4, rows=1, policy=1, persist=4, split=16),
     dict(block=64, lanes=64, unroll=4, rows=2, policy=1, persist=4, split=16),
-    # A block per row and no split at all (session 13, scripts/try_occupancy.sh): 256x131072 float16
-    # in 17.65-17.85 us against 19.58 with the split-K pick the sweeps had found; its 256 blocks of
-    # 512 threads run two to an SM in one wave, and the ending is a block reduction, not a hand-off.
+    # A block per row and no split at all (session 13, results/wide_no_split_session13_nvidia-h200.txt):
+    # 256x131072 float16 in 17.65-17.85 us against 19.58 with the split-K pick the sweeps had found;
+    # its 256 blocks of 512 threads run two to an SM in one wave, and it ends with a block reduction,
+    # not a hand-off between blocks.
     dict(block=512, lanes=512, unroll=2, rows=1, policy=1, persist=0),
     # Small matrices (session 10, scripts/gemv_pdl.cu): with L2 prefetches before the wait for the
     # kernel before, float16 1024^2 took 2.51-2.68 us against 2.56-3.07 without them.
     dict(block=128, lanes=128, unroll=4, rows=2, policy=1, persist=0, prefetch=1),
     dict(block=64, lanes=64, unroll=2, rows=1, policy=1, persist=0, prefetch=1),
-    # Half-block rows (session 13, an H100 grid over block, lanes, unroll and rows): float32 1024^2
-    # in 2.92 us against 3.13-3.17 for the picks a 150-trial sweep had kept.
+    # Half-block rows (session 13, results/try_configs_small_session13_nvidia-h100-80gb-hbm3.txt, a grid
+    # over block, lanes, unroll and rows on the H100): float32 1024^2 in 2.92 us against 3.13-3.17
+    # for the picks a 150-trial sweep had kept.
     dict(block=512, lanes=256, unroll=4, rows=2, policy=1, persist=0, prefetch=1),
 )
 
