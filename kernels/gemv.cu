@@ -8,7 +8,8 @@
 // ROWS rows per group share every x vector a thread loads; UNROLL independent steps keep several
 // loads in flight per thread; VEC elements per load (VEC * sizeof(T) <= 16 bytes); XSMEM stages the
 // block's slice of x in shared memory instead of reading it through the cache; POLICY picks the load
-// path for the streamed matrix (common.cuh: load_stream).
+// path for the streamed matrix (common.cuh: load_stream); ORDER places a step's loads against its FMAs
+// (below, at issued_zero).
 //
 // Split-K: gridDim.y > 1 splits the reduction. With CLUSTER == 1 each block writes float partial sums
 // to a workspace; the last block of a row tile to finish (an atomic counter per tile) adds them in
@@ -41,6 +42,35 @@ __device__ __forceinline__ float dot_packed(const V& a, const V& x, float acc) {
 #pragma unroll
   for (int e = 0; e < VEC; ++e) acc = fmaf(to_float(ae[e]), to_float(xe[e]), acc);
   return acc;
+}
+
+// The low 32 bits of a raw vector (all of a 2-byte one).
+__device__ __forceinline__ unsigned low_word(uint4 v) { return v.x; }
+__device__ __forceinline__ unsigned low_word(uint2 v) { return v.x; }
+__device__ __forceinline__ unsigned low_word(unsigned v) { return v; }
+__device__ __forceinline__ unsigned low_word(unsigned short v) { return v; }
+
+// ORDER: where a step's loads go against its FMAs. ptxas interleaves the loads of an unrolled step
+// with the FMAs of the loads before them (sm_90 SASS: loads x0 a0 a1 x1, FMAs on a0, load a2, ...),
+// so a thread at UNROLL 4 has about two vectors in flight, not four
+// (results/gemv_load_gate_session13_nvidia-h200.txt). ORDER 0 leaves them where ptxas puts them;
+// ORDER 1 issues every load of a step before the step's first FMA, by adding to each accumulator a
+// +0.0f made of one word of every vector loaded (issued_zero), masked with (unsigned)M >> 31: zero
+// for every M >= 0 but unknown to the compiler, so it cannot drop the dependence. Adding +0.0f leaves
+// every sum as it was (NaN stays NaN); the cost is an OR per vector and an add per row and step.
+// (Loading the next step before this step's FMAs, with two steps of registers, cannot be had this
+// way: ptxas sinks those loads below the FMAs again, and a data dependence on them would wait for
+// their data, not just their issue.)
+template <int ROWS, int UNROLL, typename V>
+__device__ __forceinline__ float issued_zero(const V (&xr)[UNROLL], const V (&ar)[ROWS][UNROLL], int M) {
+  unsigned any = 0;
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u) {
+    any |= low_word(xr[u]);
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) any |= low_word(ar[r][u]);
+  }
+  return __uint_as_float(any & ((unsigned)M >> 31));
 }
 
 // Sums each of a lane's R values over the W consecutive lanes of its group (W <= 32, R and W powers
@@ -121,7 +151,8 @@ __device__ __forceinline__ void programmatic_start(const T* __restrict__ A, int 
 #endif
 }
 
-template <typename T, int BLOCK, int LANES, int VEC, int UNROLL, int ROWS, int XSMEM, int POLICY, int CLUSTER>
+template <typename T, int BLOCK, int LANES, int VEC, int UNROLL, int ROWS, int XSMEM, int POLICY, int CLUSTER,
+          int ORDER>
 __device__ __forceinline__ void gemv_body(const T* __restrict__ A, const T* __restrict__ x,
                                           T* __restrict__ y, int M, int N, float alpha, float beta,
                                           float* __restrict__ partial,
@@ -181,6 +212,11 @@ __device__ __forceinline__ void gemv_body(const T* __restrict__ A, const T* __re
       for (int r = 0; r < ROWS; ++r)
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) ar[r][u] = load_stream<POLICY>(arow[r] + v + u * LANES);
+      if (ORDER == 1) {
+        const float zero = issued_zero<ROWS, UNROLL>(xr, ar, M);
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) acc[r] += zero;
+      }
 #pragma unroll
       for (int u = 0; u < UNROLL; ++u)
 #pragma unroll
@@ -264,5 +300,5 @@ __device__ __forceinline__ void gemv_body(const T* __restrict__ A, const T* __re
 // One instance, as the tuner generates it (see autotune/ops/gemv.py):
 //   extern "C" __global__ void __launch_bounds__(256) gemv_<key>(const __half* A, ...) {
 //     at_gemv::programmatic_start<__half, 256, 32, 8, 1, 0>(A, M, N);
-//     at_gemv::gemv_body<__half, 256, 32, 8, 2, 1, 0, 0, 1>(A, x, y, M, N, alpha, beta, partial, counters);
+//     at_gemv::gemv_body<__half, 256, 32, 8, 2, 1, 0, 0, 1, 0>(A, x, y, M, N, alpha, beta, partial, counters);
 //   }

@@ -19,32 +19,33 @@ from autotune.problem import Problem
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 
 # One config per family, spread over dtypes, vector widths, load policies, x in shared memory, rows
-# per group (more rows than lanes included), split-K reduced in a cluster and L2 prefetches.
+# per group (more rows than lanes included), split-K reduced in a cluster, L2 prefetches and loads
+# issued before the FMAs (order=1).
 SAMPLE = [
     ("float32", dict(block=128, lanes=1, vec=1, unroll=1, rows=1, x_smem=0, policy=0)),
-    ("float16", dict(block=256, lanes=1, vec=8, unroll=2, rows=2, x_smem=1, policy=1)),
+    ("float16", dict(block=256, lanes=1, vec=8, unroll=2, rows=2, x_smem=1, policy=1, order=1)),
     ("bfloat16", dict(block=64, lanes=4, vec=4, unroll=4, rows=2, x_smem=0, policy=2)),
-    ("float32", dict(block=128, lanes=8, vec=4, unroll=2, rows=4, x_smem=1, policy=1)),
+    ("float32", dict(block=128, lanes=8, vec=4, unroll=2, rows=4, x_smem=1, policy=1, order=1)),
     ("float16", dict(block=256, lanes=16, vec=2, unroll=4, rows=1, x_smem=0, policy=0)),
-    ("float16", dict(block=256, lanes=32, vec=8, unroll=2, rows=2, x_smem=0, policy=2)),
+    ("float16", dict(block=256, lanes=32, vec=8, unroll=2, rows=2, x_smem=0, policy=2, order=1)),
     ("bfloat16", dict(block=512, lanes=32, vec=8, unroll=4, rows=1, x_smem=1, policy=0)),
     ("float32", dict(block=256, lanes=64, vec=2, unroll=4, rows=4, x_smem=0, policy=2)),
-    ("float16", dict(block=512, lanes=128, vec=8, unroll=1, rows=4, x_smem=1, policy=1)),
+    ("float16", dict(block=512, lanes=128, vec=8, unroll=1, rows=4, x_smem=1, policy=1, order=1)),
     ("bfloat16", dict(block=256, lanes=256, vec=8, unroll=2, rows=1, x_smem=0, policy=0)),
     ("float32", dict(block=512, lanes=512, vec=1, unroll=4, rows=2, x_smem=1, policy=2)),
     ("float16", dict(block=64, lanes=64, vec=1, unroll=1, rows=1, x_smem=0, policy=1)),
     ("float16", dict(block=256, lanes=8, vec=8, unroll=1, rows=8, x_smem=0, policy=2)),
-    ("bfloat16", dict(block=128, lanes=64, vec=8, unroll=2, rows=2, x_smem=0, policy=1, cluster=8, split=8)),
+    ("bfloat16", dict(block=128, lanes=64, vec=8, unroll=2, rows=2, x_smem=0, policy=1, cluster=8, split=8, order=1)),
     ("float32", dict(block=256, lanes=32, vec=4, unroll=1, rows=8, x_smem=1, policy=1, cluster=4, split=4)),
     ("float16", dict(block=512, lanes=4, vec=8, unroll=1, rows=8, x_smem=0, policy=0, cluster=2, split=2)),
-    ("bfloat16", dict(block=128, lanes=128, vec=8, unroll=4, rows=2, x_smem=0, policy=1, prefetch=1)),
+    ("bfloat16", dict(block=128, lanes=128, vec=8, unroll=4, rows=2, x_smem=0, policy=1, prefetch=1, order=1)),
     ("float32", dict(block=64, lanes=4, vec=4, unroll=1, rows=8, x_smem=0, policy=2, prefetch=1, cluster=4, split=4)),
 ]
 
 
 def _job(dtype: str, compiled: dict[str, int]) -> CompileJob:
     problem = Problem("gemv", dtype, 4096, 8192)
-    config = {"cluster": 1, "split": 1, "persist": 0, "prefetch": 0, **compiled}
+    config = {"cluster": 1, "split": 1, "persist": 0, "prefetch": 0, "order": 0, **compiled}
     assert gemv.space(problem).check(config) is None, config
     return CompileJob(
         gemv.kernel_name(problem, config), gemv.kernel_source(problem, config), "sm_90", source_hash(problem)

@@ -153,3 +153,15 @@ def test_configs_are_shown_in_the_order_of_the_space() -> None:
     stored = dict(sorted({**gemv.DEFAULT_CONFIG, "retired": 1}.items()))  # as records keep them
     shown = ops.in_space_order(problem, stored)
     assert list(shown) == [*gemv.space(problem).names, "retired"] and shown == stored
+
+
+def test_order_is_compiled_and_needs_more_than_one_vector_a_step() -> None:
+    problem = _problem(4096, 8192)
+    space = gemv.space(problem)
+    ordered = dict(gemv.DEFAULT_CONFIG, vec=8, unroll=4, rows=2, order=1)
+    assert space.check(ordered) is None
+    assert gemv.kernel_name(problem, ordered) != gemv.kernel_name(problem, dict(ordered, order=0))
+    assert gemv.kernel_source(problem, ordered).count(", 1>(A, x, y,") == 1
+    single = dict(ordered, unroll=1, rows=1)
+    assert "order=1" in (space.check(single) or "")
+    assert space.check(dict(single, order=0)) is None

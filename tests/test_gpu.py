@@ -20,21 +20,28 @@ pytestmark = pytest.mark.gpu
 
 SHAPES = [(1, 1), (7, 7), (1001, 999), (4096, 8192), (333, 4104)]
 DTYPES = ["float32", "float16", "bfloat16"]
+
+
+def _config(**changes: int) -> dict[str, int]:
+    return {**gemv.DEFAULT_CONFIG, **changes}
+
+
 # One config per family, with split-K (through the workspace and in clusters), persistent grids,
-# more rows per group than lanes, and L2 prefetches before the wait for the kernel before among them.
+# more rows per group than lanes, L2 prefetches before the wait for the kernel before, and every load of
+# a step issued before its FMAs (order=1) among them.
 FAMILY_CONFIGS = [
-    dict(block=128, lanes=1, vec=1, unroll=1, rows=1, x_smem=0, policy=0, split=1, cluster=1, persist=0, prefetch=0),
-    dict(block=256, lanes=1, vec=8, unroll=2, rows=2, x_smem=1, policy=1, split=1, cluster=1, persist=1, prefetch=0),
-    dict(block=64, lanes=1, vec=2, unroll=2, rows=8, x_smem=0, policy=0, split=2, cluster=2, persist=0, prefetch=0),
-    dict(block=64, lanes=4, vec=4, unroll=4, rows=2, x_smem=0, policy=2, split=2, cluster=1, persist=0, prefetch=0),
-    dict(block=256, lanes=8, vec=8, unroll=1, rows=8, x_smem=0, policy=2, split=1, cluster=1, persist=2, prefetch=0),
-    dict(block=256, lanes=16, vec=2, unroll=4, rows=1, x_smem=0, policy=0, split=1, cluster=1, persist=2, prefetch=0),
-    dict(block=256, lanes=16, vec=4, unroll=1, rows=8, x_smem=1, policy=1, split=4, cluster=4, persist=1, prefetch=0),
-    dict(block=256, lanes=32, vec=8, unroll=2, rows=2, x_smem=0, policy=2, split=1, cluster=1, persist=0, prefetch=1),
-    dict(block=128, lanes=32, vec=8, unroll=2, rows=1, x_smem=1, policy=1, split=4, cluster=1, persist=1, prefetch=1),
-    dict(block=256, lanes=64, vec=2, unroll=4, rows=4, x_smem=0, policy=2, split=1, cluster=1, persist=0, prefetch=0),
-    dict(block=128, lanes=64, vec=8, unroll=2, rows=2, x_smem=0, policy=1, split=8, cluster=8, persist=0, prefetch=1),
-    dict(block=512, lanes=512, vec=8, unroll=1, rows=1, x_smem=1, policy=1, split=8, cluster=1, persist=0, prefetch=1),
+    _config(block=128, lanes=1, vec=1, unroll=1, rows=1),
+    _config(block=256, lanes=1, vec=8, unroll=2, rows=2, x_smem=1, policy=1, persist=1, order=1),
+    _config(block=64, lanes=1, vec=2, unroll=2, rows=8, split=2, cluster=2),
+    _config(block=64, lanes=4, vec=4, unroll=4, rows=2, policy=2, split=2, order=1),
+    _config(block=256, lanes=8, vec=8, unroll=1, rows=8, policy=2, persist=2, order=1),
+    _config(block=256, lanes=16, vec=2, unroll=4, rows=1, persist=2),
+    _config(block=256, lanes=16, vec=4, unroll=1, rows=8, x_smem=1, policy=1, split=4, cluster=4, persist=1, order=1),
+    _config(block=256, lanes=32, vec=8, unroll=2, rows=2, policy=2, prefetch=1),
+    _config(block=128, lanes=32, vec=8, unroll=2, rows=1, x_smem=1, policy=1, split=4, persist=1, prefetch=1, order=1),
+    _config(block=256, lanes=64, vec=2, unroll=4, rows=4, policy=2),
+    _config(block=128, lanes=64, vec=8, unroll=2, rows=2, policy=1, split=8, cluster=8, prefetch=1, order=1),
+    _config(block=512, lanes=512, vec=8, unroll=1, rows=1, x_smem=1, policy=1, split=8, prefetch=1),
 ]
 
 
@@ -143,15 +150,17 @@ def test_gemv_on_torch_tensors(dtype: str, tmp_path: Path) -> None:
 
 
 CHAIN_CONFIGS = [
-    dict(block=128, lanes=128, vec=4, unroll=4, rows=2, x_smem=0, policy=1, split=1, cluster=1, persist=0, prefetch=0),
-    dict(block=128, lanes=128, vec=4, unroll=4, rows=2, x_smem=0, policy=1, split=1, cluster=1, persist=0, prefetch=1),
-    dict(block=64, lanes=64, vec=4, unroll=2, rows=2, x_smem=1, policy=1, split=4, cluster=1, persist=4, prefetch=1),
-    dict(block=128, lanes=64, vec=4, unroll=2, rows=2, x_smem=0, policy=1, split=4, cluster=4, persist=0, prefetch=0),
+    _config(block=128, lanes=128, vec=4, unroll=4, rows=2, policy=1),
+    _config(block=128, lanes=128, vec=4, unroll=4, rows=2, policy=1, prefetch=1, order=1),
+    _config(block=64, lanes=64, vec=4, unroll=2, rows=2, x_smem=1, policy=1, split=4, persist=4, prefetch=1),
+    _config(block=128, lanes=64, vec=4, unroll=2, rows=2, policy=1, split=4, cluster=4, order=1),
 ]
 
 
 @pytest.mark.parametrize(
-    "config", CHAIN_CONFIGS, ids=lambda c: f"split{c['split']}-cluster{c['cluster']}-prefetch{c['prefetch']}"
+    "config",
+    CHAIN_CONFIGS,
+    ids=lambda c: f"split{c['split']}-cluster{c['cluster']}-prefetch{c['prefetch']}-order{c['order']}",
 )
 def test_back_to_back_gemvs_read_what_the_one_before_wrote(config: dict[str, int]) -> None:
     """A chain v <- A_k v of GEMVs queued without a sync in between. With programmatic dependent

@@ -41,6 +41,7 @@ DEFAULT_CONFIG: Config = {
     "split": 1,
     "persist": 0,
     "prefetch": 0,
+    "order": 0,
 }
 
 
@@ -103,6 +104,8 @@ def space(problem: Problem) -> Space:
             return "x slice and cluster sums do not fit 48 KiB of shared memory"
         if c["prefetch"] and c["vec"] * itemsize != 16:
             return "prefetch needs 16-byte vectors (bulk L2 prefetches of whole row segments)"
+        if c["order"] and c["unroll"] * c["rows"] == 1:
+            return "order=1 orders the loads of a step: it needs unroll or rows above 1"
         return None
 
     return Space(
@@ -118,6 +121,7 @@ def space(problem: Problem) -> Space:
             Param("split", _SPLITS, compiled=False),
             Param("persist", (0, 1, 2, 4), compiled=False),
             Param("prefetch", (0, 1)),
+            Param("order", (0, 1)),
         ),
         constraint=constraint,
     )
@@ -152,6 +156,10 @@ _SEED_TILINGS: tuple[dict[str, int], ...] = (
     # over block, lanes, unroll and rows on the H100): float32 1024^2 in 2.92 us against 3.13-3.17
     # for the picks a 150-trial sweep had kept.
     dict(block=512, lanes=256, unroll=4, rows=2, policy=1, persist=0, prefetch=1),
+    # Every load of a step before its FMAs (session 13, results/gemv_load_gate_session13_nvidia-h200.txt):
+    # float16 4096^2 in 9.56 us against 9.81, 6144x4096 13.28 against 13.62, with the tiling most
+    # shapes pick.
+    dict(block=128, lanes=128, unroll=4, rows=2, policy=1, persist=0, order=1),
 )
 
 
@@ -171,7 +179,7 @@ def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
     c = config
     return (
         f"gemv_{problem.dtype}_b{c['block']}_l{c['lanes']}_v{c['vec']}_u{c['unroll']}"
-        f"_r{c['rows']}_s{c['x_smem']}_p{c['policy']}_c{c['cluster']}_f{c['prefetch']}"
+        f"_r{c['rows']}_s{c['x_smem']}_p{c['policy']}_c{c['cluster']}_f{c['prefetch']}_o{c['order']}"
     )
 
 
@@ -181,7 +189,7 @@ def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
     t = CUDA_TYPE[problem.dtype]
     template_args = (
         f"{t}, {c['block']}, {c['lanes']}, {c['vec']}, {c['unroll']}, {c['rows']}, {c['x_smem']}, {c['policy']}, "
-        f"{c['cluster']}"
+        f"{c['cluster']}, {c['order']}"
     )
     start_args = f"{t}, {c['block']}, {c['lanes']}, {c['vec']}, {c['rows']}, {c['prefetch']}"
     return (
