@@ -37,7 +37,7 @@ for name in "$@"; do
       tr ';' '\n' <<< "${SHAPES:?set SHAPES}" > /tmp/shapes.txt
       for op in ${OPS:-hgemv bgemv sgemv}; do
         step "sweep-shapes $op"
-        python3 -m autotune sweep --op "$op" --shapes /tmp/shapes.txt --trials "$TRIALS" --db "$DB" 2>&1 | tee "$OUT/sweep-shapes-$op.log" | tail -6
+        python3 -m autotune sweep --op "$op" --shapes /tmp/shapes.txt --trials "$TRIALS" ${PATIENCE:+--patience $PATIENCE} --db "$DB" 2>&1 | tee "$OUT/sweep-shapes-$op.log" | tail -6
       done ;;
     confirm)
       # A budget the shipped records already fill: nothing new is tuned, each problem's leaders are
