@@ -14,6 +14,12 @@ DB=${DB:-/tmp/autotune-tuning.db}
 TRIALS=${TRIALS:-64}
 
 step() { echo "=== $1 ($(date +%T))"; }
+# sweep LOG LINES ARGS...: `autotune sweep ARGS` on $DB, logged to $OUT/LOG.log, its last LINES shown.
+sweep() {
+  local log=$1 lines=$2
+  shift 2
+  python3 -m autotune sweep "$@" --db "$DB" 2>&1 | tee "$OUT/$log.log" | tail -"$lines"
+}
 for name in "$@"; do
   case "$name" in
     info)
@@ -26,25 +32,26 @@ for name in "$@"; do
       python3 -m pytest -m gpu -q -p no:cacheprovider ${TESTS:-} 2>&1 | tee "$OUT/gpu-tests.log" | tail -25 ;;
     sweep-one)
       step sweep-one
+      # Timed: /usr/bin/time runs programs, not shell functions, hence the command in full.
       /usr/bin/time -f "sweep wall %e s" python3 -m autotune sweep --op hgemv --m 4096 --n 8192 --trials "$TRIALS" --db "$DB" 2>&1 | tee "$OUT/sweep-one.log" | tail -8 ;;
     sweep-all)
       for op in ${OPS:-hgemv bgemv sgemv}; do
         step "sweep-all $op"
-        python3 -m autotune sweep --op "$op" --trials "$TRIALS" ${PATIENCE:+--patience $PATIENCE} --db "$DB" 2>&1 | tee "$OUT/sweep-$op.log" | tail -24
+        sweep sweep-$op 24 --op "$op" --trials "$TRIALS" ${PATIENCE:+--patience $PATIENCE}
       done ;;
     sweep-shapes)
       # Some shapes only: SHAPES="256 131072;1024 65536" (rows separated by ';').
       tr ';' '\n' <<< "${SHAPES:?set SHAPES}" > /tmp/shapes.txt
       for op in ${OPS:-hgemv bgemv sgemv}; do
         step "sweep-shapes $op"
-        python3 -m autotune sweep --op "$op" --shapes /tmp/shapes.txt --trials "$TRIALS" ${PATIENCE:+--patience $PATIENCE} --db "$DB" 2>&1 | tee "$OUT/sweep-shapes-$op.log" | tail -6
+        sweep sweep-shapes-$op 6 --op "$op" --shapes /tmp/shapes.txt --trials "$TRIALS" ${PATIENCE:+--patience $PATIENCE}
       done ;;
     confirm)
       # A budget the shipped records already fill: nothing new is tuned, each problem's leaders are
       # measured again on this machine's fresh buffers (autotune/confirm.py).
       for op in ${OPS:-hgemv bgemv sgemv}; do
         step "confirm $op"
-        python3 -m autotune sweep --op "$op" --trials 3 --db "$DB" 2>&1 | tee "$OUT/confirm-$op.log" | tail -22
+        sweep confirm-$op 22 --op "$op" --trials 3
       done ;;
     ncu-gemv)
       step ncu-gemv
@@ -56,7 +63,7 @@ sm__warps_active.avg.pct_of_peak_sustained_active python3 scripts/profile_vs_cub
     sweep-few)
       step sweep-few
       printf '4096 8192\n1024 1024\n2048 2048\n256 131072\n131072 256\n57344 8192\n' > /tmp/few.txt
-      python3 -m autotune sweep --op hgemv --shapes /tmp/few.txt --trials "$TRIALS" --db "$DB" 2>&1 | tee "$OUT/sweep-few.log" | tail -14 ;;
+      sweep sweep-few 14 --op hgemv --shapes /tmp/few.txt --trials "$TRIALS" ;;
     bench-few)
       step bench-few
       printf '4096 8192\n1024 1024\n2048 2048\n256 131072\n131072 256\n57344 8192\n' > /tmp/few.txt
@@ -76,22 +83,22 @@ sm__warps_active.avg.pct_of_peak_sustained_active python3 scripts/profile_vs_cub
     sweep-gemm)
       printf '4096 4096 4096\n8192 8192 8192\n' > /tmp/square.txt
       step "sweep-gemm sgemm"
-      python3 -m autotune sweep --op sgemm --shapes /tmp/square.txt --trials "${GEMM_TRIALS:-40}" --db "$DB" 2>&1 | tee "$OUT/sweep-sgemm.log" | tail -6
+      sweep sweep-sgemm 6 --op sgemm --shapes /tmp/square.txt --trials "${GEMM_TRIALS:-40}"
       step "sweep-gemm hgemm"
-      python3 -m autotune sweep --op hgemm --trials "${GEMM_TRIALS:-40}" --db "$DB" 2>&1 | tee "$OUT/sweep-hgemm.log" | tail -22 ;;
+      sweep sweep-hgemm 22 --op hgemm --trials "${GEMM_TRIALS:-40}" ;;
     sweep-skinny)
       # The half-precision skinny goal shapes (M <= 16): tensor cores for M >= 2, the CUDA-core
       # family (the transposed GEMV's) for M = 1.
       awk '$1 <= 16' autotune/gemm_shapes.txt > /tmp/skinny.txt
       step "sweep-skinny hgemm ($(wc -l < /tmp/skinny.txt) shapes)"
-      python3 -m autotune sweep --op hgemm --shapes /tmp/skinny.txt --trials "${GEMM_TRIALS:-40}" --db "$DB" 2>&1 | tee "$OUT/sweep-skinny.log" | tail -16 ;;
+      sweep sweep-skinny 16 --op hgemm --shapes /tmp/skinny.txt --trials "${GEMM_TRIALS:-40}" ;;
     bench-gemm)
       step bench-gemm
       python3 scripts/bench_gemm.py --db "$DB" --out "$OUT" 2>&1 | tee "$OUT/bench-gemm.log" | tail -24 ;;
     sweep-trans)
       for op in ${TRANS_OPS:-hgemv bgemv sgemv}; do
         step "sweep-trans $op"
-        python3 -m autotune sweep --op "$op" --trans --trials "$TRIALS" ${PATIENCE:+--patience $PATIENCE} --db "$DB" 2>&1 | tee "$OUT/sweep-trans-$op.log" | tail -22
+        sweep sweep-trans-$op 22 --op "$op" --trans --trials "$TRIALS" ${PATIENCE:+--patience $PATIENCE}
       done ;;
     bench-trans)
       step bench-trans
