@@ -301,6 +301,7 @@ def bench(
     if problem.op == "gemm":
         return runner.compare_gemm(choice), runner.copy_gbs(), choice
     row = runner.compare(choice)
+    row.set_floor(runner.read_floor(problem.matrix_bytes))
     copy_gbs = runner.copy_gbs()
     row.pct_copy = 100.0 * row.ours_gbs / copy_gbs
     return row, copy_gbs, choice

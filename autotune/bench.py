@@ -8,13 +8,16 @@ in the same run.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from autotune import ops
 from autotune.errors import AutotuneError
+from autotune.floor import VARIANTS, ReadKernel, ReadKernels, words_for
 from autotune.launch import Launcher, describe
 from autotune.ops import gemm, gemv
 from autotune.problem import ITEMSIZE, Problem
@@ -38,6 +41,21 @@ class BenchRow:
     max_error: float  # ours against torch's result, relative to sum |a||x|
     source: str  # measured, estimate or default
     config: dict[str, int]
+    # The read floor of the matrix's size in the same run (autotune/floor.py), when asked for, and the
+    # speedup over cuBLAS that a GEMV at min(floor, ours) would have: the most any kernel could show.
+    floor_us: float | None = None
+    floor_kernel: str = ""
+    bound: float | None = None
+
+    def set_floor(self, floor: ReadFloor) -> None:
+        self.floor_us, self.floor_kernel = floor.us, floor.kernel
+        self.bound = self.cublas_us / min(floor.us, self.ours_us)
+
+
+@dataclass(frozen=True)
+class ReadFloor:
+    us: float  # GPU time per call of the fastest read kernel
+    kernel: str  # which one it was
 
 
 @dataclass
@@ -77,7 +95,10 @@ class Bench:
         from autotune.gpu import Kernels
         from autotune.worker.timing import Timer
 
-        self.timer = Timer(Kernels(), compile_support(self.launcher.gpu.arch))
+        self.kernels = Kernels()
+        self.timer = Timer(self.kernels, compile_support(self.launcher.gpu.arch))
+        self._read_kernels: ReadKernels | None = None
+        self._floors: dict[int, ReadFloor] = {}
 
     def copy_gbs(self) -> float:
         """Device-to-device copy bandwidth, counting bytes read plus bytes written."""
@@ -91,6 +112,29 @@ class Bench:
     def launch_floor_us(self) -> float:
         """GPU time per call of an empty kernel launched back to back: no GEMV can go below it."""
         return statistics.median(self.timer.measure(lambda _i: self.timer.launch_empty(), reps=7))
+
+    def read_floor(self, nbytes: int, reps: int = 7) -> ReadFloor:
+        """The least time per call in which this card reads `nbytes`, launched and timed as a GEMV
+        (autotune/floor.py): the fastest of every read kernel variant, measured once per size."""
+        if nbytes not in self._floors:
+            if self._read_kernels is None:
+                self._read_kernels = ReadKernels(self.launcher.gpu, self.kernels)
+            kernels, torch = self._read_kernels, self.torch
+            words = words_for(nbytes)
+            copies = self._copies(nbytes)
+            buffers = [
+                torch.randint(-(2**31), 2**31 - 1, (words * 4,), dtype=torch.int32, device="cuda")
+                for _ in range(copies)
+            ]
+            out = torch.zeros(2, dtype=torch.int32, device="cuda")
+            launchers: list[Callable[[int], None]] = [
+                functools.partial(_read_call, kernels, variant, buffers, words, out.data_ptr()) for variant in VARIANTS
+            ]
+            medians = [statistics.median(s) for s in self.timer.measure_interleaved(launchers, reps=reps)]
+            best = min(range(len(VARIANTS)), key=medians.__getitem__)
+            self._floors[nbytes] = ReadFloor(medians[best], VARIANTS[best].describe())
+            del buffers
+        return self._floors[nbytes]
 
     def _copies(self, operand_bytes: int) -> int:
         return max(1, min(256, math.ceil(ROTATION_BYTES_PER_L2 * self.launcher.gpu.l2_bytes / operand_bytes)))
@@ -185,12 +229,26 @@ class Bench:
         )
 
 
+def _read_call(kernels: ReadKernels, variant: ReadKernel, buffers: list[Any], words: int, out: int, i: int) -> None:
+    kernels.launch(variant, buffers[i % len(buffers)].data_ptr(), words, out)
+
+
 def _max_error(got: Any, want: Any, scale: Any) -> float:
     """Worst |got - want| relative to the float64 sum of |terms| of that output."""
     return float(((got - want).abs() / scale.clamp_min(1e-30)).max())
 
 
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
 def as_json(gpu: str, copy_gbs: float, launch_floor_us: float, rows: list[BenchRow]) -> dict[str, Any]:
     for row in rows:
         row.pct_copy = 100.0 * row.ours_gbs / copy_gbs
-    return {"gpu": gpu, "copy_gbs": copy_gbs, "launch_floor_us": launch_floor_us, "rows": [asdict(r) for r in rows]}
+    report: dict[str, Any] = {"gpu": gpu, "copy_gbs": copy_gbs, "launch_floor_us": launch_floor_us}
+    report["geomean_speedup"] = geomean([r.speedup for r in rows])
+    bounds = [r.bound for r in rows if r.bound is not None]
+    if bounds and len(bounds) == len(rows):
+        report["geomean_bound"] = geomean(bounds)
+    report["rows"] = [asdict(r) for r in rows]
+    return report

@@ -230,6 +230,12 @@ def bench(
         f"   cuBLAS {row.cublas_us:.2f} us ({row.cublas_gbs:.0f} GB/s)   speedup {row.speedup:.2f}x",
         markup=False,
     )
+    if row.floor_us is not None:
+        out.print(
+            f"read floor {row.floor_us:.2f} us ({row.floor_kernel}): no kernel that reads the matrix can beat it;"
+            f" at it the speedup would be {row.bound:.2f}x",
+            markup=False,
+        )
 
 
 @app.command("list")

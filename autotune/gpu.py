@@ -84,10 +84,15 @@ def device_info(device_index: int = 0) -> GpuInfo:
     )
 
 
+def has_programmatic_launch(gpu: GpuInfo) -> bool:
+    """Whether `gpu` has programmatic dependent launch (autotune/pdl.py): sm_90 and up."""
+    return int(gpu.compute_capability.split(".")[0]) >= 9
+
+
 def programmatic_launch(op: Any, gpu: GpuInfo) -> bool:
-    """Whether `op`'s kernels run on `gpu` with programmatic dependent launch (autotune/pdl.py):
-    the op's kernels wait for the kernel before them, and the GPU has PDL (sm_90 and up)."""
-    return bool(getattr(op, "PROGRAMMATIC_LAUNCH", False)) and int(gpu.compute_capability.split(".")[0]) >= 9
+    """Whether `op`'s kernels run on `gpu` with programmatic dependent launch: the op's kernels wait
+    for the kernel before them, and the GPU has PDL."""
+    return bool(getattr(op, "PROGRAMMATIC_LAUNCH", False)) and has_programmatic_launch(gpu)
 
 
 class Kernels:

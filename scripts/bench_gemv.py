@@ -5,6 +5,10 @@ Run on the GPU machine after tuning, e.g.
 It reads the best config of every shape from the database (an estimate or the default where a
 shape was not tuned, and says which), times it and cuBLAS the same way in the same run, and writes
 results/gemv_<gpu>.json. scripts/plot_gemv.py draws the plot from that file.
+
+Beside each shape it also times the read floor of the matrix's size (autotune/floor.py: the fastest
+kernel that only reads that many bytes, launched like our GEMVs) and reports the bound: the speedup
+over cuBLAS a GEMV at the floor would show, and the geometric mean of those bounds (--no-floor skips it).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ def main() -> int:
     parser.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=DTYPES)
     parser.add_argument("--shapes", type=Path, help="'M N' lines (default: the standard shape set)")
     parser.add_argument("--trans", action="store_true", help="y = Aᵀx (writes gemv_trans_<gpu>.json)")
+    parser.add_argument("--no-floor", action="store_true", help="skip the read floor and the bound per shape")
     args = parser.parse_args()
 
     shapes = read_shapes_file(args.shapes) if args.shapes else standard_shapes()
@@ -37,28 +42,30 @@ def main() -> int:
     print(f"{gpu}: device-to-device copy {copy_gbs:.0f} GB/s, empty kernel {floor_us:.2f} us per call", flush=True)
     rows = []
     header = (
-        f"{'dtype':9} {'M':>7} {'N':>7} {'ours us':>9} {'cuBLAS us':>9} {'speedup':>7} {'GB/s':>6} {'%copy':>6} source"
+        f"{'dtype':9} {'M':>7} {'N':>7} {'ours us':>9} {'cuBLAS us':>9} {'speedup':>7} {'GB/s':>6} {'%copy':>6} "
+        f"{'floor us':>8} {'bound':>6} source"
     )
     print(header, flush=True)
     for dtype in args.dtypes:
         for m, n in shapes:
             choice = api.best("gemv", m, n, trans=args.trans, dtype=dtype, gpu=gpu, db=args.db)
             row = bench.compare(choice)
+            if not args.no_floor:
+                row.set_floor(bench.read_floor(choice.problem.matrix_bytes))
             rows.append(row)
+            floor = f"{row.floor_us:8.2f} {row.bound:6.2f}" if row.bound is not None else f"{'-':>8} {'-':>6}"
             print(
                 f"{dtype:9} {m:7} {n:7} {row.ours_us:9.2f} {row.cublas_us:9.2f} {row.speedup:7.2f} "
-                f"{row.ours_gbs:6.0f} {100 * row.ours_gbs / copy_gbs:6.1f} {row.source}",
+                f"{row.ours_gbs:6.0f} {100 * row.ours_gbs / copy_gbs:6.1f} {floor} {row.source}",
                 flush=True,
             )
     report = as_json(gpu, copy_gbs, floor_us, rows)
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"gemv{'_trans' if args.trans else ''}_{slugify(gpu)}.json"
     path.write_text(json.dumps(report, indent=1) + "\n")
-    speedups = [r.speedup for r in rows]
-    geomean = 1.0
-    for s in speedups:
-        geomean *= s ** (1 / len(speedups))
-    print(f"wrote {path}: geometric-mean speedup {geomean:.3f}, worst {min(speedups):.3f}")
+    bound = f"; at the read floor it would be {report['geomean_bound']:.3f}" if "geomean_bound" in report else ""
+    worst = min(r.speedup for r in rows)
+    print(f"wrote {path}: geometric-mean speedup {report['geomean_speedup']:.3f}, worst {worst:.3f}{bound}")
     return 0
 
 

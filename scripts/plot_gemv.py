@@ -25,6 +25,10 @@ def main(path: Path) -> Path:
         positions = range(len(rows))
         axis.bar([p - 0.2 for p in positions], [r["ours_gbs"] for r in rows], 0.4, label="autotune (tuned)")
         axis.bar([p + 0.2 for p in positions], [r["cublas_gbs"] for r in rows], 0.4, label="cuBLAS (torch)")
+        # The read floor as bandwidth: the bytes that must move over the floor's time.
+        floors = [(p, r["ours_gbs"] * r["ours_us"] / r["floor_us"]) for p, r in enumerate(rows) if r.get("floor_us")]
+        if floors:
+            axis.scatter(*zip(*floors, strict=True), marker="_", s=120, color="crimson", label="read floor", zorder=3)
         axis.axhline(report["copy_gbs"], color="black", linestyle="--", linewidth=1, label="device copy")
         axis.axhline(0.9 * report["copy_gbs"], color="grey", linestyle=":", linewidth=1, label="90% of copy")
         for p, r in zip(positions, rows, strict=True):

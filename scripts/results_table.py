@@ -36,23 +36,32 @@ def gemm_table(report: dict[str, object]) -> str:
 def table(report: dict[str, object]) -> str:
     rows = report["rows"]
     assert isinstance(rows, list)
-    lines = [
-        "| dtype | M | N | ours µs | cuBLAS µs | speedup | ours GB/s | % of copy | config |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
-    ]
+    floors = all(r.get("floor_us") is not None for r in rows)
+    head = "| dtype | M | N | ours µs | cuBLAS µs | speedup | ours GB/s | % of copy |"
+    rule = "|---|---:|---:|---:|---:|---:|---:|---:|"
+    if floors:
+        head, rule = head + " read floor µs | bound |", rule + "---:|---:|"
+    lines = [head + " config |", rule + "---|"]
     for r in rows:
         config = " ".join(f"{k}={v}" for k, v in r["config"].items())
+        floor = f" {r['floor_us']:.2f} | {r['bound']:.2f} |" if floors else ""
         lines.append(
             f"| {r['dtype']} | {r['m']} | {r['n']} | {r['ours_us']:.2f} | {r['cublas_us']:.2f} | "
-            f"{r['speedup']:.2f} | {r['ours_gbs']:.0f} | {r['pct_copy']:.1f} | `{config}` |"
+            f"{r['speedup']:.2f} | {r['ours_gbs']:.0f} | {r['pct_copy']:.1f} |{floor} `{config}` |"
         )
     speedups = [r["speedup"] for r in rows]
     geomean = math.exp(sum(math.log(s) for s in speedups) / len(speedups))
     lines.append("")
     floor = report.get("launch_floor_us", float("nan"))
+    bound = (
+        f" At the read floor (bound: cuBLAS over the lesser of the floor and ours) it would be "
+        f"{report['geomean_bound']:.3f}."
+        if "geomean_bound" in report
+        else ""
+    )
     lines.append(
         f"Geometric-mean speedup {geomean:.3f}, worst {min(speedups):.3f}; copy bandwidth "
-        f"{report['copy_gbs']:.0f} GB/s; empty-kernel launch floor {floor:.2f} µs."
+        f"{report['copy_gbs']:.0f} GB/s; empty-kernel launch floor {floor:.2f} µs.{bound}"
     )
     return "\n".join(lines)
 

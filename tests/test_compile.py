@@ -12,6 +12,7 @@ from autotune import compiler
 from autotune.compiler import CompileJob, CompilePool, cache_key, compile_kernel
 from autotune.dtypes import CUDA_TYPE
 from autotune.fingerprint import source_hash
+from autotune.floor import VARIANTS
 from autotune.ops import gemv
 from autotune.paths import kernels_dir
 from autotune.problem import Problem
@@ -74,6 +75,15 @@ def test_support_kernels_compile(tmp_path: Path) -> None:
     data = result.cubin.read_bytes() if result.cubin else b""
     for name in ("at_spin", "at_fill_bfloat16", "at_reference_float16"):
         assert name.encode() in data
+
+
+def test_read_floor_kernels_compile(tmp_path: Path) -> None:
+    source = (kernels_dir() / "read_floor.cu").read_text()
+    result = compile_kernel(CompileJob("read_floor", source, "sm_90", "read_floor"), tmp_path)
+    assert result.ok, result.message
+    data = result.cubin.read_bytes() if result.cubin else b""
+    for variant in VARIANTS:
+        assert variant.name.encode() in data
 
 
 def test_cache_hit_and_key(tmp_path: Path) -> None:

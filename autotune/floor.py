@@ -1,0 +1,88 @@
+"""The read floor: the least GPU time in which this card reads a buffer of a given size.
+
+A GEMV must read its whole matrix, so no GEMV config can beat the fastest kernel that only reads
+that many bytes. Benchmarks time the read kernels of kernels/read_floor.cu over a grid of block
+sizes, loads per thread and L2 prefetch, the way they time a GEMV (launched back to back, with
+programmatic dependent launch on sm_90+, on buffers rotating beyond the L2), and keep the fastest.
+Set beside cuBLAS, it bounds the speedup any GEMV kernel could reach on that shape.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.compiler import CompileJob, compile_kernel
+from autotune.errors import AutotuneError
+from autotune.fingerprint import GpuInfo
+from autotune.gpu import Kernels, has_programmatic_launch
+from autotune.paths import kernels_dir
+
+WORD_BYTES = 16  # every load is one 16-byte vector
+LOADS_PER_THREAD = (1, 2, 4, 8)
+THREADS_PER_BLOCK = (128, 256, 512)
+ARG_TYPES = "PQPi"  # words, word count, out (2 x uint32), check
+
+
+@dataclass(frozen=True)
+class ReadKernel:
+    """One variant of the read kernel: its launch shape and whether it prefetches into L2."""
+
+    loads: int
+    threads: int
+    prefetch: bool
+
+    @property
+    def name(self) -> str:
+        return f"at_read_l{self.loads}_p{int(self.prefetch)}"
+
+    def blocks(self, words: int) -> int:
+        return max(1, math.ceil(words / (self.threads * self.loads)))
+
+    def describe(self) -> str:
+        return f"{self.threads} threads x {self.loads} loads{', L2 prefetch' if self.prefetch else ''}"
+
+
+VARIANTS = tuple(
+    ReadKernel(loads, threads, prefetch)
+    for threads in THREADS_PER_BLOCK
+    for loads in LOADS_PER_THREAD
+    for prefetch in (False, True)
+)
+
+
+def words_for(nbytes: int) -> int:
+    """16-byte words a read of `nbytes` covers (a partial last word counts whole)."""
+    if nbytes <= 0:
+        raise AutotuneError(f"a read floor needs a positive size, got {nbytes} bytes")
+    return math.ceil(nbytes / WORD_BYTES)
+
+
+def compile_read_kernels(arch: str) -> Any:
+    """The cubin of kernels/read_floor.cu for `arch` (cached like every kernel)."""
+    source = (kernels_dir() / "read_floor.cu").read_text()
+    result = compile_kernel(CompileJob("read_floor", source, arch, "read_floor"))
+    if result.cubin is None:
+        raise AutotuneError(f"cannot compile the read-floor kernels: {result.message.splitlines()[0]}")
+    return result.cubin
+
+
+class ReadKernels:
+    """The loaded read kernels of one GPU, launched as a GEMV is launched there."""
+
+    def __init__(self, gpu: GpuInfo, kernels: Kernels) -> None:
+        cubin = compile_read_kernels(gpu.arch)
+        # Launched as the GEMVs are: programmatically where the GPU can (the kernels wait before reading).
+        programmatic = has_programmatic_launch(gpu)
+        self._functions = {
+            variant.name: kernels.function(cubin, variant.name, ARG_TYPES, programmatic=programmatic)
+            for variant in VARIANTS
+        }
+
+    def launch(self, variant: ReadKernel, address: int, words: int, out: int, *, check: bool = False) -> None:
+        """Queue one read of `words` 16-byte words at device `address`; `out` is two uint32 of scratch
+        (with `check`, out[0] ends XOR-ed with every word read: zero it first)."""
+        self._functions[variant.name].prepared_async_call(
+            (variant.blocks(words), 1, 1), (variant.threads, 1, 1), None, address, words, out, int(check)
+        )

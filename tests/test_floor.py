@@ -1,0 +1,62 @@
+"""The read floor's plan on the CPU: which kernels it times, how it covers a buffer, and the bound it
+reports beside cuBLAS (the timing itself runs in tests/test_gpu_floor.py)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from autotune.bench import BenchRow, ReadFloor, as_json
+from autotune.errors import AutotuneError
+from autotune.floor import VARIANTS, WORD_BYTES, ReadKernel, words_for
+from autotune.paths import kernels_dir
+
+
+def test_every_variant_is_a_kernel_of_the_source() -> None:
+    source = (kernels_dir() / "read_floor.cu").read_text()
+    pairs = re.findall(r"^AT_READ_FLOOR\((\d+), (\d)\)", source, re.M)
+    defined = {f"at_read_l{loads}_p{prefetch}" for loads, prefetch in pairs}
+    assert {v.name for v in VARIANTS} == defined
+    assert len(set(VARIANTS)) == len(VARIANTS) == 24
+
+
+@pytest.mark.parametrize("nbytes", [1, 16, 17, 2**21, 3 * 2**20 + 48, 2004 * 2**20])
+def test_the_grid_covers_every_word(nbytes: int) -> None:
+    words = words_for(nbytes)
+    assert words * WORD_BYTES >= nbytes > (words - 1) * WORD_BYTES
+    for variant in VARIANTS:
+        per_block = variant.threads * variant.loads
+        assert variant.blocks(words) * per_block >= words > (variant.blocks(words) - 1) * per_block
+
+
+def test_a_size_that_is_no_size_is_refused() -> None:
+    with pytest.raises(AutotuneError, match="positive size"):
+        words_for(0)
+
+
+def test_variants_describe_themselves() -> None:
+    assert ReadKernel(4, 256, True).describe() == "256 threads x 4 loads, L2 prefetch"
+    assert ReadKernel(1, 128, False).describe() == "128 threads x 1 loads"
+
+
+def _row(ours_us: float, cublas_us: float) -> BenchRow:
+    return BenchRow("float16", 64, 64, ours_us, cublas_us, cublas_us / ours_us, 1.0, 1.0, 0.0, 0.0, "measured", {})
+
+
+def test_the_bound_is_cublas_over_the_lesser_of_floor_and_ours() -> None:
+    above_floor, below_floor = _row(10.0, 15.0), _row(4.0, 6.0)
+    above_floor.set_floor(ReadFloor(8.0, "k"))
+    below_floor.set_floor(ReadFloor(5.0, "k"))  # ours beat the read kernels: ours is the floor
+    assert above_floor.bound == pytest.approx(15.0 / 8.0)
+    assert below_floor.bound == pytest.approx(6.0 / 4.0)
+    report = as_json("gpu", 1000.0, 1.0, [above_floor, below_floor])
+    assert report["geomean_speedup"] == pytest.approx((1.5 * 1.5) ** 0.5)
+    assert report["geomean_bound"] == pytest.approx((15.0 / 8.0 * 1.5) ** 0.5)
+    assert report["rows"][0]["floor_us"] == 8.0
+
+
+def test_no_bound_mean_unless_every_row_has_a_floor() -> None:
+    with_floor, without = _row(10.0, 15.0), _row(4.0, 6.0)
+    with_floor.set_floor(ReadFloor(8.0, "k"))
+    assert "geomean_bound" not in as_json("gpu", 1000.0, 1.0, [with_floor, without])
