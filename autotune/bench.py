@@ -133,7 +133,6 @@ class Bench:
             medians = [statistics.median(s) for s in self.timer.measure_interleaved(launchers, reps=reps)]
             best = min(range(len(VARIANTS)), key=medians.__getitem__)
             self._floors[nbytes] = ReadFloor(medians[best], VARIANTS[best].describe())
-            del buffers
         return self._floors[nbytes]
 
     def _copies(self, operand_bytes: int) -> int:

@@ -131,12 +131,19 @@ class CompilePool:
         self.close()
 
 
-def compile_support(arch: str) -> Path:
-    """The support kernels (random fill, float64 references, comparison, spin) for `arch`."""
+def compile_fixed(file_name: str, arch: str, what: str) -> Path:
+    """A kernels/ file that is not tuned (it holds its own extern "C" kernels), compiled for `arch`;
+    `what` names it in the error where it does not compile."""
     from autotune.errors import AutotuneError
 
-    source = (kernels_dir() / "support.cu").read_text()
-    result = compile_kernel(CompileJob("support", source, arch, "support"))
+    stem = Path(file_name).stem
+    source = (kernels_dir() / file_name).read_text()
+    result = compile_kernel(CompileJob(stem, source, arch, stem))
     if result.cubin is None:
-        raise AutotuneError(f"cannot compile the support kernels: {result.message}")
+        raise AutotuneError(f"cannot compile {what}: {result.message}")
     return result.cubin
+
+
+def compile_support(arch: str) -> Path:
+    """The support kernels (random fill, float64 references, comparison, spin) for `arch`."""
+    return compile_fixed("support.cu", arch, "the support kernels")

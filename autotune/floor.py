@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
-from autotune.compiler import CompileJob, compile_kernel
+from autotune.compiler import compile_fixed
 from autotune.errors import AutotuneError
 from autotune.fingerprint import GpuInfo
 from autotune.gpu import Kernels, has_programmatic_launch
-from autotune.paths import kernels_dir
 
 WORD_BYTES = 16  # every load is one 16-byte vector
 LOADS_PER_THREAD = (1, 2, 4, 8)
@@ -59,20 +57,11 @@ def words_for(nbytes: int) -> int:
     return math.ceil(nbytes / WORD_BYTES)
 
 
-def compile_read_kernels(arch: str) -> Any:
-    """The cubin of kernels/read_floor.cu for `arch` (cached like every kernel)."""
-    source = (kernels_dir() / "read_floor.cu").read_text()
-    result = compile_kernel(CompileJob("read_floor", source, arch, "read_floor"))
-    if result.cubin is None:
-        raise AutotuneError(f"cannot compile the read-floor kernels: {result.message.splitlines()[0]}")
-    return result.cubin
-
-
 class ReadKernels:
     """The loaded read kernels of one GPU, launched as a GEMV is launched there."""
 
     def __init__(self, gpu: GpuInfo, kernels: Kernels) -> None:
-        cubin = compile_read_kernels(gpu.arch)
+        cubin = compile_fixed("read_floor.cu", gpu.arch, "the read-floor kernels")
         # Launched as the GEMVs are: programmatically where the GPU can (the kernels wait before reading).
         programmatic = has_programmatic_launch(gpu)
         self._functions = {

@@ -1,6 +1,6 @@
 // The read floor of a GEMV (benchmarks only, not tuned): kernels that read a buffer and do nothing
 // else. A GEMV must read its whole matrix, so the fastest of these for a matrix's size bounds what any
-// GEMV config can take (autotune/bench.py: Bench.read_floor_us). They start like every tuned GEMV
+// GEMV config can take (autotune/bench.py: Bench.read_floor). They start like every tuned GEMV
 // (kernels/gemv.cu: programmatic_start), so that launched back to back with programmatic dependent
 // launch they overlap the call before alike, and optionally prefetch their chunk into L2 before the
 // wait, as the GEMV's `prefetch` does.

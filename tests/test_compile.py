@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from autotune import compiler
-from autotune.compiler import CompileJob, CompilePool, cache_key, compile_kernel
+from autotune.compiler import CompileJob, CompilePool, cache_key, compile_fixed, compile_kernel
 from autotune.dtypes import CUDA_TYPE
+from autotune.errors import AutotuneError
 from autotune.fingerprint import source_hash
 from autotune.floor import VARIANTS
 from autotune.ops import gemv
@@ -77,13 +78,19 @@ def test_support_kernels_compile(tmp_path: Path) -> None:
         assert name.encode() in data
 
 
-def test_read_floor_kernels_compile(tmp_path: Path) -> None:
-    source = (kernels_dir() / "read_floor.cu").read_text()
-    result = compile_kernel(CompileJob("read_floor", source, "sm_90", "read_floor"), tmp_path)
-    assert result.ok, result.message
-    data = result.cubin.read_bytes() if result.cubin else b""
+def test_read_floor_kernels_compile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path))
+    data = compile_fixed("read_floor.cu", "sm_90", "the read-floor kernels").read_bytes()
     for variant in VARIANTS:
         assert variant.name.encode() in data
+
+
+def test_a_fixed_file_that_does_not_compile_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "broken.cu").write_text("this is not CUDA\n")
+    monkeypatch.setattr(compiler, "kernels_dir", lambda: tmp_path)
+    with pytest.raises(AutotuneError, match="cannot compile the broken kernels"):
+        compile_fixed("broken.cu", "sm_90", "the broken kernels")
 
 
 def test_cache_hit_and_key(tmp_path: Path) -> None:
