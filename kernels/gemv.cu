@@ -19,8 +19,9 @@
 // shared memory (common.cuh: cluster_sum): no workspace, no counters. gridDim.x may be smaller than the
 // number of row tiles (a persistent grid): blocks stride.
 //
-// Every instance starts with programmatic_start (below): autotune launches GEMVs with programmatic
-// dependent launch on sm_90+, so that each call's launch overlaps the end of the call before it.
+// Every instance starts with programmatic_start and gemv_body waits in wait_for_prior_grid (below)
+// before its first read: autotune launches GEMVs with programmatic dependent launch on sm_90+, so that
+// each call's launch and address setup overlap the end of the call before it.
 //
 // Preconditions the tuner's constraints guarantee: VEC > 1 only when N % VEC == 0 and A, x are
 // 16-byte aligned; XSMEM only when the block's x slice fits the dynamic shared memory it is given;
@@ -60,7 +61,8 @@ __device__ __forceinline__ unsigned low_word(unsigned short v) { return v; }
 // every sum as it was (NaN stays NaN); the cost is an OR per vector and an add per row and step.
 // (Loading the next step before this step's FMAs, with two steps of registers, cannot be had this
 // way: ptxas sinks those loads below the FMAs again, and a data dependence on them would wait for
-// their data, not just their issue.)
+// their data, not just their issue. A __threadfence_block() between them keeps the order but waits
+// for the loads too: slower on five of six shapes, results/gemv_order2_try_session14_nvidia-h200.txt.)
 template <int ROWS, int UNROLL, typename V>
 __device__ __forceinline__ float issued_zero(const V (&xr)[UNROLL], const V (&ar)[ROWS][UNROLL], int M) {
   unsigned any = 0;
@@ -122,11 +124,15 @@ __device__ __forceinline__ void split_range(long long nvec, long long& v_begin, 
 
 // Programmatic dependent launch (sm_90+). launch_dependents lets the next kernel in the stream, when
 // it was launched with the PDL attribute, place its blocks once every block of this grid has started;
-// wait holds this grid until the kernel before it has finished and its writes are visible. So after
-// the wait everything reads as after an ordinary launch, while the launch and block start of each call
-// overlap the end of the call before. Nothing before the wait may read memory the kernel before could
-// still write, with one exception used here: a prefetch into L2 (PREFETCH) of the row segments of the
-// block's first tile. Every write lands in L2, so a line fetched early is never stale; it lets a small
+// the wait (wait_for_prior_grid) holds this grid until the kernel before it has finished and its
+// writes are visible. So after the wait everything reads as after an ordinary launch, while the launch,
+// block start and address arithmetic of each call overlap the end of the call before: gemv_body waits
+// only once its row pointers are set, right before its first load (that setup was about 90 sm_90
+// instructions per warp, issued by every warp of the first wave through 4 schedulers per SM; waiting
+// after it took 0.5-4% off the configs shipped before for 10 of 11 shapes and made one 21% slower:
+// results/gemv_wait_late_session15_nvidia-h200.txt).
+// Nothing before the wait may read memory the kernel before could still write, with one exception
+// used here: a prefetch into L2 (PREFETCH) of the row segments of the block's first tile. Every write lands in L2, so a line fetched early is never stale; it lets a small
 // matrix's loads find their lines on chip instead of all starting cold. The bulk prefetch needs
 // 16-byte aligned segments whose length is a multiple of 16 bytes: 16-byte vectors give both.
 // Launched without the attribute (or on an older GPU, where this compiles to nothing) it changes nothing.
@@ -147,6 +153,12 @@ __device__ __forceinline__ void programmatic_start(const T* __restrict__ A, int 
       asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(segment), "r"(bytes) : "memory");
     }
   }
+#endif
+}
+
+// Launched plainly (or before sm_90) the wait returns at once.
+__device__ __forceinline__ void wait_for_prior_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
@@ -182,6 +194,7 @@ __device__ __forceinline__ void gemv_body(const T* __restrict__ A, const T* __re
   const V* xv = reinterpret_cast<const V*>(x) + v_begin;
   const V* xs = reinterpret_cast<const V*>(x_slice_raw);
   if (XSMEM) {
+    wait_for_prior_grid();
     V* fill = reinterpret_cast<V*>(x_slice_raw);
     for (long long v = tid; v < v_end - v_begin; v += BLOCK) fill[v] = __ldg(xv + v);
     __syncthreads();
@@ -201,6 +214,7 @@ __device__ __forceinline__ void gemv_body(const T* __restrict__ A, const T* __re
       arow[r] = reinterpret_cast<const V*>(A + (size_t)row * N) + v_begin;
       acc[r] = 0.0f;
     }
+    if (!XSMEM) wait_for_prior_grid();  // once per tile: after the first it returns at once
 
     long long v = lane;
     for (; v + (UNROLL - 1) * LANES < len; v += STEP) {

@@ -14,7 +14,8 @@
 // Each shape runs the real kernel (kernels/gemv.cu, at the config shipped in db/records) three ways,
 // timed like autotune times kernels (bench_common.cuh):
 //   plain        an ordinary launch
-//   pdl          launched with the PDL attribute; launch_dependents and wait first thing
+//   pdl          launched with the PDL attribute; launch_dependents first thing, the wait once
+//                gemv_body has set its addresses (kernels/gemv.cu: wait_for_prior_grid)
 //   pdl+L2       the same, and before the wait one bulk L2 prefetch per row segment the block reads
 // Every y is checked against a float64 reference on random data after each way's timing.
 //   nvcc -O3 -arch=sm_90 -o /tmp/gemv_pdl scripts/gemv_pdl.cu && /tmp/gemv_pdl
