@@ -38,8 +38,8 @@ def main() -> int:
     bench = Bench()
     gpu = bench.launcher.gpu.name
     copy_gbs = bench.copy_gbs()
-    floor_us = bench.launch_floor_us()
-    print(f"{gpu}: device-to-device copy {copy_gbs:.0f} GB/s, empty kernel {floor_us:.2f} us per call", flush=True)
+    launch_us = bench.launch_floor_us()
+    print(f"{gpu}: device-to-device copy {copy_gbs:.0f} GB/s, empty kernel {launch_us:.2f} us per call", flush=True)
     rows = []
     header = (
         f"{'dtype':9} {'M':>7} {'N':>7} {'ours us':>9} {'cuBLAS us':>9} {'speedup':>7} {'GB/s':>6} {'%copy':>6} "
@@ -53,13 +53,13 @@ def main() -> int:
             if not args.no_floor:
                 row.set_floor(bench.read_floor(choice.problem.matrix_bytes))
             rows.append(row)
-            floor = f"{row.floor_us:8.2f} {row.bound:6.2f}" if row.bound is not None else f"{'-':>8} {'-':>6}"
+            read_floor = f"{row.floor_us:8.2f} {row.bound:6.2f}" if row.bound is not None else f"{'-':>8} {'-':>6}"
             print(
                 f"{dtype:9} {m:7} {n:7} {row.ours_us:9.2f} {row.cublas_us:9.2f} {row.speedup:7.2f} "
-                f"{row.ours_gbs:6.0f} {100 * row.ours_gbs / copy_gbs:6.1f} {floor} {row.source}",
+                f"{row.ours_gbs:6.0f} {100 * row.ours_gbs / copy_gbs:6.1f} {read_floor} {row.source}",
                 flush=True,
             )
-    report = as_json(gpu, copy_gbs, floor_us, rows)
+    report = as_json(gpu, copy_gbs, launch_us, rows)
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"gemv{'_trans' if args.trans else ''}_{slugify(gpu)}.json"
     path.write_text(json.dumps(report, indent=1) + "\n")
