@@ -44,15 +44,15 @@ def table(report: dict[str, object]) -> str:
     lines = [head + " config |", rule + "---|"]
     for r in rows:
         config = " ".join(f"{k}={v}" for k, v in r["config"].items())
-        floor = f" {r['floor_us']:.2f} | {r['bound']:.2f} |" if floors else ""
+        read_floor = f" {r['floor_us']:.2f} | {r['bound']:.2f} |" if floors else ""
         lines.append(
             f"| {r['dtype']} | {r['m']} | {r['n']} | {r['ours_us']:.2f} | {r['cublas_us']:.2f} | "
-            f"{r['speedup']:.2f} | {r['ours_gbs']:.0f} | {r['pct_copy']:.1f} |{floor} `{config}` |"
+            f"{r['speedup']:.2f} | {r['ours_gbs']:.0f} | {r['pct_copy']:.1f} |{read_floor} `{config}` |"
         )
     speedups = [r["speedup"] for r in rows]
     geomean = math.exp(sum(math.log(s) for s in speedups) / len(speedups))
     lines.append("")
-    floor = report.get("launch_floor_us", float("nan"))
+    launch_floor = report.get("launch_floor_us", float("nan"))
     bound = (
         f" At the read floor (bound: cuBLAS over the lesser of the floor and ours) it would be "
         f"{report['geomean_bound']:.3f}."
@@ -61,7 +61,7 @@ def table(report: dict[str, object]) -> str:
     )
     lines.append(
         f"Geometric-mean speedup {geomean:.3f}, worst {min(speedups):.3f}; copy bandwidth "
-        f"{report['copy_gbs']:.0f} GB/s; empty-kernel launch floor {floor:.2f} µs.{bound}"
+        f"{report['copy_gbs']:.0f} GB/s; empty-kernel launch floor {launch_floor:.2f} µs.{bound}"
     )
     return "\n".join(lines)
 
