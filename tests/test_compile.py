@@ -21,8 +21,8 @@ from autotune.problem import Problem
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 
 # One config per family, spread over dtypes, vector widths, load policies, x in shared memory, rows
-# per group (more rows than lanes included), split-K reduced in a cluster, L2 prefetches and loads
-# issued before the FMAs (order=1).
+# per group (more rows than lanes included), 256 bytes of A in flight per thread, split-K reduced in a
+# cluster, L2 prefetches and loads issued before the FMAs (order=1).
 SAMPLE = [
     ("float32", dict(block=128, lanes=1, vec=1, unroll=1, rows=1, x_smem=0, policy=0)),
     ("float16", dict(block=256, lanes=1, vec=8, unroll=2, rows=2, x_smem=1, policy=1, order=1)),
@@ -32,6 +32,7 @@ SAMPLE = [
     ("float16", dict(block=256, lanes=32, vec=8, unroll=2, rows=2, x_smem=0, policy=2, order=1)),
     ("bfloat16", dict(block=512, lanes=32, vec=8, unroll=4, rows=1, x_smem=1, policy=0)),
     ("float32", dict(block=256, lanes=64, vec=2, unroll=4, rows=4, x_smem=0, policy=2)),
+    ("float16", dict(block=128, lanes=64, vec=8, unroll=8, rows=2, x_smem=0, policy=1, order=1)),
     ("float16", dict(block=512, lanes=128, vec=8, unroll=1, rows=4, x_smem=1, policy=1, order=1)),
     ("bfloat16", dict(block=256, lanes=256, vec=8, unroll=2, rows=1, x_smem=0, policy=0)),
     ("float32", dict(block=512, lanes=512, vec=1, unroll=4, rows=2, x_smem=1, policy=2)),

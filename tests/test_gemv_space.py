@@ -35,7 +35,7 @@ def test_constraints_name_the_problem() -> None:
     assert "lanes" in (space.check(bad) or "")
     assert "not one of" in (space.check(dict(gemv.DEFAULT_CONFIG, vec=3)) or "")
     assert "missing" in (space.check({"block": 128}) or "")
-    spills = dict(gemv.DEFAULT_CONFIG, vec=8, unroll=4, rows=4)
+    spills = dict(gemv.DEFAULT_CONFIG, vec=8, unroll=8, rows=4)
     assert "in flight" in (space.check(spills) or "")
 
 

@@ -40,6 +40,7 @@ FAMILY_CONFIGS = [
     _config(block=256, lanes=32, vec=8, unroll=2, rows=2, policy=2, prefetch=1),
     _config(block=128, lanes=32, vec=8, unroll=2, rows=1, x_smem=1, policy=1, split=4, persist=1, prefetch=1, order=1),
     _config(block=256, lanes=64, vec=2, unroll=4, rows=4, policy=2),
+    _config(block=128, lanes=64, vec=8, unroll=8, rows=2, policy=1, order=1),  # 256 bytes of A in flight
     _config(block=128, lanes=64, vec=8, unroll=2, rows=2, policy=1, split=8, cluster=8, prefetch=1, order=1),
     _config(block=512, lanes=512, vec=8, unroll=1, rows=1, x_smem=1, policy=1, split=8, prefetch=1),
 ]
