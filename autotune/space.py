@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
@@ -47,6 +48,37 @@ class Space:
                 return f"{p.name}={config[p.name]} is not one of {list(p.choices)} for this problem"
         return self.constraint(config)
 
+    def fit(self, config: Mapping[str, int], pinned: Mapping[str, int] | None = None) -> Config | None:
+        """The valid config nearest to `config`, with the `pinned` values; None where `config` has
+        other keys than this space, or where no such config differs from it in two parameters or fewer.
+
+        A tuned config can miss another shape of the same op by a parameter or two: 16-byte loads
+        where the rows are not 16-byte multiples, a prefetch that needs those loads, a split that
+        leaves splits empty. Each value this space does not offer moves to its nearest choice (the
+        smaller on a tie), then, while the constraint still objects, the fewest further parameters
+        move, each by as little as it can: the tiling the config was tuned for stays."""
+        pinned = dict(pinned or {})
+        if set(config) != set(self.names):
+            return None
+        if any(value not in self.choices()[name] for name, value in pinned.items()):
+            return None
+        base = {p.name: pinned.get(p.name, _nearest_choice(config[p.name], p.choices)) for p in self.params}
+        if self.constraint(base) is None:
+            return base
+        free = [p for p in self.params if p.name not in pinned]
+        for changed in (1, 2):
+            candidates: list[tuple[float, Config]] = []
+            for params in itertools.combinations(free, changed):
+                alternatives = [[(c, _step(base[p.name], c)) for c in p.choices if c != base[p.name]] for p in params]
+                for combo in itertools.product(*alternatives):
+                    candidate = {**base, **{p.name: value for p, (value, _) in zip(params, combo, strict=True)}}
+                    if self.constraint(candidate) is None:
+                        candidates.append((sum(cost for _, cost in combo), candidate))
+            if candidates:
+                # min() keeps the first of equal costs: parameters in the space's order, smaller values first.
+                return min(candidates, key=lambda item: item[0])[1]
+        return None
+
     def __iter__(self) -> Iterator[Config]:
         """Every valid config, in a fixed order."""
         for values in itertools.product(*(p.choices for p in self.params)):
@@ -56,3 +88,13 @@ class Space:
 
     def size(self) -> int:
         return sum(1 for _ in self)
+
+
+def _step(a: int, b: int) -> float:
+    """How far apart two values of a parameter are, in octaves of value + 1: 4 -> 8 costs about what
+    64 -> 128 does, and a 0/1 switch one (parameters here are sizes, counts and switches)."""
+    return abs(math.log2((a + 1) / (b + 1)))
+
+
+def _nearest_choice(value: int, choices: tuple[int, ...]) -> int:
+    return value if value in choices else min(choices, key=lambda c: (_step(value, c), c))
