@@ -163,16 +163,18 @@ class Launcher:
 def scalar_loads(problem: Problem, config: Config) -> tuple[Any, Config]:
     """(op, config) that run `problem` with one element per load. Tuned configs may use 16-byte
     vector loads, which need aligned rows, and a sliced view may not give them; scalar loads always
-    work. A GEMM family without scalar loads (wgmma) hands over to its stand-in family."""
+    work. The config keeps its tiling where it can (Space.fit: a prefetch that needs 16-byte loads
+    goes with them). A GEMM family without scalar loads (wgmma) hands over to its stand-in family."""
     op: Any = ops.for_problem(problem)
     if problem.op == "gemm":
         standin = gemm.unaligned_family(problem)
         if standin is not gemm.family(problem):
             op = gemm.FamilyOp(standin)
     space = op.space(problem)
-    for candidate in ({**config, "vec": 1}, {**op.default_config(problem), "vec": 1}):
-        if space.check(candidate) is None:
-            return op, candidate
+    for candidate in (config, op.default_config(problem)):
+        scalar = space.fit(candidate, {"vec": 1})
+        if scalar is not None:
+            return op, scalar
     raise AutotuneError(f"{problem}: no config with scalar loads fits; pass 16-byte aligned arrays")
 
 

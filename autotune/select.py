@@ -79,25 +79,31 @@ def nearest(rows: Sequence[TunedRow], shape: tuple[int, ...]) -> list[TunedRow]:
 def choose(
     problem: Problem, gpu: str, exact: TunedRow | None, tuned: Sequence[TunedRow], notes: Sequence[str] = ()
 ) -> Choice:
-    """Pure decision: the exact measurement, else the nearest valid neighbour, else the default."""
+    """Pure decision: the exact measurement, else the nearest tuned shape's config (moved to the
+    nearest config this shape allows where it does not run here as it is), else the default."""
     op = ops.for_problem(problem)
     space = op.space(problem)
     if exact is not None and space.check(exact.config) is None:
         return Choice(problem, gpu, dict(exact.config), MEASURED, exact.time_us, exact.gbs, notes=tuple(notes))
     for row in nearest(tuned, problem.shape):
-        if space.check(row.config) is None:
-            note = f"not tuned for {_text(problem.shape)}: config of the nearest tuned shape {_text(row.problem.shape)}"
+        fitted = space.fit(row.config)
+        if fitted is None:
+            continue
+        note = f"not tuned for {_text(problem.shape)}: config of the nearest tuned shape {_text(row.problem.shape)}"
+        changed = {name: value for name, value in fitted.items() if row.config[name] != value}
+        if not changed:
             return Choice(
-                problem,
-                gpu,
-                dict(row.config),
-                ESTIMATE,
-                row.time_us,
-                row.gbs,
-                row.problem.shape,
-                (*notes, note),
+                problem, gpu, dict(row.config), ESTIMATE, row.time_us, row.gbs, row.problem.shape, (*notes, note)
             )
-    note = f"nothing tuned for {problem.blas_name} on {gpu}: safe default config"
+        # Its time is that of another config: the selector reports none rather than a wrong one.
+        was = " ".join(f"{name}={row.config[name]}" for name in changed)
+        now = " ".join(f"{name}={value}" for name, value in changed.items())
+        note += f", with {now} in place of {was} so that it runs on this shape (never timed so)"
+        return Choice(problem, gpu, fitted, ESTIMATE, None, None, row.problem.shape, (*notes, note))
+    if tuned:
+        note = f"no config tuned for {problem.blas_name} on {gpu} fits {_text(problem.shape)}: safe default config"
+    else:
+        note = f"nothing tuned for {problem.blas_name} on {gpu}: safe default config"
     return Choice(problem, gpu, op.default_config(problem), DEFAULT, notes=(*notes, note))
 
 

@@ -61,13 +61,22 @@ def test_untuned_shape_takes_the_nearest_tuned_config() -> None:
     assert len(choice.notes) == 1 and "4096x4096" in choice.notes[0] and "4096x8192" in choice.notes[0]
 
 
-def test_a_neighbour_invalid_for_the_shape_is_skipped() -> None:
+def test_a_neighbour_config_this_shape_cannot_run_is_fitted_to_it() -> None:
     odd = Problem("gemv", "float16", 1024, 999)  # odd N: only scalar loads (vec=1) are valid
     assert gemv.space(odd).check(FAST) is not None
-    nearer, further = row(1024, 1024, FAST), row(2048, 1024, SLOW)
+    nearer, further = row(1024, 1024, FAST, 3.0), row(2048, 1024, SLOW)
     assert shape_distance((1024, 1024), (1024, 999)) < shape_distance((2048, 1024), (1024, 999))
     choice = choose(odd, GPU, None, [further, nearer])
-    assert (choice.source, choice.config, choice.from_shape) == (ESTIMATE, SLOW, (2048, 1024))
+    assert (choice.source, choice.config, choice.from_shape) == (ESTIMATE, {**FAST, "vec": 1}, (1024, 1024))
+    # That config was never timed: no time is shown for it, and the note says what changed.
+    assert (choice.time_us, choice.gbs) == (None, None)
+    assert len(choice.notes) == 1 and "vec=1 in place of vec=8" in choice.notes[0] and "1024x1024" in choice.notes[0]
+
+
+def test_a_neighbour_config_of_another_space_is_skipped() -> None:
+    foreign, further = row(1024, 1024, {"block": 2}), row(2048, 1024, SLOW, 4.0)
+    choice = choose(Problem("gemv", "float16", 1024, 999), GPU, None, [foreign, further])
+    assert (choice.source, choice.config, choice.from_shape, choice.time_us) == (ESTIMATE, SLOW, (2048, 1024), 4.0)
 
 
 def test_invalid_exact_config_falls_back_to_a_neighbour() -> None:
@@ -84,10 +93,11 @@ def test_nothing_tuned_gives_the_default() -> None:
     assert gemv.space(SHAPE).check(choice.config) is None
 
 
-def test_no_valid_neighbour_gives_the_default_and_keeps_given_notes() -> None:
+def test_no_neighbour_that_fits_gives_the_default_and_keeps_given_notes() -> None:
     odd = Problem("gemv", "float16", 1024, 999)
-    choice = choose(odd, GPU, None, [row(1024, 1024, FAST)], notes=["first"])
+    choice = choose(odd, GPU, None, [row(1024, 1024, {"block": 2})], notes=["first"])
     assert choice.source == DEFAULT and choice.notes[0] == "first" and len(choice.notes) == 2
+    assert "no config tuned for hgemv" in choice.notes[1] and "1024x999" in choice.notes[1]
 
 
 def test_distance_is_symmetric_and_in_log_space() -> None:
