@@ -100,6 +100,12 @@ sm__warps_active.avg.pct_of_peak_sustained_active python3 scripts/profile_vs_cub
         step "sweep-trans $op"
         sweep sweep-trans-$op 22 --op "$op" --trans --trials "$TRIALS" ${PATIENCE:+--patience $PATIENCE}
       done ;;
+    untuned)
+      # Shapes no tuned config fits: the selector's fitted config beside the default and cuBLAS, and
+      # with UNTUNED_TRIALS set, beside the best of a sweep of that many trials of each shape too.
+      step untuned
+      python3 scripts/bench_untuned.py --db "$DB" --out "$OUT" ${UNTUNED_TRIALS:+--trials $UNTUNED_TRIALS} 2>&1 \
+        | tee "$OUT/untuned.log" | tail -40 ;;
     bench-trans)
       step bench-trans
       python3 scripts/bench_gemv.py --trans --db "$DB" --out "$OUT" 2>&1 | tee "$OUT/bench-trans.log" | tail -62 ;;

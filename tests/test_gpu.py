@@ -3,8 +3,10 @@ shapes, gemv() on PyCUDA and torch arrays, and a short real sweep."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -219,3 +221,73 @@ def test_short_real_sweep_then_best(tmp_path: Path) -> None:
         assert pid is not None
         leader = store.leaders(pid, source_hash(problem), 1)[0]
         assert leader.rounds == 2 and len(leader.times_us) >= 2
+
+
+# Configs tuned on aligned shapes (the H200's picks for float16 4096x8192 and 1024^2: 16-byte loads,
+# the second with L2 prefetches that need them) and shapes none of them runs on as they are.
+TUNED_ALIGNED = [
+    _config(block=128, lanes=128, vec=8, unroll=8, rows=2, policy=1, order=1),
+    _config(block=512, lanes=128, vec=8, unroll=4, rows=2, policy=2, prefetch=1, order=1),
+]
+MISFITS = [("float16", 5000, 7001), ("bfloat16", 4096, 4100), ("float32", 1000, 1002), ("float16", 333, 4095)]
+
+
+def _torch_operands(dtype: str, m: int, n: int, offset: int = 0) -> tuple[Any, Any]:
+    """A (m x n) and x, random in [-1, 1); `offset` elements into their allocations (unaligned views)."""
+    torch = pytest.importorskip("torch")
+    kind = getattr(torch, dtype)
+    a = (torch.rand(m * n + offset, device="cuda", dtype=kind) * 2 - 1)[offset:].view(m, n)
+    x = (torch.rand(n + offset, device="cuda", dtype=kind) * 2 - 1)[offset:]
+    return a, x
+
+
+@functools.cache
+def _launcher() -> Any:
+    from autotune.launch import Launcher
+
+    return Launcher()  # the primary context, which torch uses too
+
+
+def _run_and_check(problem: Problem, config: dict[str, int], a: Any, x: Any) -> None:
+    import torch
+
+    from autotune.launch import describe
+    from autotune.select import Choice
+
+    launcher = _launcher()
+    y = torch.full((problem.m,), float("nan"), device="cuda", dtype=a.dtype)
+    choice = Choice(problem, launcher.gpu.name, config, "estimate")
+    launcher.gemv(choice, describe(a, "A"), describe(x, "x"), describe(y, "y"), 1.0, 0.0)
+    want = a.double() @ x.double()
+    scale = (a.double().abs() @ x.double().abs()).max().item()
+    assert torch.isfinite(y).all(), config
+    assert (y.double() - want).abs().max().item() <= 1e-2 * scale, config
+
+
+@pytest.mark.parametrize("tuned", TUNED_ALIGNED, ids=["b128-l128-u8", "b512-l128-prefetch"])
+@pytest.mark.parametrize("misfit", MISFITS, ids=lambda s: f"{s[0]}-{s[1]}x{s[2]}")
+def test_a_tuned_config_fitted_to_a_shape_it_misses_is_correct(
+    misfit: tuple[str, int, int], tuned: dict[str, int]
+) -> None:
+    """What the selector answers for a shape no tuned config runs on: the nearest shape's config
+    moved by Space.fit (narrower loads, no prefetch), run on fresh data with y poisoned."""
+    dtype, m, n = misfit
+    problem = Problem("gemv", dtype, m, n)
+    assert gemv.space(problem).check(tuned) is not None
+    fitted = gemv.space(problem).fit(tuned)
+    assert fitted is not None and fitted["vec"] < tuned["vec"]
+    _run_and_check(problem, fitted, *_torch_operands(dtype, m, n))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_unaligned_views_run_the_tuned_config_with_scalar_loads(dtype: str) -> None:
+    """Views that start 2 or 4 bytes past an allocation: the launcher swaps in Space.fit's scalar
+    version of a prefetching config (launch.scalar_loads) instead of the default."""
+    from autotune.launch import scalar_loads
+
+    problem = Problem("gemv", dtype, 1024, 1024)
+    config = TUNED_ALIGNED[1] if dtype != "float32" else {**TUNED_ALIGNED[1], "vec": 4}
+    assert gemv.space(problem).check(config) is None
+    _, scalar = scalar_loads(problem, config)
+    assert scalar == {**config, "vec": 1, "prefetch": 0}
+    _run_and_check(problem, config, *_torch_operands(dtype, 1024, 1024, offset=1))
