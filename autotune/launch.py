@@ -27,7 +27,7 @@ from autotune.gpu import (
 from autotune.ops import gemm
 from autotune.problem import ITEMSIZE, Problem
 from autotune.select import Choice
-from autotune.space import Config
+from autotune.space import Config, config_key
 
 _TYPESTR = {"<f4": "float32", "<f2": "float16"}
 _TORCH_DTYPES = {"torch.float32": "float32", "torch.float16": "float16", "torch.bfloat16": "bfloat16"}
@@ -105,6 +105,9 @@ class Launcher:
         self._kernels = Kernels()
         self._scratch = Scratch()
         self._functions: dict[tuple[Problem, str], Any] = {}
+        # Unaligned arrays: (op, config) with scalar loads per problem and config. Fitting takes tens
+        # of microseconds of Python, more than a launch, so it is done once.
+        self._scalar: dict[tuple[Problem, str], tuple[Any, Config]] = {}
 
     def _function(self, op: Any, problem: Problem, config: Config) -> Any:
         # Kernels do not depend on the shape: key by dtype and compiled parameters only (the kernel
@@ -140,7 +143,10 @@ class Launcher:
         problem, config = choice.problem, choice.config
         op: Any = ops.for_problem(problem)
         if any(pointer % 16 for pointer in pointers):
-            op, config = scalar_loads(problem, config)
+            key = (problem, config_key(config))
+            if key not in self._scalar:
+                self._scalar[key] = scalar_loads(problem, config)
+            op, config = self._scalar[key]
         geom = op.launch(problem, config, self.gpu.sm_count)
         workspace, counters = self._scratch.for_launch(geom, problem.dtype, sizes, pointers[0], pointers[1])
         function = self._function(op, problem, config)

@@ -58,9 +58,8 @@ class Space:
         smaller on a tie), then, while the constraint still objects, the fewest further parameters
         move, each by as little as it can: the tiling the config was tuned for stays."""
         pinned = dict(pinned or {})
-        if set(config) != set(self.names):
-            return None
-        if any(value not in self.choices()[name] for name, value in pinned.items()):
+        choices = self.choices()
+        if set(config) != set(choices) or any(value not in choices.get(name, ()) for name, value in pinned.items()):
             return None
         base = {p.name: pinned.get(p.name, _nearest_choice(config[p.name], p.choices)) for p in self.params}
         if self.constraint(base) is None:

@@ -129,3 +129,56 @@ def test_scratch_passes_tma_kernels_their_maps_in_the_workspace(monkeypatch: pyt
     assert scratch.for_launch(plain, "float16", (64, 64, 64), 4096, 8192) == (0, 0)
     slot = scratch.for_launch(replace(plain, operand_maps=maps), "float16", (64, 64, 64), 4096, 8192)
     assert slot == (1 << 30, 0)
+
+
+def test_unaligned_arrays_run_the_fitted_scalar_config_fitted_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A view that is not 16-byte aligned runs the tuned tiling with scalar loads (its prefetch, which
+    needs 16-byte loads, dropped), and the fit is worked out once per config, not on every call."""
+    from autotune import launch
+    from autotune.fingerprint import GpuInfo
+    from autotune.ops import gemv
+    from autotune.problem import Problem
+    from autotune.select import Choice
+
+    launched: list[tuple[str, tuple[int, ...]]] = []
+
+    class FakeFunction:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def prepared_async_call(self, grid: tuple[int, ...], block: tuple[int, ...], *args: Any, **kw: Any) -> None:
+            launched.append((self.name, grid))
+
+    class FakeScratch:
+        def for_launch(self, *args: Any) -> tuple[int, int]:
+            return 0, 0
+
+    fits: list[dict[str, int]] = []
+    real_scalar_loads = launch.scalar_loads
+
+    def counting_scalar_loads(problem: Problem, config: dict[str, int]) -> Any:
+        fits.append(config)
+        return real_scalar_loads(problem, config)
+
+    h200 = GpuInfo("NVIDIA H200", "GPU-1", "9.0", 132, 60 << 20, 141 << 30, "580", "13.0")
+    monkeypatch.setattr(launch, "context", lambda: None)
+    monkeypatch.setattr(launch, "device_info", lambda: h200)
+    monkeypatch.setattr(launch, "Kernels", lambda: None)
+    monkeypatch.setattr(launch, "Scratch", FakeScratch)
+    monkeypatch.setattr(launch, "scalar_loads", counting_scalar_loads)
+    monkeypatch.setattr(
+        launch.Launcher, "_load", lambda self, op, problem, config: FakeFunction(op.kernel_name(problem, config))
+    )
+    launcher = launch.Launcher()
+
+    problem = Problem("gemv", "float16", 1024, 1024)
+    tuned = {**gemv.DEFAULT_CONFIG, "block": 512, "lanes": 128, "vec": 8, "unroll": 4, "rows": 2, "prefetch": 1}
+    choice = Choice(problem, h200.name, tuned, "measured")
+    a = describe(CudaArray((1024, 1024), pointer=(1 << 20) + 2), "A")
+    x, y = describe(CudaArray((1024,), pointer=1 << 22), "x"), describe(CudaArray((1024,), pointer=1 << 23), "y")
+    for _ in range(3):
+        launcher.gemv(choice, a, x, y, 1.0, 0.0)
+    launcher.gemv(choice, replace(a, pointer=1 << 21), x, y, 1.0, 0.0)  # aligned: the tuned kernel
+    scalar_name = gemv.kernel_name(problem, {**tuned, "vec": 1, "prefetch": 0})
+    assert [name for name, _ in launched] == [scalar_name] * 3 + [gemv.kernel_name(problem, tuned)]
+    assert len(fits) == 1

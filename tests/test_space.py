@@ -42,6 +42,7 @@ def test_configs_of_another_space_and_impossible_pins_do_not_fit() -> None:
     assert TOY.fit({"block": 128, "tile": 8}) is None
     assert TOY.fit({"block": 128, "tile": 8, "flag": 0, "other": 1}) is None
     assert TOY.fit({"block": 128, "tile": 8, "flag": 0}, {"block": 96}) is None
+    assert TOY.fit({"block": 128, "tile": 8, "flag": 0}, {"vec": 1}) is None
     never = Space(TOY.params, lambda c: "never")
     assert never.fit({"block": 128, "tile": 8, "flag": 0}) is None
 
