@@ -9,7 +9,7 @@ samples in turns with cuBLAS, errors against float64), the candidates a selector
            one exists and differs from `fitted`
   default  the safe default config (what autotune answered before where no tuned config was valid)
   tuned    with --trials N: the best config of an N-trial sweep of this very shape
-and writes results/untuned_<gpu>.json after every shape, so that a cut-off run keeps what it measured.
+and writes results/untuned_<gpu>.json after every row, so that a cut-off run keeps what it measured.
 
     python scripts/bench_untuned.py --out results [--trials 16] [--db PATH]
 """
