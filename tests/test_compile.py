@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from autotune import compiler
+from autotune import compiler, ops
 from autotune.compiler import CompileJob, CompilePool, cache_key, compile_fixed, compile_kernel
 from autotune.dtypes import CUDA_TYPE
 from autotune.errors import AutotuneError
 from autotune.fingerprint import source_hash
 from autotune.floor import VARIANTS
-from autotune.ops import gemv
+from autotune.ops import gemv, gemv_static_a
 from autotune.paths import kernels_dir
 from autotune.problem import Problem
 
@@ -68,6 +68,26 @@ def test_every_family_compiles_for_sm_90(tmp_path: Path) -> None:
     for result in results:
         assert result.cubin is not None and result.cubin.read_bytes()[:4] == b"\x7fELF"
         assert result.job.name.encode() in result.cubin.read_bytes()
+
+
+def test_every_family_compiles_as_static_a_for_sm_90(tmp_path: Path) -> None:
+    """The static-A variant (ops/gemv_static_a.py) of every sample: gemv.cu's instance, one line
+    longer (its first step of A prefetched into L1 before the wait), under its own name."""
+    jobs = []
+    for dtype, compiled in SAMPLE:
+        plain = _job(dtype, compiled)
+        problem = Problem("gemv", dtype, 4096, 8192)
+        config = {"cluster": 1, "split": 1, "persist": 0, "prefetch": 0, "order": 0, **compiled}
+        job = ops.compile_job(problem, config, "sm_90", gemv_static_a)
+        assert job.source.count("\n") == plain.source.count("\n") + 1 and "prefetch_first_step<" in job.source
+        assert job.name.startswith("gemv_static_a_") and job.name != plain.name
+        jobs.append(job)
+    with CompilePool(cache_dir=tmp_path) as pool:
+        results = [f.result() for f in [pool.submit(job) for job in jobs]]
+    failures = [r.message for r in results if not r.ok]
+    assert not failures, failures[0]
+    for result in results:
+        assert result.cubin is not None and result.job.name.encode() in result.cubin.read_bytes()
 
 
 def test_support_kernels_compile(tmp_path: Path) -> None:

@@ -202,6 +202,12 @@ def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
 
 def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
     """A translation unit with one extern "C" instance of the template (a stable, unmangled name)."""
+    return instance_source(problem, config, KERNEL_FILE, kernel_name(problem, config))
+
+
+def instance_source(problem: Problem, config: Mapping[str, int], file: str, name: str, before_body: str = "") -> str:
+    """The instance of `config` from kernels/`file`, named `name`; `before_body` is a statement run
+    between programmatic_start and gemv_body (gemv_static_a.py's prefetch)."""
     c = config
     t = CUDA_TYPE[problem.dtype]
     template_args = (
@@ -210,12 +216,13 @@ def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
     )
     start_args = f"{t}, {c['block']}, {c['lanes']}, {c['vec']}, {c['rows']}, {c['prefetch']}"
     return (
-        f'#include "{KERNEL_FILE}"\n'
+        f'#include "{file}"\n'
         f'extern "C" __global__ void {cluster_declaration(c["cluster"])}__launch_bounds__({c["block"]})\n'
-        f"{kernel_name(problem, config)}(const {t}* A, const {t}* x, {t}* y, int M, int N,\n"
+        f"{name}(const {t}* A, const {t}* x, {t}* y, int M, int N,\n"
         f"    float alpha, float beta, float* partial, unsigned int* counters) {{\n"
         f"  at_gemv::programmatic_start<{start_args}>(A, M, N);\n"
-        f"  at_gemv::gemv_body<{template_args}>(A, x, y, M, N, alpha, beta, partial, counters);\n"
+        + (f"  {before_body}\n" if before_body else "")
+        + f"  at_gemv::gemv_body<{template_args}>(A, x, y, M, N, alpha, beta, partial, counters);\n"
         f"}}\n"
     )
 
