@@ -199,17 +199,10 @@ def gemv(
     beta: float = 0.0,
     *,
     trans: bool = False,
-    static_a: bool = False,
     db: str | None = None,
 ) -> Any:
     """y = alpha*A@x + beta*y (with `trans`, alpha*Aᵀ@x + beta*y) with the tuned kernel for A's shape
-    on this GPU; returns y (`out`).
-
-    `static_a=True` promises that no kernel queued before this call writes A (model weights do not
-    change between calls): the kernel then starts loading A before the kernel before it has finished
-    (results/gemv_static_a_session19_nvidia-h200.json). x, y and out may be written by
-    that kernel as always. Breaking the promise can give a result computed from the old A. No effect
-    on the transposed layout or on GPUs older than sm_90."""
+    on this GPU; returns y (`out`)."""
     from autotune.launch import check_gemv_operands, describe, new_output
 
     a, xv = describe(A, "A"), describe(x, "x")
@@ -221,7 +214,7 @@ def gemv(
         out, y = new_output(a, n if trans else m)
     launcher = _launcher()
     choice = _choose_here(make_problem("gemv", a.dtype, m, n, trans=trans), db)
-    launcher.gemv(choice, a, xv, y, float(alpha), float(beta), static_a=static_a)
+    launcher.gemv(choice, a, xv, y, float(alpha), float(beta))
     return out
 
 

@@ -46,11 +46,6 @@ class BenchRow:
     floor_us: float | None = None
     floor_kernel: str = ""
     bound: float | None = None
-    # The same config launched for a matrix nothing writes meanwhile (ops/gemv_static_a.py: A's first
-    # loads go before the wait for the call before), timed in the same run; None for the transposed GEMV.
-    static_a_us: float | None = None
-    static_a_speedup: float | None = None  # cublas_us / static_a_us
-    static_a_max_error: float | None = None
 
     def set_floor(self, floor: ReadFloor) -> None:
         self.floor_us, self.floor_kernel = floor.us, floor.kernel
@@ -158,18 +153,10 @@ class Bench:
         def ours(i: int) -> None:
             self.launcher.gemv(choice, da[i % copies], dx[i % copies], dy, 1.0, 0.0)
 
-        def ours_static_a(i: int) -> None:
-            self.launcher.gemv(choice, da[i % copies], dx[i % copies], dy, 1.0, 0.0, static_a=True)
-
+        ours(0)
+        torch.cuda.synchronize()
         a64, x64 = (a[0].double().t() if problem.trans else a[0].double()), x[0].double()
-        want, scale = a64 @ x64, a64.abs() @ x64.abs()
-        errors = []
-        for launch in (ours,) if problem.trans else (ours, ours_static_a):
-            y.fill_(float("nan"))
-            launch(0)
-            torch.cuda.synchronize()
-            errors.append(_max_error(y.double(), want, scale))
-        del a64, x64, want, scale
+        max_error = _max_error(y.double(), a64 @ x64, a64.abs() @ x64.abs())
         if problem.trans:  # cuBLAS on the transposed view, both ways torch offers it
             candidates = [
                 lambda i: torch.mv(a[i % copies].t(), x[i % copies], out=y),
@@ -180,12 +167,11 @@ class Bench:
                 lambda i: torch.mv(a[i % copies], x[i % copies], out=y),
                 lambda i: torch.nn.functional.linear(x[i % copies], a[i % copies]),
             ]
-        variants = [ours] if problem.trans else [ours, ours_static_a]
-        samples = self.timer.measure_interleaved([*variants, *candidates], reps=reps)
-        ours_us, *static_us = (statistics.median(s) for s in samples[: len(variants)])
-        cublas_us = min(statistics.median(s) for s in samples[len(variants) :])
+        ours_samples, *cublas_samples = self.timer.measure_interleaved([ours, *candidates], reps=reps)
+        ours_us = statistics.median(ours_samples)
+        cublas_us = min(statistics.median(samples) for samples in cublas_samples)
         moved = gemv.bytes_moved(problem)
-        row = BenchRow(
+        return BenchRow(
             problem.dtype,
             problem.m,
             problem.n,
@@ -195,14 +181,10 @@ class Bench:
             moved / ours_us / 1e3,
             moved / cublas_us / 1e3,
             0.0,
-            errors[0],
+            max_error,
             choice.source,
             ops.in_space_order(choice.problem, choice.config),
         )
-        if static_us:
-            row.static_a_us, row.static_a_max_error = static_us[0], errors[1]
-            row.static_a_speedup = cublas_us / static_us[0]
-        return row
 
     def compare_gemm(self, choice: Choice, reps: int = 7) -> GemmRow:
         """One GEMM timed beside torch.mm (cuBLAS, TF32 off) on the same rotating buffers."""
@@ -264,9 +246,6 @@ def as_json(gpu: str, copy_gbs: float, launch_floor_us: float, rows: list[BenchR
         row.pct_copy = 100.0 * row.ours_gbs / copy_gbs
     report: dict[str, Any] = {"gpu": gpu, "copy_gbs": copy_gbs, "launch_floor_us": launch_floor_us}
     report["geomean_speedup"] = geomean([r.speedup for r in rows])
-    static = [r.static_a_speedup for r in rows if r.static_a_speedup is not None]
-    if static and len(static) == len(rows):
-        report["geomean_speedup_static_a"] = geomean(static)
     bounds = [r.bound for r in rows if r.bound is not None]
     if bounds and len(bounds) == len(rows):
         report["geomean_bound"] = geomean(bounds)

@@ -24,7 +24,7 @@ from autotune.gpu import (
     opt_in_shared,
     programmatic_launch,
 )
-from autotune.ops import gemm, gemv_static_a
+from autotune.ops import gemm
 from autotune.problem import ITEMSIZE, Problem
 from autotune.select import Choice
 from autotune.space import Config, config_key
@@ -126,48 +126,27 @@ class Launcher:
             compiled.cubin, job.name, op.ARG_TYPES, programmatic=programmatic_launch(op, self.gpu)
         )
 
-    def gemv(
-        self,
-        choice: Choice,
-        a: DeviceArray,
-        x: DeviceArray,
-        y: DeviceArray,
-        alpha: float,
-        beta: float,
-        static_a: bool = False,
-    ) -> None:
-        """`static_a`: the caller promises that no kernel that may still run when this call starts
-        writes A (ops/gemv_static_a.py); the transposed layout ignores it."""
+    def gemv(self, choice: Choice, a: DeviceArray, x: DeviceArray, y: DeviceArray, alpha: float, beta: float) -> None:
         problem = choice.problem
         if problem.trans:  # a one-row GEMM: yᵀ = xᵀ A
             self._call(choice, (x.pointer, a.pointer, y.pointer), (1, problem.n, problem.m), alpha, beta)
         else:
-            variant = gemv_static_a if static_a else None
-            self._call(choice, (a.pointer, x.pointer, y.pointer), (problem.m, problem.n), alpha, beta, variant)
+            self._call(choice, (a.pointer, x.pointer, y.pointer), (problem.m, problem.n), alpha, beta)
 
     def gemm(self, choice: Choice, a: DeviceArray, b: DeviceArray, c: DeviceArray, alpha: float, beta: float) -> None:
         problem = choice.problem
         self._call(choice, (a.pointer, b.pointer, c.pointer), (problem.m, problem.n, problem.k), alpha, beta)
 
     def _call(
-        self,
-        choice: Choice,
-        pointers: tuple[int, int, int],
-        sizes: tuple[int, ...],
-        alpha: float,
-        beta: float,
-        variant: Any = None,
+        self, choice: Choice, pointers: tuple[int, int, int], sizes: tuple[int, ...], alpha: float, beta: float
     ) -> None:
-        """Launch the choice; `variant` is an op module that runs the problem's configs in place of
-        its own (the static-A GEMV)."""
         problem, config = choice.problem, choice.config
-        op: Any = variant or ops.for_problem(problem)
+        op: Any = ops.for_problem(problem)
         if any(pointer % 16 for pointer in pointers):
             key = (problem, config_key(config))
             if key not in self._scalar:
                 self._scalar[key] = scalar_loads(problem, config)
-            scalar_op, config = self._scalar[key]
-            op = variant or scalar_op
+            op, config = self._scalar[key]
         geom = op.launch(problem, config, self.gpu.sm_count)
         workspace, counters = self._scratch.for_launch(geom, problem.dtype, sizes, pointers[0], pointers[1])
         function = self._function(op, problem, config)

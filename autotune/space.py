@@ -23,6 +23,9 @@ class Param:
     name: str
     choices: tuple[int, ...]
     compiled: bool = True  # False: a launch parameter that shares one compiled kernel
+    # True: the values name kinds, not sizes or counts (GEMV's prefetch): Space.fit counts any
+    # change of it as one step, where a size moves by octaves.
+    categorical: bool = False
 
 
 @dataclass(frozen=True)
@@ -61,14 +64,16 @@ class Space:
         choices = self.choices()
         if set(config) != set(choices) or any(value not in choices.get(name, ()) for name, value in pinned.items()):
             return None
-        base = {p.name: pinned.get(p.name, _nearest_choice(config[p.name], p.choices)) for p in self.params}
+        base = {p.name: pinned.get(p.name, _nearest_choice(config[p.name], p)) for p in self.params}
         if self.constraint(base) is None:
             return base
         free = [p for p in self.params if p.name not in pinned]
         for changed in (1, 2):
             candidates: list[tuple[float, Config]] = []
             for params in itertools.combinations(free, changed):
-                alternatives = [[(c, _step(base[p.name], c)) for c in p.choices if c != base[p.name]] for p in params]
+                alternatives = [
+                    [(c, _step(base[p.name], c, p)) for c in p.choices if c != base[p.name]] for p in params
+                ]
                 for combo in itertools.product(*alternatives):
                     candidate = {**base, **{p.name: value for p, (value, _) in zip(params, combo, strict=True)}}
                     if self.constraint(candidate) is None:
@@ -89,11 +94,16 @@ class Space:
         return sum(1 for _ in self)
 
 
-def _step(a: int, b: int) -> float:
+def _step(a: int, b: int, param: Param) -> float:
     """How far apart two values of a parameter are, in octaves of value + 1: 4 -> 8 costs about what
-    64 -> 128 does, and a 0/1 switch one (parameters here are sizes, counts and switches)."""
+    64 -> 128 does, and a 0/1 switch one (parameters here are sizes, counts and switches); a change
+    of a categorical parameter costs one."""
+    if param.categorical:
+        return float(a != b)
     return abs(math.log2((a + 1) / (b + 1)))
 
 
-def _nearest_choice(value: int, choices: tuple[int, ...]) -> int:
-    return value if value in choices else min(choices, key=lambda c: (_step(value, c), c))
+def _nearest_choice(value: int, param: Param) -> int:
+    if value in param.choices:
+        return value
+    return min(param.choices, key=lambda c: (_step(value, c, param), c))

@@ -26,6 +26,9 @@ from autotune.worker.client import Worker, WorkerLost
 WARM_START_NEIGHBOURS = 3
 # Best configs of this very problem under an earlier kernel source, measured again first.
 EARLIER_BEST = 3
+# Leaders (of this source, else earlier ones, else another GPU's) whose variants the op names
+# (`leader_variants`: GEMV's other prefetch choices) are measured before the neighbours and seeds.
+VARIED_LEADERS = 3
 
 
 class Progress(Protocol):
@@ -156,6 +159,19 @@ def _other_gpus_best(store: Any, gpu: str, problem: Problem, current: str) -> li
     return configs
 
 
+def _leader_variants(op: Any, problem: Problem, leaders: list[Config], fallback: list[Config]) -> list[Config]:
+    """The op's variants (`leader_variants`) of the problem's first VARIED_LEADERS leaders, or of
+    `fallback` configs where it has fewer; [] for an op without variants."""
+    vary = getattr(op, "leader_variants", None)
+    if vary is None:
+        return []
+    chosen: list[Config] = []
+    for config in [*leaders, *fallback]:
+        if config not in chosen and len(chosen) < VARIED_LEADERS:
+            chosen.append(dict(config))
+    return [variant for config in chosen for variant in vary(problem, config)]
+
+
 def _carried_forward(config: Config, space: Space, default: Config) -> Config:
     """A config measured under an earlier kernel source, restated in today's parameters: a
     parameter added since takes its default value, a parameter dropped since is left out."""
@@ -219,8 +235,10 @@ class Tuner:
             for row in self._store.earlier_best(problem_id, current, EARLIER_BEST)
         ]
         other_gpus = _other_gpus_best(self._store, self.gpu.name, problem, current)
+        leaders = [dict(row.config) for row in measurer.leaders(VARIED_LEADERS)]
+        variants = _leader_variants(op, problem, leaders, [*earlier, *other_gpus])
         neighbours = _neighbour_configs(self._store, self.gpu.name, problem, current)
-        study.warm_start([*first, *earlier, *other_gpus, *neighbours, *known])
+        study.warm_start([*first, *earlier, *other_gpus, *variants, *neighbours, *known])
         self._progress.problem_started(problem, index, total, self._budget.trials)
         if study.result.reused < self._budget.trials:
             try:

@@ -25,7 +25,7 @@
 //
 // Preconditions the tuner's constraints guarantee: VEC > 1 only when N % VEC == 0 and A, x are
 // 16-byte aligned; XSMEM only when the block's x slice fits the dynamic shared memory it is given;
-// PREFETCH only with 16-byte vectors.
+// PREFETCH 1 only with 16-byte vectors.
 #pragma once
 #include "common.cuh"
 
@@ -132,16 +132,44 @@ __device__ __forceinline__ void split_range(long long nvec, long long& v_begin, 
 // after it took 0.5-4% off the configs shipped before for 10 of 11 shapes and made one 21% slower:
 // results/gemv_wait_late_session15_nvidia-h200.txt).
 // Nothing before the wait may read memory the kernel before could still write, with one exception
-// used here: a prefetch into L2 (PREFETCH) of the row segments of the block's first tile. Every write lands in L2, so a line fetched early is never stale; it lets a small
-// matrix's loads find their lines on chip instead of all starting cold. The bulk prefetch needs
-// 16-byte aligned segments whose length is a multiple of 16 bytes: 16-byte vectors give both.
+// used here: a prefetch into L2 (PREFETCH) of the block's first rows. Every write lands in L2, so a
+// line fetched early is never stale, and the first loads find their lines on chip instead of all
+// starting cold after the wait. How much:
+//   PREFETCH 1: the row segments of the block's whole first tile, one bulk prefetch per row. Needs
+//               16-byte aligned segments whose length is a multiple of 16 bytes: 16-byte vectors
+//               give both. Helps matrices of a few MB, costs large ones 2-5 us (session 10).
+//   PREFETCH 2, 3: each thread's first 1 or 2 vectors of each of its rows in that tile (prefetch_row_heads,
+//               below): 4-6% off most shapes of 32 MB and more, 12% slower at 2048^2 (session 19,
+//               results/early_prefetch_session19_nvidia-h200.txt).
 // Launched without the attribute (or on an older GPU, where this compiles to nothing) it changes nothing.
+template <typename T, int BLOCK, int LANES, int VEC, int ROWS, int DEPTH>
+__device__ __forceinline__ void prefetch_row_heads(const T* __restrict__ A, int M, int N) {
+  typedef typename at_common::Raw<VEC * sizeof(T)>::type V;
+  constexpr int ROWS_PER_BLOCK = BLOCK / LANES * ROWS;
+  const int lane = threadIdx.x % LANES;  // the addresses of gemv_body's first tile (see there)
+  const int row0 = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / LANES * ROWS;
+  long long v_begin, v_end;
+  split_range<LANES>(N / VEC, v_begin, v_end);
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    if (row0 + r >= M) break;
+    const V* row = reinterpret_cast<const V*>(A + (size_t)(row0 + r) * N) + v_begin;
+#pragma unroll
+    for (int d = 0; d < DEPTH; ++d) {
+      const long long v = lane + (long long)d * LANES;
+      if (v >= v_end - v_begin) break;
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(row + v) : "memory");
+    }
+  }
+}
+
 template <typename T, int BLOCK, int LANES, int VEC, int ROWS, int PREFETCH>
 __device__ __forceinline__ void programmatic_start(const T* __restrict__ A, int M, int N) {
-  static_assert(!PREFETCH || VEC * sizeof(T) == 16, "bulk prefetches need 16-byte vectors");
+  static_assert(PREFETCH != 1 || VEC * sizeof(T) == 16, "bulk prefetches need 16-byte vectors");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  if (PREFETCH) {
+  if (PREFETCH >= 2) prefetch_row_heads<T, BLOCK, LANES, VEC, ROWS, PREFETCH - 1>(A, M, N);
+  if (PREFETCH == 1) {
     constexpr int ROWS_PER_BLOCK = BLOCK / LANES * ROWS;
     long long v_begin, v_end;
     split_range<LANES>(N / VEC, v_begin, v_end);

@@ -9,10 +9,6 @@ results/gemv_<gpu>.json. scripts/plot_gemv.py draws the plot from that file.
 Beside each shape it also times the read floor of the matrix's size (autotune/floor.py: the fastest
 kernel that only reads that many bytes, launched like our GEMVs) and reports the bound: the speedup
 over cuBLAS a GEMV at the floor would show, and the geometric mean of those bounds (--no-floor skips it).
-
-In the usual layout it also times the same config launched for a matrix nothing writes meanwhile
-(`static_a`, autotune/ops/gemv_static_a.py), in the same interleaved measurement: the `static A`
-columns. Those may go below the read floor, which reads only after the call before has finished.
 """
 
 from __future__ import annotations
@@ -47,7 +43,7 @@ def main() -> int:
     rows = []
     header = (
         f"{'dtype':9} {'M':>7} {'N':>7} {'ours us':>9} {'cuBLAS us':>9} {'speedup':>7} {'GB/s':>6} {'%copy':>6} "
-        f"{'floor us':>8} {'bound':>6} {'static A us':>11} {'speedup':>7} source"
+        f"{'floor us':>8} {'bound':>6} source"
     )
     print(header, flush=True)
     for dtype in args.dtypes:
@@ -58,14 +54,9 @@ def main() -> int:
                 row.set_floor(bench.read_floor(choice.problem.matrix_bytes))
             rows.append(row)
             read_floor = f"{row.floor_us:8.2f} {row.bound:6.2f}" if row.bound is not None else f"{'-':>8} {'-':>6}"
-            static_a = (
-                f"{row.static_a_us:11.2f} {row.static_a_speedup:7.2f}"
-                if row.static_a_us is not None and row.static_a_speedup is not None
-                else f"{'-':>11} {'-':>7}"
-            )
             print(
                 f"{dtype:9} {m:7} {n:7} {row.ours_us:9.2f} {row.cublas_us:9.2f} {row.speedup:7.2f} "
-                f"{row.ours_gbs:6.0f} {100 * row.ours_gbs / copy_gbs:6.1f} {read_floor} {static_a} {row.source}",
+                f"{row.ours_gbs:6.0f} {100 * row.ours_gbs / copy_gbs:6.1f} {read_floor} {row.source}",
                 flush=True,
             )
     report = as_json(gpu, copy_gbs, launch_us, rows)
@@ -74,11 +65,7 @@ def main() -> int:
     path.write_text(json.dumps(report, indent=1) + "\n")
     bound = f"; at the read floor it would be {report['geomean_bound']:.3f}" if "geomean_bound" in report else ""
     worst = min(r.speedup for r in rows)
-    static_a = report.get("geomean_speedup_static_a")
-    static_a_text = f"; with static A {static_a:.3f}" if static_a is not None else ""
-    print(
-        f"wrote {path}: geometric-mean speedup {report['geomean_speedup']:.3f}, worst {worst:.3f}{bound}{static_a_text}"
-    )
+    print(f"wrote {path}: geometric-mean speedup {report['geomean_speedup']:.3f}, worst {worst:.3f}{bound}")
     return 0
 
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from autotune import compiler, ops
+from autotune import compiler
 from autotune.compiler import CompileJob, CompilePool, cache_key, compile_fixed, compile_kernel
 from autotune.dtypes import CUDA_TYPE
 from autotune.errors import AutotuneError
 from autotune.fingerprint import source_hash
 from autotune.floor import VARIANTS
-from autotune.ops import gemv, gemv_static_a
+from autotune.ops import gemv
 from autotune.paths import kernels_dir
 from autotune.problem import Problem
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is no
 
 # One config per family, spread over dtypes, vector widths, load policies, x in shared memory, rows
 # per group (more rows than lanes included), 256 bytes of A in flight per thread, split-K reduced in a
-# cluster, L2 prefetches and loads issued before the FMAs (order=1).
+# cluster, L2 prefetches of all three kinds and loads issued before the FMAs (order=1).
 SAMPLE = [
     ("float32", dict(block=128, lanes=1, vec=1, unroll=1, rows=1, x_smem=0, policy=0)),
     ("float16", dict(block=256, lanes=1, vec=8, unroll=2, rows=2, x_smem=1, policy=1, order=1)),
@@ -43,6 +43,10 @@ SAMPLE = [
     ("float16", dict(block=512, lanes=4, vec=8, unroll=1, rows=8, x_smem=0, policy=0, cluster=2, split=2)),
     ("bfloat16", dict(block=128, lanes=128, vec=8, unroll=4, rows=2, x_smem=0, policy=1, prefetch=1, order=1)),
     ("float32", dict(block=64, lanes=4, vec=4, unroll=1, rows=8, x_smem=0, policy=2, prefetch=1, cluster=4, split=4)),
+    # Per-thread L2 prefetches of each row's first 1 or 2 vectors, with narrow and wide loads.
+    ("float16", dict(block=128, lanes=128, vec=8, unroll=4, rows=2, x_smem=0, policy=1, prefetch=2, order=1)),
+    ("bfloat16", dict(block=256, lanes=32, vec=2, unroll=2, rows=4, x_smem=1, policy=0, prefetch=3)),
+    ("float32", dict(block=64, lanes=1, vec=1, unroll=1, rows=1, x_smem=0, policy=2, prefetch=3)),
 ]
 
 
@@ -68,26 +72,6 @@ def test_every_family_compiles_for_sm_90(tmp_path: Path) -> None:
     for result in results:
         assert result.cubin is not None and result.cubin.read_bytes()[:4] == b"\x7fELF"
         assert result.job.name.encode() in result.cubin.read_bytes()
-
-
-def test_every_family_compiles_as_static_a_for_sm_90(tmp_path: Path) -> None:
-    """The static-A variant (ops/gemv_static_a.py) of every sample: gemv.cu's instance, one line
-    longer (its first step of A prefetched into L1 before the wait), under its own name."""
-    jobs = []
-    for dtype, compiled in SAMPLE:
-        plain = _job(dtype, compiled)
-        problem = Problem("gemv", dtype, 4096, 8192)
-        config = {"cluster": 1, "split": 1, "persist": 0, "prefetch": 0, "order": 0, **compiled}
-        job = ops.compile_job(problem, config, "sm_90", gemv_static_a)
-        assert job.source.count("\n") == plain.source.count("\n") + 1 and "prefetch_first_step<" in job.source
-        assert job.name.startswith("gemv_static_a_") and job.name != plain.name
-        jobs.append(job)
-    with CompilePool(cache_dir=tmp_path) as pool:
-        results = [f.result() for f in [pool.submit(job) for job in jobs]]
-    failures = [r.message for r in results if not r.ok]
-    assert not failures, failures[0]
-    for result in results:
-        assert result.cubin is not None and result.job.name.encode() in result.cubin.read_bytes()
 
 
 def test_support_kernels_compile(tmp_path: Path) -> None:

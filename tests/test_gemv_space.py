@@ -125,13 +125,35 @@ def test_every_instance_waits_for_its_predecessor_first() -> None:
     assert gemv.kernel_name(problem, config) != gemv.kernel_name(problem, dict(config, prefetch=0))
 
 
-def test_prefetch_needs_16_byte_vectors() -> None:
+def test_the_bulk_prefetch_needs_16_byte_vectors_and_the_per_thread_ones_do_not() -> None:
     space = gemv.space(_problem(4096, 8192))
     assert space.check(dict(gemv.DEFAULT_CONFIG, vec=8, prefetch=1)) is None
     assert "16-byte vectors" in (space.check(dict(gemv.DEFAULT_CONFIG, vec=4, prefetch=1)) or "")
     assert space.check(dict(gemv.DEFAULT_CONFIG, vec=4, prefetch=1)) is not None
     f32 = gemv.space(_problem(4096, 8192, "float32"))
     assert f32.check(dict(gemv.DEFAULT_CONFIG, vec=4, prefetch=1)) is None
+    odd = gemv.space(_problem(1001, 999))  # scalar loads only
+    for prefetch in (2, 3):
+        assert odd.check(dict(gemv.DEFAULT_CONFIG, prefetch=prefetch)) is None
+        source = gemv.kernel_source(_problem(1001, 999), dict(gemv.DEFAULT_CONFIG, prefetch=prefetch))
+        assert f"programmatic_start<__half, 128, 32, 1, 1, {prefetch}>" in source
+
+
+def test_leader_variants_are_the_same_tiling_with_every_other_prefetch() -> None:
+    problem = _problem(4096, 8192)
+    leader = dict(gemv.DEFAULT_CONFIG, vec=8, lanes=128, rows=2, policy=1, order=1)
+    variants = gemv.leader_variants(problem, leader)
+    assert variants == [{**leader, "prefetch": p} for p in (1, 2, 3)]
+    # Scalar loads: the bulk prefetch is out, the per-thread ones stay.
+    scalar = dict(gemv.DEFAULT_CONFIG, prefetch=2)
+    assert gemv.leader_variants(_problem(1001, 999), scalar) == [{**scalar, "prefetch": p} for p in (0, 3)]
+
+
+def test_fitting_treats_prefetch_as_a_kind_not_a_size() -> None:
+    """Space.fit moves a config that loses its 16-byte loads off the bulk prefetch to none (the
+    smaller of the choices one change away), not to the per-thread prefetch because 2 is near 1."""
+    tuned = dict(gemv.DEFAULT_CONFIG, vec=8, lanes=128, rows=2, prefetch=1)
+    assert gemv.space(_problem(1001, 999)).fit(tuned) == {**tuned, "vec": 1, "prefetch": 0}
 
 
 def test_reference_matches_numpy() -> None:

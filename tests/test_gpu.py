@@ -45,6 +45,10 @@ FAMILY_CONFIGS = [
     _config(block=128, lanes=64, vec=8, unroll=8, rows=2, policy=1, order=1),  # 256 bytes of A in flight
     _config(block=128, lanes=64, vec=8, unroll=2, rows=2, policy=1, split=8, cluster=8, prefetch=1, order=1),
     _config(block=512, lanes=512, vec=8, unroll=1, rows=1, x_smem=1, policy=1, split=8, prefetch=1),
+    # Each thread's first 1 or 2 vectors of each row prefetched into L2 (any vector width).
+    _config(block=128, lanes=128, vec=8, unroll=4, rows=2, policy=1, prefetch=2, order=1),
+    _config(block=256, lanes=8, vec=2, unroll=2, rows=4, policy=0, split=4, cluster=4, prefetch=3),
+    _config(block=64, lanes=1, vec=1, unroll=2, rows=2, x_smem=1, prefetch=3, persist=1),
 ]
 
 
@@ -157,6 +161,8 @@ CHAIN_CONFIGS = [
     _config(block=128, lanes=128, vec=4, unroll=4, rows=2, policy=1, prefetch=1, order=1),
     _config(block=64, lanes=64, vec=4, unroll=2, rows=2, x_smem=1, policy=1, split=4, persist=4, prefetch=1),
     _config(block=128, lanes=64, vec=4, unroll=2, rows=2, policy=1, split=4, cluster=4, order=1),
+    _config(block=128, lanes=128, vec=4, unroll=4, rows=2, policy=1, prefetch=2, order=1),
+    _config(block=64, lanes=64, vec=4, unroll=2, rows=2, policy=1, split=4, persist=4, prefetch=3),
 ]
 
 
@@ -248,7 +254,7 @@ def _launcher() -> Any:
     return Launcher()  # the primary context, which torch uses too
 
 
-def _run_and_check(problem: Problem, config: dict[str, int], a: Any, x: Any, static_a: bool = False) -> None:
+def _run_and_check(problem: Problem, config: dict[str, int], a: Any, x: Any) -> None:
     import torch
 
     from autotune.launch import describe
@@ -257,7 +263,7 @@ def _run_and_check(problem: Problem, config: dict[str, int], a: Any, x: Any, sta
     launcher = _launcher()
     y = torch.full((problem.m,), float("nan"), device="cuda", dtype=a.dtype)
     choice = Choice(problem, launcher.gpu.name, config, "estimate")
-    launcher.gemv(choice, describe(a, "A"), describe(x, "x"), describe(y, "y"), 1.0, 0.0, static_a=static_a)
+    launcher.gemv(choice, describe(a, "A"), describe(x, "x"), describe(y, "y"), 1.0, 0.0)
     want = a.double() @ x.double()
     scale = (a.double().abs() @ x.double().abs()).max().item()
     assert torch.isfinite(y).all(), config
@@ -291,44 +297,3 @@ def test_unaligned_views_run_the_tuned_config_with_scalar_loads(dtype: str) -> N
     _, scalar = scalar_loads(problem, config)
     assert scalar == {**config, "vec": 1, "prefetch": 0}
     _run_and_check(problem, config, *_torch_operands(dtype, 1024, 1024, offset=1))
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
-def test_every_family_is_correct_with_a_static_matrix(shape: tuple[int, int], dtype: str) -> None:
-    """The static-A variant (ops/gemv_static_a.py: A's first step prefetched into L1 before the wait)
-    of every family config, on fresh data with y poisoned."""
-    problem = Problem("gemv", dtype, *shape)
-    configs = [c for c in (_fit(problem, c) for c in FAMILY_CONFIGS) if c is not None]
-    a, x = _torch_operands(dtype, *shape)
-    for config in configs:
-        _run_and_check(problem, config, a, x, static_a=True)
-
-
-@pytest.mark.parametrize("config", CHAIN_CONFIGS, ids=lambda c: f"split{c['split']}-prefetch{c['prefetch']}")
-def test_a_chain_with_a_static_matrix_reads_the_x_the_call_before_wrote(config: dict[str, int]) -> None:
-    """v <- A v, 32 times with one A, queued without a sync, launched with static_a: A is read before
-    each call waits for the one before, x only after. Reading x early gives NaN (the vectors start
-    poisoned) or stale values."""
-    torch = pytest.importorskip("torch")
-    from autotune.launch import describe
-    from autotune.select import Choice
-
-    n, steps = 2048, 32
-    generator = torch.Generator(device="cuda").manual_seed(11)
-    a = (torch.rand(n, n, device="cuda", generator=generator, dtype=torch.float64) * 2 - 1) * (3.0 / n) ** 0.5
-    vectors = [torch.rand(n, device="cuda", generator=generator, dtype=torch.float64) * 2 - 1]
-    vectors += [torch.full((n,), float("nan"), device="cuda", dtype=torch.float64) for _ in range(steps)]
-    a32, v32 = a.float(), [v.float() for v in vectors]
-    launcher = _launcher()
-    problem = Problem("gemv", "float32", n, n)
-    choice = Choice(problem, launcher.gpu.name, config, "measured")
-    for k in range(steps):
-        x, y = describe(v32[k], "x"), describe(v32[k + 1], "y")
-        launcher.gemv(choice, describe(a32, "A"), x, y, 1.0, 0.0, static_a=True)
-    want = v32[0].double()
-    for _ in range(steps):
-        want = a32.double() @ want
-    got = v32[-1].double()
-    assert torch.isfinite(got).all()
-    assert (got - want).norm().item() <= 1e-4 * want.norm().item()

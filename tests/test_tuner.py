@@ -265,7 +265,7 @@ def test_the_reported_best_is_the_fastest_ok_row(store: Store) -> None:
 
 
 def test_warm_start_measures_the_nearest_best_first(store: Store) -> None:
-    tune(store, FakeWorker(), 20)
+    tune(store, FakeWorker(), 20, seed=2)  # a random search whose best NEARBY also allows (seed 1's has split=16)
     best = store.best(H200.name, SHAPE, source_hash(SHAPE))
     assert best is not None and gemv.space(NEARBY).check(best.config) is None
     worker = FakeWorker()
@@ -420,6 +420,18 @@ def test_a_re_sweep_after_a_kernel_edit_measures_the_earlier_best_first(
     tune(store, worker, 3, SHAPE)
     # The old best restated (the added parameter at its default, `retired` gone), then the next best.
     assert worker.measured[:2] == [first, second]
+
+
+def test_a_re_sweep_measures_the_leaders_other_prefetch_choices_first(store: Store) -> None:
+    before = FakeWorker()
+    tune(store, before, 12, SHAPE, seed=2)
+    best = store.best(H200.name, SHAPE, source_hash(SHAPE))
+    assert best is not None
+    expected = [v for v in gemv.leader_variants(SHAPE, best.config) if v not in before.measured]
+    assert len(expected) >= 2
+    worker = FakeWorker()
+    tune(store, worker, 12 + len(expected), SHAPE, seed=3)
+    assert worker.measured == expected
 
 
 def test_warm_start_borrows_the_same_shape_in_another_dtype(store: Store) -> None:

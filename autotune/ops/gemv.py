@@ -106,8 +106,8 @@ def space(problem: Problem) -> Space:
         x_bytes = _per_split_vectors(problem, c) * c["vec"] * itemsize if c["x_smem"] else 0
         if x_bytes + _cluster_sum_bytes(c) > MAX_SHARED_BYTES:
             return "x slice and cluster sums do not fit 48 KiB of shared memory"
-        if c["prefetch"] and c["vec"] * itemsize != 16:
-            return "prefetch needs 16-byte vectors (bulk L2 prefetches of whole row segments)"
+        if c["prefetch"] == 1 and c["vec"] * itemsize != 16:
+            return "prefetch=1 needs 16-byte vectors (bulk L2 prefetches of whole row segments)"
         if c["order"] and c["unroll"] * c["rows"] == 1:
             return "order=1 orders the loads of a step: it needs unroll or rows above 1"
         return None
@@ -124,7 +124,9 @@ def space(problem: Problem) -> Space:
             Param("cluster", cluster_choices()),
             Param("split", _SPLITS, compiled=False),
             Param("persist", (0, 1, 2, 4), compiled=False),
-            Param("prefetch", (0, 1)),
+            # L2 prefetches before the wait for the kernel before (gemv.cu: programmatic_start):
+            # none, the block's whole first tile, or each thread's first 1 or 2 vectors of each row.
+            Param("prefetch", (0, 1, 2, 3), categorical=True),
             Param("order", (0, 1)),
         ),
         constraint=constraint,
@@ -192,6 +194,16 @@ def seed_configs(problem: Problem) -> list[Config]:
     return seeds
 
 
+def leader_variants(problem: Problem, config: Mapping[str, int]) -> list[Config]:
+    """Configs a sweep measures early beside a leader of the problem: its tiling with every other
+    prefetch the space allows. How much of the matrix to prefetch before the wait barely depends on
+    the tiling, and a sampler reaches the right value late: under their shipped tilings, one vector
+    a row took 4-6% off most shapes of 32 MB and more (results/early_prefetch_session19_nvidia-h200.txt)."""
+    check = space(problem).check
+    variants = [{**config, "prefetch": value} for value in (0, 1, 2, 3) if value != config["prefetch"]]
+    return [variant for variant in variants if check(variant) is None]
+
+
 def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
     c = config
     return (
@@ -202,12 +214,6 @@ def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
 
 def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
     """A translation unit with one extern "C" instance of the template (a stable, unmangled name)."""
-    return instance_source(problem, config, KERNEL_FILE, kernel_name(problem, config))
-
-
-def instance_source(problem: Problem, config: Mapping[str, int], file: str, name: str, before_body: str = "") -> str:
-    """The instance of `config` from kernels/`file`, named `name`; `before_body` is a statement run
-    between programmatic_start and gemv_body (gemv_static_a.py's prefetch)."""
     c = config
     t = CUDA_TYPE[problem.dtype]
     template_args = (
@@ -216,13 +222,12 @@ def instance_source(problem: Problem, config: Mapping[str, int], file: str, name
     )
     start_args = f"{t}, {c['block']}, {c['lanes']}, {c['vec']}, {c['rows']}, {c['prefetch']}"
     return (
-        f'#include "{file}"\n'
+        f'#include "{KERNEL_FILE}"\n'
         f'extern "C" __global__ void {cluster_declaration(c["cluster"])}__launch_bounds__({c["block"]})\n'
-        f"{name}(const {t}* A, const {t}* x, {t}* y, int M, int N,\n"
+        f"{kernel_name(problem, config)}(const {t}* A, const {t}* x, {t}* y, int M, int N,\n"
         f"    float alpha, float beta, float* partial, unsigned int* counters) {{\n"
         f"  at_gemv::programmatic_start<{start_args}>(A, M, N);\n"
-        + (f"  {before_body}\n" if before_body else "")
-        + f"  at_gemv::gemv_body<{template_args}>(A, x, y, M, N, alpha, beta, partial, counters);\n"
+        f"  at_gemv::gemv_body<{template_args}>(A, x, y, M, N, alpha, beta, partial, counters);\n"
         f"}}\n"
     )
 
