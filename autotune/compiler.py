@@ -59,7 +59,8 @@ def cubin_cache_dir() -> Path:
     return cache_home() / "cubins"
 
 
-def nvcc_command(job: CompileJob, source_file: Path, output: Path) -> list[str]:
+def nvcc_command(job: CompileJob, source_file: Path, output: Path, kernels: Path | None = None) -> list[str]:
+    """nvcc's command line for `job`; `kernels` stands in for kernels/ as the include folder."""
     nvcc = shutil.which("nvcc") or "nvcc"
     return [
         nvcc,
@@ -67,7 +68,7 @@ def nvcc_command(job: CompileJob, source_file: Path, output: Path) -> list[str]:
         f"-arch={job.arch}",
         *NVCC_OPTIONS,
         "-I",
-        str(kernels_dir()),
+        str(kernels or kernels_dir()),
         "-o",
         str(output),
         str(source_file),

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 from dataclasses import asdict, dataclass
 from importlib import metadata
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.paths import kernels_dir
@@ -91,15 +92,16 @@ _LOCAL_INCLUDE = re.compile(rb'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 
 
 @functools.cache
-def file_hash(name: str) -> str:
+def file_hash(name: str, directory: Path | None = None) -> str:
     """Hash of one file of kernels/ (its name included: the same text in another file is another
     kernel) and of the kernels/ files it includes with quotes, so an edit to a shared header stales
-    every family that uses it. A file without such includes hashes as its name and text alone."""
-    path = kernels_dir() / name
+    every family that uses it. A file without such includes hashes as its name and text alone.
+    `directory` stands in for kernels/ (another revision's, scripts/rehash_records.py)."""
+    path = (directory or kernels_dir()) / name
     text = path.read_bytes()
     digest = hashlib.sha256(path.name.encode() + b"\0" + text)
     for include in _LOCAL_INCLUDE.findall(text):
-        digest.update(b"\0" + file_hash(include.decode()).encode())
+        digest.update(b"\0" + file_hash(include.decode(), directory).encode())
     return digest.hexdigest()[:16]
 
 
