@@ -2,7 +2,7 @@
 
 A GEMV must read its whole matrix, so no GEMV config can beat the fastest kernel that only reads
 that many bytes. Benchmarks time the read kernels of kernels/read_floor.cu over a grid of block
-sizes, loads per thread and L2 prefetch, the way they time a GEMV (launched back to back, with
+sizes, loads per thread and L2 prefetches before the wait, the way they time a GEMV (launched back to back, with
 programmatic dependent launch on sm_90+, on buffers rotating beyond the L2), and keep the fastest.
 Set beside cuBLAS, it bounds the speedup any GEMV kernel could reach on that shape.
 """
@@ -25,28 +25,34 @@ ARG_TYPES = "PQPi"  # words, word count, out (2 x uint32), check
 
 @dataclass(frozen=True)
 class ReadKernel:
-    """One variant of the read kernel: its launch shape and whether it prefetches into L2."""
+    """One variant of the read kernel: its launch shape and what it prefetches into L2 before the
+    wait (PREFETCH_KINDS, as the GEMV's `prefetch`)."""
 
     loads: int
     threads: int
-    prefetch: bool
+    prefetch: int
 
     @property
     def name(self) -> str:
-        return f"at_read_l{self.loads}_p{int(self.prefetch)}"
+        return f"at_read_l{self.loads}_p{self.prefetch}"
 
     def blocks(self, words: int) -> int:
         return max(1, math.ceil(words / (self.threads * self.loads)))
 
     def describe(self) -> str:
-        return f"{self.threads} threads x {self.loads} loads{', L2 prefetch' if self.prefetch else ''}"
+        kind = PREFETCH_KINDS[self.prefetch]
+        return f"{self.threads} threads x {self.loads} loads{', L2 prefetch of ' + kind if kind else ''}"
 
+
+# What each read kernel prefetches into L2 before its wait (kernels/read_floor.cu): as GEMVs may
+# since session 19, each thread's first words too, so that a GEMV doing so cannot pass the floor.
+PREFETCH_KINDS = ("", "the block's chunk", "each thread's first word", "each thread's first 2 words")
 
 VARIANTS = tuple(
     ReadKernel(loads, threads, prefetch)
     for threads in THREADS_PER_BLOCK
     for loads in LOADS_PER_THREAD
-    for prefetch in (False, True)
+    for prefetch in range(len(PREFETCH_KINDS))
 )
 
 

@@ -2,8 +2,9 @@
 // else. A GEMV must read its whole matrix, so the fastest of these for a matrix's size bounds what any
 // GEMV config can take (autotune/bench.py: Bench.read_floor). They start like every tuned GEMV
 // (kernels/gemv.cu: programmatic_start), so that launched back to back with programmatic dependent
-// launch they overlap the call before alike, and optionally prefetch their chunk into L2 before the
-// wait, as the GEMV's `prefetch` does.
+// launch they overlap the call before alike, and optionally prefetch into L2 before the wait, as the
+// GEMV's `prefetch` does: PREFETCH 1 the block's whole chunk (one bulk prefetch), 2 and 3 each
+// thread's first 1 or 2 words.
 //
 // Block b reads the LOADS * blockDim.x 16-byte words from b * LOADS * blockDim.x on, every load of a
 // thread issued before any is used, with streaming hints (the matrix is read once). The words are
@@ -12,13 +13,20 @@
 // otherwise a thread writes out[1] only when its XOR has one value.
 #include <stdint.h>
 
-template <int LOADS, bool PREFETCH>
+template <int LOADS, int PREFETCH>
 __device__ __forceinline__ void at_read_words(const uint4* __restrict__ words, unsigned long long count,
                                               unsigned int* __restrict__ out, int check) {
   const unsigned long long base = (unsigned long long)blockIdx.x * blockDim.x * LOADS;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  if (PREFETCH && threadIdx.x == 0 && base < count) {
+  // PREFETCH 2, 3: each thread's first PREFETCH - 1 words (no more than it loads).
+  constexpr int HEADS = PREFETCH < 2 ? 0 : (PREFETCH - 1 < LOADS ? PREFETCH - 1 : LOADS);
+#pragma unroll
+  for (int u = 0; u < HEADS; ++u) {
+    const unsigned long long i = base + (unsigned long long)u * blockDim.x + threadIdx.x;
+    if (i < count) asm volatile("prefetch.global.L2 [%0];" ::"l"(words + i) : "memory");
+  }
+  if (PREFETCH == 1 && threadIdx.x == 0 && base < count) {
     const unsigned long long chunk = (unsigned long long)blockDim.x * LOADS;
     const unsigned long long in_chunk = count - base < chunk ? count - base : chunk;
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(words + base), "r"((unsigned)(in_chunk * 16))
@@ -55,9 +63,17 @@ __device__ __forceinline__ void at_read_words(const uint4* __restrict__ words, u
 
 AT_READ_FLOOR(1, 0)
 AT_READ_FLOOR(1, 1)
+AT_READ_FLOOR(1, 2)
+AT_READ_FLOOR(1, 3)
 AT_READ_FLOOR(2, 0)
 AT_READ_FLOOR(2, 1)
+AT_READ_FLOOR(2, 2)
+AT_READ_FLOOR(2, 3)
 AT_READ_FLOOR(4, 0)
 AT_READ_FLOOR(4, 1)
+AT_READ_FLOOR(4, 2)
+AT_READ_FLOOR(4, 3)
 AT_READ_FLOOR(8, 0)
 AT_READ_FLOOR(8, 1)
+AT_READ_FLOOR(8, 2)
+AT_READ_FLOOR(8, 3)

@@ -18,7 +18,7 @@ def test_every_variant_is_a_kernel_of_the_source() -> None:
     pairs = re.findall(r"^AT_READ_FLOOR\((\d+), (\d)\)", source, re.M)
     defined = {f"at_read_l{loads}_p{prefetch}" for loads, prefetch in pairs}
     assert {v.name for v in VARIANTS} == defined
-    assert len(set(VARIANTS)) == len(VARIANTS) == 24
+    assert len(set(VARIANTS)) == len(VARIANTS) == 48
 
 
 @pytest.mark.parametrize("nbytes", [1, 16, 17, 2**21, 3 * 2**20 + 48, 2004 * 2**20])
@@ -36,8 +36,9 @@ def test_a_size_that_is_no_size_is_refused() -> None:
 
 
 def test_variants_describe_themselves() -> None:
-    assert ReadKernel(4, 256, True).describe() == "256 threads x 4 loads, L2 prefetch"
-    assert ReadKernel(1, 128, False).describe() == "128 threads x 1 loads"
+    assert ReadKernel(4, 256, 1).describe() == "256 threads x 4 loads, L2 prefetch of the block's chunk"
+    assert ReadKernel(2, 512, 3).describe() == "512 threads x 2 loads, L2 prefetch of each thread's first 2 words"
+    assert ReadKernel(1, 128, 0).describe() == "128 threads x 1 loads"
 
 
 def _row(ours_us: float, cublas_us: float) -> BenchRow:
