@@ -36,6 +36,7 @@ from autotune.compiler import CompileJob, nvcc_command
 from autotune.fingerprint import file_hash
 from autotune.paths import db_dir
 from autotune.problem import Problem
+from autotune.store.records import write_lines
 
 
 def kernels_at(revision: str, into: Path) -> Path:
@@ -61,7 +62,8 @@ def cubin(job: CompileJob, kernels: Path | None, work: Path) -> bytes:
 
 
 def problem_of(line: dict[str, Any]) -> Problem:
-    return Problem(line["op"], line["dtype"], line["m"], line["n"], line["k"], line.get("trans", False))
+    # Records written before GEMM and the transposed GEMV carry neither k nor trans (as on import).
+    return Problem(line["op"], line["dtype"], line["m"], line["n"], line.get("k", 0), line.get("trans", False))
 
 
 def main() -> int:
@@ -111,8 +113,7 @@ def main() -> int:
         print(f"  {what}: {count}")
     if args.write:
         for path in {path for path, _ in to_check}:
-            text = "".join(json.dumps(line, sort_keys=True, allow_nan=False) + "\n" for line in parsed[path])
-            path.write_text(text)
+            write_lines(path, parsed[path])
         print("records rewritten")
     return 0
 

@@ -199,9 +199,10 @@ def leader_variants(problem: Problem, config: Mapping[str, int]) -> list[Config]
     prefetch the space allows. How much of the matrix to prefetch before the wait barely depends on
     the tiling, and a sampler reaches the right value late: under their shipped tilings, one vector
     a row took 4-6% off most shapes of 32 MB and more (results/early_prefetch_session19_nvidia-h200.txt)."""
-    check = space(problem).check
-    variants = [{**config, "prefetch": value} for value in (0, 1, 2, 3) if value != config["prefetch"]]
-    return [variant for variant in variants if check(variant) is None]
+    problem_space = space(problem)
+    others = [value for value in problem_space.choices()["prefetch"] if value != config["prefetch"]]
+    variants = [{**config, "prefetch": value} for value in others]
+    return [variant for variant in variants if problem_space.check(variant) is None]
 
 
 def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:

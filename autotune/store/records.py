@@ -141,9 +141,14 @@ def export_records(
         else:
             ranked = ranked_ok(session, filters, source_hash, top=top)
             lines += [_trial_line(problem, trial) for problem, trial in ranked]
-    text = "".join(json.dumps(line, sort_keys=True, allow_nan=False) + "\n" for line in lines)
-    _write_atomically(path, text)
+    write_lines(path, lines)
     return len(lines) - 1
+
+
+def write_lines(path: Path, lines: list[dict[str, Any]]) -> None:
+    """A records file as export_records writes it: one JSON object a line, keys sorted, written
+    atomically (scripts/rehash_records.py rewrites shipped files through it too)."""
+    _write_atomically(path, "".join(json.dumps(line, sort_keys=True, allow_nan=False) + "\n" for line in lines))
 
 
 # --- parsing -------------------------------------------------------------------------------------
