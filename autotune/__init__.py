@@ -3,9 +3,9 @@
 `import autotune` needs neither PyCUDA nor a GPU; only tuning and launching do.
 """
 
-from autotune.api import best, gemm, gemv, store, sweep
+from autotune.api import best, gemm, gemv, store, sweep, warmup
 from autotune.errors import AutotuneError
 from autotune.select import Choice
 
-__all__ = ["AutotuneError", "Choice", "best", "gemm", "gemv", "store", "sweep"]
+__all__ = ["AutotuneError", "Choice", "best", "gemm", "gemv", "store", "sweep", "warmup"]
 __version__ = "0.1.0"

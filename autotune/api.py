@@ -184,11 +184,23 @@ def sweep(
     return report
 
 
-@functools.cache
-def _launcher() -> Any:
-    from autotune.launch import Launcher
+_RUNTIME: Any = None
 
-    return Launcher()
+
+def _runtime() -> Any:
+    """The launch path's per-process state (autotune/runtime), made on the first call."""
+    global _RUNTIME
+    if _RUNTIME is None:
+        from autotune.runtime.launcher import Runtime
+
+        _RUNTIME = Runtime(_choose_on)
+    return _RUNTIME
+
+
+def _choose_on(problem: Problem, device: Any, db: str | None) -> Choice:
+    """The config for `problem` on the GPU the operands live on."""
+    gpu = device.gpu
+    return _selector(db).choose(problem, gpu.name, gpu.driver, gpu.cuda)
 
 
 def gemv(
@@ -199,45 +211,48 @@ def gemv(
     beta: float = 0.0,
     *,
     trans: bool = False,
+    stream: Any = None,
     db: str | None = None,
 ) -> Any:
     """y = alpha*A@x + beta*y (with `trans`, alpha*Aᵀ@x + beta*y) with the tuned kernel for A's shape
-    on this GPU; returns y (`out`)."""
-    from autotune.launch import check_gemv_operands, describe, new_output
-
-    a, xv = describe(A, "A"), describe(x, "x")
-    y = describe(out, "out") if out is not None else None
-    m, n = check_gemv_operands(a, xv, y, trans)
-    if y is None:
-        if beta != 0.0:
-            raise AutotuneError("beta != 0 reads y: pass it as out=")
-        out, y = new_output(a, n if trans else m)
-    launcher = _launcher()
-    choice = _choose_here(make_problem("gemv", a.dtype, m, n, trans=trans), db)
-    launcher.gemv(choice, a, xv, y, float(alpha), float(beta))
-    return out
+    on A's GPU; returns y (`out`, or a new array). Runs on `stream` (an integer handle, a torch, cupy
+    or PyCUDA stream), by default the caller's current stream (torch's or cupy's), also while it
+    captures a CUDA graph."""
+    return (_RUNTIME or _runtime()).gemv(A, x, out, alpha, beta, trans, stream, db)
 
 
-def gemm(A: Any, B: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0, *, db: str | None = None) -> Any:
-    """C = alpha*A@B + beta*C (row-major) with the tuned kernel for this shape on this GPU; returns C (`out`)."""
-    from autotune.launch import check_gemm_operands, describe, new_output
-
-    a, b = describe(A, "A"), describe(B, "B")
-    c = describe(out, "out") if out is not None else None
-    m, n, k = check_gemm_operands(a, b, c)
-    if c is None:
-        if beta != 0.0:
-            raise AutotuneError("beta != 0 reads C: pass it as out=")
-        out, c = new_output(a, m, n)
-    choice = _choose_here(make_problem("gemm", a.dtype, m, n, k), db)
-    _launcher().gemm(choice, a, b, c, float(alpha), float(beta))
-    return out
+def gemm(
+    A: Any, B: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0, *, stream: Any = None, db: str | None = None
+) -> Any:
+    """C = alpha*A@B + beta*C (row-major) with the tuned kernel for this shape on A's GPU; returns C
+    (`out`, or a new array). Streams and graphs as for gemv()."""
+    return (_RUNTIME or _runtime()).gemm(A, B, out, alpha, beta, stream, db)
 
 
-def _choose_here(problem: Problem, db: str | None) -> Choice:
-    """The config for `problem` on the GPU of this process."""
-    gpu = _launcher().gpu
-    return _selector(db).choose(problem, gpu.name, gpu.driver, gpu.cuda)
+def warmup(
+    gemv: Sequence[tuple[Any, ...]] = (),
+    gemm: Sequence[tuple[Any, ...]] = (),
+    *,
+    trans: bool = False,
+    problems: Sequence[Problem] = (),
+    device: int = 0,
+    captures: int = 1,
+    db: str | None = None,
+) -> None:
+    """Make later calls cheap and safe to capture into CUDA graphs: for each `gemv` (A, x) and `gemm`
+    (A, B) pair, select the config, compile and load its kernel, run it once on the current stream
+    (into a new output) and set aside split-K scratch for `captures` graph captures; for each of
+    `problems`, select, compile and load on GPU `device`. Call it before capturing."""
+    runtime = _RUNTIME or _runtime()
+    for pair in gemv:
+        runtime.gemv(*pair[:2], None, 1.0, 0.0, trans, None, db)
+    for pair in gemm:
+        runtime.gemm(*pair[:2], None, 1.0, 0.0, None, db)
+    for problem in problems:
+        target = runtime.device(device)
+        runtime.warmup_scratch(_choose_on(problem, target, db), target, captures)
+    for signature in runtime.signatures():
+        runtime.warmup_scratch(signature.choice, signature.device, captures)
 
 
 def _filters(op: str | None, dtype: str | None) -> tuple[str | None, str | None]:
@@ -295,9 +310,7 @@ def bench(
     from autotune.bench import Bench
 
     runner = Bench()
-    choice = _selector(db).choose(
-        problem, runner.launcher.gpu.name, runner.launcher.gpu.driver, runner.launcher.gpu.cuda
-    )
+    choice = _choose_on(problem, runner.device, db)
     if problem.op == "gemm":
         return runner.compare_gemm(choice), runner.copy_gbs(), choice
     row = runner.compare(choice)

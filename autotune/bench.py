@@ -18,9 +18,10 @@ from typing import Any
 from autotune import ops
 from autotune.errors import AutotuneError
 from autotune.floor import VARIANTS, ReadKernel, ReadKernels, words_for
-from autotune.launch import Launcher, describe
 from autotune.ops import gemm, gemv
 from autotune.problem import ITEMSIZE, Problem
+from autotune.runtime.launcher import ChoiceLauncher
+from autotune.runtime.operands import describe
 from autotune.select import Choice
 
 ROTATION_BYTES_PER_L2 = 4
@@ -90,9 +91,12 @@ class Bench:
         self.torch.cuda.init()
         # cuBLAS float32 GEMM is compared in true float32, as our CUDA-core kernels compute it.
         self.torch.backends.cuda.matmul.allow_tf32 = False
-        self.launcher = Launcher()  # after torch: both use the primary context
+        self.launcher = ChoiceLauncher()  # after torch: both use the primary context
+        self.device = self.launcher.device
         from autotune.compiler import compile_support
-        from autotune.gpu import Kernels
+        from autotune.gpu import Kernels, context
+
+        context()  # PyCUDA's timer and read kernels load into the primary context too
         from autotune.worker.timing import Timer
 
         self.kernels = Kernels()

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import struct
 from typing import Any
 
-# cuda.h (CUDA 12 and 13): CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION.
-_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+from autotune.runtime.driver import LaunchConfig, programmatic_attribute
+
 _CTYPES: dict[str, Any] = {
     "P": ctypes.c_uint64,
     "Q": ctypes.c_uint64,
@@ -29,35 +28,6 @@ _CTYPES: dict[str, Any] = {
     "f": ctypes.c_float,
     "d": ctypes.c_double,
 }
-
-
-class LaunchAttribute(ctypes.Structure):
-    """CUlaunchAttribute: an id, padding to 8 bytes, a 64-byte union of values."""
-
-    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_char * 64)]
-
-
-class LaunchConfig(ctypes.Structure):
-    """CUlaunchConfig."""
-
-    _fields_ = [
-        ("grid_x", ctypes.c_uint),
-        ("grid_y", ctypes.c_uint),
-        ("grid_z", ctypes.c_uint),
-        ("block_x", ctypes.c_uint),
-        ("block_y", ctypes.c_uint),
-        ("block_z", ctypes.c_uint),
-        ("shared_bytes", ctypes.c_uint),
-        ("stream", ctypes.c_void_p),
-        ("attrs", ctypes.POINTER(LaunchAttribute)),
-        ("num_attrs", ctypes.c_uint),
-    ]
-
-
-def programmatic_attribute() -> LaunchAttribute:
-    """The attribute that allows a launch to overlap the end of the kernel before it."""
-    value = struct.pack("<i", 1).ljust(64, b"\0")  # programmaticStreamSerializationAllowed = 1
-    return LaunchAttribute(_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, b"\0" * 4, value)
 
 
 def argument_values(arg_types: str, args: tuple[Any, ...]) -> list[Any]:

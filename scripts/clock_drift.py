@@ -19,7 +19,7 @@ from dataclasses import replace
 from autotune import api, ops
 from autotune.bench import Bench
 from autotune.compiler import CompilePool
-from autotune.launch import describe
+from autotune.runtime.operands import describe
 
 REST_S = 3.0  # idle seconds before each series: long enough for the clocks to recover
 CALLS = 8  # calls a sample (about 17 ms of hgemm 8192^3)

@@ -157,7 +157,7 @@ def test_cli_best_for_gemm_and_transposed_gemv(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("problem", [SQUARE, SKINNY, TRANS, Problem("gemm", "float32", 4096, 4096, 4096)], ids=str)
 def test_misaligned_arrays_get_a_config_with_scalar_loads(problem: Problem) -> None:
-    from autotune.launch import scalar_loads
+    from autotune.runtime.launcher import scalar_loads
 
     for config in list(ops.for_problem(problem).space(problem))[::97]:
         op, scalar = scalar_loads(problem, config)
@@ -166,7 +166,7 @@ def test_misaligned_arrays_get_a_config_with_scalar_loads(problem: Problem) -> N
 
 
 def test_wgmma_problems_run_unaligned_arrays_on_the_mma_family() -> None:
-    from autotune.launch import scalar_loads
+    from autotune.runtime.launcher import scalar_loads
 
     assert gemm.family_name(SQUARE) == "wgmma"
     op, config = scalar_loads(SQUARE, gemm.default_config(SQUARE))

@@ -178,20 +178,20 @@ def test_back_to_back_gemvs_read_what_the_one_before_wrote(config: dict[str, int
     import pycuda.autoprimaryctx  # noqa: F401
     import pycuda.gpuarray as gpuarray
 
-    from autotune.gpu import programmatic_launch
-    from autotune.launch import Launcher, describe
+    from autotune.runtime.launcher import ChoiceLauncher
+    from autotune.runtime.operands import describe
     from autotune.select import Choice
 
     n, steps = 2048, 24
     rng = np.random.default_rng(7)
     mats = [(rng.uniform(-1, 1, (n, n)) * (3.0 / n) ** 0.5).astype(np.float32) for _ in range(steps)]
     start = rng.uniform(-1, 1, n).astype(np.float32)
-    launcher = Launcher()
+    launcher = ChoiceLauncher()
     problem = Problem("gemv", "float32", n, n)
     assert gemv.space(problem).check(config) is None
     choice = Choice(problem, launcher.gpu.name, config, "measured")
-    if programmatic_launch(gemv, launcher.gpu):
-        assert type(launcher._function(gemv, problem, config)).__name__ == "ProgrammaticFunction"
+    if launcher.device.programmatic:
+        assert launcher.runtime.plan(choice, launcher.device, True)._config.num_attrs == 1  # PDL
     a_gpu = [gpuarray.to_gpu(a) for a in mats]
     vectors = [gpuarray.to_gpu(start)] + [gpuarray.to_gpu(np.full(n, np.nan, np.float32)) for _ in range(steps)]
     for k in range(steps):
@@ -249,15 +249,15 @@ def _torch_operands(dtype: str, m: int, n: int, offset: int = 0) -> tuple[Any, A
 
 @functools.cache
 def _launcher() -> Any:
-    from autotune.launch import Launcher
+    from autotune.runtime.launcher import ChoiceLauncher
 
-    return Launcher()  # the primary context, which torch uses too
+    return ChoiceLauncher()  # the primary context, which torch uses too
 
 
 def _run_and_check(problem: Problem, config: dict[str, int], a: Any, x: Any) -> None:
     import torch
 
-    from autotune.launch import describe
+    from autotune.runtime.operands import describe
     from autotune.select import Choice
 
     launcher = _launcher()
@@ -288,8 +288,8 @@ def test_a_tuned_config_fitted_to_a_shape_it_misses_is_correct(
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_unaligned_views_run_the_tuned_config_with_scalar_loads(dtype: str) -> None:
     """Views that start 2 or 4 bytes past an allocation: the launcher swaps in Space.fit's scalar
-    version of a prefetching config (launch.scalar_loads) instead of the default."""
-    from autotune.launch import scalar_loads
+    version of a prefetching config (runtime.launcher.scalar_loads) instead of the default."""
+    from autotune.runtime.launcher import scalar_loads
 
     problem = Problem("gemv", dtype, 1024, 1024)
     config = TUNED_ALIGNED[1] if dtype != "float32" else {**TUNED_ALIGNED[1], "vec": 4}

@@ -206,14 +206,15 @@ def test_tma_kernels_follow_the_callers_arrays() -> None:
     """A TMA config's tensor maps name A and B: the launcher must rewrite them when the arrays change
     (three calls: new arrays, other arrays, the first ones again), with tails in M, N and K."""
     torch = pytest.importorskip("torch")
-    from autotune.launch import Launcher, describe
     from autotune.ops import gemm_wgmma
+    from autotune.runtime.launcher import ChoiceLauncher
+    from autotune.runtime.operands import describe
     from autotune.select import Choice
 
     problem = Problem("gemm", "float16", 520, 264, 1000)
     if gemm.family(problem) is not gemm_wgmma:
         pytest.skip("the wgmma family needs a Hopper GPU")
-    launcher = Launcher()
+    launcher = ChoiceLauncher()
     config = {**gemm_wgmma.default_config(problem), "tma": 1}
     choice = Choice(problem, launcher.gpu.name, config, "default")
     pairs = [

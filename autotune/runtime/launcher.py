@@ -1,0 +1,337 @@
+"""autotune.gemv() and gemm() in the caller's process: select, build and cache a launch plan per call
+signature, then launch on the caller's stream and the operands' own GPU.
+
+The first call of a signature (op, shapes, strides, dtype, device) checks the operands in full,
+selects the config, compiles or finds its cubin, loads it into the device's context and binds a
+LaunchPlan. Later calls of torch tensors take a short path: a dictionary look-up keyed by what the
+checks depended on, three data_ptr()s, the current stream, one driver call.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from autotune import ops
+from autotune.compiler import cache_key, compile_kernel
+from autotune.errors import AutotuneError
+from autotune.ops import gemm
+from autotune.problem import Problem, make_problem
+from autotune.runtime import operands as opnd
+from autotune.runtime.device import Allocator, Device
+from autotune.runtime.plan import LaunchPlan
+from autotune.select import Choice
+from autotune.space import Config, config_key
+
+Chooser = Callable[[Problem, Device, "str | None"], Choice]
+
+
+class _NotATensor:
+    """Stands in for torch.Tensor until a tensor is seen, so the short path never imports torch."""
+
+
+@dataclass
+class Signature:
+    """What one call signature resolves to: its choice and plans (aligned now, unaligned on demand)."""
+
+    choice: Choice
+    device: Device
+    out_shapes: tuple[tuple[int, ...], ...]
+    trans: bool = False
+    aligned: LaunchPlan | None = None
+    unaligned: LaunchPlan | None = None
+    stream_index: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Runtime:
+    """Per-process state of the launch path: devices, plans, call signatures."""
+
+    def __init__(self, chooser: Chooser) -> None:
+        self._choose = chooser
+        self._devices: dict[int, Device] = {}
+        self._plans: dict[tuple[Problem, str, int, bool], LaunchPlan] = {}
+        self._gemv: dict[tuple[Any, ...], Signature] = {}
+        self._gemm: dict[tuple[Any, ...], Signature] = {}
+        self._lock = threading.RLock()
+        self._tensor: type[Any] = _NotATensor
+        self._raw_stream: Callable[[int], int] | None = None
+        self._allocators: dict[int, Allocator] = {}
+
+    # -- devices and plans -------------------------------------------------------------------
+
+    def device(self, index: int) -> Device:
+        found = self._devices.get(index)
+        if found is None:
+            with self._lock:
+                found = self._devices.get(index) or Device(index)
+                self._devices[index] = found
+        return found
+
+    def plan(self, choice: Choice, device: Device, aligned: bool, stream: int = 0) -> LaunchPlan:
+        """The plan that runs `choice` on `device`: its own config, or with `aligned` False the
+        fitted config with scalar loads (the arrays are not 16-byte aligned)."""
+        key = (choice.problem, config_key(choice.config), device.index, aligned)
+        found = self._plans.get(key)
+        if found is None:
+            with self._lock:
+                found = self._plans.get(key) or self._build(choice, device, aligned, stream)
+                self._plans[key] = found
+        return found
+
+    def _build(self, choice: Choice, device: Device, aligned: bool, stream: int) -> LaunchPlan:
+        problem = choice.problem
+        op: Any = ops.for_problem(problem)
+        config = choice.config
+        if not aligned:
+            op, config = scalar_loads(problem, config)
+        job = ops.compile_job(problem, config, device.gpu.arch, op)
+        compiled = compile_kernel(job)
+        if compiled.cubin is None:
+            raise AutotuneError(f"compiling {job.name} failed: {compiled.message.splitlines()[0]}")
+        geom = op.launch(problem, config, device.gpu.sm_count)
+        function = device.function(compiled.cubin.read_bytes(), cache_key(job), job.name, geom.shared_bytes)
+        if problem.op == "gemm":
+            sizes: tuple[int, ...] = (problem.m, problem.n, problem.k)
+        elif problem.trans:  # a one-row GEMM: yᵀ = xᵀ A
+            sizes = (1, problem.n, problem.m)
+        else:
+            sizes = (problem.m, problem.n)
+        programmatic = bool(getattr(op, "PROGRAMMATIC_LAUNCH", False)) and device.programmatic
+        if geom.operand_maps is not None:
+            device.prepare_capture_maps(geom.operand_maps.nbytes, stream)
+        return LaunchPlan(device, function, op.ARG_TYPES, geom, sizes, problem.dtype, programmatic)
+
+    def run(
+        self,
+        choice: Choice,
+        device: Device,
+        pointers: tuple[int, int, int],
+        alpha: float,
+        beta: float,
+        stream: int = 0,
+        allocator: Allocator | None = None,
+    ) -> None:
+        """Launch `choice` on arrays at `pointers` (in the kernel's order) on `stream`."""
+        plan = self.plan(choice, device, not (pointers[0] | pointers[1] | pointers[2]) & 15, stream)
+        plan.launch(*pointers, alpha, beta, stream, allocator)
+
+    # -- the library calls ------------------------------------------------------------------
+
+    def gemv(
+        self, A: Any, x: Any, out: Any, alpha: float, beta: float, trans: bool, stream: Any, db: str | None
+    ) -> Any:
+        if isinstance(A, self._tensor):
+            sig = self._gemv.get(
+                (A.dtype, A.shape, A.stride(), x.dtype, x.shape, x.stride(), A.get_device(), x.get_device(), trans, db)
+            )
+            if sig is not None:
+                if out is None:
+                    if beta != 0.0:
+                        raise AutotuneError("beta != 0 reads y: pass it as out=")
+                    out = A.new_empty(sig.out_shapes[0])
+                elif not (
+                    type(out) is type(A)
+                    and out.dtype == A.dtype
+                    and out.shape in sig.out_shapes
+                    and out.get_device() == sig.device.index
+                    and out.is_contiguous()
+                ):
+                    return self._gemv_checked(A, x, out, alpha, beta, trans, stream, db)
+                handle = self._torch_stream(sig.device.index) if stream is None else self._given(stream, sig.device)
+                a, v, y = A.data_ptr(), x.data_ptr(), out.data_ptr()
+                plan = sig.aligned if not (a | v | y) & 15 else self._unaligned(sig, handle)
+                assert plan is not None
+                if trans:
+                    plan.launch(v, a, y, alpha, beta, handle, self._allocators.get(sig.device.index))
+                else:
+                    plan.launch(a, v, y, alpha, beta, handle, self._allocators.get(sig.device.index))
+                return out
+        return self._gemv_checked(A, x, out, alpha, beta, trans, stream, db)
+
+    def _gemv_checked(
+        self, A: Any, x: Any, out: Any, alpha: float, beta: float, trans: bool, stream: Any, db: str | None
+    ) -> Any:
+        a, xv = opnd.describe(A, "A"), opnd.describe(x, "x")
+        y = opnd.describe(out, "out") if out is not None else None
+        m, n = opnd.check_gemv_operands(a, xv, y, trans)
+        if y is None and beta != 0.0:
+            raise AutotuneError("beta != 0 reads y: pass it as out=")
+        device = self.device(opnd.device_of([a, xv] + ([y] if y else [])))
+        if y is None:
+            out = opnd.empty_like(a, (n if trans else m,), device.index)
+            y = opnd.describe(out, "out")
+        choice = self._choose(make_problem("gemv", a.dtype, m, n, trans=trans), device, db)
+        handle = self._stream(stream, a, device)
+        pointers = (xv.pointer, a.pointer, y.pointer) if trans else (a.pointer, xv.pointer, y.pointer)
+        self.run(choice, device, pointers, float(alpha), float(beta), handle, self._allocator(a, device))
+        if a.kind == "torch" and xv.kind == "torch":
+            length = n if trans else m
+            sig = Signature(choice, device, ((length,), (length, 1)), trans)
+            sig.aligned = self.plan(choice, device, True)
+            key = (A.dtype, A.shape, A.stride(), x.dtype, x.shape, x.stride(), a.device, xv.device, trans, db)
+            self._gemv[key] = sig
+        return out
+
+    def gemm(self, A: Any, B: Any, out: Any, alpha: float, beta: float, stream: Any, db: str | None) -> Any:
+        if isinstance(A, self._tensor):
+            sig = self._gemm.get(
+                (A.dtype, A.shape, A.stride(), B.dtype, B.shape, B.stride(), A.get_device(), B.get_device(), db)
+            )
+            if sig is not None:
+                if out is None:
+                    if beta != 0.0:
+                        raise AutotuneError("beta != 0 reads C: pass it as out=")
+                    out = A.new_empty(sig.out_shapes[0])
+                elif not (
+                    type(out) is type(A)
+                    and out.dtype == A.dtype
+                    and out.shape == sig.out_shapes[0]
+                    and out.get_device() == sig.device.index
+                    and out.is_contiguous()
+                ):
+                    return self._gemm_checked(A, B, out, alpha, beta, stream, db)
+                handle = self._torch_stream(sig.device.index) if stream is None else self._given(stream, sig.device)
+                a, b, c = A.data_ptr(), B.data_ptr(), out.data_ptr()
+                plan = sig.aligned if not (a | b | c) & 15 else self._unaligned(sig, handle)
+                assert plan is not None
+                plan.launch(a, b, c, alpha, beta, handle, self._allocators.get(sig.device.index))
+                return out
+        return self._gemm_checked(A, B, out, alpha, beta, stream, db)
+
+    def _gemm_checked(self, A: Any, B: Any, out: Any, alpha: float, beta: float, stream: Any, db: str | None) -> Any:
+        a, b = opnd.describe(A, "A"), opnd.describe(B, "B")
+        c = opnd.describe(out, "out") if out is not None else None
+        m, n, k = opnd.check_gemm_operands(a, b, c)
+        if c is None and beta != 0.0:
+            raise AutotuneError("beta != 0 reads C: pass it as out=")
+        device = self.device(opnd.device_of([a, b] + ([c] if c else [])))
+        if c is None:
+            out = opnd.empty_like(a, (m, n), device.index)
+            c = opnd.describe(out, "out")
+        choice = self._choose(make_problem("gemm", a.dtype, m, n, k), device, db)
+        handle = self._stream(stream, a, device)
+        self.run(
+            choice,
+            device,
+            (a.pointer, b.pointer, c.pointer),
+            float(alpha),
+            float(beta),
+            handle,
+            self._allocator(a, device),
+        )
+        if a.kind == "torch" and b.kind == "torch":
+            sig = Signature(choice, device, ((m, n),))
+            sig.aligned = self.plan(choice, device, True)
+            self._gemm[(A.dtype, A.shape, A.stride(), B.dtype, B.shape, B.stride(), a.device, b.device, db)] = sig
+        return out
+
+    def signatures(self) -> list[Signature]:
+        """Every call signature seen so far."""
+        return [*self._gemv.values(), *self._gemm.values()]
+
+    def warmup_scratch(self, choice: Choice, device: Device, captures: int = 1) -> None:
+        """Load `choice`'s kernels (aligned and unaligned) and set aside scratch for `captures`
+        launches captured into graphs later."""
+        for aligned in (True, False):
+            try:
+                geom = self.plan(choice, device, aligned).geom
+            except AutotuneError:
+                continue
+            if geom.workspace_floats or geom.counters:
+                device.reserve(geom, captures)
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _unaligned(self, sig: Signature, stream: int) -> LaunchPlan:
+        if sig.unaligned is None:
+            sig.unaligned = self.plan(sig.choice, sig.device, False, stream)
+        return sig.unaligned
+
+    def _stream(self, stream: Any, a: opnd.DeviceArray, device: Device) -> int:
+        if stream is None:
+            return opnd.default_stream(a, device.index)
+        return self._given(stream, device)
+
+    @staticmethod
+    def _given(stream: Any, device: Device) -> int:
+        """The handle of a stream the caller passed, which must belong to the operands' GPU."""
+        if type(stream) is int:
+            return stream
+        stream_device = getattr(stream, "device_index", None)
+        if stream_device is None and hasattr(stream, "device") and hasattr(stream.device, "id"):
+            stream_device = stream.device.id  # cupy
+        if isinstance(stream_device, int) and stream_device != device.index:
+            raise AutotuneError(f"the stream belongs to GPU {stream_device}, the operands to GPU {device.index}")
+        return opnd.stream_handle(stream)
+
+    def _allocator(self, a: opnd.DeviceArray, device: Device) -> Allocator | None:
+        """torch's caching allocator for scratch a graph capture needs (it serves captures from the
+        graph's private pool); none for other arrays."""
+        if a.kind != "torch":
+            return None
+        if self._tensor is _NotATensor:
+            import torch
+
+            self._tensor = torch.Tensor
+            raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+            self._raw_stream = raw if callable(raw) else (lambda i: int(torch.cuda.current_stream(i).cuda_stream))
+        if device.index not in self._allocators:
+            import torch
+
+            def allocate(nbytes: int, index: int) -> tuple[int, Any]:
+                owner = torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{index}")
+                return int(owner.data_ptr()), owner
+
+            self._allocators[device.index] = allocate
+        return self._allocators[device.index]
+
+    def _torch_stream(self, index: int) -> int:
+        assert self._raw_stream is not None
+        return int(self._raw_stream(index))
+
+
+def scalar_loads(problem: Problem, config: Config) -> tuple[Any, Config]:
+    """(op, config) that run `problem` with one element per load. Tuned configs may use 16-byte
+    vector loads, which need aligned rows, and a sliced view may not give them; scalar loads always
+    work. The config keeps its tiling where it can (Space.fit: a prefetch that needs 16-byte loads
+    goes with them). A GEMM family without scalar loads (wgmma) hands over to its stand-in family."""
+    op: Any = ops.for_problem(problem)
+    if problem.op == "gemm":
+        standin = gemm.unaligned_family(problem)
+        if standin is not gemm.family(problem):
+            op = gemm.FamilyOp(standin)
+    space = op.space(problem)
+    for candidate in (config, op.default_config(problem)):
+        scalar = space.fit(candidate, {"vec": 1})
+        if scalar is not None:
+            return op, scalar
+    raise AutotuneError(f"{problem}: no config with scalar loads fits; pass 16-byte aligned arrays")
+
+
+class ChoiceLauncher:
+    """Runs a given choice (not the selector's) on described arrays of GPU `index` on one stream:
+    what the benchmarks time beside cuBLAS."""
+
+    def __init__(self, index: int = 0, stream: int = 0) -> None:
+        self.runtime = Runtime(_no_selector)
+        self.device = self.runtime.device(index)
+        self.gpu = self.device.gpu
+        self.stream = stream
+
+    def gemv(
+        self, choice: Choice, a: opnd.DeviceArray, x: opnd.DeviceArray, y: opnd.DeviceArray, alpha: float, beta: float
+    ) -> None:
+        pointers = (x.pointer, a.pointer, y.pointer) if choice.problem.trans else (a.pointer, x.pointer, y.pointer)
+        self.runtime.run(choice, self.device, pointers, alpha, beta, self.stream)
+
+    def gemm(
+        self, choice: Choice, a: opnd.DeviceArray, b: opnd.DeviceArray, c: opnd.DeviceArray, alpha: float, beta: float
+    ) -> None:
+        self.runtime.run(choice, self.device, (a.pointer, b.pointer, c.pointer), alpha, beta, self.stream)
+
+
+def _no_selector(problem: Problem, device: Device, db: str | None) -> Choice:
+    raise AutotuneError("a ChoiceLauncher runs the choices it is given")

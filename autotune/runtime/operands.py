@@ -1,0 +1,176 @@
+"""The caller's arrays as the launch path sees them: address, shape, strides, dtype, device, stream.
+
+Arrays come as torch tensors, cupy arrays, PyCUDA GPUArrays or anything with
+__cuda_array_interface__. Each is described once per call; the checks here give one-line errors for
+shapes, layouts, dtypes and devices a kernel cannot run.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.errors import AutotuneError
+from autotune.problem import ITEMSIZE
+from autotune.runtime import driver
+
+_TYPESTR = {"<f4": "float32", "<f2": "float16"}
+_TORCH_DTYPES = {"torch.float32": "float32", "torch.float16": "float16", "torch.bfloat16": "bfloat16"}
+
+
+@dataclass(frozen=True)
+class DeviceArray:
+    obj: Any
+    pointer: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...] | None  # in elements; None means C-contiguous
+    dtype: str
+    kind: str  # "torch", "cupy", "pycuda" or "cai"
+    device: int | None = None  # None: not known without asking the driver (see device_of)
+
+
+def describe(obj: Any, name: str) -> DeviceArray:
+    module = type(obj).__module__
+    if module.startswith("torch"):  # torch's array interface cannot express bfloat16
+        dtype = _TORCH_DTYPES.get(str(obj.dtype))
+        if dtype is None or not obj.is_cuda:
+            raise AutotuneError(f"{name} must be a CUDA tensor of float32, float16 or bfloat16, got {obj.dtype}")
+        return DeviceArray(obj, obj.data_ptr(), tuple(obj.shape), tuple(obj.stride()), dtype, "torch", obj.get_device())
+    if hasattr(obj, "gpudata") and hasattr(obj, "shape"):
+        dtype = _TYPESTR.get(obj.dtype.str)
+        if dtype is None:
+            raise AutotuneError(f"{name} must hold float32 or float16, got {obj.dtype}")
+        strides = tuple(s // obj.dtype.itemsize for s in obj.strides)
+        return DeviceArray(obj, int(obj.gpudata), tuple(obj.shape), strides, dtype, "pycuda")
+    interface = getattr(obj, "__cuda_array_interface__", None)
+    if interface is None:
+        raise AutotuneError(
+            f"{name} must be a GPU array (PyCUDA GPUArray, torch tensor or __cuda_array_interface__), "
+            f"got {type(obj).__name__}"
+        )
+    dtype = _TYPESTR.get(interface["typestr"])
+    if dtype is None:
+        raise AutotuneError(f"{name} must hold float32 or float16, got typestr {interface['typestr']}")
+    raw = interface.get("strides")
+    element_strides = tuple(s // ITEMSIZE[dtype] for s in raw) if raw else None
+    cupy = module.startswith("cupy")
+    device = int(obj.device.id) if cupy else None
+    pointer = int(interface["data"][0])
+    return DeviceArray(
+        obj, pointer, tuple(interface["shape"]), element_strides, dtype, "cupy" if cupy else "cai", device
+    )
+
+
+def device_of(arrays: list[DeviceArray]) -> int:
+    """The device all arrays live on; a one-line error when they live on different ones."""
+    devices = {a.device if a.device is not None else _ask_driver(a) for a in arrays}
+    if len(devices) > 1:
+        raise AutotuneError(f"the operands live on different GPUs ({', '.join(map(str, sorted(devices)))})")
+    return devices.pop()
+
+
+def _ask_driver(array: DeviceArray) -> int:
+    return driver.pointer_device(array.pointer) if array.pointer else 0
+
+
+def default_stream(array: DeviceArray, device: int) -> int:
+    """The stream the caller works on: torch's or cupy's current stream, else the legacy default."""
+    if array.kind == "torch":
+        import torch
+
+        return int(torch.cuda.current_stream(device).cuda_stream)
+    if array.kind == "cupy":
+        import cupy
+
+        return int(cupy.cuda.get_current_stream().ptr)
+    return 0
+
+
+def stream_handle(stream: Any) -> int:
+    """A CUstream from what a caller may pass: an integer handle, a torch, cupy or PyCUDA stream."""
+    if isinstance(stream, bool):
+        raise AutotuneError(f"stream must be a stream or an integer handle, got {stream!r}")
+    if isinstance(stream, int):
+        return stream
+    for attribute in ("cuda_stream", "ptr", "handle"):  # torch, cupy, PyCUDA
+        value = getattr(stream, attribute, None)
+        if isinstance(value, int):
+            return value
+    raise AutotuneError(
+        f"stream must be a torch, cupy or PyCUDA stream or an integer handle, got {type(stream).__name__}"
+    )
+
+
+def contiguous(array: DeviceArray) -> bool:
+    if array.strides is None:
+        return True
+    expected, step = [], 1
+    for extent in reversed(array.shape):
+        expected.append(step)
+        step *= extent
+    pairs = zip(array.strides, reversed(expected), array.shape, strict=True)
+    return all(s == e or extent == 1 for s, e, extent in pairs)
+
+
+def empty_like(a: DeviceArray, shape: tuple[int, ...], device: int) -> Any:
+    """A new array of A's kind and dtype for the result, on `device`."""
+    if a.kind == "torch":
+        import torch
+
+        return torch.empty(shape, dtype=a.obj.dtype, device=a.obj.device)
+    if a.kind == "cupy":
+        import cupy
+
+        with cupy.cuda.Device(device):
+            return cupy.empty(shape, dtype=a.obj.dtype)
+    if a.kind == "pycuda":
+        import numpy as np
+        import pycuda.gpuarray as gpuarray
+
+        return gpuarray.empty(shape, dtype=np.dtype(a.dtype))
+    raise AutotuneError("pass out= for arrays that are neither torch, cupy nor PyCUDA arrays")
+
+
+def check_gemv_operands(
+    a: DeviceArray, x: DeviceArray, out: DeviceArray | None, trans: bool = False
+) -> tuple[int, int]:
+    """(m, n) of A; x has n entries and y m (with `trans`, x has m and y n)."""
+    if len(a.shape) != 2:
+        raise AutotuneError(f"A must be a 2-D matrix, got shape {a.shape}")
+    m, n = a.shape
+    if m == 0 or n == 0 or math.prod(a.shape) == 0:
+        raise AutotuneError(f"A must not be empty, got shape {a.shape}")
+    if not contiguous(a):
+        raise AutotuneError("A must be row-major and contiguous (copy it, e.g. A.contiguous())")
+    x_len, y_len = (m, n) if trans else (n, m)
+    what = f"A{'ᵀ' if trans else ''}x with A {m}x{n}"
+    if x.shape not in ((x_len,), (x_len, 1)) or not contiguous(x):
+        raise AutotuneError(f"x must be a contiguous vector of length {x_len} ({what}), got shape {x.shape}")
+    if x.dtype != a.dtype:
+        raise AutotuneError(f"A and x must share a dtype, got {a.dtype} and {x.dtype}")
+    if out is not None:
+        if out.shape not in ((y_len,), (y_len, 1)) or not contiguous(out):
+            raise AutotuneError(f"out must be a contiguous vector of length {y_len} ({what}), got shape {out.shape}")
+        if out.dtype != a.dtype:
+            raise AutotuneError(f"out must have A's dtype {a.dtype}, got {out.dtype}")
+    return m, n
+
+
+def check_gemm_operands(a: DeviceArray, b: DeviceArray, out: DeviceArray | None) -> tuple[int, int, int]:
+    for name, array in (("A", a), ("B", b)):
+        if len(array.shape) != 2 or 0 in array.shape:
+            raise AutotuneError(f"{name} must be a non-empty 2-D matrix, got shape {array.shape}")
+        if not contiguous(array):
+            raise AutotuneError(f"{name} must be row-major and contiguous (copy it, e.g. {name}.contiguous())")
+    (m, k), (k_b, n) = a.shape, b.shape
+    if k_b != k:
+        raise AutotuneError(f"A is {m}x{k} and B is {k_b}x{n}: A's columns must equal B's rows")
+    if b.dtype != a.dtype:
+        raise AutotuneError(f"A and B must share a dtype, got {a.dtype} and {b.dtype}")
+    if out is not None:
+        if out.shape != (m, n) or not contiguous(out):
+            raise AutotuneError(f"out must be a contiguous {m}x{n} matrix, got shape {out.shape}")
+        if out.dtype != a.dtype:
+            raise AutotuneError(f"out must have A's dtype {a.dtype}, got {out.dtype}")
+    return m, n, k

@@ -1,0 +1,243 @@
+"""Benchmark: decode steps (a chain of GEMVs per layer) through autotune.gemv beside torch.mv, eager and
+replayed from a CUDA graph, and the host cost of one call, on this GPU; writes results/decode_<gpu>.json.
+
+Run on the GPU machine:  python scripts/bench_decode.py --out results
+Each model is a chain: every GEMV reads the head of the vector the one before wrote (the projections
+of a transformer layer, without the elementwise work between them). Step times are CUDA-event
+times per step, median of many, the weights (hundreds of MB) cold in L2 by their size alone.
+Host time per call is taken with the stream held by a long kernel, so calls only queue: it is what
+a Python caller pays, apart from the GPU. `launch_floor_us` is the same for a bare cuLaunchKernel of
+an empty kernel through ctypes, with torch's current stream and three data_ptr()s read per call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import autotune
+from autotune.bench import Bench
+from autotune.fingerprint import slugify
+from autotune.runtime import driver
+
+# (layers, [(rows, cols) of each GEMV of a layer]): Llama-3-8B's projections, and a model 1024 wide.
+MODELS: dict[str, tuple[int, list[tuple[int, int]]]] = {
+    "llama-like": (8, [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)]),
+    "narrow": (24, [(3072, 1024), (1024, 1024), (8192, 1024), (1024, 4096)]),
+}
+EMPTY_KERNEL = 'extern "C" __global__ void empty_kernel(const void*, const void*, void*, int, int) {}\n'
+HELD_CALLS = 100  # calls queued behind one held stream per host-time sample
+
+
+def median_event_ms(torch: Any, run: Callable[[], None], reps: int) -> float:
+    """Median GPU-visible time of `run` (host work included when the host is the bottleneck)."""
+    samples = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end))
+    return statistics.median(samples)
+
+
+def host_us_per_call(torch: Any, calls: dict[str, Callable[[], None]], rounds: int = 15) -> dict[str, float]:
+    """Median host time per call of each callable, HELD_CALLS at a time queued behind a sleeping
+    kernel (the calls never wait for the GPU), taken in turns so that drift weighs on all alike."""
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            torch.cuda._sleep(50_000_000)  # about 25 ms of GPU time: longer than the calls below
+            begin = time.perf_counter_ns()
+            for _ in range(HELD_CALLS):
+                call()
+            samples[name].append((time.perf_counter_ns() - begin) / 1e3 / HELD_CALLS)
+            torch.cuda.synchronize()
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def empty_function(arch: str) -> int:
+    """An empty kernel with a GEMV's pointer arguments, compiled with nvcc and loaded by the driver."""
+    with tempfile.TemporaryDirectory() as folder:
+        source, cubin = Path(folder) / "empty.cu", Path(folder) / "empty.cubin"
+        source.write_text(EMPTY_KERNEL)
+        subprocess.run(["nvcc", "--cubin", f"-arch={arch}", "-o", str(cubin), str(source)], check=True)
+        return driver.load_function(cubin.read_bytes(), "empty_kernel")
+
+
+def bare_launches(torch: Any, function: int, A: Any, x: Any, y: Any) -> dict[str, Callable[[], None]]:
+    """The floor: a bare cuLaunchKernel per call through ctypes (and through cuda-bindings, where it is
+    installed), reading torch's current stream and three data_ptr()s each time."""
+    raw_stream = torch._C._cuda_getCurrentRawStream
+    index = A.get_device()
+    args = (ctypes.c_uint64 * 3)()
+    sizes = (ctypes.c_int * 2)(A.shape[0], A.shape[1])
+    params = (ctypes.c_void_p * 5)(
+        *(ctypes.addressof(args) + 8 * i for i in range(3)), ctypes.addressof(sizes), ctypes.addressof(sizes) + 4
+    )
+    launch = driver.lib()["cuLaunchKernel"]  # no argtypes: every argument below is a ctypes object or small int
+    handle = ctypes.c_void_p(function)
+
+    def ctypes_call() -> None:
+        stream = raw_stream(index)
+        args[0], args[1], args[2] = A.data_ptr(), x.data_ptr(), y.data_ptr()
+        launch(handle, 1, 1, 1, 32, 1, 1, 0, ctypes.c_void_p(stream), params, None)
+
+    calls = {"ctypes": ctypes_call}
+    try:
+        from cuda.bindings import driver as bindings
+
+        function_handle = bindings.CUfunction(function)
+        params_address = ctypes.addressof(params)
+
+        def bindings_call() -> None:
+            stream = raw_stream(index)
+            args[0], args[1], args[2] = A.data_ptr(), x.data_ptr(), y.data_ptr()
+            bindings.cuLaunchKernel(function_handle, 1, 1, 1, 32, 1, 1, 0, stream, params_address, 0)
+
+        bindings_call()
+        torch.cuda.synchronize()
+        calls["cuda-bindings"] = bindings_call
+    except Exception as error:  # not installed, or another API generation: reported, not fatal
+        print(f"cuda-bindings not measured: {type(error).__name__}: {error}", flush=True)
+    return calls
+
+
+def chain(torch: Any, shapes: list[tuple[int, int]], layers: int) -> tuple[list[Any], Any, list[Any]]:
+    """Weights (variance-preserving random values), the first input, and one output per GEMV."""
+    weights, outputs = [], []
+    for _ in range(layers):
+        for rows, cols in shapes:
+            scale = (3.0 / cols) ** 0.5
+            weights.append((torch.rand(rows, cols, device="cuda", dtype=torch.float16) * 2 - 1) * scale)
+            outputs.append(torch.empty(rows, device="cuda", dtype=torch.float16))
+    x = torch.rand(shapes[0][1], device="cuda", dtype=torch.float16) * 2 - 1
+    return weights, x, outputs
+
+
+def step_calls(gemv: Callable[..., Any], weights: list[Any], x: Any, outputs: list[Any]) -> Callable[[], None]:
+    plan = []
+    source = x
+    for weight, out in zip(weights, outputs, strict=True):
+        plan.append((weight, source[: weight.shape[1]], out))
+        source = out
+
+    def step() -> None:
+        for weight, inputs, out in plan:
+            gemv(weight, inputs, out=out)
+
+    return step
+
+
+def measure_model(torch: Any, bench: Bench, name: str, floor_fn: Callable[[], int]) -> dict[str, Any]:
+    layers, shapes = MODELS[name]
+    weights, x, ours_out = chain(torch, shapes, layers)
+    torch_out = [torch.empty_like(o) for o in ours_out]
+    ours = step_calls(autotune.gemv, weights, x, ours_out)
+    theirs = step_calls(torch.mv, weights, x, torch_out)
+    autotune.warmup(gemv=[(w, x[: w.shape[1]]) for w in weights[: len(shapes)]])
+    for _ in range(3):
+        ours()
+        theirs()
+    torch.cuda.synchronize()
+    error = ((ours_out[-1].double() - torch_out[-1].double()).norm() / torch_out[-1].double().norm()).item()
+    if not error < 2e-2:
+        raise SystemExit(f"{name}: ours and torch.mv disagree (relative difference {error:.3g})")
+    graphs = {}
+    for label, step in (("ours", ours), ("torch", theirs)):
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            step()
+        graphs[label] = graph
+    reps = 40
+    times = {}
+    for _ in range(2):  # the second pass is kept: clocks settled by the first
+        times = {
+            "ours_eager_us": 1e3 * median_event_ms(torch, ours, reps),
+            "torch_eager_us": 1e3 * median_event_ms(torch, theirs, reps),
+            "ours_graph_us": 1e3 * median_event_ms(torch, graphs["ours"].replay, reps),
+            "torch_graph_us": 1e3 * median_event_ms(torch, graphs["torch"].replay, reps),
+        }
+    floor_us = layers * sum(bench.read_floor(rows * cols * 2).us for rows, cols in shapes)
+    weight, out = weights[1], ours_out[1]
+    inputs = x[: weight.shape[1]] if weight.shape[1] <= x.shape[0] else ours_out[0][: weight.shape[1]]
+    function = floor_fn()
+    calls: dict[str, Callable[[], None]] = {
+        "ours": lambda: autotune.gemv(weight, inputs, out=out),
+        "torch": lambda: torch.mv(weight, inputs, out=out),
+        "torch.ops.autotune.gemv": lambda: torch.ops.autotune.gemv(weight, inputs),
+        "ours without out=": lambda: autotune.gemv(weight, inputs),
+    }
+    calls.update({f"bare launch ({k})": v for k, v in bare_launches(torch, function, weight, inputs, out).items()})
+    host = host_us_per_call(torch, calls)
+    return {
+        "model": name,
+        "calls": layers * len(shapes),
+        "bytes": sum(w.numel() * w.element_size() for w in weights),
+        "floor_us": floor_us,
+        **times,
+        "ours_host_us_per_call": host["ours"],
+        "torch_host_us_per_call": host["torch"],
+        "launch_floor_us": host["bare launch (ctypes)"],
+        "host_us_per_call": host,
+        "host_shape": list(weight.shape),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("results"), help="folder for decode_<gpu>.json")
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    args = parser.parse_args()
+    bench = Bench()
+    torch = bench.torch
+    import autotune.runtime.torch_ops  # noqa: F401  (torch.ops.autotune, whose host cost is reported)
+
+    gpu = bench.device.gpu
+    empty: list[int] = []
+
+    def floor_fn() -> int:
+        if not empty:
+            empty.append(empty_function(gpu.arch))
+        return empty[0]
+
+    rows = []
+    for name in args.models:
+        row = measure_model(torch, bench, name, floor_fn)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    report = {"gpu": gpu.name, "rows": rows}
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"decode_{slugify(gpu.name)}.json"
+    path.write_text(json.dumps(report, indent=1) + "\n")
+    print(
+        f"{'model':11} {'calls':>5} {'floor':>7} {'ours':>7} {'torch':>7} {'ours g':>7} {'torch g':>7} "
+        f"{'host ours':>9} {'torch':>6} {'bare':>6}"
+    )
+    for r in rows:
+        print(
+            f"{r['model']:11} {r['calls']:5} {r['floor_us']:7.0f} {r['ours_eager_us']:7.0f} {r['torch_eager_us']:7.0f} "
+            f"{r['ours_graph_us']:7.0f} {r['torch_graph_us']:7.0f} {r['ours_host_us_per_call']:9.2f} "
+            f"{r['torch_host_us_per_call']:6.2f} {r['launch_floor_us']:6.2f}"
+        )
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

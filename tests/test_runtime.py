@@ -1,0 +1,357 @@
+"""The launch path against a double of the CUDA driver (no GPU): packed arguments, streams, scratch
+per stream, graph capture (nothing allocated or copied while a stream captures), contexts, threads."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune.errors import AutotuneError
+from autotune.fingerprint import GpuInfo
+from autotune.ops import gemm_wgmma, gemv
+from autotune.problem import Problem
+from autotune.runtime import device as device_module
+from autotune.runtime import driver
+from autotune.runtime import launcher as launcher_module
+from autotune.runtime.launcher import Runtime
+from autotune.select import Choice
+
+H200 = GpuInfo("NVIDIA H200", "GPU-1", "9.0", 132, 60 << 20, 141 << 30, "580.159.04", "13.0")
+SPLIT_K = {**gemv.DEFAULT_CONFIG, "block": 64, "lanes": 64, "vec": 8, "split": 16, "persist": 4, "policy": 1}
+
+
+@dataclass
+class Launched:
+    function: int
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    stream: int
+    programmatic: bool
+    args: list[Any]
+
+
+@dataclass
+class FakeCuda:
+    """What the launch path asks of the driver, recorded; `capturing` maps a stream to its capture id."""
+
+    capturing: dict[int, int] = field(default_factory=dict)
+    current: int = 1000
+    events: list[tuple[str, Any]] = field(default_factory=list)
+    launches: list[Launched] = field(default_factory=list)
+    arg_types: str = "PPPiiffPP"
+    next_address: int = 1 << 32
+    pinned: list[Any] = field(default_factory=list)
+
+    def __getitem__(self, name: str) -> Any:
+        return {"cuLaunchKernelEx": self.launch, "cuCtxGetCurrent": self.get_current}[name]
+
+    def get_current(self, ref: Any) -> int:
+        ref._obj.value = self.current
+        return 0
+
+    def launch(self, config_ref: Any, function: Any, params: Any, extra: Any) -> int:
+        config = config_ref._obj
+        kinds = {"P": ctypes.c_uint64, "i": ctypes.c_int32, "f": ctypes.c_float}
+        args = [kinds[k].from_address(params[i]).value for i, k in enumerate(self.arg_types)]
+        self.launches.append(
+            Launched(
+                function.value,
+                (config.grid_x, config.grid_y, config.grid_z),
+                (config.block_x, config.block_y, config.block_z),
+                config.stream or 0,
+                config.num_attrs == 1,
+                args,
+            )
+        )
+        self.events.append(("launch", config.stream or 0))
+        return 0
+
+    def mem_alloc(self, nbytes: int) -> int:
+        self.events.append(("alloc", (nbytes, self._while_capturing())))
+        self.next_address += 1 << 20
+        return self.next_address
+
+    def _while_capturing(self) -> bool:
+        return any(self.capturing.values())
+
+
+@pytest.fixture
+def cuda(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeCuda:
+    fake = FakeCuda()
+
+    @contextlib.contextmanager
+    def in_context(context: int) -> Iterator[None]:
+        fake.events.append(("push", context))
+        yield
+
+    monkeypatch.setattr(driver, "lib", lambda: fake)
+    monkeypatch.setattr(driver, "device_count", lambda: 2)
+    monkeypatch.setattr(driver, "primary_context", lambda index: 1000 + index)
+    monkeypatch.setattr(driver, "in_context", in_context)
+    monkeypatch.setattr(driver, "relaxed_capture", contextlib.nullcontext)
+    monkeypatch.setattr(driver, "capture_id", lambda stream: fake.capturing.get(stream, 0))
+    monkeypatch.setattr(driver, "mem_alloc", fake.mem_alloc)
+    monkeypatch.setattr(
+        driver, "memset_d32_async", lambda p, v, n, s: fake.events.append(("memset", (s, fake._while_capturing())))
+    )
+    monkeypatch.setattr(
+        driver,
+        "memcpy_htod_async",
+        lambda p, source, n, s: fake.events.append(("copy", (source, s, fake._while_capturing()))),
+    )
+    pinned: list[Any] = []
+
+    def mem_host_alloc(nbytes: int) -> int:
+        pinned.append(ctypes.create_string_buffer(nbytes))  # host memory the test can write
+        return ctypes.addressof(pinned[-1])
+
+    monkeypatch.setattr(driver, "mem_host_alloc", mem_host_alloc)
+    fake.pinned = pinned
+    monkeypatch.setattr(driver, "load_function", lambda cubin, name: hash(name) & 0xFFFFFF)
+    monkeypatch.setattr(driver, "allow_shared", lambda function, size: None)
+    monkeypatch.setattr(device_module, "gpu_info", lambda index: H200)
+    cubin = tmp_path / "fake.cubin"
+    cubin.write_bytes(b"\x7fELF")
+
+    @dataclass
+    class Compiled:
+        cubin: Path
+        message: str = ""
+
+    monkeypatch.setattr(launcher_module, "compile_kernel", lambda job: Compiled(cubin))
+    return fake
+
+
+def _runtime(choice: Choice) -> Runtime:
+    return Runtime(lambda problem, device, db: choice)
+
+
+def test_a_plan_packs_the_kernels_arguments_and_launches_with_pdl(cuda: FakeCuda) -> None:
+    problem = Problem("gemv", "float16", 4096, 8192)
+    config = {**gemv.DEFAULT_CONFIG, "block": 128, "lanes": 128, "vec": 8, "unroll": 8, "rows": 2, "policy": 1}
+    runtime = _runtime(Choice(problem, H200.name, config, "measured"))
+    device = runtime.device(0)
+    choice = Choice(problem, H200.name, config, "measured")
+    runtime.run(choice, device, (1 << 20, 2 << 20, 3 << 20), 0.5, 2.0, stream=77)
+    runtime.run(choice, device, (4 << 20, 5 << 20, 6 << 20), 1.0, 0.0, stream=78)
+    first, second = cuda.launches
+    assert first.args == [1 << 20, 2 << 20, 3 << 20, 4096, 8192, 0.5, 2.0, 0, 0]
+    assert second.args == [4 << 20, 5 << 20, 6 << 20, 4096, 8192, 1.0, 0.0, 0, 0]
+    geom = gemv.launch(problem, config, H200.sm_count)
+    assert first.grid == geom.grid and first.block == geom.block
+    assert (first.stream, second.stream) == (77, 78)
+    assert first.programmatic and first.function == second.function
+    assert not [e for e in cuda.events if e[0] == "alloc"]  # no scratch for a config without split
+
+
+def test_the_transposed_gemv_passes_x_first_and_its_one_row_sizes(cuda: FakeCuda) -> None:
+    problem = Problem("gemv", "float32", 300, 500, trans=True)
+    from autotune.ops import gemv_t
+
+    config = gemv_t.default_config(problem)
+    cuda.arg_types = "PPPiiiffPP"  # a one-row GEMM's arguments
+    runtime = _runtime(Choice(problem, H200.name, config, "default"))
+    runtime.run(Choice(problem, H200.name, config, "default"), runtime.device(0), (16, 32, 48), 1.0, 0.0)
+    assert cuda.launches[0].args[:6] == [16, 32, 48, 1, 500, 300]
+
+
+def test_split_k_scratch_belongs_to_one_stream(cuda: FakeCuda) -> None:
+    problem = Problem("gemv", "float16", 256, 131072)
+    assert gemv.space(problem).check(SPLIT_K) is None
+    choice = Choice(problem, H200.name, SPLIT_K, "measured")
+    runtime = _runtime(choice)
+    device = runtime.device(0)
+    pointers = (1 << 20, 2 << 20, 3 << 20)
+    for stream in (5, 6, 5, 6):
+        runtime.run(choice, device, pointers, 1.0, 0.0, stream)
+    by_stream = {launch.stream: launch.args[-2:] for launch in cuda.launches}
+    assert by_stream[5] != by_stream[6] and all(by_stream[5]) and all(by_stream[6])
+    # Each stream's buffers were zeroed once, in that stream's order, then reused.
+    assert [e for e in cuda.events if e[0] == "memset"] == [("memset", (5, False))] * 2 + [("memset", (6, False))] * 2
+
+
+def test_a_capture_without_warmup_is_a_clear_error_and_allocates_nothing(cuda: FakeCuda) -> None:
+    problem = Problem("gemv", "float16", 256, 131072)
+    choice = Choice(problem, H200.name, SPLIT_K, "measured")
+    runtime = _runtime(choice)
+    device = runtime.device(0)
+    runtime.plan(choice, device, True)  # loaded before: only scratch is missing
+    cuda.capturing[9] = 41
+    with pytest.raises(AutotuneError, match="warmup") as error:
+        runtime.run(choice, device, (1 << 20, 2 << 20, 3 << 20), 1.0, 0.0, stream=9)
+    assert "\n" not in str(error.value)
+    assert not [e for e in cuda.events if e[0] in ("alloc", "memset", "copy")]
+    assert not cuda.launches
+
+
+def test_a_capture_after_warmup_takes_the_scratch_set_aside_and_allocates_nothing(cuda: FakeCuda) -> None:
+    problem = Problem("gemv", "float16", 256, 131072)
+    choice = Choice(problem, H200.name, SPLIT_K, "measured")
+    runtime = _runtime(choice)
+    device = runtime.device(0)
+    runtime.run(choice, device, (1 << 20, 2 << 20, 3 << 20), 1.0, 0.0, stream=5)  # eager, stream 5
+    runtime.warmup_scratch(choice, device, captures=2)
+    before = len(cuda.events)
+    cuda.capturing[9] = 41
+    for _ in range(2):  # two launches in one capture share its scratch (they are in stream order)
+        runtime.run(choice, device, (1 << 20, 2 << 20, 3 << 20), 1.0, 0.0, stream=9)
+    cuda.capturing[9] = 42  # a second graph captured on the same stream gets scratch of its own
+    runtime.run(choice, device, (1 << 20, 2 << 20, 3 << 20), 1.0, 0.0, stream=9)
+    during = cuda.events[before:]
+    assert [e for e in during if e[0] != "launch"] == []
+    eager, first, again, second = (launch.args[-2:] for launch in cuda.launches)
+    assert first == again and len({tuple(eager), tuple(first), tuple(second)}) == 3
+    cuda.capturing[9] = 43  # both reserved blocks are taken: a third capture needs warmup again
+    with pytest.raises(AutotuneError, match="warmup"):
+        runtime.run(choice, device, (1 << 20, 2 << 20, 3 << 20), 1.0, 0.0, stream=9)
+
+
+def test_a_capture_takes_scratch_from_the_callers_allocator(cuda: FakeCuda) -> None:
+    problem = Problem("gemv", "float16", 256, 131072)
+    choice = Choice(problem, H200.name, SPLIT_K, "measured")
+    runtime = _runtime(choice)
+    device = runtime.device(0)
+    runtime.plan(choice, device, True)
+    given: list[int] = []
+
+    def allocate(nbytes: int, index: int) -> tuple[int, Any]:
+        given.append(nbytes)
+        return (1 << 40) + len(given) * (1 << 20), object()
+
+    cuda.capturing[9] = 7
+    runtime.run(choice, device, (1 << 20, 2 << 20, 3 << 20), 1.0, 0.0, stream=9, allocator=allocate)
+    assert len(given) == 2 and not [e for e in cuda.events if e[0] == "alloc"]
+    # Zeroed by a memset in the capture's own stream, which the graph replays before the kernel.
+    assert ("memset", (9, True)) in cuda.events
+    assert cuda.launches[0].args[-2:] == [(1 << 40) + (1 << 20), (1 << 40) + (2 << 20)]
+
+
+def test_tma_maps_are_written_in_stream_order_and_pinned_by_a_capture(cuda: FakeCuda) -> None:
+    problem = Problem("gemm", "float16", 520, 264, 1000)
+    config = {**gemm_wgmma.default_config(problem), "tma": 1}
+    assert gemm_wgmma.space(problem).check(config) is None
+    cuda.arg_types = "PPPiiiffPP"
+    choice = Choice(problem, H200.name, config, "default")
+    runtime = _runtime(choice)
+    monkey_encode = pytest.MonkeyPatch()
+    monkey_encode.setattr(device_module.tma, "encode_operands", lambda maps, dtype, m, n, k, a, b: bytes(256))
+    try:
+        device = runtime.device(0)
+        runtime.run(choice, device, (1 << 20, 2 << 20, 3 << 20), 1.0, 0.0, stream=5)
+        runtime.run(choice, device, (1 << 20, 2 << 20, 3 << 20), 1.0, 0.0, stream=5)
+        copies = [e for e in cuda.events if e[0] == "copy"]
+        assert len(copies) == 1 and copies[0][1][1:] == (5, False)  # written once, on the caller's stream
+        cuda.capturing[9] = 3
+        runtime.run(choice, device, (1 << 20, 2 << 20, 3 << 20), 1.0, 0.0, stream=9)
+        assert cuda.launches[-1].args[-2] == cuda.launches[0].args[-2]  # the maps written before
+        # Arrays never seen before the capture: their maps go to a slot of the capture slab, which
+        # the graph fills by a copy from pinned host memory set aside before the capture.
+        runtime.run(choice, device, (7 << 20, 8 << 20, 9 << 20), 1.0, 0.0, stream=9)
+        captured_copies = [e for e in cuda.events if e[0] == "copy" and e[1][-1] is True]
+        assert captured_copies == [("copy", (ctypes.addressof(cuda.pinned[0]), 9, True))]
+        cuda.capturing.clear()
+        # The pinned slot is no longer stream 5's: new arrays there get another slot.
+        runtime.run(choice, device, (7 << 20, 8 << 20, 9 << 20), 1.0, 0.0, stream=5)
+        assert cuda.launches[-1].args[-2] not in (cuda.launches[0].args[-2], cuda.launches[-2].args[-2])
+        assert not [e for e in cuda.events if e[0] == "alloc" and e[1][-1] is True]
+    finally:
+        monkey_encode.undo()
+
+
+def test_a_launch_from_a_thread_without_the_devices_context_makes_it_current(cuda: FakeCuda) -> None:
+    problem = Problem("gemv", "float32", 512, 512)
+    choice = Choice(problem, H200.name, gemv.DEFAULT_CONFIG, "default")
+    runtime = _runtime(choice)
+    device = runtime.device(1)
+    runtime.plan(choice, device, True)
+    cuda.events.clear()
+    cuda.current = 1000  # GPU 0's context is current on this thread
+    runtime.run(choice, device, (1 << 20, 2 << 20, 3 << 20), 1.0, 0.0)
+    cuda.current = 1001
+    runtime.run(choice, device, (1 << 20, 2 << 20, 3 << 20), 1.0, 0.0)
+    assert [e for e in cuda.events if e[0] == "push"] == [("push", 1001)]
+
+
+def test_concurrent_calls_never_mix_their_arguments(cuda: FakeCuda) -> None:
+    problem = Problem("gemv", "float16", 1024, 1024)
+    choice = Choice(problem, H200.name, gemv.DEFAULT_CONFIG, "default")
+    runtime = _runtime(choice)
+    device = runtime.device(0)
+    errors: list[BaseException] = []
+
+    def caller(thread: int) -> None:
+        try:
+            for call in range(300):
+                base = (thread * 1000 + call + 1) << 8
+                runtime.run(choice, device, (base, base + 16, base + 32), float(thread), 0.0, stream=thread)
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=caller, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(cuda.launches) == 1200
+    for launch in cuda.launches:
+        a, x, y = launch.args[:3]
+        assert (x - a, y - a) == (16, 32) and launch.args[5] == float(launch.stream)
+        assert (a >> 8) // 1000 == launch.stream
+
+
+def test_unaligned_arrays_run_the_fitted_scalar_config_fitted_once(
+    cuda: FakeCuda, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A view that is not 16-byte aligned runs the tuned tiling with scalar loads (its prefetch, which
+    needs 16-byte loads, dropped), and the fit is worked out once per config, not on every call."""
+    problem = Problem("gemv", "float16", 1024, 1024)
+    tuned = {**gemv.DEFAULT_CONFIG, "block": 512, "lanes": 128, "vec": 8, "unroll": 4, "rows": 2, "prefetch": 1}
+    choice = Choice(problem, H200.name, tuned, "measured")
+    fits: list[dict[str, int]] = []
+    real = launcher_module.scalar_loads
+
+    def counting(problem: Problem, config: dict[str, int]) -> Any:
+        fits.append(config)
+        return real(problem, config)
+
+    monkeypatch.setattr(launcher_module, "scalar_loads", counting)
+    loaded: list[str] = []
+    monkeypatch.setattr(driver, "load_function", lambda cubin, name: loaded.append(name) or len(loaded))
+    runtime = _runtime(choice)
+    device = runtime.device(0)
+    for _ in range(3):
+        runtime.run(choice, device, ((1 << 20) + 2, 1 << 22, 1 << 23), 1.0, 0.0)
+    runtime.run(choice, device, (1 << 21, 1 << 22, 1 << 23), 1.0, 0.0)  # aligned: the tuned kernel
+    scalar_name = gemv.kernel_name(problem, {**tuned, "vec": 1, "prefetch": 0})
+    assert loaded == [scalar_name, gemv.kernel_name(problem, tuned)]
+    assert [launch.function for launch in cuda.launches] == [1, 1, 1, 2]
+    assert len(fits) == 1
+
+
+def test_operands_on_two_gpus_are_refused(cuda: FakeCuda, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.test_launch import CudaArray
+
+    monkeypatch.setattr(driver, "pointer_device", lambda pointer: 1 if pointer >= 1 << 30 else 0)
+    problem = Problem("gemv", "float16", 4, 6)
+    runtime = _runtime(Choice(problem, H200.name, gemv.DEFAULT_CONFIG, "default"))
+    with pytest.raises(AutotuneError, match="different GPUs"):
+        runtime.gemv(CudaArray((4, 6)), CudaArray((6,), pointer=1 << 31), CudaArray((4,)), 1.0, 0.0, False, None, None)
+    runtime.gemv(
+        CudaArray((4, 6), pointer=1 << 31),
+        CudaArray((6,), pointer=(1 << 31) + 64),
+        CudaArray((4,), pointer=(1 << 31) + 128),
+        1.0,
+        0.0,
+        False,
+        None,
+        None,
+    )
+    assert cuda.launches[-1].args[:3] == [1 << 31, (1 << 31) + 64, (1 << 31) + 128]
+    assert ("push", 1001) in cuda.events  # loaded into GPU 1's context
