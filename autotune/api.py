@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from autotune.errors import AutotuneError
 from autotune.fingerprint import LocalGpu, cuda_release, local_gpus, slugify
 from autotune.problem import Problem, make_problem, read_shapes_file, resolve_op, shape_dims, standard_shapes
+from autotune.runtime.launcher import Runtime
 from autotune.select import Choice, Selector
 
 if TYPE_CHECKING:
@@ -184,49 +185,17 @@ def sweep(
     return report
 
 
-_RUNTIME: Any = None
-
-
-def _runtime() -> Any:
-    """The launch path's per-process state (autotune/runtime), made on the first call."""
-    global _RUNTIME
-    if _RUNTIME is None:
-        from autotune.runtime.launcher import Runtime
-
-        _RUNTIME = Runtime(_choose_on)
-    return _RUNTIME
-
-
 def _choose_on(problem: Problem, device: Any, db: str | None) -> Choice:
     """The config for `problem` on the GPU the operands live on."""
     gpu = device.gpu
     return _selector(db).choose(problem, gpu.name, gpu.driver, gpu.cuda)
 
 
-def gemv(
-    A: Any,
-    x: Any,
-    out: Any = None,
-    alpha: float = 1.0,
-    beta: float = 0.0,
-    *,
-    trans: bool = False,
-    stream: Any = None,
-    db: str | None = None,
-) -> Any:
-    """y = alpha*A@x + beta*y (with `trans`, alpha*Aᵀ@x + beta*y) with the tuned kernel for A's shape
-    on A's GPU; returns y (`out`, or a new array). Runs on `stream` (an integer handle, a torch, cupy
-    or PyCUDA stream), by default the caller's current stream (torch's or cupy's), also while it
-    captures a CUDA graph."""
-    return (_RUNTIME or _runtime()).gemv(A, x, out, alpha, beta, trans, stream, db)
-
-
-def gemm(
-    A: Any, B: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0, *, stream: Any = None, db: str | None = None
-) -> Any:
-    """C = alpha*A@B + beta*C (row-major) with the tuned kernel for this shape on A's GPU; returns C
-    (`out`, or a new array). Streams and graphs as for gemv()."""
-    return (_RUNTIME or _runtime()).gemm(A, B, out, alpha, beta, stream, db)
+# The launch path's per-process state: made here (it touches neither the driver nor torch until the
+# first call), so that gemv() and gemm() are its own methods, one Python call less on every launch.
+_RUNTIME = Runtime(_choose_on)
+gemv = _RUNTIME.gemv
+gemm = _RUNTIME.gemm
 
 
 def warmup(
@@ -243,11 +212,11 @@ def warmup(
     (A, B) pair, select the config, compile and load its kernel, run it once on the current stream
     (into a new output) and set aside split-K scratch for `captures` graph captures; for each of
     `problems`, select, compile and load on GPU `device`. Call it before capturing."""
-    runtime = _RUNTIME or _runtime()
+    runtime = _RUNTIME
     for pair in gemv:
-        runtime.gemv(*pair[:2], None, 1.0, 0.0, trans, None, db)
+        runtime.gemv(*pair[:2], trans=trans, db=db)
     for pair in gemm:
-        runtime.gemm(*pair[:2], None, 1.0, 0.0, None, db)
+        runtime.gemm(*pair[:2], db=db)
     for problem in problems:
         target = runtime.device(device)
         runtime.warmup_scratch(_choose_on(problem, target, db), target, captures)

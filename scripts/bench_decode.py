@@ -93,7 +93,17 @@ def bare_launches(torch: Any, function: int, A: Any, x: Any, y: Any) -> dict[str
         args[0], args[1], args[2] = A.data_ptr(), x.data_ptr(), y.data_ptr()
         launch(handle, 1, 1, 1, 32, 1, 1, 0, ctypes.c_void_p(stream), params, None)
 
-    calls = {"ctypes": ctypes_call}
+    attribute = driver.programmatic_attribute()
+    config = driver.LaunchConfig(1, 1, 1, 32, 1, 1, 0, None, ctypes.pointer(attribute), 1)
+    config_ref = ctypes.byref(config)
+    launch_ex = driver.lib()["cuLaunchKernelEx"]
+
+    def ctypes_ex_call() -> None:  # what our plans call: cuLaunchKernelEx with the PDL attribute
+        config.stream = raw_stream(index)
+        args[0], args[1], args[2] = A.data_ptr(), x.data_ptr(), y.data_ptr()
+        launch_ex(config_ref, handle, params, None)
+
+    calls = {"ctypes": ctypes_call, "ctypes, cuLaunchKernelEx with PDL": ctypes_ex_call}
     try:
         from cuda.bindings import driver as bindings
 
@@ -125,7 +135,10 @@ def chain(torch: Any, shapes: list[tuple[int, int]], layers: int) -> tuple[list[
     return weights, x, outputs
 
 
-def step_calls(gemv: Callable[..., Any], weights: list[Any], x: Any, outputs: list[Any]) -> Callable[[], None]:
+def step_calls(
+    gemv: Callable[..., Any], weights: list[Any], x: Any, outputs: list[Any]
+) -> tuple[Callable[[], None], list[tuple[Any, Any, Any]]]:
+    """One decode step (every GEMV in order) and its (weight, input view, output) triples."""
     plan = []
     source = x
     for weight, out in zip(weights, outputs, strict=True):
@@ -136,16 +149,16 @@ def step_calls(gemv: Callable[..., Any], weights: list[Any], x: Any, outputs: li
         for weight, inputs, out in plan:
             gemv(weight, inputs, out=out)
 
-    return step
+    return step, plan
 
 
 def measure_model(torch: Any, bench: Bench, name: str, floor_fn: Callable[[], int]) -> dict[str, Any]:
     layers, shapes = MODELS[name]
     weights, x, ours_out = chain(torch, shapes, layers)
     torch_out = [torch.empty_like(o) for o in ours_out]
-    ours = step_calls(autotune.gemv, weights, x, ours_out)
-    theirs = step_calls(torch.mv, weights, x, torch_out)
-    autotune.warmup(gemv=[(w, x[: w.shape[1]]) for w in weights[: len(shapes)]])
+    ours, triples = step_calls(autotune.gemv, weights, x, ours_out)
+    theirs, _ = step_calls(torch.mv, weights, x, torch_out)
+    autotune.warmup(gemv=[(weight, inputs) for weight, inputs, _ in triples[: len(shapes)]])
     for _ in range(3):
         ours()
         theirs()
@@ -174,8 +187,7 @@ def measure_model(torch: Any, bench: Bench, name: str, floor_fn: Callable[[], in
             "torch_graph_us": 1e3 * median_event_ms(torch, graphs["torch"].replay, reps),
         }
     floor_us = layers * sum(bench.read_floor(rows * cols * 2).us for rows, cols in shapes)
-    weight, out = weights[1], ours_out[1]
-    inputs = x[: weight.shape[1]] if weight.shape[1] <= x.shape[0] else ours_out[0][: weight.shape[1]]
+    weight, inputs, out = triples[1]
     function = floor_fn()
     calls: dict[str, Callable[[], None]] = {
         "ours": lambda: autotune.gemv(weight, inputs, out=out),

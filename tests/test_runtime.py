@@ -47,6 +47,7 @@ class FakeCuda:
     launches: list[Launched] = field(default_factory=list)
     arg_types: str = "PPPiiffPP"
     next_address: int = 1 << 32
+    owners: dict[int, int] = field(default_factory=dict)  # function -> the context it was loaded into
     pinned: list[Any] = field(default_factory=list)
 
     def __getitem__(self, name: str) -> Any:
@@ -57,6 +58,8 @@ class FakeCuda:
         return 0
 
     def launch(self, config_ref: Any, function: Any, params: Any, extra: Any) -> int:
+        if self.owners.get(function.value) != self.current:
+            return 201  # CUDA_ERROR_INVALID_CONTEXT: the function belongs to another context
         config = config_ref._obj
         kinds = {"P": ctypes.c_uint64, "i": ctypes.c_int32, "f": ctypes.c_float}
         args = [kinds[k].from_address(params[i]).value for i, k in enumerate(self.arg_types)]
@@ -89,7 +92,16 @@ def cuda(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeCuda:
     @contextlib.contextmanager
     def in_context(context: int) -> Iterator[None]:
         fake.events.append(("push", context))
-        yield
+        before, fake.current = fake.current, context
+        try:
+            yield
+        finally:
+            fake.current = before
+
+    def load_function(cubin: bytes, name: str) -> int:
+        function = (hash(name) & 0xFFFFFF) + fake.current  # one handle per context, as the driver's
+        fake.owners[function] = fake.current
+        return function
 
     monkeypatch.setattr(driver, "lib", lambda: fake)
     monkeypatch.setattr(driver, "device_count", lambda: 2)
@@ -114,7 +126,7 @@ def cuda(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeCuda:
 
     monkeypatch.setattr(driver, "mem_host_alloc", mem_host_alloc)
     fake.pinned = pinned
-    monkeypatch.setattr(driver, "load_function", lambda cubin, name: hash(name) & 0xFFFFFF)
+    monkeypatch.setattr(driver, "load_function", load_function)
     monkeypatch.setattr(driver, "allow_shared", lambda function, size: None)
     monkeypatch.setattr(device_module, "gpu_info", lambda index: H200)
     cubin = tmp_path / "fake.cubin"
@@ -277,6 +289,7 @@ def test_a_launch_from_a_thread_without_the_devices_context_makes_it_current(cud
     cuda.current = 1001
     runtime.run(choice, device, (1 << 20, 2 << 20, 3 << 20), 1.0, 0.0)
     assert [e for e in cuda.events if e[0] == "push"] == [("push", 1001)]
+    assert len(cuda.launches) == 2 and cuda.current == 1001
 
 
 def test_concurrent_calls_never_mix_their_arguments(cuda: FakeCuda) -> None:
@@ -323,7 +336,13 @@ def test_unaligned_arrays_run_the_fitted_scalar_config_fitted_once(
 
     monkeypatch.setattr(launcher_module, "scalar_loads", counting)
     loaded: list[str] = []
-    monkeypatch.setattr(driver, "load_function", lambda cubin, name: loaded.append(name) or len(loaded))
+
+    def load_function(cubin: bytes, name: str) -> int:
+        loaded.append(name)
+        cuda.owners[len(loaded)] = cuda.current
+        return len(loaded)
+
+    monkeypatch.setattr(driver, "load_function", load_function)
     runtime = _runtime(choice)
     device = runtime.device(0)
     for _ in range(3):
@@ -342,7 +361,7 @@ def test_operands_on_two_gpus_are_refused(cuda: FakeCuda, monkeypatch: pytest.Mo
     problem = Problem("gemv", "float16", 4, 6)
     runtime = _runtime(Choice(problem, H200.name, gemv.DEFAULT_CONFIG, "default"))
     with pytest.raises(AutotuneError, match="different GPUs"):
-        runtime.gemv(CudaArray((4, 6)), CudaArray((6,), pointer=1 << 31), CudaArray((4,)), 1.0, 0.0, False, None, None)
+        runtime.gemv(CudaArray((4, 6)), CudaArray((6,), pointer=1 << 31), CudaArray((4,)))
     runtime.gemv(
         CudaArray((4, 6), pointer=1 << 31),
         CudaArray((6,), pointer=(1 << 31) + 64),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from autotune import ops
@@ -28,6 +28,10 @@ from autotune.space import Config, config_key
 Chooser = Callable[[Problem, Device, "str | None"], Choice]
 
 
+def _no_stream(index: int) -> int:
+    raise AutotuneError("torch's current stream is read only once a torch tensor was seen")
+
+
 class _NotATensor:
     """Stands in for torch.Tensor until a tensor is seen, so the short path never imports torch."""
 
@@ -38,12 +42,11 @@ class Signature:
 
     choice: Choice
     device: Device
-    out_shapes: tuple[tuple[int, ...], ...]
-    trans: bool = False
-    aligned: LaunchPlan | None = None
+    index: int  # the device's index, read on every call
+    out_shape: tuple[int, ...]  # of a new output
+    aligned: LaunchPlan
     unaligned: LaunchPlan | None = None
-    stream_index: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
+    allocator: Allocator | None = None
 
 
 class Runtime:
@@ -57,7 +60,7 @@ class Runtime:
         self._gemm: dict[tuple[Any, ...], Signature] = {}
         self._lock = threading.RLock()
         self._tensor: type[Any] = _NotATensor
-        self._raw_stream: Callable[[int], int] | None = None
+        self._raw_stream: Callable[[int], int] = _no_stream
         self._allocators: dict[int, Allocator] = {}
 
     # -- devices and plans -------------------------------------------------------------------
@@ -121,33 +124,69 @@ class Runtime:
     # -- the library calls ------------------------------------------------------------------
 
     def gemv(
-        self, A: Any, x: Any, out: Any, alpha: float, beta: float, trans: bool, stream: Any, db: str | None
+        self,
+        A: Any,
+        x: Any,
+        out: Any = None,
+        alpha: float = 1.0,
+        beta: float = 0.0,
+        *,
+        trans: bool = False,
+        stream: Any = None,
+        db: str | None = None,
     ) -> Any:
+        """y = alpha*A@x + beta*y (with `trans`, alpha*Aᵀ@x + beta*y) with the tuned kernel for A's shape
+        on A's GPU; returns y (`out`, or a new array). Runs on `stream` (an integer handle, a torch, cupy
+        or PyCUDA stream), by default the caller's current stream (torch's or cupy's), also while it
+        captures a CUDA graph."""
+        # The short path: torch tensors of a signature seen before. The key holds everything the
+        # full checks depended on, so a hit needs no check at all.
         if isinstance(A, self._tensor):
-            sig = self._gemv.get(
-                (A.dtype, A.shape, A.stride(), x.dtype, x.shape, x.stride(), A.get_device(), x.get_device(), trans, db)
-            )
+            if out is None:
+                key: tuple[Any, ...] = (
+                    A.dtype,
+                    A.shape,
+                    A.stride(),
+                    A.get_device(),
+                    x.dtype,
+                    x.shape,
+                    x.stride(),
+                    x.get_device(),
+                    trans,
+                    db,
+                )
+            elif isinstance(out, self._tensor):
+                key = (
+                    A.dtype,
+                    A.shape,
+                    A.stride(),
+                    A.get_device(),
+                    x.dtype,
+                    x.shape,
+                    x.stride(),
+                    x.get_device(),
+                    trans,
+                    db,
+                    out.dtype,
+                    out.shape,
+                    out.stride(),
+                    out.get_device(),
+                )
+            else:
+                key = ()
+            sig = self._gemv.get(key)
             if sig is not None:
                 if out is None:
                     if beta != 0.0:
                         raise AutotuneError("beta != 0 reads y: pass it as out=")
-                    out = A.new_empty(sig.out_shapes[0])
-                elif not (
-                    type(out) is type(A)
-                    and out.dtype == A.dtype
-                    and out.shape in sig.out_shapes
-                    and out.get_device() == sig.device.index
-                    and out.is_contiguous()
-                ):
-                    return self._gemv_checked(A, x, out, alpha, beta, trans, stream, db)
-                handle = self._torch_stream(sig.device.index) if stream is None else self._given(stream, sig.device)
+                    out = A.new_empty(sig.out_shape)
+                handle = self._raw_stream(sig.index) if stream is None else self._given(stream, sig.device)
                 a, v, y = A.data_ptr(), x.data_ptr(), out.data_ptr()
                 plan = sig.aligned if not (a | v | y) & 15 else self._unaligned(sig, handle)
-                assert plan is not None
                 if trans:
-                    plan.launch(v, a, y, alpha, beta, handle, self._allocators.get(sig.device.index))
+                    plan.launch(v, a, y, alpha, beta, handle, sig.allocator)
                 else:
-                    plan.launch(a, v, y, alpha, beta, handle, self._allocators.get(sig.device.index))
+                    plan.launch(a, v, y, alpha, beta, handle, sig.allocator)
                 return out
         return self._gemv_checked(A, x, out, alpha, beta, trans, stream, db)
 
@@ -155,7 +194,7 @@ class Runtime:
         self, A: Any, x: Any, out: Any, alpha: float, beta: float, trans: bool, stream: Any, db: str | None
     ) -> Any:
         a, xv = opnd.describe(A, "A"), opnd.describe(x, "x")
-        y = opnd.describe(out, "out") if out is not None else None
+        y = given = opnd.describe(out, "out") if out is not None else None
         m, n = opnd.check_gemv_operands(a, xv, y, trans)
         if y is None and beta != 0.0:
             raise AutotuneError("beta != 0 reads y: pass it as out=")
@@ -167,43 +206,86 @@ class Runtime:
         handle = self._stream(stream, a, device)
         pointers = (xv.pointer, a.pointer, y.pointer) if trans else (a.pointer, xv.pointer, y.pointer)
         self.run(choice, device, pointers, float(alpha), float(beta), handle, self._allocator(a, device))
-        if a.kind == "torch" and xv.kind == "torch":
-            length = n if trans else m
-            sig = Signature(choice, device, ((length,), (length, 1)), trans)
-            sig.aligned = self.plan(choice, device, True)
-            key = (A.dtype, A.shape, A.stride(), x.dtype, x.shape, x.stride(), a.device, xv.device, trans, db)
+        if a.kind == xv.kind == "torch" and (given is None or given.kind == "torch"):
+            sig = Signature(choice, device, device.index, (n if trans else m,), self.plan(choice, device, True, handle))
+            sig.allocator = self._allocator(a, device)
+            key: tuple[Any, ...] = (
+                A.dtype,
+                A.shape,
+                A.stride(),
+                a.device,
+                x.dtype,
+                x.shape,
+                x.stride(),
+                xv.device,
+                trans,
+                db,
+            )
+            if given is not None:
+                key += (out.dtype, out.shape, out.stride(), given.device)
             self._gemv[key] = sig
         return out
 
-    def gemm(self, A: Any, B: Any, out: Any, alpha: float, beta: float, stream: Any, db: str | None) -> Any:
+    def gemm(
+        self,
+        A: Any,
+        B: Any,
+        out: Any = None,
+        alpha: float = 1.0,
+        beta: float = 0.0,
+        *,
+        stream: Any = None,
+        db: str | None = None,
+    ) -> Any:
+        """C = alpha*A@B + beta*C (row-major) with the tuned kernel for this shape on A's GPU; returns C
+        (`out`, or a new array). Streams and graphs as for gemv()."""
         if isinstance(A, self._tensor):
-            sig = self._gemm.get(
-                (A.dtype, A.shape, A.stride(), B.dtype, B.shape, B.stride(), A.get_device(), B.get_device(), db)
-            )
+            if out is None:
+                key: tuple[Any, ...] = (
+                    A.dtype,
+                    A.shape,
+                    A.stride(),
+                    A.get_device(),
+                    B.dtype,
+                    B.shape,
+                    B.stride(),
+                    B.get_device(),
+                    db,
+                )
+            elif isinstance(out, self._tensor):
+                key = (
+                    A.dtype,
+                    A.shape,
+                    A.stride(),
+                    A.get_device(),
+                    B.dtype,
+                    B.shape,
+                    B.stride(),
+                    B.get_device(),
+                    db,
+                    out.dtype,
+                    out.shape,
+                    out.stride(),
+                    out.get_device(),
+                )
+            else:
+                key = ()
+            sig = self._gemm.get(key)
             if sig is not None:
                 if out is None:
                     if beta != 0.0:
                         raise AutotuneError("beta != 0 reads C: pass it as out=")
-                    out = A.new_empty(sig.out_shapes[0])
-                elif not (
-                    type(out) is type(A)
-                    and out.dtype == A.dtype
-                    and out.shape == sig.out_shapes[0]
-                    and out.get_device() == sig.device.index
-                    and out.is_contiguous()
-                ):
-                    return self._gemm_checked(A, B, out, alpha, beta, stream, db)
-                handle = self._torch_stream(sig.device.index) if stream is None else self._given(stream, sig.device)
+                    out = A.new_empty(sig.out_shape)
+                handle = self._raw_stream(sig.index) if stream is None else self._given(stream, sig.device)
                 a, b, c = A.data_ptr(), B.data_ptr(), out.data_ptr()
                 plan = sig.aligned if not (a | b | c) & 15 else self._unaligned(sig, handle)
-                assert plan is not None
-                plan.launch(a, b, c, alpha, beta, handle, self._allocators.get(sig.device.index))
+                plan.launch(a, b, c, alpha, beta, handle, sig.allocator)
                 return out
         return self._gemm_checked(A, B, out, alpha, beta, stream, db)
 
     def _gemm_checked(self, A: Any, B: Any, out: Any, alpha: float, beta: float, stream: Any, db: str | None) -> Any:
         a, b = opnd.describe(A, "A"), opnd.describe(B, "B")
-        c = opnd.describe(out, "out") if out is not None else None
+        c = given = opnd.describe(out, "out") if out is not None else None
         m, n, k = opnd.check_gemm_operands(a, b, c)
         if c is None and beta != 0.0:
             raise AutotuneError("beta != 0 reads C: pass it as out=")
@@ -222,10 +304,13 @@ class Runtime:
             handle,
             self._allocator(a, device),
         )
-        if a.kind == "torch" and b.kind == "torch":
-            sig = Signature(choice, device, ((m, n),))
-            sig.aligned = self.plan(choice, device, True)
-            self._gemm[(A.dtype, A.shape, A.stride(), B.dtype, B.shape, B.stride(), a.device, b.device, db)] = sig
+        if a.kind == b.kind == "torch" and (given is None or given.kind == "torch"):
+            sig = Signature(choice, device, device.index, (m, n), self.plan(choice, device, True, handle))
+            sig.allocator = self._allocator(a, device)
+            key: tuple[Any, ...] = (A.dtype, A.shape, A.stride(), a.device, B.dtype, B.shape, B.stride(), b.device, db)
+            if given is not None:
+                key += (out.dtype, out.shape, out.stride(), given.device)
+            self._gemm[key] = sig
         return out
 
     def signatures(self) -> list[Signature]:
@@ -287,10 +372,6 @@ class Runtime:
 
             self._allocators[device.index] = allocate
         return self._allocators[device.index]
-
-    def _torch_stream(self, index: int) -> int:
-        assert self._raw_stream is not None
-        return int(self._raw_stream(index))
 
 
 def scalar_loads(problem: Problem, config: Config) -> tuple[Any, Config]:

@@ -91,11 +91,14 @@ class LaunchPlan:
             if self.needs_scratch:
                 self._bind_scratch(a, b, stream, allocator)
             self._config.stream = stream
-            if self._get_context(self._current_ref) or self._current.value != self._context:
-                with driver.in_context(self._context):  # another GPU's context, or none, is current here
-                    result = self._launch(self._config_ref, self._function, self._params, None)
-            else:
-                result = self._launch(self._config_ref, self._function, self._params, None)
+            result = self._launch(self._config_ref, self._function, self._params, None)
+            if result:
+                # Most likely another GPU's context (or none) is current on this thread: the
+                # launch failed without running. Checking first would cost a driver call a launch.
+                self._get_context(self._current_ref)
+                if self._current.value != self._context:
+                    with driver.in_context(self._context):
+                        result = self._launch(self._config_ref, self._function, self._params, None)
         if result:
             driver.check(result, "launching the kernel (cuLaunchKernelEx)")
 
