@@ -366,11 +366,6 @@ def test_operands_on_two_gpus_are_refused(cuda: FakeCuda, monkeypatch: pytest.Mo
         CudaArray((4, 6), pointer=1 << 31),
         CudaArray((6,), pointer=(1 << 31) + 64),
         CudaArray((4,), pointer=(1 << 31) + 128),
-        1.0,
-        0.0,
-        False,
-        None,
-        None,
     )
     assert cuda.launches[-1].args[:3] == [1 << 31, (1 << 31) + 64, (1 << 31) + 128]
     assert ("push", 1001) in cuda.events  # loaded into GPU 1's context
