@@ -60,13 +60,13 @@ def _libcuda() -> ctypes.CDLL:
 def _check(result: int, what: str) -> None:
     if result == 0:
         return
-    from autotune.gpu import driver
+    import pycuda.driver
 
     name = ctypes.c_char_p()
     _libcuda().cuGetErrorName(result, ctypes.byref(name))
     label = name.value.decode() if name.value else f"CUresult {result}"
     # PyCUDA's own error class, so that callers handle these like any other launch failure.
-    raise driver().LaunchError(f"{what} failed: {label}")
+    raise pycuda.driver.LaunchError(f"{what} failed: {label}")
 
 
 class ProgrammaticFunction:

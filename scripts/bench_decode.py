@@ -51,7 +51,7 @@ def median_event_ms(torch: Any, run: Callable[[], None], reps: int) -> float:
     return statistics.median(samples)
 
 
-def host_us_per_call(torch: Any, calls: dict[str, Callable[[], None]], rounds: int = 15) -> dict[str, float]:
+def host_us_per_call(torch: Any, calls: dict[str, Callable[[], None]], rounds: int = 40) -> dict[str, float]:
     """Median host time per call of each callable, HELD_CALLS at a time queued behind a sleeping
     kernel (the calls never wait for the GPU), taken in turns so that drift weighs on all alike."""
     samples: dict[str, list[float]] = {name: [] for name in calls}
