@@ -257,3 +257,21 @@ def test_the_transposed_view_and_a_1_d_output_on_the_default_stream() -> None:
     torch.cuda.synchronize()
     assert y.shape == (3000,)
     _assert_gemv(y, A, v, trans=True)
+
+
+def test_an_explicit_stream_argument_orders_the_call_after_its_producer() -> None:
+    """stream= as a torch stream and as its integer handle, from outside `with torch.cuda.stream`."""
+    torch = _torch()
+    side = torch.cuda.Stream()
+    A = torch.empty(8192, 4096, device="cuda", dtype=torch.float16)
+    x = torch.empty(4096, device="cuda", dtype=torch.float16)
+    y = torch.empty(8192, device="cuda", dtype=torch.float16)
+    for given in (side, side.cuda_stream):
+        with torch.cuda.stream(side):
+            y.fill_(float("nan"))
+            torch.cuda._sleep(2_000_000)
+            A.uniform_(-1, 1)
+            x.uniform_(-1, 1)
+        autotune.gemv(A, x, out=y, stream=given)
+        side.synchronize()
+        _assert_gemv(y, A, x)
