@@ -62,7 +62,12 @@ def worker_command(device: int) -> list[str]:
     is run from -c, whose first sys.path entry is always the current directory, removed first."""
     if sys.version_info >= (3, 11):
         return [sys.executable, "-P", "-m", "autotune.worker", "--device", str(device)]
-    bootstrap = "import sys, runpy; del sys.path[0]; runpy.run_module('autotune.worker', run_name='__main__')"
+    bootstrap = (
+        "import runpy, sys\n"
+        "if sys.path[:1] == ['']:\n"
+        "    del sys.path[0]\n"
+        "runpy.run_module('autotune.worker', run_name='__main__')\n"
+    )
     return [sys.executable, "-c", bootstrap, "--device", str(device)]
 
 
