@@ -72,6 +72,7 @@ class ValidGridSampler(BaseSampler):
         self._cursor = 0  # positions of the walk before it are used, ruled out or already in the study
         self._ahead: Config | None = None  # the next valid point, found by is_exhausted()
         self._given: dict[int, Config] = {}  # trial number -> the point it was handed
+        self._keys: dict[int, str] = {}  # finished trial number -> its config's key
 
     def _decode(self, index: int) -> Config:
         config: Config = {}
@@ -81,11 +82,19 @@ class ValidGridSampler(BaseSampler):
         return {name: config[name] for name in self._names}
 
     def _seen(self, study: Study) -> set[str]:
+        """Keys of every config the study holds or has queued. A finished trial's key is kept by
+        trial number: recomputing them all on every proposal made a long study quadratic."""
         seen = set()
         for trial in study.get_trials(deepcopy=False):
-            params = trial.system_attrs.get("fixed_params") or trial.params
-            if params:
-                seen.add(config_key(params))
+            key = self._keys.get(trial.number)
+            if key is None:
+                params = trial.system_attrs.get("fixed_params") or trial.params
+                if not params:
+                    continue
+                key = config_key(params)
+                if trial.state.is_finished():
+                    self._keys[trial.number] = key
+            seen.add(key)
         return seen
 
     def _find(self, study: Study) -> Config | None:
