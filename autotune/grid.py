@@ -1,12 +1,4 @@
-"""The grid sampler: every valid point of a space once, in a seeded scattered order, generated lazily.
-
-Optuna's GridSampler is handed the whole cartesian product up front: for GEMV that is 10.6 million
-points (2.6 GB, over a second of CPU per proposal), most of which the constraint rules out. Here a
-point is an index into that product; a seeded bijection of [0, size) visits the indices in a
-scattered order (a study with a budget far below the grid's size samples all of it, as Optuna's
-shuffled grid did), and each index is decoded and checked only when the walk reaches it. Memory is
-a few integers whatever the space's size.
-"""
+"""The grid sampler: every valid point of a space once, in a seeded scattered order, generated lazily."""
 
 from __future__ import annotations
 
@@ -22,6 +14,12 @@ from optuna.trial import FrozenTrial
 
 from autotune.space import Config, Space, config_key
 
+# Optuna's GridSampler is handed the whole cartesian product up front: for GEMV that is 10.6 million
+# points (2.6 GB, over a second of CPU per proposal), most of which the constraint rules out. Here a
+# point is an index into that product; a seeded bijection of [0, size) visits the indices in a
+# scattered order (a study with a budget far below the grid's size samples all of it, as Optuna's
+# shuffled grid did), and each index is decoded and checked only when the walk reaches it. Memory is
+# a few integers whatever the space's size.
 _MASK64 = 2**64 - 1
 _ROUNDS = 4
 

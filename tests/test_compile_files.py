@@ -1,5 +1,4 @@
-"""The cubin cache and nvcc's processes under damage: bad cached files, things planted at a cubin's
-path, and a sweep that dies (kill -9) or ends while nvcc still runs (a slow fake nvcc on PATH)."""
+"""The cubin cache under damage, and nvcc's processes when the sweep ends or is killed mid-compile."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""The orchestrator's side of the worker: spawn, request with a deadline, kill, respawn.
-
-The orchestrator never creates a CUDA context. A worker that hangs past its deadline is killed and
-the trial is recorded as a timeout; a worker that dies, or answers with anything but a well-formed
-reply to the request it was sent, is recorded as crashed; either way the next request starts a fresh
-worker and replays the current problem's setup.
-"""
+"""The orchestrator's side of the worker: spawn, request with a deadline, validate the reply, kill, respawn."""
 
 from __future__ import annotations
 
@@ -29,6 +23,10 @@ from autotune.worker.replies import MAX_REPLY_CHARS, BadReply, gpu_from_reply, o
 
 __all__ = ["SetupLost", "Worker", "WorkerLost", "outcome_from_reply", "worker_command"]
 
+# The orchestrator never creates a CUDA context. A worker that hangs past its deadline is killed and
+# the trial is recorded as a timeout; a worker that dies, or answers with anything but a well-formed
+# reply to the request it was sent, is recorded as crashed; either way the next request starts a
+# fresh worker and replays the current problem's setup.
 HELLO_TIMEOUT_S = 120.0
 SETUP_TIMEOUT_S = 300.0
 MEASURE_TIMEOUT_S = 60.0
