@@ -47,22 +47,25 @@ class ProcessGroups:
         self._watcher: subprocess.Popen[str] | None = None
         self._watcher_failed = False
 
+    def _ensure_watcher(self) -> None:
+        """Start the watcher once (the lock held); without one, groups still end with kill_all()
+        at exit, though not after a kill -9."""
+        if self._watcher is None and not self._watcher_failed:
+            try:
+                self._watcher = subprocess.Popen(
+                    [sys.executable, "-I", "-c", _WATCHER],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    text=True,
+                    start_new_session=True,
+                )
+            except OSError:
+                self._watcher_failed = True
+
     def _tell(self, line: str) -> None:
-        """One line to the watcher, started on first use; without one, groups still end with
-        kill_all() at exit, though not after a kill -9."""
         with self._lock:
-            if self._watcher is None and not self._watcher_failed:
-                try:
-                    self._watcher = subprocess.Popen(
-                        [sys.executable, "-I", "-c", _WATCHER],
-                        stdin=subprocess.PIPE,
-                        stdout=subprocess.DEVNULL,
-                        stderr=subprocess.DEVNULL,
-                        text=True,
-                        start_new_session=True,
-                    )
-                except OSError:
-                    self._watcher_failed = True
+            self._ensure_watcher()
             if self._watcher is not None and self._watcher.stdin is not None:
                 try:
                     self._watcher.stdin.write(line + "\n")
@@ -77,6 +80,8 @@ class ProcessGroups:
         """Run `command` to completion in a new process group (its output captured as text). Past
         `timeout` the whole group is killed and TimeoutExpired raised. `folder` is removed by the
         watcher if this process dies while the group runs; kill_all(owner) ends the owner's groups."""
+        with self._lock:
+            self._ensure_watcher()  # before the group exists, so it is watched as soon as it does
         process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
         )
