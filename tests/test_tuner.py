@@ -565,3 +565,35 @@ def test_warm_start_measures_another_gpus_best_of_the_same_problem_first(store: 
     assert worker.measured[0] == h200_best.config
     h100_best = store.best(h100.name, SHAPE, source_hash(SHAPE))
     assert h100_best is not None and store.best(H200.name, SHAPE, source_hash(SHAPE)) == h200_best
+
+
+class ConfirmReplayFailsWorker(PlacementWorker):
+    """The leader kills the worker on fresh buffers, and the fresh worker cannot be set up again."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dead = False
+
+    def ready(self) -> None:
+        if self.dead:
+            raise SetupLost("planted: the fresh worker died in setup")
+
+    def measure(self, cubin: Path, kernel: str, config: Config, timeout: float = 60.0) -> Outcome:
+        self.ready()
+        if self.fresh_setups and config_key(config) == config_key(LEADER):
+            self.measured.append(dict(config))
+            self.dead = True
+            return Outcome(Status.CRASHED, "worker died (exit -11)")
+        return super().measure(cubin, kernel, config, timeout)
+
+
+def test_a_failed_setup_replay_during_confirmation_ends_it_and_charges_no_leader(store: Store) -> None:
+    worker = ConfirmReplayFailsWorker()
+    report = tune(store, worker, 3, first=[LEADER, RUNNER_UP, THIRD], confirm=True)
+    assert worker.measured == [LEADER, RUNNER_UP, THIRD, LEADER]  # the runner-up's round never ran
+    assert report.result.confirmed == 1
+    problem_id = store.problem_id(SHAPE, H200.name, create=False)
+    assert problem_id is not None
+    assert store.crash_count(problem_id, config_key(RUNNER_UP), source_hash(SHAPE)) == 0
+    runner_up = next(t for t in rows(store) if t.config_key == config_key(RUNNER_UP))
+    assert (runner_up.status, runner_up.rounds) == (Status.OK, 1)
