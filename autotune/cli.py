@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import unicodedata
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -13,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from autotune import api, ops
 from autotune.errors import AutotuneError
@@ -27,8 +29,29 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Tune GPU GEMV and GEMM kernels for the exact shapes you run, and answer which config is best.",
 )
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def printable(text: str) -> str:
+    """`text` with its control characters (a terminal's escape sequences, bidirectional overrides)
+    written out as visible escapes: a GPU name, a records file or a kernel's message may hold any."""
+    return "".join(
+        ch.encode("unicode_escape").decode("ascii")
+        if ch not in "\n\t" and unicodedata.category(ch) in ("Cc", "Cf")
+        else ch
+        for ch in text
+    )
+
+
+class _Console(Console):
+    """Every string printed, table cells and titles included, passes through printable(); the
+    console's own styling is added after, so it still reaches the terminal."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        return super().render_str(printable(text), **kwargs)
+
+
+out = _Console(highlight=False, soft_wrap=True)
+err = _Console(stderr=True, highlight=False, soft_wrap=True)
 
 Op = Annotated[
     str, typer.Option("--op", help="gemv or gemm (with --dtype), or sgemv, hgemv, bgemv, sgemm, hgemm, bgemm")

@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import stat
+import struct
 import subprocess
 import tempfile
 import time
@@ -21,6 +23,7 @@ from pathlib import Path
 
 from autotune.fingerprint import nvcc_version
 from autotune.paths import cache_home, kernels_dir
+from autotune.procgroup import GROUPS
 
 NVCC_OPTIONS = ("-O3", "-lineinfo")
 COMPILE_TIMEOUT_S = 300
@@ -75,34 +78,116 @@ def nvcc_command(job: CompileJob, source_file: Path, output: Path, kernels: Path
     ]
 
 
-def compile_kernel(job: CompileJob, cache_dir: Path | None = None) -> CompileResult:
-    """Compile one kernel, or return it from the cache. Never raises for a bad kernel."""
+def cubin_is_sound(path: Path) -> bool:
+    """Whether `path` is a regular file (not a link) holding a whole CUDA ELF: its header, and its
+    section and program header tables and every section's bytes inside the file. A truncated copy
+    (nvcc puts the program headers last) or garbage fails; the cache then rebuilds it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read()
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return _elf_is_whole(data)
+
+
+def _elf_is_whole(data: bytes) -> bool:
+    if len(data) < _ELF_HEADER.size or data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        return False  # not a 64-bit little-endian ELF file
+    machine, phoff, shoff, phentsize, phnum, shentsize, shnum = _ELF_HEADER.unpack_from(data)
+    if machine != _EM_CUDA or shnum == 0 or shentsize < _SECTION.size:
+        return False
+    if phoff + phnum * phentsize > len(data) or shoff + shnum * shentsize > len(data):
+        return False
+    for index in range(shnum):
+        kind, offset, size = _SECTION.unpack_from(data, shoff + index * shentsize)
+        if kind != _SHT_NOBITS and offset + size > len(data):
+            return False
+    return True
+
+
+# e_machine at 18, e_phoff at 32, e_shoff at 40, then e_phentsize, e_phnum, e_shentsize, e_shnum.
+_ELF_HEADER = struct.Struct("<18xH12xQQ6xHHHH2x")
+_SECTION = struct.Struct("<4xI16xQQ")  # sh_type, then sh_offset and sh_size
+_EM_CUDA = 190
+_SHT_NOBITS = 8
+
+
+def compile_kernel(job: CompileJob, cache_dir: Path | None = None, *, owner: object | None = None) -> CompileResult:
+    """Compile one kernel, or return it from the cache. Never raises: a bad kernel, a missing nvcc
+    or a cache that cannot be written comes back as a failed CompileResult with the reason. nvcc runs
+    as `owner`'s (a pool's), which ends it on closing."""
     start = time.perf_counter()
     folder = cache_dir or cubin_cache_dir()
     key = cache_key(job)
     target = folder / key[:2] / f"{key}.cubin"
-    if target.is_file():
+    if cubin_is_sound(target):
         return CompileResult(job, target, "", time.perf_counter() - start, cached=True)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="autotune-nvcc-") as tmp:
-        source_file = Path(tmp) / "kernel.cu"
-        source_file.write_text(job.source)
-        output = Path(tmp) / "kernel.cubin"
-        command = nvcc_command(job, source_file, output)
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return _failure(job, command, str(exc), start)
-        if done.returncode != 0 or not output.is_file():
-            return _failure(job, command, done.stderr or done.stdout, start)
-        # Atomic publish: a reader sees either no file or the whole cubin, even across processes. The
-        # staging name is unique: threads of one process may compile the same kernel at once (configs
-        # that differ only in launch parameters share a cubin).
-        handle, staging_name = tempfile.mkstemp(prefix=f"{key}.", suffix=".tmp", dir=target.parent)
-        os.close(handle)
-        shutil.copyfile(output, staging_name)
-        os.replace(staging_name, target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix="autotune-nvcc-"))  # private (0700), random name
+    except OSError as exc:
+        return _failure(job, [], f"cannot prepare the kernel cache: {exc}", start)
+    try:
+        return _build(job, scratch, target, key, start, owner)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _build(job: CompileJob, scratch: Path, target: Path, key: str, start: float, owner: object | None) -> CompileResult:
+    source_file = scratch / "kernel.cu"
+    source_file.write_text(job.source)
+    output = scratch / "kernel.cubin"
+    command = nvcc_command(job, source_file, output)
+    try:
+        # nvcc and the cicc and ptxas it starts form a group of their own, ended with this process.
+        done = GROUPS.run(command, COMPILE_TIMEOUT_S, scratch, owner)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return _failure(job, command, str(exc), start)
+    if done.returncode != 0 or not cubin_is_sound(output):
+        return _failure(job, command, done.stderr or done.stdout or f"exit {done.returncode}", start)
+    try:
+        _publish(output.read_bytes(), target, key)
+    except OSError as exc:
+        return _failure(job, command, f"cannot store the compiled kernel at {target}: {exc}", start)
     return CompileResult(job, target, "", time.perf_counter() - start, cached=False)
+
+
+def _stage(data: bytes, folder: Path, key: str) -> str:
+    """The cubin's bytes in a new file of a unique, unpredictable name beside its target: mkstemp
+    creates it (O_EXCL, so never through a link planted there) and the bytes go through that very
+    descriptor. Threads of one process may stage the same kernel at once (configs that differ only
+    in launch parameters share a cubin)."""
+    handle, name = tempfile.mkstemp(prefix=f"{key}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(handle, "wb") as staged:
+            staged.write(data)
+    except OSError:
+        os.unlink(name)
+        raise
+    return name
+
+
+def _publish(data: bytes, target: Path, key: str) -> None:
+    """Atomic publish: a reader sees either no file or the whole cubin, even across processes.
+    Whatever else stands at the target (a folder, a link, a damaged cubin) is replaced."""
+    staged = _stage(data, target.parent, key)
+    try:
+        try:
+            os.replace(staged, target)
+        except IsADirectoryError:
+            shutil.rmtree(target)  # a folder at a cubin's name in our own cache: debris, never ours to keep
+            os.replace(staged, target)
+    except OSError:
+        os.unlink(staged)
+        raise
 
 
 def _failure(job: CompileJob, command: list[str], errors: str, start: float) -> CompileResult:
@@ -120,10 +205,12 @@ class CompilePool:
         self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="nvcc")
 
     def submit(self, job: CompileJob) -> Future[CompileResult]:
-        return self._executor.submit(compile_kernel, job, self._cache_dir)
+        return self._executor.submit(compile_kernel, job, self._cache_dir, owner=self)
 
     def close(self) -> None:
+        """Queued jobs are dropped and running compiles ended: nothing outlives the sweep."""
         self._executor.shutdown(wait=False, cancel_futures=True)
+        GROUPS.kill_all(self)
 
     def __enter__(self) -> CompilePool:
         return self

@@ -18,7 +18,7 @@ from autotune.errors import AutotuneError
 from autotune.outcome import Outcome
 from autotune.space import Config
 from autotune.store.rows import TrialRow
-from autotune.worker.client import WorkerLost
+from autotune.worker.client import SetupLost, WorkerLost
 
 CONFIRM_TOP = 4  # leaders looked at
 CONFIRM_WITHIN = 0.03  # ... of which those this close to the best are confirmed
@@ -62,6 +62,9 @@ def confirm_leaders(measurer: Remeasurer, pool: CompilePool) -> int:
             compiled = future.result()
             if compiled.cubin is None:
                 continue  # it compiled for the study: a toolchain hiccup, left for the next sweep
-            measurer.remeasure(trial, compiled.cubin, compiled.job.name)
+            try:
+                measurer.remeasure(trial, compiled.cubin, compiled.job.name)
+            except SetupLost:
+                return measured  # no worker can be given the problem: the next sweep confirms the rest
             measured += 1
     return measured

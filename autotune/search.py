@@ -13,13 +13,13 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
 
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution
 from optuna.trial import TrialState
 
 from autotune.compiler import CompileJob, CompilePool, CompileResult
+from autotune.grid import ValidGridSampler
 from autotune.outcome import Outcome, Status
 from autotune.space import Config, Space, config_key
 
@@ -73,21 +73,13 @@ class Measurer:
         raise NotImplementedError
 
 
-class _GridSampler(optuna.samplers.GridSampler):
-    """Optuna's grid sampler stops the study once every point was asked, which raises outside
-    study.optimize(); with ask/tell the study loop checks is_exhausted() itself instead."""
-
-    def after_trial(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-
 def make_sampler(name: str, space: Space, seed: int | None) -> optuna.samplers.BaseSampler:
     if name == "tpe":
         return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "grid":
-        return _GridSampler({k: list(v) for k, v in space.choices().items()}, seed=seed)
+        return ValidGridSampler(space, seed)
     raise ValueError(f"unknown sampler {name!r}: choose one of {', '.join(SAMPLERS)}")
 
 
@@ -171,7 +163,7 @@ class Study:
                     fruitless = 0
                     continue
                 fruitless += 1
-                if fruitless >= KICK_AFTER and not isinstance(self._study.sampler, _GridSampler):
+                if fruitless >= KICK_AFTER and not isinstance(self._study.sampler, ValidGridSampler):
                     fruitless = 0
                     fresh = self._unexplored(pending)
                     if fresh is not None:
@@ -214,7 +206,7 @@ class Study:
     def _exhausted(self) -> bool:
         """Only a grid knows it has no new point left; other samplers end at the ask cap."""
         sampler = self._study.sampler
-        return isinstance(sampler, _GridSampler) and sampler.is_exhausted(self._study)
+        return isinstance(sampler, ValidGridSampler) and sampler.is_exhausted(self._study)
 
     def _ask(
         self, pending: deque[tuple[optuna.trial.Trial, Config, Future[CompileResult]]]

@@ -21,7 +21,7 @@ from autotune.problem import DTYPES, ITEMSIZE, Problem
 from autotune.search import SAMPLERS, Budget, Measurer, Study, StudyResult
 from autotune.space import Config, Space, config_key
 from autotune.store.rows import Provenance, TrialRow
-from autotune.worker.client import Worker, WorkerLost
+from autotune.worker.client import SetupLost, Worker, WorkerLost
 
 WARM_START_NEIGHBOURS = 3
 # Best configs of this very problem under an earlier kernel source, measured again first.
@@ -95,6 +95,7 @@ class StoreMeasurer(Measurer):
 
     def remeasure(self, trial: TrialRow, cubin: Path, kernel: str) -> Outcome:
         """Measure a stored OK trial again and add the outcome to it as one more round."""
+        self._worker.ready()  # a fresh worker that cannot be set up raises here, charged to no trial
         outcome = self._worker.measure(cubin, kernel, trial.config)
         if outcome.status in (Status.CRASHED, Status.TIMEOUT):
             self._store.note_crash(self._problem_id, trial.config_key, self._source_hash)
@@ -107,6 +108,9 @@ class StoreMeasurer(Measurer):
             outcome = Outcome(Status.COMPILE_ERROR, compiled.message)
             self._record(config, outcome)
             return outcome
+        # A fresh worker that cannot be given the problem raises SetupLost here, before any row is
+        # written: no config ran, so none is charged with a crash or counted towards a quarantine.
+        self._worker.ready()
         # Written as running before dispatch: a sweep killed now leaves a row the next run redoes.
         trial_id = self._store.start_trial(self._where, config)
         outcome = self._worker.measure(compiled.cubin, compiled.job.name, config)
@@ -246,7 +250,10 @@ class Tuner:
             except (AutotuneError, WorkerLost) as exc:
                 study.result.stopped = f"setup failed: {exc}"
             else:
-                study.run(self._budget)
+                try:
+                    study.run(self._budget)
+                except SetupLost as exc:
+                    study.result.stopped = f"setup failed: {exc}"
         else:
             study.result.stopped = "already tuned"
         if self._confirm:

@@ -310,6 +310,27 @@ def test_gpu_names_are_printed_verbatim(run: Cli, tmp_path: Path, command: str) 
     assert result.code == 0 and "on [/x] [bold]GPU" in result.out
 
 
+HOSTILE = "EVIL\x1b[2J\x1b]0;pwned\x07\u202eGPU"
+
+
+@pytest.mark.parametrize("command", ["best", "show"])
+def test_escape_codes_in_a_gpu_name_are_never_printed_raw(run: Cli, tmp_path: Path, command: str) -> None:
+    result = run(command, "--m", "64", "--n", "64", "--gpu", HOSTILE, "--db", str(tmp_path / "e.db"))
+    assert result.code == 0, result
+    assert "\x1b" not in result.text and "\x07" not in result.text and "\u202e" not in result.text
+    assert "EVIL\\x1b[2J\\x1b]0;pwned\\x07\\u202eGPU" in result.out
+
+
+def test_escape_codes_in_stored_text_and_in_errors_are_never_printed_raw(run: Cli, tmp_path: Path) -> None:
+    db = tuned_db(tmp_path / "tuned.db")
+    with open_store(str(db), import_shipped=False) as store:
+        store.upsert_gpu(GpuInfo(HOSTILE, "GPU-2222", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0\x1b[5m", "13.0"))
+    for args in (["gpus"], ["list"], ["list", "--gpu", HOSTILE], ["best", "--m", "64", "--n", "64", "--op", HOSTILE]):
+        result = run(*args, "--db", str(db))
+        assert "\x1b" not in result.text and "\x07" not in result.text, (args, result)
+    assert "EVIL\\x1b" in run("gpus", "--db", str(db)).out
+
+
 def test_show_prints_messages_verbatim(run: Cli, tmp_path: Path) -> None:
     db = tuned_db(tmp_path / "tuned.db")
     message = "detected during instantiation [with T=__half, BLOCK=256]"

@@ -113,14 +113,14 @@ def test_one_kernel_compiled_by_two_threads_at_once(tmp_path: Path, monkeypatch:
     """Configs that differ only in launch parameters share a cubin, so a pool can compile one kernel
     twice at the same time: both must publish it (a shared staging name once lost one copy)."""
     both_staged = threading.Barrier(2, timeout=60)
-    real_copyfile = shutil.copyfile
+    real_stage = compiler._stage
 
-    def copy_then_wait(source: str, target: str) -> str:
-        copied = real_copyfile(source, target)
+    def stage_then_wait(data: bytes, folder: Path, key: str) -> str:
+        staged = real_stage(data, folder, key)
         both_staged.wait()  # neither thread publishes before both have staged
-        return copied
+        return staged
 
-    monkeypatch.setattr(compiler.shutil, "copyfile", copy_then_wait)
+    monkeypatch.setattr(compiler, "_stage", stage_then_wait)
     job = _job(*SAMPLE[0])
     with CompilePool(workers=2, cache_dir=tmp_path) as pool:
         results = [future.result() for future in [pool.submit(job), pool.submit(job)]]

@@ -25,6 +25,7 @@ from autotune.search import Budget
 from autotune.space import Config, config_key
 from autotune.store import Provenance, Store, TrialRow, open_store
 from autotune.tuner import ProblemReport, Tuner, stale_problems
+from autotune.worker.client import SetupLost
 from tests.fakes import InstantPool, modelled_time_us
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,6 +56,9 @@ class FakeWorker:
         self.setups.append(problem)
         self.fresh_setups += fresh_memory
         return {}
+
+    def ready(self) -> None:
+        pass
 
     def measure(self, cubin: Path, kernel: str, config: Config, timeout: float = 60.0) -> Outcome:
         assert cubin is not None and kernel.startswith("gemv_")
@@ -197,6 +201,40 @@ class FlakyWorker(FakeWorker):
         return super().measure(cubin, kernel, config, timeout)
 
 
+class ReplayFailsWorker(FakeWorker):
+    """One config kills the worker; the fresh one cannot be given the problem again (as the real
+    Worker, measure on such a worker raises SetupLost too)."""
+
+    def __init__(self) -> None:
+        super().__init__({1: Status.CRASHED})
+        self.dead = False
+
+    def ready(self) -> None:
+        if self.dead:
+            raise SetupLost("planted: the fresh worker died in setup")
+
+    def measure(self, cubin: Path, kernel: str, config: Config, timeout: float = 60.0) -> Outcome:
+        self.ready()
+        outcome = super().measure(cubin, kernel, config, timeout)
+        self.dead = outcome.status is Status.CRASHED
+        return outcome
+
+
+def test_a_setup_that_fails_on_a_fresh_worker_is_charged_to_no_config(store: Store) -> None:
+    killer = gemv.space(SHAPE).fit(dict(gemv.DEFAULT_CONFIG, lanes=1), pinned={"lanes": 1})
+    assert killer is not None
+    worker = ReplayFailsWorker()
+    report = tune(store, worker, 20, first=[killer])
+    assert report.result.stopped.startswith("setup failed") and worker.measured == [killer]
+    # The killer has its crash; the configs that were next never ran: no row, no crash noted.
+    assert [(t.config, t.status) for t in final(rows(store))] == [(killer, Status.CRASHED)]
+    assert by_status(rows(store))[Status.RUNNING] == 0
+    problem_id = store.problem_id(SHAPE, H200.name, create=False)
+    assert problem_id is not None
+    assert store.crash_count(problem_id, config_key(killer), source_hash(SHAPE)) == 1
+    assert sum(store.crash_count(problem_id, t.config_key, source_hash(SHAPE)) for t in rows(store)) == 1
+
+
 def test_a_config_that_crashed_once_is_retried_once(store: Store) -> None:
     tune(store, FakeWorker(), 15, NEARBY)
     best = store.best(H200.name, NEARBY, source_hash(SHAPE))
@@ -290,6 +328,9 @@ CHILD = textwrap.dedent(
     class SlowWorker:
         def setup(self, problem, seed, fresh_memory=False):
             return {}
+
+        def ready(self):
+            pass
 
         def measure(self, cubin, kernel, config, timeout=60.0):
             time.sleep(0.05)
@@ -524,3 +565,35 @@ def test_warm_start_measures_another_gpus_best_of_the_same_problem_first(store: 
     assert worker.measured[0] == h200_best.config
     h100_best = store.best(h100.name, SHAPE, source_hash(SHAPE))
     assert h100_best is not None and store.best(H200.name, SHAPE, source_hash(SHAPE)) == h200_best
+
+
+class ConfirmReplayFailsWorker(PlacementWorker):
+    """The leader kills the worker on fresh buffers, and the fresh worker cannot be set up again."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dead = False
+
+    def ready(self) -> None:
+        if self.dead:
+            raise SetupLost("planted: the fresh worker died in setup")
+
+    def measure(self, cubin: Path, kernel: str, config: Config, timeout: float = 60.0) -> Outcome:
+        self.ready()
+        if self.fresh_setups and config_key(config) == config_key(LEADER):
+            self.measured.append(dict(config))
+            self.dead = True
+            return Outcome(Status.CRASHED, "worker died (exit -11)")
+        return super().measure(cubin, kernel, config, timeout)
+
+
+def test_a_failed_setup_replay_during_confirmation_ends_it_and_charges_no_leader(store: Store) -> None:
+    worker = ConfirmReplayFailsWorker()
+    report = tune(store, worker, 3, first=[LEADER, RUNNER_UP, THIRD], confirm=True)
+    assert worker.measured == [LEADER, RUNNER_UP, THIRD, LEADER]  # the runner-up's round never ran
+    assert report.result.confirmed == 1
+    problem_id = store.problem_id(SHAPE, H200.name, create=False)
+    assert problem_id is not None
+    assert store.crash_count(problem_id, config_key(RUNNER_UP), source_hash(SHAPE)) == 0
+    runner_up = next(t for t in rows(store) if t.config_key == config_key(RUNNER_UP))
+    assert (runner_up.status, runner_up.rounds) == (Status.OK, 1)

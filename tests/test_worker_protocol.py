@@ -1,17 +1,27 @@
-"""The worker protocol without a GPU: planted requests that sleep, raise, return NaN or kill the
-worker each come back as their own outcome, and the next request gets a fresh worker."""
+"""The worker protocol without a GPU: hangs, deaths, errors and every kind of broken reply become outcomes."""
 
 from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from autotune.errors import AutotuneError
 from autotune.outcome import Status
-from autotune.worker.client import Worker, WorkerLost, outcome_from_reply
+from autotune.worker.client import SetupLost, Worker, WorkerLost, outcome_from_reply, worker_command
+from autotune.worker.server import serve
+
+MISBEHAVING = Path(__file__).with_name("misbehaving_worker.py")
 
 
 @pytest.fixture
-def worker() -> Worker:
+def worker() -> Iterator[Worker]:
     with Worker() as w:
         yield w
 
@@ -50,7 +60,7 @@ def test_nan_time_is_a_wrong_result(worker: Worker) -> None:
 
 def test_measure_turns_every_failure_into_an_outcome(worker: Worker, tmp_path: object) -> None:
     # No setup was sent: the worker answers with an error, which becomes a recorded outcome.
-    outcome = worker.measure(__import__("pathlib").Path("missing.cubin"), "k", {"block": 1})
+    outcome = worker.measure(Path("missing.cubin"), "k", {"block": 1})
     assert outcome.status is Status.LAUNCH_ERROR and "setup" in outcome.message
 
 
@@ -66,3 +76,117 @@ def test_setup_is_replayed_into_a_fresh_worker() -> None:
         w._setup = {"cmd": "setup", "problem": {}, "seed": 1}
         w.request("ping", 30)
     assert calls == ["setup", "ping"]
+
+
+# -- replies that break the protocol (tests/misbehaving_worker.py) -----------------------------------
+def _misbehaving(mode: str, **kwargs: Any) -> Worker:
+    return Worker(command=[sys.executable, str(MISBEHAVING), mode], **kwargs)
+
+
+BROKEN = [
+    "garbage",
+    "binary",
+    "long",
+    "no-id",
+    "list",
+    "missing-status",
+    "bad-status",
+    "worker-quarantine",
+    "string-time",
+    "bool-time",
+    "extra-key",
+    "result-and-error",
+    "future-id",
+]
+
+
+@pytest.mark.parametrize("mode", BROKEN)
+def test_a_broken_reply_is_a_crash_of_that_worker_never_an_exception(mode: str) -> None:
+    with _misbehaving(mode) as worker:
+        pid = worker.request("ping", 30)["pid"]
+        outcome = worker.measure(Path("k.cubin"), "k", {"x": 3})
+        assert outcome.status is Status.CRASHED and "bad reply" in outcome.message, outcome
+        assert "\x1b" not in outcome.message  # quoted with repr, never raw
+        assert worker.request("ping", 30)["pid"] != pid  # it was killed: a fresh worker answers
+
+
+def test_a_reply_cut_off_by_the_workers_death_is_a_crash() -> None:
+    with _misbehaving("half") as worker:
+        outcome = worker.measure(Path("k.cubin"), "k", {"x": 3})
+        assert outcome.status is Status.CRASHED and "cut off" in outcome.message, outcome
+
+
+def test_an_extra_reply_never_shifts_a_result_onto_the_next_config() -> None:
+    # Each answer arrives twice, the copy with another time: ids tie every answer to its request.
+    with _misbehaving("extra") as worker:
+        times = [worker.measure(Path("k.cubin"), "k", {"x": x}).time_us for x in range(1, 6)]
+        assert times == [1.0, 2.0, 3.0, 4.0, 5.0]
+        assert worker.restarts == 0
+
+
+def test_a_malformed_hello_is_a_one_line_error() -> None:
+    with _misbehaving("fine") as worker, pytest.raises(AutotuneError, match="hello is malformed"):
+        worker.hello()
+
+
+def test_a_failed_setup_replay_raises_setup_lost_instead_of_charging_the_config() -> None:
+    # The config never ran: a `crashed` outcome would count towards its quarantine.
+    with _misbehaving("setup-dies") as worker:
+        worker._setup = {"cmd": "setup", "problem": {}, "seed": 1}
+        with pytest.raises(SetupLost, match="could not set the problem up again"):
+            worker.measure(Path("k.cubin"), "k", {"x": 3})
+        with pytest.raises(SetupLost):
+            worker.ready()
+
+
+def test_the_server_answers_a_request_that_is_not_json_and_keeps_serving() -> None:
+    requests = io.StringIO("nonsense\n[1, 2]\n" + json.dumps({"id": 7, "cmd": "ping"}) + "\n")
+    replies = io.StringIO()
+    serve(0, requests, replies)
+    answers = [json.loads(line) for line in replies.getvalue().splitlines()]
+    assert [a["id"] for a in answers] == [None, None, 7]
+    assert "error" in answers[0] and answers[2]["result"]["pid"] == os.getpid()
+
+
+# -- which autotune the worker runs --------------------------------------------------------------------
+def _fake_package(root: Path, marker: str) -> Path:
+    """An `autotune` package whose worker answers every request with `marker`."""
+    (root / "autotune" / "worker").mkdir(parents=True)
+    (root / "autotune" / "__init__.py").write_text("")
+    (root / "autotune" / "worker" / "__init__.py").write_text("")
+    (root / "autotune" / "worker" / "__main__.py").write_text(
+        "import json, sys\n"
+        f"who = {marker!r}\n"
+        "for line in sys.stdin:\n"
+        "    reply = {'id': json.loads(line)['id'], 'result': {'pid': 0, 'who': who}}\n"
+        "    print(json.dumps(reply), flush=True)\n"
+    )
+    return root
+
+
+def test_an_autotune_folder_in_the_current_directory_is_not_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(_fake_package(tmp_path, "the current directory"))
+    with Worker() as worker:
+        reply = worker.request("ping", 30)
+    assert "who" not in reply and reply["pid"] > 0
+
+
+def test_a_source_checkout_on_pythonpath_is_still_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(_fake_package(tmp_path / "checkout", "PYTHONPATH")))
+    monkeypatch.chdir(tmp_path)
+    with Worker() as worker:
+        assert worker.request("ping", 30).get("who") == "PYTHONPATH"
+
+
+def test_below_python_3_11_the_worker_drops_the_current_directory_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "version_info", (3, 10, 0))
+    command = worker_command(0)
+    assert "-P" not in command
+    monkeypatch.chdir(_fake_package(tmp_path, "the current directory"))
+    with Worker(command=command) as worker:
+        reply = worker.request("ping", 30)
+    assert "who" not in reply and reply["pid"] > 0

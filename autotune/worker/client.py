@@ -1,21 +1,16 @@
-"""The orchestrator's side of the worker: spawn, request with a deadline, kill, respawn.
-
-The orchestrator never creates a CUDA context. A worker that hangs past its deadline is killed and
-the trial is recorded as a timeout; a worker that dies is recorded as crashed; either way the next
-request starts a fresh worker and replays the current problem's setup.
-"""
+"""The orchestrator's side of the worker: spawn, request with a deadline, validate the reply, kill, respawn."""
 
 from __future__ import annotations
 
 import collections
 import itertools
 import json
-import math
 import os
 import queue
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
@@ -24,24 +19,54 @@ from autotune.errors import AutotuneError
 from autotune.fingerprint import GpuInfo
 from autotune.outcome import Outcome, Status
 from autotune.problem import Problem
+from autotune.worker.replies import MAX_REPLY_CHARS, BadReply, gpu_from_reply, outcome_from_reply, parse_envelope
 
+__all__ = ["SetupLost", "Worker", "WorkerLost", "outcome_from_reply", "worker_command"]
+
+# The orchestrator never creates a CUDA context. A worker that hangs past its deadline is killed and
+# the trial is recorded as a timeout; a worker that dies, or answers with anything but a well-formed
+# reply to the request it was sent, is recorded as crashed; either way the next request starts a
+# fresh worker and replays the current problem's setup.
 HELLO_TIMEOUT_S = 120.0
 SETUP_TIMEOUT_S = 300.0
 MEASURE_TIMEOUT_S = 60.0
 
 
 class WorkerLost(Exception):
-    """The worker hung (timeout) or died (crashed) while answering."""
+    """The worker hung (timeout), died or broke the protocol (crashed) while answering."""
 
     def __init__(self, status: Status, message: str) -> None:
         super().__init__(message)
         self.status = status
 
 
+class SetupLost(AutotuneError):
+    """A fresh worker could not be given the current problem again. No config ran, so no config is
+    to blame: the caller stops this problem instead of recording an outcome for one."""
+
+
 def _pump(stream: IO[str], sink: queue.Queue[str | None]) -> None:
-    for line in stream:
+    # readline's limit bounds what one reply can hold in memory; a longer line arrives cut in pieces
+    # without their newline, which the reader takes as a broken reply.
+    while line := stream.readline(MAX_REPLY_CHARS):
         sink.put(line)
     sink.put(None)  # end of stream: the process is gone
+
+
+def worker_command(device: int) -> list[str]:
+    """How the worker is started: with no current directory on its module path, so an `autotune/`
+    folder wherever the sweep runs can never stand in for the installed package. PYTHONPATH is still
+    read (a source checkout put there keeps working). -P exists from Python 3.11; below, the worker
+    is run from -c, whose first sys.path entry is always the current directory, removed first."""
+    if sys.version_info >= (3, 11):
+        return [sys.executable, "-P", "-m", "autotune.worker", "--device", str(device)]
+    bootstrap = (
+        "import runpy, sys\n"
+        "if sys.path[:1] == ['']:\n"
+        "    del sys.path[0]\n"
+        "runpy.run_module('autotune.worker', run_name='__main__')\n"
+    )
+    return [sys.executable, "-c", bootstrap, "--device", str(device)]
 
 
 class Worker:
@@ -50,7 +75,7 @@ class Worker:
     ) -> None:
         self.device = device
         self.measure_timeout = measure_timeout  # past this a trial is a hang: the worker is killed
-        self._command = command or [sys.executable, "-m", "autotune.worker", "--device", str(device)]
+        self._command = command or worker_command(device)
         self._process: subprocess.Popen[str] | None = None
         self._replies: queue.Queue[str | None] = queue.Queue()
         self._stderr: collections.deque[str] = collections.deque(maxlen=40)
@@ -73,6 +98,7 @@ class Worker:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            errors="replace",  # bytes that are not UTF-8 become a reply that fails to parse, not a dead reader
             env=env,
         )
         self._replies = queue.Queue()
@@ -82,7 +108,7 @@ class Worker:
 
     def _drain_stderr(self, stream: IO[str]) -> None:
         for line in stream:
-            self._stderr.append(line.rstrip())
+            self._stderr.append(line.rstrip()[:500])
 
     def kill(self) -> None:
         if self._process is not None:
@@ -122,22 +148,30 @@ class Worker:
         self._process = None
         self._start()
         if self._setup is not None:
-            self._send(dict(self._setup), SETUP_TIMEOUT_S)
+            try:
+                self._send(dict(self._setup), SETUP_TIMEOUT_S)
+            except (WorkerLost, AutotuneError) as exc:
+                self.kill()  # a worker without the problem would answer every measure with an error
+                raise SetupLost(f"a fresh worker could not set the problem up again: {exc}") from None
+
+    def ready(self) -> None:
+        """Start a worker where none runs and give it the current problem; raises SetupLost where
+        that fails. Called before a trial is recorded as running, so a failed replay is no trial's."""
+        self._ensure_started()
 
     def _stderr_tail(self) -> str:
         lines = [line for line in self._stderr if line.strip()]
         return " | ".join(lines[-3:])
 
-    def _send(self, request: dict[str, Any], timeout: float) -> dict[str, Any]:
-        assert self._process is not None and self._process.stdin is not None
-        request["id"] = next(self._ids)
+    def _broken(self, why: str) -> WorkerLost:
+        """The worker broke the protocol: it is killed, and the next request gets a fresh one."""
+        self.kill()
+        return WorkerLost(Status.CRASHED, f"bad reply from the worker ({why}); worker killed")
+
+    def _next_line(self, deadline: float, timeout: float) -> str:
+        assert self._process is not None
         try:
-            self._process.stdin.write(json.dumps(request) + "\n")
-            self._process.stdin.flush()
-        except (BrokenPipeError, OSError):
-            pass  # it died; the reader reports that below
-        try:
-            line = self._replies.get(timeout=timeout)
+            line = self._replies.get(timeout=max(0.0, deadline - time.monotonic()))
         except queue.Empty:
             self.kill()
             raise WorkerLost(Status.TIMEOUT, f"no answer within {timeout:g} s; worker killed") from None
@@ -145,9 +179,29 @@ class Worker:
             code = self._process.wait()
             self._process = None
             raise WorkerLost(Status.CRASHED, f"worker died (exit {code}) {self._stderr_tail()}".strip())
-        reply: dict[str, Any] = json.loads(line)
+        if not line.endswith("\n"):
+            raise self._broken(f"a reply cut off after {len(line)} characters")
+        return line
+
+    def _send(self, request: dict[str, Any], timeout: float) -> dict[str, Any]:
+        assert self._process is not None and self._process.stdin is not None
+        request_id = next(self._ids)
+        request["id"] = request_id
+        try:
+            self._process.stdin.write(json.dumps(request) + "\n")
+            self._process.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # it died; the reader reports that below
+        deadline = time.monotonic() + timeout
+        reply = None
+        while reply is None:  # replies to earlier requests are skipped: ids tie each answer to its request
+            line = self._next_line(deadline, timeout)
+            try:
+                reply = parse_envelope(line, request_id)
+            except BadReply as bad:
+                raise self._broken(str(bad)) from None
         if "error" in reply:
-            raise AutotuneError(str(reply["error"]))
+            raise AutotuneError(reply["error"])
         result: dict[str, Any] = reply["result"]
         return result
 
@@ -158,9 +212,12 @@ class Worker:
     # -- the calls the tuner makes --------------------------------------------------------------
     def hello(self) -> GpuInfo:
         try:
-            return GpuInfo(**self.request("hello", HELLO_TIMEOUT_S))
+            return gpu_from_reply(self.request("hello", HELLO_TIMEOUT_S))
         except WorkerLost as lost:
             raise AutotuneError(f"the GPU worker failed to start: {lost}") from None
+        except BadReply as bad:
+            self.kill()
+            raise AutotuneError(f"the GPU worker's hello is malformed: {bad}") from None
 
     def setup(self, problem: Problem, seed: int, *, fresh_memory: bool = False) -> dict[str, Any]:
         """Allocate and fill the problem's buffers (random data from `seed`). With `fresh_memory`,
@@ -173,25 +230,17 @@ class Worker:
         return result
 
     def measure(self, cubin: Path, kernel: str, config: Mapping[str, int]) -> Outcome:
-        """Verify and time one compiled config. Every failure comes back as an Outcome."""
+        """Verify and time one compiled config. Every failure of the worker or of its reply comes
+        back as an Outcome; only a fresh worker's failed setup raises (SetupLost: no config ran)."""
         try:
             result = self.request("measure", self.measure_timeout, cubin=str(cubin), kernel=kernel, config=dict(config))
         except WorkerLost as lost:
             return Outcome(lost.status, str(lost))
+        except SetupLost:
+            raise
         except AutotuneError as exc:
             return Outcome(Status.LAUNCH_ERROR, str(exc))
-        return outcome_from_reply(result)
-
-
-def outcome_from_reply(result: Mapping[str, Any]) -> Outcome:
-    outcome = Outcome(
-        status=Status(result["status"]),
-        message=str(result.get("message", "")),
-        time_us=result.get("time_us"),
-        times_us=list(result.get("times_us", [])),
-        gbs=result.get("gbs"),
-        rel_error=result.get("rel_error"),
-    )
-    if outcome.ok and (outcome.time_us is None or not math.isfinite(outcome.time_us) or outcome.time_us <= 0):
-        return Outcome(Status.WRONG_RESULT, f"the worker reported a time of {outcome.time_us}")
-    return outcome
+        try:
+            return outcome_from_reply(result)
+        except BadReply as bad:
+            return Outcome(Status.CRASHED, str(self._broken(str(bad))))

@@ -128,7 +128,15 @@ def serve(device: int, requests: IO[str], replies: IO[str]) -> None:
     for line in requests:
         if not line.strip():
             continue
-        request = json.loads(line)
+        try:
+            request = json.loads(line)
+        except ValueError:
+            request = None
+        if not isinstance(request, dict):
+            # Not a request: answered, so the orchestrator's reader is not left waiting for nothing.
+            replies.write(json.dumps({"id": None, "error": "a request must be one JSON object a line"}) + "\n")
+            replies.flush()
+            continue
         reply: dict[str, Any] = {"id": request.get("id")}
         try:
             reply["result"] = _handle(state, request)
