@@ -1,5 +1,6 @@
-"""Programmatic dependent launch by ctypes (autotune/pdl.py): the structures match cuda.h, arguments
-are packed as PyCUDA's prepare() notation says, and only ops that wait for their predecessor use it."""
+"""Programmatic dependent launch by ctypes (autotune/runtime/driver.py, autotune/pdl.py): the structures
+match cuda.h, arguments are packed as PyCUDA's prepare() notation says, and only ops that wait for their
+predecessor use it."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from autotune import pdl
 from autotune.fingerprint import GpuInfo
 from autotune.gpu import programmatic_launch
 from autotune.ops import gemm, gemv
+from autotune.runtime import driver
 
 LAYOUT_PROGRAM = r"""
 #include <cuda.h>
@@ -36,23 +38,23 @@ def test_structures_match_cuda_h(tmp_path: Path) -> None:
     subprocess.run(["nvcc", "-o", str(binary), str(source)], check=True, capture_output=True)
     printed = [int(v) for v in subprocess.run([str(binary)], check=True, capture_output=True, text=True).stdout.split()]
     ours = [
-        ctypes.sizeof(pdl.LaunchAttribute),
-        pdl.LaunchAttribute.value.offset,
-        ctypes.sizeof(pdl.LaunchConfig),
-        pdl.LaunchConfig.shared_bytes.offset,
-        pdl.LaunchConfig.stream.offset,
-        pdl.LaunchConfig.attrs.offset,
-        pdl.LaunchConfig.num_attrs.offset,
-        pdl.programmatic_attribute().id,
+        ctypes.sizeof(driver.LaunchAttribute),
+        driver.LaunchAttribute.value.offset,
+        ctypes.sizeof(driver.LaunchConfig),
+        driver.LaunchConfig.shared_bytes.offset,
+        driver.LaunchConfig.stream.offset,
+        driver.LaunchConfig.attrs.offset,
+        driver.LaunchConfig.num_attrs.offset,
+        driver.programmatic_attribute().id,
     ]
     assert ours == printed
 
 
 def test_the_attribute_allows_programmatic_serialization() -> None:
-    attribute = pdl.programmatic_attribute()
+    attribute = driver.programmatic_attribute()
     raw = ctypes.string_at(ctypes.addressof(attribute), ctypes.sizeof(attribute))
     assert int.from_bytes(raw[:4], "little") == attribute.id == 6
-    value = raw[pdl.LaunchAttribute.value.offset :]
+    value = raw[driver.LaunchAttribute.value.offset :]
     assert int.from_bytes(value[:4], "little") == 1  # programmaticStreamSerializationAllowed
     assert value[4:] == bytes(60)
 
