@@ -3,6 +3,7 @@ first, so bad input fails with one AutotuneError line before any database or GPU
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 from pathlib import Path
@@ -60,6 +61,17 @@ def _local_gpu() -> LocalGpu | None:
     return found[0] if found else None
 
 
+def local_gpu_name() -> str | None:
+    """The name of this machine's first GPU, None where it has none."""
+    local = _local_gpu()
+    return local.name if local else None
+
+
+def short_gpu_name(name: str) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'H100 80GB HBM3': the vendor's name is the same on every row."""
+    return name.removeprefix("NVIDIA ").strip() or name
+
+
 def resolve_gpu(gpu: str | None, known: Sequence[str]) -> tuple[str, str | None]:
     """(GPU name, local driver or None): the named GPU, or this machine's first GPU."""
     if gpu is not None:
@@ -69,7 +81,7 @@ def resolve_gpu(gpu: str | None, known: Sequence[str]) -> tuple[str, str | None]
     local = _local_gpu()
     if local is None:
         tuned = ", ".join(known) if known else "none yet"
-        raise AutotuneError(f"no NVIDIA GPU on this machine: pass --gpu NAME (tuned GPUs: {tuned})")
+        raise AutotuneError(f"no NVIDIA GPU on this machine: name one with gpu= or --gpu (tuned GPUs: {tuned})")
     return local.name, local.driver
 
 
@@ -87,8 +99,32 @@ def best(
     """Which config for this problem on this GPU: measured, estimated from the nearest tuned shape,
     or the safe default, and which of the three it is (Choice.source). GEMM needs `k`."""
     problem = _problem(op, dtype, m, n, k, trans)
-    gpu_name, local_driver = resolve_gpu(gpu, _open(db).gpu_names())
-    return _selector(db).choose(problem, gpu_name, local_driver, cuda_release() if local_driver else None)
+    known = _open(db).gpu_names()
+    gpu_name, local_driver = resolve_gpu(gpu, known)
+    choice = _selector(db).choose(problem, gpu_name, local_driver, cuda_release() if local_driver else None)
+    if gpu_name not in known:
+        note = f"the database holds measurements for: {', '.join(known) or 'no GPU yet'}"
+        choice = dataclasses.replace(choice, notes=(*choice.notes, note))
+    return choice
+
+
+def best_on_every_gpu(
+    op: str | None = None,
+    m: int = 4096,
+    n: int = 8192,
+    k: int | None = None,
+    *,
+    trans: bool = False,
+    dtype: str | None = None,
+    db: str | None = None,
+) -> list[Choice]:
+    """best() for every GPU the database holds measurements for (what `autotune best` answers on a
+    machine without a GPU); a one-line error where it holds none."""
+    problem = _problem(op, dtype, m, n, k, trans)
+    known = _open(db).gpu_names()
+    if not known:
+        raise AutotuneError("no NVIDIA GPU on this machine and nothing tuned yet: name a GPU with gpu= or --gpu")
+    return [_selector(db).choose(problem, name) for name in known]
 
 
 def _problem(op: str | None, dtype: str | None, m: int, n: int, k: int | None, trans: bool) -> Problem:

@@ -21,6 +21,7 @@ from autotune.errors import AutotuneError
 from autotune.outcome import Outcome
 from autotune.problem import Problem
 from autotune.search import StudyResult
+from autotune.select import Choice
 
 app = typer.Typer(
     add_completion=False,
@@ -29,6 +30,23 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Tune GPU GEMV and GEMM kernels for the exact shapes you run, and answer which config is best.",
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from autotune import __version__
+
+        out.print(f"autotune {__version__}", markup=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="print the version and exit")
+    ] = False,
+) -> None:
+    """Tune GPU GEMV and GEMM kernels for the exact shapes you run, and answer which config is best."""
 
 
 def printable(text: str) -> str:
@@ -54,7 +72,8 @@ out = _Console(highlight=False, soft_wrap=True)
 err = _Console(stderr=True, highlight=False, soft_wrap=True)
 
 Op = Annotated[
-    str, typer.Option("--op", help="gemv or gemm (with --dtype), or sgemv, hgemv, bgemv, sgemm, hgemm, bgemm")
+    str | None,
+    typer.Option("--op", help="gemv or gemm (with --dtype), or sgemv, hgemv (default), bgemv, sgemm, hgemm, bgemm"),
 ]
 K = Annotated[int | None, typer.Option("--k", help="GEMM only: columns of A, rows of B (the reduction length)")]
 Trans = Annotated[bool, typer.Option("--trans", help="GEMV only: y = Aᵀx (x has M entries, y has N)")]
@@ -191,18 +210,28 @@ def best(
     m: M,
     n: N,
     k: K = None,
-    op: Op = "hgemv",
+    op: Op = None,
     trans: Trans = False,
     dtype: Dtype = None,
     gpu: Gpu = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     db: Db = None,
 ) -> None:
-    """Which config to run for this shape on this GPU (measured, estimated, or the safe default)."""
-    choice = api.best(op, m, n, k, trans=trans, dtype=dtype, gpu=gpu, db=db)
+    """Which config to run for this shape on this GPU (measured, estimated, or the safe default); on a
+    machine without a GPU and without --gpu, the answer for every GPU the database holds."""
+    if gpu is None and api.local_gpu_name() is None:
+        choices = api.best_on_every_gpu(op, m, n, k, trans=trans, dtype=dtype, db=db)
+    else:
+        choices = [api.best(op, m, n, k, trans=trans, dtype=dtype, gpu=gpu, db=db)]
     if as_json:
-        out.print_json(json.dumps(choice.to_dict()))
+        dicts = [choice.to_dict() for choice in choices]
+        out.print_json(json.dumps(dicts[0] if gpu is not None or len(dicts) == 1 else dicts))
         return
+    for choice in choices:
+        _print_choice(choice)
+
+
+def _print_choice(choice: Choice) -> None:
     timing = ""
     if choice.time_us is not None:
         what = (
@@ -232,7 +261,7 @@ def bench(
     m: M,
     n: N,
     k: K = None,
-    op: Op = "hgemv",
+    op: Op = None,
     trans: Trans = False,
     dtype: Dtype = None,
     db: Db = None,
@@ -266,27 +295,65 @@ def list_(
     gpu: Annotated[str | None, typer.Option("--gpu", help="only this GPU")] = None,
     op: Annotated[str | None, typer.Option("--op", help="only this op")] = None,
     dtype: Dtype = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON, configs in full")] = False,
     db: Db = None,
 ) -> None:
     """What the database holds: one line per tuned problem."""
     rows = api.list_problems(gpu=gpu, op=op, dtype=dtype, db=db)
-    table = Table()
-    for column in ("gpu", "op", "m", "n", "k", "trials", "ok", "best us", "GB/s", "config"):
-        table.add_column(column)
-    for r in rows:
-        table.add_row(
-            escape(r.gpu_name),
-            r.problem.blas_name + (" (trans)" if r.trans else ""),
-            str(r.m),
-            str(r.n),
-            str(r.k) if r.op == "gemm" else "-",
-            str(r.trials),
-            str(r.ok),
+    if as_json:
+        out.print_json(json.dumps([_summary_dict(r) for r in rows]))
+        return
+    cells = [
+        [
+            api.short_gpu_name(r.gpu_name),
+            r.problem.blas_name + ("ᵀ" if r.trans else ""),
+            f"{r.m}x{r.n}" + (f"x{r.k}" if r.op == "gemm" else ""),
+            f"{r.ok}/{r.trials}",
             _us(r.best_us),
             f"{r.best_gbs:.0f}" if r.best_gbs else "-",
-            _config_text(r.best_config, r.problem),
-        )
-    out.print(table if rows else "nothing tuned yet: run `autotune sweep`")
+            _short_config(r.best_config, r.problem),
+        ]
+        for r in rows
+    ]
+    table = Table(box=None, pad_edge=False)
+    headers = ("gpu", "op", "shape", "ok/trials", "best us", "GB/s", "config")
+    for index, column in enumerate(headers):
+        # Every column but the config keeps its width; the config is cut short at the terminal's edge.
+        width = max([len(column), *(len(row[index]) for row in cells)])
+        last = index == len(headers) - 1
+        table.add_column(column, no_wrap=True, overflow="ellipsis", min_width=None if last else width)
+    for row in cells:
+        table.add_row(*(escape(cell) for cell in row))
+    if rows:
+        out.print(table)
+    elif gpu is not None:
+        known = api.store(db).gpu_names()
+        out.print(f"nothing tuned for {gpu!r}; the database holds: {', '.join(known) or 'no GPU yet'}", markup=False)
+    else:
+        out.print("nothing tuned yet: run `autotune sweep`")
+
+
+def _short_config(config: dict[str, int] | None, problem: Problem) -> str:
+    """A config in one short cell: its values in the space's order (`autotune show` names them)."""
+    if not config:
+        return "-"
+    return " ".join(str(v) for v in ops.in_space_order(problem, config).values())
+
+
+def _summary_dict(r: Any) -> dict[str, Any]:
+    return {
+        "gpu": r.gpu_name,
+        "op": r.problem.blas_name,
+        "trans": bool(r.trans),
+        "m": r.m,
+        "n": r.n,
+        **({"k": r.k} if r.op == "gemm" else {}),
+        "trials": r.trials,
+        "ok": r.ok,
+        "best_us": r.best_us,
+        "best_gbs": r.best_gbs,
+        "config": r.best_config,
+    }
 
 
 @app.command()
@@ -294,7 +361,7 @@ def show(
     m: M,
     n: N,
     k: K = None,
-    op: Op = "hgemv",
+    op: Op = None,
     trans: Trans = False,
     dtype: Dtype = None,
     gpu: Gpu = None,

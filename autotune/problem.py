@@ -81,7 +81,8 @@ def parse_dtype(dtype: str) -> str:
 
 def resolve_op(op: str | None, dtype: str | None = None) -> tuple[str, str]:
     """Map `--op` and `--dtype` to (op, dtype): BLAS names (sgemv, hgemv, bgemv) or `gemv` + dtype."""
-    name = (op or DEFAULT_OP).strip().lower()
+    # --dtype alone names the dtype of the default op's kind (GEMV), not a clash with hgemv.
+    name = (op or ("gemv" if dtype is not None else DEFAULT_OP)).strip().lower()
     wanted = parse_dtype(dtype) if dtype is not None else None
     if name in OPS:
         return name, wanted or "float16"

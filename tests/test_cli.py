@@ -211,13 +211,37 @@ def test_sweep_without_a_gpu_creates_no_database(run: Cli, tmp_path: Path, folde
     assert not target.exists() and list(tmp_path.iterdir()) == []
 
 
-def test_best_without_a_gpu_asks_for_one(run: Cli, tmp_path: Path) -> None:
+def test_best_without_a_gpu_answers_for_every_stored_gpu(run: Cli, tmp_path: Path) -> None:
+    """The design card's `autotune best --m 4096 --n 8192` on a machine with no GPU: a line for each
+    GPU the database knows; with none known, one error line that says how to name one."""
     db = str(tmp_path / "empty.db")
-    line = assert_one_error(run("best", "--m", "4096", "--n", "8192", "--db", db), "no NVIDIA GPU", "--gpu")
-    assert "none yet" in line
+    assert_one_error(run("best", "--m", "4096", "--n", "8192", "--db", db), "no NVIDIA GPU", "--gpu", "gpu=")
     api._open.cache_clear()
-    tuned = str(tuned_db(tmp_path / "tuned.db"))
-    assert_one_error(run("best", "--m", "4096", "--n", "8192", "--db", tuned), "no NVIDIA GPU", "NVIDIA H200")
+    tuned = tuned_db(tmp_path / "tuned.db")
+    with open_store(str(tuned), import_shipped=False) as store:
+        store.upsert_gpu(GpuInfo("NVIDIA H100", "GPU-2222", "9.0", 132, 50 * 2**20, 80 * 2**30, "13.0", "13.0"))
+    result = run("best", "--m", "4096", "--n", "8192", "--db", str(tuned))
+    assert result.code == 0 and result.err == "", result
+    headlines = [line for line in result.out.splitlines() if line.startswith("hgemv 4096x8192 on ")]
+    assert (
+        len(headlines) == 2
+        and any("NVIDIA H100 [default]" in line for line in headlines)
+        and any("NVIDIA H200 [measured]" in line for line in headlines)
+    )
+    data = json.loads(run("best", "--m", "4096", "--n", "8192", "--json", "--db", str(tuned)).out)
+    assert sorted(entry["gpu"] for entry in data) == ["NVIDIA H100", "NVIDIA H200"]
+
+
+def test_dtype_alone_picks_the_dtype_of_the_default_op(run: Cli, tmp_path: Path) -> None:
+    data = best_json(run, tmp_path / "e.db", "--m", "64", "--n", "64", "--dtype", "float32", "--gpu", "x")
+    assert (data["op"], data["dtype"]) == ("sgemv", "float32")
+
+
+def test_version(run: Cli) -> None:
+    from autotune import __version__
+
+    result = run("--version")
+    assert result.code == 0 and result.out.strip() == f"autotune {__version__}"
 
 
 def test_the_stale_flag_the_selector_recommends_exists(run: Cli) -> None:
@@ -279,7 +303,8 @@ def test_shipped_records_estimate_an_untuned_shape(run: Cli, shipped: Path) -> N
 def test_an_untuned_gpu_gets_the_default(run: Cli, shipped: Path) -> None:
     data = best_json(run, shipped, "--m", "4096", "--n", "8192", "--gpu", "NVIDIA A100")
     assert (data["gpu"], data["source"], data["config"]) == ("NVIDIA A100", "default", gemv.DEFAULT_CONFIG)
-    assert len(data["notes"]) == 1 and "NVIDIA A100" in data["notes"][0]
+    assert len(data["notes"]) == 2 and "NVIDIA A100" in data["notes"][0]
+    assert data["notes"][1] == "the database holds measurements for: NVIDIA H200"  # the GPUs it knows
     text = run("best", "--m", "4096", "--n", "8192", "--gpu", "NVIDIA A100", "--db", str(shipped))
     assert config_line(text.out) == gemv.DEFAULT_CONFIG and "note: nothing tuned for hgemv" in text.out
 
@@ -364,13 +389,30 @@ def test_list_prints_the_tuned_problems(run: Cli, tmp_path: Path) -> None:
     db = str(tuned_db(tmp_path / "tuned.db"))
     result = run("list", "--db", db)
     assert result.code == 0 and result.err == ""
-    [line] = [line for line in result.out.splitlines() if "NVIDIA H200" in line]
-    cells = [cell.strip() for cell in line.strip("│ ").split("│")]
-    assert cells[:8] == ["NVIDIA H200", "hgemv", "4096", "8192", "-", "3", "2", "4.00"]
-    assert cells[-1] == FAST_TEXT
+    [line] = [line for line in result.out.splitlines() if line.startswith("H200")]
+    cells = line.split()
+    assert cells[:6] == ["H200", "hgemv", "4096x8192", "2/3", "4.00", "250"]
+    assert " ".join(cells[6:]) == " ".join(str(v) for v in FAST.values())  # the config's values, in one cell
     assert "nothing tuned" in run("list", "--op", "sgemv", "--db", db).out
-    assert "nothing tuned" in run("list", "--gpu", "NVIDIA A100", "--db", db).out
+    unknown = run("list", "--gpu", "NVIDIA A100", "--db", db).out
+    assert "nothing tuned for 'NVIDIA A100'" in unknown and "NVIDIA H200" in unknown  # which GPUs it knows
     assert "4096" in run("list", "--gpu", "h200", "--op", "hgemv", "--db", db).out
+    [entry] = json.loads(run("list", "--json", "--db", db).out)
+    assert (entry["gpu"], entry["op"], entry["m"], entry["n"], entry["config"]) == (
+        "NVIDIA H200",
+        "hgemv",
+        4096,
+        8192,
+        FAST,
+    )
+
+
+def test_list_fits_80_columns(run: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    db = str(tuned_db(tmp_path / "tuned.db"))
+    lines = run("list", "--db", db).out.splitlines()
+    assert lines and all(len(line) <= 80 for line in lines)
+    assert len([line for line in lines if line.startswith("H200")]) == 1  # one line a problem
 
 
 def test_show_prints_every_trial_fastest_first(run: Cli, tmp_path: Path) -> None:
