@@ -151,10 +151,12 @@ def test_the_server_answers_a_request_that_is_not_json_and_keeps_serving() -> No
 # -- which autotune the worker runs --------------------------------------------------------------------
 def _fake_package(root: Path, marker: str) -> Path:
     """An `autotune` package whose worker answers every request with `marker`."""
-    (root / "autotune" / "worker").mkdir(parents=True)
-    (root / "autotune" / "__init__.py").write_text("")
-    (root / "autotune" / "worker" / "__init__.py").write_text("")
-    (root / "autotune" / "worker" / "__main__.py").write_text(
+    folder = root
+    for part in Worker.__module__.split(".")[:-1]:  # autotune, ..., worker
+        folder = folder / part
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "__init__.py").write_text("")
+    (folder / "__main__.py").write_text(
         "import json, sys\n"
         f"who = {marker!r}\n"
         "for line in sys.stdin:\n"
