@@ -3,7 +3,7 @@
 //
 // Back to back, a launch cannot start until the previous kernel has finished and flushed: every call
 // pays the launch and the ramp-up of its loads (an empty kernel costs 1.41 us a call, a 2 MB read 2.82
-// on the H200: results/read_floor_nvidia-h200.txt). With the PDL launch attribute, the next grid's
+// on the H200, measured with scripts/read_floor.cu). With the PDL launch attribute, the next grid's
 // blocks may become resident as soon as every block of the running grid has executed
 // `griddepcontrol.launch_dependents`; they wait in `griddepcontrol.wait` until the running grid has
 // finished and its memory is visible, so reading anything after the wait is as safe as without PDL.

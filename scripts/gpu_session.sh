@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Steps for one call on the lent GPU machine (see ../shared/device/README.md): install the carried
-# wheels, then run the named steps in order, logging under $OUT.
+# Steps for one run on a GPU machine that holds a copy of the repository and the wheels it needs in
+# .whl/: install the wheels, then run the named steps in order, logging under $OUT.
 #   bash scripts/gpu_session.sh info tests sweep-one bench-few
 set -uo pipefail
 OUT=${OUT:-/tmp/autotune-out}

@@ -1,4 +1,4 @@
-"""Print results/gemv_<gpu>.json or results/gemm_<gpu>.json as the Markdown table the README carries.
+"""Print results/gemv_<gpu>.json or results/gemm_<gpu>.json as a Markdown table (docs_results.py uses these).
 
 python scripts/results_table.py results/gemv_nvidia-h200.json
 """

@@ -1,6 +1,6 @@
 // Where does skinny_tc lose at 16 x 4096 x 4096 (issue 5's one steady loss: 14.4 us, cuBLAS 14.0)?
 // Reading its B (4096 x 4096 float16, 32 MB) alone takes 9.8 us in the best flat grid
-// (results/read_floor_nvidia-h200.txt). These read-only kernels stream the same matrix in skinny_tc's
+// (scripts/read_floor.cu, on the H200). These read-only kernels stream the same matrix in skinny_tc's
 // decomposition, timed like read_floor.cu (launches queued behind a spin kernel, back to back,
 // inputs rotating over 4x the L2), so that the gap splits into what the decomposition costs, what
 // the GEMM's arithmetic and A's fragments add, and (the real kernel's time less these) the rest:

@@ -24,7 +24,7 @@ MAX_SHARED_BYTES = 48 * 1024  # dynamic shared memory a block gets without optin
 # Bytes of A a thread loads per step (vec * itemsize * unroll * rows). At 256, instances that issue a
 # step's loads together (order=1) take up to 128 registers; at 512 they reach ptxas's limit of 255.
 # 256 lets a thread load a whole 8192-element float16 row pair in one step: float16 4096x8192 in
-# 16.76 us against 17.08 at 128 bytes (results/try_configs_in_flight_session16_nvidia-h200.txt).
+# 16.76 us against 17.08 at 128 bytes on the H200, in a grid over rows, unroll, order and lanes.
 MAX_BYTES_IN_FLIGHT = 256
 _BLOCKS = (64, 128, 256, 512)
 _LANES = (1, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -143,7 +143,7 @@ _SEED_TILINGS: tuple[dict[str, int], ...] = (
     dict(block=256, lanes=8, unroll=2, rows=4, policy=2, persist=2),
     dict(block=512, lanes=16, unroll=1, rows=4, policy=2, persist=2),
     dict(block=256, lanes=8, unroll=1, rows=8, policy=2, persist=2),
-    # Found by a 100-trial sweep without patience (session 14, results/sweep_patience_ab_session14_nvidia-h200.txt):
+    # Found by a 100-trial sweep without patience on the H200 (docs/findings.md, sweep patience):
     # bfloat16 131072x256 in 16.13 us against 18.08 for the pick before; float16 had not been swept with it.
     dict(block=512, lanes=8, unroll=4, rows=2, policy=1, persist=1, prefetch=1, order=1),
     dict(block=128, lanes=128, unroll=4, rows=2, policy=1, persist=0),
@@ -152,31 +152,27 @@ _SEED_TILINGS: tuple[dict[str, int], ...] = (
     dict(block=128, lanes=64, unroll=4, rows=1, policy=1, persist=0, split=8, cluster=8),
     dict(block=64, lanes=64, unroll=4, rows=1, policy=1, persist=4, split=16),
     dict(block=64, lanes=64, unroll=4, rows=2, policy=1, persist=4, split=16),
-    # A block per row and no split at all (session 13, results/wide_no_split_session13_nvidia-h200.txt):
-    # 256x131072 float16 in 17.65-17.85 us against 19.58 with the split-K pick the sweeps had found;
-    # its 256 blocks of 512 threads run two to an SM in one wave, and it ends with a block reduction,
-    # not a hand-off between blocks.
+    # A block per row and no split at all: on the H200, 256x131072 float16 in 17.65-17.85 us against
+    # 19.58 with the split-K pick the sweeps had found; its 256 blocks of 512 threads run two to an SM
+    # in one wave, and it ends with a block reduction, not a hand-off between blocks.
     dict(block=512, lanes=512, unroll=2, rows=1, policy=1, persist=0),
-    # The same with 4 steps a thread and every load of a step issued first (session 14,
-    # results/try_configs_wide_tall_session14_nvidia-h200.txt): 17.71 us against 17.89 for the above in
-    # the same call; the 16-bit sweeps had not tried it.
+    # The same with 4 steps a thread and every load of a step issued first, found by a grid around the
+    # pick on the H200: 17.71 us against 17.89 for the above in the same run; the 16-bit sweeps had not
+    # tried it.
     dict(block=512, lanes=512, unroll=4, rows=1, policy=1, persist=0, order=1),
-    # Small matrices (session 10, scripts/gemv_pdl.cu): with L2 prefetches before the wait for the
+    # Small matrices (scripts/gemv_pdl.cu on the H200): with L2 prefetches before the wait for the
     # kernel before, float16 1024^2 took 2.51-2.68 us against 2.56-3.07 without them.
     dict(block=128, lanes=128, unroll=4, rows=2, policy=1, persist=0, prefetch=1),
     dict(block=64, lanes=64, unroll=2, rows=1, policy=1, persist=0, prefetch=1),
-    # Half-block rows (session 13, results/try_configs_small_session13_nvidia-h100-80gb-hbm3.txt, a grid
-    # over block, lanes, unroll and rows on the H100): float32 1024^2 in 2.92 us against 3.13-3.17
-    # for the picks a 150-trial sweep had kept.
+    # Half-block rows (a grid over block, lanes, unroll and rows on the H100): float32 1024^2 in
+    # 2.92 us against 3.13-3.17 for the picks a 150-trial sweep had kept.
     dict(block=512, lanes=256, unroll=4, rows=2, policy=1, persist=0, prefetch=1),
-    # Every load of a step before its FMAs (session 13, results/gemv_load_gate_session13_nvidia-h200.txt):
-    # float16 4096^2 in 9.56 us against 9.81, 6144x4096 13.28 against 13.62, with the tiling most
-    # shapes pick.
+    # Every load of a step before its FMAs, on the H200: float16 4096^2 in 9.56 us against 9.81,
+    # 6144x4096 13.28 against 13.62, with the tiling most shapes pick.
     dict(block=128, lanes=128, unroll=4, rows=2, policy=1, persist=0, order=1),
-    # 256 bytes of A a thread per step, every load issued first (session 16,
-    # results/try_configs_in_flight_session16_nvidia-h200.txt): float16 4096x8192 in 16.76 us and
-    # 8192^2 in 31.32 against 17.08 and 31.61 for the picks shipped before; 4096^2 and 6144x4096
-    # with 64 lanes a row, 0.4-0.5% faster.
+    # 256 bytes of A a thread per step, every load issued first (a grid on the H200): float16
+    # 4096x8192 in 16.76 us and 8192^2 in 31.32 against 17.08 and 31.61 for the picks shipped before;
+    # 4096^2 and 6144x4096 with 64 lanes a row, 0.4-0.5% faster.
     dict(block=128, lanes=128, unroll=8, rows=2, policy=1, persist=0, order=1),
     dict(block=128, lanes=64, unroll=8, rows=2, policy=1, persist=0, order=1),
 )
@@ -198,7 +194,7 @@ def leader_variants(problem: Problem, config: Mapping[str, int]) -> list[Config]
     """Configs a sweep measures early beside a leader of the problem: its tiling with every other
     prefetch the space allows. How much of the matrix to prefetch before the wait barely depends on
     the tiling, and a sampler reaches the right value late: under their shipped tilings, one vector
-    a row took 4-6% off most shapes of 32 MB and more (results/early_prefetch_session19_nvidia-h200.txt)."""
+    a row took 4-6% off most shapes of 32 MB and more on the H200 (float16 4096^2: 9.33 -> 8.83 us)."""
     problem_space = space(problem)
     others = [value for value in problem_space.choices()["prefetch"] if value != config["prefetch"]]
     variants = [{**config, "prefetch": value} for value in others]
