@@ -45,7 +45,7 @@ class ReadKernel:
 
 
 # What each read kernel prefetches into L2 before its wait (kernels/read_floor.cu): as GEMVs may
-# since session 19, each thread's first words too, so that a GEMV doing so cannot pass the floor.
+# (prefetch=2 and 3), each thread's first words too, so that a GEMV doing so cannot pass the floor.
 PREFETCH_KINDS = ("", "the block's chunk", "each thread's first word", "each thread's first 2 words")
 
 VARIANTS = tuple(

@@ -153,7 +153,7 @@ def _neighbour_configs(store: Any, gpu: str, problem: Problem, current: str) -> 
 def _other_gpus_best(store: Any, gpu: str, problem: Problem, current: str) -> list[Config]:
     """Warm start: this very problem's best config on every other GPU the database holds. A new
     card's first guess is another card's answer: tuning on an H100, the shipped H200 records'
-    pick is measured first. Tuned separately (session 12), the two cards chose the same GEMV config
+    pick is measured first. Tuned separately, the two cards chose the same GEMV config
     on 26 of 57 problems and the H200's pick was among the H100's three fastest on 37; the H100's
     first sgemm sweep missed the H200's tiling, which took 4096^3 from 0.89x to 0.94x cuBLAS."""
     configs = []
