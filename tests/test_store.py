@@ -47,7 +47,9 @@ def measure(store: Store, problem: Problem, config: dict[str, int], outcome: Out
 
 def sqlite_tables(path: Path) -> set[str]:
     with sqlite3.connect(path) as connection:
-        return {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        # sqlite_sequence is SQLite's own (AUTOINCREMENT's counters).
+        found = connection.execute("SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'")
+        return {row[0] for row in found}
 
 
 def write_records(path: Path, lines: list[dict[str, object]]) -> None:

@@ -6,9 +6,9 @@ import math
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import CursorResult, delete, func, select, union
+from sqlalchemy import delete, func, select, union
 from sqlalchemy.orm import Session
 
 from autotune.errors import AutotuneError
@@ -17,6 +17,7 @@ from autotune.outcome import Outcome, Status
 from autotune.problem import Problem
 from autotune.space import config_key
 from autotune.store import models as orm
+from autotune.store import owner as owners
 from autotune.store import records
 from autotune.store.database import Database, open_database
 from autotune.store.queries import (
@@ -37,6 +38,7 @@ from autotune.store.rows import (
     ProblemSummary,
     Provenance,
     TrialRow,
+    as_utc,
     best_row,
     gpu_row,
     trial_row,
@@ -55,13 +57,21 @@ def _apply_outcome(trial: orm.Trial, outcome: Outcome) -> None:
     trial.finished_at = orm.utcnow()
 
 
-def _begin_trial(session: Session, where: Provenance, config: Mapping[str, Any]) -> orm.Trial:
-    """The row for this config, new or reset to running (a row left behind by an earlier sweep)."""
+def _measured_by_another(trial: orm.Trial | None, me: str) -> bool:
+    """A running row another live process is measuring: it is left to that process."""
+    if trial is None or trial.status is not Status.RUNNING or trial.owner == me:
+        return False
+    return not owners.is_gone(trial.owner, as_utc(trial.created_at), orm.utcnow())
+
+
+def _begin_trial(session: Session, where: Provenance, config: Mapping[str, Any], me: str) -> orm.Trial:
+    """The row for this config, new or reset to running by `me` (a row an earlier sweep left)."""
     key = config_key(config)
     trial = find_trial(session, where.problem_id, key, where.source_hash)
     if trial is None:
         trial = orm.Trial(problem_id=where.problem_id, config_key=key, source_hash=where.source_hash)
         session.add(trial)
+    trial.owner = me
     trial.gpu_id, trial.config, trial.origin = where.gpu_id, dict(config), MEASURED
     trial.nvcc, trial.pycuda = where.toolchain.nvcc, where.toolchain.pycuda
     trial.driver, trial.cuda = where.driver, where.cuda
@@ -76,6 +86,10 @@ class Store:
 
     def __init__(self, db: Database) -> None:
         self.db = db
+        self._owner = owners.this_process()
+        self._me = self._owner.text()
+        # Trials this store started, id -> config key: finish_trial writes only to these.
+        self._started: dict[int, str] = {}
 
     @property
     def url(self) -> str:
@@ -83,6 +97,7 @@ class Store:
         return self.db.url
 
     def close(self) -> None:
+        owners.release(self._owner)
         self.db.close()
 
     def __enter__(self) -> Store:
@@ -162,21 +177,39 @@ class Store:
             return [trial_row(t) for t in session.scalars(stmt)]
 
     def start_trial(self, where: Provenance, config: Mapping[str, Any]) -> int:
-        """Write a running row and commit it before the work is dispatched: a killed sweep leaves
-        a row that says so. An existing row for the same config (left by a killed sweep, or a crash
-        being retried) is reset; callers skip the configs completed_trials() lists."""
+        """Write a running row owned by this store and commit it before the work is dispatched: a
+        killed sweep leaves a row that says so. A row of the same config left by a process that is
+        gone, or a final one being measured again, is reset; one that another live sweep is
+        measuring is left to it (both measure the same config; the first final outcome is kept)."""
+        key = config_key(config)
         with self.db.session_scope(write=True) as session:
-            trial = _begin_trial(session, where, config)
-            session.flush()
+            trial = find_trial(session, where.problem_id, key, where.source_hash)
+            if not _measured_by_another(trial, self._me):
+                trial = _begin_trial(session, where, config, self._me)
+                session.flush()
+            assert trial is not None
+            self._started[trial.id] = key
             return trial.id
 
     def finish_trial(self, trial_id: int, outcome: Outcome) -> None:
+        """Store the outcome of a trial this store started. Refused (AutotuneError) where the row is
+        gone or holds another config; where another process finished the same config first, its
+        outcome stays."""
         if outcome.status is Status.RUNNING:
             raise ValueError("finish_trial needs a final outcome, not running")
+        key = self._started.get(trial_id)
+        if key is None:
+            raise AutotuneError(f"trial {trial_id} was not started by this store: it is not ours to finish")
         with self.db.session_scope(write=True) as session:
             trial = session.get(orm.Trial, trial_id)
             if trial is None:
-                raise AutotuneError(f"trial {trial_id} is no longer in {self.url} (dropped as unfinished?)")
+                raise AutotuneError(f"trial {trial_id} is no longer in {self.url}: it was dropped as unfinished")
+            if trial.config_key != key:
+                raise AutotuneError(f"trial {trial_id} in {self.url} holds config {trial.config_key}, not {key}")
+            del self._started[trial_id]
+            if trial.status is not Status.RUNNING and trial.owner != self._me:
+                return  # another sweep finished this config first
+            trial.owner = self._me
             _apply_outcome(trial, outcome)
 
     def record_trial(self, where: Provenance, config: Mapping[str, Any], outcome: Outcome) -> int:
@@ -187,7 +220,7 @@ class Store:
             existing = find_trial(session, where.problem_id, config_key(config), where.source_hash)
             if existing is not None and existing.status is not Status.RUNNING:
                 return existing.id
-            trial = _begin_trial(session, where, config)
+            trial = _begin_trial(session, where, config, self._me)
             _apply_outcome(trial, outcome)
             session.flush()
             return trial.id
@@ -211,6 +244,8 @@ class Store:
             raise ValueError("add_round needs a final outcome, not running")
         with self.db.session_scope(write=True) as session:
             trial = session.get(orm.Trial, trial_id)
+            if trial is not None and trial.status is Status.RUNNING:
+                return  # another sweep measures this config afresh; its outcome will stand
             if trial is None or trial.status is not Status.OK or trial.time_us is None:
                 raise AutotuneError(f"trial {trial_id} is not an OK trial in {self.url}")
             trial.rounds += 1
@@ -223,13 +258,22 @@ class Store:
                 trial.time_us, trial.gbs = outcome.time_us, orm.finite(outcome.gbs)
 
     def drop_unfinished(self, problem_id: int | None = None) -> int:
-        """Delete the running rows a killed sweep left (of one problem, or all); returns how many."""
-        stmt = delete(orm.Trial).where(orm.Trial.status == Status.RUNNING)
+        """Delete the running rows (of one problem, or all) that this store left or whose owner is
+        provably gone: a killed sweep's. Another live sweep's rows stay, on this host or (within
+        their lease) another; returns how many were dropped."""
+        stmt = select(orm.Trial.id, orm.Trial.owner, orm.Trial.created_at).where(orm.Trial.status == Status.RUNNING)
         if problem_id is not None:
             stmt = stmt.where(orm.Trial.problem_id == problem_id)
+        now = orm.utcnow()
         with self.db.session_scope(write=True) as session:
-            # A bulk DELETE always yields a cursor result, which carries the row count.
-            return cast("CursorResult[Any]", session.execute(stmt)).rowcount
+            gone = [
+                trial_id
+                for trial_id, owner, started_at in session.execute(stmt)
+                if owner == self._me or owners.is_gone(owner, as_utc(started_at), now)
+            ]
+            if gone:
+                session.execute(delete(orm.Trial).where(orm.Trial.id.in_(gone)))
+            return len(gone)
 
     def crash_count(self, problem_id: int, config_key: str, source_hash: str) -> int:
         """How often this config ended crashed or timed out: the caller quarantines repeat offenders."""
