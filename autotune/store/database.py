@@ -129,11 +129,35 @@ def _migrate(engine: Engine, masked: str) -> None:
     with engine.connect() as connection, connection.begin():
         if _is_current(connection, script, masked):
             return
-    with engine.execution_options(**{_IMMEDIATE: True}).connect() as connection, connection.begin():
-        if _is_current(connection, script, masked):
-            return  # another process migrated it meanwhile
-        config.attributes["connection"] = connection
-        command.upgrade(config, "head")
+    with engine.execution_options(**{_IMMEDIATE: True}).connect() as connection:
+        sqlite = engine.dialect.name == "sqlite"
+        if sqlite:
+            # SQLite alters a table by copying it and dropping the old one, which a row referring
+            # to it (a trial to its problem) forbids while foreign keys are enforced; the switch
+            # only takes effect outside a transaction. Every reference is checked before commit.
+            _foreign_keys(connection, on=False)
+        try:
+            with connection.begin():
+                if _is_current(connection, script, masked):
+                    return  # another process migrated it meanwhile
+                config.attributes["connection"] = connection
+                command.upgrade(config, "head")
+                if sqlite:
+                    broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                    if broken:
+                        raise AutotuneError(
+                            f"cannot upgrade database {masked}: {len(broken)} rows refer to rows that do not exist"
+                        )
+        finally:
+            if sqlite:
+                _foreign_keys(connection, on=True)
+
+
+def _foreign_keys(connection: Connection, *, on: bool) -> None:
+    # On the driver's connection: SQLAlchemy would open a transaction around the statement.
+    raw = connection.connection.driver_connection
+    assert raw is not None
+    raw.execute(f"PRAGMA foreign_keys={'ON' if on else 'OFF'}")
 
 
 class Database:
