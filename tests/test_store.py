@@ -161,7 +161,7 @@ def test_resolve_url_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     ("url", "words"),
     [
         ("nosuchdriver://x", "unknown database driver"),
-        ("sqlite:////nonexistent/dir/x.db", "unable to open database file"),
+        ("sqlite:////nonexistent/dir/x.db", "its folder /nonexistent/dir does not exist"),
     ],
 )
 def test_bad_url_is_one_line_error(url: str, words: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
@@ -11,7 +12,7 @@ from typing import Any
 from sqlalchemy import delete, func, select, union
 from sqlalchemy.orm import Session
 
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, AutotuneWarning
 from autotune.fingerprint import GpuInfo
 from autotune.outcome import Outcome, Status
 from autotune.problem import Problem
@@ -43,8 +44,10 @@ from autotune.store.rows import (
     gpu_row,
     trial_row,
 )
+from autotune.store.sqlite import NoWritablePlace
 
 MEASURED = "measured"
+MEMORY = "sqlite://"  # an in-memory database: lives as long as its engine
 
 
 def _apply_outcome(trial: orm.Trial, outcome: Outcome) -> None:
@@ -378,9 +381,22 @@ def _best_first(row: TrialRow) -> tuple[int, float, int]:
 
 
 def open_store(url: str | None = None, *, import_shipped: bool = True) -> Store:
-    """Open (creating and migrating as needed) the database at `url`, $AUTOTUNE_DB or the default file."""
-    store = Store(open_database(url))
-    if import_shipped:
+    """Open (creating and migrating as needed) the database at `url`, $AUTOTUNE_DB or the default file.
+
+    A read-only database is served as it is. Where the default location can be neither created nor
+    opened (a read-only container, an unusable HOME), the shipped records are held in memory
+    instead, with a warning: `best` and the launch API still answer, and nothing is saved."""
+    try:
+        db = open_database(url)
+    except NoWritablePlace as exc:
+        warnings.warn(
+            f"{exc}; answering from the shipped records held in memory (nothing will be saved)",
+            AutotuneWarning,
+            stacklevel=2,
+        )
+        db = open_database(MEMORY)
+    store = Store(db)
+    if import_shipped and not db.read_only:
         try:
             store.import_shipped()
         except BaseException:
