@@ -140,3 +140,18 @@ def test_a_live_owners_row_is_not_reset_by_another_start(db_path: Path, live_pid
     with sqlite3.connect(db_path) as connection:
         assert connection.execute("SELECT owner FROM trials").fetchall() == [(owner,)]
     connection.close()
+
+
+def test_a_final_row_measured_again_keeps_its_outcome_until_replaced(db_path: Path) -> None:
+    # Resetting it to running lost a finished measurement whenever the second sweep was killed.
+    with open_store(str(db_path), import_shipped=False) as a:
+        first = a.start_trial(where(a), {"cfg": 1})
+        a.finish_trial(first, Outcome(Status.OK, time_us=4.0))
+    with open_store(str(db_path), import_shipped=False) as b:
+        assert b.start_trial(where(b), {"cfg": 1}) == first
+        assert rows(db_path)[first] == ('{"cfg":1}', "ok", 4.0)  # measured again; killed before its end
+    with open_store(str(db_path), import_shipped=False) as c:
+        assert c.drop_unfinished() == 0
+        again = c.start_trial(where(c), {"cfg": 1})
+        c.finish_trial(again, Outcome(Status.OK, time_us=4.2))
+    assert rows(db_path) == {first: ('{"cfg":1}', "ok", 4.2)}

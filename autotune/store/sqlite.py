@@ -76,7 +76,7 @@ def access(path: Path, masked: str, *, default: bool) -> Access:
         return Access()
     kind = NoWritablePlace if default else AutotuneError
     why = "is not writable" if folder.is_dir() else "does not exist"
-    raise kind(f"cannot create database {masked}: its folder {folder} {why}")
+    raise kind(f"cannot open database {masked}: its folder {folder} {why}")
 
 
 def read_only_url(path: Path, found: Access) -> str:

@@ -10,7 +10,6 @@ from types import TracebackType
 from typing import Any
 
 from sqlalchemy import delete, func, select, union
-from sqlalchemy.orm import Session
 
 from autotune.errors import AutotuneError, AutotuneWarning
 from autotune.fingerprint import GpuInfo
@@ -19,7 +18,7 @@ from autotune.problem import Problem
 from autotune.space import config_key
 from autotune.store import models as orm
 from autotune.store import owner as owners
-from autotune.store import records
+from autotune.store import records, trials
 from autotune.store.database import Database, open_database
 from autotune.store.queries import (
     PROBLEM_ORDER,
@@ -46,42 +45,7 @@ from autotune.store.rows import (
 )
 from autotune.store.sqlite import NoWritablePlace
 
-MEASURED = "measured"
 MEMORY = "sqlite://"  # an in-memory database: lives as long as its engine
-
-
-def _apply_outcome(trial: orm.Trial, outcome: Outcome) -> None:
-    trial.status = outcome.status
-    trial.message = outcome.message
-    trial.time_us = orm.finite(outcome.time_us)
-    trial.times_us = [t for t in outcome.times_us if math.isfinite(t)]
-    trial.gbs = orm.finite(outcome.gbs)
-    trial.rel_error = orm.finite(outcome.rel_error)
-    trial.finished_at = orm.utcnow()
-
-
-def _measured_by_another(trial: orm.Trial | None, me: str) -> bool:
-    """A running row another live process is measuring: it is left to that process."""
-    if trial is None or trial.status is not Status.RUNNING or trial.owner == me:
-        return False
-    return not owners.is_gone(trial.owner, as_utc(trial.created_at), orm.utcnow())
-
-
-def _begin_trial(session: Session, where: Provenance, config: Mapping[str, Any], me: str) -> orm.Trial:
-    """The row for this config, new or reset to running by `me` (a row an earlier sweep left)."""
-    key = config_key(config)
-    trial = find_trial(session, where.problem_id, key, where.source_hash)
-    if trial is None:
-        trial = orm.Trial(problem_id=where.problem_id, config_key=key, source_hash=where.source_hash)
-        session.add(trial)
-    trial.owner = me
-    trial.gpu_id, trial.config, trial.origin = where.gpu_id, dict(config), MEASURED
-    trial.nvcc, trial.pycuda = where.toolchain.nvcc, where.toolchain.pycuda
-    trial.driver, trial.cuda = where.driver, where.cuda
-    trial.status, trial.message, trial.times_us, trial.rounds = Status.RUNNING, "", [], 1
-    trial.time_us = trial.gbs = trial.rel_error = None
-    trial.created_at, trial.finished_at = orm.utcnow(), None
-    return trial
 
 
 class Store:
@@ -92,7 +56,7 @@ class Store:
         self._owner = owners.this_process()
         self._me = self._owner.text()
         # Trials this store started, id -> config key: finish_trial writes only to these.
-        self._started: dict[int, str] = {}
+        self._started: dict[int, tuple[str, Provenance, dict[str, Any]]] = {}
 
     @property
     def url(self) -> str:
@@ -180,18 +144,15 @@ class Store:
             return [trial_row(t) for t in session.scalars(stmt)]
 
     def start_trial(self, where: Provenance, config: Mapping[str, Any]) -> int:
-        """Write a running row owned by this store and commit it before the work is dispatched: a
-        killed sweep leaves a row that says so. A row of the same config left by a process that is
-        gone, or a final one being measured again, is reset; one that another live sweep is
-        measuring is left to it (both measure the same config; the first final outcome is kept)."""
+        """Claim this config's row for this store and commit before the work is dispatched. A new
+        row, or one a process that is gone left running, becomes running: a killed sweep leaves a
+        row that says so. A final row measured again keeps its outcome until ours replaces it, so a
+        kill loses nothing; a row another live sweep is measuring is left to it (both measure the
+        same config; the first final outcome is kept)."""
         key = config_key(config)
         with self.db.session_scope(write=True) as session:
-            trial = find_trial(session, where.problem_id, key, where.source_hash)
-            if not _measured_by_another(trial, self._me):
-                trial = _begin_trial(session, where, config, self._me)
-                session.flush()
-            assert trial is not None
-            self._started[trial.id] = key
+            trial = trials.claim(session, where, config, self._me)
+            self._started[trial.id] = (key, where, dict(config))
             return trial.id
 
     def finish_trial(self, trial_id: int, outcome: Outcome) -> None:
@@ -200,9 +161,10 @@ class Store:
         outcome stays."""
         if outcome.status is Status.RUNNING:
             raise ValueError("finish_trial needs a final outcome, not running")
-        key = self._started.get(trial_id)
-        if key is None:
+        started = self._started.get(trial_id)
+        if started is None:
             raise AutotuneError(f"trial {trial_id} was not started by this store: it is not ours to finish")
+        key, where, config = started
         with self.db.session_scope(write=True) as session:
             trial = session.get(orm.Trial, trial_id)
             if trial is None:
@@ -211,9 +173,8 @@ class Store:
                 raise AutotuneError(f"trial {trial_id} in {self.url} holds config {trial.config_key}, not {key}")
             del self._started[trial_id]
             if trial.status is not Status.RUNNING and trial.owner != self._me:
-                return  # another sweep finished this config first
-            trial.owner = self._me
-            _apply_outcome(trial, outcome)
+                return  # another sweep finished or claimed this config since: its outcome stands
+            trials.finish(trial, where, config, outcome, self._me)
 
     def record_trial(self, where: Provenance, config: Mapping[str, Any], outcome: Outcome) -> int:
         """A final trial in one step (invalid configs, compile errors); an existing final row is kept."""
@@ -223,8 +184,8 @@ class Store:
             existing = find_trial(session, where.problem_id, config_key(config), where.source_hash)
             if existing is not None and existing.status is not Status.RUNNING:
                 return existing.id
-            trial = _begin_trial(session, where, config, self._me)
-            _apply_outcome(trial, outcome)
+            trial = trials.begin(session, where, config, self._me)
+            trials.apply_outcome(trial, outcome)
             session.flush()
             return trial.id
 
