@@ -20,7 +20,7 @@ from autotune.problem import Problem
 from autotune.space import config_key
 from autotune.store import models as orm
 from autotune.store.database import Database
-from autotune.store.queries import find_trial, get_or_create_problem, new_gpu, problem_filters, ranked_ok
+from autotune.store.queries import get_or_create_problem, new_gpu, problem_filters, ranked_ok
 from autotune.store.record_lines import BadLine, parse_gpu, parse_line, parse_trial
 from autotune.store.rows import as_utc
 
@@ -177,19 +177,32 @@ def _new_trial(problem_id: int, gpu_id: int, values: dict[str, Any], origin: str
     )
 
 
+def _known_problems(session: Session, gpu_name: str) -> dict[Problem, int]:
+    rows = session.scalars(select(orm.Problem).where(orm.Problem.gpu_name == gpu_name))
+    return {_problem_of(row): row.id for row in rows}
+
+
+def _known_keys(session: Session, problem_ids: list[int]) -> set[tuple[int, str, str]]:
+    stmt = select(orm.Trial.problem_id, orm.Trial.config_key, orm.Trial.source_hash)
+    return {(pid, key, src) for pid, key, src in session.execute(stmt.where(orm.Trial.problem_id.in_(problem_ids)))}
+
+
 def _import_into(session: Session, path: Path, text: str, origin: str) -> int:
-    """Add the trials of a records file whose key is not in the database yet; returns how many."""
+    """Add the trials of a records file whose key is not in the database yet; returns how many.
+    Existing problems and keys are read in two queries, not one per line: the write lock is held
+    for as short a time as the inserts take."""
     info, trials = parse_records(path, text)
     gpu_id = _gpu_id(session, info)
-    problem_ids: dict[Problem, int] = {}
+    problem_ids = _known_problems(session, info.name)
+    for problem in {values["problem"] for values in trials} - set(problem_ids):
+        problem_ids[problem] = get_or_create_problem(session, problem, info.name).id
+    known = _known_keys(session, sorted({problem_ids[values["problem"]] for values in trials}))
     added = 0
     for values in trials:
-        problem = values["problem"]
-        if problem not in problem_ids:
-            problem_ids[problem] = get_or_create_problem(session, problem, info.name).id
-        pid = problem_ids[problem]
-        if find_trial(session, pid, config_key(values["config"]), values["source_hash"]) is None:
-            session.add(_new_trial(pid, gpu_id, values, origin))
+        key = (problem_ids[values["problem"]], config_key(values["config"]), values["source_hash"])
+        if key not in known:
+            known.add(key)
+            session.add(_new_trial(key[0], gpu_id, values, origin))
             added += 1
     session.flush()
     return added
