@@ -54,7 +54,7 @@ def test_an_unwritable_default_folder_answers_from_memory(
     monkeypatch.setattr(store_sqlite, "_writable", lambda path: False)  # as on a read-only mount
     result = run(*BEST)
     _answers(result)
-    assert "warning: cannot create database" in result.err and "is not writable" in result.err
+    assert "warning: cannot open database" in result.err and "is not writable" in result.err
 
 
 def test_the_library_warns_once_in_a_warning_class(
@@ -70,7 +70,7 @@ def test_a_given_db_in_an_unwritable_folder_is_an_error(
     run: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(store_sqlite, "_writable", lambda path: False)
-    assert_one_error(run("list", "--db", str(tmp_path / "new.db")), "cannot create database", "is not writable")
+    assert_one_error(run("list", "--db", str(tmp_path / "new.db")), "cannot open database", "is not writable")
 
 
 # --- read-only databases ---------------------------------------------------------------------------
