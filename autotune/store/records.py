@@ -187,11 +187,25 @@ def _known_keys(session: Session, problem_ids: list[int]) -> set[tuple[int, str,
     return {(pid, key, src) for pid, key, src in session.execute(stmt.where(orm.Trial.problem_id.in_(problem_ids)))}
 
 
-def _import_into(session: Session, path: Path, text: str, origin: str) -> int:
-    """Add the trials of a records file whose key is not in the database yet; returns how many.
-    Existing problems and keys are read in two queries, not one per line: the write lock is held
-    for as short a time as the inserts take."""
-    info, trials = parse_records(path, text)
+def _nothing_new(session: Session, info: GpuInfo, trials: list[dict[str, Any]]) -> bool:
+    """Whether the database holds the file's GPU and every trial key already: a file imported
+    before is then done with no write lock, which a running sweep would wait for."""
+    if session.scalars(select(orm.Gpu.id).where(orm.Gpu.uuid == info.uuid)).first() is None:
+        return False
+    problem_ids = _known_problems(session, info.name)
+    if any(values["problem"] not in problem_ids for values in trials):
+        return False
+    known = _known_keys(session, sorted({problem_ids[values["problem"]] for values in trials}))
+    return all(
+        (problem_ids[values["problem"]], config_key(values["config"]), values["source_hash"]) in known
+        for values in trials
+    )
+
+
+def _import_into(session: Session, info: GpuInfo, trials: list[dict[str, Any]], origin: str) -> int:
+    """Add the trials of a parsed records file whose key is not in the database yet; returns how
+    many. Existing problems and keys are read in two queries, not one per line: the write lock is
+    held for as short a time as the inserts take."""
     gpu_id = _gpu_id(session, info)
     problem_ids = _known_problems(session, info.name)
     for problem in {values["problem"] for values in trials} - set(problem_ids):
@@ -234,9 +248,13 @@ def user_origin(path: Path) -> str:
 
 def import_records(db: Database, path: Path) -> int:
     """Import a user's records file in one transaction (all or nothing); returns how many trials were new."""
-    text = _decode(path, _read(path))
+    # Read and checked before any lock is taken: a bad file never makes a sweep wait.
+    info, trials = parse_records(path, _decode(path, _read(path)))
+    with db.session_scope() as session:
+        if _nothing_new(session, info, trials):
+            return 0
     with db.session_scope(write=True) as session:
-        return _import_into(session, path, text, user_origin(path))
+        return _import_into(session, info, trials, user_origin(path))
 
 
 def _shipped_dir() -> Path | None:
@@ -247,6 +265,7 @@ def _shipped_dir() -> Path | None:
 
 
 def _import_shipped_file(db: Database, path: Path, data: bytes, digest: str) -> int:
+    info, trials = parse_records(path, _decode(path, data))
     with db.session_scope(write=True) as session:
         done = session.get(orm.ShippedImport, path.name)
         if done is not None and done.sha256 == digest:
@@ -254,7 +273,7 @@ def _import_shipped_file(db: Database, path: Path, data: bytes, digest: str) -> 
         if done is not None:
             # The file changed: its old records go, so that removed or re-measured entries do not linger.
             session.execute(delete(orm.Trial).where(orm.Trial.origin == shipped_origin(path)))
-        added = _import_into(session, path, _decode(path, data), shipped_origin(path))
+        added = _import_into(session, info, trials, shipped_origin(path))
         session.merge(orm.ShippedImport(file_name=path.name, sha256=digest, imported_at=orm.utcnow()))
         return added
 
