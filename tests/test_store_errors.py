@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 import time
@@ -201,3 +202,34 @@ def test_a_full_disk_is_one_line(tmp_path: Path) -> None:
                 store.problem_id(SHAPE.__class__("gemv", "float16", 64 + number, 64), H200.name)
         assert "\n" not in str(caught.value) and pid == 1
         assert store.best(H200.name, SHAPE, None) is None  # still reads
+
+
+def test_rows_an_older_autotune_let_in_are_not_handed_out(run: Cli, tmp_path: Path) -> None:
+    # Imports used to take any config and dtype: a string value crashed `best` for neighbouring
+    # shapes, an unknown dtype broke `list`, and a leader's config went to nvcc.
+    db = tuned_db(tmp_path / "tuned.db")
+    with sqlite3.connect(db) as connection:
+        connection.execute(
+            "INSERT INTO problems (gpu_name, op, dtype, m, n, k, trans, created_at) "
+            "VALUES ('NVIDIA H200', 'gemv', 'int4', 64, 64, 0, 0, '2025-01-01')"
+        )
+        bad = json.dumps({**FAST, "order": '0\n#include "/etc/passwd"'}, sort_keys=True)
+        connection.execute(
+            "INSERT INTO trials (problem_id, gpu_id, config_key, config, status, time_us, times_us, message, "
+            "source_hash, nvcc, pycuda, driver, cuda, origin, rounds, created_at) SELECT problem_id, gpu_id, ?, ?, "
+            "'ok', 0.5, '[0.5]', '', source_hash, nvcc, pycuda, driver, cuda, 'shipped:old.jsonl', 1, created_at "
+            "FROM trials LIMIT 1",
+            (bad, bad),
+        )
+    connection.close()
+    listed = run("list", "--db", str(db))
+    assert listed.code == 0 and "int4" not in listed.out and "passwd" not in listed.out, listed
+    _answers(run(*BEST, "--db", str(db)))  # the 4.00 us config, not the 0.5 us one with code in it
+    nearby = run("best", "--m", "4096", "--n", "4096", "--gpu", "h200", "--db", str(db))
+    assert nearby.code == 0 and "passwd" not in nearby.out, nearby
+    with open_store(str(db), import_shipped=False) as store:
+        pid = store.problem_id(SHAPE, H200.name, create=False)
+        assert pid is not None
+        assert all(
+            "passwd" not in json.dumps(t.config) for t in store.leaders(pid, store.trials(pid)[0].source_hash, 5)
+        )

@@ -26,11 +26,11 @@ from autotune.store.queries import (
     final_counts,
     find_problem,
     find_trial,
+    first_usable,
     get_or_create_problem,
     new_gpu,
     problem_columns,
     problem_filters,
-    ranked_ok,
 )
 from autotune.store.rows import (
     BestRow,
@@ -42,6 +42,7 @@ from autotune.store.rows import (
     best_row,
     gpu_row,
     trial_row,
+    usable,
 )
 from autotune.store.sqlite import NoWritablePlace
 
@@ -128,7 +129,7 @@ class Store:
             .order_by(orm.Trial.id)
         )
         with self.db.session_scope() as session:
-            return [trial_row(t) for t in session.scalars(stmt)]
+            return [trial_row(t) for t in session.scalars(stmt) if usable(t)]
 
     def earlier_best(self, problem_id: int, source_hash: str, top: int) -> list[TrialRow]:
         """The `top` fastest OK trials of the problem measured with another kernel source: after a
@@ -141,7 +142,7 @@ class Store:
             .limit(top)
         )
         with self.db.session_scope() as session:
-            return [trial_row(t) for t in session.scalars(stmt)]
+            return [trial_row(t) for t in session.scalars(stmt) if usable(t)]
 
     def start_trial(self, where: Provenance, config: Mapping[str, Any]) -> int:
         """Claim this config's row for this store and commit before the work is dispatched. A new
@@ -199,7 +200,7 @@ class Store:
             .limit(top)
         )
         with self.db.session_scope() as session:
-            return [trial_row(t) for t in session.scalars(stmt)]
+            return [trial_row(t) for t in session.scalars(stmt) if usable(t)]
 
     def add_round(self, trial_id: int, outcome: Outcome) -> None:
         """One more measurement of an OK trial on another set of buffers. Every sample is kept and
@@ -273,7 +274,7 @@ class Store:
         filters = problem_filters(gpu_name=gpu_name, **problem)
         with self.db.session_scope() as session:
             counts = final_counts(session, filters, source_hash)
-            return [best_row(p, t, counts.get(p.id, (0, 0))[0]) for p, t in ranked_ok(session, filters, source_hash)]
+            return [best_row(p, t, counts.get(p.id, (0, 0))[0]) for p, t in first_usable(session, filters, source_hash)]
 
     def problems(
         self,
@@ -287,9 +288,9 @@ class Store:
         filters = problem_filters(gpu_name=gpu_name, op=op, dtype=dtype)
         with self.db.session_scope() as session:
             counts = final_counts(session, filters, source_hash)
-            best = {p.id: t for p, t in ranked_ok(session, filters, source_hash)}
+            best = {p.id: t for p, t in first_usable(session, filters, source_hash)}
             found = session.scalars(select(orm.Problem).where(*filters).order_by(*PROBLEM_ORDER))
-            return [_summary(p, counts.get(p.id, (0, 0)), best.get(p.id)) for p in found]
+            return [_summary(p, counts.get(p.id, (0, 0)), best.get(p.id)) for p in found if usable(None, p)]
 
     def trials(self, problem_id: int) -> list[TrialRow]:
         """All trials of a problem, best first: OK ones by time, then the rest in the order they ran."""
