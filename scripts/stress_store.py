@@ -1,5 +1,6 @@
-"""Store stress on the CPU: concurrent sweeps with fake workers, readers, an importer and SIGKILLs,
-then every stored time checked against the time the fake worker gave that config.
+"""Store stress on the CPU: concurrent sweeps, readers, an importer and SIGKILLs, then every time checked.
+
+Sweeps use a fake worker whose time for a config is known, so every stored time is checked against it.
 
     python scripts/stress_store.py                     # 60 s; writes results/stress_store.json
     python scripts/stress_store.py --seconds 10 --out /tmp/stress.json

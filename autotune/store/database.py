@@ -1,4 +1,4 @@
-"""Opening the database: URL resolution, SQLite pragmas, migrations at open, and the session helper."""
+"""Opening the database: URL resolution, read-only files, migrations at open, and the session helper."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""Records-file lines checked strictly: exact fields and JSON types, known ops and dtypes, sane sizes,
-and every config a point of its op's space, so nothing from a file can reach nvcc but integers the
-space offers."""
+"""Records-file lines checked strictly: exact fields and types, known ops, sane sizes, configs in the space."""
+
+# Every config must be a point of its op's space, so nothing from a file can reach nvcc but
+# integers the space offers.
 
 from __future__ import annotations
 
