@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import unicodedata
+import warnings
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -417,8 +418,14 @@ def gpus(db: Db = None) -> None:
     out.print(table)
 
 
+def _warn(message: Warning | str, category: type[Warning], *_: object, **__: object) -> None:
+    # Warnings as one line, without Python's file and source line.
+    err.print(f"warning: {message}", markup=False)
+
+
 def main() -> None:
     """Entry point: every user error is one line on stderr and exit code 2, never a traceback."""
+    warnings.showwarning = _warn
     try:
         app(standalone_mode=False)
     except AutotuneError as exc:

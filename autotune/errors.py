@@ -3,3 +3,7 @@
 
 class AutotuneError(Exception):
     """Bad input or an environment problem; the message names it in one line (CLI exit code 2)."""
+
+
+class AutotuneWarning(UserWarning):
+    """Something the user should know that does not stop the command (the CLI prints one line)."""

@@ -47,7 +47,11 @@ class Space:
         if missing or unknown:
             return f"config keys differ from the space (missing {missing}, unknown {unknown})"
         for p in self.params:
-            if config[p.name] not in p.choices:
+            value = config[p.name]
+            # Exactly int: True == 1 and 128.0 == 128 would pass `in`, and reach nvcc as "True" or "128.0".
+            if type(value) is not int:
+                return f"{p.name} must be an integer, got {value!r}"[:200]
+            if value not in p.choices:
                 return f"{p.name}={config[p.name]} is not one of {list(p.choices)} for this problem"
         return self.constraint(config)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 import os
 import sqlite3
@@ -17,6 +19,7 @@ from alembic.script import ScriptDirectory
 
 from autotune.errors import AutotuneError
 from autotune.fingerprint import GpuInfo, Toolchain
+from autotune.ops import gemv
 from autotune.outcome import Outcome, Status
 from autotune.problem import Problem
 from autotune.store import Provenance, Store, check_url, config_key, open_store, resolve_url
@@ -47,7 +50,9 @@ def measure(store: Store, problem: Problem, config: dict[str, int], outcome: Out
 
 def sqlite_tables(path: Path) -> set[str]:
     with sqlite3.connect(path) as connection:
-        return {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        # sqlite_sequence is SQLite's own (AUTOINCREMENT's counters).
+        found = connection.execute("SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'")
+        return {row[0] for row in found}
 
 
 def write_records(path: Path, lines: list[dict[str, object]]) -> None:
@@ -61,7 +66,7 @@ def trial_line(time_us: float, block: int, m: int = 4096) -> dict[str, object]:
         "dtype": "float16",
         "m": m,
         "n": 4096,
-        "config": {"block": block},
+        "config": cfg(block),
         "time_us": time_us,
         "times_us": [time_us],
         "gbs": 1.0,
@@ -73,6 +78,18 @@ def trial_line(time_us: float, block: int, m: int = 4096) -> dict[str, object]:
         "cuda": "13.0",
         "created_at": "2025-01-02T03:04:05+00:00",
     }
+
+
+@functools.cache
+def _valid_configs() -> list[dict[str, int]]:
+    """GEMV configs valid for both SHAPE and OTHER: records files hold only points of the space."""
+    both = (c for c in itertools.islice(gemv.space(SHAPE), 20000) if gemv.space(OTHER).check(c) is None)
+    return list(itertools.islice(both, 1100))
+
+
+def cfg(number: int) -> dict[str, int]:
+    """A valid config, distinct for each number."""
+    return dict(_valid_configs()[number])
 
 
 GPU_LINE = {"kind": "gpu", **{k: v for k, v in H200.to_dict().items() if k != "uuid"}}
@@ -111,7 +128,7 @@ def test_upgrade_from_0001_keeps_gemv_problems(db_path: Path) -> None:
         assert store.problem_id(SHAPE, H200.name) == 1
         assert store.problem_id(Problem("gemv", "float16", 4096, 4096, trans=True), H200.name) != 1
         gemm = Problem("gemm", "float16", 4096, 4096, 4096)
-        measure(store, gemm, {"block": 1}, ok(9.0))
+        measure(store, gemm, cfg(1), ok(9.0))
         assert [p.problem for p in store.problems(op="gemm")] == [gemm]
 
 
@@ -122,7 +139,7 @@ def test_wal_mode_is_on(store: Store, db_path: Path) -> None:
 
 def test_reopen_is_idempotent(db_path: Path) -> None:
     with open_store(str(db_path), import_shipped=False) as first:
-        measure(first, SHAPE, {"block": 1}, ok(5.0))
+        measure(first, SHAPE, cfg(1), ok(5.0))
     with open_store(str(db_path), import_shipped=False) as second:
         assert second.best(H200.name, SHAPE, SRC) is not None
     with sqlite3.connect(db_path) as connection:
@@ -144,7 +161,7 @@ def test_resolve_url_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     ("url", "words"),
     [
         ("nosuchdriver://x", "unknown database driver"),
-        ("sqlite:////nonexistent/dir/x.db", "unable to open database file"),
+        ("sqlite:////nonexistent/dir/x.db", "its folder /nonexistent/dir does not exist"),
     ],
 )
 def test_bad_url_is_one_line_error(url: str, words: str) -> None:
@@ -270,15 +287,15 @@ def test_record_trial_keeps_the_final_row(store: Store) -> None:
     pid = store.problem_id(SHAPE, H200.name)
     assert pid is not None
     invalid = Outcome(Status.INVALID, "block does not divide n")
-    first = store.record_trial(Provenance(pid, gpu, SRC, TOOLS, "13.0", "13.0"), {"block": 3}, invalid)
+    first = store.record_trial(Provenance(pid, gpu, SRC, TOOLS, "13.0", "13.0"), cfg(3), invalid)
     failed = Outcome(Status.COMPILE_ERROR, "nvcc failed")
-    second = store.record_trial(Provenance(pid, gpu, SRC, TOOLS, "13.0", "13.0"), {"block": 3}, failed)
+    second = store.record_trial(Provenance(pid, gpu, SRC, TOOLS, "13.0", "13.0"), cfg(3), failed)
     assert second == first
     [row] = store.trials(pid)
     assert (row.status, row.message) == (Status.INVALID, "block does not divide n")
     # A running row for the key is finished in place rather than duplicated.
-    running = store.start_trial(Provenance(pid, gpu, SRC, TOOLS, "13.0", "13.0"), {"block": 5})
-    assert store.record_trial(Provenance(pid, gpu, SRC, TOOLS, "13.0", "13.0"), {"block": 5}, invalid) == running
+    running = store.start_trial(Provenance(pid, gpu, SRC, TOOLS, "13.0", "13.0"), cfg(5))
+    assert store.record_trial(Provenance(pid, gpu, SRC, TOOLS, "13.0", "13.0"), cfg(5), invalid) == running
     assert {t.status for t in store.trials(pid)} == {Status.INVALID}
 
 
@@ -291,7 +308,7 @@ def test_crash_count_survives_reopen(db_path: Path) -> None:
     with open_store(str(db_path), import_shipped=False) as store:
         pid = store.problem_id(SHAPE, H200.name)
         assert pid is not None
-        key = config_key({"block": 1024})
+        key = config_key(cfg(1024))
         assert store.crash_count(pid, key, SRC) == 0
         assert store.note_crash(pid, key, SRC) == 1
         assert store.note_crash(pid, key, SRC) == 2
@@ -305,13 +322,13 @@ def test_crash_count_survives_reopen(db_path: Path) -> None:
 
 def fill(store: Store) -> int:
     """SHAPE: OK at 5, 3 and 4 us, a wrong result, a timeout, a faster stale-source trial; OTHER: OK 9 us."""
-    pid = measure(store, SHAPE, {"block": 1}, ok(5.0))
-    measure(store, SHAPE, {"block": 2}, ok(3.0))
-    measure(store, SHAPE, {"block": 4}, ok(4.0))
-    measure(store, SHAPE, {"block": 8}, Outcome(Status.WRONG_RESULT, "max error 0.5", time_us=1.0))
-    measure(store, SHAPE, {"block": 16}, Outcome(Status.TIMEOUT, "killed after 10 s"))
-    measure(store, SHAPE, {"block": 32}, ok(0.5), src="src-old")
-    measure(store, OTHER, {"block": 2}, ok(9.0))
+    pid = measure(store, SHAPE, cfg(1), ok(5.0))
+    measure(store, SHAPE, cfg(2), ok(3.0))
+    measure(store, SHAPE, cfg(4), ok(4.0))
+    measure(store, SHAPE, cfg(8), Outcome(Status.WRONG_RESULT, "max error 0.5", time_us=1.0))
+    measure(store, SHAPE, cfg(16), Outcome(Status.TIMEOUT, "killed after 10 s"))
+    measure(store, SHAPE, cfg(32), ok(0.5), src="src-old")
+    measure(store, OTHER, cfg(2), ok(9.0))
     return pid
 
 
@@ -319,27 +336,27 @@ def test_best_picks_the_fastest_ok_trial(store: Store) -> None:
     fill(store)
     best = store.best(H200.name, SHAPE, SRC)
     assert best is not None
-    assert (best.config, best.time_us, best.source_hash, best.trials) == ({"block": 2}, 3.0, SRC, 5)
+    assert (best.config, best.time_us, best.source_hash, best.trials) == (cfg(2), 3.0, SRC, 5)
     assert best.problem == SHAPE and best.origin == "measured"
     any_source = store.best(H200.name, SHAPE, None)
-    assert any_source is not None and any_source.config == {"block": 32} and any_source.trials == 6
+    assert any_source is not None and any_source.config == cfg(32) and any_source.trials == 6
     assert store.best(H200.name, Problem("gemv", "float16", 1, 1), SRC) is None
     assert store.best("NVIDIA A100", SHAPE, SRC) is None
 
 
 def test_tuned_lists_one_best_per_problem(store: Store) -> None:
     fill(store)
-    measure(store, Problem("gemv", "float32", 4096, 4096), {"block": 1}, ok(1.0))
+    measure(store, Problem("gemv", "float32", 4096, 4096), cfg(1), ok(1.0))
     tuned = store.tuned(H200.name, "gemv", "float16", SRC)
     assert [(r.m, r.n, r.time_us) for r in tuned] == [(4096, 4096, 3.0), (8192, 1024, 9.0)]
 
 
 def test_problems_and_trials_summaries(store: Store) -> None:
     pid = fill(store)
-    measure(store, Problem("gemv", "float16", 64, 64), {"block": 1}, Outcome(Status.CRASHED))
+    measure(store, Problem("gemv", "float16", 64, 64), cfg(1), Outcome(Status.CRASHED))
     summaries = {(s.m, s.n): s for s in store.problems(H200.name, "gemv", "float16")}
     shape = summaries[(4096, 4096)]
-    assert (shape.trials, shape.ok, shape.best_us, shape.best_config) == (6, 4, 0.5, {"block": 32})
+    assert (shape.trials, shape.ok, shape.best_us, shape.best_config) == (6, 4, 0.5, cfg(32))
     current = {(s.m, s.n): s for s in store.problems(source_hash=SRC)}[(4096, 4096)]
     assert (current.trials, current.ok, current.best_us) == (5, 3, 3.0)
     assert summaries[(64, 64)].best_us is None and summaries[(64, 64)].trials == 1
@@ -352,8 +369,8 @@ def test_problems_and_trials_summaries(store: Store) -> None:
 def test_leaders_are_the_fastest_ok_trials_of_one_source(store: Store) -> None:
     pid = fill(store)
     assert [(t.config, t.time_us, t.rounds) for t in store.leaders(pid, SRC, 2)] == [
-        ({"block": 2}, 3.0, 1),
-        ({"block": 4}, 4.0, 1),
+        (cfg(2), 3.0, 1),
+        (cfg(4), 4.0, 1),
     ]
     assert store.leaders(pid, "src-other", 2) == []
 
@@ -364,12 +381,12 @@ def test_a_round_keeps_every_sample_and_the_slower_time(store: Store) -> None:
     store.add_round(fastest.id, ok(4.5))  # slower on the second buffers: it takes that time
     store.add_round(second.id, ok(3.5))  # faster: it keeps its slower first time
     fastest, second = store.leaders(pid, SRC, 2)
-    assert (fastest.config, fastest.time_us, fastest.rounds) == ({"block": 4}, 4.0, 2)
-    assert second.config == {"block": 2} and (second.time_us, second.rounds) == (4.5, 2)
+    assert (fastest.config, fastest.time_us, fastest.rounds) == (cfg(4), 4.0, 2)
+    assert second.config == cfg(2) and (second.time_us, second.rounds) == (4.5, 2)
     assert second.times_us == [3.0, 3.0 * 1.01, 4.5, 4.5 * 1.01]
     assert second.gbs == pytest.approx(1000 / 4.5)
     best = store.best(H200.name, SHAPE, SRC)
-    assert best is not None and best.config == {"block": 4}
+    assert best is not None and best.config == cfg(4)
 
 
 def test_a_round_that_fails_makes_the_trial_fail(store: Store) -> None:
@@ -380,10 +397,10 @@ def test_a_round_that_fails_makes_the_trial_fail(store: Store) -> None:
     assert (failed.status, failed.time_us, failed.rounds) == (Status.WRONG_RESULT, None, 2)
     assert failed.message == "round 2, on fresh buffers: row 3: got nan"
     assert failed.times_us == [3.0, 3.0 * 1.01]  # the first round's samples are kept
-    assert store.leaders(pid, SRC, 1)[0].config == {"block": 4}
+    assert store.leaders(pid, SRC, 1)[0].config == cfg(4)
     with pytest.raises(AutotuneError, match="is not an OK trial"):
         store.add_round(fastest.id, ok(1.0))
-    measure(store, SHAPE, {"block": 2}, ok(3.3))  # measured afresh (a crash's retry): one round again
+    measure(store, SHAPE, cfg(2), ok(3.3))  # measured afresh (a crash's retry): one round again
     again = next(t for t in store.trials(pid) if t.id == fastest.id)
     assert (again.status, again.time_us, again.rounds, again.message) == (Status.OK, 3.3, 1, "")
 
@@ -403,8 +420,8 @@ def test_export_import_round_trip(store: Store, tmp_path: Path) -> None:
         assert fresh.import_records(exported) == 3
         assert fresh.import_records(exported) == 0  # unique keys: nothing twice
         best = fresh.best(H200.name, SHAPE, SRC)
-        assert best is not None and (best.config, best.time_us) == ({"block": 2}, 3.0)
-        assert best.origin == "shipped:nvidia-h200.jsonl"
+        assert best is not None and (best.config, best.time_us) == (cfg(2), 3.0)
+        assert best.origin == f"imported:{exported}"  # a user's file, even under a shipped file's name
         again = tmp_path / "again.jsonl"
         fresh.export_records(H200.name, again, top=2)
         assert again.read_text() == exported.read_text()  # deterministic, and nothing lost
@@ -424,9 +441,9 @@ def test_records_carry_the_rounds(store: Store, tmp_path: Path) -> None:
     older = tmp_path / "older.jsonl"  # written before rounds existed: measured once
     write_records(older, [GPU_LINE, trial_line(2.0, 64)])
     assert store.import_records(older) == 1
-    assert [t.rounds for t in store.trials(pid) if t.config == {"block": 64}] == [1]
+    assert [t.rounds for t in store.trials(pid) if t.config == cfg(64)] == [1]
     write_records(older, [GPU_LINE, {**trial_line(2.0, 8), "rounds": 0}])
-    with pytest.raises(AutotuneError, match="line 2: field 'rounds' must be a positive integer, got 0"):
+    with pytest.raises(AutotuneError, match="line 2: field 'rounds' must be an integer of at least 1, got 0"):
         store.import_records(older)
 
 
@@ -441,8 +458,8 @@ def test_export_of_current_sources_only(store: Store, tmp_path: Path, monkeypatc
     assert store.export_records(H200.name, exported, top=2, current_only=True) == 2
     trials = [json.loads(line) for line in exported.read_text().splitlines()[1:]]
     assert [(t["m"], t["config"], t["source_hash"]) for t in trials] == [
-        (4096, {"block": 2}, SRC),
-        (4096, {"block": 4}, SRC),
+        (4096, cfg(2), SRC),
+        (4096, cfg(4), SRC),
     ]
 
 
@@ -482,7 +499,7 @@ def test_import_shipped_once_and_again_when_changed(store: Store, tmp_path: Path
     write_records(records, [GPU_LINE, trial_line(2.5, 4)])
     assert store.import_shipped(shipped) == 1
     best = store.best(H200.name, SHAPE, SRC)
-    assert best is not None and (best.config, best.time_us) == ({"block": 4}, 2.5)  # old records gone
+    assert best is not None and (best.config, best.time_us) == (cfg(4), 2.5)  # old records gone
     assert store.problems()[0].trials == 1
 
 
@@ -506,7 +523,7 @@ def test_second_store_reads_while_the_first_writes(db_path: Path) -> None:
         open_store(str(db_path), import_shipped=False) as writer,
         open_store(str(db_path), import_shipped=False) as reader,
     ):
-        pid = measure(writer, SHAPE, {"block": 1}, ok(5.0))
+        pid = measure(writer, SHAPE, cfg(1), ok(5.0))
         with writer.db.session_scope(write=True) as session:
             # An uncommitted write is in flight: the reader sees the committed rows, without waiting.
             session.execute(Base.metadata.tables["trials"].delete())

@@ -1,13 +1,12 @@
-"""Opening the database: URL resolution, SQLite pragmas, migrations at open, and the session helper."""
+"""Opening the database: URL resolution, read-only files, migrations at open, and the session helper."""
 
 from __future__ import annotations
 
 import os
 import re
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
 
 from alembic import command
 from alembic.config import Config
@@ -21,6 +20,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from autotune import paths
 from autotune.errors import AutotuneError
+from autotune.store import sqlite
+from autotune.store.sqlite import NoWritablePlace
 
 ENV_VAR = "AUTOTUNE_DB"
 # An execution option read by the SQLite "begin" hook: write transactions take the write lock up front.
@@ -42,7 +43,11 @@ def resolve_url(db: str | None = None) -> str:
     if env:
         return _as_url(env)
     home = paths.data_home()
-    home.mkdir(parents=True, exist_ok=True)
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except (OSError, RuntimeError) as exc:  # RuntimeError: no home folder can be found at all
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise NoWritablePlace(f"cannot create the database folder {home}: {reason}") from None
     return _as_url(str(home / "autotune.db"))
 
 
@@ -70,21 +75,12 @@ def _cause(exc: BaseException) -> str:
     return _one_line(first[0]) if first else type(exc).__name__
 
 
-def _on_sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
-    # pysqlite's own transaction handling skips BEGIN before DDL, so a failed migration would leave
-    # tables behind; taking over BEGIN (in _on_sqlite_begin) makes DDL transactional.
-    dbapi_connection.isolation_level = None
-    cursor = dbapi_connection.cursor()
-    try:
-        # busy_timeout first: switching to WAL needs a lock another process may hold for a moment.
-        cursor.execute("PRAGMA busy_timeout=30000")
-        # WAL lets readers (`autotune best` during a sweep) read while the sweep writes.
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA foreign_keys=ON")
-        # In WAL mode NORMAL survives a killed process; only a power cut may lose the last commits.
-        cursor.execute("PRAGMA synchronous=NORMAL")
-    finally:
-        cursor.close()
+def _first(exc: BaseException) -> BaseException:
+    """The database error that started it: a failed write inside a savepoint surfaces as the
+    savepoint's failed release ("no such savepoint"), with the real cause (a full disk) before it."""
+    while isinstance(exc.__context__, SQLAlchemyError):
+        exc = exc.__context__
+    return exc
 
 
 def _on_sqlite_begin(connection: Connection) -> None:
@@ -94,10 +90,10 @@ def _on_sqlite_begin(connection: Connection) -> None:
     connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
-def make_engine(url: str) -> Engine:
+def make_engine(url: str, *, read_only: bool = False) -> Engine:
     engine = create_engine(url)
     if engine.dialect.name == "sqlite":
-        event.listen(engine, "connect", _on_sqlite_connect)
+        event.listen(engine, "connect", lambda connection, _record: sqlite.on_connect(connection, read_only=read_only))
         event.listen(engine, "begin", _on_sqlite_begin)
     return engine
 
@@ -121,43 +117,83 @@ def _is_current(connection: Connection, script: ScriptDirectory, masked: str) ->
     return current == set(script.get_heads())
 
 
-def _migrate(engine: Engine, masked: str) -> None:
+def _migrate(engine: Engine, masked: str, *, read_only: bool = False) -> None:
     """Upgrade to head in one transaction: a failure leaves the database exactly as it was."""
     config = alembic_config()
     script = ScriptDirectory.from_config(config)
     # Look first without the write lock, so that opening a current database never waits on a sweep.
     with engine.connect() as connection, connection.begin():
+        if engine.dialect.name == "sqlite":
+            sqlite.check_ours(connection, masked)
         if _is_current(connection, script, masked):
             return
-    with engine.execution_options(**{_IMMEDIATE: True}).connect() as connection, connection.begin():
-        if _is_current(connection, script, masked):
-            return  # another process migrated it meanwhile
-        config.attributes["connection"] = connection
-        command.upgrade(config, "head")
+    if read_only:
+        raise AutotuneError(
+            f"database {masked} is read-only and needs a schema upgrade: open it once where it can be written"
+        )
+    with engine.execution_options(**{_IMMEDIATE: True}).connect() as connection:
+        is_sqlite = engine.dialect.name == "sqlite"
+        if is_sqlite:
+            # SQLite alters a table by copying it and dropping the old one, which a row referring
+            # to it (a trial to its problem) forbids while foreign keys are enforced; the switch
+            # only takes effect outside a transaction. Every reference is checked before commit.
+            _foreign_keys(connection, on=False)
+        try:
+            with connection.begin():
+                if _is_current(connection, script, masked):
+                    return  # another process migrated it meanwhile
+                config.attributes["connection"] = connection
+                command.upgrade(config, "head")
+                if is_sqlite:
+                    broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                    if broken:
+                        raise AutotuneError(
+                            f"cannot upgrade database {masked}: {len(broken)} rows refer to rows that do not exist"
+                        )
+        finally:
+            if is_sqlite:
+                _foreign_keys(connection, on=True)
+
+
+def _foreign_keys(connection: Connection, *, on: bool) -> None:
+    # On the driver's connection: SQLAlchemy would open a transaction around the statement.
+    raw = connection.connection.driver_connection
+    assert raw is not None
+    raw.execute(f"PRAGMA foreign_keys={'ON' if on else 'OFF'}")
 
 
 class Database:
     """An open, migrated database: the engine plus the one session helper."""
 
-    def __init__(self, engine: Engine, url: str) -> None:
+    def __init__(self, engine: Engine, url: str, *, read_only: bool = False) -> None:
         self.engine = engine
         self.url = url  # password masked: fit for messages
+        self.read_only = read_only
         self._read = sessionmaker(bind=engine, expire_on_commit=False)
         writer = engine.execution_options(**{_IMMEDIATE: True})
         self._write = sessionmaker(bind=writer, expire_on_commit=False)
 
     @contextmanager
     def session_scope(self, *, write: bool = False) -> Iterator[Session]:
-        """A session that commits when the block ends and rolls back when it raises."""
+        """A session that commits when the block ends and rolls back when it raises. Every database
+        error (locked past the wait, damaged file, full disk) leaves as a one-line AutotuneError."""
+        if write and self.read_only:
+            raise AutotuneError(f"database {self.url} is read-only (its file or folder is not writable)")
         session = (self._write if write else self._read)()
         try:
             yield session
             session.commit()
+        except SQLAlchemyError as exc:
+            with suppress(SQLAlchemyError):
+                session.rollback()
+            raise AutotuneError(sqlite.describe(_cause(_first(exc)), self.url)) from None
         except BaseException:
-            session.rollback()
+            with suppress(SQLAlchemyError):
+                session.rollback()
             raise
         finally:
-            session.close()
+            with suppress(SQLAlchemyError):
+                session.close()
 
     def close(self) -> None:
         self.engine.dispose()
@@ -172,23 +208,34 @@ def check_url(db: str | None = None) -> str:
     return engine.url.render_as_string(hide_password=True)
 
 
-def _engine(url: str) -> Engine:
+def _engine(url: str, *, read_only: bool = False) -> Engine:
     try:
-        return make_engine(url)
+        return make_engine(url, read_only=read_only)
     except (ArgumentError, NoSuchModuleError, ImportError) as exc:
         raise AutotuneError(f"cannot open database {_mask(url)}: {_cause(exc)}") from None
 
 
 def open_database(db: str | None = None) -> Database:
-    """Connect and migrate to head; every failure is an AutotuneError of one line naming the URL."""
-    engine = _engine(resolve_url(db))
-    masked = engine.url.render_as_string(hide_password=True)
+    """Connect and migrate to head; every failure is an AutotuneError of one line naming the URL.
+
+    A SQLite file that exists but cannot be written (file or folder) is opened read-only, and
+    nothing is written to it, not even its journal mode. NoWritablePlace: the default location
+    (no `db`, no $AUTOTUNE_DB) can be neither created nor opened."""
+    url = resolve_url(db)
+    masked = _mask(url)
+    path = sqlite.file_path(url) if "://" in url else None
+    found = sqlite.Access()
+    if path is not None:
+        found = sqlite.access(path, masked, default=not (db or os.environ.get(ENV_VAR)))
+        if found.read_only:
+            url = sqlite.read_only_url(path, found)
+    engine = _engine(url, read_only=found.read_only)
     try:
-        _migrate(engine, masked)
+        _migrate(engine, masked, read_only=found.read_only)
     except AutotuneError:
         engine.dispose()
         raise
     except (SQLAlchemyError, CommandError, ImportError, OSError) as exc:
         engine.dispose()
-        raise AutotuneError(f"cannot open database {masked}: {_cause(exc)}") from None
-    return Database(engine, masked)
+        raise AutotuneError(f"cannot open database {masked}: {sqlite.lock_hint(_cause(exc))}") from None
+    return Database(engine, masked, read_only=found.read_only)

@@ -102,9 +102,12 @@ class Trial(Base):
 
     __tablename__ = "trials"
     # A config is measured once per problem and kernel source; a new source hash starts afresh.
+    # AUTOINCREMENT: SQLite would otherwise hand a deleted row's id to the next new row, and a
+    # process still holding the old id would finish someone else's trial.
     __table_args__ = (
         UniqueConstraint("problem_id", "config_key", "source_hash"),
         Index(None, "problem_id", "status"),
+        {"sqlite_autoincrement": True},
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -127,6 +130,9 @@ class Trial(Base):
     # Sets of freshly allocated buffers the config was measured on; time_us is the slowest of them
     # (autotune/confirm.py).
     rounds: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    # The process measuring a running row, "host pid start-time token" (autotune/store/owner.py):
+    # only a row whose owner is provably gone may be dropped. NULL on rows written before owners.
+    owner: Mapped[str | None] = mapped_column(String)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 

@@ -12,6 +12,7 @@ from autotune.fingerprint import GpuInfo
 from autotune.outcome import Status
 from autotune.problem import Problem
 from autotune.store import models as orm
+from autotune.store.rows import usable
 
 PROBLEM_ORDER = (
     orm.Problem.gpu_name,
@@ -68,6 +69,24 @@ def ranked_ok(
         .order_by(*PROBLEM_ORDER, ranked.c.rank)
     )
     return [(problem, trial) for problem, trial in session.execute(stmt)]
+
+
+# Ranked OK trials looked at per problem for its best: a few rows an older autotune let in (see
+# rows.usable) must not hide the problem's usable best behind them.
+_RANKED = 8
+
+
+def first_usable(
+    session: Session, filters: list[ColumnElement[bool]], source_hash: str | None
+) -> list[tuple[orm.Problem, orm.Trial]]:
+    """The fastest usable OK trial of every problem matching `filters`."""
+    seen: set[int] = set()
+    found = []
+    for problem, trial in ranked_ok(session, filters, source_hash, top=_RANKED):
+        if problem.id not in seen and usable(trial, problem):
+            seen.add(problem.id)
+            found.append((problem, trial))
+    return found
 
 
 def final_counts(

@@ -6,7 +6,6 @@ import hashlib
 import json
 import math
 import os
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,48 +14,15 @@ from sqlalchemy.orm import Session
 
 from autotune import fingerprint, paths
 from autotune.errors import AutotuneError
-from autotune.fingerprint import GpuInfo, slugify
+from autotune.fingerprint import GpuInfo
 from autotune.outcome import Status
-from autotune.problem import Problem, check_dim
+from autotune.problem import Problem
 from autotune.space import config_key
 from autotune.store import models as orm
 from autotune.store.database import Database
-from autotune.store.queries import find_trial, get_or_create_problem, new_gpu, problem_filters, ranked_ok
+from autotune.store.queries import get_or_create_problem, new_gpu, problem_filters, ranked_ok
+from autotune.store.record_lines import BadLine, parse_gpu, parse_line, parse_trial
 from autotune.store.rows import as_utc
-
-# Field -> JSON type; float fields take JSON integers too. Nullable fields may also be null.
-_GPU_TYPES: dict[str, type] = {
-    "name": str,
-    "compute_capability": str,
-    "sm_count": int,
-    "l2_bytes": int,
-    "memory_bytes": int,
-    "driver": str,
-    "cuda": str,
-}
-_TRIAL_TYPES: dict[str, type] = {
-    "op": str,
-    "dtype": str,
-    "m": int,
-    "n": int,
-    "config": dict,
-    "time_us": float,
-    "times_us": list,
-    "gbs": float,
-    "rel_error": float,
-    "source_hash": str,
-    "nvcc": str,
-    "pycuda": str,
-    "driver": str,
-    "cuda": str,
-    "created_at": str,
-}
-_NULLABLE = frozenset({"gbs", "rel_error"})
-
-
-class _BadLine(Exception):
-    """What is wrong with one line; turned into an AutotuneError naming the file and line."""
-
 
 # --- export --------------------------------------------------------------------------------------
 
@@ -154,71 +120,6 @@ def write_lines(path: Path, lines: list[dict[str, Any]]) -> None:
 # --- parsing -------------------------------------------------------------------------------------
 
 
-def _typed(line: dict[str, Any], name: str, kind: type, nullable: bool = False) -> Any:
-    if name not in line:
-        raise _BadLine(f"missing field {name!r}")
-    value = line[name]
-    if value is None and nullable:
-        return None
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if not isinstance(value, kind) or isinstance(value, bool):
-        raise _BadLine(f"field {name!r} must be a {kind.__name__}, got {value!r}")
-    return value
-
-
-def _parse_gpu(line: dict[str, Any]) -> GpuInfo:
-    values = {name: _typed(line, name, kind) for name, kind in _GPU_TYPES.items()}
-    # Records without a real uuid share one stand-in row per GPU model.
-    uuid = line.get("uuid") or f"shipped:{slugify(values['name'])}"
-    if not isinstance(uuid, str):
-        raise _BadLine(f"field 'uuid' must be a str, got {uuid!r}")
-    return GpuInfo(uuid=uuid, **values)
-
-
-def _parse_trial(line: dict[str, Any]) -> dict[str, Any]:
-    values = {name: _typed(line, name, kind, name in _NULLABLE) for name, kind in _TRIAL_TYPES.items()}
-    # Records written before GEMM and the transposed GEMV carry neither field.
-    values["k"] = line.get("k", 0)
-    values["trans"] = line.get("trans", False)
-    # Records written before confirmation rounds were measured once.
-    values["rounds"] = line.get("rounds", 1)
-    if not isinstance(values["rounds"], int) or isinstance(values["rounds"], bool) or values["rounds"] < 1:
-        raise _BadLine(f"field 'rounds' must be a positive integer, got {values['rounds']!r}")
-    if not isinstance(values["trans"], bool):
-        raise _BadLine(f"field 'trans' must be true or false, got {values['trans']!r}")
-    dims = ("m", "n", "k") if values["op"] == "gemm" else ("m", "n")
-    for dim in dims:
-        try:
-            check_dim(dim.upper(), values[dim])
-        except AutotuneError as exc:
-            raise _BadLine(str(exc)) from None
-    if values["op"] != "gemm" and values["k"] != 0:
-        raise _BadLine(f"field 'k' must be 0 for {values['op']}, got {values['k']!r}")
-    if not (math.isfinite(values["time_us"]) and values["time_us"] > 0):
-        raise _BadLine(f"time_us must be a positive number, got {values['time_us']!r}")
-    if not all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in values["times_us"]):
-        raise _BadLine("times_us must be a list of numbers")
-    try:
-        values["created_at"] = as_utc(datetime.fromisoformat(values["created_at"]))
-    except ValueError:
-        raise _BadLine(f"created_at is not an ISO date and time: {values['created_at']!r}") from None
-    return values
-
-
-def _parse_line(raw: str, number: int) -> dict[str, Any]:
-    try:
-        line = json.loads(raw)
-    except ValueError as exc:
-        raise _BadLine(f"not JSON ({exc.args[0] if exc.args else exc})") from None
-    if not isinstance(line, dict):
-        raise _BadLine("expected a JSON object")
-    expected = "gpu" if number == 1 else "trial"
-    if line.get("kind") != expected:
-        raise _BadLine(f"expected kind {expected!r}, got {line.get('kind')!r}")
-    return line
-
-
 def parse_records(path: Path, text: str) -> tuple[GpuInfo, list[dict[str, Any]]]:
     """The GPU and the trials of a records file; a bad line is an AutotuneError naming it."""
     gpu: GpuInfo | None = None
@@ -227,12 +128,12 @@ def parse_records(path: Path, text: str) -> tuple[GpuInfo, list[dict[str, Any]]]
         try:
             if number > 1 and not raw.strip():
                 continue
-            line = _parse_line(raw, number)
+            line = parse_line(raw, number)
             if gpu is None:
-                gpu = _parse_gpu(line)
+                gpu = parse_gpu(line)
             else:
-                trials.append(_parse_trial(line))
-        except _BadLine as exc:
+                trials.append(parse_trial(line))
+        except BadLine as exc:
             raise AutotuneError(f"{path} line {number}: {exc}") from None
     if gpu is None:
         raise AutotuneError(f"{path} is empty: expected a GPU line first")
@@ -276,20 +177,46 @@ def _new_trial(problem_id: int, gpu_id: int, values: dict[str, Any], origin: str
     )
 
 
-def _import_into(session: Session, path: Path, text: str) -> int:
-    """Add the trials of a records file whose key is not in the database yet; returns how many."""
-    info, trials = parse_records(path, text)
+def _known_problems(session: Session, gpu_name: str) -> dict[Problem, int]:
+    rows = session.scalars(select(orm.Problem).where(orm.Problem.gpu_name == gpu_name))
+    return {_problem_of(row): row.id for row in rows}
+
+
+def _known_keys(session: Session, problem_ids: list[int]) -> set[tuple[int, str, str]]:
+    stmt = select(orm.Trial.problem_id, orm.Trial.config_key, orm.Trial.source_hash)
+    return {(pid, key, src) for pid, key, src in session.execute(stmt.where(orm.Trial.problem_id.in_(problem_ids)))}
+
+
+def _nothing_new(session: Session, info: GpuInfo, trials: list[dict[str, Any]]) -> bool:
+    """Whether the database holds the file's GPU and every trial key already: a file imported
+    before is then done with no write lock, which a running sweep would wait for."""
+    if session.scalars(select(orm.Gpu.id).where(orm.Gpu.uuid == info.uuid)).first() is None:
+        return False
+    problem_ids = _known_problems(session, info.name)
+    if any(values["problem"] not in problem_ids for values in trials):
+        return False
+    known = _known_keys(session, sorted({problem_ids[values["problem"]] for values in trials}))
+    return all(
+        (problem_ids[values["problem"]], config_key(values["config"]), values["source_hash"]) in known
+        for values in trials
+    )
+
+
+def _import_into(session: Session, info: GpuInfo, trials: list[dict[str, Any]], origin: str) -> int:
+    """Add the trials of a parsed records file whose key is not in the database yet; returns how
+    many. Existing problems and keys are read in two queries, not one per line: the write lock is
+    held for as short a time as the inserts take."""
     gpu_id = _gpu_id(session, info)
-    origin = f"shipped:{path.name}"
-    problem_ids: dict[Problem, int] = {}
+    problem_ids = _known_problems(session, info.name)
+    for problem in {values["problem"] for values in trials} - set(problem_ids):
+        problem_ids[problem] = get_or_create_problem(session, problem, info.name).id
+    known = _known_keys(session, sorted({problem_ids[values["problem"]] for values in trials}))
     added = 0
     for values in trials:
-        problem = Problem(values["op"], values["dtype"], values["m"], values["n"], values["k"], values["trans"])
-        if problem not in problem_ids:
-            problem_ids[problem] = get_or_create_problem(session, problem, info.name).id
-        pid = problem_ids[problem]
-        if find_trial(session, pid, config_key(values["config"]), values["source_hash"]) is None:
-            session.add(_new_trial(pid, gpu_id, values, origin))
+        key = (problem_ids[values["problem"]], config_key(values["config"]), values["source_hash"])
+        if key not in known:
+            known.add(key)
+            session.add(_new_trial(key[0], gpu_id, values, origin))
             added += 1
     session.flush()
     return added
@@ -309,11 +236,25 @@ def _decode(path: Path, data: bytes) -> str:
         raise AutotuneError(f"records file {path} is not UTF-8 text") from None
 
 
+def shipped_origin(path: Path) -> str:
+    return f"shipped:{path.name}"
+
+
+def user_origin(path: Path) -> str:
+    # The full path: a user's file that shares a shipped file's name is never taken for it, and
+    # is never deleted when the shipped file changes.
+    return f"imported:{path.expanduser().absolute()}"
+
+
 def import_records(db: Database, path: Path) -> int:
-    """Import a records file in one transaction (all or nothing); returns how many trials were new."""
-    text = _decode(path, _read(path))
+    """Import a user's records file in one transaction (all or nothing); returns how many trials were new."""
+    # Read and checked before any lock is taken: a bad file never makes a sweep wait.
+    info, trials = parse_records(path, _decode(path, _read(path)))
+    with db.session_scope() as session:
+        if _nothing_new(session, info, trials):
+            return 0
     with db.session_scope(write=True) as session:
-        return _import_into(session, path, text)
+        return _import_into(session, info, trials, user_origin(path))
 
 
 def _shipped_dir() -> Path | None:
@@ -324,14 +265,15 @@ def _shipped_dir() -> Path | None:
 
 
 def _import_shipped_file(db: Database, path: Path, data: bytes, digest: str) -> int:
+    info, trials = parse_records(path, _decode(path, data))
     with db.session_scope(write=True) as session:
         done = session.get(orm.ShippedImport, path.name)
         if done is not None and done.sha256 == digest:
             return 0  # another process imported it since we looked
         if done is not None:
             # The file changed: its old records go, so that removed or re-measured entries do not linger.
-            session.execute(delete(orm.Trial).where(orm.Trial.origin == f"shipped:{path.name}"))
-        added = _import_into(session, path, _decode(path, data))
+            session.execute(delete(orm.Trial).where(orm.Trial.origin == shipped_origin(path)))
+        added = _import_into(session, info, trials, shipped_origin(path))
         session.merge(orm.ShippedImport(file_name=path.name, sha256=digest, imported_at=orm.utcnow()))
         return added
 

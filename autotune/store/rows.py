@@ -9,7 +9,7 @@ from typing import Any
 
 from autotune.fingerprint import Toolchain
 from autotune.outcome import Status
-from autotune.problem import Problem
+from autotune.problem import DTYPES, Problem
 from autotune.store import models as orm
 
 
@@ -115,6 +115,18 @@ class ProblemSummary:
     @property
     def problem(self) -> Problem:
         return Problem(self.op, self.dtype, self.m, self.n, self.k, self.trans)
+
+
+def usable(trial: orm.Trial | None, problem: orm.Problem | None = None) -> bool:
+    """A row fit to hand out: a known op and dtype, a config of integers only. Imports check far
+    more; this keeps rows an older autotune let in (a string config value, an unknown dtype) from
+    reaching the selector, a listing or nvcc."""
+    if problem is not None and (problem.op not in ("gemv", "gemm") or problem.dtype not in DTYPES):
+        return False
+    if trial is None:
+        return True
+    config = trial.config
+    return isinstance(config, dict) and all(isinstance(k, str) and type(v) is int for k, v in config.items())
 
 
 def trial_row(trial: orm.Trial) -> TrialRow:

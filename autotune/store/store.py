@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import CursorResult, delete, func, select, union
-from sqlalchemy.orm import Session
+from sqlalchemy import delete, func, select, union
 
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, AutotuneWarning
 from autotune.fingerprint import GpuInfo
 from autotune.outcome import Outcome, Status
 from autotune.problem import Problem
 from autotune.space import config_key
 from autotune.store import models as orm
-from autotune.store import records
+from autotune.store import owner as owners
+from autotune.store import records, trials
 from autotune.store.database import Database, open_database
 from autotune.store.queries import (
     PROBLEM_ORDER,
@@ -25,11 +26,11 @@ from autotune.store.queries import (
     final_counts,
     find_problem,
     find_trial,
+    first_usable,
     get_or_create_problem,
     new_gpu,
     problem_columns,
     problem_filters,
-    ranked_ok,
 )
 from autotune.store.rows import (
     BestRow,
@@ -37,38 +38,15 @@ from autotune.store.rows import (
     ProblemSummary,
     Provenance,
     TrialRow,
+    as_utc,
     best_row,
     gpu_row,
     trial_row,
+    usable,
 )
+from autotune.store.sqlite import NoWritablePlace
 
-MEASURED = "measured"
-
-
-def _apply_outcome(trial: orm.Trial, outcome: Outcome) -> None:
-    trial.status = outcome.status
-    trial.message = outcome.message
-    trial.time_us = orm.finite(outcome.time_us)
-    trial.times_us = [t for t in outcome.times_us if math.isfinite(t)]
-    trial.gbs = orm.finite(outcome.gbs)
-    trial.rel_error = orm.finite(outcome.rel_error)
-    trial.finished_at = orm.utcnow()
-
-
-def _begin_trial(session: Session, where: Provenance, config: Mapping[str, Any]) -> orm.Trial:
-    """The row for this config, new or reset to running (a row left behind by an earlier sweep)."""
-    key = config_key(config)
-    trial = find_trial(session, where.problem_id, key, where.source_hash)
-    if trial is None:
-        trial = orm.Trial(problem_id=where.problem_id, config_key=key, source_hash=where.source_hash)
-        session.add(trial)
-    trial.gpu_id, trial.config, trial.origin = where.gpu_id, dict(config), MEASURED
-    trial.nvcc, trial.pycuda = where.toolchain.nvcc, where.toolchain.pycuda
-    trial.driver, trial.cuda = where.driver, where.cuda
-    trial.status, trial.message, trial.times_us, trial.rounds = Status.RUNNING, "", [], 1
-    trial.time_us = trial.gbs = trial.rel_error = None
-    trial.created_at, trial.finished_at = orm.utcnow(), None
-    return trial
+MEMORY = "sqlite://"  # an in-memory database: lives as long as its engine
 
 
 class Store:
@@ -76,6 +54,10 @@ class Store:
 
     def __init__(self, db: Database) -> None:
         self.db = db
+        self._owner = owners.this_process()
+        self._me = self._owner.text()
+        # Trials this store started, id -> config key: finish_trial writes only to these.
+        self._started: dict[int, tuple[str, Provenance, dict[str, Any]]] = {}
 
     @property
     def url(self) -> str:
@@ -83,6 +65,7 @@ class Store:
         return self.db.url
 
     def close(self) -> None:
+        owners.release(self._owner)
         self.db.close()
 
     def __enter__(self) -> Store:
@@ -146,7 +129,7 @@ class Store:
             .order_by(orm.Trial.id)
         )
         with self.db.session_scope() as session:
-            return [trial_row(t) for t in session.scalars(stmt)]
+            return [trial_row(t) for t in session.scalars(stmt) if usable(t)]
 
     def earlier_best(self, problem_id: int, source_hash: str, top: int) -> list[TrialRow]:
         """The `top` fastest OK trials of the problem measured with another kernel source: after a
@@ -159,25 +142,40 @@ class Store:
             .limit(top)
         )
         with self.db.session_scope() as session:
-            return [trial_row(t) for t in session.scalars(stmt)]
+            return [trial_row(t) for t in session.scalars(stmt) if usable(t)]
 
     def start_trial(self, where: Provenance, config: Mapping[str, Any]) -> int:
-        """Write a running row and commit it before the work is dispatched: a killed sweep leaves
-        a row that says so. An existing row for the same config (left by a killed sweep, or a crash
-        being retried) is reset; callers skip the configs completed_trials() lists."""
+        """Claim this config's row for this store and commit before the work is dispatched. A new
+        row, or one a process that is gone left running, becomes running: a killed sweep leaves a
+        row that says so. A final row measured again keeps its outcome until ours replaces it, so a
+        kill loses nothing; a row another live sweep is measuring is left to it (both measure the
+        same config; the first final outcome is kept)."""
+        key = config_key(config)
         with self.db.session_scope(write=True) as session:
-            trial = _begin_trial(session, where, config)
-            session.flush()
+            trial = trials.claim(session, where, config, self._me)
+            self._started[trial.id] = (key, where, dict(config))
             return trial.id
 
     def finish_trial(self, trial_id: int, outcome: Outcome) -> None:
+        """Store the outcome of a trial this store started. Refused (AutotuneError) where the row is
+        gone or holds another config; where another process finished the same config first, its
+        outcome stays."""
         if outcome.status is Status.RUNNING:
             raise ValueError("finish_trial needs a final outcome, not running")
+        started = self._started.get(trial_id)
+        if started is None:
+            raise AutotuneError(f"trial {trial_id} was not started by this store: it is not ours to finish")
+        key, where, config = started
         with self.db.session_scope(write=True) as session:
             trial = session.get(orm.Trial, trial_id)
             if trial is None:
-                raise AutotuneError(f"trial {trial_id} is no longer in {self.url} (dropped as unfinished?)")
-            _apply_outcome(trial, outcome)
+                raise AutotuneError(f"trial {trial_id} is no longer in {self.url}: it was dropped as unfinished")
+            if trial.config_key != key:
+                raise AutotuneError(f"trial {trial_id} in {self.url} holds config {trial.config_key}, not {key}")
+            del self._started[trial_id]
+            if trial.status is not Status.RUNNING and trial.owner != self._me:
+                return  # another sweep finished or claimed this config since: its outcome stands
+            trials.finish(trial, where, config, outcome, self._me)
 
     def record_trial(self, where: Provenance, config: Mapping[str, Any], outcome: Outcome) -> int:
         """A final trial in one step (invalid configs, compile errors); an existing final row is kept."""
@@ -187,8 +185,8 @@ class Store:
             existing = find_trial(session, where.problem_id, config_key(config), where.source_hash)
             if existing is not None and existing.status is not Status.RUNNING:
                 return existing.id
-            trial = _begin_trial(session, where, config)
-            _apply_outcome(trial, outcome)
+            trial = trials.begin(session, where, config, self._me)
+            trials.apply_outcome(trial, outcome)
             session.flush()
             return trial.id
 
@@ -202,7 +200,7 @@ class Store:
             .limit(top)
         )
         with self.db.session_scope() as session:
-            return [trial_row(t) for t in session.scalars(stmt)]
+            return [trial_row(t) for t in session.scalars(stmt) if usable(t)]
 
     def add_round(self, trial_id: int, outcome: Outcome) -> None:
         """One more measurement of an OK trial on another set of buffers. Every sample is kept and
@@ -211,6 +209,8 @@ class Store:
             raise ValueError("add_round needs a final outcome, not running")
         with self.db.session_scope(write=True) as session:
             trial = session.get(orm.Trial, trial_id)
+            if trial is not None and trial.status is Status.RUNNING:
+                return  # another sweep measures this config afresh; its outcome will stand
             if trial is None or trial.status is not Status.OK or trial.time_us is None:
                 raise AutotuneError(f"trial {trial_id} is not an OK trial in {self.url}")
             trial.rounds += 1
@@ -223,13 +223,22 @@ class Store:
                 trial.time_us, trial.gbs = outcome.time_us, orm.finite(outcome.gbs)
 
     def drop_unfinished(self, problem_id: int | None = None) -> int:
-        """Delete the running rows a killed sweep left (of one problem, or all); returns how many."""
-        stmt = delete(orm.Trial).where(orm.Trial.status == Status.RUNNING)
+        """Delete the running rows (of one problem, or all) that this store left or whose owner is
+        provably gone: a killed sweep's. Another live sweep's rows stay, on this host or (within
+        their lease) another; returns how many were dropped."""
+        stmt = select(orm.Trial.id, orm.Trial.owner, orm.Trial.created_at).where(orm.Trial.status == Status.RUNNING)
         if problem_id is not None:
             stmt = stmt.where(orm.Trial.problem_id == problem_id)
+        now = orm.utcnow()
         with self.db.session_scope(write=True) as session:
-            # A bulk DELETE always yields a cursor result, which carries the row count.
-            return cast("CursorResult[Any]", session.execute(stmt)).rowcount
+            gone = [
+                trial_id
+                for trial_id, owner, started_at in session.execute(stmt)
+                if owner == self._me or owners.is_gone(owner, as_utc(started_at), now)
+            ]
+            if gone:
+                session.execute(delete(orm.Trial).where(orm.Trial.id.in_(gone)))
+            return len(gone)
 
     def crash_count(self, problem_id: int, config_key: str, source_hash: str) -> int:
         """How often this config ended crashed or timed out: the caller quarantines repeat offenders."""
@@ -265,7 +274,7 @@ class Store:
         filters = problem_filters(gpu_name=gpu_name, **problem)
         with self.db.session_scope() as session:
             counts = final_counts(session, filters, source_hash)
-            return [best_row(p, t, counts.get(p.id, (0, 0))[0]) for p, t in ranked_ok(session, filters, source_hash)]
+            return [best_row(p, t, counts.get(p.id, (0, 0))[0]) for p, t in first_usable(session, filters, source_hash)]
 
     def problems(
         self,
@@ -279,9 +288,9 @@ class Store:
         filters = problem_filters(gpu_name=gpu_name, op=op, dtype=dtype)
         with self.db.session_scope() as session:
             counts = final_counts(session, filters, source_hash)
-            best = {p.id: t for p, t in ranked_ok(session, filters, source_hash)}
+            best = {p.id: t for p, t in first_usable(session, filters, source_hash)}
             found = session.scalars(select(orm.Problem).where(*filters).order_by(*PROBLEM_ORDER))
-            return [_summary(p, counts.get(p.id, (0, 0)), best.get(p.id)) for p in found]
+            return [_summary(p, counts.get(p.id, (0, 0)), best.get(p.id)) for p in found if usable(None, p)]
 
     def trials(self, problem_id: int) -> list[TrialRow]:
         """All trials of a problem, best first: OK ones by time, then the rest in the order they ran."""
@@ -334,9 +343,22 @@ def _best_first(row: TrialRow) -> tuple[int, float, int]:
 
 
 def open_store(url: str | None = None, *, import_shipped: bool = True) -> Store:
-    """Open (creating and migrating as needed) the database at `url`, $AUTOTUNE_DB or the default file."""
-    store = Store(open_database(url))
-    if import_shipped:
+    """Open (creating and migrating as needed) the database at `url`, $AUTOTUNE_DB or the default file.
+
+    A read-only database is served as it is. Where the default location can be neither created nor
+    opened (a read-only container, an unusable HOME), the shipped records are held in memory
+    instead, with a warning: `best` and the launch API still answer, and nothing is saved."""
+    try:
+        db = open_database(url)
+    except NoWritablePlace as exc:
+        warnings.warn(
+            f"{exc}; answering from the shipped records held in memory (nothing will be saved)",
+            AutotuneWarning,
+            stacklevel=2,
+        )
+        db = open_database(MEMORY)
+    store = Store(db)
+    if import_shipped and not db.read_only:
         try:
             store.import_shipped()
         except BaseException:

@@ -1,0 +1,88 @@
+"""Who owns a running trial, and whether that owner is provably gone (so its row may be dropped)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+# A running row of another host cannot be checked for a live process: it counts as abandoned once
+# it is this old. One trial is bounded by the worker's timeout (a minute) and its retry; an hour is
+# far beyond any live measurement.
+LEASE = timedelta(hours=1)
+# Tokens of the stores open in this process: a row of this pid is gone once its store closed.
+_OPEN_TOKENS: set[str] = set()
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (Linux), which tells a reused pid apart."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            text = stat.read()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: count fields after its last ')'.
+    fields = text[text.rfind(")") + 2 :].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process, alive
+    except OSError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class Owner:
+    host: str
+    pid: int
+    started: str  # "-" where the platform does not tell
+    token: str  # one per open store: two stores of one process are two owners
+
+    def text(self) -> str:
+        return f"{self.host} {self.pid} {self.started} {self.token}"
+
+    @classmethod
+    def parse(cls, text: str | None) -> Owner | None:
+        parts = (text or "").split(" ")
+        if len(parts) != 4 or not parts[1].isdigit():
+            return None
+        return cls(parts[0], int(parts[1]), parts[2], parts[3])
+
+
+def this_process() -> Owner:
+    """A new owner identity for this process (a fresh token each call), live until release()."""
+    pid = os.getpid()
+    owner = Owner(socket.gethostname() or "-", pid, _start_time(pid) or "-", uuid.uuid4().hex[:12])
+    _OPEN_TOKENS.add(owner.token)
+    return owner
+
+
+def release(owner: Owner) -> None:
+    """The store of this owner closed: its running rows are abandoned from now on."""
+    _OPEN_TOKENS.discard(owner.token)
+
+
+def is_gone(owner_text: str | None, started_at: datetime, now: datetime) -> bool:
+    """Whether the process that owns a running row is provably gone: on this host its pid is not
+    running or runs another program (a different start time); elsewhere its lease has run out. A row
+    with no owner (written before owners were recorded) counts as gone."""
+    owner = Owner.parse(owner_text)
+    if owner is None:
+        return True
+    if owner.host != (socket.gethostname() or "-"):
+        return now - started_at > LEASE
+    if owner.pid == os.getpid() and owner.started == (_start_time(owner.pid) or "-"):
+        return owner.token not in _OPEN_TOKENS
+    if not _alive(owner.pid):
+        return True
+    started = _start_time(owner.pid)
+    return owner.started != "-" and started is not None and started != owner.started

@@ -1,0 +1,185 @@
+"""Records-file lines checked strictly: exact fields and types, known ops, sane sizes, configs in the space."""
+
+# Every config must be a point of its op's space, so nothing from a file can reach nvcc but
+# integers the space offers.
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime
+from typing import Any
+
+from autotune.errors import AutotuneError
+from autotune.fingerprint import GpuInfo, slugify
+from autotune.problem import DTYPES, Problem, check_dim
+from autotune.store.rows import as_utc
+
+_GPU_TYPES: dict[str, type] = {
+    "name": str,
+    "compute_capability": str,
+    "sm_count": int,
+    "l2_bytes": int,
+    "memory_bytes": int,
+    "driver": str,
+    "cuda": str,
+}
+_GPU_OPTIONAL = frozenset({"kind", "uuid"})
+# Field -> JSON type; float fields take JSON integers too. Nullable fields may also be null.
+_TRIAL_TYPES: dict[str, type] = {
+    "op": str,
+    "dtype": str,
+    "m": int,
+    "n": int,
+    "config": dict,
+    "time_us": float,
+    "times_us": list,
+    "gbs": float,
+    "rel_error": float,
+    "source_hash": str,
+    "nvcc": str,
+    "pycuda": str,
+    "driver": str,
+    "cuda": str,
+    "created_at": str,
+}
+# Written by later versions; records of earlier ones lack them and get their defaults.
+_TRIAL_OPTIONAL = frozenset({"kind", "k", "trans", "rounds"})
+_NULLABLE = frozenset({"gbs", "rel_error"})
+_MAX_TEXT = 200  # any text field: names, versions, hashes, dates
+_MAX_TIME_US = 1e9  # a kernel call of more than a quarter hour is no measurement
+_MAX_SAMPLES = 10_000
+_MAX_COUNT = 2**48  # SMs, bytes of L2 or memory
+
+
+class BadLine(Exception):
+    """What is wrong with one line; turned into an AutotuneError naming the file and line."""
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _text(name: str, value: str) -> str:
+    if len(value) > _MAX_TEXT:
+        raise BadLine(f"field {name!r} is longer than {_MAX_TEXT} characters")
+    # Text is printed by `list`, `gpus` and `best`: no terminal control codes.
+    if not value.isprintable():
+        raise BadLine(f"field {name!r} holds control characters: {_show(value)}")
+    return value
+
+
+def _typed(line: dict[str, Any], name: str, kind: type, nullable: bool = False) -> Any:
+    if name not in line:
+        raise BadLine(f"missing field {name!r}")
+    value: Any = line[name]
+    if value is None and nullable:
+        return None
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise BadLine(f"field {name!r} must be a {kind.__name__}, got {_show(value)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise BadLine(f"field {name!r} must be a finite number, got {_show(value)}")
+    if kind is str:
+        return _text(name, str(value))
+    return value
+
+
+def _no_unknown(line: dict[str, Any], known: set[str] | frozenset[str]) -> None:
+    unknown = sorted(set(line) - set(known))
+    if unknown:
+        raise BadLine(f"unknown field {_show(unknown[0])}")
+
+
+def parse_gpu(line: dict[str, Any]) -> GpuInfo:
+    _no_unknown(line, set(_GPU_TYPES) | _GPU_OPTIONAL)
+    values = {name: _typed(line, name, kind) for name, kind in _GPU_TYPES.items()}
+    for name in ("sm_count", "l2_bytes", "memory_bytes"):
+        if not 0 < values[name] < _MAX_COUNT:
+            raise BadLine(f"field {name!r} must be a positive count, got {values[name]}")
+    if not values["name"].strip():
+        raise BadLine("field 'name' is empty")
+    # Records without a real uuid share one stand-in row per GPU model.
+    uuid = line.get("uuid") or f"shipped:{slugify(values['name'])}"
+    if not isinstance(uuid, str):
+        raise BadLine(f"field 'uuid' must be a str, got {_show(uuid)}")
+    return GpuInfo(uuid=_text("uuid", uuid), **values)
+
+
+def _optional_int(line: dict[str, Any], name: str, default: int, least: int) -> int:
+    value = line.get(name, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        raise BadLine(f"field {name!r} must be an integer of at least {least}, got {_show(value)}")
+    return value
+
+
+def _problem(values: dict[str, Any], line: dict[str, Any]) -> Problem:
+    op, dtype = values["op"], values["dtype"]
+    if op not in ("gemv", "gemm"):
+        raise BadLine(f"unknown op {_show(op)}: expected 'gemv' or 'gemm'")
+    if dtype not in DTYPES:
+        raise BadLine(f"unknown dtype {_show(dtype)}: expected one of {', '.join(DTYPES)}")
+    k = _optional_int(line, "k", 0, 0)
+    trans = line.get("trans", False)
+    if not isinstance(trans, bool):
+        raise BadLine(f"field 'trans' must be true or false, got {_show(trans)}")
+    if op == "gemm" and trans:
+        raise BadLine("field 'trans' must be false for gemm")
+    if op != "gemm" and k != 0:
+        raise BadLine(f"field 'k' must be 0 for {op}, got {k}")
+    for dim, value in (("m", values["m"]), ("n", values["n"]), *((("k", k),) if op == "gemm" else ())):
+        try:
+            check_dim(dim.upper(), value)
+        except AutotuneError as exc:
+            raise BadLine(str(exc)) from None
+    return Problem(op, dtype, values["m"], values["n"], k, trans)
+
+
+def _config(problem: Problem, config: dict[str, Any]) -> dict[str, int]:
+    from autotune import ops  # the op modules, only once a file is read
+
+    why = ops.for_problem(problem).space(problem).check(config)
+    if why is not None:
+        raise BadLine(f"config is not valid for {problem}: {why}")
+    return config
+
+
+def parse_trial(line: dict[str, Any]) -> dict[str, Any]:
+    """The values of a trial line, with `problem` in place of its op, dtype and dims."""
+    _no_unknown(line, set(_TRIAL_TYPES) | _TRIAL_OPTIONAL)
+    values = {name: _typed(line, name, kind, name in _NULLABLE) for name, kind in _TRIAL_TYPES.items()}
+    values["problem"] = _problem(values, line)
+    values["rounds"] = _optional_int(line, "rounds", 1, 1)
+    values["config"] = _config(values["problem"], values["config"])
+    if not 0 < values["time_us"] < _MAX_TIME_US:
+        raise BadLine(f"field 'time_us' must be a positive number of microseconds, got {values['time_us']!r}")
+    samples = values["times_us"]
+    if len(samples) > _MAX_SAMPLES or not all(
+        isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t > 0 for t in samples
+    ):
+        raise BadLine(f"field 'times_us' must be a list of at most {_MAX_SAMPLES} positive numbers")
+    try:
+        values["created_at"] = as_utc(datetime.fromisoformat(values["created_at"]))
+    except ValueError:
+        raise BadLine(f"field 'created_at' is not an ISO date and time: {_show(values['created_at'])}") from None
+    return values
+
+
+def parse_line(raw: str, number: int) -> dict[str, Any]:
+    try:
+        line = json.loads(raw, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:
+        reason = exc.args[0] if isinstance(exc, ValueError) and exc.args else type(exc).__name__
+        raise BadLine(f"not JSON ({reason})") from None
+    if not isinstance(line, dict):
+        raise BadLine("expected a JSON object")
+    expected = "gpu" if number == 1 else "trial"
+    if line.get("kind") != expected:
+        raise BadLine(f"expected kind {expected!r}, got {_show(line.get('kind'))}")
+    return line
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")

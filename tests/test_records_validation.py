@@ -1,0 +1,192 @@
+"""Hostile records files: every bad line is refused in one line naming file and line, and nothing is stored."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune.errors import AutotuneError
+from autotune.fingerprint import GpuInfo
+from autotune.ops import gemv
+from autotune.problem import Problem
+from autotune.store import Store
+
+H200 = GpuInfo("NVIDIA H200", "GPU-1111", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
+SHAPE = Problem("gemv", "float16", 4096, 4096)
+CONFIG = gemv.default_config(SHAPE)
+GPU_LINE: dict[str, Any] = {"kind": "gpu", **{k: v for k, v in H200.to_dict().items() if k != "uuid"}}
+INJECTED = '0\n#ifndef ONCE\nextern "C" __global__ void injected_kernel() {}\n#endif'
+
+
+def trial(**changes: Any) -> dict[str, Any]:
+    line: dict[str, Any] = {
+        "kind": "trial",
+        "op": "gemv",
+        "dtype": "float16",
+        "m": 4096,
+        "n": 4096,
+        "k": 0,
+        "trans": False,
+        "config": dict(CONFIG),
+        "time_us": 10.0,
+        "times_us": [10.0],
+        "rounds": 1,
+        "gbs": 3000.0,
+        "rel_error": 0.001,
+        "source_hash": "abc",
+        "nvcc": "13.0.88",
+        "pycuda": "2025.1",
+        "driver": "13.0",
+        "cuda": "13.0",
+        "created_at": "2025-01-02T03:04:05+00:00",
+    }
+    for name, value in changes.items():
+        if value is DROP:
+            del line[name]
+        else:
+            line[name] = value
+    return line
+
+
+DROP = object()
+
+
+def config(**changes: Any) -> dict[str, Any]:
+    return {**CONFIG, **changes}
+
+
+BAD_TRIALS: dict[str, tuple[dict[str, Any], str]] = {
+    "code in a config value": (trial(config=config(order=INJECTED)), "order must be an integer"),
+    "include in a config value": (trial(config=config(block='#include "/etc/passwd"')), "block must be an integer"),
+    "true for 1": (trial(config=config(order=True)), "order must be an integer, got True"),
+    "128.0 for 128": (trial(config=config(block=128.0)), "block must be an integer, got 128.0"),
+    "string digit": (trial(config=config(order="0")), "order must be an integer, got '0'"),
+    "null value": (trial(config=config(order=None)), "order must be an integer"),
+    "list value": (trial(config=config(order=[0])), "order must be an integer"),
+    "value not offered": (trial(config=config(block=96)), "block=96 is not one of"),
+    "unknown parameter": (trial(config=config(evil=1)), "unknown ['evil']"),
+    "missing parameter": (trial(config={k: v for k, v in CONFIG.items() if k != "block"}), "missing ['block']"),
+    "config breaks the constraint": (trial(config=config(lanes=1024, block=64)), "not valid for hgemv"),
+    "config not an object": (trial(config=[1, 2]), "field 'config' must be a dict"),
+    "unknown op": (trial(op="conv2d"), "unknown op 'conv2d'"),
+    "unknown dtype": (trial(dtype="int4"), "unknown dtype 'int4'"),
+    "dtype alias": (trial(dtype="fp16"), "unknown dtype 'fp16'"),
+    "op not a string": (trial(op=1), "field 'op' must be a str"),
+    "m zero": (trial(m=0), "M must be a positive integer"),
+    "m negative": (trial(m=-4096), "M must be a positive integer"),
+    "m huge": (trial(m=2**40), "too large"),
+    "m float": (trial(m=4096.0), "field 'm' must be a int"),
+    "m bool": (trial(m=True), "field 'm' must be a int"),
+    "n string": (trial(n="4096"), "field 'n' must be a int"),
+    "k for gemv": (trial(k=64), "field 'k' must be 0 for gemv"),
+    "k negative": (trial(k=-1), "field 'k' must be an integer of at least 0"),
+    "trans not bool": (trial(trans=1), "field 'trans' must be true or false"),
+    "gemm without k": (trial(op="gemm", k=DROP), "K must be a positive integer"),
+    "gemm transposed": (trial(op="gemm", k=64, trans=True), "'trans' must be false for gemm"),
+    "time zero": (trial(time_us=0), "field 'time_us' must be a positive number"),
+    "time negative": (trial(time_us=-1.0), "field 'time_us' must be a positive number"),
+    "time absurd": (trial(time_us=1e30), "field 'time_us' must be a positive number"),
+    "time string": (trial(time_us="fast"), "field 'time_us' must be a float"),
+    "time missing": (trial(time_us=DROP), "missing field 'time_us'"),
+    "samples of strings": (trial(times_us=["1"]), "field 'times_us' must be a list"),
+    "sample of true": (trial(times_us=[True]), "field 'times_us' must be a list"),
+    "samples not a list": (trial(times_us=1.0), "field 'times_us' must be a list"),
+    "gbs string": (trial(gbs="1"), "field 'gbs' must be a float"),
+    "rounds zero": (trial(rounds=0), "field 'rounds' must be an integer of at least 1"),
+    "rounds float": (trial(rounds=2.0), "field 'rounds' must be an integer of at least 1"),
+    "bad date": (trial(created_at="yesterday"), "field 'created_at' is not an ISO date"),
+    "source hash not text": (trial(source_hash=5), "field 'source_hash' must be a str"),
+    "escape codes in a version": (trial(nvcc="13\x1b[2J"), "field 'nvcc' holds control characters"),
+    "huge text": (trial(driver="x" * 1000), "field 'driver' is longer than 200 characters"),
+    "unknown field": (trial(exec="rm -rf /"), "unknown field 'exec'"),
+    "wrong kind": (trial(kind="gpu"), "expected kind 'trial'"),
+}
+
+
+def write(path: Path, lines: list[Any]) -> Path:
+    path.write_text("".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines))
+    return path
+
+
+@pytest.mark.parametrize("name", BAD_TRIALS)
+def test_a_bad_trial_line_is_refused_whole_in_one_line(store: Store, tmp_path: Path, name: str) -> None:
+    line, words = BAD_TRIALS[name]
+    records = write(tmp_path / "mine.jsonl", [GPU_LINE, trial(), line])
+    with pytest.raises(AutotuneError) as caught:
+        store.import_records(records)
+    message = str(caught.value)
+    assert message.startswith(f"{records} line 3: ") and words in message, message
+    assert "\n" not in message and len(message) < 400
+    assert store.gpus() == [] and store.problems() == []  # the good line 2 is not kept either
+
+
+BAD_FILES: dict[str, tuple[list[Any], str]] = {
+    "empty": ([], "is empty"),
+    "gpu line missing": ([trial()], "line 1: expected kind 'gpu'"),
+    "gpu name with escapes": ([{**GPU_LINE, "name": "H200\x1b]0;owned\x07"}], "line 1: field 'name' holds control"),
+    "gpu count negative": ([{**GPU_LINE, "sm_count": -1}], "line 1: field 'sm_count' must be a positive count"),
+    "gpu count bool": ([{**GPU_LINE, "sm_count": True}], "line 1: field 'sm_count' must be a int"),
+    "gpu uuid a number": ([{**GPU_LINE, "uuid": 7}], "line 1: field 'uuid' must be a str"),
+    "gpu unknown field": ([{**GPU_LINE, "x": 1}], "line 1: unknown field 'x'"),
+    "not JSON": ([GPU_LINE, "{oops"], "line 2: not JSON"),
+    "NaN": ([GPU_LINE, json.dumps(trial()).replace("10.0,", "NaN,", 1)], "line 2: not JSON (NaN is not a number"),
+    "an array": ([GPU_LINE, "[1, 2]"], "line 2: expected a JSON object"),
+    "deep nesting": ([GPU_LINE, "[" * 100000], "line 2: not JSON"),
+}
+
+
+@pytest.mark.parametrize("name", BAD_FILES)
+def test_a_bad_file_is_one_line(store: Store, tmp_path: Path, name: str) -> None:
+    lines, words = BAD_FILES[name]
+    records = write(tmp_path / "mine.jsonl", lines)
+    with pytest.raises(AutotuneError) as caught:
+        store.import_records(records)
+    assert words in str(caught.value) and "\n" not in str(caught.value), str(caught.value)
+    assert store.gpus() == []
+
+
+def test_a_file_not_utf8_is_one_line(store: Store, tmp_path: Path) -> None:
+    records = tmp_path / "mine.jsonl"
+    records.write_bytes(b"\xff\xfe" + json.dumps(GPU_LINE).encode())
+    with pytest.raises(AutotuneError, match="is not UTF-8 text"):
+        store.import_records(records)
+
+
+def test_a_good_file_imports(store: Store, tmp_path: Path) -> None:
+    records = write(tmp_path / "mine.jsonl", [GPU_LINE, trial(), trial(config=config(block=256), k=DROP)])
+    assert store.import_records(records) == 2
+    best = store.best(H200.name, SHAPE, "abc")
+    assert best is not None and best.config == CONFIG
+
+
+def test_a_users_file_keeps_its_origin_when_the_shipped_file_of_its_name_changes(store: Store, tmp_path: Path) -> None:
+    shipped = tmp_path / "records"
+    shipped.mkdir()
+    write(shipped / "nvidia-h200.jsonl", [GPU_LINE, trial(time_us=12.0)])
+    assert store.import_shipped(shipped) == 1
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    users = write(mine / "nvidia-h200.jsonl", [GPU_LINE, trial(config=config(block=256), time_us=8.0)])
+    assert store.import_records(users) == 1
+    best = store.best(H200.name, SHAPE, "abc")
+    assert best is not None and best.origin == f"imported:{users}"
+    write(shipped / "nvidia-h200.jsonl", [GPU_LINE, trial(time_us=11.0)])  # the shipped file changes
+    assert store.import_shipped(shipped) == 1
+    pid = store.problem_id(SHAPE, H200.name, create=False)
+    assert pid is not None
+    assert sorted((t.time_us, t.origin) for t in store.trials(pid)) == [
+        (8.0, f"imported:{users}"),
+        (11.0, "shipped:nvidia-h200.jsonl"),
+    ]
+
+
+@pytest.mark.parametrize("value", [True, False, 128.0, "128", None, 1.5])
+def test_space_check_wants_exact_integers(value: object) -> None:
+    space = gemv.space(SHAPE)
+    why = space.check({**CONFIG, "block": value})
+    assert why is not None and "block must be an integer" in why
+    assert space.check({**CONFIG, "order": True}) is not None
+    assert space.check(CONFIG) is None
