@@ -4,8 +4,8 @@
 """
 
 from autotune.api import best, gemm, gemv, store, sweep, warmup
-from autotune.errors import AutotuneError
-from autotune.select import Choice
+from autotune.core.errors import AutotuneError
+from autotune.select.choose import Choice
 
 __all__ = ["AutotuneError", "Choice", "best", "gemm", "gemv", "store", "sweep", "warmup"]
 __version__ = "0.1.0"

@@ -9,16 +9,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune.errors import AutotuneError
-from autotune.fingerprint import LocalGpu, cuda_release, local_gpus, slugify
-from autotune.problem import Problem, make_problem, read_shapes_file, resolve_op, shape_dims, standard_shapes
+from autotune.core.errors import AutotuneError
+from autotune.core.fingerprint import LocalGpu, cuda_release, local_gpus, slugify
+from autotune.core.problem import Problem, make_problem, read_shapes_file, resolve_op, shape_dims, standard_shapes
 from autotune.runtime.launcher import Runtime
-from autotune.select import Choice, Selector
+from autotune.select.choose import Choice, Selector
 
 if TYPE_CHECKING:
-    from autotune.tuner import Progress, SweepReport
+    from autotune.tune.tuner import Progress, SweepReport
 
-# Kept equal to autotune.search.SAMPLERS (tests/test_search.py checks), which imports Optuna: the
+# Kept equal to autotune.tune.search.SAMPLERS (tests/test_search.py checks), which imports Optuna: the
 # CLI validates --sampler without paying for that import.
 SAMPLERS = ("tpe", "random", "grid")
 # A shape whose best has not improved by 1% in this many trials has stopped improving.
@@ -203,9 +203,9 @@ def sweep(
         raise AutotuneError(f"--patience must be a positive integer, got {patience!r}")
     if sampler not in SAMPLERS:
         raise AutotuneError(f"unknown sampler {sampler!r}: choose one of {', '.join(SAMPLERS)}")
-    from autotune.search import Budget
     from autotune.store import check_url
-    from autotune.tuner import run_sweep
+    from autotune.tune.search import Budget
+    from autotune.tune.tuner import run_sweep
 
     check_url(db)
     report = run_sweep(
@@ -312,7 +312,7 @@ def bench(
     """Time the selected config for this shape beside cuBLAS (torch) on this machine's GPU, with the
     same method and buffers; returns (BenchRow or GemmRow, copy bandwidth GB/s, the choice timed)."""
     problem = _problem(op, dtype, m, n, k, trans)
-    from autotune.bench import Bench
+    from autotune.measure.bench import Bench
 
     runner = Bench()
     choice = _choose_on(problem, runner.device, db)

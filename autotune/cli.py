@@ -18,11 +18,11 @@ from rich.table import Table
 from rich.text import Text
 
 from autotune import api, ops
-from autotune.errors import AutotuneError
-from autotune.outcome import Outcome
-from autotune.problem import Problem
-from autotune.search import StudyResult
-from autotune.select import Choice
+from autotune.core.errors import AutotuneError
+from autotune.core.outcome import Outcome
+from autotune.core.problem import Problem
+from autotune.select.choose import Choice
+from autotune.tune.search import StudyResult
 
 app = typer.Typer(
     add_completion=False,
@@ -395,7 +395,7 @@ def show(
 @app.command()
 def gpus(db: Db = None) -> None:
     """GPUs of this machine and GPUs the database holds measurements for."""
-    from autotune.fingerprint import local_gpus
+    from autotune.core.fingerprint import local_gpus
 
     local = local_gpus()
     out.print(

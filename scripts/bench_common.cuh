@@ -1,5 +1,5 @@
 // What the standalone CUDA benchmarks in scripts/ share: error checks, the flat read every floor is
-// measured against, and the way autotune times a kernel (autotune/worker/timing.py): launches queued
+// measured against, and the way autotune times a kernel (autotune/measure/worker/timing.py): launches queued
 // behind a spin kernel, run back to back, events around them.
 #pragma once
 #include <cuda_runtime.h>

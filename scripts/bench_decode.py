@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import autotune
-from autotune.bench import Bench
-from autotune.fingerprint import slugify
+from autotune.core.fingerprint import slugify
+from autotune.measure.bench import Bench
 from autotune.runtime import driver
 
 # (layers, [(rows, cols) of each GEMV of a layer]): Llama-3-8B's projections, and a model 1024 wide.

@@ -19,10 +19,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 from autotune import api
-from autotune.bench import Bench, GemmRow
-from autotune.fingerprint import slugify
+from autotune.core.fingerprint import slugify
+from autotune.core.problem import DTYPES, read_shapes_file, standard_shapes
+from autotune.measure.bench import Bench, GemmRow
 from autotune.ops.gemm import SKINNY_MAX_M
-from autotune.problem import DTYPES, read_shapes_file, standard_shapes
 
 
 def plan(

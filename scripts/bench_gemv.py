@@ -6,7 +6,7 @@ It reads the best config of every shape from the database (an estimate or the de
 shape was not tuned, and says which), times it and cuBLAS the same way in the same run, and writes
 results/gemv_<gpu>.json. scripts/plot_gemv.py draws the plot from that file.
 
-Beside each shape it also times the read floor of the matrix's size (autotune/floor.py: the fastest
+Beside each shape it also times the read floor of the matrix's size (autotune/measure/floor.py: the fastest
 kernel that only reads that many bytes, launched like our GEMVs) and reports the bound: the speedup
 over cuBLAS a GEMV at the floor would show, and the geometric mean of those bounds (--no-floor skips it).
 """
@@ -19,9 +19,9 @@ import sys
 from pathlib import Path
 
 from autotune import api
-from autotune.bench import Bench, as_json
-from autotune.fingerprint import slugify
-from autotune.problem import DTYPES, read_shapes_file, standard_shapes
+from autotune.core.fingerprint import slugify
+from autotune.core.problem import DTYPES, read_shapes_file, standard_shapes
+from autotune.measure.bench import Bench, as_json
 
 
 def main() -> int:

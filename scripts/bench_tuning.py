@@ -21,14 +21,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from autotune.compiler import CompileJob, CompilePool, CompileResult
-from autotune.fingerprint import GpuInfo, slugify, source_hash
-from autotune.ops import gemv
-from autotune.outcome import Outcome, Status
-from autotune.problem import Problem
-from autotune.search import Budget, Measurer, Study
-from autotune.space import Config, Param, Space
-from autotune.worker.client import Worker
+from autotune.build.compiler import CompileJob, CompilePool, CompileResult
+from autotune.core.fingerprint import GpuInfo, slugify
+from autotune.core.outcome import Outcome, Status
+from autotune.core.problem import Problem
+from autotune.core.space import Config, Param, Space
+from autotune.measure.worker.client import Worker
+from autotune.ops import gemv, source_hash
+from autotune.tune.search import Budget, Measurer, Study
 
 BENCH_CHOICES = {
     "block": (64, 128, 256, 512),

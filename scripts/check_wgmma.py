@@ -38,11 +38,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, when PYTHONPATH lacks it
 
-from autotune.compiler import CompileJob, compile_kernel
-from autotune.fingerprint import file_hash
+from autotune.build.compiler import CompileJob, compile_kernel
+from autotune.core.fingerprint import file_hash
+from autotune.core.problem import Problem
+from autotune.core.space import Config
 from autotune.ops import gemm, gemm_wgmma
-from autotune.problem import Problem
-from autotune.space import Config
 
 DTYPES = ("float16", "bfloat16")
 UNIT_ROUNDOFF = {"float16": 2.0**-11, "bfloat16": 2.0**-8}

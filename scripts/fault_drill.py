@@ -12,8 +12,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from autotune.drill import drill
-from autotune.fingerprint import local_gpus, slugify
+from autotune.core.fingerprint import local_gpus, slugify
+from autotune.measure.drill import drill
 
 
 def main() -> int:

@@ -48,7 +48,7 @@ for name in "$@"; do
       done ;;
     confirm)
       # A budget the shipped records already fill: nothing new is tuned, each problem's leaders are
-      # measured again on this machine's fresh buffers (autotune/confirm.py).
+      # measured again on this machine's fresh buffers (autotune/tune/confirm.py).
       for op in ${OPS:-hgemv bgemv sgemv}; do
         step "confirm $op"
         sweep confirm-$op 22 --op "$op" --trials 3

@@ -1,6 +1,6 @@
 """Carry shipped measurements across a kernel edit that leaves their machine code as it was.
 
-A measurement is stale once the kernel file it was taken with changes (autotune/fingerprint.py):
+A measurement is stale once the kernel file it was taken with changes (autotune/core/fingerprint.py):
 the selector and the tuner only use trials of today's source hash. An edit that only adds code for
 new parameter values (a new kind of `prefetch` in gemv.cu, say) can leave the instance of every
 earlier config byte for byte the same, and then its measurements still hold.
@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from autotune import ops
-from autotune.compiler import CompileJob, nvcc_command
-from autotune.fingerprint import file_hash
-from autotune.paths import db_dir
-from autotune.problem import Problem
+from autotune.build.compiler import CompileJob, nvcc_command
+from autotune.core.fingerprint import file_hash
+from autotune.core.paths import db_dir
+from autotune.core.problem import Problem
 from autotune.store.records import write_lines
 
 

@@ -26,11 +26,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from autotune.compiler import CompileJob, CompileResult  # noqa: E402
-from autotune.fingerprint import GpuInfo, source_hash  # noqa: E402
-from autotune.outcome import Outcome, Status  # noqa: E402
-from autotune.problem import Problem  # noqa: E402
-from autotune.space import config_key  # noqa: E402
+from autotune.build.compiler import CompileJob, CompileResult  # noqa: E402
+from autotune.core.fingerprint import GpuInfo, source_hash  # noqa: E402
+from autotune.core.outcome import Outcome, Status  # noqa: E402
+from autotune.core.problem import Problem  # noqa: E402
+from autotune.core.space import config_key  # noqa: E402
 
 GPU = GpuInfo("Stress GPU", "GPU-stress-0", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
 PROBLEMS = (
@@ -86,9 +86,9 @@ class InstantPool:
 
 def writer(db: str, journal: Path, seed: int, stop: Path) -> None:
     """Sweeps every problem with growing budgets; logs every finish_trial that returned."""
-    from autotune.search import Budget
     from autotune.store import open_store
-    from autotune.tuner import Tuner
+    from autotune.tune.search import Budget
+    from autotune.tune.tuner import Tuner
 
     store = open_store(db, import_shipped=False)
     log = journal.open("a", buffering=1)

@@ -15,9 +15,9 @@ import sys
 from dataclasses import replace
 
 from autotune import api, ops
-from autotune.bench import Bench
-from autotune.compiler import CompilePool
-from autotune.select import Choice
+from autotune.build.compiler import CompilePool
+from autotune.measure.bench import Bench
+from autotune.select.choose import Choice
 
 
 def _grid(base: dict[str, int], vary: list[str]) -> list[dict[str, int]]:

@@ -57,7 +57,7 @@ def _no_shipped_records(
     resources = tmp_path_factory.mktemp("resources")
     (resources / "records").mkdir()
     (resources / "migrations").symlink_to(Path(__file__).resolve().parents[1] / "db" / "migrations")
-    monkeypatch.setattr("autotune.paths.db_dir", lambda: resources)
+    monkeypatch.setattr("autotune.core.paths.db_dir", lambda: resources)
 
 
 @pytest.fixture(autouse=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from concurrent.futures import Future
 from pathlib import Path
 
-from autotune.compiler import CompileJob, CompileResult
+from autotune.build.compiler import CompileJob, CompileResult
 
 
 def modelled_time_us(config: dict[str, int]) -> float:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from autotune.core.space import Config, Space, config_key
 from autotune.ops.geometry import Launch
-from autotune.space import Config, Space, config_key
 
 MAX_SHARED = 227 * 1024  # dynamic shared memory a block may opt in to
 MAX_GRID = (2**31 - 1, 65535, 65535)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from autotune.compiler import CompileJob, CompilePool, CompileResult
+from autotune.build.compiler import CompileJob, CompilePool, CompileResult
 
 
 def compile_all(jobs: Sequence[CompileJob], cache_dir: Path) -> list[CompileResult]:

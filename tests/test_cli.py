@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from autotune import api, cli
-from autotune.fingerprint import GpuInfo, Toolchain, source_hash
-from autotune.ops import gemv
-from autotune.outcome import Outcome, Status
-from autotune.problem import Problem
+from autotune.core.fingerprint import GpuInfo, Toolchain
+from autotune.core.outcome import Outcome, Status
+from autotune.core.problem import Problem
+from autotune.ops import gemv, source_hash
 from autotune.store import Provenance, Store, open_store
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,7 +50,7 @@ def _fresh_api(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     api._open.cache_clear()
     api._selector.cache_clear()
     monkeypatch.setattr("autotune.api.local_gpus", list)
-    monkeypatch.setattr("autotune.fingerprint.local_gpus", list)
+    monkeypatch.setattr("autotune.core.fingerprint.local_gpus", list)
     monkeypatch.setenv("COLUMNS", "250")
     yield
     api._open.cache_clear()
@@ -261,7 +261,7 @@ def shipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (db_dir / "migrations").symlink_to(REPO / "db" / "migrations")
     with open_store(str(tuned_db(tmp_path / "source.db")), import_shipped=False) as source:
         assert source.export_records(H200.name, db_dir / "records" / "nvidia-h200.jsonl") == 2
-    monkeypatch.setattr("autotune.paths.db_dir", lambda: db_dir)
+    monkeypatch.setattr("autotune.core.paths.db_dir", lambda: db_dir)
     return tmp_path / "fresh.db"
 
 

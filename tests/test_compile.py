@@ -8,15 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from autotune import compiler
-from autotune.compiler import CompileJob, CompilePool, cache_key, compile_fixed, compile_kernel
-from autotune.dtypes import CUDA_TYPE
-from autotune.errors import AutotuneError
-from autotune.fingerprint import source_hash
-from autotune.floor import VARIANTS
-from autotune.ops import gemv
-from autotune.paths import kernels_dir
-from autotune.problem import Problem
+from autotune.build import compiler
+from autotune.build.compiler import CompileJob, CompilePool, cache_key, compile_fixed, compile_kernel
+from autotune.core.dtypes import CUDA_TYPE
+from autotune.core.errors import AutotuneError
+from autotune.core.paths import kernels_dir
+from autotune.core.problem import Problem
+from autotune.measure.floor import VARIANTS
+from autotune.ops import gemv, source_hash
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 
@@ -139,7 +138,7 @@ def test_compile_error_keeps_the_command_line(tmp_path: Path) -> None:
 def test_every_planted_fault_of_the_drill_compiles(tmp_path: Path) -> None:
     """The fault drill (GPU only) rewrites kernel sources: each rewrite must still compile, or the
     drill would record a compile error instead of the fault it plants."""
-    from autotune import drill
+    from autotune.measure import drill
 
     jobs = []
     for fault in drill.FAULTS:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune import compiler
-from autotune.compiler import CompileJob, CompilePool, compile_kernel, cubin_is_sound
+from autotune.build import compiler
+from autotune.build.compiler import CompileJob, CompilePool, compile_kernel, cubin_is_sound
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = CompileJob("tiny", 'extern "C" __global__ void tiny(float* p) { p[threadIdx.x] = 1.0f; }\n', "sm_90", "t")
@@ -156,7 +156,7 @@ def test_kill_9_of_the_sweep_ends_nvcc_and_its_children_and_removes_the_temp_fol
 ) -> None:
     code = textwrap.dedent(f"""
         from pathlib import Path
-        from autotune.compiler import CompilePool, CompileJob
+        from autotune.build.compiler import CompilePool, CompileJob
         with CompilePool(2, Path({str(tmp_path / "cache")!r})) as pool:
             pool.submit(CompileJob("k", "x", "sm_90", "h")).result()
     """)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from autotune.drill import finished_so_far
+from autotune.measure.drill import finished_so_far
 
 
 def test_the_drill_counts_nothing_until_the_tables_exist(tmp_path: Path) -> None:

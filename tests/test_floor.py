@@ -7,10 +7,10 @@ import re
 
 import pytest
 
-from autotune.bench import BenchRow, ReadFloor, as_json
-from autotune.errors import AutotuneError
-from autotune.floor import VARIANTS, WORD_BYTES, ReadKernel, words_for
-from autotune.paths import kernels_dir
+from autotune.core.errors import AutotuneError
+from autotune.core.paths import kernels_dir
+from autotune.measure.bench import BenchRow, ReadFloor, as_json
+from autotune.measure.floor import VARIANTS, WORD_BYTES, ReadKernel, words_for
 
 
 def test_every_variant_is_a_kernel_of_the_source() -> None:

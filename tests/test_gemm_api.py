@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from autotune import api, ops
-from autotune.errors import AutotuneError
-from autotune.fingerprint import GpuInfo, Toolchain, source_hash
-from autotune.ops import gemm, gemv_t
-from autotune.outcome import Outcome, Status
-from autotune.problem import Problem, make_problem, parse_shapes, standard_shapes
-from autotune.select import DEFAULT, ESTIMATE, MEASURED, Selector
+from autotune.core.errors import AutotuneError
+from autotune.core.fingerprint import GpuInfo, Toolchain
+from autotune.core.outcome import Outcome, Status
+from autotune.core.problem import Problem, make_problem, parse_shapes, standard_shapes
+from autotune.ops import gemm, gemv_t, source_hash
+from autotune.select.choose import DEFAULT, ESTIMATE, MEASURED, Selector
 from autotune.store import Provenance, Store, open_store
 
 H200 = GpuInfo("NVIDIA H200", "GPU-1111", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from autotune.compiler import CompileJob
+from autotune.build.compiler import CompileJob
+from autotune.core.paths import kernels_dir
+from autotune.core.problem import Problem
+from autotune.core.space import Config, config_key
 from autotune.ops import gemm_mma
-from autotune.paths import kernels_dir
-from autotune.problem import Problem
-from autotune.space import Config, config_key
 from tests.nvcc import compile_all
 
 SHAPES = [(1, 1, 1), (1000, 1001, 999), (7, 4096, 13), (4096, 4096, 4096)]

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autotune.compiler import CompileJob, compile_kernel
+from autotune.build.compiler import CompileJob, compile_kernel
+from autotune.core.problem import Problem
+from autotune.core.space import Config, config_key
 from autotune.ops import gemm_simt
-from autotune.problem import Problem
-from autotune.space import Config, config_key
 from tests.limits import MAX_GRID, MAX_SHARED
 
 SHAPES = [(1, 1, 1), (1000, 1001, 999), (7, 4096, 13), (4096, 4096, 4096)]
@@ -144,7 +144,7 @@ GPU_SHAPES = [(1, 1, 1), (7, 300, 13), (129, 131, 17), (200, 260, 40), (300, 7, 
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", GPU_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_results_match_float64_on_the_gpu(shape: tuple[int, int, int], tmp_path: Path) -> None:
-    from autotune import gpu
+    from autotune.measure import gpu
 
     cuda = gpu.driver()
     gpu.context()

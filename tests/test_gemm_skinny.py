@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from autotune.compiler import CompileJob
+from autotune.build.compiler import CompileJob
+from autotune.core.problem import Problem
 from autotune.ops import gemm_skinny as skinny
-from autotune.problem import Problem
 from tests.limits import assert_within_limits, distinct_configs
 from tests.nvcc import compile_all
 
@@ -134,7 +134,7 @@ def test_cluster_split_needs_no_workspace() -> None:
 
 
 def test_clusters_are_offered_only_where_every_gpu_has_them(monkeypatch: pytest.MonkeyPatch) -> None:
-    from autotune import fingerprint
+    from autotune.core import fingerprint
 
     problem = _problem(1, 4096, 4096)
     for capabilities, offered in [((), (1, 2, 4, 8)), (("9.0",), (1, 2, 4, 8)), (("8.0", "9.0"), (1,))]:

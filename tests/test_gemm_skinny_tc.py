@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autotune.compiler import CompileJob
-from autotune.fingerprint import file_hash, source_hash
-from autotune.ops import gemm, gemm_skinny
+from autotune.build.compiler import CompileJob
+from autotune.core.fingerprint import file_hash
+from autotune.core.problem import Problem
+from autotune.ops import gemm, gemm_skinny, source_hash
 from autotune.ops import gemm_skinny_tc as tc
-from autotune.problem import Problem
 from tests.limits import assert_within_limits, distinct_configs
 from tests.nvcc import compile_all
 
@@ -46,7 +46,7 @@ def test_source_hash_covers_the_shared_header() -> None:
     # A file without local includes hashes as before (shipped records of other families stay fresh).
     import hashlib
 
-    from autotune.paths import kernels_dir
+    from autotune.core.paths import kernels_dir
 
     text = (kernels_dir() / "gemm_simt.cu").read_bytes()
     assert file_hash("gemm_simt.cu") == hashlib.sha256(b"gemm_simt.cu\0" + text).hexdigest()[:16]

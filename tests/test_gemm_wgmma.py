@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from autotune.compiler import CompileJob
-from autotune.errors import AutotuneError
+from autotune.build.compiler import CompileJob
+from autotune.core.errors import AutotuneError
+from autotune.core.paths import kernels_dir
+from autotune.core.problem import Problem
+from autotune.core.space import Config, config_key
 from autotune.ops import gemm, gemm_mma, gemm_wgmma, gemv
-from autotune.paths import kernels_dir
-from autotune.problem import Problem
-from autotune.space import Config, config_key
 from tests.limits import MAX_SHARED
 from tests.nvcc import compile_all
 
@@ -250,7 +250,7 @@ def test_seed_kernels_do_not_spill(tmp_path: Path) -> None:
 
 
 def test_machines_without_hopper_gpus_get_the_mma_family(monkeypatch: pytest.MonkeyPatch) -> None:
-    from autotune import fingerprint
+    from autotune.core import fingerprint
 
     square = _problem(4096, 4096, 4096)
     for capabilities, expected in [
@@ -266,7 +266,7 @@ def test_machines_without_hopper_gpus_get_the_mma_family(monkeypatch: pytest.Mon
 
 
 def test_tensor_maps_need_16_byte_aligned_matrices() -> None:
-    from autotune import tma
+    from autotune.ops import tma
 
     box = tma.Box(128, 64, 128)
     with pytest.raises(AutotuneError, match="16-byte aligned"):

@@ -7,9 +7,9 @@ import itertools
 import numpy as np
 import pytest
 
+from autotune.core.problem import ITEMSIZE, Problem
+from autotune.core.space import config_key
 from autotune.ops import gemv
-from autotune.problem import ITEMSIZE, Problem
-from autotune.space import config_key
 
 SHAPES = [(1, 1), (7, 7), (1001, 999), (4096, 8192), (256, 131072), (131072, 256)]
 

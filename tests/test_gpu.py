@@ -11,12 +11,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from autotune.compiler import CompileJob, CompilePool
-from autotune.fingerprint import source_hash
-from autotune.ops import gemv
-from autotune.outcome import Status
-from autotune.problem import Problem
-from autotune.worker.client import Worker
+from autotune.build.compiler import CompileJob, CompilePool
+from autotune.core.outcome import Status
+from autotune.core.problem import Problem
+from autotune.measure.worker.client import Worker
+from autotune.ops import gemv, source_hash
 
 pytestmark = pytest.mark.gpu
 
@@ -107,7 +106,7 @@ def test_verifier_rejects_a_wrong_kernel(worker: Worker, tmp_path: Path) -> None
     # The same kernel with the reduction cut short by one element: must fail verification.
     source = gemv.kernel_source(problem, config).replace("int M, int N,\n", "int M, int N_full,\n", 1)
     source = source.replace("(A, M, N);", "(A, M, N_full);").replace("(A, x, y, M, N,", "(A, x, y, M, N_full - 1,")
-    from autotune.compiler import compile_kernel
+    from autotune.build.compiler import compile_kernel
 
     compiled = compile_kernel(CompileJob(gemv.kernel_name(problem, config), source, gpu.arch, "planted"), tmp_path)
     assert compiled.cubin is not None, compiled.message
@@ -180,7 +179,7 @@ def test_back_to_back_gemvs_read_what_the_one_before_wrote(config: dict[str, int
 
     from autotune.runtime.launcher import ChoiceLauncher
     from autotune.runtime.operands import describe
-    from autotune.select import Choice
+    from autotune.select.choose import Choice
 
     n, steps = 2048, 24
     rng = np.random.default_rng(7)
@@ -258,7 +257,7 @@ def _run_and_check(problem: Problem, config: dict[str, int], a: Any, x: Any) -> 
     import torch
 
     from autotune.runtime.operands import describe
-    from autotune.select import Choice
+    from autotune.select.choose import Choice
 
     launcher = _launcher()
     y = torch.full((problem.m,), float("nan"), device="cuda", dtype=a.dtype)

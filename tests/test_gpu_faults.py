@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.drill import drill
+from autotune.measure.drill import drill
 
 pytestmark = pytest.mark.gpu
 

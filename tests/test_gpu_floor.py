@@ -1,4 +1,4 @@
-"""GPU tests of the read floor (autotune/floor.py): every read kernel reads exactly the words it is
+"""GPU tests of the read floor (autotune/measure/floor.py): every read kernel reads exactly the words it is
 given, all of them, none beyond; and the benchmark's floor comes from one of them."""
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ import math
 import numpy as np
 import pytest
 
-from autotune.floor import VARIANTS, ReadKernels
+from autotune.measure.floor import VARIANTS, ReadKernels
 
 pytestmark = pytest.mark.gpu
 
 
 @pytest.mark.parametrize("words", [1, 333, 3 * 8 * 512 + 5, 1 << 16])
 def test_every_read_kernel_reads_every_word_and_no_more(words: int) -> None:
-    from autotune.gpu import Kernels, context, device_info, driver
+    from autotune.measure.gpu import Kernels, context, device_info, driver
 
     context()
     cuda = driver()
@@ -34,7 +34,7 @@ def test_every_read_kernel_reads_every_word_and_no_more(words: int) -> None:
 
 def test_the_benchmark_floor_is_one_of_the_read_kernels() -> None:
     pytest.importorskip("torch")
-    from autotune.bench import Bench
+    from autotune.measure.bench import Bench
 
     bench = Bench()
     floor = bench.read_floor(2 * 2**20)

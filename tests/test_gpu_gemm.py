@@ -12,13 +12,12 @@ import numpy as np
 import pytest
 
 from autotune import ops
-from autotune.compiler import CompileJob, CompilePool, compile_kernel
-from autotune.fingerprint import source_hash
-from autotune.ops import gemm
-from autotune.outcome import Status
-from autotune.problem import Problem
-from autotune.space import Config
-from autotune.worker.client import Worker
+from autotune.build.compiler import CompileJob, CompilePool, compile_kernel
+from autotune.core.outcome import Status
+from autotune.core.problem import Problem
+from autotune.core.space import Config
+from autotune.measure.worker.client import Worker
+from autotune.ops import gemm, source_hash
 
 pytestmark = pytest.mark.gpu
 
@@ -209,7 +208,7 @@ def test_tma_kernels_follow_the_callers_arrays() -> None:
     from autotune.ops import gemm_wgmma
     from autotune.runtime.launcher import ChoiceLauncher
     from autotune.runtime.operands import describe
-    from autotune.select import Choice
+    from autotune.select.choose import Choice
 
     problem = Problem("gemm", "float16", 520, 264, 1000)
     if gemm.family(problem) is not gemm_wgmma:

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 import autotune
-from autotune.errors import AutotuneError
+from autotune.core.errors import AutotuneError
+from autotune.core.problem import Problem
 from autotune.ops import gemv
-from autotune.problem import Problem
-from autotune.select import Choice
+from autotune.select.choose import Choice
 
 pytestmark = pytest.mark.gpu
 

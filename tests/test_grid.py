@@ -7,11 +7,11 @@ from collections.abc import Sequence
 
 import pytest
 
-from autotune.grid import Permutation, ValidGridSampler
+from autotune.core.outcome import Outcome, Status
+from autotune.core.space import Config, Param, Space, config_key
 from autotune.ops import gemv
-from autotune.outcome import Outcome, Status
-from autotune.search import Budget, Study, make_sampler
-from autotune.space import Config, Param, Space, config_key
+from autotune.tune.grid import Permutation, ValidGridSampler
+from autotune.tune.search import Budget, Study, make_sampler
 from tests.fakes import InstantPool
 from tests.test_search import PROBLEM, FakeMeasurer
 

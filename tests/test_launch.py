@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from autotune.errors import AutotuneError
+from autotune.core.errors import AutotuneError
 from autotune.runtime.operands import check_gemv_operands, describe, stream_handle
 
 

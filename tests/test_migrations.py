@@ -10,10 +10,10 @@ from alembic import command
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine
 
-from autotune.errors import AutotuneError
-from autotune.fingerprint import GpuInfo, Toolchain
-from autotune.outcome import Outcome, Status
-from autotune.problem import Problem
+from autotune.core.errors import AutotuneError
+from autotune.core.fingerprint import GpuInfo, Toolchain
+from autotune.core.outcome import Outcome, Status
+from autotune.core.problem import Problem
 from autotune.store import Provenance, open_store
 from autotune.store.database import alembic_config
 

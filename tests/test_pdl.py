@@ -1,4 +1,4 @@
-"""Programmatic dependent launch by ctypes (autotune/runtime/driver.py, autotune/pdl.py): the structures
+"""Programmatic dependent launch by ctypes (autotune/runtime/driver.py, autotune/measure/pdl.py): the structures
 match cuda.h, arguments are packed as PyCUDA's prepare() notation says, and only ops that wait for their
 predecessor use it."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from autotune import pdl
-from autotune.fingerprint import GpuInfo
-from autotune.gpu import programmatic_launch
+from autotune.core.fingerprint import GpuInfo
+from autotune.measure import pdl
+from autotune.measure.gpu import programmatic_launch
 from autotune.ops import gemm, gemv
 from autotune.runtime import driver
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.errors import AutotuneError
-from autotune.problem import (
+from autotune.core.errors import AutotuneError
+from autotune.core.problem import (
     MAX_DIM,
     check_dim,
     make_problem,

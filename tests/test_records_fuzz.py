@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from autotune import ops
-from autotune.errors import AutotuneError
-from autotune.problem import Problem
+from autotune.core.errors import AutotuneError
+from autotune.core.problem import Problem
 from autotune.store import Store
 
 SHIPPED = Path(__file__).resolve().parents[1] / "db" / "records" / "nvidia-h200.jsonl"

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from autotune.errors import AutotuneError
-from autotune.fingerprint import GpuInfo
+from autotune.core.errors import AutotuneError
+from autotune.core.fingerprint import GpuInfo
+from autotune.core.problem import Problem
 from autotune.ops import gemv
-from autotune.problem import Problem
 from autotune.store import Store
 
 H200 = GpuInfo("NVIDIA H200", "GPU-1111", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")

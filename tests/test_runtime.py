@@ -13,15 +13,15 @@ from typing import Any
 
 import pytest
 
-from autotune.errors import AutotuneError
-from autotune.fingerprint import GpuInfo
+from autotune.core.errors import AutotuneError
+from autotune.core.fingerprint import GpuInfo
+from autotune.core.problem import Problem
 from autotune.ops import gemm_wgmma, gemv
-from autotune.problem import Problem
 from autotune.runtime import device as device_module
 from autotune.runtime import driver
 from autotune.runtime import launcher as launcher_module
 from autotune.runtime.launcher import Runtime
-from autotune.select import Choice
+from autotune.select.choose import Choice
 
 H200 = GpuInfo("NVIDIA H200", "GPU-1", "9.0", 132, 60 << 20, 141 << 30, "580.159.04", "13.0")
 SPLIT_K = {**gemv.DEFAULT_CONFIG, "block": 64, "lanes": 64, "vec": 8, "split": 16, "persist": 4, "policy": 1}

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.compiler import CompileJob, CompileResult
+from autotune.build.compiler import CompileJob, CompileResult
+from autotune.core.outcome import Outcome, Status
+from autotune.core.problem import Problem
+from autotune.core.space import Config, Param, Space, config_key
 from autotune.ops import gemv
-from autotune.outcome import Outcome, Status
-from autotune.problem import Problem
-from autotune.search import Budget, Measurer, Study
-from autotune.space import Config, Param, Space, config_key
+from autotune.tune.search import Budget, Measurer, Study
 from tests.fakes import InstantPool, modelled_time_us
 
 PROBLEM = Problem("gemv", "float16", 4096, 8192)
@@ -136,7 +136,8 @@ def test_grid_search_ends_when_the_grid_is_exhausted() -> None:
 
 
 def test_the_api_knows_the_same_samplers() -> None:
-    from autotune import api, search
+    from autotune import api
+    from autotune.tune import search
 
     assert api.SAMPLERS == search.SAMPLERS
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from autotune.fingerprint import GpuInfo, Toolchain, source_hash
-from autotune.ops import gemv
-from autotune.outcome import Outcome, Status
-from autotune.problem import Problem
-from autotune.select import DEFAULT, ESTIMATE, MEASURED, Selector, choose, nearest, shape_distance
+from autotune.core.fingerprint import GpuInfo, Toolchain
+from autotune.core.outcome import Outcome, Status
+from autotune.core.problem import Problem
+from autotune.ops import gemv, source_hash
+from autotune.select.choose import DEFAULT, ESTIMATE, MEASURED, Selector, choose, nearest, shape_distance
 from autotune.store import Provenance, Store
 
 GPU = "NVIDIA H200"

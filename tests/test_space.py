@@ -8,9 +8,9 @@ from collections.abc import Mapping
 import pytest
 
 from autotune import ops
+from autotune.core.problem import Problem
+from autotune.core.space import Config, Param, Space
 from autotune.ops import gemm, gemv
-from autotune.problem import Problem
-from autotune.space import Config, Param, Space
 
 
 def _no_big_in_small(c: Mapping[str, int]) -> str | None:

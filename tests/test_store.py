@@ -17,11 +17,11 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
-from autotune.errors import AutotuneError
-from autotune.fingerprint import GpuInfo, Toolchain
+from autotune.core.errors import AutotuneError
+from autotune.core.fingerprint import GpuInfo, Toolchain
+from autotune.core.outcome import Outcome, Status
+from autotune.core.problem import Problem
 from autotune.ops import gemv
-from autotune.outcome import Outcome, Status
-from autotune.problem import Problem
 from autotune.store import Provenance, Store, check_url, config_key, open_store, resolve_url
 from autotune.store.database import alembic_config
 from autotune.store.models import Base
@@ -246,8 +246,8 @@ def test_running_row_survives_a_killed_sweep(db_path: Path) -> None:
     code = textwrap.dedent(
         f"""
         import os, signal
-        from autotune.fingerprint import GpuInfo, Toolchain
-        from autotune.problem import Problem
+        from autotune.core.fingerprint import GpuInfo, Toolchain
+        from autotune.core.problem import Problem
         from autotune.store import Provenance, open_store
         store = open_store({str(db_path)!r}, import_shipped=False)
         gpu = store.upsert_gpu(GpuInfo(*{tuple(H200.to_dict().values())!r}))
@@ -450,7 +450,7 @@ def test_records_carry_the_rounds(store: Store, tmp_path: Path) -> None:
 def test_export_of_current_sources_only(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # SHAPE's kernel is "src-now" and OTHER's changed since its one trial: a shipped file gets
     # SHAPE's two fastest of today's source (not the faster stale one) and nothing of OTHER.
-    from autotune import fingerprint
+    from autotune.core import fingerprint
 
     fill(store)
     monkeypatch.setattr(fingerprint, "source_hash", lambda problem: SRC if problem == SHAPE else "src-newer")
@@ -506,7 +506,7 @@ def test_import_shipped_once_and_again_when_changed(store: Store, tmp_path: Path
 def test_open_store_imports_the_shipped_records(db_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     db_dir = tmp_path / "db"
     (db_dir / "records").mkdir(parents=True)
-    monkeypatch.setattr("autotune.paths.db_dir", lambda: db_dir)
+    monkeypatch.setattr("autotune.core.paths.db_dir", lambda: db_dir)
     (db_dir / "migrations").symlink_to(REPO / "db" / "migrations")
     write_records(db_dir / "records" / "nvidia-h200.jsonl", [GPU_LINE, trial_line(2.0, 2)])
     with open_store(str(db_path)) as store:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import event
 
-from autotune.errors import AutotuneError, AutotuneWarning
+from autotune.core.errors import AutotuneError, AutotuneWarning
 from autotune.store import open_store
 from autotune.store import sqlite as store_sqlite
 from tests.test_cli import FAST, H200, SHAPE, Cli, _fresh_api, assert_one_error, run, shipped, tuned_db  # noqa: F401

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from autotune.errors import AutotuneError
-from autotune.fingerprint import GpuInfo, Toolchain
-from autotune.outcome import Outcome, Status
-from autotune.problem import Problem
+from autotune.core.errors import AutotuneError
+from autotune.core.fingerprint import GpuInfo, Toolchain
+from autotune.core.outcome import Outcome, Status
+from autotune.core.problem import Problem
 from autotune.store import Provenance, Store, open_store
 from autotune.store import owner as owners
 from autotune.store.models import utcnow

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from autotune.worker.timing import SUSTAINED_US, WARMUP_MS, Timer
+from autotune.measure.worker.timing import SUSTAINED_US, WARMUP_MS, Timer
 
 
 class _ScriptedTimer(Timer):

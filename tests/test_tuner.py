@@ -17,15 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from autotune.fingerprint import GpuInfo, source_hash, toolchain
-from autotune.ops import gemv
-from autotune.outcome import Outcome, Status
-from autotune.problem import Problem
-from autotune.search import Budget
-from autotune.space import Config, config_key
+from autotune.core.fingerprint import GpuInfo, toolchain
+from autotune.core.outcome import Outcome, Status
+from autotune.core.problem import Problem
+from autotune.core.space import Config, config_key
+from autotune.measure.worker.client import SetupLost
+from autotune.ops import gemv, source_hash
 from autotune.store import Provenance, Store, TrialRow, open_store
-from autotune.tuner import ProblemReport, Tuner, stale_problems
-from autotune.worker.client import SetupLost
+from autotune.tune.search import Budget
+from autotune.tune.tuner import ProblemReport, Tuner, stale_problems
 from tests.fakes import InstantPool, modelled_time_us
 
 REPO = Path(__file__).resolve().parents[1]
@@ -317,12 +317,12 @@ def test_warm_start_measures_the_nearest_best_first(store: Store) -> None:
 CHILD = textwrap.dedent(
     """
     import sys, time
-    from autotune.fingerprint import GpuInfo
-    from autotune.outcome import Outcome, Status
-    from autotune.problem import Problem
-    from autotune.search import Budget
+    from autotune.core.fingerprint import GpuInfo
+    from autotune.core.outcome import Outcome, Status
+    from autotune.core.problem import Problem
+    from autotune.tune.search import Budget
     from autotune.store import open_store
-    from autotune.tuner import Tuner
+    from autotune.tune.tuner import Tuner
     from tests.fakes import InstantPool, modelled_time_us
 
     class SlowWorker:
@@ -456,7 +456,7 @@ def test_a_re_sweep_after_a_kernel_edit_measures_the_earlier_best_first(
         old,
         Outcome(Status.OK, time_us=0.5, times_us=[0.5]),
     )
-    monkeypatch.setattr("autotune.tuner.source_hash", lambda problem: "n3w50urce")  # the kernel changes
+    monkeypatch.setattr("autotune.tune.tuner.source_hash", lambda problem: "n3w50urce")  # the kernel changes
     worker = FakeWorker()
     tune(store, worker, 3, SHAPE)
     # The old best restated (the added parameter at its default, `retired` gone), then the next best.

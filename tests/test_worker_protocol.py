@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from autotune.errors import AutotuneError
-from autotune.outcome import Status
-from autotune.worker.client import SetupLost, Worker, WorkerLost, outcome_from_reply, worker_command
-from autotune.worker.server import serve
+from autotune.core.errors import AutotuneError
+from autotune.core.outcome import Status
+from autotune.measure.worker.client import SetupLost, Worker, WorkerLost, outcome_from_reply, worker_command
+from autotune.measure.worker.server import serve
 
 MISBEHAVING = Path(__file__).with_name("misbehaving_worker.py")
 

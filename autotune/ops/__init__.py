@@ -13,11 +13,11 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
-from autotune.compiler import CompileJob
-from autotune.errors import AutotuneError
-from autotune.fingerprint import file_hash
+from autotune.build.compiler import CompileJob
+from autotune.core.errors import AutotuneError
+from autotune.core.fingerprint import file_hash
+from autotune.core.problem import Problem
 from autotune.ops import gemm, gemv
-from autotune.problem import Problem
 
 _OPS: dict[str, ModuleType] = {gemv.NAME: gemv, gemm.NAME: gemm}
 
@@ -36,6 +36,11 @@ def for_problem(problem: Problem) -> ModuleType:
 
         return gemv_t
     return get(problem.op)
+
+
+def source_hash(problem: Problem) -> str:
+    """Hash of the kernel source file that serves this problem: a measurement of an older source is stale."""
+    return file_hash(for_problem(problem).kernel_file(problem))
 
 
 def compile_job(problem: Problem, config: Mapping[str, int], gpu_arch: str, op: Any = None) -> CompileJob:

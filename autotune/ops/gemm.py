@@ -10,18 +10,17 @@ tensor-core GPU, any shape).
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from types import ModuleType
 
-from autotune.errors import AutotuneError
-from autotune.ops.geometry import Launch, cluster_choices, cluster_declaration
-from autotune.problem import ITEMSIZE, Problem
-from autotune.space import Config, Space
+from autotune.core.errors import AutotuneError
+from autotune.core.problem import ITEMSIZE, Problem
+from autotune.core.space import Config, Space
+from autotune.ops import gemm_mma, gemm_shared, gemm_simt, gemm_skinny, gemm_skinny_tc, gemm_wgmma
+from autotune.ops.geometry import Launch
 
 NAME = "gemm"
-# Kernel arguments in PyCUDA's prepare() notation: A, B, C, M, N, K, alpha, beta, workspace, counters.
-ARG_TYPES = "PPPiiiffPP"
+ARG_TYPES = gemm_shared.ARG_TYPES
 SKINNY_MAX_M = 16
 # From this many rows on, half-precision skinny products run on tensor cores: the CUDA-core loop's
 # FMAs grow with M while the tensor-core loop stays bound by streaming B. M = 1 stays on CUDA cores,
@@ -31,9 +30,6 @@ TC_MIN_M = 2
 
 def family(problem: Problem) -> ModuleType:
     """The kernel family module that serves this problem."""
-    # Imported here: the family modules import this one's constants.
-    from autotune.ops import gemm_mma, gemm_simt, gemm_skinny, gemm_skinny_tc, gemm_wgmma
-
     if problem.m <= SKINNY_MAX_M:
         if problem.m >= TC_MIN_M and problem.dtype in gemm_skinny_tc.DTYPES:
             return gemm_skinny_tc
@@ -49,7 +45,7 @@ def wgmma_runs_here() -> bool:
     """Whether this machine can run the wgmma family: its GPUs are all compute capability 9.0
     (sm_90a cubins run on nothing else), or it has none, when answers are for the GPUs the shipped
     records come from (H100/H200). Elsewhere (an A100, a Blackwell) the mma family serves instead."""
-    from autotune.fingerprint import local_compute_capabilities
+    from autotune.core.fingerprint import local_compute_capabilities
 
     capabilities = local_compute_capabilities()
     return all(cc == "9.0" for cc in capabilities)
@@ -98,8 +94,6 @@ class FamilyOp:
 
 def family_named(name: str) -> ModuleType:
     """A kernel family by its NAME, whether or not `family` would pick it (tests, benchmarks, checks)."""
-    from autotune.ops import gemm_mma, gemm_simt, gemm_skinny, gemm_skinny_tc, gemm_wgmma
-
     modules = (gemm_skinny, gemm_skinny_tc, gemm_simt, gemm_mma, gemm_wgmma)
     families: dict[str, ModuleType] = {m.NAME: m for m in modules}
     try:
@@ -162,83 +156,6 @@ def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
 def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
     result: Launch = family(problem).launch(problem, config, sm_count)
     return result
-
-
-def instance_source(
-    kernel_file: str, name: str, cuda_type: str, launch_bounds: str, call: str, cluster: int = 1
-) -> str:
-    """A translation unit with one extern "C" instance of a family's template (a stable, unmangled
-    name) taking the GEMM kernel arguments; `call` runs the template on them. cluster > 1 declares
-    the kernel with thread-block clusters of that many blocks along the grid's y (the K splits), fixed
-    at compile time so that a plain launch runs it in clusters."""
-    t = cuda_type
-    return (
-        f'#include "{kernel_file}"\n'
-        f'extern "C" __global__ void {cluster_declaration(cluster)}__launch_bounds__({launch_bounds})\n'
-        f"{name}(const {t}* A, const {t}* B, {t}* C, int M, int N, int K,\n"
-        f"    float alpha, float beta, float* workspace, unsigned int* counters) {{\n"
-        f"  {call};\n"
-        f"}}\n"
-    )
-
-
-# Blocks that give several waves on any current GPU: a streaming kernel split further only adds partials.
-ENOUGH_BLOCKS = 1024
-
-
-# Blocks a skinny family's seed configs aim for: about two per SM of an H100/H200.
-SEED_BLOCKS = 264
-
-
-def seed_vec(vecs: tuple[int, ...], narrower: bool) -> int:
-    """A skinny seed's load width: the widest the problem allows, or with `narrower` the next one
-    (8 bytes for 16-bit types), which the H200 sweeps often preferred."""
-    return vecs[-2] if narrower and len(vecs) > 2 else vecs[-1]
-
-
-def skinny_seeds(
-    tilings: Iterable[tuple[Config, int]], splits: tuple[int, ...], check: Callable[[Config], str | None]
-) -> list[Config]:
-    """Seed configs of a skinny family from (tiling, output tiles) pairs: each tiling (cluster 1) with
-    the largest split that keeps its grid within SEED_BLOCKS and passes `check` (the space's
-    constraint), then the same tiling with its splits reduced in a cluster, as many as one cluster
-    holds, and in a cluster up to twice that (a cluster needs no workspace, so twice the blocks cost
-    less: 16x4096x4096 ran 15.5 us with 4 splits in a cluster, 14.5 us with 8); only those that pass
-    `check`, each once."""
-    seeds: list[Config] = []
-    for config, tiles in tilings:
-        valid = [s for s in splits if tiles * s <= SEED_BLOCKS and check({**config, "split": s}) is None]
-        split = max(valid or [1])
-        sizes = {max([c for c in cluster_choices() if c <= most] or [1]) for most in (split, 2 * split)}
-        candidates = [{**config, "cluster": 1, "split": split}]
-        candidates += [{**config, "cluster": size, "split": size} for size in sorted(sizes) if size > 1]
-        seeds += [c for c in candidates if check(c) is None and c not in seeds]
-    return seeds
-
-
-def rows_per_split(k: int, split: int, step: int) -> int:
-    """Rows of K each split of a streaming (skinny) kernel gets: a whole number of its steps."""
-    return math.ceil(math.ceil(k / split) / step) * step
-
-
-def split_k_reason(problem: Problem, split: int, step: int, tiles: int, cluster: int = 1) -> str | None:
-    """Why a skinny kernel (B streamed once, `step` rows of K per block step, `tiles` output tiles)
-    should not split K `split` ways, reducing the splits in clusters of `cluster` blocks (1: through
-    a workspace in global memory), or None. Shared by the skinny families."""
-    if cluster > 1 and split != cluster:
-        return f"cluster={cluster} reduces exactly that many splits, not split={split}"
-    if split == 1:
-        return None
-    if (split - 1) * rows_per_split(problem.k, split, step) >= problem.k:
-        return f"split={split} leaves a split without rows (k={problem.k}, {step} rows per step)"
-    if cluster > 1:
-        return None  # the partials stay in shared memory: the costs below are those of the workspace
-    if tiles * (split // 2) >= ENOUGH_BLOCKS:
-        return f"split={split}: half of it already gives {ENOUGH_BLOCKS} blocks or more"
-    # Each split writes, reads back and zeroes M*N floats: past the bytes of B that is a loss.
-    if 12 * split * problem.m > problem.k * ITEMSIZE[problem.dtype]:
-        return f"split={split}: the partial sums would move more bytes than B"
-    return None
 
 
 def bytes_moved(problem: Problem) -> int:

@@ -5,17 +5,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from autotune.dtypes import CUDA_TYPE
-from autotune.ops import gemm
+from autotune.core.dtypes import CUDA_TYPE
+from autotune.core.problem import ITEMSIZE, Problem
+from autotune.core.space import Config, Param, Space
+from autotune.ops import gemm_shared
 from autotune.ops.geometry import Launch
-from autotune.problem import ITEMSIZE, Problem
-from autotune.space import Config, Param, Space
 
 NAME = "mma"
 KERNEL_FILE = "gemm_mma.cu"
 DTYPES = ("float16", "bfloat16")
 # Kernel arguments in PyCUDA's prepare() notation: A, B, C, M, N, K, alpha, beta, workspace, counters.
-ARG_TYPES = gemm.ARG_TYPES
+ARG_TYPES = gemm_shared.ARG_TYPES
 
 MAX_SHARED_BYTES = 227 * 1024  # dynamic shared memory of one block on sm_90 (opted in)
 REGISTERS_PER_SM = 65536
@@ -150,7 +150,7 @@ def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
         f"{t}, {c['bm']}, {c['bn']}, {c['bk']}, {c['wm']}, {c['wn']}, {c['stages']}, {c['vec']}, {c['swizzle']}"
     )
     call = f"at_gemm_mma::gemm_mma_body<{template_args}>(A, B, C, M, N, K, alpha, beta, workspace, counters)"
-    return gemm.instance_source(KERNEL_FILE, kernel_name(problem, config), t, str(threads(c)), call)
+    return gemm_shared.instance_source(KERNEL_FILE, kernel_name(problem, config), t, str(threads(c)), call)
 
 
 def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:

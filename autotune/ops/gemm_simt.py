@@ -5,17 +5,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from autotune.dtypes import CUDA_TYPE
-from autotune.ops import gemm
+from autotune.core.dtypes import CUDA_TYPE
+from autotune.core.problem import Problem
+from autotune.core.space import Config, Param, Space
+from autotune.ops import gemm_shared
 from autotune.ops.geometry import Launch
-from autotune.problem import Problem
-from autotune.space import Config, Param, Space
 
 NAME = "simt"
 KERNEL_FILE = "gemm_simt.cu"
 DTYPES: tuple[str, ...] = ("float32",)
 # Kernel arguments in PyCUDA's prepare() notation: A, B, C, M, N, K, alpha, beta, workspace, counters.
-ARG_TYPES = gemm.ARG_TYPES
+ARG_TYPES = gemm_shared.ARG_TYPES
 
 A_PAD = 4  # floats of padding per k-row of the transposed A tile (mirrors the kernel)
 FLOAT_BYTES = 4
@@ -157,7 +157,7 @@ def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
     template_args = ", ".join([t, *(str(c[k]) for k in ("bm", "bn", "bk", "wm", "wn", "tm", "tn", "vec", "stages"))])
     call = f"at_gemm_simt::gemm_simt_body<{template_args}>(A, B, C, M, N, K, alpha, beta)"
     bounds = f"{_threads(c)}, {c['occ']}"  # at most this many threads, at least occ blocks per SM
-    return gemm.instance_source(KERNEL_FILE, kernel_name(problem, config), t, bounds, call)
+    return gemm_shared.instance_source(KERNEL_FILE, kernel_name(problem, config), t, bounds, call)
 
 
 def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from autotune.dtypes import CUDA_TYPE
-from autotune.ops import gemm, geometry
+from autotune.core.dtypes import CUDA_TYPE
+from autotune.core.problem import ITEMSIZE, Problem
+from autotune.core.space import Config, Param, Space
+from autotune.ops import gemm_shared, geometry
 from autotune.ops.geometry import Launch
-from autotune.problem import ITEMSIZE, Problem
-from autotune.space import Config, Param, Space
 
 NAME = "skinny"
 KERNEL_FILE = "gemm_skinny.cu"
@@ -56,7 +56,7 @@ def _step(c: Mapping[str, int]) -> int:
 
 def _per_split(problem: Problem, c: Mapping[str, int]) -> int:
     """Rows of K per split, as the kernel computes them: a whole number of steps."""
-    return gemm.rows_per_split(problem.k, c["split"], _step(c))
+    return gemm_shared.rows_per_split(problem.k, c["split"], _step(c))
 
 
 def _stage(c: Mapping[str, int]) -> int:
@@ -111,7 +111,7 @@ def _resource_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
 
 def _split_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
     m_tiles, n_tiles = tiles(problem, c)
-    return gemm.split_k_reason(problem, c["split"], _step(c), m_tiles * n_tiles, c["cluster"])
+    return gemm_shared.split_k_reason(problem, c["split"], _step(c), m_tiles * n_tiles, c["cluster"])
 
 
 def space(problem: Problem) -> Space:
@@ -178,12 +178,12 @@ def seed_configs(problem: Problem) -> list[Config]:
     vecs = _vec_choices(problem)
     tilings = []
     for nt, kw, unroll, a_chunk, policy, narrower in _SEEDS:
-        vec = gemm.seed_vec(vecs, narrower)
+        vec = gemm_shared.seed_vec(vecs, narrower)
         base = dict(default_config(problem), nt=nt, kw=kw, vec=vec, unroll=unroll, a_chunk=a_chunk, policy=policy)
         if check(base) is None:
             m_tiles, n_tiles = tiles(problem, base)
             tilings.append((base, m_tiles * n_tiles))
-    return gemm.skinny_seeds(tilings, _SPLITS, check)
+    return gemm_shared.skinny_seeds(tilings, _SPLITS, check)
 
 
 def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
@@ -204,7 +204,7 @@ def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
     )
     call = f"at_skinny::skinny_body<{args}>(A, B, C, M, N, K, alpha, beta, workspace, counters)"
     name = kernel_name(problem, config)
-    return gemm.instance_source(KERNEL_FILE, name, t, str(c["nt"] * c["kw"]), call, cluster=c["cluster"])
+    return gemm_shared.instance_source(KERNEL_FILE, name, t, str(c["nt"] * c["kw"]), call, cluster=c["cluster"])
 
 
 def tiles(problem: Problem, config: Mapping[str, int]) -> tuple[int, int]:

@@ -9,12 +9,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from autotune.dtypes import CUDA_TYPE
-from autotune.ops import gemm, geometry
+from autotune.core.dtypes import CUDA_TYPE
+from autotune.core.problem import Problem
+from autotune.core.space import Config, Param, Space
+from autotune.ops import gemm_shared, geometry
 from autotune.ops.geometry import Launch
-from autotune.problem import Problem
-from autotune.space import Config, Param, Space
-from autotune.tma import Box, OperandMaps
+from autotune.ops.tma import Box, OperandMaps
 
 NAME = "skinny_tc"
 KERNEL_FILE = "gemm_skinny_tc.cu"
@@ -61,7 +61,7 @@ def _step(c: Mapping[str, int]) -> int:
 
 def _per_split(problem: Problem, c: Mapping[str, int]) -> int:
     """Rows of K per split, as the kernel computes them: a whole number of steps."""
-    return gemm.rows_per_split(problem.k, c["split"], _step(c))
+    return gemm_shared.rows_per_split(problem.k, c["split"], _step(c))
 
 
 def columns(c: Mapping[str, int]) -> int:
@@ -122,7 +122,7 @@ def _resource_reason(c: Mapping[str, int]) -> str | None:
 
 
 def _split_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
-    return gemm.split_k_reason(problem, c["split"], _step(c), column_tiles(problem, c), c["cluster"])
+    return gemm_shared.split_k_reason(problem, c["split"], _step(c), column_tiles(problem, c), c["cluster"])
 
 
 def _tma_pinned(problem: Problem) -> dict[str, int]:
@@ -216,16 +216,16 @@ def seed_configs(problem: Problem) -> list[Config]:
     vecs = _vec_choices(problem)
     tilings = []
     for wn, kw, unroll, narrower, prefetch in _SEEDS:
-        vec = gemm.seed_vec(vecs, narrower)
+        vec = gemm_shared.seed_vec(vecs, narrower)
         base = {"wn": wn, "kw": kw, "vec": vec, "unroll": unroll, "policy": 1, "prefetch": prefetch}
         base.update(cluster=1, split=1, stages=0)
         tilings.append((base, column_tiles(problem, base)))
-    return gemm.skinny_seeds(tilings, _SPLITS, space(problem).check) + _tma_seeds(problem)
+    return gemm_shared.skinny_seeds(tilings, _SPLITS, space(problem).check) + _tma_seeds(problem)
 
 
 def _tma_seeds(problem: Problem) -> list[Config]:
     """Each TMA tiling with its K split over the largest cluster that keeps the grid within
-    gemm.SEED_BLOCKS, and over twice that (TMA configs reduce their splits in a cluster only), and
+    gemm_shared.SEED_BLOCKS, and over twice that (TMA configs reduce their splits in a cluster only), and
     unsplit where its column tiles alone are TMA_SEED_LEAST_BLOCKS or more."""
     if len(_stage_choices(problem)) == 1:
         return []
@@ -234,7 +234,7 @@ def _tma_seeds(problem: Problem) -> list[Config]:
     for wn, kw, stages in _TMA_SEEDS:
         base = {"wn": wn, "kw": kw, **_tma_pinned(problem), "stages": stages}
         tiles = column_tiles(problem, base)
-        fitting = [size for size in geometry.cluster_choices() if tiles * size <= gemm.SEED_BLOCKS] or [1]
+        fitting = [size for size in geometry.cluster_choices() if tiles * size <= gemm_shared.SEED_BLOCKS] or [1]
         sizes = {max(fitting), 2 * max(fitting)} | ({1} if tiles >= TMA_SEED_LEAST_BLOCKS else set())
         for size in sorted(sizes):
             config = {**base, "cluster": size, "split": size}
@@ -259,7 +259,7 @@ def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
     args = f"{t}, {tiling}, {c['cluster']}, {c['prefetch']}, {c['stages']}"
     call = f"at_skinny_tc::skinny_tc_body<{args}>(A, B, C, M, N, K, alpha, beta, workspace, counters)"
     name = kernel_name(problem, config)
-    return gemm.instance_source(KERNEL_FILE, name, t, str(threads(c)), call, cluster=c["cluster"])
+    return gemm_shared.instance_source(KERNEL_FILE, name, t, str(threads(c)), call, cluster=c["cluster"])
 
 
 def column_tiles(problem: Problem, config: Mapping[str, int]) -> int:

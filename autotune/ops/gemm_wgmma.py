@@ -11,18 +11,18 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from autotune.dtypes import CUDA_TYPE
-from autotune.ops import gemm
+from autotune.core.dtypes import CUDA_TYPE
+from autotune.core.problem import ITEMSIZE, Problem
+from autotune.core.space import Config, Param, Space
+from autotune.ops import gemm_shared
 from autotune.ops.geometry import Launch
-from autotune.problem import ITEMSIZE, Problem
-from autotune.space import Config, Param, Space
-from autotune.tma import Box, OperandMaps
+from autotune.ops.tma import Box, OperandMaps
 
 NAME = "wgmma"
 KERNEL_FILE = "gemm_wgmma.cu"
 DTYPES = ("float16", "bfloat16")
 # Kernel arguments in PyCUDA's prepare() notation: A, B, C, M, N, K, alpha, beta, workspace, counters.
-ARG_TYPES = gemm.ARG_TYPES
+ARG_TYPES = gemm_shared.ARG_TYPES
 # The only GPU architecture this family compiles for, and the suffix nvcc needs for wgmma ("sm_90a").
 ARCH = "sm_90"
 ARCH_SUFFIX = "a"
@@ -167,7 +167,7 @@ def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
     # One block a multiprocessor (its shared memory alone sees to that): ptxas may give a thread up to
     # 255 registers, which 128 accumulators need.
     bounds = f"{threads(c)}, 1"
-    return gemm.instance_source(KERNEL_FILE, kernel_name(problem, config), t, bounds, call)
+    return gemm_shared.instance_source(KERNEL_FILE, kernel_name(problem, config), t, bounds, call)
 
 
 def operand_maps(config: Mapping[str, int]) -> OperandMaps | None:

@@ -7,17 +7,17 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from autotune.dtypes import CUDA_TYPE
+from autotune.core.dtypes import CUDA_TYPE
+from autotune.core.problem import ITEMSIZE, Problem
+from autotune.core.space import Config, Param, Space
 from autotune.ops.geometry import Launch, cluster_choices, cluster_declaration
-from autotune.problem import ITEMSIZE, Problem
-from autotune.space import Config, Param, Space
 
 NAME = "gemv"
 KERNEL_FILE = "gemv.cu"
 # Kernel arguments in PyCUDA's prepare() notation: A, x, y, M, N, alpha, beta, partial, counters.
 ARG_TYPES = "PPPiiffPP"
 # Every instance waits for the kernel before it in the stream (griddepcontrol.wait) before reading
-# anything, so launchers may use programmatic dependent launch (autotune/gpu.py) on sm_90+.
+# anything, so launchers may use programmatic dependent launch (autotune/measure/gpu.py) on sm_90+.
 PROGRAMMATIC_LAUNCH = True
 
 MAX_SHARED_BYTES = 48 * 1024  # dynamic shared memory a block gets without opting in

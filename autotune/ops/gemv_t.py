@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from autotune.core.problem import Problem
+from autotune.core.space import Config, Space
 from autotune.ops import gemm, gemm_skinny, gemv
 from autotune.ops.geometry import Launch
-from autotune.problem import Problem
-from autotune.space import Config, Space
 
 NAME = "gemv"
 ARG_TYPES = gemm.ARG_TYPES

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autotune.tma import OperandMaps
+from autotune.ops.tma import OperandMaps
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class Launch:
 def clusters_run_here() -> bool:
     """Whether this machine's GPUs all have thread-block clusters (compute capability 9.0 and up), or
     it has none, when answers are for the GPUs the shipped records come from (H100/H200)."""
-    from autotune.fingerprint import local_compute_capabilities
+    from autotune.core.fingerprint import local_compute_capabilities
 
     return all(int(cc.split(".")[0]) >= 9 for cc in local_compute_capabilities())
 

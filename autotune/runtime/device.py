@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune import tma
-from autotune.errors import AutotuneError
-from autotune.fingerprint import GpuInfo, cuda_release, local_gpus
+from autotune.core.errors import AutotuneError
+from autotune.core.fingerprint import GpuInfo, cuda_release, local_gpus
+from autotune.ops import tma
 from autotune.ops.geometry import Launch
 from autotune.runtime import driver
 

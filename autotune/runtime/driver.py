@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from autotune.errors import AutotuneError
+from autotune.core.errors import AutotuneError
 
 # cuda.h enums (CUDA 12 and 13).
 ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID

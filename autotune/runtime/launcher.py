@@ -15,15 +15,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune import ops
-from autotune.compiler import cache_key, compile_kernel
-from autotune.errors import AutotuneError
+from autotune.build.compiler import cache_key, compile_kernel
+from autotune.core.errors import AutotuneError
+from autotune.core.problem import Problem, make_problem
+from autotune.core.space import Config, config_key
 from autotune.ops import gemm
-from autotune.problem import Problem, make_problem
 from autotune.runtime import operands as opnd
 from autotune.runtime.device import Allocator, Device
 from autotune.runtime.plan import LaunchPlan
-from autotune.select import Choice
-from autotune.space import Config, config_key
+from autotune.select.choose import Choice
 
 Chooser = Callable[[Problem, Device, "str | None"], Choice]
 

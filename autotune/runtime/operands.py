@@ -11,8 +11,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.errors import AutotuneError
-from autotune.problem import ITEMSIZE
+from autotune.core.errors import AutotuneError
+from autotune.core.problem import ITEMSIZE
 from autotune.runtime import driver
 
 _TYPESTR = {"<f4": "float32", "<f2": "float16"}

@@ -16,7 +16,7 @@ import functools
 import threading
 from typing import Any
 
-from autotune.errors import AutotuneError
+from autotune.core.errors import AutotuneError
 from autotune.ops.geometry import Launch
 from autotune.runtime import driver
 from autotune.runtime.device import Allocator, Device

@@ -1,6 +1,6 @@
 """The storage layer: tuning results in SQLite or a server database, behind one Store class."""
 
-from autotune.space import config_key
+from autotune.core.space import config_key
 from autotune.store.database import Database, check_url, open_database, resolve_url
 from autotune.store.rows import BestRow, GpuRow, ProblemSummary, Provenance, TrialRow
 from autotune.store.store import Store, open_store

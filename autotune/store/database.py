@@ -18,8 +18,8 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from autotune import paths
-from autotune.errors import AutotuneError
+from autotune.core import paths
+from autotune.core.errors import AutotuneError
 from autotune.store import sqlite
 from autotune.store.sqlite import NoWritablePlace
 

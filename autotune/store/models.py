@@ -24,7 +24,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from autotune.outcome import Status
+from autotune.core.outcome import Status
 
 # Explicit names, so the hand-written migration and later ALTERs can refer to every constraint.
 NAMING = {
@@ -128,7 +128,7 @@ class Trial(Base):
     cuda: Mapped[str] = mapped_column(String)
     origin: Mapped[str] = mapped_column(String)  # "measured" or "shipped:<records file name>"
     # Sets of freshly allocated buffers the config was measured on; time_us is the slowest of them
-    # (autotune/confirm.py).
+    # (autotune/tune/confirm.py).
     rounds: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     # The process measuring a running row, "host pid start-time token" (autotune/store/owner.py):
     # only a row whose owner is provably gone may be dropped. NULL on rows written before owners.

@@ -8,9 +8,9 @@ from sqlalchemy import ColumnElement, case, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from autotune.fingerprint import GpuInfo
-from autotune.outcome import Status
-from autotune.problem import Problem
+from autotune.core.fingerprint import GpuInfo
+from autotune.core.outcome import Status
+from autotune.core.problem import Problem
 from autotune.store import models as orm
 from autotune.store.rows import usable
 

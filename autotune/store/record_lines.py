@@ -10,9 +10,9 @@ import math
 from datetime import datetime
 from typing import Any
 
-from autotune.errors import AutotuneError
-from autotune.fingerprint import GpuInfo, slugify
-from autotune.problem import DTYPES, Problem, check_dim
+from autotune.core.errors import AutotuneError
+from autotune.core.fingerprint import GpuInfo, slugify
+from autotune.core.problem import DTYPES, Problem, check_dim
 from autotune.store.rows import as_utc
 
 _GPU_TYPES: dict[str, type] = {

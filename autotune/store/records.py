@@ -12,12 +12,13 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from autotune import fingerprint, paths
-from autotune.errors import AutotuneError
-from autotune.fingerprint import GpuInfo
-from autotune.outcome import Status
-from autotune.problem import Problem
-from autotune.space import config_key
+from autotune import ops
+from autotune.core import paths
+from autotune.core.errors import AutotuneError
+from autotune.core.fingerprint import GpuInfo
+from autotune.core.outcome import Status
+from autotune.core.problem import Problem
+from autotune.core.space import config_key
 from autotune.store import models as orm
 from autotune.store.database import Database
 from autotune.store.queries import get_or_create_problem, new_gpu, problem_filters, ranked_ok
@@ -100,7 +101,7 @@ def export_records(
             kept: dict[int, int] = {}
             for problem, trial in ranked_ok(session, filters, source_hash, top=_EVERY):
                 if problem.id not in current:
-                    current[problem.id] = fingerprint.source_hash(_problem_of(problem))
+                    current[problem.id] = ops.source_hash(_problem_of(problem))
                 if trial.source_hash == current[problem.id] and kept.get(problem.id, 0) < top:
                     kept[problem.id] = kept.get(problem.id, 0) + 1
                     lines.append(_trial_line(problem, trial))

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from autotune.fingerprint import Toolchain
-from autotune.outcome import Status
-from autotune.problem import DTYPES, Problem
+from autotune.core.fingerprint import Toolchain
+from autotune.core.outcome import Status
+from autotune.core.problem import DTYPES, Problem
 from autotune.store import models as orm
 
 

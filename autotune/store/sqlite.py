@@ -11,7 +11,7 @@ from urllib.parse import quote
 from sqlalchemy import Connection, inspect
 from sqlalchemy.engine import make_url
 
-from autotune.errors import AutotuneError
+from autotune.core.errors import AutotuneError
 
 LOCK_WAIT_VAR = "AUTOTUNE_DB_LOCK_WAIT"
 # How long a command waits for another process's write lock before it gives up (SQLite's busy

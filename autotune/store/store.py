@@ -11,11 +11,11 @@ from typing import Any
 
 from sqlalchemy import delete, func, select, union
 
-from autotune.errors import AutotuneError, AutotuneWarning
-from autotune.fingerprint import GpuInfo
-from autotune.outcome import Outcome, Status
-from autotune.problem import Problem
-from autotune.space import config_key
+from autotune.core.errors import AutotuneError, AutotuneWarning
+from autotune.core.fingerprint import GpuInfo
+from autotune.core.outcome import Outcome, Status
+from autotune.core.problem import Problem
+from autotune.core.space import config_key
 from autotune.store import models as orm
 from autotune.store import owner as owners
 from autotune.store import records, trials

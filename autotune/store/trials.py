@@ -8,8 +8,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from autotune.outcome import Outcome, Status
-from autotune.space import config_key
+from autotune.core.outcome import Outcome, Status
+from autotune.core.space import config_key
 from autotune.store import models as orm
 from autotune.store import owner as owners
 from autotune.store.queries import find_trial

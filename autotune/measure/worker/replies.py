@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
 
-from autotune.fingerprint import GpuInfo
-from autotune.outcome import Outcome, Status
+from autotune.core.fingerprint import GpuInfo
+from autotune.core.outcome import Outcome, Status
 
 # A measurement reply is a few kilobytes (every repetition's time); a line longer than this is not one.
 MAX_REPLY_CHARS = 1 << 20

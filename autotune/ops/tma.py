@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from autotune.errors import AutotuneError
-from autotune.problem import ITEMSIZE
+from autotune.core.errors import AutotuneError
+from autotune.core.problem import ITEMSIZE
 
 MAP_BYTES = 128  # sizeof(CUtensorMap)
 _MAP_ALIGN = 64  # cuTensorMapEncodeTiled wants the map's host address 64-byte aligned

@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from autotune.gpu import Kernels
+from autotune.measure.gpu import Kernels
 
 
 class RandomFill:

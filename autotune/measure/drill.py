@@ -16,15 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune.compiler import CompileJob, CompilePool, CompileResult
-from autotune.dtypes import CUDA_TYPE
+from autotune.build.compiler import CompileJob, CompilePool, CompileResult
+from autotune.core.dtypes import CUDA_TYPE
+from autotune.core.outcome import Outcome, Status
+from autotune.core.problem import Problem
+from autotune.core.space import Config, config_key
+from autotune.measure.worker.client import Worker
 from autotune.ops import gemv
-from autotune.outcome import Outcome, Status
-from autotune.problem import Problem
-from autotune.search import Budget
-from autotune.space import Config, config_key
-from autotune.tuner import StoreMeasurer, Tuner
-from autotune.worker.client import Worker
+from autotune.tune.search import Budget
+from autotune.tune.tuner import StoreMeasurer, Tuner
 
 PROBLEM = Problem("gemv", "float16", 2048, 2048)
 BODY = "  at_gemv::gemv_body"
@@ -143,8 +143,8 @@ def finished_so_far(db: Path) -> int:
 
 
 def _child(db: Path, trials: int, measure_timeout: float) -> subprocess.Popen[bytes]:
-    code = f"from autotune.drill import run_sweep; run_sweep({str(db)!r}, {trials}, {measure_timeout})"
-    return subprocess.Popen([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1])
+    code = f"from autotune.measure.drill import run_sweep; run_sweep({str(db)!r}, {trials}, {measure_timeout})"
+    return subprocess.Popen([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2])
 
 
 def drill(db: Path, *, trials: int = 40, kill_after: int = 14, measure_timeout: float = 8.0) -> dict[str, Any]:

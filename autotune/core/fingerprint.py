@@ -12,10 +12,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune.paths import kernels_dir
+from autotune.core.paths import kernels_dir
 
 if TYPE_CHECKING:
-    from autotune.problem import Problem
+    pass
 
 
 @dataclass(frozen=True)
@@ -79,13 +79,6 @@ def package_version(name: str) -> str:
 @functools.cache
 def toolchain() -> Toolchain:
     return Toolchain(nvcc=nvcc_version(), pycuda=package_version("pycuda"), autotune=package_version("autotune"))
-
-
-def source_hash(problem: Problem) -> str:
-    """Hash of the kernel source file that serves this problem: a measurement of an older source is stale."""
-    from autotune import ops  # ops are pure Python; imported here to keep this module light
-
-    return file_hash(ops.for_problem(problem).kernel_file(problem))
 
 
 _LOCAL_INCLUDE = re.compile(rb'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)

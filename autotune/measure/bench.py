@@ -16,13 +16,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from autotune import ops
-from autotune.errors import AutotuneError
-from autotune.floor import VARIANTS, ReadKernel, ReadKernels, words_for
+from autotune.core.errors import AutotuneError
+from autotune.core.problem import ITEMSIZE, Problem
+from autotune.measure.floor import VARIANTS, ReadKernel, ReadKernels, words_for
 from autotune.ops import gemm, gemv
-from autotune.problem import ITEMSIZE, Problem
 from autotune.runtime.launcher import ChoiceLauncher
 from autotune.runtime.operands import describe
-from autotune.select import Choice
+from autotune.select.choose import Choice
 
 ROTATION_BYTES_PER_L2 = 4
 COPY_BYTES = 2 * 2**30
@@ -42,7 +42,7 @@ class BenchRow:
     max_error: float  # ours against torch's result, relative to sum |a||x|
     source: str  # measured, estimate or default
     config: dict[str, int]
-    # The read floor of the matrix's size in the same run (autotune/floor.py), when asked for, and the
+    # The read floor of the matrix's size in the same run (autotune/measure/floor.py), when asked for, and the
     # speedup over cuBLAS that a GEMV at min(floor, ours) would have: the most any kernel could show.
     floor_us: float | None = None
     floor_kernel: str = ""
@@ -93,11 +93,11 @@ class Bench:
         self.torch.backends.cuda.matmul.allow_tf32 = False
         self.launcher = ChoiceLauncher()  # after torch: both use the primary context
         self.device = self.launcher.device
-        from autotune.compiler import compile_support
-        from autotune.gpu import Kernels, context
+        from autotune.build.compiler import compile_support
+        from autotune.measure.gpu import Kernels, context
 
         context()  # PyCUDA's timer and read kernels load into the primary context too
-        from autotune.worker.timing import Timer
+        from autotune.measure.worker.timing import Timer
 
         self.kernels = Kernels()
         self.timer = Timer(self.kernels, compile_support(self.launcher.gpu.arch))
@@ -119,7 +119,7 @@ class Bench:
 
     def read_floor(self, nbytes: int, reps: int = 7) -> ReadFloor:
         """The least time per call in which this card reads `nbytes`, launched and timed as a GEMV
-        (autotune/floor.py): the fastest of every read kernel variant, measured once per size."""
+        (autotune/measure/floor.py): the fastest of every read kernel variant, measured once per size."""
         if nbytes not in self._floors:
             if self._read_kernels is None:
                 self._read_kernels = ReadKernels(self.launcher.gpu, self.kernels)

@@ -17,17 +17,17 @@ from typing import Any
 import numpy as np
 
 from autotune import ops
-from autotune.dtypes import HOST_STORAGE, UNIT_ROUNDOFF, decode
-from autotune.errors import AutotuneError
-from autotune.fingerprint import GpuInfo
-from autotune.gpu import DEFAULT_SHARED_LIMIT, Kernels, Scratch, driver, opt_in_shared
+from autotune.core.dtypes import HOST_STORAGE, UNIT_ROUNDOFF, decode
+from autotune.core.errors import AutotuneError
+from autotune.core.fingerprint import GpuInfo
+from autotune.core.outcome import Outcome, Status
+from autotune.core.problem import ITEMSIZE, Problem
+from autotune.measure.gpu import DEFAULT_SHARED_LIMIT, Kernels, Scratch, driver, opt_in_shared
+from autotune.measure.worker.fill import RandomFill
+from autotune.measure.worker.gemv_runner import ACCUMULATION_TOL, ROTATION_BYTES_PER_L2
+from autotune.measure.worker.timing import Timer
 from autotune.ops import gemm
 from autotune.ops.geometry import Launch
-from autotune.outcome import Outcome, Status
-from autotune.problem import ITEMSIZE, Problem
-from autotune.worker.fill import RandomFill
-from autotune.worker.gemv_runner import ACCUMULATION_TOL, ROTATION_BYTES_PER_L2
-from autotune.worker.timing import Timer
 
 MAX_COPIES = 64
 REFERENCE_TILE = 64  # kernels/support.cu: at_gemm_reference's tile

@@ -15,8 +15,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import IO, Any
 
-from autotune.errors import AutotuneError
-from autotune.problem import Problem
+from autotune.core.errors import AutotuneError
+from autotune.core.problem import Problem
 
 
 class _State:
@@ -31,7 +31,7 @@ class _State:
 
     def gpu(self) -> Any:
         if self._gpu is None:
-            from autotune import gpu
+            from autotune.measure import gpu
 
             self._gpu = gpu.device_info(self.device)
             self._kernels = gpu.Kernels()
@@ -39,21 +39,21 @@ class _State:
 
     def support(self) -> Path:
         if self._support is None:
-            from autotune.compiler import compile_support
-            from autotune.worker.timing import Timer
+            from autotune.build.compiler import compile_support
+            from autotune.measure.worker.timing import Timer
 
             self._support = compile_support(self.gpu().arch)
             self._timer = Timer(self._kernels, self._support)
         return self._support
 
     def setup(self, problem: Problem, seed: int, fresh_memory: bool = False) -> dict[str, Any]:
-        from autotune.worker.gemm_runner import GemmRunner
-        from autotune.worker.gemv_runner import GemvRunner
+        from autotune.measure.worker.gemm_runner import GemmRunner
+        from autotune.measure.worker.gemv_runner import GemvRunner
 
         if not fresh_memory:
             self.runner = None  # free the previous problem's buffers first
         # Otherwise the old buffers are freed only once the new ones are allocated, so the new ones
-        # cannot reuse their memory: a confirmation measures on other memory (autotune/confirm.py).
+        # cannot reuse their memory: a confirmation measures on other memory (autotune/tune/confirm.py).
         start = time.perf_counter()
         support, gpu = self.support(), self.gpu()  # these also create the kernel cache and timer
         runner = GemmRunner if problem.op == "gemm" or problem.trans else GemvRunner
@@ -64,7 +64,7 @@ class _State:
 def _context_is_poisoned() -> bool:
     """After a CUDA error: does the context still work? Sticky errors (illegal address) break it."""
     try:
-        from autotune.gpu import driver
+        from autotune.measure.gpu import driver
 
         cuda = driver()
         cuda.Context.synchronize()
@@ -107,8 +107,8 @@ def _handle(state: _State, request: dict[str, Any]) -> dict[str, Any]:
 
 
 def _measure(state: _State, request: dict[str, Any]) -> dict[str, Any]:
-    from autotune.gpu import driver
-    from autotune.outcome import Outcome, Status
+    from autotune.core.outcome import Outcome, Status
+    from autotune.measure.gpu import driver
 
     if state.runner is None:
         raise AutotuneError("measure before setup")

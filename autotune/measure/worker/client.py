@@ -15,11 +15,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from autotune.errors import AutotuneError
-from autotune.fingerprint import GpuInfo
-from autotune.outcome import Outcome, Status
-from autotune.problem import Problem
-from autotune.worker.replies import MAX_REPLY_CHARS, BadReply, gpu_from_reply, outcome_from_reply, parse_envelope
+from autotune.core.errors import AutotuneError
+from autotune.core.fingerprint import GpuInfo
+from autotune.core.outcome import Outcome, Status
+from autotune.core.problem import Problem
+from autotune.measure.worker.replies import (
+    MAX_REPLY_CHARS,
+    BadReply,
+    gpu_from_reply,
+    outcome_from_reply,
+    parse_envelope,
+)
 
 __all__ = ["SetupLost", "Worker", "WorkerLost", "outcome_from_reply", "worker_command"]
 
@@ -59,12 +65,12 @@ def worker_command(device: int) -> list[str]:
     read (a source checkout put there keeps working). -P exists from Python 3.11; below, the worker
     is run from -c, whose first sys.path entry is always the current directory, removed first."""
     if sys.version_info >= (3, 11):
-        return [sys.executable, "-P", "-m", "autotune.worker", "--device", str(device)]
+        return [sys.executable, "-P", "-m", "autotune.measure.worker", "--device", str(device)]
     bootstrap = (
         "import runpy, sys\n"
         "if sys.path[:1] == ['']:\n"
         "    del sys.path[0]\n"
-        "runpy.run_module('autotune.worker', run_name='__main__')\n"
+        "runpy.run_module('autotune.measure.worker', run_name='__main__')\n"
     )
     return [sys.executable, "-c", bootstrap, "--device", str(device)]
 

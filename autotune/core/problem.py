@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotune.errors import AutotuneError
+from autotune.core.errors import AutotuneError
 
 DTYPES = ("float32", "float16", "bfloat16")
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -170,4 +170,4 @@ def read_shapes_file(path: Path, dims: Sequence[str] = ("M", "N")) -> list[tuple
 def standard_shapes(op: str = "gemv") -> list[tuple[int, ...]]:
     """The shape set that ships with the package for this op (what `autotune sweep` tunes by default)."""
     name = f"{op}_shapes.txt"
-    return parse_shapes((Path(__file__).parent / name).read_text(), f"standard {op} shapes", shape_dims(op))
+    return parse_shapes((Path(__file__).parents[1] / name).read_text(), f"standard {op} shapes", shape_dims(op))

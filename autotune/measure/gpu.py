@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from autotune import tma
-from autotune.errors import AutotuneError
-from autotune.fingerprint import GpuInfo, LocalGpu, cuda_release, local_gpus
+from autotune.core.errors import AutotuneError
+from autotune.core.fingerprint import GpuInfo, LocalGpu, cuda_release, local_gpus
+from autotune.ops import tma
 
 if TYPE_CHECKING:
     from autotune.ops.geometry import Launch
@@ -85,7 +85,7 @@ def device_info(device_index: int = 0) -> GpuInfo:
 
 
 def has_programmatic_launch(gpu: GpuInfo) -> bool:
-    """Whether `gpu` has programmatic dependent launch (autotune/pdl.py): sm_90 and up."""
+    """Whether `gpu` has programmatic dependent launch (autotune/measure/pdl.py): sm_90 and up."""
     return int(gpu.compute_capability.split(".")[0]) >= 9
 
 
@@ -108,7 +108,7 @@ class Kernels:
         if key not in self._functions:
             cuda = driver()
             if programmatic:
-                from autotune.pdl import ProgrammaticFunction
+                from autotune.measure.pdl import ProgrammaticFunction
 
                 self._functions[key] = ProgrammaticFunction(cubin.read_bytes(), name, arg_types)
             else:
@@ -121,7 +121,7 @@ class Kernels:
 
 
 class TensorMapSlots:
-    """Device copies of TMA kernels' tensor maps (see autotune/tma.py): one slot of a device slab per
+    """Device copies of TMA kernels' tensor maps (see autotune/ops/tma.py): one slot of a device slab per
     (boxes, dtype, sizes, A, B), since the maps hold the arrays' addresses. Callers that rotate
     through several copies of their operands (the tuner, benchmarks) find every pair's maps ready.
     When the slots run out, the least recently used is rewritten: a synchronous host-to-device copy

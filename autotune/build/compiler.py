@@ -21,9 +21,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotune.fingerprint import nvcc_version
-from autotune.paths import cache_home, kernels_dir
-from autotune.procgroup import GROUPS
+from autotune.build.procgroup import GROUPS
+from autotune.core.fingerprint import nvcc_version
+from autotune.core.paths import cache_home, kernels_dir
 
 NVCC_OPTIONS = ("-O3", "-lineinfo")
 COMPILE_TIMEOUT_S = 300
@@ -222,7 +222,7 @@ class CompilePool:
 def compile_fixed(file_name: str, arch: str, what: str) -> Path:
     """A kernels/ file that is not tuned (it holds its own extern "C" kernels), compiled for `arch`;
     `what` names it in the error where it does not compile."""
-    from autotune.errors import AutotuneError
+    from autotune.core.errors import AutotuneError
 
     stem = Path(file_name).stem
     source = (kernels_dir() / file_name).read_text()

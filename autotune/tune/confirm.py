@@ -13,12 +13,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
-from autotune.compiler import CompileJob, CompilePool
-from autotune.errors import AutotuneError
-from autotune.outcome import Outcome
-from autotune.space import Config
+from autotune.build.compiler import CompileJob, CompilePool
+from autotune.core.errors import AutotuneError
+from autotune.core.outcome import Outcome
+from autotune.core.space import Config
+from autotune.measure.worker.client import SetupLost, WorkerLost
 from autotune.store.rows import TrialRow
-from autotune.worker.client import SetupLost, WorkerLost
 
 CONFIRM_TOP = 4  # leaders looked at
 CONFIRM_WITHIN = 0.03  # ... of which those this close to the best are confirmed
@@ -29,7 +29,7 @@ MAX_PASSES = 3
 
 
 class Remeasurer(Protocol):
-    """What confirmation needs from the tuner's side (autotune/tuner.py's StoreMeasurer)."""
+    """What confirmation needs from the tuner's side (autotune/tune/tuner.py's StoreMeasurer)."""
 
     def compile_job(self, config: Config) -> CompileJob: ...
     def leaders(self, top: int) -> list[TrialRow]: ...

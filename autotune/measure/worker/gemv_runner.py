@@ -9,15 +9,15 @@ from typing import Any
 
 import numpy as np
 
-from autotune.dtypes import HOST_STORAGE, UNIT_ROUNDOFF, decode, encode
-from autotune.fingerprint import GpuInfo
-from autotune.gpu import Kernels, Scratch, driver, programmatic_launch
+from autotune.core.dtypes import HOST_STORAGE, UNIT_ROUNDOFF, decode, encode
+from autotune.core.fingerprint import GpuInfo
+from autotune.core.outcome import Outcome, Status
+from autotune.core.problem import ITEMSIZE, Problem
+from autotune.measure.gpu import Kernels, Scratch, driver, programmatic_launch
+from autotune.measure.worker.fill import RandomFill
+from autotune.measure.worker.timing import Timer
 from autotune.ops import gemv
 from autotune.ops.geometry import Launch
-from autotune.outcome import Outcome, Status
-from autotune.problem import ITEMSIZE, Problem
-from autotune.worker.fill import RandomFill
-from autotune.worker.timing import Timer
 
 # Float32 accumulation error allowed, as a fraction of sum |a_ij x_j|: far above what N <= 2^24
 # terms accumulate in practice, far below a dropped or doubled block of terms.

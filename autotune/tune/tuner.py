@@ -11,17 +11,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from autotune import ops, select
-from autotune.compiler import CompileJob, CompilePool, CompileResult
-from autotune.confirm import confirm_leaders
-from autotune.errors import AutotuneError
-from autotune.fingerprint import GpuInfo, source_hash, toolchain
-from autotune.outcome import Outcome, Status
-from autotune.problem import DTYPES, ITEMSIZE, Problem
-from autotune.search import SAMPLERS, Budget, Measurer, Study, StudyResult
-from autotune.space import Config, Space, config_key
+from autotune import ops
+from autotune.build.compiler import CompileJob, CompilePool, CompileResult
+from autotune.core.errors import AutotuneError
+from autotune.core.fingerprint import GpuInfo, toolchain
+from autotune.core.outcome import Outcome, Status
+from autotune.core.problem import DTYPES, ITEMSIZE, Problem
+from autotune.core.space import Config, Space, config_key
+from autotune.measure.worker.client import SetupLost, Worker, WorkerLost
+from autotune.ops import source_hash
+from autotune.select import choose as select
 from autotune.store.rows import Provenance, TrialRow
-from autotune.worker.client import SetupLost, Worker, WorkerLost
+from autotune.tune.confirm import confirm_leaders
+from autotune.tune.search import SAMPLERS, Budget, Measurer, Study, StudyResult
 
 WARM_START_NEIGHBOURS = 3
 # Best configs of this very problem under an earlier kernel source, measured again first.
@@ -85,7 +87,7 @@ class StoreMeasurer(Measurer):
     def record_invalid(self, config: Config, reason: str) -> None:
         self._record(config, Outcome(Status.INVALID, reason))
 
-    # -- confirmation (autotune/confirm.py) --------------------------------------------------------
+    # -- confirmation (autotune/tune/confirm.py) --------------------------------------------------------
     def leaders(self, top: int) -> list[TrialRow]:
         return list(self._store.leaders(self._problem_id, self._source_hash, top))
 
@@ -208,7 +210,7 @@ class Tuner:
         # Re-tuning stale problems: only trials measured under this driver and CUDA count as done.
         self._fresh_only = fresh_only
         self._measurer_type = measurer  # a fault drill plants its faults through a subclass
-        self._confirm = confirm  # measure the leaders again on fresh buffers (autotune/confirm.py)
+        self._confirm = confirm  # measure the leaders again on fresh buffers (autotune/tune/confirm.py)
 
     def tune(self, problem: Problem, index: int = 0, total: int = 1, first: Sequence[Config] = ()) -> ProblemReport:
         """Tune one problem; `first` configs are measured before the sampler's own picks."""

@@ -18,10 +18,10 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution
 from optuna.trial import TrialState
 
-from autotune.compiler import CompileJob, CompilePool, CompileResult
-from autotune.grid import ValidGridSampler
-from autotune.outcome import Outcome, Status
-from autotune.space import Config, Space, config_key
+from autotune.build.compiler import CompileJob, CompilePool, CompileResult
+from autotune.core.outcome import Outcome, Status
+from autotune.core.space import Config, Space, config_key
+from autotune.tune.grid import ValidGridSampler
 
 SAMPLERS = ("tpe", "random", "grid")
 QUARANTINE_AFTER = 2  # worker deaths or hangs before a config is never dispatched again
@@ -53,7 +53,7 @@ class StudyResult:
     statuses: dict[str, int] = field(default_factory=dict)
     stopped: str = ""  # why the study ended
     kicks: int = 0  # uniformly drawn configs measured because the sampler proposed nothing new
-    confirmed: int = 0  # leaders measured again on fresh buffers (autotune/confirm.py)
+    confirmed: int = 0  # leaders measured again on fresh buffers (autotune/tune/confirm.py)
 
 
 class Measurer:

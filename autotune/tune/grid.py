@@ -12,7 +12,7 @@ from optuna.samplers import BaseSampler
 from optuna.study import Study
 from optuna.trial import FrozenTrial
 
-from autotune.space import Config, Space, config_key
+from autotune.core.space import Config, Space, config_key
 
 # Optuna's GridSampler is handed the whole cartesian product up front: for GEMV that is 10.6 million
 # points (2.6 GB, over a second of CPU per proposal), most of which the constraint rules out. Here a

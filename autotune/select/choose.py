@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from autotune import ops
-from autotune.fingerprint import source_hash
-from autotune.problem import Problem
-from autotune.space import Config
+from autotune.core.problem import Problem
+from autotune.core.space import Config
+from autotune.ops import source_hash
 
 MEASURED, ESTIMATE, DEFAULT = "measured", "estimate", "default"
 

@@ -1,0 +1,1 @@
+"""The pieces every stage shares: problems, parameter spaces, outcomes, errors, dtypes, paths, GPU facts."""

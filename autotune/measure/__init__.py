@@ -1,0 +1,1 @@
+"""Measuring on the GPU: the worker subprocess, timing, the read floor, the vendor baseline."""

@@ -1,0 +1,1 @@
+"""The runtime selector: which config for a problem on a GPU, measured, estimated or the default."""

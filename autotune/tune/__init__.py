@@ -1,0 +1,1 @@
+"""Search: Optuna studies and samplers, the sweep over problems, confirmation of the leaders."""
