@@ -275,3 +275,37 @@ def test_an_explicit_stream_argument_orders_the_call_after_its_producer() -> Non
         autotune.gemv(A, x, out=y, stream=given)
         side.synchronize()
         _assert_gemv(y, A, x)
+
+
+def test_tensors_on_each_gpu_run_there_concurrently() -> None:
+    """Each GPU's tensors launch on that GPU (its primary context, modules and stream), from threads
+    running at the same time; operands split across GPUs are a one-line error."""
+    torch = _torch()
+    count = torch.cuda.device_count()
+    if count < 2:
+        pytest.skip("needs two GPUs")
+    failures: list[str] = []
+
+    def work(device: int) -> None:
+        try:
+            for m, n in ((4096, 4096), (1000, 3000), (256, 131072)):
+                A = torch.empty(m, n, device=f"cuda:{device}", dtype=torch.float16).uniform_(-1, 1)
+                x = torch.empty(n, device=f"cuda:{device}", dtype=torch.float16).uniform_(-1, 1)
+                for _ in range(10):
+                    y = autotune.gemv(A, x)
+                    torch.cuda.synchronize(device)
+                    _assert_gemv(y, A, x)
+                    assert y.device == A.device
+        except Exception as error:  # reported below with its device
+            failures.append(f"cuda:{device}: {type(error).__name__}: {error}")
+
+    threads = [threading.Thread(target=work, args=(d,)) for d in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    A = torch.empty(64, 64, device="cuda:0", dtype=torch.float16)
+    x = torch.empty(64, device="cuda:1", dtype=torch.float16)
+    with pytest.raises(AutotuneError, match="different GPUs"):
+        autotune.gemv(A, x)
