@@ -27,7 +27,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from autotune.build.compiler import CompileJob, CompileResult  # noqa: E402
-from autotune.core.fingerprint import GpuInfo, source_hash  # noqa: E402
+from autotune.core.fingerprint import GpuInfo  # noqa: E402
+from autotune.ops import source_hash  # noqa: E402
 from autotune.core.outcome import Outcome, Status  # noqa: E402
 from autotune.core.problem import Problem  # noqa: E402
 from autotune.core.space import config_key  # noqa: E402
