@@ -28,10 +28,10 @@ sys.path.insert(0, str(REPO))
 
 from autotune.build.compiler import CompileJob, CompileResult  # noqa: E402
 from autotune.core.fingerprint import GpuInfo  # noqa: E402
-from autotune.ops import source_hash  # noqa: E402
 from autotune.core.outcome import Outcome, Status  # noqa: E402
 from autotune.core.problem import Problem  # noqa: E402
 from autotune.core.space import config_key  # noqa: E402
+from autotune.ops import source_hash  # noqa: E402
 
 GPU = GpuInfo("Stress GPU", "GPU-stress-0", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
 PROBLEMS = (
