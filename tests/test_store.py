@@ -450,10 +450,10 @@ def test_records_carry_the_rounds(store: Store, tmp_path: Path) -> None:
 def test_export_of_current_sources_only(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # SHAPE's kernel is "src-now" and OTHER's changed since its one trial: a shipped file gets
     # SHAPE's two fastest of today's source (not the faster stale one) and nothing of OTHER.
-    from autotune.core import fingerprint
+    from autotune import ops
 
     fill(store)
-    monkeypatch.setattr(fingerprint, "source_hash", lambda problem: SRC if problem == SHAPE else "src-newer")
+    monkeypatch.setattr(ops, "source_hash", lambda problem: SRC if problem == SHAPE else "src-newer")
     exported = tmp_path / "nvidia-h200.jsonl"
     assert store.export_records(H200.name, exported, top=2, current_only=True) == 2
     trials = [json.loads(line) for line in exported.read_text().splitlines()[1:]]
