@@ -59,6 +59,12 @@ def main() -> None:
             _measure(mode, request["id"], request["config"])
         elif request["cmd"] == "setup" and mode == "setup-dies":
             os._exit(5)
+        elif request["cmd"] == "setup" and mode.startswith("setup-dies-once:"):
+            marker = mode.split(":", 1)[1]  # dies the first time only: the file tells later workers
+            if not os.path.exists(marker):
+                open(marker, "w").close()
+                os._exit(5)
+            _reply({"id": request["id"], "result": {"pid": os.getpid()}})
         else:
             _reply({"id": request["id"], "result": {"pid": os.getpid()}})
         sys.stdout.flush()

@@ -139,6 +139,14 @@ def test_a_failed_setup_replay_raises_setup_lost_instead_of_charging_the_config(
             worker.ready()
 
 
+def test_a_worker_killed_while_it_sets_up_is_replaced_not_taken_for_a_lost_setup(tmp_path: Path) -> None:
+    with _misbehaving(f"setup-dies-once:{tmp_path / 'died'}") as worker:
+        worker._setup = {"cmd": "setup", "problem": {}, "seed": 1}
+        worker.ready()
+        assert worker.alive and (tmp_path / "died").exists()
+        assert worker.measure(Path("k.cubin"), "k", {"x": 3}).time_us == 3.0
+
+
 def test_the_server_answers_a_request_that_is_not_json_and_keeps_serving() -> None:
     requests = io.StringIO("nonsense\n[1, 2]\n" + json.dumps({"id": 7, "cmd": "ping"}) + "\n")
     replies = io.StringIO()

@@ -99,6 +99,9 @@ class DrillMeasurer(StoreMeasurer):
     def measure(self, config: Config, compiled: CompileResult) -> Outcome:
         killer = None
         if config_key(config) == config_key(FAULTS[-1].config):
+            # A worker that crashed on the fault before is replaced first, so that the kill lands
+            # in this measurement and not in the new worker's setup.
+            self._worker.ready()
             killer = threading.Timer(0.3, _kill_worker, args=(self._worker,))
             killer.start()
         try:
@@ -122,7 +125,9 @@ def run_sweep(db: str, trials: int, measure_timeout: float) -> None:
         gpu = worker.hello()
         store = open_store(db, import_shipped=False)
         tuner = Tuner(store, worker, pool, gpu, budget=Budget(trials), measurer=DrillMeasurer, seed=7)
-        tuner.tune(PROBLEM, first=[f.config for f in FAULTS])
+        result = tuner.tune(PROBLEM, first=[f.config for f in FAULTS]).result
+        # Why the sweep ended, for whoever reads the drill's output when it fails.
+        print(f"drill sweep: measured {result.measured}, reused {result.reused}, stopped: {result.stopped}")
 
 
 def _rows(db: Path) -> list[tuple[int, str, str, float | None]]:

@@ -35,6 +35,9 @@ __all__ = ["SetupLost", "Worker", "WorkerLost", "outcome_from_reply", "worker_co
 # fresh worker and replays the current problem's setup.
 HELLO_TIMEOUT_S = 120.0
 SETUP_TIMEOUT_S = 300.0
+# Fresh workers tried before a problem's setup counts as lost: one killed from outside while it sets
+# up (the OOM killer, a user, the fault drill) is not a problem that cannot be set up.
+SETUP_ATTEMPTS = 3
 MEASURE_TIMEOUT_S = 60.0
 
 
@@ -151,14 +154,20 @@ class Worker:
     def _ensure_started(self) -> None:
         if self.alive:
             return
-        self._process = None
-        self._start()
-        if self._setup is not None:
+        for attempt in range(1, SETUP_ATTEMPTS + 1):
+            self._process = None
+            self._start()
+            if self._setup is None:
+                return
             try:
                 self._send(dict(self._setup), SETUP_TIMEOUT_S)
+                return
             except (WorkerLost, AutotuneError) as exc:
                 self.kill()  # a worker without the problem would answer every measure with an error
-                raise SetupLost(f"a fresh worker could not set the problem up again: {exc}") from None
+                if attempt == SETUP_ATTEMPTS:
+                    raise SetupLost(
+                        f"a fresh worker could not set the problem up again ({attempt} tries): {exc}"
+                    ) from None
 
     def ready(self) -> None:
         """Start a worker where none runs and give it the current problem; raises SetupLost where
