@@ -463,6 +463,20 @@ def test_export_of_current_sources_only(store: Store, tmp_path: Path, monkeypatc
     ]
 
 
+def test_export_never_follows_a_link_planted_beside_the_target(store: Store, tmp_path: Path) -> None:
+    fill(store)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("untouched\n")
+    target = tmp_path / "nvidia-h200.jsonl"
+    # The names an export once staged through, predictable from the pid.
+    for name in (f".{target.name}.tmp{os.getpid()}", f".{target.name}.tmp"):
+        (tmp_path / name).symlink_to(victim)
+    assert store.export_records(H200.name, target) > 0
+    assert victim.read_text() == "untouched\n"
+    assert not target.is_symlink() and target.read_text().count("\n") > 1
+    assert oct(target.stat().st_mode & 0o777) == oct(0o644)
+
+
 def test_export_unknown_gpu(store: Store, tmp_path: Path) -> None:
     with pytest.raises(AutotuneError, match="no GPU named 'NVIDIA B200'"):
         store.export_records("NVIDIA B200", tmp_path / "x.jsonl")

@@ -6,6 +6,7 @@ import hashlib
 import json
 import math
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -57,13 +58,19 @@ def _trial_line(problem: orm.Problem, trial: orm.Trial) -> dict[str, Any]:
 
 
 def _write_atomically(path: Path, text: str) -> None:
-    # A reader (or a crash) never sees half a records file.
-    temporary = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    # A reader (or a crash) never sees half a records file. The staging file is made by mkstemp
+    # (a new name, created exclusively): a link planted beside the target is never followed.
+    temporary: Path | None = None
     try:
-        temporary.write_text(text, encoding="utf-8")
+        handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        temporary = Path(name)
+        os.fchmod(handle, 0o644)  # a records file others may read, as before (mkstemp makes 0600)
+        with os.fdopen(handle, "w", encoding="utf-8") as staged:
+            staged.write(text)
         os.replace(temporary, path)
     except OSError as exc:
-        temporary.unlink(missing_ok=True)
+        if temporary is not None:
+            temporary.unlink(missing_ok=True)
         raise AutotuneError(f"cannot write records file {path}: {exc.strerror or exc}") from None
 
 
