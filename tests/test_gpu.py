@@ -177,7 +177,7 @@ def test_back_to_back_gemvs_read_what_the_one_before_wrote(config: dict[str, int
     import pycuda.autoprimaryctx  # noqa: F401
     import pycuda.gpuarray as gpuarray
 
-    from autotune.runtime.launcher import ChoiceLauncher
+    from autotune.runtime.choice_launcher import ChoiceLauncher
     from autotune.runtime.operands import describe
     from autotune.select.choose import Choice
 
@@ -248,7 +248,7 @@ def _torch_operands(dtype: str, m: int, n: int, offset: int = 0) -> tuple[Any, A
 
 @functools.cache
 def _launcher() -> Any:
-    from autotune.runtime.launcher import ChoiceLauncher
+    from autotune.runtime.choice_launcher import ChoiceLauncher
 
     return ChoiceLauncher()  # the primary context, which torch uses too
 

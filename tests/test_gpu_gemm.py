@@ -206,7 +206,7 @@ def test_tma_kernels_follow_the_callers_arrays() -> None:
     (three calls: new arrays, other arrays, the first ones again), with tails in M, N and K."""
     torch = pytest.importorskip("torch")
     from autotune.ops import gemm_wgmma
-    from autotune.runtime.launcher import ChoiceLauncher
+    from autotune.runtime.choice_launcher import ChoiceLauncher
     from autotune.runtime.operands import describe
     from autotune.select.choose import Choice
 

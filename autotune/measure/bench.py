@@ -20,7 +20,7 @@ from autotune.core.errors import AutotuneError
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.measure.floor import VARIANTS, ReadKernel, ReadKernels, words_for
 from autotune.ops import gemm, gemv
-from autotune.runtime.launcher import ChoiceLauncher
+from autotune.runtime.choice_launcher import ChoiceLauncher
 from autotune.runtime.operands import describe
 from autotune.select.choose import Choice
 
