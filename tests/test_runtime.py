@@ -128,6 +128,7 @@ def cuda(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeCuda:
     fake.pinned = pinned
     monkeypatch.setattr(driver, "load_function", load_function)
     monkeypatch.setattr(driver, "allow_shared", lambda function, size: None)
+    monkeypatch.setattr(driver, "stream_synchronize", lambda stream: fake.events.append(("sync", stream)))
     monkeypatch.setattr(device_module, "gpu_info", lambda index: H200)
     cubin = tmp_path / "fake.cubin"
     cubin.write_bytes(b"\x7fELF")

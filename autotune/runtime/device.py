@@ -121,6 +121,8 @@ class Device:
                 self._reserved.append(StreamScratch())
             for scratch in self._reserved:
                 self._grow(scratch, geom, 0, None)
+            # Zeroed before any graph that takes them can run, on whatever stream it replays.
+            driver.stream_synchronize(0)
 
     def _capture_scratch(self, geom: Launch, capture: tuple[int, int], allocator: Allocator | None) -> StreamScratch:
         scratch = self._captured.get(capture)
@@ -143,6 +145,7 @@ class Device:
         return scratch
 
     def _grow(self, scratch: StreamScratch, geom: Launch, stream: int, allocator: Allocator | None) -> None:
+        # A smaller buffer it replaces stays allocated: launches still queued on the stream use it.
         if geom.workspace_floats > scratch.workspace_floats:
             scratch.workspace = self._zeroed(geom.workspace_floats, stream, allocator, scratch)
             scratch.workspace_floats = geom.workspace_floats

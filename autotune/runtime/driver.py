@@ -79,6 +79,7 @@ _SIGNATURES: dict[str, list[Any]] = {
     "cuLaunchKernelEx": [ctypes.POINTER(LaunchConfig), _P, ctypes.POINTER(_P), _P],
     "cuMemAlloc_v2": [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t],
     "cuMemsetD32Async": [ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t, _P],
+    "cuStreamSynchronize": [_P],
     "cuMemcpyHtoDAsync_v2": [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t, _P],
     "cuMemHostAlloc": [ctypes.POINTER(_P), ctypes.c_size_t, ctypes.c_uint],
     "cuStreamGetCaptureInfo_v2": [
@@ -246,6 +247,10 @@ def mem_alloc(nbytes: int) -> int:
 
 def memset_d32_async(pointer: int, value: int, count: int, stream: int) -> None:
     check(lib().cuMemsetD32Async(pointer, value, count, stream), "cuMemsetD32Async")
+
+
+def stream_synchronize(stream: int) -> None:
+    check(lib().cuStreamSynchronize(stream), "cuStreamSynchronize")
 
 
 def mem_host_alloc(nbytes: int) -> int:
