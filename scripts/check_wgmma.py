@@ -1,4 +1,4 @@
-"""GPU check of the wgmma GEMM family (kernels/gemm_wgmma.cu) on a Hopper GPU (sm_90), in one run.
+"""GPU check of the wgmma GEMM family (kernels/gemm/gemm_wgmma.cu) on a Hopper GPU (sm_90), in one run.
 
 Run from the repository root on the GPU machine:
     PYTHONPATH=. python3 scripts/check_wgmma.py --out $OUT/wgmma.json
@@ -42,7 +42,8 @@ from autotune.build.compiler import CompileJob, compile_kernel
 from autotune.core.fingerprint import file_hash
 from autotune.core.problem import Problem
 from autotune.core.space import Config
-from autotune.ops import gemm, gemm_wgmma
+from autotune.ops import gemm
+from autotune.ops.gemm import wgmma as gemm_wgmma
 
 DTYPES = ("float16", "bfloat16")
 UNIT_ROUNDOFF = {"float16": 2.0**-11, "bfloat16": 2.0**-8}

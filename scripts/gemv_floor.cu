@@ -7,21 +7,21 @@
 //              group, each lane BATCH 16-byte loads of each row in flight (lane-strided), XOR
 //   rows, persistent   the same groups in few large blocks that loop over the row tiles, so that
 //              the requests in flight cover a contiguous window of the matrix
-//   gemv       the real kernel (kernels/gemv.cu) at the shipped config and variants of it
+//   gemv       the real kernel (kernels/gemv/gemv.cu) at the shipped config and variants of it
 //   gemv_tc, gemv_tc_bulk   sketches of a GEMV on tensor cores, fed from registers or by bulk
 //              copies into shared memory (see each kernel)
 // Every GEMV row is checked (y must equal A x afterwards), and the sketches once more on random data
 // against a float64 reference.
 // Build and run on the GPU machine:
-//   nvcc -O3 -arch=sm_90 -o /tmp/gemv_floor scripts/gemv_floor.cu && /tmp/gemv_floor
+//   nvcc -O3 -arch=sm_90 -I kernels/common -o /tmp/gemv_floor scripts/gemv_floor.cu && /tmp/gemv_floor
 #include <cuda_fp16.h>
 
 #include <cmath>
 #include <vector>
 
 #include "bench_common.cuh"
-#include "../kernels/gemv.cu"
-#include "../kernels/tma.cuh"
+#include "../kernels/gemv/gemv.cu"
+#include "../kernels/common/tma.cuh"
 
 constexpr int M = 4096, N = 8192;                     // float16
 constexpr size_t ROW16 = (size_t)N * 2 / 16;          // 16-byte words a row

@@ -11,14 +11,14 @@
 // its rows of A into L2 is such work: L2 is where every write lands, so a line prefetched early is
 // never stale.
 //
-// Each shape runs the real kernel (kernels/gemv.cu, at the config shipped in db/records) three ways,
+// Each shape runs the real kernel (kernels/gemv/gemv.cu, at the config shipped in db/records) three ways,
 // timed like autotune times kernels (bench_common.cuh):
 //   plain        an ordinary launch
 //   pdl          launched with the PDL attribute; launch_dependents first thing, the wait once
-//                gemv_body has set its addresses (kernels/gemv.cu: wait_for_prior_grid)
+//                gemv_body has set its addresses (kernels/gemv/gemv.cu: wait_for_prior_grid)
 //   pdl+L2       the same, and before the wait one bulk L2 prefetch per row segment the block reads
 // Every y is checked against a float64 reference on random data after each way's timing.
-//   nvcc -O3 -arch=sm_90 -o /tmp/gemv_pdl scripts/gemv_pdl.cu && /tmp/gemv_pdl
+//   nvcc -O3 -arch=sm_90 -I kernels/common -o /tmp/gemv_pdl scripts/gemv_pdl.cu && /tmp/gemv_pdl
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "bench_common.cuh"
-#include "../kernels/gemv.cu"
+#include "../kernels/gemv/gemv.cu"
 
 template <int MODE>
 __global__ void empty_kernel() {
@@ -60,7 +60,7 @@ __global__ void read_chunks(const uint4* __restrict__ a, size_t n16, unsigned* _
 }
 
 // MODE 0: plain; 1: PDL; 2: PDL and an L2 prefetch of the block's row segments before the wait
-// (kernels/gemv.cu: programmatic_start, as every tuned instance starts).
+// (kernels/gemv/gemv.cu: programmatic_start, as every tuned instance starts).
 template <typename T, int BLOCK, int LANES, int VEC, int UNROLL, int ROWS, int POLICY, int MODE>
 __global__ void __launch_bounds__(BLOCK) gemv(const T* A, const T* x, T* y, int M, int N, float* partial,
                                                unsigned* counters) {

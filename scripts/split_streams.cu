@@ -1,7 +1,7 @@
 // Where does float16 256x131072 lose its time? The loads of the GEMV's decomposition alone, without its
 // arithmetic or split-K reduction, for a 64 MB matrix of R rows: block (tile, split) reads the rows of
 // its tile (ROWS per group of LANES threads, all in flight at once), 16-byte words [split * chunk,
-// (split + 1) * chunk) of each, UNROLL steps at a time, as kernels/gemv.cu does. With SKEW each block
+// (split + 1) * chunk) of each, UNROLL steps at a time, as kernels/gemv/gemv.cu does. With SKEW each block
 // starts at another step of its chunk and wraps around, so that blocks running together do not all
 // read the same offset of their rows at the same time. Timed as autotune times a GEMV (bench_common.cuh),
 // with plain launches: compare rows with each other and with the flat read, not with the bench.

@@ -74,7 +74,7 @@ def test_every_family_compiles_for_sm_90(tmp_path: Path) -> None:
 
 
 def test_support_kernels_compile(tmp_path: Path) -> None:
-    source = (kernels_dir() / "support.cu").read_text()
+    source = (kernels_dir() / "measure/support.cu").read_text()
     result = compile_kernel(CompileJob("support", source, "sm_90", "support"), tmp_path)
     assert result.ok, result.message
     data = result.cubin.read_bytes() if result.cubin else b""
@@ -84,7 +84,7 @@ def test_support_kernels_compile(tmp_path: Path) -> None:
 
 def test_read_floor_kernels_compile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path))
-    data = compile_fixed("read_floor.cu", "sm_90", "the read-floor kernels").read_bytes()
+    data = compile_fixed("measure/read_floor.cu", "sm_90", "the read-floor kernels").read_bytes()
     for variant in VARIANTS:
         assert variant.name.encode() in data
 

@@ -14,7 +14,7 @@ from autotune.measure.floor import VARIANTS, WORD_BYTES, ReadKernel, words_for
 
 
 def test_every_variant_is_a_kernel_of_the_source() -> None:
-    source = (kernels_dir() / "read_floor.cu").read_text()
+    source = (kernels_dir() / "measure/read_floor.cu").read_text()
     pairs = re.findall(r"^AT_READ_FLOOR\((\d+), (\d)\)", source, re.M)
     defined = {f"at_read_l{loads}_p{prefetch}" for loads, prefetch in pairs}
     assert {v.name for v in VARIANTS} == defined

@@ -170,7 +170,7 @@ def test_wgmma_problems_run_unaligned_arrays_on_the_mma_family() -> None:
 
     assert gemm.family_name(SQUARE) == "wgmma"
     op, config = scalar_loads(SQUARE, gemm.default_config(SQUARE))
-    assert op.kernel_file(SQUARE) == "gemm_mma.cu" and config["vec"] == 1
+    assert op.kernel_file(SQUARE) == "gemm/gemm_mma.cu" and config["vec"] == 1
     assert op.compile_arch(SQUARE, "sm_80") == "sm_80"  # mma runs on any tensor-core GPU
     assert "gemm_mma" in op.kernel_source(SQUARE, config)
     assert op.launch(SQUARE, config, 132).grid[0] > 0

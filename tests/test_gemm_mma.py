@@ -13,7 +13,7 @@ from autotune.build.compiler import CompileJob
 from autotune.core.paths import kernels_dir
 from autotune.core.problem import Problem
 from autotune.core.space import Config, config_key
-from autotune.ops import gemm_mma
+from autotune.ops.gemm import mma as gemm_mma
 from tests.nvcc import compile_all
 
 SHAPES = [(1, 1, 1), (1000, 1001, 999), (7, 4096, 13), (4096, 4096, 4096)]
@@ -110,7 +110,7 @@ def test_split_k_workspace_and_counters() -> None:
 def test_source_instantiates_the_template() -> None:
     problem = _problem(4096, 4096, 4096, "bfloat16")
     source = gemm_mma.kernel_source(problem, _config())
-    assert '#include "gemm_mma.cu"' in source
+    assert '#include "gemm/gemm_mma.cu"' in source
     assert "__launch_bounds__(256)" in source
     assert "gemm_mma_body<__nv_bfloat16, 128, 256, 32, 64, 64, 4, 8, 8>" in source
     assert gemm_mma.kernel_name(problem, _config()) in source

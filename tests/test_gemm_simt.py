@@ -12,7 +12,7 @@ import pytest
 from autotune.build.compiler import CompileJob, compile_kernel
 from autotune.core.problem import Problem
 from autotune.core.space import Config, config_key
-from autotune.ops import gemm_simt
+from autotune.ops.gemm import simt as gemm_simt
 from tests.limits import MAX_GRID, MAX_SHARED
 
 SHAPES = [(1, 1, 1), (1000, 1001, 999), (7, 4096, 13), (4096, 4096, 4096)]
@@ -119,7 +119,7 @@ def test_kernel_names_are_unique_and_sources_name_them() -> None:
     assert len(names) == len(configs) and all(n.isidentifier() for n in names)
     config = CLASSIC[1]
     source = gemm_simt.kernel_source(problem, config)
-    assert source.startswith('#include "gemm_simt.cu"\n')
+    assert source.startswith('#include "gemm/gemm_simt.cu"\n')
     assert f'extern "C" __global__ void __launch_bounds__(256, {config["occ"]})' in source
     assert f"{gemm_simt.kernel_name(problem, config)}(const float* A, const float* B, float* C, int M" in source
     assert "float alpha, float beta, float* workspace, unsigned int* counters)" in source

@@ -11,7 +11,7 @@ import pytest
 
 from autotune.build.compiler import CompileJob
 from autotune.core.problem import Problem
-from autotune.ops import gemm_skinny as skinny
+from autotune.ops.gemm import skinny as skinny
 from tests.limits import assert_within_limits, distinct_configs
 from tests.nvcc import compile_all
 
@@ -184,7 +184,7 @@ def test_kernel_source_names_its_instance() -> None:
     source = skinny.kernel_source(problem, config)
     name = skinny.kernel_name(problem, config)
     assert name.isidentifier() and f"{name}(" in source
-    assert '#include "gemm_skinny.cu"' in source and "__nv_bfloat16" in source
+    assert '#include "gemm/gemm_skinny.cu"' in source and "__nv_bfloat16" in source
     assert "__launch_bounds__(128)" in source
     other = skinny.kernel_name(problem, dict(config, split=4))
     assert other == name  # split is a launch parameter: one compiled kernel serves every split

@@ -14,8 +14,9 @@ import pytest
 from autotune.build.compiler import CompileJob
 from autotune.core.fingerprint import file_hash
 from autotune.core.problem import Problem
-from autotune.ops import gemm, gemm_skinny, source_hash
-from autotune.ops import gemm_skinny_tc as tc
+from autotune.ops import gemm, source_hash
+from autotune.ops.gemm import skinny as gemm_skinny
+from autotune.ops.gemm import skinny_tc as tc
 from tests.limits import assert_within_limits, distinct_configs
 from tests.nvcc import compile_all
 
@@ -48,9 +49,9 @@ def test_source_hash_covers_the_shared_header() -> None:
 
     from autotune.core.paths import kernels_dir
 
-    text = (kernels_dir() / "gemm_simt.cu").read_bytes()
+    text = (kernels_dir() / "gemm/gemm_simt.cu").read_bytes()
     assert file_hash("gemm_simt.cu") == hashlib.sha256(b"gemm_simt.cu\0" + text).hexdigest()[:16]
-    text = (kernels_dir() / "gemv.cu").read_bytes()
+    text = (kernels_dir() / "gemv/gemv.cu").read_bytes()
     assert file_hash("gemv.cu") != hashlib.sha256(b"gemv.cu\0" + text).hexdigest()[:16]  # includes common.cuh
 
 
@@ -167,7 +168,7 @@ def test_fragment_relabelling_gives_the_product() -> None:
 
 
 def test_shared_memory_holds_the_partial_sums_and_what_a_cluster_pushes() -> None:
-    """kernels/gemm_skinny_tc.cu: KW slices of 16 x COLS floats, and one more where the other blocks
+    """kernels/gemm/gemm_skinny_tc.cu: KW slices of 16 x COLS floats, and one more where the other blocks
     of a cluster push their sums in."""
     base = dict(wn=2, kw=4, vec=8, unroll=1, policy=1, prefetch=1, cluster=1, split=1, stages=0)
     assert tc.shared_bytes(base) == 4 * 16 * 128 * 4
@@ -177,7 +178,7 @@ def test_shared_memory_holds_the_partial_sums_and_what_a_cluster_pushes() -> Non
 
 
 def _red_at(row: int, col: int, cols: int) -> int:
-    """kernels/gemm_skinny_tc.cu's red_at(): float offset of (row, col) in a warp's partial sums."""
+    """kernels/gemm/gemm_skinny_tc.cu's red_at(): float offset of (row, col) in a warp's partial sums."""
     chunk = (col >> 2) ^ ((col >> 5) & 1) ^ ((row & 1) << 1)
     return row * cols + chunk * 4 + (col & 3)
 
@@ -209,7 +210,7 @@ def test_kernel_source_names_its_instance() -> None:
     source = tc.kernel_source(problem, config)
     name = tc.kernel_name(problem, config)
     assert name.isidentifier() and f"{name}(" in source
-    assert '#include "gemm_skinny_tc.cu"' in source and "__nv_bfloat16" in source
+    assert '#include "gemm/gemm_skinny_tc.cu"' in source and "__nv_bfloat16" in source
     assert "__launch_bounds__(128)" in source
     assert tc.kernel_name(problem, dict(config, split=4)) == name  # split is a launch parameter
 
@@ -273,7 +274,7 @@ def test_tma_configs_pin_the_register_parameters_and_reduce_in_clusters() -> Non
 
 
 def _swizzled(row: int, chunk: int) -> int:
-    """kernels/gemm_skinny_tc.cu's swizzled(): byte offset of a 16-byte chunk in a 128-byte-swizzled box."""
+    """kernels/gemm/gemm_skinny_tc.cu's swizzled(): byte offset of a 16-byte chunk in a 128-byte-swizzled box."""
     return row * 128 + ((chunk ^ (row % 8)) << 4)
 
 

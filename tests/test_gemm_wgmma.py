@@ -13,12 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from autotune.build.compiler import CompileJob
+from autotune.build.compiler import INCLUDE_FOLDERS, CompileJob
 from autotune.core.errors import AutotuneError
 from autotune.core.paths import kernels_dir
 from autotune.core.problem import Problem
 from autotune.core.space import Config, config_key
-from autotune.ops import gemm, gemm_mma, gemm_wgmma, gemv
+from autotune.ops import gemm, gemv
+from autotune.ops.gemm import mma as gemm_mma
+from autotune.ops.gemm import wgmma as gemm_wgmma
 from tests.limits import MAX_SHARED
 from tests.nvcc import compile_all
 
@@ -137,7 +139,7 @@ def test_geometry_of_every_config_is_launchable() -> None:
 def test_source_instantiates_the_template() -> None:
     problem = _problem(4096, 4096, 4096, "bfloat16")
     source = gemm_wgmma.kernel_source(problem, _config())
-    assert '#include "gemm_wgmma.cu"' in source
+    assert '#include "gemm/gemm_wgmma.cu"' in source
     assert "__launch_bounds__(256, 1)" in source
     assert "gemm_wgmma_body<__nv_bfloat16, 128, 256, 64, 2, 4, 8, 0, 0>" in source
     assert "gemm_wgmma_body<__nv_bfloat16, 128, 256, 64, 2, 4, 8, 0, 1>" in gemm_wgmma.kernel_source(
@@ -217,8 +219,7 @@ def _ptxas_report(source: str, folder: Path, name: str) -> str:
         "-O3",
         "-Xptxas",
         "-v",
-        "-I",
-        str(kernels_dir()),
+        *(arg for folder in INCLUDE_FOLDERS for arg in ("-I", str(kernels_dir() / folder))),
         "-o",
         str(folder / f"{name}.cubin"),
         str(folder / f"{name}.cu"),

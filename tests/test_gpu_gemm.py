@@ -205,7 +205,7 @@ def test_tma_kernels_follow_the_callers_arrays() -> None:
     """A TMA config's tensor maps name A and B: the launcher must rewrite them when the arrays change
     (three calls: new arrays, other arrays, the first ones again), with tails in M, N and K."""
     torch = pytest.importorskip("torch")
-    from autotune.ops import gemm_wgmma
+    from autotune.ops.gemm import wgmma as gemm_wgmma
     from autotune.runtime.choice_launcher import ChoiceLauncher
     from autotune.runtime.operands import describe
     from autotune.select.choose import Choice

@@ -16,7 +16,8 @@ import pytest
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import GpuInfo
 from autotune.core.problem import Problem
-from autotune.ops import gemm_wgmma, gemv
+from autotune.ops import gemv
+from autotune.ops.gemm import wgmma as gemm_wgmma
 from autotune.runtime import device as device_module
 from autotune.runtime import driver
 from autotune.runtime import launcher as launcher_module

@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+COMMON = SCRIPTS.parent / "kernels" / "common"  # the shared headers the kernels include by name
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 @pytest.mark.parametrize("source", sorted(p.name for p in SCRIPTS.glob("*.cu")))
 def test_benchmark_compiles_for_sm_90(source: str, tmp_path: Path) -> None:
     result = subprocess.run(
-        ["nvcc", "-O3", "-arch=sm_90", "-c", str(SCRIPTS / source), "-o", str(tmp_path / "bench.o")],
+        ["nvcc", "-O3", "-arch=sm_90", "-I", str(COMMON), "-c", str(SCRIPTS / source), "-o", str(tmp_path / "bench.o")],
         capture_output=True,
         text=True,
         check=False,

@@ -62,16 +62,21 @@ def cubin_cache_dir() -> Path:
     return cache_home() / "cubins"
 
 
+# Include folders under kernels/: its root (instances include "<op>/<file>.cu") and the shared headers.
+INCLUDE_FOLDERS = (".", "common")
+
+
 def nvcc_command(job: CompileJob, source_file: Path, output: Path, kernels: Path | None = None) -> list[str]:
-    """nvcc's command line for `job`; `kernels` stands in for kernels/ as the include folder."""
+    """nvcc's command line for `job`; `kernels` stands in for kernels/ as the include root."""
     nvcc = shutil.which("nvcc") or "nvcc"
+    root = kernels or kernels_dir()
+    includes = [arg for folder in INCLUDE_FOLDERS for arg in ("-I", str(root / folder))]
     return [
         nvcc,
         "--cubin",
         f"-arch={job.arch}",
         *NVCC_OPTIONS,
-        "-I",
-        str(kernels or kernels_dir()),
+        *includes,
         "-o",
         str(output),
         str(source_file),
@@ -234,4 +239,4 @@ def compile_fixed(file_name: str, arch: str, what: str) -> Path:
 
 def compile_support(arch: str) -> Path:
     """The support kernels (random fill, float64 references, comparison, spin) for `arch`."""
-    return compile_fixed("support.cu", arch, "the support kernels")
+    return compile_fixed("measure/support.cu", arch, "the support kernels")

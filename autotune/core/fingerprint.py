@@ -84,13 +84,25 @@ def toolchain() -> Toolchain:
 _LOCAL_INCLUDE = re.compile(rb'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 
 
+def kernel_path(name: str, directory: Path | None = None) -> Path:
+    """A file of kernels/ by its path there ("gemv/gemv.cu") or, as a kernel's own includes name
+    them, by its file name alone when exactly one folder of kernels/ holds it ("common.cuh")."""
+    root = directory or kernels_dir()
+    if (root / name).is_file():
+        return root / name
+    found = sorted(root.glob(f"*/{name}"))
+    if len(found) != 1:
+        raise FileNotFoundError(f"kernels/ holds {len(found)} files named {name!r}: expected one")
+    return found[0]
+
+
 @functools.cache
 def file_hash(name: str, directory: Path | None = None) -> str:
     """Hash of one file of kernels/ (its name included: the same text in another file is another
     kernel) and of the kernels/ files it includes with quotes, so an edit to a shared header stales
     every family that uses it. A file without such includes hashes as its name and text alone.
     `directory` stands in for kernels/ (another revision's, scripts/rehash_records.py)."""
-    path = (directory or kernels_dir()) / name
+    path = kernel_path(name, directory)
     text = path.read_bytes()
     digest = hashlib.sha256(path.name.encode() + b"\0" + text)
     for include in _LOCAL_INCLUDE.findall(text):

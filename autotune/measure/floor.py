@@ -1,7 +1,7 @@
 """The read floor: the least GPU time in which this card reads a buffer of a given size.
 
 A GEMV must read its whole matrix, so no GEMV config can beat the fastest kernel that only reads
-that many bytes. Benchmarks time the read kernels of kernels/read_floor.cu over a grid of block
+that many bytes. Benchmarks time the read kernels of kernels/measure/read_floor.cu over a grid of block
 sizes, loads per thread and L2 prefetches before the wait, the way they time a GEMV (launched back to back, with
 programmatic dependent launch on sm_90+, on buffers rotating beyond the L2), and keep the fastest.
 Set beside cuBLAS, it bounds the speedup any GEMV kernel could reach on that shape.
@@ -44,7 +44,7 @@ class ReadKernel:
         return f"{self.threads} threads x {self.loads} loads{', L2 prefetch of ' + kind if kind else ''}"
 
 
-# What each read kernel prefetches into L2 before its wait (kernels/read_floor.cu): as GEMVs may
+# What each read kernel prefetches into L2 before its wait (kernels/measure/read_floor.cu): as GEMVs may
 # (prefetch=2 and 3), each thread's first words too, so that a GEMV doing so cannot pass the floor.
 PREFETCH_KINDS = ("", "the block's chunk", "each thread's first word", "each thread's first 2 words")
 
@@ -67,7 +67,7 @@ class ReadKernels:
     """The loaded read kernels of one GPU, launched as a GEMV is launched there."""
 
     def __init__(self, gpu: GpuInfo, kernels: Kernels) -> None:
-        cubin = compile_fixed("read_floor.cu", gpu.arch, "the read-floor kernels")
+        cubin = compile_fixed("measure/read_floor.cu", gpu.arch, "the read-floor kernels")
         # Launched as the GEMVs are: programmatically where the GPU can (the kernels wait before reading).
         programmatic = has_programmatic_launch(gpu)
         self._functions = {

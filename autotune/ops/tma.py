@@ -5,7 +5,7 @@ address, shape and row pitch, the box (tile) one copy moves, and how the copy sw
 memory. PyCUDA has no call for making one, so cuTensorMapEncodeTiled is called through ctypes on the
 driver library PyCUDA already loaded; it runs on the host alone (no context, no GPU work). The kernels
 read their maps from global memory: the caller writes the bytes `encode_operands` returns into a
-device buffer and passes it (see kernels/gemm_wgmma.cu).
+device buffer and passes it (see kernels/gemm/gemm_wgmma.cu).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from autotune.measure.gpu import Kernels
 
 
 class RandomFill:
-    """Fills device buffers with uniform values in [-1, 1) (kernels/support.cu, at_fill_<dtype>).
+    """Fills device buffers with uniform values in [-1, 1) (kernels/measure/support.cu, at_fill_<dtype>).
     Each call takes the next seed, so every fill of a run is new data and a run repeats exactly."""
 
     THREADS = 256

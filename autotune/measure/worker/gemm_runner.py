@@ -30,7 +30,7 @@ from autotune.ops import gemm
 from autotune.ops.geometry import Launch
 
 MAX_COPIES = 64
-REFERENCE_TILE = 64  # kernels/support.cu: at_gemm_reference's tile
+REFERENCE_TILE = 64  # kernels/measure/support.cu: at_gemm_reference's tile
 MAX_GRID_Y = 65535
 
 

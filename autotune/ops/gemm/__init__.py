@@ -16,7 +16,12 @@ from types import ModuleType
 from autotune.core.errors import AutotuneError
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.core.space import Config, Space
-from autotune.ops import gemm_mma, gemm_shared, gemm_simt, gemm_skinny, gemm_skinny_tc, gemm_wgmma
+from autotune.ops.gemm import mma as gemm_mma
+from autotune.ops.gemm import shared as gemm_shared
+from autotune.ops.gemm import simt as gemm_simt
+from autotune.ops.gemm import skinny as gemm_skinny
+from autotune.ops.gemm import skinny_tc as gemm_skinny_tc
+from autotune.ops.gemm import wgmma as gemm_wgmma
 from autotune.ops.geometry import Launch
 
 NAME = "gemm"

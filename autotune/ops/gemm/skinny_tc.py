@@ -1,5 +1,5 @@
 """Skinny GEMM family on tensor cores (M <= 16, float16/bfloat16): parameters, constraints, launch
-geometry, source. The kernel (kernels/gemm_skinny_tc.cu) streams B once, like the CUDA-core `skinny`
+geometry, source. The kernel (kernels/gemm/gemm_skinny_tc.cu) streams B once, like the CUDA-core `skinny`
 family, but multiplies with mma.sync, so its time stays flat as M grows from 2 to 16. B streams
 either straight into registers (`stages` = 0) or, on Hopper, through `stages` shared-memory stages
 filled by the TMA (one thread's bulk tensor copies instead of every thread's loads)."""
@@ -12,12 +12,13 @@ from collections.abc import Mapping
 from autotune.core.dtypes import CUDA_TYPE
 from autotune.core.problem import Problem
 from autotune.core.space import Config, Param, Space
-from autotune.ops import gemm_shared, geometry
+from autotune.ops import geometry
+from autotune.ops.gemm import shared as gemm_shared
 from autotune.ops.geometry import Launch
 from autotune.ops.tma import Box, OperandMaps
 
 NAME = "skinny_tc"
-KERNEL_FILE = "gemm_skinny_tc.cu"
+KERNEL_FILE = "gemm/gemm_skinny_tc.cu"  # under kernels/, beside this folder's mirror
 DTYPES = ("float16", "bfloat16")
 
 MAX_M = 16  # one mma tile of rows
@@ -30,7 +31,7 @@ _WNS = (1, 2, 4)  # warps along N
 _KWS = (1, 2, 4, 8, 16)  # warps along K
 _VECS = (1, 2, 4, 8)  # elements per load of B (8: 16 bytes)
 _UNROLLS = (1, 2, 4)  # 16-row slices per warp and step; the next step is always in flight too
-_POLICIES = (1, 2)  # load paths for B (see load_stream in kernels/common.cuh)
+_POLICIES = (1, 2)  # load paths for B (see load_stream in kernels/common/common.cuh)
 _SPLITS = tuple(2**i for i in range(9))  # 1 .. 256
 # TMA stages (0: B streams into registers instead). A stage holds 64 rows of K: A's 16 x 64 box and
 # one 64 x 64 box of B per warp along N, 128-byte swizzled.
@@ -89,7 +90,7 @@ def stage_bytes(c: Mapping[str, int]) -> int:
 
 
 def shared_bytes(c: Mapping[str, int]) -> int:
-    """Mirrors kernels/gemm_skinny_tc.cu: the KW warps' 16 x COLS float partial sums, and with a
+    """Mirrors kernels/gemm/gemm_skinny_tc.cu: the KW warps' 16 x COLS float partial sums, and with a
     cluster another 16 x COLS for the sums the other blocks push in; with TMA they reuse the stages'
     memory (then the larger of the two)."""
     accumulators = (c["kw"] + (c["cluster"] > 1)) * 16 * columns(c) * 4

@@ -8,11 +8,11 @@ from collections.abc import Mapping
 from autotune.core.dtypes import CUDA_TYPE
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.core.space import Config, Param, Space
-from autotune.ops import gemm_shared
+from autotune.ops.gemm import shared as gemm_shared
 from autotune.ops.geometry import Launch
 
 NAME = "mma"
-KERNEL_FILE = "gemm_mma.cu"
+KERNEL_FILE = "gemm/gemm_mma.cu"  # under kernels/, beside this folder's mirror
 DTYPES = ("float16", "bfloat16")
 # Kernel arguments in PyCUDA's prepare() notation: A, B, C, M, N, K, alpha, beta, workspace, counters.
 ARG_TYPES = gemm_shared.ARG_TYPES

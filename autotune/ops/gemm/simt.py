@@ -8,11 +8,11 @@ from collections.abc import Mapping
 from autotune.core.dtypes import CUDA_TYPE
 from autotune.core.problem import Problem
 from autotune.core.space import Config, Param, Space
-from autotune.ops import gemm_shared
+from autotune.ops.gemm import shared as gemm_shared
 from autotune.ops.geometry import Launch
 
 NAME = "simt"
-KERNEL_FILE = "gemm_simt.cu"
+KERNEL_FILE = "gemm/gemm_simt.cu"  # under kernels/, beside this folder's mirror
 DTYPES: tuple[str, ...] = ("float32",)
 # Kernel arguments in PyCUDA's prepare() notation: A, B, C, M, N, K, alpha, beta, workspace, counters.
 ARG_TYPES = gemm_shared.ARG_TYPES
@@ -63,7 +63,7 @@ def estimated_registers(c: Mapping[str, int]) -> int:
 
 
 def shared_bytes(c: Mapping[str, int]) -> int:
-    """STAGES * (BK * (BM + A_PAD) + BK * BN) * sizeof(float), as in kernels/gemm_simt.cu."""
+    """STAGES * (BK * (BM + A_PAD) + BK * BN) * sizeof(float), as in kernels/gemm/gemm_simt.cu."""
     return c["stages"] * (c["bk"] * (c["bm"] + A_PAD) + c["bk"] * c["bn"]) * FLOAT_BYTES
 
 

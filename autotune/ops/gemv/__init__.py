@@ -13,7 +13,7 @@ from autotune.core.space import Config, Param, Space
 from autotune.ops.geometry import Launch, cluster_choices, cluster_declaration
 
 NAME = "gemv"
-KERNEL_FILE = "gemv.cu"
+KERNEL_FILE = "gemv/gemv.cu"  # under kernels/, the mirror of this folder
 # Kernel arguments in PyCUDA's prepare() notation: A, x, y, M, N, alpha, beta, partial, counters.
 ARG_TYPES = "PPPiiffPP"
 # Every instance waits for the kernel before it in the stream (griddepcontrol.wait) before reading

@@ -11,7 +11,8 @@ from collections.abc import Mapping
 
 from autotune.core.problem import Problem
 from autotune.core.space import Config, Space
-from autotune.ops import gemm, gemm_skinny, gemv
+from autotune.ops import gemm, gemv
+from autotune.ops.gemm import skinny as gemm_skinny
 from autotune.ops.geometry import Launch
 
 NAME = "gemv"

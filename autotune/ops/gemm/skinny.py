@@ -8,11 +8,12 @@ from collections.abc import Mapping
 from autotune.core.dtypes import CUDA_TYPE
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.core.space import Config, Param, Space
-from autotune.ops import gemm_shared, geometry
+from autotune.ops import geometry
+from autotune.ops.gemm import shared as gemm_shared
 from autotune.ops.geometry import Launch
 
 NAME = "skinny"
-KERNEL_FILE = "gemm_skinny.cu"
+KERNEL_FILE = "gemm/gemm_skinny.cu"  # under kernels/, beside this folder's mirror
 DTYPES = ("float32", "float16", "bfloat16")
 
 MAX_M = 16
@@ -26,7 +27,7 @@ _MTS = (1, 2, 4, 8, 16)
 _UNROLLS = (1, 2, 4, 8)  # independent steps per thread; the next step is always in flight too
 # A through the cache (0) or staged in shared memory in chunks of this many steps.
 _A_CHUNKS = (0, 2, 8)
-# Load paths for B (see load_stream in kernels/common.cuh): on the H200 the GEMV tuning never picked 0
+# Load paths for B (see load_stream in kernels/common/common.cuh): on the H200 the GEMV tuning never picked 0
 # (read-only cache).
 _POLICIES = (1, 2)
 _SPLITS = tuple(2**i for i in range(10))  # 1 .. 512: the transposed GEMV with N = 256 needs hundreds
@@ -72,7 +73,7 @@ def registers(problem: Problem, c: Mapping[str, int]) -> float:
 
 
 def shared_bytes(c: Mapping[str, int]) -> int:
-    """Dynamic shared memory; mirrors the formula in kernels/gemm_skinny.cu (one buffer, three uses)."""
+    """Dynamic shared memory; mirrors the formula in kernels/gemm/gemm_skinny.cu (one buffer, three uses)."""
     block = c["nt"] * c["kw"]
     a_chunks = 2 * c["a_chunk"] * _step(c) * c["mt"] * 4
     sets = block // max(c["nt"], 32)
