@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Steps for one run on a GPU machine that holds a copy of the repository and the wheels it needs in
 # .whl/: install the wheels, then run the named steps in order, logging under $OUT.
-#   bash scripts/gpu_session.sh info tests sweep-one bench-few
+#   bash scripts/gpu_steps.sh info tests sweep-one bench-few
 set -uo pipefail
 OUT=${OUT:-/tmp/autotune-out}
 mkdir -p "$OUT"
