@@ -1,9 +1,7 @@
 // Device helpers shared by the kernel families that stream a matrix once and reduce split-K partials
-// (gemm_skinny.cu, gemm_skinny_tc.cu). A family that includes this file is hashed together with it
-// (autotune/fingerprint.py follows local includes), so editing it stales that family's records.
-//
-// gemv.cu still carries its own copies of these helpers: moving them here changes its source hash and
-// so stales every shipped GEMV record; do that together with a re-sweep.
+// (gemv.cu, gemm_skinny.cu, gemm_skinny_tc.cu). A family that includes this file is hashed together
+// with it (autotune/core/fingerprint.py follows local includes), so editing it stales that family's
+// records, unless scripts/rehash_records.py shows every stored instance compiles to the same cubin.
 #pragma once
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>

@@ -25,7 +25,7 @@
 // issues the next step's loads before the current step's mmas (two steps of B in registers);
 // PREFETCH == 0 holds one step, so a block of more warps fits twice on an SM and the other warps
 // hide the latency instead (a plain read of B reached ~4.4 TB/s on an H200 only with 16 warps per
-// SM: results/stream_patterns_nvidia-h200.txt). Rows past the split and columns past N
+// SM, measured with scripts/stream_patterns.cu). Rows past the split and columns past N
 // load as zeros (A and B), so tails need no second code path.
 //
 // Epilogue: every warp stores the M rows of its 16 x 64 accumulators to shared memory,

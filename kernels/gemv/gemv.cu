@@ -54,7 +54,7 @@ __device__ __forceinline__ unsigned low_word(unsigned short v) { return v; }
 // ORDER: where a step's loads go against its FMAs. ptxas interleaves the loads of an unrolled step
 // with the FMAs of the loads before them (sm_90 SASS: loads x0 a0 a1 x1, FMAs on a0, load a2, ...),
 // so a thread at UNROLL 4 has about two vectors in flight, not four
-// (results/gemv_load_gate_session13_nvidia-h200.txt). ORDER 0 leaves them where ptxas puts them;
+// (read in the SASS). ORDER 0 leaves them where ptxas puts them;
 // ORDER 1 issues every load of a step before the step's first FMA, by adding to each accumulator a
 // +0.0f made of one word of every vector loaded (issued_zero), masked with (unsigned)M >> 31: zero
 // for every M >= 0 but unknown to the compiler, so it cannot drop the dependence. Adding +0.0f leaves
@@ -62,7 +62,7 @@ __device__ __forceinline__ unsigned low_word(unsigned short v) { return v; }
 // (Loading the next step before this step's FMAs, with two steps of registers, cannot be had this
 // way: ptxas sinks those loads below the FMAs again, and a data dependence on them would wait for
 // their data, not just their issue. A __threadfence_block() between them keeps the order but waits
-// for the loads too: slower on five of six shapes, results/gemv_order2_try_session14_nvidia-h200.txt.)
+// for the loads too: slower on five of six shapes measured on the H200.)
 template <int ROWS, int UNROLL, typename V>
 __device__ __forceinline__ float issued_zero(const V (&xr)[UNROLL], const V (&ar)[ROWS][UNROLL], int M) {
   unsigned any = 0;
@@ -129,18 +129,18 @@ __device__ __forceinline__ void split_range(long long nvec, long long& v_begin, 
 // block start and address arithmetic of each call overlap the end of the call before: gemv_body waits
 // only once its row pointers are set, right before its first load (that setup was about 90 sm_90
 // instructions per warp, issued by every warp of the first wave through 4 schedulers per SM; waiting
-// after it took 0.5-4% off the configs shipped before for 10 of 11 shapes and made one 21% slower:
-// results/gemv_wait_late_session15_nvidia-h200.txt).
+// after it took 0.5-4% off the configs shipped before for 10 of 11 shapes and made one 21% slower,
+// on the H200).
 // Nothing before the wait may read memory the kernel before could still write, with one exception
 // used here: a prefetch into L2 (PREFETCH) of the block's first rows. Every write lands in L2, so a
 // line fetched early is never stale, and the first loads find their lines on chip instead of all
 // starting cold after the wait. How much:
 //   PREFETCH 1: the row segments of the block's whole first tile, one bulk prefetch per row. Needs
 //               16-byte aligned segments whose length is a multiple of 16 bytes: 16-byte vectors
-//               give both. Helps matrices of a few MB, costs large ones 2-5 us (session 10).
+//               give both. Helps matrices of a few MB, costs large ones 2-5 us.
 //   PREFETCH 2, 3: each thread's first 1 or 2 vectors of each of its rows in that tile (prefetch_row_heads,
-//               below): 4-6% off most shapes of 32 MB and more, 12% slower at 2048^2 (session 19,
-//               results/early_prefetch_session19_nvidia-h200.txt).
+//               below): 4-6% off most shapes of 32 MB and more, 12% slower at 2048^2 (H200,
+//               under the shipped tilings).
 // Launched without the attribute (or on an older GPU, where this compiles to nothing) it changes nothing.
 template <typename T, int BLOCK, int LANES, int VEC, int ROWS, int DEPTH>
 __device__ __forceinline__ void prefetch_row_heads(const T* __restrict__ A, int M, int N) {
