@@ -371,3 +371,58 @@ def test_operands_on_two_gpus_are_refused(cuda: FakeCuda, monkeypatch: pytest.Mo
     )
     assert cuda.launches[-1].args[:3] == [1 << 31, (1 << 31) + 64, (1 << 31) + 128]
     assert ("push", 1001) in cuda.events  # loaded into GPU 1's context
+
+
+class _Dtype:
+    def __str__(self) -> str:
+        return "torch.float16"
+
+
+class FakeTensor:
+    """As much of a CUDA torch tensor as the launch path reads."""
+
+    dtype = _Dtype()
+    is_cuda = True
+
+    def __init__(self, shape: tuple[int, ...], pointer: int) -> None:
+        self.shape, self._pointer = shape, pointer
+
+    def stride(self) -> tuple[int, ...]:
+        return (self.shape[1], 1) if len(self.shape) == 2 else (1,)
+
+    def get_device(self) -> int:
+        return 0
+
+    def data_ptr(self) -> int:
+        return self._pointer
+
+
+FakeTensor.__module__ = "torch"  # described as a torch tensor
+
+
+@pytest.mark.parametrize("with_out", [False, True])
+def test_the_checked_path_registers_the_key_the_short_path_looks_up(
+    cuda: FakeCuda, monkeypatch: pytest.MonkeyPatch, with_out: bool
+) -> None:
+    """A second call of a torch signature takes the short path: no description, no checks."""
+    from autotune.runtime import operands
+
+    problem = Problem("gemv", "float16", 64, 128)
+    runtime = _runtime(Choice(problem, H200.name, gemv.DEFAULT_CONFIG, "default"))
+    runtime._tensor = FakeTensor
+    runtime._raw_stream = lambda index: 0
+    runtime._allocators[0] = lambda nbytes, index: (0, None)
+    monkeypatch.setattr(operands, "empty_like", lambda a, shape, device: FakeTensor(shape, 9 << 20))
+    monkeypatch.setattr(operands, "default_stream", lambda array, device: 0)
+    FakeTensor.new_empty = lambda self, shape: FakeTensor(shape, 9 << 20)  # type: ignore[attr-defined]
+    described: list[str] = []
+    real_describe = operands.describe
+    monkeypatch.setattr(operands, "describe", lambda obj, name: described.append(name) or real_describe(obj, name))
+    A, x = FakeTensor((64, 128), 1 << 20), FakeTensor((128,), 2 << 20)
+    out = FakeTensor((64,), 3 << 20) if with_out else None
+    runtime.gemv(A, x, out)
+    assert described
+    described.clear()
+    for _ in range(3):
+        runtime.gemv(A, x, out)
+    assert described == [] and len(cuda.launches) == 4
