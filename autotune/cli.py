@@ -220,13 +220,15 @@ def best(
 ) -> None:
     """Which config to run for this shape on this GPU (measured, estimated, or the safe default); on a
     machine without a GPU and without --gpu, the answer for every GPU the database holds."""
-    if gpu is None and api.local_gpu_name() is None:
+    every_gpu = gpu is None and api.local_gpu_name() is None
+    if every_gpu:
         choices = api.best_on_every_gpu(op, m, n, k, trans=trans, dtype=dtype, db=db)
     else:
         choices = [api.best(op, m, n, k, trans=trans, dtype=dtype, gpu=gpu, db=db)]
     if as_json:
+        # One answer is an object; the answers for every stored GPU are a list, however many there are.
         dicts = [choice.to_dict() for choice in choices]
-        out.print_json(json.dumps(dicts[0] if gpu is not None or len(dicts) == 1 else dicts))
+        out.print_json(json.dumps(dicts if every_gpu else dicts[0]))
         return
     for choice in choices:
         _print_choice(choice)
