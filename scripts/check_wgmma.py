@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, 
 
 from autotune.build.compiler import CompileJob, compile_kernel
 from autotune.core.fingerprint import file_hash
+from autotune.core.limits import DEFAULT_SHARED_BYTES
 from autotune.core.problem import Problem
 from autotune.core.space import Config
 from autotune.ops import gemm
@@ -147,7 +148,7 @@ class Gpu:
             module = self.cuda.module_from_file(kernel["cubin"])
             function = module.get_function(name)
             function.prepare(gemm.ARG_TYPES)
-            if kernel["shared_bytes"] > 48 * 1024:
+            if kernel["shared_bytes"] > DEFAULT_SHARED_BYTES:
                 function.set_attribute(
                     self.cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, kernel["shared_bytes"]
                 )

@@ -136,9 +136,9 @@ def test_compile_error_keeps_the_command_line(tmp_path: Path) -> None:
 
 
 def test_every_planted_fault_of_the_drill_compiles(tmp_path: Path) -> None:
-    """The fault drill (GPU only) rewrites kernel sources: each rewrite must still compile, or the
-    drill would record a compile error instead of the fault it plants."""
-    from autotune.measure import drill
+    """The fault drill (scripts/fault_drill.py, GPU only) rewrites kernel sources: each rewrite must
+    still compile, or the drill would record a compile error instead of the fault it plants."""
+    from scripts import fault_drill as drill
 
     jobs = []
     for fault in drill.FAULTS:

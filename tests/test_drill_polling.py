@@ -1,11 +1,11 @@
-"""The fault drill watches the sweep's database while the sweep creates it (CPU only)."""
+"""The fault drill (scripts/fault_drill.py) watches the sweep's database while the sweep creates it (CPU only)."""
 
 from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
 
-from autotune.measure.drill import finished_so_far
+from scripts.fault_drill import finished_so_far
 
 
 def test_the_drill_counts_nothing_until_the_tables_exist(tmp_path: Path) -> None:

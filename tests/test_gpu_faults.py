@@ -1,4 +1,5 @@
-"""GPU fault drill (pytest -m gpu): planted faults inside a real sweep that is SIGKILLed and resumed."""
+"""GPU fault drill (scripts/fault_drill.py; pytest -m gpu): planted faults inside a real sweep that is
+SIGKILLed and resumed."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.measure.drill import drill
+from scripts.fault_drill import drill
 
 pytestmark = pytest.mark.gpu
 

@@ -16,13 +16,14 @@ import numpy as np
 
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import GpuInfo, LocalGpu, cuda_release, local_gpus
+from autotune.core.limits import DEFAULT_SHARED_BYTES
 from autotune.ops import tma
 
 if TYPE_CHECKING:
     from autotune.ops.geometry import Launch
 
-# Dynamic shared memory every kernel may use; more needs a per-function opt-in (up to 227 KiB on Hopper).
-DEFAULT_SHARED_LIMIT = 48 * 1024
+# Dynamic shared memory every kernel may use; more needs a per-function opt-in (opt_in_shared).
+DEFAULT_SHARED_LIMIT = DEFAULT_SHARED_BYTES
 
 
 def driver() -> Any:

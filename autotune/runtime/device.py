@@ -18,6 +18,7 @@ from typing import Any
 
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import GpuInfo, cuda_release, local_gpus
+from autotune.core.limits import DEFAULT_SHARED_BYTES
 from autotune.ops import tma
 from autotune.ops.geometry import Launch
 from autotune.runtime import driver
@@ -95,7 +96,7 @@ class Device:
             if key not in self._functions:
                 with driver.in_context(self.context), driver.relaxed_capture():
                     function = driver.load_function(cubin, name)
-                    if shared_bytes > 48 * 1024:
+                    if shared_bytes > DEFAULT_SHARED_BYTES:
                         driver.allow_shared(function, shared_bytes)
                 self._functions[key] = function
             return self._functions[key]

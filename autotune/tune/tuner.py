@@ -209,7 +209,7 @@ class Tuner:
         self._gpu_id = store.upsert_gpu(gpu)
         # Re-tuning stale problems: only trials measured under this driver and CUDA count as done.
         self._fresh_only = fresh_only
-        self._measurer_type = measurer  # a fault drill plants its faults through a subclass
+        self._measurer_type = measurer  # scripts/fault_drill.py plants its faults through a subclass
         self._confirm = confirm  # measure the leaders again on fresh buffers (autotune/tune/confirm.py)
 
     def tune(self, problem: Problem, index: int = 0, total: int = 1, first: Sequence[Config] = ()) -> ProblemReport:

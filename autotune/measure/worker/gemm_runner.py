@@ -20,6 +20,7 @@ from autotune import ops
 from autotune.core.dtypes import HOST_STORAGE, UNIT_ROUNDOFF, decode
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import GpuInfo
+from autotune.core.limits import MAX_GRID_Y
 from autotune.core.outcome import Outcome, Status
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.measure.gpu import DEFAULT_SHARED_LIMIT, Kernels, Scratch, driver, opt_in_shared
@@ -31,7 +32,6 @@ from autotune.ops.geometry import Launch
 
 MAX_COPIES = 64
 REFERENCE_TILE = 64  # kernels/measure/support.cu: at_gemm_reference's tile
-MAX_GRID_Y = 65535
 
 
 def as_gemm(problem: Problem) -> Problem:

@@ -6,6 +6,7 @@ import math
 from collections.abc import Mapping
 
 from autotune.core.dtypes import CUDA_TYPE
+from autotune.core.limits import MAX_SHARED_BYTES_OPT_IN, REGISTERS_PER_SM
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.core.space import Config, Param, Space
 from autotune.ops.gemm import shared as gemm_shared
@@ -17,8 +18,6 @@ DTYPES = ("float16", "bfloat16")
 # Kernel arguments in PyCUDA's prepare() notation: A, B, C, M, N, K, alpha, beta, workspace, counters.
 ARG_TYPES = gemm_shared.ARG_TYPES
 
-MAX_SHARED_BYTES = 227 * 1024  # dynamic shared memory of one block on sm_90 (opted in)
-REGISTERS_PER_SM = 65536
 # Split-K pays for a second pass over C; it only helps while the output tiles leave SMs idle.
 SPLIT_MAX_TILES = 256
 _TILES = (64, 128, 256)
@@ -66,8 +65,8 @@ def _tile_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
         return f"{warps} warps of {c['wm']}x{c['wn']} in a {c['bm']}x{c['bn']} tile (need 2..16)"
     if threads(c) * _registers(c) > REGISTERS_PER_SM:
         return f"{threads(c)} threads with {c['wm']}x{c['wn']} warp tiles exceed the register file"
-    if shared_bytes(problem, c) > MAX_SHARED_BYTES:
-        return f"{shared_bytes(problem, c)} bytes of shared memory exceed 227 KiB"
+    if shared_bytes(problem, c) > MAX_SHARED_BYTES_OPT_IN:
+        return f"{shared_bytes(problem, c)} bytes of shared memory exceed {MAX_SHARED_BYTES_OPT_IN // 1024} KiB"
     # Tiles far beyond the problem only add idle work (and duplicate smaller tiles' results).
     if c["bm"] > max(64, _pow2_ceil(problem.m)) or c["bn"] > max(64, _pow2_ceil(problem.n)):
         return f"a {c['bm']}x{c['bn']} tile is larger than the {problem.m}x{problem.n} output needs"

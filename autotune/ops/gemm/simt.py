@@ -6,6 +6,13 @@ import math
 from collections.abc import Mapping
 
 from autotune.core.dtypes import CUDA_TYPE
+from autotune.core.limits import (
+    MAX_GRID_Y,
+    MAX_REGISTERS_PER_THREAD,
+    MAX_SHARED_BYTES_OPT_IN,
+    MAX_THREADS_PER_SM,
+    REGISTERS_PER_SM,
+)
 from autotune.core.problem import Problem
 from autotune.core.space import Config, Param, Space
 from autotune.ops.gemm import shared as gemm_shared
@@ -19,11 +26,6 @@ ARG_TYPES = gemm_shared.ARG_TYPES
 
 A_PAD = 4  # floats of padding per k-row of the transposed A tile (mirrors the kernel)
 FLOAT_BYTES = 4
-MAX_SHARED_BYTES = 227 * 1024  # the most one block may opt in to on sm_90
-MAX_GRID_Y = 65535  # the kernel strides over the M tiles past this
-MAX_THREADS_PER_SM = 2048
-REGISTERS_PER_SM = 65536
-MAX_REGISTERS = 255  # per thread; past this ptxas spills
 # Registers a thread needs beside its accumulators, operand fragments and staged loads (indices, the
 # k loop, two base pointers); ptxas rematerializes everything else rather than spill.
 BASE_REGISTERS = 16
@@ -82,7 +84,7 @@ def _tile_reason(c: Mapping[str, int]) -> str | None:
 
 def register_cap(c: Mapping[str, int]) -> int:
     """Registers per thread ptxas may use so that `occ` blocks fit one SM (allocated in groups of 8)."""
-    return min(MAX_REGISTERS, REGISTERS_PER_SM // (c["occ"] * _threads(c)) // 8 * 8)
+    return min(MAX_REGISTERS_PER_THREAD, REGISTERS_PER_SM // (c["occ"] * _threads(c)) // 8 * 8)
 
 
 def _resource_reason(c: Mapping[str, int]) -> str | None:
@@ -91,7 +93,7 @@ def _resource_reason(c: Mapping[str, int]) -> str | None:
         return f"{threads} threads per block, outside {MIN_THREADS}..{MAX_TILE_THREADS}"
     if c["occ"] * threads > MAX_THREADS_PER_SM:
         return f"{c['occ']} blocks of {threads} threads do not fit one SM"
-    if c["occ"] > 1 and REGISTERS_PER_SM // (c["occ"] * threads) >= MAX_REGISTERS:
+    if c["occ"] > 1 and REGISTERS_PER_SM // (c["occ"] * threads) >= MAX_REGISTERS_PER_THREAD:
         return f"occ={c['occ']} caps nothing for {threads} threads (same kernel as occ=1)"
     if c["bk"] * c["bm"] < c["vec"] * threads and c["bk"] * c["bn"] < c["vec"] * threads:
         return f"tiles too small for {threads} threads: most would load nothing"
@@ -100,8 +102,8 @@ def _resource_reason(c: Mapping[str, int]) -> str | None:
         return f"about {registers} registers per thread, over the {register_cap(c)} that occ={c['occ']} allows"
     if c["tm"] * c["tn"] > 64 and registers > WIDE_TILE_MAX_ESTIMATE:
         return f"thread tile {c['tm']}x{c['tn']} with {_staged_floats(c)} staged floats spills"
-    if c["occ"] * shared_bytes(c) > MAX_SHARED_BYTES:
-        return f"{c['occ']} x {shared_bytes(c)} bytes of shared memory, more than one SM's {MAX_SHARED_BYTES}"
+    if c["occ"] * shared_bytes(c) > MAX_SHARED_BYTES_OPT_IN:
+        return f"{c['occ']} x {shared_bytes(c)} bytes of shared memory, more than one SM's {MAX_SHARED_BYTES_OPT_IN}"
     return None
 
 

@@ -6,6 +6,12 @@ import math
 from collections.abc import Mapping
 
 from autotune.core.dtypes import CUDA_TYPE
+from autotune.core.limits import (
+    MAX_REGISTERS_PER_THREAD,
+    MAX_SHARED_BYTES_OPT_IN,
+    MAX_THREADS_PER_BLOCK,
+    REGISTERS_PER_SM,
+)
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.core.space import Config, Param, Space
 from autotune.ops import geometry
@@ -17,9 +23,7 @@ KERNEL_FILE = "gemm/gemm_skinny.cu"  # under kernels/, beside this folder's mirr
 DTYPES = ("float32", "float16", "bfloat16")
 
 MAX_M = 16
-MAX_THREADS = 1024
-MAX_SHARED_BYTES = 227 * 1024 - 1024  # the opt-in maximum less the kernel's static flag and slack
-REGISTERS_PER_SM = 65536
+MAX_SHARED_BYTES = MAX_SHARED_BYTES_OPT_IN - 1024  # the opt-in maximum less the kernel's static flag and slack
 _NTS = (8, 16, 32, 64, 128)  # threads along N
 _KWS = (1, 2, 4, 8, 16, 32)  # thread groups along K
 _VECS = (1, 2, 4, 8)
@@ -88,8 +92,8 @@ def _shape_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
     if problem.m > MAX_M:
         return f"skinny serves m <= {MAX_M}, not m={problem.m}"
     block = c["nt"] * c["kw"]
-    if block % 32 or block > MAX_THREADS:
-        return f"nt*kw={block} threads: not whole warps or more than {MAX_THREADS}"
+    if block % 32 or block > MAX_THREADS_PER_BLOCK:
+        return f"nt*kw={block} threads: not whole warps or more than {MAX_THREADS_PER_BLOCK}"
     if c["nt"] > 32 and c["nt"] // 2 * c["vec"] >= problem.n:
         return f"nt={c['nt']}: half as many column threads already cover n={problem.n}"
     if c["nt"] < 32 and 32 * c["vec"] <= problem.n:
@@ -101,7 +105,7 @@ def _shape_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
 
 def _resource_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
     block = c["nt"] * c["kw"]
-    cap = min(255, REGISTERS_PER_SM // block)
+    cap = min(MAX_REGISTERS_PER_THREAD, REGISTERS_PER_SM // block)
     regs = registers(problem, c)
     if regs > cap:
         return f"about {regs:.0f} registers per thread, more than the {cap} a block of {block} gets: spills"

@@ -10,6 +10,12 @@ import math
 from collections.abc import Mapping
 
 from autotune.core.dtypes import CUDA_TYPE
+from autotune.core.limits import (
+    MAX_REGISTERS_PER_THREAD,
+    MAX_SHARED_BYTES_OPT_IN,
+    MAX_THREADS_PER_BLOCK,
+    REGISTERS_PER_SM,
+)
 from autotune.core.problem import Problem
 from autotune.core.space import Config, Param, Space
 from autotune.ops import geometry
@@ -24,9 +30,7 @@ DTYPES = ("float16", "bfloat16")
 MAX_M = 16  # one mma tile of rows
 WARP_COLS = 64  # columns of B a warp covers: 8 lane groups x 8 columns
 MMA_K = 16  # rows of B per mma
-MAX_THREADS = 1024
-MAX_SHARED_BYTES = 227 * 1024 - 1024  # the opt-in maximum less the kernel's static flag and slack
-REGISTERS_PER_SM = 65536
+MAX_SHARED_BYTES = MAX_SHARED_BYTES_OPT_IN - 1024  # the opt-in maximum less the kernel's static flag and slack
 _WNS = (1, 2, 4)  # warps along N
 _KWS = (1, 2, 4, 8, 16)  # warps along K
 _VECS = (1, 2, 4, 8)  # elements per load of B (8: 16 bytes)
@@ -104,8 +108,8 @@ def _shape_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
         return f"skinny_tc serves {'/'.join(DTYPES)}, not {problem.dtype}"
     if problem.m > MAX_M:
         return f"skinny_tc serves m <= {MAX_M}, not m={problem.m}"
-    if threads(c) > MAX_THREADS:
-        return f"wn*kw={c['wn'] * c['kw']} warps: more than {MAX_THREADS} threads"
+    if threads(c) > MAX_THREADS_PER_BLOCK:
+        return f"wn*kw={c['wn'] * c['kw']} warps: more than {MAX_THREADS_PER_BLOCK} threads"
     if c["wn"] > 1 and columns(c) // 2 >= problem.n:
         return f"wn={c['wn']}: half as many warps along N already cover n={problem.n}"
     if c["kw"] * c["unroll"] > 1 and _step(c) > max(problem.k, MMA_K):
@@ -114,7 +118,7 @@ def _shape_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
 
 
 def _resource_reason(c: Mapping[str, int]) -> str | None:
-    cap = min(255, REGISTERS_PER_SM // threads(c))
+    cap = min(MAX_REGISTERS_PER_THREAD, REGISTERS_PER_SM // threads(c))
     if registers(c) > cap:
         return f"about {registers(c)} registers per thread, more than the {cap} a block of {threads(c)} gets: spills"
     if shared_bytes(c) > MAX_SHARED_BYTES:

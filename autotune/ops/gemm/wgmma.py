@@ -12,6 +12,7 @@ import math
 from collections.abc import Mapping
 
 from autotune.core.dtypes import CUDA_TYPE
+from autotune.core.limits import MAX_SHARED_BYTES_OPT_IN
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.core.space import Config, Param, Space
 from autotune.ops.gemm import shared as gemm_shared
@@ -27,7 +28,6 @@ ARG_TYPES = gemm_shared.ARG_TYPES
 ARCH = "sm_90"
 ARCH_SUFFIX = "a"
 
-MAX_SHARED_BYTES = 227 * 1024  # dynamic shared memory of one block on sm_90 (opted in)
 MAX_ACCUMULATORS = 128  # float accumulators a thread: more leaves too few of the 255 registers (spills)
 # k-depth of a stage: 64 (A's rows of 128 bytes, 128-byte swizzle) or 32 (64-byte rows and swizzle:
 # half the shared memory a stage, so twice the stages and a deeper prefetch fit).
@@ -91,8 +91,8 @@ def _tile_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
         return f"bm={c['bm']} does not split into m64 slices for {c['wgs']} warpgroups"
     if accumulators(c) > MAX_ACCUMULATORS:
         return f"{accumulators(c)} accumulators a thread (a {c['bm']}x{c['bn']} tile on {c['wgs']} warpgroups) spill"
-    if shared_bytes(problem, c) > MAX_SHARED_BYTES:
-        return f"{shared_bytes(problem, c)} bytes of shared memory exceed 227 KiB"
+    if shared_bytes(problem, c) > MAX_SHARED_BYTES_OPT_IN:
+        return f"{shared_bytes(problem, c)} bytes of shared memory exceed {MAX_SHARED_BYTES_OPT_IN // 1024} KiB"
     # Tiles far beyond the problem only add idle work (and duplicate smaller tiles' results).
     if c["bm"] > max(64, _pow2_ceil(problem.m)) or c["bn"] > max(64, _pow2_ceil(problem.n)):
         return f"a {c['bm']}x{c['bn']} tile is larger than the {problem.m}x{problem.n} output needs"
