@@ -9,9 +9,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from autotune import ops
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import LocalGpu, cuda_release, local_gpus, slugify
-from autotune.core.problem import Problem, make_problem, read_shapes_file, resolve_op, shape_dims, standard_shapes
+from autotune.core.problem import Problem, read_shapes_file
+from autotune.ops import make_problem, resolve_op, shape_dims, standard_shapes
 from autotune.runtime.launcher import Runtime
 from autotune.select.choose import Choice, Selector
 
@@ -316,7 +318,7 @@ def bench(
 
     runner = Bench()
     choice = _choose_on(problem, runner.device, db)
-    if problem.op == "gemm":
+    if ops.for_problem(problem).compute_bound:  # rated in TFLOP/s beside cuBLAS's GEMM
         return runner.compare_gemm(choice), runner.copy_gbs(), choice
     row = runner.compare(choice)
     row.set_floor(runner.read_floor(problem.matrix_bytes))

@@ -245,14 +245,16 @@ def _print_choice(choice: Choice) -> None:
             else ""
         )
         timing = f": {what} {choice.time_us:.2f} us"
-        if choice.problem.op == "gemm":
+        op = ops.for_problem(choice.problem)
+        if choice.gbs and not op.compute_bound:
+            timing += f", {choice.gbs:.0f} GB/s"  # as measured
+        else:
             # The rate of the shape that was timed: this one, or the tuned neighbour it is estimated from.
             timed = choice.problem
             if choice.from_shape:
-                timed = replace(timed, m=choice.from_shape[0], n=choice.from_shape[1], k=choice.from_shape[2])
-            timing += f", {ops.for_problem(timed).flops(timed) / choice.time_us / 1e6:.1f} TFLOP/s"
-        elif choice.gbs:
-            timing += f", {choice.gbs:.0f} GB/s"
+                m, n, *k = choice.from_shape
+                timed = replace(timed, m=m, n=n, k=k[0] if k else 0)
+            timing += f", {op.rate(timed, choice.time_us)}"
     out.print(f"{choice.problem} on {choice.gpu} [{choice.source}]{timing}", markup=False)
     out.print(f"config: {_config_text(choice.config, choice.problem)}", markup=False)
     for note in choice.notes:
@@ -273,7 +275,7 @@ def bench(
     row, copy_gbs, choice = api.bench(op, m, n, k, trans=trans, dtype=dtype, db=db)
     config = _config_text(choice.config, choice.problem)
     out.print(f"{choice.problem} on {choice.gpu} [{choice.source}] config: {config}", markup=False)
-    if choice.problem.op == "gemm":
+    if ops.for_problem(choice.problem).compute_bound:
         out.print(
             f"autotune {row.ours_us:.2f} us ({row.ours_tflops:.1f} TFLOP/s)   "
             f"cuBLAS {row.cublas_us:.2f} us ({row.cublas_tflops:.1f} TFLOP/s)   ratio {row.ratio:.2f}x",
@@ -310,7 +312,7 @@ def list_(
         [
             api.short_gpu_name(r.gpu_name),
             r.problem.blas_name + ("ᵀ" if r.trans else ""),
-            f"{r.m}x{r.n}" + (f"x{r.k}" if r.op == "gemm" else ""),
+            "x".join(map(str, r.problem.shape)),
             f"{r.ok}/{r.trials}",
             _us(r.best_us),
             f"{r.best_gbs:.0f}" if r.best_gbs else "-",
@@ -350,7 +352,7 @@ def _summary_dict(r: Any) -> dict[str, Any]:
         "trans": bool(r.trans),
         "m": r.m,
         "n": r.n,
-        **({"k": r.k} if r.op == "gemm" else {}),
+        **({"k": r.k} if r.k else {}),
         "trials": r.trials,
         "ok": r.ok,
         "best_us": r.best_us,

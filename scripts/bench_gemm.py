@@ -20,8 +20,9 @@ from pathlib import Path
 
 from autotune import api
 from autotune.core.fingerprint import slugify
-from autotune.core.problem import DTYPES, read_shapes_file, standard_shapes
+from autotune.core.problem import DTYPES, read_shapes_file
 from autotune.measure.bench import Bench, GemmRow
+from autotune.ops import standard_shapes
 from autotune.ops.gemm import SKINNY_MAX_M
 
 

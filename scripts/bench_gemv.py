@@ -20,8 +20,9 @@ from pathlib import Path
 
 from autotune import api
 from autotune.core.fingerprint import slugify
-from autotune.core.problem import DTYPES, read_shapes_file, standard_shapes
+from autotune.core.problem import DTYPES, read_shapes_file
 from autotune.measure.bench import Bench, as_json
+from autotune.ops import standard_shapes
 
 
 def main() -> int:

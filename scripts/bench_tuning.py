@@ -48,7 +48,7 @@ MAX_TRIALS, MAX_SECONDS = 400, 60.0
 
 def bench_space(problem: Problem) -> Space:
     # Parameters added to the GEMV space since this benchmark was fixed stay at their defaults.
-    full = gemv.space(problem)
+    full = gemv.OP.space(problem)
     default = gemv.DEFAULT_CONFIG
     params = tuple(replace(p, choices=BENCH_CHOICES.get(p.name, (default[p.name],))) for p in full.params)
     return Space(tuple(Param(p.name, p.choices, p.compiled) for p in params), full.constraint)
@@ -60,8 +60,8 @@ class _Measurer(Measurer):
 
     def compile_job(self, config: Config) -> CompileJob:
         p = self._problem
-        arch = gemv.compile_arch(p, self._gpu.arch)
-        return CompileJob(gemv.kernel_name(p, config), gemv.kernel_source(p, config), arch, source_hash(p))
+        arch = gemv.OP.compile_arch(p, self._gpu.arch)
+        return CompileJob(gemv.OP.kernel_name(p, config), gemv.OP.kernel_source(p, config), arch, source_hash(p))
 
     def crashes(self, config: Config) -> int:
         return 0

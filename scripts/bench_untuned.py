@@ -26,9 +26,9 @@ from typing import Any
 from autotune import api, ops
 from autotune.build.compiler import CompilePool
 from autotune.core.fingerprint import slugify
-from autotune.core.problem import Problem, make_problem
+from autotune.core.problem import Problem
 from autotune.measure.bench import Bench
-from autotune.ops import source_hash
+from autotune.ops import make_problem, source_hash
 from autotune.select.choose import Choice, nearest
 
 # (dtype, M, N, trans): odd N, N a multiple of 4 but not 8 (16-bit), of 2 but not 4 (float32), small

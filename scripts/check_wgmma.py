@@ -147,7 +147,7 @@ class Gpu:
         if name not in self._functions:
             module = self.cuda.module_from_file(kernel["cubin"])
             function = module.get_function(name)
-            function.prepare(gemm.ARG_TYPES)
+            function.prepare(gemm.OP.arg_types)
             if kernel["shared_bytes"] > DEFAULT_SHARED_BYTES:
                 function.set_attribute(
                     self.cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, kernel["shared_bytes"]

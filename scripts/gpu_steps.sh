@@ -89,7 +89,7 @@ sm__warps_active.avg.pct_of_peak_sustained_active python3 scripts/profile_vs_cub
     sweep-skinny)
       # The half-precision skinny goal shapes (M <= 16): tensor cores for M >= 2, the CUDA-core
       # family (the transposed GEMV's) for M = 1.
-      awk '$1 <= 16' autotune/gemm_shapes.txt > /tmp/skinny.txt
+      awk '$1 <= 16' autotune/ops/gemm/shapes.txt > /tmp/skinny.txt
       step "sweep-skinny hgemm ($(wc -l < /tmp/skinny.txt) shapes)"
       sweep sweep-skinny 16 --op hgemm --shapes /tmp/skinny.txt --trials "${GEMM_TRIALS:-40}" ;;
     bench-gemm)

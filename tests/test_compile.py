@@ -52,14 +52,14 @@ SAMPLE = [
 def _job(dtype: str, compiled: dict[str, int]) -> CompileJob:
     problem = Problem("gemv", dtype, 4096, 8192)
     config = {"cluster": 1, "split": 1, "persist": 0, "prefetch": 0, "order": 0, **compiled}
-    assert gemv.space(problem).check(config) is None, config
+    assert gemv.OP.space(problem).check(config) is None, config
     return CompileJob(
-        gemv.kernel_name(problem, config), gemv.kernel_source(problem, config), "sm_90", source_hash(problem)
+        gemv.OP.kernel_name(problem, config), gemv.OP.kernel_source(problem, config), "sm_90", source_hash(problem)
     )
 
 
 def test_sample_covers_every_family() -> None:
-    families = {gemv.family(c) for _, c in SAMPLE}
+    families = {gemv.OP.family(Problem("gemv", d, 4096, 8192), c) for d, c in SAMPLE}
     assert families == {"thread_per_row", "subwarp_per_row", "warp_per_row", "multiwarp_per_row", "block_per_row"}
 
 
@@ -142,7 +142,10 @@ def test_every_planted_fault_of_the_drill_compiles(tmp_path: Path) -> None:
 
     jobs = []
     for fault in drill.FAULTS:
-        name, source = gemv.kernel_name(drill.PROBLEM, fault.config), gemv.kernel_source(drill.PROBLEM, fault.config)
+        name, source = (
+            gemv.OP.kernel_name(drill.PROBLEM, fault.config),
+            gemv.OP.kernel_source(drill.PROBLEM, fault.config),
+        )
         faulty = fault.rewrite(source, CUDA_TYPE[drill.PROBLEM.dtype])
         assert faulty != source, fault.kind
         jobs.append(CompileJob(name, faulty, "sm_90", f"{source_hash(drill.PROBLEM)}:{fault.kind}"))

@@ -12,8 +12,9 @@ from autotune import api, ops
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import GpuInfo, Toolchain
 from autotune.core.outcome import Outcome, Status
-from autotune.core.problem import Problem, make_problem, parse_shapes, standard_shapes
-from autotune.ops import gemm, gemv_t, source_hash
+from autotune.core.problem import Problem, parse_shapes
+from autotune.ops import gemm, make_problem, source_hash, standard_shapes
+from autotune.ops.gemv import transposed as gemv_t
 from autotune.select.choose import DEFAULT, ESTIMATE, MEASURED, Selector
 from autotune.store import Provenance, Store, open_store
 
@@ -74,12 +75,12 @@ def test_problems_for_gemm_and_the_transposed_gemv() -> None:
 
 
 def test_each_problem_gets_one_family_and_its_own_source_hash() -> None:
-    assert gemm.family_name(SQUARE) == "wgmma"
-    assert gemm.family_name(Problem("gemm", "float16", 1000, 1001, 999)) == "mma"  # n, k not multiples of 8
-    assert gemm.family_name(Problem("gemm", "float32", 4096, 4096, 4096)) == "simt"
-    assert gemm.family_name(SKINNY) == "skinny_tc"
-    assert gemm.family_name(Problem("gemm", "float32", 8, 4096, 4096)) == "skinny"
-    assert ops.for_problem(TRANS) is gemv_t
+    assert gemm.family(SQUARE).NAME == "wgmma"
+    assert gemm.family(Problem("gemm", "float16", 1000, 1001, 999)).NAME == "mma"  # n, k not multiples of 8
+    assert gemm.family(Problem("gemm", "float32", 4096, 4096, 4096)).NAME == "simt"
+    assert gemm.family(SKINNY).NAME == "skinny_tc"
+    assert gemm.family(Problem("gemm", "float32", 8, 4096, 4096)).NAME == "skinny"
+    assert ops.for_problem(TRANS) is gemv_t.TRANSPOSED
     assert gemv_t.as_gemm(TRANS) == Problem("gemm", "float16", 1, 8192, 4096)
     cuda_core_skinny = Problem("gemm", "float32", 8, 64, 64)
     hashes = {source_hash(p) for p in (SQUARE, Problem("gemm", "float32", 64, 64, 64), SKINNY, cuda_core_skinny)}
@@ -105,14 +106,14 @@ def test_gemm_and_transposed_problems_are_stored_apart(store: Store) -> None:
     plain = Problem("gemv", "float16", 4096, 8192)
     ids = {store.problem_id(p, H200.name) for p in (plain, TRANS, SQUARE, Problem("gemm", "float16", 4096, 4096, 8192))}
     assert len(ids) == 4
-    measure(store, SQUARE, gemm.default_config(SQUARE), 200.0)
+    measure(store, SQUARE, gemm.OP.default_config(SQUARE), 200.0)
     assert [p.problem for p in store.problems(op="gemm")] == [SQUARE, Problem("gemm", "float16", 4096, 4096, 8192)]
 
 
 def test_records_files_carry_k_and_trans(db_path: Path, tmp_path: Path) -> None:
     with open_store(str(db_path), import_shipped=False) as store:
-        measure(store, SQUARE, gemm.default_config(SQUARE), 200.0)
-        measure(store, TRANS, gemv_t.default_config(TRANS), 30.0)
+        measure(store, SQUARE, gemm.OP.default_config(SQUARE), 200.0)
+        measure(store, TRANS, gemv_t.TRANSPOSED.default_config(TRANS), 30.0)
         assert store.export_records(H200.name, tmp_path / "r.jsonl") == 2
     lines = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
     assert {(line.get("k"), line.get("trans")) for line in lines[1:]} == {(4096, False), (0, True)}
@@ -124,7 +125,7 @@ def test_records_files_carry_k_and_trans(db_path: Path, tmp_path: Path) -> None:
 
 
 def test_selector_answers_gemm_from_the_nearest_shape_in_three_dimensions(store: Store) -> None:
-    config = gemm.default_config(SQUARE)
+    config = gemm.OP.default_config(SQUARE)
     measure(store, SQUARE, config, 200.0)
     measure(store, Problem("gemm", "float16", 8192, 8192, 8192), config, 1500.0)
     selector = Selector(store)
@@ -168,15 +169,15 @@ def test_misaligned_arrays_get_a_config_with_scalar_loads(problem: Problem) -> N
 def test_wgmma_problems_run_unaligned_arrays_on_the_mma_family() -> None:
     from autotune.runtime.launcher import scalar_loads
 
-    assert gemm.family_name(SQUARE) == "wgmma"
-    op, config = scalar_loads(SQUARE, gemm.default_config(SQUARE))
+    assert gemm.family(SQUARE).NAME == "wgmma"
+    op, config = scalar_loads(SQUARE, gemm.OP.default_config(SQUARE))
     assert op.kernel_file(SQUARE) == "gemm/gemm_mma.cu" and config["vec"] == 1
     assert op.compile_arch(SQUARE, "sm_80") == "sm_80"  # mma runs on any tensor-core GPU
     assert "gemm_mma" in op.kernel_source(SQUARE, config)
     assert op.launch(SQUARE, config, 132).grid[0] > 0
     # Its nvcc job is keyed by the mma source, not by the wgmma source the problem's own op uses (a
     # shared helper once keyed, and built, the problem's own family whatever the launcher asked).
-    own = ops.compile_job(SQUARE, gemm.default_config(SQUARE), "sm_90")
+    own = ops.compile_job(SQUARE, gemm.OP.default_config(SQUARE), "sm_90")
     stand_in = ops.compile_job(SQUARE, config, "sm_90", op)
     assert own.depends_hash == source_hash(SQUARE) != stand_in.depends_hash
     assert stand_in.name.startswith("gemm_mma") and stand_in.arch == "sm_90"
@@ -189,9 +190,9 @@ def test_known_good_tilings_are_valid_seeds_for_the_goal_shapes(dtype: str) -> N
     for problem in [Problem("gemm", dtype, s, s, s) for s in (4096, 8192)] + [
         Problem("gemm", dtype, m, 4096, 4096) for m in (1, 16)
     ]:
-        seeds = gemm.seed_configs(problem)
+        seeds = gemm.OP.seed_configs(problem)
         assert len(seeds) >= 4, problem
-        assert all(gemm.space(problem).check(seed) is None for seed in seeds)
+        assert all(gemm.OP.space(problem).check(seed) is None for seed in seeds)
 
 
 @pytest.mark.shipped_records
@@ -212,7 +213,7 @@ def test_cli_best_reports_tflops_for_a_measured_gemm(db_path: Path) -> None:
     from autotune.cli import app
 
     with open_store(str(db_path), import_shipped=False) as store:
-        measure(store, SQUARE, gemm.default_config(SQUARE), 275.0)  # 2 * 4096^3 flops in 275 us
+        measure(store, SQUARE, gemm.OP.default_config(SQUARE), 275.0)  # 2 * 4096^3 flops in 275 us
     args = ["best", "--op", "hgemm", "--m", "4096", "--n", "4096", "--k", "4096", "--gpu", "h200", "--db", str(db_path)]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output

@@ -155,10 +155,10 @@ def test_compile_arch_is_sm_90a_on_hopper_only() -> None:
             gemm.family_compile_arch(gemm_wgmma, arch)
     assert gemm.family_compile_arch(gemm_mma, "sm_80") == "sm_80"
     # The dispatcher's other families build for the GPU's own arch.
-    assert gemm.compile_arch(_problem(4096, 4096, 4096), "sm_90") == "sm_90a"
-    assert gemm.compile_arch(_problem(4096, 4095, 4096), "sm_90") == "sm_90"
-    assert gemm.compile_arch(_problem(4096, 4096, 4096, "float32"), "sm_100") == "sm_100"
-    assert gemv.compile_arch(Problem("gemv", "float16", 4096, 4096), "sm_90") == "sm_90"
+    assert gemm.OP.compile_arch(_problem(4096, 4096, 4096), "sm_90") == "sm_90a"
+    assert gemm.OP.compile_arch(_problem(4096, 4095, 4096), "sm_90") == "sm_90"
+    assert gemm.OP.compile_arch(_problem(4096, 4096, 4096, "float32"), "sm_100") == "sm_100"
+    assert gemv.OP.compile_arch(Problem("gemv", "float16", 4096, 4096), "sm_90") == "sm_90"
 
 
 def test_wgmma_serves_half_precision_products_with_16_byte_rows() -> None:
@@ -263,7 +263,7 @@ def test_machines_without_hopper_gpus_get_the_mma_family(monkeypatch: pytest.Mon
     ]:
         monkeypatch.setattr(fingerprint, "local_compute_capabilities", lambda c=capabilities: c)
         assert gemm.family(square) is expected, capabilities
-        assert gemm.compile_arch(square, "sm_90" if expected is gemm_wgmma else "sm_80").startswith("sm_")
+        assert gemm.OP.compile_arch(square, "sm_90" if expected is gemm_wgmma else "sm_80").startswith("sm_")
 
 
 def test_tensor_maps_need_16_byte_aligned_matrices() -> None:

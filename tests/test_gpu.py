@@ -54,7 +54,7 @@ FAMILY_CONFIGS = [
 def _fit(problem: Problem, config: dict[str, int]) -> dict[str, int] | None:
     """The config with the widest vector and the largest split this shape allows (a cluster shrinks
     with its split), or None."""
-    space = gemv.space(problem)
+    space = gemv.OP.space(problem)
     vecs = sorted(space.choices()["vec"], reverse=True)
     for vec, split, prefetch in itertools.product(vecs, (config["split"], 2, 1), (config["prefetch"], 0)):
         cluster = split if config["cluster"] > 1 else 1
@@ -84,7 +84,10 @@ def test_every_family_is_correct(worker: Worker, shape: tuple[int, int], dtype: 
                 c,
                 pool.submit(
                     CompileJob(
-                        gemv.kernel_name(problem, c), gemv.kernel_source(problem, c), gpu.arch, source_hash(problem)
+                        gemv.OP.kernel_name(problem, c),
+                        gemv.OP.kernel_source(problem, c),
+                        gpu.arch,
+                        source_hash(problem),
                     )
                 ),
             )
@@ -94,7 +97,7 @@ def test_every_family_is_correct(worker: Worker, shape: tuple[int, int], dtype: 
             compiled = future.result()
             assert compiled.cubin is not None, compiled.message
             outcome = worker.measure(compiled.cubin, compiled.job.name, config)
-            assert outcome.status is Status.OK, f"{gemv.family(config)} {config}: {outcome.message}"
+            assert outcome.status is Status.OK, f"{gemv.OP.family(problem, config)} {config}: {outcome.message}"
             assert outcome.time_us is not None and outcome.time_us > 0
 
 
@@ -104,11 +107,11 @@ def test_verifier_rejects_a_wrong_kernel(worker: Worker, tmp_path: Path) -> None
     worker.setup(problem, seed=5)
     config = dict(gemv.DEFAULT_CONFIG)
     # The same kernel with the reduction cut short by one element: must fail verification.
-    source = gemv.kernel_source(problem, config).replace("int M, int N,\n", "int M, int N_full,\n", 1)
+    source = gemv.OP.kernel_source(problem, config).replace("int M, int N,\n", "int M, int N_full,\n", 1)
     source = source.replace("(A, M, N);", "(A, M, N_full);").replace("(A, x, y, M, N,", "(A, x, y, M, N_full - 1,")
     from autotune.build.compiler import compile_kernel
 
-    compiled = compile_kernel(CompileJob(gemv.kernel_name(problem, config), source, gpu.arch, "planted"), tmp_path)
+    compiled = compile_kernel(CompileJob(gemv.OP.kernel_name(problem, config), source, gpu.arch, "planted"), tmp_path)
     assert compiled.cubin is not None, compiled.message
     outcome = worker.measure(compiled.cubin, compiled.job.name, config)
     assert outcome.status is Status.WRONG_RESULT, outcome
@@ -187,7 +190,7 @@ def test_back_to_back_gemvs_read_what_the_one_before_wrote(config: dict[str, int
     start = rng.uniform(-1, 1, n).astype(np.float32)
     launcher = ChoiceLauncher()
     problem = Problem("gemv", "float32", n, n)
-    assert gemv.space(problem).check(config) is None
+    assert gemv.OP.space(problem).check(config) is None
     choice = Choice(problem, launcher.gpu.name, config, "measured")
     if launcher.device.programmatic:
         assert launcher.runtime.plan(choice, launcher.device, True)._config.num_attrs == 1  # PDL
@@ -278,8 +281,8 @@ def test_a_tuned_config_fitted_to_a_shape_it_misses_is_correct(
     moved by Space.fit (narrower loads, no prefetch), run on fresh data with y poisoned."""
     dtype, m, n = misfit
     problem = Problem("gemv", dtype, m, n)
-    assert gemv.space(problem).check(tuned) is not None
-    fitted = gemv.space(problem).fit(tuned)
+    assert gemv.OP.space(problem).check(tuned) is not None
+    fitted = gemv.OP.space(problem).fit(tuned)
     assert fitted is not None and fitted["vec"] < tuned["vec"]
     _run_and_check(problem, fitted, *_torch_operands(dtype, m, n))
 
@@ -292,7 +295,7 @@ def test_unaligned_views_run_the_tuned_config_with_scalar_loads(dtype: str) -> N
 
     problem = Problem("gemv", dtype, 1024, 1024)
     config = TUNED_ALIGNED[1] if dtype != "float32" else {**TUNED_ALIGNED[1], "vec": 4}
-    assert gemv.space(problem).check(config) is None
+    assert gemv.OP.space(problem).check(config) is None
     _, scalar = scalar_loads(problem, config)
     assert scalar == {**config, "vec": 1, "prefetch": 0}
     _run_and_check(problem, config, *_torch_operands(dtype, 1024, 1024, offset=1))

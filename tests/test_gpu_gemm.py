@@ -49,7 +49,7 @@ def _sample(problem: Problem) -> list[Config]:
     op = ops.for_problem(problem)
     configs = list(op.space(problem))
     rng = random.Random(f"{problem}")
-    seeds = gemm.seed_configs(problem) if problem.op == "gemm" else []
+    seeds = gemm.OP.seed_configs(problem) if problem.op == "gemm" else []
     default = op.default_config(problem)
     picked = [default, configs[0], configs[-1], *seeds]
     # Split-K reduced in a cluster of blocks (the skinny families), where the problem allows it.
@@ -94,7 +94,7 @@ def _measure_all(problem: Problem) -> list[tuple[Config, str, str]]:
 def test_every_gemm_family_is_correct(shape: tuple[int, int, int], dtype: str) -> None:
     problem = Problem("gemm", dtype, *shape)
     results = _measure_all(problem)
-    wrong = [(gemm.family_name(problem), c, s, m) for c, s, m in results if s != Status.OK.value]
+    wrong = [(gemm.family(problem).NAME, c, s, m) for c, s, m in results if s != Status.OK.value]
     assert not wrong, wrong
 
 

@@ -193,7 +193,7 @@ def test_split_k_on_two_streams_at_once() -> None:
     from autotune.runtime.launcher import Runtime
 
     problem = Problem("gemv", "float16", 256, 131072)
-    assert gemv.space(problem).check(SPLIT_K) is None
+    assert gemv.OP.space(problem).check(SPLIT_K) is None
     runtime = Runtime(lambda p, device, db: Choice(p, device.gpu.name, SPLIT_K, "measured"))
     streams = [torch.cuda.Stream(), torch.cuda.Stream()]
     As = [torch.empty(256, 131072, device="cuda", dtype=torch.float16) for _ in streams]

@@ -81,7 +81,7 @@ def test_stored_and_warm_start_points_are_not_proposed_again() -> None:
 
 
 def test_make_sampler_builds_nothing_the_size_of_the_space() -> None:
-    space = gemv.space(PROBLEM)
+    space = gemv.OP.space(PROBLEM)
     start = time.perf_counter()
     sampler = make_sampler("grid", space, seed=0)
     assert isinstance(sampler, ValidGridSampler) and sampler.size > 10**7

@@ -81,7 +81,7 @@ def _gpu(compute_capability: str) -> GpuInfo:
 
 
 def test_only_waiting_kernels_on_sm_90_and_up_launch_programmatically() -> None:
-    assert programmatic_launch(gemv, _gpu("9.0"))
-    assert programmatic_launch(gemv, _gpu("10.0"))
-    assert not programmatic_launch(gemv, _gpu("8.0"))  # no griddepcontrol before Hopper
-    assert not programmatic_launch(gemm, _gpu("9.0"))  # GEMM kernels do not wait for their predecessor
+    assert programmatic_launch(gemv.OP, _gpu("9.0"))
+    assert programmatic_launch(gemv.OP, _gpu("10.0"))
+    assert not programmatic_launch(gemv.OP, _gpu("8.0"))  # no griddepcontrol before Hopper
+    assert not programmatic_launch(gemm.OP, _gpu("9.0"))  # GEMM kernels do not wait for their predecessor

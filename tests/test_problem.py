@@ -7,15 +7,8 @@ from pathlib import Path
 import pytest
 
 from autotune.core.errors import AutotuneError
-from autotune.core.problem import (
-    MAX_DIM,
-    check_dim,
-    make_problem,
-    parse_shapes,
-    read_shapes_file,
-    resolve_op,
-    standard_shapes,
-)
+from autotune.core.problem import MAX_DIM, check_dim, parse_shapes, read_shapes_file
+from autotune.ops import make_problem, resolve_op, standard_shapes
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from autotune.store import Store
 
 H200 = GpuInfo("NVIDIA H200", "GPU-1111", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
 SHAPE = Problem("gemv", "float16", 4096, 4096)
-CONFIG = gemv.default_config(SHAPE)
+CONFIG = gemv.OP.default_config(SHAPE)
 GPU_LINE: dict[str, Any] = {"kind": "gpu", **{k: v for k, v in H200.to_dict().items() if k != "uuid"}}
 INJECTED = '0\n#ifndef ONCE\nextern "C" __global__ void injected_kernel() {}\n#endif'
 
@@ -185,7 +185,7 @@ def test_a_users_file_keeps_its_origin_when_the_shipped_file_of_its_name_changes
 
 @pytest.mark.parametrize("value", [True, False, 128.0, "128", None, 1.5])
 def test_space_check_wants_exact_integers(value: object) -> None:
-    space = gemv.space(SHAPE)
+    space = gemv.OP.space(SHAPE)
     why = space.check({**CONFIG, "block": value})
     assert why is not None and "block must be an integer" in why
     assert space.check({**CONFIG, "order": True}) is not None

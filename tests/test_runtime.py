@@ -158,7 +158,7 @@ def test_a_plan_packs_the_kernels_arguments_and_launches_with_pdl(cuda: FakeCuda
     first, second = cuda.launches
     assert first.args == [1 << 20, 2 << 20, 3 << 20, 4096, 8192, 0.5, 2.0, 0, 0]
     assert second.args == [4 << 20, 5 << 20, 6 << 20, 4096, 8192, 1.0, 0.0, 0, 0]
-    geom = gemv.launch(problem, config, H200.sm_count)
+    geom = gemv.OP.launch(problem, config, H200.sm_count)
     assert first.grid == geom.grid and first.block == geom.block
     assert (first.stream, second.stream) == (77, 78)
     assert first.programmatic and first.function == second.function
@@ -167,9 +167,9 @@ def test_a_plan_packs_the_kernels_arguments_and_launches_with_pdl(cuda: FakeCuda
 
 def test_the_transposed_gemv_passes_x_first_and_its_one_row_sizes(cuda: FakeCuda) -> None:
     problem = Problem("gemv", "float32", 300, 500, trans=True)
-    from autotune.ops import gemv_t
+    from autotune.ops.gemv import transposed as gemv_t
 
-    config = gemv_t.default_config(problem)
+    config = gemv_t.TRANSPOSED.default_config(problem)
     cuda.arg_types = "PPPiiiffPP"  # a one-row GEMM's arguments
     runtime = _runtime(Choice(problem, H200.name, config, "default"))
     runtime.run(Choice(problem, H200.name, config, "default"), runtime.device(0), (16, 32, 48), 1.0, 0.0)
@@ -178,7 +178,7 @@ def test_the_transposed_gemv_passes_x_first_and_its_one_row_sizes(cuda: FakeCuda
 
 def test_split_k_scratch_belongs_to_one_stream(cuda: FakeCuda) -> None:
     problem = Problem("gemv", "float16", 256, 131072)
-    assert gemv.space(problem).check(SPLIT_K) is None
+    assert gemv.OP.space(problem).check(SPLIT_K) is None
     choice = Choice(problem, H200.name, SPLIT_K, "measured")
     runtime = _runtime(choice)
     device = runtime.device(0)
@@ -350,8 +350,8 @@ def test_unaligned_arrays_run_the_fitted_scalar_config_fitted_once(
     for _ in range(3):
         runtime.run(choice, device, ((1 << 20) + 2, 1 << 22, 1 << 23), 1.0, 0.0)
     runtime.run(choice, device, (1 << 21, 1 << 22, 1 << 23), 1.0, 0.0)  # aligned: the tuned kernel
-    scalar_name = gemv.kernel_name(problem, {**tuned, "vec": 1, "prefetch": 0})
-    assert loaded == [scalar_name, gemv.kernel_name(problem, tuned)]
+    scalar_name = gemv.OP.kernel_name(problem, {**tuned, "vec": 1, "prefetch": 0})
+    assert loaded == [scalar_name, gemv.OP.kernel_name(problem, tuned)]
     assert [launch.function for launch in cuda.launches] == [1, 1, 1, 2]
     assert len(fits) == 1
 

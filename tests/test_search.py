@@ -17,7 +17,7 @@ PROBLEM = Problem("gemv", "float16", 4096, 8192)
 
 class FakeMeasurer(Measurer):
     def __init__(self, crashes: dict[str, int] | None = None, fail: set[str] | None = None) -> None:
-        self.space = gemv.space(PROBLEM)
+        self.space = gemv.OP.space(PROBLEM)
         self.measured: list[Config] = []
         self.invalid: list[str] = []
         self._crashes = crashes or {}

@@ -63,7 +63,7 @@ def test_untuned_shape_takes_the_nearest_tuned_config() -> None:
 
 def test_a_neighbour_config_this_shape_cannot_run_is_fitted_to_it() -> None:
     odd = Problem("gemv", "float16", 1024, 999)  # odd N: only scalar loads (vec=1) are valid
-    assert gemv.space(odd).check(FAST) is not None
+    assert gemv.OP.space(odd).check(FAST) is not None
     nearer, further = row(1024, 1024, FAST, 3.0), row(2048, 1024, SLOW)
     assert shape_distance((1024, 1024), (1024, 999)) < shape_distance((2048, 1024), (1024, 999))
     choice = choose(odd, GPU, None, [further, nearer])
@@ -90,7 +90,7 @@ def test_nothing_tuned_gives_the_default() -> None:
     assert (choice.source, choice.config, choice.time_us) == (DEFAULT, gemv.DEFAULT_CONFIG, None)
     assert choice.config is not gemv.DEFAULT_CONFIG  # a copy: callers cannot corrupt the default
     assert len(choice.notes) == 1 and "hgemv" in choice.notes[0] and GPU in choice.notes[0]
-    assert gemv.space(SHAPE).check(choice.config) is None
+    assert gemv.OP.space(SHAPE).check(choice.config) is None
 
 
 def test_no_neighbour_that_fits_gives_the_default_and_keeps_given_notes() -> None:

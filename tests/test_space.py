@@ -49,10 +49,10 @@ def test_configs_of_another_space_and_impossible_pins_do_not_fit() -> None:
 
 def test_a_16_byte_gemv_config_fits_odd_rows_with_scalar_loads_and_keeps_its_tiling() -> None:
     tuned = {**gemv.DEFAULT_CONFIG, "block": 512, "lanes": 128, "vec": 8, "unroll": 4, "rows": 2, "prefetch": 1}
-    assert gemv.space(Problem("gemv", "float16", 1024, 1024)).check(tuned) is None
-    fitted = gemv.space(Problem("gemv", "float16", 1024, 1023)).fit(tuned)
+    assert gemv.OP.space(Problem("gemv", "float16", 1024, 1024)).check(tuned) is None
+    fitted = gemv.OP.space(Problem("gemv", "float16", 1024, 1023)).fit(tuned)
     assert fitted == {**tuned, "vec": 1, "prefetch": 0}  # the prefetch needs 16-byte loads
-    assert gemv.space(Problem("gemv", "float16", 1024, 1020)).fit(tuned) == {**tuned, "vec": 4, "prefetch": 0}
+    assert gemv.OP.space(Problem("gemv", "float16", 1024, 1020)).fit(tuned) == {**tuned, "vec": 4, "prefetch": 0}
 
 
 # Problems whose spaces differ from those of the shapes next to them: odd reduction lengths, rows of

@@ -83,7 +83,7 @@ def trial_line(time_us: float, block: int, m: int = 4096) -> dict[str, object]:
 @functools.cache
 def _valid_configs() -> list[dict[str, int]]:
     """GEMV configs valid for both SHAPE and OTHER: records files hold only points of the space."""
-    both = (c for c in itertools.islice(gemv.space(SHAPE), 20000) if gemv.space(OTHER).check(c) is None)
+    both = (c for c in itertools.islice(gemv.OP.space(SHAPE), 20000) if gemv.OP.space(OTHER).check(c) is None)
     return list(itertools.islice(both, 1100))
 
 

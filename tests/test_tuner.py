@@ -39,7 +39,7 @@ PLANTED = {1: Status.CRASHED, 4: Status.TIMEOUT, 8: Status.WRONG_RESULT, 16: Sta
 @pytest.fixture(autouse=True)
 def no_seeds(monkeypatch: pytest.MonkeyPatch) -> None:
     """The orchestration tests count and order trials; GEMV's fixed seed configs are tested alone."""
-    monkeypatch.delattr(gemv, "seed_configs")
+    monkeypatch.setattr(gemv.OP, "seed_configs", lambda problem: [])
 
 
 class FakeWorker:
@@ -130,7 +130,7 @@ def test_every_trial_is_stored_with_its_status(store: Store) -> None:
         if trial.status in PLANTED.values():
             assert PLANTED[trial.config["lanes"]] is trial.status and trial.message == f"planted {trial.status.value}"
         if trial.status is Status.INVALID:
-            assert gemv.space(SHAPE).check(trial.config) == trial.message
+            assert gemv.OP.space(SHAPE).check(trial.config) == trial.message
     assert len({t.config_key for t in stored}) == len(stored)
     assert {t.source_hash for t in stored} == {source_hash(SHAPE)}
     assert worker.setups == [SHAPE]
@@ -172,7 +172,7 @@ def test_crashing_configs_are_never_measured_a_third_time(db_path: Path) -> None
 def test_twice_crashed_config_is_quarantined(store: Store) -> None:
     tune(store, FakeWorker(), 15, NEARBY)
     best = store.best(H200.name, NEARBY, source_hash(SHAPE))
-    assert best is not None and gemv.space(SHAPE).check(best.config) is None
+    assert best is not None and gemv.OP.space(SHAPE).check(best.config) is None
     # The warm start would measure it first; two earlier worker deaths on this problem forbid it.
     pid = store.problem_id(SHAPE, H200.name)
     assert pid is not None
@@ -221,7 +221,7 @@ class ReplayFailsWorker(FakeWorker):
 
 
 def test_a_setup_that_fails_on_a_fresh_worker_is_charged_to_no_config(store: Store) -> None:
-    killer = gemv.space(SHAPE).fit(dict(gemv.DEFAULT_CONFIG, lanes=1), pinned={"lanes": 1})
+    killer = gemv.OP.space(SHAPE).fit(dict(gemv.DEFAULT_CONFIG, lanes=1), pinned={"lanes": 1})
     assert killer is not None
     worker = ReplayFailsWorker()
     report = tune(store, worker, 20, first=[killer])
@@ -272,12 +272,12 @@ def test_a_crash_left_without_its_retry_is_retried_next_run(store: Store) -> Non
 
 def broken_kernels(problem: Problem, policy: int) -> frozenset[str]:
     """The kernel names of every compiled-parameter combination with this cache policy."""
-    space = gemv.space(problem)
+    space = gemv.OP.space(problem)
     choices = space.choices()
     compiled = [p.name for p in space.params if p.compiled and p.name != "policy"]
     names = set()
     for values in itertools.product(*(choices[name] for name in compiled)):
-        names.add(gemv.kernel_name(problem, {**dict(zip(compiled, values, strict=True)), "policy": policy}))
+        names.add(gemv.OP.kernel_name(problem, {**dict(zip(compiled, values, strict=True)), "policy": policy}))
     return frozenset(names)
 
 
@@ -305,7 +305,7 @@ def test_the_reported_best_is_the_fastest_ok_row(store: Store) -> None:
 def test_warm_start_measures_the_nearest_best_first(store: Store) -> None:
     tune(store, FakeWorker(), 20, seed=2)  # a random search whose best NEARBY also allows (seed 1's has split=16)
     best = store.best(H200.name, SHAPE, source_hash(SHAPE))
-    assert best is not None and gemv.space(NEARBY).check(best.config) is None
+    assert best is not None and gemv.OP.space(NEARBY).check(best.config) is None
     worker = FakeWorker()
     tune(store, worker, 5, NEARBY, seed=7)
     assert worker.measured[0] == best.config
@@ -431,7 +431,7 @@ def test_retuning_under_a_new_driver_remeasures_instead_of_reusing(store: Store)
 
 def test_seed_configs_are_measured_before_the_sampler_picks(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.undo()  # the GEMV seeds back
-    seeds = gemv.seed_configs(SHAPE)
+    seeds = gemv.OP.seed_configs(SHAPE)
     assert len(seeds) >= 4
     worker = FakeWorker()
     tune(store, worker, len(seeds) + 2)
@@ -447,7 +447,7 @@ def test_a_re_sweep_after_a_kernel_edit_measures_the_earlier_best_first(
     first, second = [t.config for t in store.trials(pid) if t.status is Status.OK][:2]
     # Under an older kernel the best config lacked one of today's parameters (one at its default value
     # in that config) and had a parameter since dropped.
-    default = gemv.default_config(SHAPE)
+    default = gemv.OP.default_config(SHAPE)
     added = next(name for name, value in first.items() if value == default[name])
     old = {**first, "retired": 3}
     del old[added]
@@ -468,7 +468,7 @@ def test_a_re_sweep_measures_the_leaders_other_prefetch_choices_first(store: Sto
     tune(store, before, 12, SHAPE, seed=2)
     best = store.best(H200.name, SHAPE, source_hash(SHAPE))
     assert best is not None
-    expected = [v for v in gemv.leader_variants(SHAPE, best.config) if v not in before.measured]
+    expected = [v for v in gemv.OP.leader_variants(SHAPE, best.config) if v not in before.measured]
     assert len(expected) >= 2
     worker = FakeWorker()
     tune(store, worker, 12 + len(expected), SHAPE, seed=3)
@@ -512,7 +512,7 @@ class PlacementWorker(FakeWorker):
 
 def test_modelled_times_of_the_confirmation_configs() -> None:
     assert [modelled_time_us(c) for c in (LEADER, RUNNER_UP, THIRD)] == [10.0, 10.2, 10.5]
-    assert all(gemv.space(SHAPE).check(c) is None for c in (LEADER, RUNNER_UP, THIRD))
+    assert all(gemv.OP.space(SHAPE).check(c) is None for c in (LEADER, RUNNER_UP, THIRD))
 
 
 def test_leaders_are_confirmed_on_fresh_buffers_and_keep_their_slower_time(store: Store) -> None:

@@ -86,7 +86,10 @@ _LOCAL_INCLUDE = re.compile(rb'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 
 def kernel_path(name: str, directory: Path | None = None) -> Path:
     """A file of kernels/ by its path there ("gemv/gemv.cu") or, as a kernel's own includes name
-    them, by its file name alone when exactly one folder of kernels/ holds it ("common.cuh")."""
+    them, by its file name alone when exactly one folder of kernels/ holds it ("common.cuh"). An
+    absolute path names a kernel file outside kernels/ (an op kept in one folder with its kernel)."""
+    if Path(name).is_absolute() and Path(name).is_file():
+        return Path(name)
     root = directory or kernels_dir()
     if (root / name).is_file():
         return root / name

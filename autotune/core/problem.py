@@ -26,9 +26,7 @@ _DTYPE_ALIASES = {
     "b": "bfloat16",
 }
 # BLAS-style names: the first letter is the dtype.
-_BLAS_PREFIX = {"s": "float32", "h": "float16", "b": "bfloat16"}
-OPS = ("gemv", "gemm")
-DEFAULT_OP = "hgemv"
+BLAS_PREFIX = {"s": "float32", "h": "float16", "b": "bfloat16"}
 
 # Kernels index with 32-bit ints, and no card holds a matrix near 256 GiB: larger is a typo.
 MAX_DIM = 2**31 - 1
@@ -37,10 +35,11 @@ MAX_MATRIX_BYTES = 256 * 2**30
 
 @dataclass(frozen=True, order=True)
 class Problem:
-    """One tuning problem, every matrix row-major.
+    """One tuning problem, every matrix row-major: an op (autotune/ops) and its sizes.
 
     GEMV: y = A x with A m x n (n is the reduction length); `trans` means y = Aᵀ x instead
-    (x has m entries, y has n). GEMM: C = A B with A m x k, B k x n, C m x n. GEMV has k = 0.
+    (x has m entries, y has n). GEMM: C = A B with A m x k, B k x n, C m x n. Ops without a
+    third size have k = 0.
     """
 
     op: str
@@ -52,20 +51,18 @@ class Problem:
 
     @property
     def blas_name(self) -> str:
-        prefix = {v: k for k, v in _BLAS_PREFIX.items()}[self.dtype]
+        prefix = {v: k for k, v in BLAS_PREFIX.items()}[self.dtype]
         return prefix + self.op
 
     @property
     def matrix_bytes(self) -> int:
-        """The largest operand: A for GEMV, max(A, B, C) for GEMM."""
-        if self.op == "gemm":
-            return max(self.m * self.k, self.k * self.n, self.m * self.n) * ITEMSIZE[self.dtype]
-        return self.m * self.n * ITEMSIZE[self.dtype]
+        """The largest matrix: m x n, or with k the largest of m x k, k x n and m x n."""
+        return max(self.m * self.k, self.k * self.n, self.m * self.n) * ITEMSIZE[self.dtype]
 
     @property
     def shape(self) -> tuple[int, ...]:
-        """The sizes that define the problem: (m, n) for GEMV, (m, n, k) for GEMM."""
-        return (self.m, self.n, self.k) if self.op == "gemm" else (self.m, self.n)
+        """The sizes that define the problem: (m, n), or (m, n, k) for an op with a third size."""
+        return (self.m, self.n, self.k) if self.k else (self.m, self.n)
 
     def __str__(self) -> str:
         text = f"{self.blas_name} {'x'.join(map(str, self.shape))}"
@@ -79,22 +76,6 @@ def parse_dtype(dtype: str) -> str:
     return canonical
 
 
-def resolve_op(op: str | None, dtype: str | None = None) -> tuple[str, str]:
-    """Map `--op` and `--dtype` to (op, dtype): BLAS names (sgemv, hgemv, bgemv) or `gemv` + dtype."""
-    # --dtype alone names the dtype of the default op's kind (GEMV), not a clash with hgemv.
-    name = (op or ("gemv" if dtype is not None else DEFAULT_OP)).strip().lower()
-    wanted = parse_dtype(dtype) if dtype is not None else None
-    if name in OPS:
-        return name, wanted or "float16"
-    if len(name) > 1 and name[0] in _BLAS_PREFIX and name[1:] in OPS:
-        implied = _BLAS_PREFIX[name[0]]
-        if wanted is not None and wanted != implied:
-            raise AutotuneError(f"--op {name} means dtype {implied}, but --dtype says {wanted}")
-        return name[1:], implied
-    known = ", ".join([*OPS, *(p + o for o in OPS for p in _BLAS_PREFIX)])
-    raise AutotuneError(f"unknown op {op!r}: choose one of {known}")
-
-
 def check_dim(name: str, value: object) -> int:
     """A matrix dimension: a positive integer a kernel can index."""
     if isinstance(value, bool) or not isinstance(value, int):
@@ -106,35 +87,11 @@ def check_dim(name: str, value: object) -> int:
     return value
 
 
-def make_problem(op: str, dtype: str, m: object, n: object, k: object = None, trans: bool = False) -> Problem:
-    """A checked problem: GEMM needs k; only GEMV has a transposed layout."""
-    if op == "gemm":
-        if k is None:
-            raise AutotuneError("GEMM needs K (--k): A is M x K, B is K x N")
-        if trans:
-            raise AutotuneError("--trans applies to GEMV only (GEMM takes row-major A and B)")
-        problem = Problem(op, dtype, check_dim("M", m), check_dim("N", n), check_dim("K", k))
-    else:
-        if k is not None:
-            raise AutotuneError(f"--k applies to GEMM only; {op} is M x N")
-        problem = Problem(op, dtype, check_dim("M", m), check_dim("N", n), trans=bool(trans))
-    if problem.matrix_bytes > MAX_MATRIX_BYTES:
-        raise AutotuneError(
-            f"{problem}: the matrix would take {problem.matrix_bytes / 2**30:.0f} GiB, more than any GPU holds"
-        )
-    return problem
-
-
 def _parse_int(token: str) -> int | None:
     try:
         return int(token)
     except ValueError:
         return None
-
-
-def shape_dims(op: str) -> tuple[str, ...]:
-    """The sizes a shapes-file line gives for this op."""
-    return ("M", "N", "K") if op == "gemm" else ("M", "N")
 
 
 def parse_shapes(text: str, source: str, dims: Sequence[str] = ("M", "N")) -> list[tuple[int, ...]]:
@@ -165,9 +122,3 @@ def read_shapes_file(path: Path, dims: Sequence[str] = ("M", "N")) -> list[tuple
     except OSError as exc:
         raise AutotuneError(f"cannot read shapes file {path}: {exc.strerror or exc}") from None
     return parse_shapes(text, str(path), dims)
-
-
-def standard_shapes(op: str = "gemv") -> list[tuple[int, ...]]:
-    """The shape set that ships with the package for this op (what `autotune sweep` tunes by default)."""
-    name = f"{op}_shapes.txt"
-    return parse_shapes((Path(__file__).parents[1] / name).read_text(), f"standard {op} shapes", shape_dims(op))

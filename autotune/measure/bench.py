@@ -174,7 +174,7 @@ class Bench:
         ours_samples, *cublas_samples = self.timer.measure_interleaved([ours, *candidates], reps=reps)
         ours_us = statistics.median(ours_samples)
         cublas_us = min(statistics.median(samples) for samples in cublas_samples)
-        moved = gemv.bytes_moved(problem)
+        moved = gemv.OP.bytes_moved(problem)
         return BenchRow(
             problem.dtype,
             problem.m,
@@ -215,7 +215,7 @@ class Bench:
 
         ours_samples, cublas_samples = self.timer.measure_interleaved([ours, cublas], reps=reps)
         ours_us, cublas_us = statistics.median(ours_samples), statistics.median(cublas_samples)
-        flops = gemm.flops(p)
+        flops = gemm.OP.flops(p)
         return GemmRow(
             p.dtype,
             p.m,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import atexit
 import functools
 from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,7 @@ from autotune.core.limits import DEFAULT_SHARED_BYTES
 from autotune.ops import tma
 
 if TYPE_CHECKING:
+    from autotune.ops.base import Op
     from autotune.ops.geometry import Launch
 
 # Dynamic shared memory every kernel may use; more needs a per-function opt-in (opt_in_shared).
@@ -90,10 +92,10 @@ def has_programmatic_launch(gpu: GpuInfo) -> bool:
     return int(gpu.compute_capability.split(".")[0]) >= 9
 
 
-def programmatic_launch(op: Any, gpu: GpuInfo) -> bool:
+def programmatic_launch(op: Op, gpu: GpuInfo) -> bool:
     """Whether `op`'s kernels run on `gpu` with programmatic dependent launch: the op's kernels wait
     for the kernel before them, and the GPU has PDL."""
-    return bool(getattr(op, "PROGRAMMATIC_LAUNCH", False)) and has_programmatic_launch(gpu)
+    return op.programmatic_launch and has_programmatic_launch(gpu)
 
 
 class Kernels:
@@ -178,13 +180,14 @@ class Scratch:
             self._counter_count = counters
         return self._workspace or 0, self._counters or 0
 
-    def for_launch(self, geom: Launch, dtype: str, sizes: tuple[int, ...], a: int, b: int) -> tuple[Any, Any]:
-        """(workspace, counters) for a launch on A at `a` and B at `b`: the split-K buffers, or for a
-        TMA kernel (geom.operand_maps; GEMMs only, sizes = (m, n, k)) the device address of its maps."""
+    def for_launch(self, geom: Launch, dtype: str, sizes: tuple[int, ...], inputs: Sequence[int]) -> tuple[Any, Any]:
+        """(workspace, counters) for a launch on input arrays at `inputs`: the split-K buffers, or for
+        a TMA kernel (geom.operand_maps: GEMMs, sizes = (m, n, k), inputs A and B) the device address
+        of its maps."""
         workspace, counters = self.get(geom.workspace_floats, geom.counters)
         if geom.operand_maps is not None:
             m, n, k = sizes
-            workspace = self._maps.get(geom.operand_maps, dtype, (m, n, k), a, b)
+            workspace = self._maps.get(geom.operand_maps, dtype, (m, n, k), inputs[0], inputs[1])
         return workspace, counters
 
 

@@ -1,41 +1,108 @@
-"""One module per operation; each is pure Python (no GPU): space, constraints, geometry, source.
+"""The registry of operations, and what needs an op to be understood: op names on the command line,
+problems and their sizes, standard shapes, kernel source hashes, compile jobs.
 
-Every op module answers, for the problems it serves: kernel_file, default_config, space,
-kernel_name, kernel_source, launch, compile_arch (nvcc's -arch on a given GPU), bytes_moved, flops,
-and ARG_TYPES (the kernel's arguments in PyCUDA's prepare() notation). `for_problem` picks the
-module: GEMV in the usual layout, the transposed GEMV, or GEMM (which in turn picks one of its
-kernel families by dtype and shape).
+Each op is an `Op` (autotune/ops/base.py) in its own folder; `register` adds one (the shipped ops
+are registered here; a plug-in or a test registers its own), `for_problem` finds the op whose
+kernels run a problem.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from types import ModuleType
-from typing import Any
+from pathlib import Path
 
 from autotune.build.compiler import CompileJob
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import file_hash
-from autotune.core.problem import Problem
+from autotune.core.problem import (
+    BLAS_PREFIX,
+    MAX_MATRIX_BYTES,
+    Problem,
+    check_dim,
+    parse_dtype,
+    parse_shapes,
+)
 from autotune.ops import gemm, gemv
+from autotune.ops.base import Op
 
-_OPS: dict[str, ModuleType] = {gemv.NAME: gemv, gemm.NAME: gemm}
+DEFAULT_OP = "hgemv"
+DEFAULT_DTYPE = "float16"
+_OPS: dict[str, Op] = {}
 
 
-def get(op: str) -> ModuleType:
+def register(op: Op) -> Op:
+    """Make `op` known by its name to every stage (problems, the tuner, the worker, the store)."""
+    if not op.name.isidentifier() or (op.name[0] in BLAS_PREFIX and op.name[1:] in _OPS):
+        raise AutotuneError(f"cannot register an op named {op.name!r}")
+    _OPS[op.name] = op
+    return op
+
+
+def names() -> tuple[str, ...]:
+    return tuple(_OPS)
+
+
+def get(name: str) -> Op:
     try:
-        return _OPS[op]
+        return _OPS[name]
     except KeyError:
-        raise AutotuneError(f"unknown op {op!r}: choose one of {', '.join(_OPS)}") from None
+        raise AutotuneError(f"unknown op {name!r}: choose one of {', '.join(_OPS)}") from None
 
 
-def for_problem(problem: Problem) -> ModuleType:
-    """The op module that tunes and launches this problem."""
-    if problem.op == "gemv" and problem.trans:
-        from autotune.ops import gemv_t  # it imports the GEMM families, which GEMV alone never needs
+def for_problem(problem: Problem) -> Op:
+    """The op whose kernels run this problem."""
+    return get(problem.op).serving(problem)
 
-        return gemv_t
-    return get(problem.op)
+
+def resolve_op(op: str | None, dtype: str | None = None) -> tuple[str, str]:
+    """Map `--op` and `--dtype` to (op, dtype): BLAS names (sgemv, hgemv, bgemv) or `gemv` + dtype."""
+    # --dtype alone names the dtype of the default op's kind (GEMV), not a clash with hgemv.
+    name = (op or (DEFAULT_OP[1:] if dtype is not None else DEFAULT_OP)).strip().lower()
+    wanted = parse_dtype(dtype) if dtype is not None else None
+    if name in _OPS:
+        return name, wanted or DEFAULT_DTYPE
+    if len(name) > 1 and name[0] in BLAS_PREFIX and name[1:] in _OPS:
+        implied = BLAS_PREFIX[name[0]]
+        if wanted is not None and wanted != implied:
+            raise AutotuneError(f"--op {name} means dtype {implied}, but --dtype says {wanted}")
+        return name[1:], implied
+    known = ", ".join([*_OPS, *(p + o for o in _OPS for p in BLAS_PREFIX)])
+    raise AutotuneError(f"unknown op {op!r}: choose one of {known}")
+
+
+def make_problem(op: str, dtype: str, m: object, n: object, k: object = None, trans: bool = False) -> Problem:
+    """A checked problem: the sizes its op takes (M and N, and K where the op has it), a transposed
+    layout only where the op has one."""
+    kind = get(op)
+    if "K" in kind.sizes:
+        if k is None:
+            raise AutotuneError(f"{op.upper()} needs K (--k): A is M x K, B is K x N")
+        checked_k = check_dim("K", k)
+    elif k is not None:
+        raise AutotuneError(f"--k applies to GEMM only; {op} is {' x '.join(kind.sizes)}")
+    else:
+        checked_k = 0
+    if trans and not kind.transposable:
+        raise AutotuneError(f"--trans applies to GEMV only ({op.upper()} takes row-major operands)")
+    problem = Problem(op, dtype, check_dim("M", m), check_dim("N", n), checked_k, bool(trans))
+    if problem.matrix_bytes > MAX_MATRIX_BYTES:
+        raise AutotuneError(
+            f"{problem}: the matrix would take {problem.matrix_bytes / 2**30:.0f} GiB, more than any GPU holds"
+        )
+    return problem
+
+
+def shape_dims(op: str) -> tuple[str, ...]:
+    """The sizes a shapes-file line gives for this op."""
+    return get(op).sizes
+
+
+def standard_shapes(op: str = "gemv") -> list[tuple[int, ...]]:
+    """The shape set that ships with the op (what `autotune sweep` tunes by default)."""
+    path = get(op).shapes_file
+    if path is None:
+        raise AutotuneError(f"{op} has no standard shapes: pass --m and --n, or --shapes")
+    return parse_shapes(Path(path).read_text(), f"standard {op} shapes", shape_dims(op))
 
 
 def source_hash(problem: Problem) -> str:
@@ -43,10 +110,10 @@ def source_hash(problem: Problem) -> str:
     return file_hash(for_problem(problem).kernel_file(problem))
 
 
-def compile_job(problem: Problem, config: Mapping[str, int], gpu_arch: str, op: Any = None) -> CompileJob:
+def compile_job(problem: Problem, config: Mapping[str, int], gpu_arch: str, op: Op | None = None) -> CompileJob:
     """The nvcc job that builds this config's kernel for a GPU of `gpu_arch` (e.g. "sm_90"), keyed by
     the kernel source file's hash so that a cubin of an older source is never reused. `op` is the
-    problem's own op module unless given (the launcher runs unaligned arrays in another family)."""
+    problem's own op unless given (the launcher runs unaligned arrays in another family)."""
     op = op or for_problem(problem)
     return CompileJob(
         op.kernel_name(problem, config),
@@ -61,3 +128,7 @@ def in_space_order(problem: Problem, config: Mapping[str, int]) -> dict[str, int
     keep them sorted by name); parameters the space does not know come last."""
     order = list(for_problem(problem).space(problem).names)
     return {k: config[k] for k in sorted(config, key=lambda k: order.index(k) if k in order else len(order))}
+
+
+register(gemv.OP)
+register(gemm.OP)

@@ -17,9 +17,10 @@ from typing import Any
 from autotune import ops
 from autotune.build.compiler import cache_key, compile_kernel
 from autotune.core.errors import AutotuneError
-from autotune.core.problem import Problem, make_problem
+from autotune.core.problem import Problem
 from autotune.core.space import Config, config_key
-from autotune.ops import gemm
+from autotune.ops import make_problem
+from autotune.ops.base import Op
 from autotune.runtime import operands as opnd
 from autotune.runtime.device import Allocator, Device
 from autotune.runtime.plan import LaunchPlan
@@ -86,7 +87,7 @@ class Runtime:
 
     def _build(self, choice: Choice, device: Device, aligned: bool, stream: int) -> LaunchPlan:
         problem = choice.problem
-        op: Any = ops.for_problem(problem)
+        op = ops.for_problem(problem)
         config = choice.config
         if not aligned:
             op, config = scalar_loads(problem, config)
@@ -96,16 +97,11 @@ class Runtime:
             raise AutotuneError(f"compiling {job.name} failed: {compiled.message.splitlines()[0]}")
         geom = op.launch(problem, config, device.gpu.sm_count)
         function = device.function(compiled.cubin.read_bytes(), cache_key(job), job.name, geom.shared_bytes)
-        if problem.op == "gemm":
-            sizes: tuple[int, ...] = (problem.m, problem.n, problem.k)
-        elif problem.trans:  # a one-row GEMM: yᵀ = xᵀ A
-            sizes = (1, problem.n, problem.m)
-        else:
-            sizes = (problem.m, problem.n)
-        programmatic = bool(getattr(op, "PROGRAMMATIC_LAUNCH", False)) and device.programmatic
+        sizes = op.operands(problem).sizes
+        programmatic = op.programmatic_launch and device.programmatic
         if geom.operand_maps is not None:
             device.prepare_capture_maps(geom.operand_maps.nbytes, stream)
-        return LaunchPlan(device, function, op.ARG_TYPES, geom, sizes, problem.dtype, programmatic)
+        return LaunchPlan(device, function, op.arg_types, geom, sizes, problem.dtype, programmatic)
 
     def run(
         self,
@@ -371,16 +367,12 @@ def signature_key(first: Any, second: Any, out: Any, tail: tuple[Any, ...]) -> t
     return (*layout(first), *layout(second), *tail, *(layout(out) if out is not None else ()))
 
 
-def scalar_loads(problem: Problem, config: Config) -> tuple[Any, Config]:
+def scalar_loads(problem: Problem, config: Config) -> tuple[Op, Config]:
     """(op, config) that run `problem` with one element per load. Tuned configs may use 16-byte
     vector loads, which need aligned rows, and a sliced view may not give them; scalar loads always
     work. The config keeps its tiling where it can (Space.fit: a prefetch that needs 16-byte loads
-    goes with them). A GEMM family without scalar loads (wgmma) hands over to its stand-in family."""
-    op: Any = ops.for_problem(problem)
-    if problem.op == "gemm":
-        standin = gemm.unaligned_family(problem)
-        if standin is not gemm.family(problem):
-            op = gemm.FamilyOp(standin)
+    goes with them). An op without scalar loads (a GEMM family such as wgmma) names its stand-in."""
+    op = ops.for_problem(problem).for_unaligned(problem)
     space = op.space(problem)
     for candidate in (config, op.default_config(problem)):
         scalar = space.fit(candidate, {"vec": 1})

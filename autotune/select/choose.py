@@ -53,7 +53,7 @@ class Choice:
             "dtype": self.problem.dtype,
             "m": self.problem.m,
             "n": self.problem.n,
-            **({"k": self.problem.k} if self.problem.op == "gemm" else {}),
+            **({"k": self.problem.k} if self.problem.k else {}),
             **({"trans": True} if self.problem.trans else {}),
             "gpu": self.gpu,
             "source": self.source,

@@ -10,6 +10,7 @@ import math
 from datetime import datetime
 from typing import Any
 
+from autotune import ops
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import GpuInfo, slugify
 from autotune.core.problem import DTYPES, Problem, check_dim
@@ -117,29 +118,29 @@ def _optional_int(line: dict[str, Any], name: str, default: int, least: int) -> 
 
 def _problem(values: dict[str, Any], line: dict[str, Any]) -> Problem:
     op, dtype = values["op"], values["dtype"]
-    if op not in ("gemv", "gemm"):
-        raise BadLine(f"unknown op {_show(op)}: expected 'gemv' or 'gemm'")
+    if op not in ops.names():
+        raise BadLine(f"unknown op {_show(op)}: expected one of {', '.join(map(repr, ops.names()))}")
     if dtype not in DTYPES:
         raise BadLine(f"unknown dtype {_show(dtype)}: expected one of {', '.join(DTYPES)}")
+    kind = ops.get(op)
     k = _optional_int(line, "k", 0, 0)
     trans = line.get("trans", False)
     if not isinstance(trans, bool):
         raise BadLine(f"field 'trans' must be true or false, got {_show(trans)}")
-    if op == "gemm" and trans:
-        raise BadLine("field 'trans' must be false for gemm")
-    if op != "gemm" and k != 0:
+    if trans and not kind.transposable:
+        raise BadLine(f"field 'trans' must be false for {op}")
+    if "K" not in kind.sizes and k != 0:
         raise BadLine(f"field 'k' must be 0 for {op}, got {k}")
-    for dim, value in (("m", values["m"]), ("n", values["n"]), *((("k", k),) if op == "gemm" else ())):
+    for dim in kind.sizes:
+        value = k if dim == "K" else values[dim.lower()]
         try:
-            check_dim(dim.upper(), value)
+            check_dim(dim, value)
         except AutotuneError as exc:
             raise BadLine(str(exc)) from None
     return Problem(op, dtype, values["m"], values["n"], k, trans)
 
 
 def _config(problem: Problem, config: dict[str, Any]) -> dict[str, int]:
-    from autotune import ops  # the op modules, only once a file is read
-
     why = ops.for_problem(problem).space(problem).check(config)
     if why is not None:
         raise BadLine(f"config is not valid for {problem}: {why}")

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from autotune import ops
 from autotune.core.fingerprint import Toolchain
 from autotune.core.outcome import Status
 from autotune.core.problem import DTYPES, Problem
@@ -121,7 +122,7 @@ def usable(trial: orm.Trial | None, problem: orm.Problem | None = None) -> bool:
     """A row fit to hand out: a known op and dtype, a config of integers only. Imports check far
     more; this keeps rows an older autotune let in (a string config value, an unknown dtype) from
     reaching the selector, a listing or nvcc."""
-    if problem is not None and (problem.op not in ("gemv", "gemm") or problem.dtype not in DTYPES):
+    if problem is not None and (problem.op not in ops.names() or problem.dtype not in DTYPES):
         return False
     if trial is None:
         return True

@@ -20,6 +20,7 @@ from autotune.core.problem import DTYPES, ITEMSIZE, Problem
 from autotune.core.space import Config, Space, config_key
 from autotune.measure.worker.client import SetupLost, Worker, WorkerLost
 from autotune.ops import source_hash
+from autotune.ops.base import Op
 from autotune.select import choose as select
 from autotune.store.rows import Provenance, TrialRow
 from autotune.tune.confirm import confirm_leaders
@@ -165,17 +166,14 @@ def _other_gpus_best(store: Any, gpu: str, problem: Problem, current: str) -> li
     return configs
 
 
-def _leader_variants(op: Any, problem: Problem, leaders: list[Config], fallback: list[Config]) -> list[Config]:
+def _leader_variants(op: Op, problem: Problem, leaders: list[Config], fallback: list[Config]) -> list[Config]:
     """The op's variants (`leader_variants`) of the problem's first VARIED_LEADERS leaders, or of
     `fallback` configs where it has fewer; [] for an op without variants."""
-    vary = getattr(op, "leader_variants", None)
-    if vary is None:
-        return []
     chosen: list[Config] = []
     for config in [*leaders, *fallback]:
         if config not in chosen and len(chosen) < VARIED_LEADERS:
             chosen.append(dict(config))
-    return [variant for config in chosen for variant in vary(problem, config)]
+    return [variant for config in chosen for variant in op.leader_variants(problem, config)]
 
 
 def _carried_forward(config: Config, space: Space, default: Config) -> Config:
@@ -233,8 +231,7 @@ class Tuner:
             for row in self._store.completed_trials(problem_id, current)
             if not self._fresh_only or is_fresh(row, self.gpu)
         )
-        seeds = getattr(op, "seed_configs", None)
-        known = seeds(problem) if seeds else []
+        known = op.seed_configs(problem)
         default = op.default_config(problem)
         earlier = [
             _carried_forward(row.config, study.space, default)

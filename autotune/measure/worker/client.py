@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from autotune import ops
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import GpuInfo
 from autotune.core.outcome import Outcome, Status
@@ -237,7 +238,10 @@ class Worker:
     def setup(self, problem: Problem, seed: int, *, fresh_memory: bool = False) -> dict[str, Any]:
         """Allocate and fill the problem's buffers (random data from `seed`). With `fresh_memory`,
         the new buffers are allocated before the old ones are freed, so they lie elsewhere."""
-        payload = {"problem": problem.__dict__, "seed": seed, "fresh_memory": fresh_memory}
+        # The module that registers the problem's op, which the worker imports: an op defined
+        # outside autotune/ops (a plug-in, a test) is known to this process only.
+        op_module = type(ops.get(problem.op)).__module__
+        payload = {"problem": problem.__dict__, "seed": seed, "fresh_memory": fresh_memory, "op_module": op_module}
         request = {"cmd": "setup", **payload}
         self._setup = None
         result = self.request("setup", SETUP_TIMEOUT_S, **payload)

@@ -7,6 +7,7 @@ an error that poisons the context it answers, then exits, and the orchestrator s
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
@@ -47,8 +48,7 @@ class _State:
         return self._support
 
     def setup(self, problem: Problem, seed: int, fresh_memory: bool = False) -> dict[str, Any]:
-        from autotune.measure.worker.gemm_runner import GemmRunner
-        from autotune.measure.worker.gemv_runner import GemvRunner
+        from autotune.measure.worker.runner import Runner
 
         if not fresh_memory:
             self.runner = None  # free the previous problem's buffers first
@@ -56,8 +56,7 @@ class _State:
         # cannot reuse their memory: a confirmation measures on other memory (autotune/tune/confirm.py).
         start = time.perf_counter()
         support, gpu = self.support(), self.gpu()  # these also create the kernel cache and timer
-        runner = GemmRunner if problem.op == "gemm" or problem.trans else GemvRunner
-        self.runner = runner(self._kernels, self._timer, support, problem, gpu, seed)
+        self.runner = Runner(self._kernels, self._timer, support, problem, gpu, seed)
         return {"copies": self.runner.copies, "seconds": time.perf_counter() - start}
 
 
@@ -100,6 +99,8 @@ def _handle(state: _State, request: dict[str, Any]) -> dict[str, Any]:
         return dict(state.gpu().to_dict())
     if command == "setup":
         fresh_memory = bool(request.get("fresh_memory", False))
+        if request.get("op_module"):
+            importlib.import_module(str(request["op_module"]))  # registers the op
         return state.setup(Problem(**request["problem"]), int(request["seed"]), fresh_memory)
     if command == "measure":
         return _measure(state, request)

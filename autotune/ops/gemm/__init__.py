@@ -11,11 +11,13 @@ tensor-core GPU, any shape).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from types import ModuleType
 
 from autotune.core.errors import AutotuneError
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.core.space import Config, Space
+from autotune.ops.base import DeviceReference, Op, Operands
 from autotune.ops.gemm import mma as gemm_mma
 from autotune.ops.gemm import shared as gemm_shared
 from autotune.ops.gemm import simt as gemm_simt
@@ -25,7 +27,6 @@ from autotune.ops.gemm import wgmma as gemm_wgmma
 from autotune.ops.geometry import Launch
 
 NAME = "gemm"
-ARG_TYPES = gemm_shared.ARG_TYPES
 SKINNY_MAX_M = 16
 # From this many rows on, half-precision skinny products run on tensor cores: the CUDA-core loop's
 # FMAs grow with M while the tensor-core loop stays bound by streaming B. M = 1 stays on CUDA cores,
@@ -56,47 +57,6 @@ def wgmma_runs_here() -> bool:
     return all(cc == "9.0" for cc in capabilities)
 
 
-def unaligned_family(problem: Problem) -> ModuleType:
-    """The family that runs this problem on arrays that are not 16-byte aligned. Families with a
-    `vec` parameter fall back to scalar loads themselves; wgmma copies whole 16-byte chunks, so
-    `mma` (with vec=1) stands in for it."""
-    module = family(problem)
-    return family_named("mma") if module.NAME == "wgmma" else module
-
-
-class FamilyOp:
-    """One GEMM family behind the op interface (what the launcher calls), for running a problem in a
-    family other than the one `family` picks (see unaligned_family)."""
-
-    ARG_TYPES = ARG_TYPES
-
-    def __init__(self, module: ModuleType) -> None:
-        self.module = module
-
-    def kernel_file(self, problem: Problem) -> str:
-        return str(self.module.KERNEL_FILE)
-
-    def space(self, problem: Problem) -> Space:
-        result: Space = self.module.space(problem)
-        return result
-
-    def default_config(self, problem: Problem) -> Config:
-        return dict(self.module.default_config(problem))
-
-    def kernel_name(self, problem: Problem, config: Mapping[str, int]) -> str:
-        return str(self.module.kernel_name(problem, config))
-
-    def kernel_source(self, problem: Problem, config: Mapping[str, int]) -> str:
-        return str(self.module.kernel_source(problem, config))
-
-    def launch(self, problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
-        result: Launch = self.module.launch(problem, config, sm_count)
-        return result
-
-    def compile_arch(self, problem: Problem, arch: str) -> str:
-        return family_compile_arch(self.module, arch)
-
-
 def family_named(name: str) -> ModuleType:
     """A kernel family by its NAME, whether or not `family` would pick it (tests, benchmarks, checks)."""
     modules = (gemm_skinny, gemm_skinny_tc, gemm_simt, gemm_mma, gemm_wgmma)
@@ -122,52 +82,75 @@ def family_compile_arch(module: ModuleType, arch: str) -> str:
     return required + suffix
 
 
-def compile_arch(problem: Problem, arch: str) -> str:
-    """nvcc's -arch for this problem's kernels on a GPU of `arch`."""
-    return family_compile_arch(family(problem), arch)
+class Gemm(Op):
+    """C = alpha*A*B + beta*C, all row-major, in the family `family` picks for each problem, or in
+    one family throughout (`pinned`: tests, benchmarks, the stand-in for unaligned arrays)."""
+
+    name = NAME
+    sizes = ("M", "N", "K")
+    compute_bound = True
+    arg_types = gemm_shared.ARG_TYPES
+    shapes_file = Path(__file__).with_name("shapes.txt")
+
+    def __init__(self, pinned: ModuleType | None = None) -> None:
+        self._pinned = pinned
+
+    def _family(self, problem: Problem) -> ModuleType:
+        return self._pinned or family(problem)
+
+    def for_unaligned(self, problem: Problem) -> Op:
+        """Families with a `vec` parameter fall back to scalar loads themselves; wgmma copies whole
+        16-byte chunks, so `mma` (with vec=1) stands in for it."""
+        return Gemm(family_named("mma")) if self._family(problem).NAME == "wgmma" else self
+
+    def family(self, problem: Problem, config: Mapping[str, int]) -> str:
+        return str(self._family(problem).NAME)
+
+    def compile_arch(self, problem: Problem, arch: str) -> str:
+        return family_compile_arch(self._family(problem), arch)
+
+    def kernel_file(self, problem: Problem) -> str:
+        return str(self._family(problem).KERNEL_FILE)
+
+    def default_config(self, problem: Problem) -> Config:
+        return dict(self._family(problem).default_config(problem))
+
+    def seed_configs(self, problem: Problem) -> list[Config]:
+        seeds = getattr(self._family(problem), "seed_configs", None)
+        return [dict(c) for c in seeds(problem)] if seeds else []
+
+    def space(self, problem: Problem) -> Space:
+        result: Space = self._family(problem).space(problem)
+        return result
+
+    def kernel_name(self, problem: Problem, config: Mapping[str, int]) -> str:
+        return str(self._family(problem).kernel_name(problem, config))
+
+    def kernel_source(self, problem: Problem, config: Mapping[str, int]) -> str:
+        return str(self._family(problem).kernel_source(problem, config))
+
+    def launch(self, problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
+        result: Launch = self._family(problem).launch(problem, config, sm_count)
+        return result
+
+    def operands(self, problem: Problem) -> Operands:
+        m, n, k = problem.m, problem.n, problem.k
+        return Operands(inputs=(m * k, k * n), output=m * n, sizes=(m, n, k))
+
+    def device_reference(self, problem: Problem) -> DeviceReference:
+        return gemm_shared.device_reference(problem)
+
+    def position(self, problem: Problem, index: int) -> str:
+        row, col = divmod(index, problem.n)
+        return f"C[{row}, {col}]"
+
+    def bytes_moved(self, problem: Problem) -> int:
+        """The fewest bytes a GEMM must move: A and B read once, C written once (beta = 0)."""
+        m, n, k = problem.m, problem.n, problem.k
+        return (m * k + k * n + m * n) * ITEMSIZE[problem.dtype]
+
+    def flops(self, problem: Problem) -> int:
+        return 2 * problem.m * problem.n * problem.k
 
 
-def family_name(problem: Problem) -> str:
-    return str(family(problem).NAME)
-
-
-def kernel_file(problem: Problem) -> str:
-    return str(family(problem).KERNEL_FILE)
-
-
-def default_config(problem: Problem) -> Config:
-    return dict(family(problem).default_config(problem))
-
-
-def seed_configs(problem: Problem) -> list[Config]:
-    """Configs the family knows to be good, measured before the sampler's own picks."""
-    seeds = getattr(family(problem), "seed_configs", None)
-    return [dict(c) for c in seeds(problem)] if seeds else []
-
-
-def space(problem: Problem) -> Space:
-    result: Space = family(problem).space(problem)
-    return result
-
-
-def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
-    return str(family(problem).kernel_name(problem, config))
-
-
-def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
-    return str(family(problem).kernel_source(problem, config))
-
-
-def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
-    result: Launch = family(problem).launch(problem, config, sm_count)
-    return result
-
-
-def bytes_moved(problem: Problem) -> int:
-    """The fewest bytes a GEMM must move: A and B read once, C written once (beta = 0)."""
-    m, n, k = problem.m, problem.n, problem.k
-    return (m * k + k * n + m * n) * ITEMSIZE[problem.dtype]
-
-
-def flops(problem: Problem) -> int:
-    return 2 * problem.m * problem.n * problem.k
+OP = Gemm()

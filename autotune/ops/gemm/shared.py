@@ -5,12 +5,25 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 
+from autotune.core.errors import AutotuneError
+from autotune.core.limits import MAX_GRID_Y
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.core.space import Config
+from autotune.ops.base import DeviceReference
 from autotune.ops.geometry import cluster_choices, cluster_declaration
 
 # Kernel arguments in PyCUDA's prepare() notation: A, B, C, M, N, K, alpha, beta, workspace, counters.
 ARG_TYPES = "PPPiiiffPP"
+REFERENCE_TILE = 64  # kernels/measure/support.cu: at_gemm_reference's tile of C
+
+
+def device_reference(problem: Problem) -> DeviceReference:
+    """at_gemm_reference: C (M x N) = A B in float64, a block per 64 x 64 tile of C."""
+    tiles_m = math.ceil(problem.m / REFERENCE_TILE)
+    if tiles_m > MAX_GRID_Y:
+        raise AutotuneError(f"{problem}: M={problem.m} is past what the float64 reference kernel covers")
+    grid = (math.ceil(problem.n / REFERENCE_TILE), tiles_m, 1)
+    return DeviceReference(f"at_gemm_reference_{problem.dtype}", "PPPPiii", grid, (256, 1, 1))
 
 
 def instance_source(

@@ -1,26 +1,24 @@
-"""GEMV (y = alpha*A*x + beta*y, A row-major M x N): parameters, constraints, launch geometry, source."""
+"""GEMV (y = alpha*A*x + beta*y, A row-major M x N): parameters, constraints, launch geometry, source,
+operands and reference. The transposed product (y = Aᵀx) is transposed.py's."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-
-import numpy as np
+from pathlib import Path
 
 from autotune.core.dtypes import CUDA_TYPE
+from autotune.core.limits import DEFAULT_SHARED_BYTES
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.core.space import Config, Param, Space
+from autotune.ops.base import DeviceReference, Op, Operands
+from autotune.ops.gemv.transposed import TRANSPOSED
 from autotune.ops.geometry import Launch, cluster_choices, cluster_declaration
 
 NAME = "gemv"
 KERNEL_FILE = "gemv/gemv.cu"  # under kernels/, the mirror of this folder
-# Kernel arguments in PyCUDA's prepare() notation: A, x, y, M, N, alpha, beta, partial, counters.
-ARG_TYPES = "PPPiiffPP"
-# Every instance waits for the kernel before it in the stream (griddepcontrol.wait) before reading
-# anything, so launchers may use programmatic dependent launch (autotune/measure/gpu.py) on sm_90+.
-PROGRAMMATIC_LAUNCH = True
 
-MAX_SHARED_BYTES = 48 * 1024  # dynamic shared memory a block gets without opting in
+MAX_SHARED_BYTES = DEFAULT_SHARED_BYTES  # the launch path never opts a GEMV in to more
 # Bytes of A a thread loads per step (vec * itemsize * unroll * rows). At 256, instances that issue a
 # step's loads together (order=1) take up to 128 registers; at 512 they reach ptxas's limit of 255.
 # 256 lets a thread load a whole 8192-element float16 row pair in one step: float16 4096x8192 in
@@ -49,31 +47,6 @@ DEFAULT_CONFIG: Config = {
 }
 
 
-def compile_arch(problem: Problem, arch: str) -> str:
-    """nvcc's -arch for this problem's kernels on a GPU of `arch`: the GPU's own."""
-    return arch
-
-
-def kernel_file(problem: Problem) -> str:
-    return KERNEL_FILE
-
-
-def default_config(problem: Problem) -> Config:
-    return dict(DEFAULT_CONFIG)
-
-
-def family(config: Mapping[str, int]) -> str:
-    """The kernel family a config belongs to (for people: the kernel is one template)."""
-    lanes, block = config["lanes"], config["block"]
-    if lanes == 1:
-        return "thread_per_row"
-    if lanes < 32:
-        return "subwarp_per_row"
-    if lanes == 32:
-        return "warp_per_row"
-    return "block_per_row" if lanes == block else "multiwarp_per_row"
-
-
 def _vectors(problem: Problem, vec: int) -> int:
     return problem.n // vec
 
@@ -88,49 +61,6 @@ def _per_split_vectors(problem: Problem, config: Mapping[str, int]) -> int:
 def _cluster_sum_bytes(config: Mapping[str, int]) -> int:
     """Static shared memory of a cluster's row sums: one float per row of the block's tile."""
     return (config["block"] // config["lanes"]) * config["rows"] * 4 if config["cluster"] > 1 else 0
-
-
-def space(problem: Problem) -> Space:
-    itemsize = ITEMSIZE[problem.dtype]
-    vecs = tuple(v for v in _VECS if v * itemsize <= 16 and (v == 1 or problem.n % v == 0))
-
-    def constraint(c: Mapping[str, int]) -> str | None:
-        if c["lanes"] > c["block"]:
-            return f"lanes={c['lanes']} exceeds block={c['block']}"
-        if c["vec"] * itemsize * c["unroll"] * c["rows"] > MAX_BYTES_IN_FLIGHT:
-            return f"more than {MAX_BYTES_IN_FLIGHT} bytes of A in flight per thread (runs out of registers)"
-        if c["split"] > 1 and c["split"] * c["lanes"] > _vectors(problem, c["vec"]):
-            return f"split={c['split']} leaves splits without a full step of {c['lanes']} lanes"
-        if c["cluster"] > 1 and c["split"] != c["cluster"]:
-            return f"cluster={c['cluster']} reduces exactly that many splits, not split={c['split']}"
-        x_bytes = _per_split_vectors(problem, c) * c["vec"] * itemsize if c["x_smem"] else 0
-        if x_bytes + _cluster_sum_bytes(c) > MAX_SHARED_BYTES:
-            return "x slice and cluster sums do not fit 48 KiB of shared memory"
-        if c["prefetch"] == 1 and c["vec"] * itemsize != 16:
-            return "prefetch=1 needs 16-byte vectors (bulk L2 prefetches of whole row segments)"
-        if c["order"] and c["unroll"] * c["rows"] == 1:
-            return "order=1 orders the loads of a step: it needs unroll or rows above 1"
-        return None
-
-    return Space(
-        params=(
-            Param("block", _BLOCKS),
-            Param("lanes", _LANES),
-            Param("vec", vecs),
-            Param("unroll", (1, 2, 4, 8)),
-            Param("rows", _ROWS),
-            Param("x_smem", (0, 1)),
-            Param("policy", (0, 1, 2)),
-            Param("cluster", cluster_choices()),
-            Param("split", _SPLITS, compiled=False),
-            Param("persist", (0, 1, 2, 4), compiled=False),
-            # L2 prefetches before the wait for the kernel before (gemv.cu: programmatic_start):
-            # none, the block's whole first tile, or each thread's first 1 or 2 vectors of each row.
-            Param("prefetch", (0, 1, 2, 3), categorical=True),
-            Param("order", (0, 1)),
-        ),
-        constraint=constraint,
-    )
 
 
 # Tilings measured first on every problem (those the problem allows, with 16-byte loads), so that a
@@ -178,86 +108,161 @@ _SEED_TILINGS: tuple[dict[str, int], ...] = (
 )
 
 
-def seed_configs(problem: Problem) -> list[Config]:
-    """The seeds this problem allows, with 16-byte loads (or the widest its N divides)."""
-    check = space(problem).check
-    vec = max(v for v in _VECS if v * ITEMSIZE[problem.dtype] <= 16 and problem.n % v == 0)
-    seeds = []
-    for tiling in _SEED_TILINGS:
-        config = {**DEFAULT_CONFIG, "vec": vec, **tiling}
-        if check(config) is None and config not in seeds:
-            seeds.append(config)
-    return seeds
+class Gemv(Op):
+    """y = alpha*A*x + beta*y with A row-major M x N, one kernel template (kernels/gemv/gemv.cu); a
+    problem with `trans` (y = Aᵀx) is served by the transposed variant (transposed.py)."""
+
+    name = NAME
+    transposable = True
+    # A, x, y, M, N, alpha, beta, partial sums, counters
+    arg_types = "PPPiiffPP"
+    # Every instance runs griddepcontrol.wait before reading anything (gemv.cu: programmatic_start).
+    programmatic_launch = True
+    shapes_file = Path(__file__).with_name("shapes.txt")
+
+    def serving(self, problem: Problem) -> Op:
+        return TRANSPOSED if problem.trans else self
+
+    def kernel_file(self, problem: Problem) -> str:
+        return KERNEL_FILE
+
+    def default_config(self, problem: Problem) -> Config:
+        return dict(DEFAULT_CONFIG)
+
+    def family(self, problem: Problem, config: Mapping[str, int]) -> str:
+        """The tiling family a config belongs to (for people: the kernel is one template)."""
+        lanes, block = config["lanes"], config["block"]
+        if lanes == 1:
+            return "thread_per_row"
+        if lanes < 32:
+            return "subwarp_per_row"
+        if lanes == 32:
+            return "warp_per_row"
+        return "block_per_row" if lanes == block else "multiwarp_per_row"
+
+    def space(self, problem: Problem) -> Space:
+        itemsize = ITEMSIZE[problem.dtype]
+        vecs = tuple(v for v in _VECS if v * itemsize <= 16 and (v == 1 or problem.n % v == 0))
+
+        def constraint(c: Mapping[str, int]) -> str | None:
+            if c["lanes"] > c["block"]:
+                return f"lanes={c['lanes']} exceeds block={c['block']}"
+            if c["vec"] * itemsize * c["unroll"] * c["rows"] > MAX_BYTES_IN_FLIGHT:
+                return f"more than {MAX_BYTES_IN_FLIGHT} bytes of A in flight per thread (runs out of registers)"
+            if c["split"] > 1 and c["split"] * c["lanes"] > _vectors(problem, c["vec"]):
+                return f"split={c['split']} leaves splits without a full step of {c['lanes']} lanes"
+            if c["cluster"] > 1 and c["split"] != c["cluster"]:
+                return f"cluster={c['cluster']} reduces exactly that many splits, not split={c['split']}"
+            x_bytes = _per_split_vectors(problem, c) * c["vec"] * itemsize if c["x_smem"] else 0
+            if x_bytes + _cluster_sum_bytes(c) > MAX_SHARED_BYTES:
+                return "x slice and cluster sums do not fit 48 KiB of shared memory"
+            if c["prefetch"] == 1 and c["vec"] * itemsize != 16:
+                return "prefetch=1 needs 16-byte vectors (bulk L2 prefetches of whole row segments)"
+            if c["order"] and c["unroll"] * c["rows"] == 1:
+                return "order=1 orders the loads of a step: it needs unroll or rows above 1"
+            return None
+
+        return Space(
+            params=(
+                Param("block", _BLOCKS),
+                Param("lanes", _LANES),
+                Param("vec", vecs),
+                Param("unroll", (1, 2, 4, 8)),
+                Param("rows", _ROWS),
+                Param("x_smem", (0, 1)),
+                Param("policy", (0, 1, 2)),
+                Param("cluster", cluster_choices()),
+                Param("split", _SPLITS, compiled=False),
+                Param("persist", (0, 1, 2, 4), compiled=False),
+                # L2 prefetches before the wait for the kernel before (gemv.cu: programmatic_start):
+                # none, the block's whole first tile, or each thread's first 1 or 2 vectors of each row.
+                Param("prefetch", (0, 1, 2, 3), categorical=True),
+                Param("order", (0, 1)),
+            ),
+            constraint=constraint,
+        )
+
+    def seed_configs(self, problem: Problem) -> list[Config]:
+        """The seeds this problem allows, with 16-byte loads (or the widest its N divides)."""
+        check = self.space(problem).check
+        vec = max(v for v in _VECS if v * ITEMSIZE[problem.dtype] <= 16 and problem.n % v == 0)
+        seeds = []
+        for tiling in _SEED_TILINGS:
+            config = {**DEFAULT_CONFIG, "vec": vec, **tiling}
+            if check(config) is None and config not in seeds:
+                seeds.append(config)
+        return seeds
+
+    def leader_variants(self, problem: Problem, config: Mapping[str, int]) -> list[Config]:
+        """Configs a sweep measures early beside a leader of the problem: its tiling with every other
+        prefetch the space allows. How much of the matrix to prefetch before the wait barely depends on
+        the tiling, and a sampler reaches the right value late: under their shipped tilings, one vector
+        a row took 4-6% off most shapes of 32 MB and more on the H200 (float16 4096^2: 9.33 -> 8.83 us)."""
+        problem_space = self.space(problem)
+        others = [value for value in problem_space.choices()["prefetch"] if value != config["prefetch"]]
+        variants = [{**config, "prefetch": value} for value in others]
+        return [variant for variant in variants if problem_space.check(variant) is None]
+
+    def kernel_name(self, problem: Problem, config: Mapping[str, int]) -> str:
+        c = config
+        return (
+            f"gemv_{problem.dtype}_b{c['block']}_l{c['lanes']}_v{c['vec']}_u{c['unroll']}"
+            f"_r{c['rows']}_s{c['x_smem']}_p{c['policy']}_c{c['cluster']}_f{c['prefetch']}_o{c['order']}"
+        )
+
+    def kernel_source(self, problem: Problem, config: Mapping[str, int]) -> str:
+        """A translation unit with one extern "C" instance of the template (a stable, unmangled name)."""
+        c = config
+        t = CUDA_TYPE[problem.dtype]
+        template_args = (
+            f"{t}, {c['block']}, {c['lanes']}, {c['vec']}, {c['unroll']}, {c['rows']}, {c['x_smem']}, {c['policy']}, "
+            f"{c['cluster']}, {c['order']}"
+        )
+        start_args = f"{t}, {c['block']}, {c['lanes']}, {c['vec']}, {c['rows']}, {c['prefetch']}"
+        return (
+            f'#include "{KERNEL_FILE}"\n'
+            f'extern "C" __global__ void {cluster_declaration(c["cluster"])}__launch_bounds__({c["block"]})\n'
+            f"{self.kernel_name(problem, config)}(const {t}* A, const {t}* x, {t}* y, int M, int N,\n"
+            f"    float alpha, float beta, float* partial, unsigned int* counters) {{\n"
+            f"  at_gemv::programmatic_start<{start_args}>(A, M, N);\n"
+            f"  at_gemv::gemv_body<{template_args}>(A, x, y, M, N, alpha, beta, partial, counters);\n"
+            f"}}\n"
+        )
+
+    def launch(self, problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
+        c = config
+        rows_per_block = (c["block"] // c["lanes"]) * c["rows"]
+        tiles = math.ceil(problem.m / rows_per_block)
+        grid_x = tiles if c["persist"] == 0 else min(tiles, c["persist"] * sm_count)
+        shared = _per_split_vectors(problem, c) * c["vec"] * ITEMSIZE[problem.dtype] if c["x_smem"] else 0
+        split = c["split"]
+        global_split = split > 1 and c["cluster"] == 1  # a cluster adds its splits in shared memory
+        return Launch(
+            grid=(grid_x, split, 1),
+            block=(c["block"], 1, 1),
+            shared_bytes=shared,
+            workspace_floats=split * problem.m if global_split else 0,
+            counters=tiles if global_split else 0,
+        )
+
+    def operands(self, problem: Problem) -> Operands:
+        return Operands(inputs=(problem.m * problem.n, problem.n), output=problem.m, sizes=(problem.m, problem.n))
+
+    def device_reference(self, problem: Problem) -> DeviceReference:
+        # kernels/measure/support.cu: at_reference, a warp per row of A in blocks of 256 threads
+        grid = (math.ceil(problem.m * 32 / 256), 1, 1)
+        return DeviceReference(f"at_reference_{problem.dtype}", "PPPPii", grid, (256, 1, 1))
+
+    def position(self, problem: Problem, index: int) -> str:
+        return f"y[{index}]"
+
+    def bytes_moved(self, problem: Problem) -> int:
+        """The fewest bytes a GEMV must move: A and x read once, y written once."""
+        item = ITEMSIZE[problem.dtype]
+        return (problem.m * problem.n + problem.n + problem.m) * item
+
+    def flops(self, problem: Problem) -> int:
+        return 2 * problem.m * problem.n
 
 
-def leader_variants(problem: Problem, config: Mapping[str, int]) -> list[Config]:
-    """Configs a sweep measures early beside a leader of the problem: its tiling with every other
-    prefetch the space allows. How much of the matrix to prefetch before the wait barely depends on
-    the tiling, and a sampler reaches the right value late: under their shipped tilings, one vector
-    a row took 4-6% off most shapes of 32 MB and more on the H200 (float16 4096^2: 9.33 -> 8.83 us)."""
-    problem_space = space(problem)
-    others = [value for value in problem_space.choices()["prefetch"] if value != config["prefetch"]]
-    variants = [{**config, "prefetch": value} for value in others]
-    return [variant for variant in variants if problem_space.check(variant) is None]
-
-
-def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
-    c = config
-    return (
-        f"gemv_{problem.dtype}_b{c['block']}_l{c['lanes']}_v{c['vec']}_u{c['unroll']}"
-        f"_r{c['rows']}_s{c['x_smem']}_p{c['policy']}_c{c['cluster']}_f{c['prefetch']}_o{c['order']}"
-    )
-
-
-def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
-    """A translation unit with one extern "C" instance of the template (a stable, unmangled name)."""
-    c = config
-    t = CUDA_TYPE[problem.dtype]
-    template_args = (
-        f"{t}, {c['block']}, {c['lanes']}, {c['vec']}, {c['unroll']}, {c['rows']}, {c['x_smem']}, {c['policy']}, "
-        f"{c['cluster']}, {c['order']}"
-    )
-    start_args = f"{t}, {c['block']}, {c['lanes']}, {c['vec']}, {c['rows']}, {c['prefetch']}"
-    return (
-        f'#include "{KERNEL_FILE}"\n'
-        f'extern "C" __global__ void {cluster_declaration(c["cluster"])}__launch_bounds__({c["block"]})\n'
-        f"{kernel_name(problem, config)}(const {t}* A, const {t}* x, {t}* y, int M, int N,\n"
-        f"    float alpha, float beta, float* partial, unsigned int* counters) {{\n"
-        f"  at_gemv::programmatic_start<{start_args}>(A, M, N);\n"
-        f"  at_gemv::gemv_body<{template_args}>(A, x, y, M, N, alpha, beta, partial, counters);\n"
-        f"}}\n"
-    )
-
-
-def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
-    c = config
-    rows_per_block = (c["block"] // c["lanes"]) * c["rows"]
-    tiles = math.ceil(problem.m / rows_per_block)
-    grid_x = tiles if c["persist"] == 0 else min(tiles, c["persist"] * sm_count)
-    shared = _per_split_vectors(problem, c) * c["vec"] * ITEMSIZE[problem.dtype] if c["x_smem"] else 0
-    split = c["split"]
-    global_split = split > 1 and c["cluster"] == 1  # a cluster adds its splits in shared memory
-    return Launch(
-        grid=(grid_x, split, 1),
-        block=(c["block"], 1, 1),
-        shared_bytes=shared,
-        workspace_floats=split * problem.m if global_split else 0,
-        counters=tiles if global_split else 0,
-    )
-
-
-def bytes_moved(problem: Problem) -> int:
-    """The fewest bytes a GEMV must move: A and x read once, y written once."""
-    item = ITEMSIZE[problem.dtype]
-    return (problem.m * problem.n + problem.n + problem.m) * item
-
-
-def flops(problem: Problem) -> int:
-    return 2 * problem.m * problem.n
-
-
-def reference(a: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """float64 A·x and Σ|A||x| (the scale a float32 accumulation error is measured against)."""
-    a64 = a.astype(np.float64)
-    x64 = x.astype(np.float64)
-    return a64 @ x64, np.abs(a64) @ np.abs(x64)
+OP = Gemv()

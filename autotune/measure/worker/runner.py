@@ -1,0 +1,177 @@
+"""One problem of any op on the GPU (worker side): rotating input buffers, float64 verification on
+fresh data with the output poisoned first, timing.
+
+The op says what its kernels read and write (Op.operands) and how the float64 reference is made
+(Op.device_reference, or Op.host_reference for ops whose inputs are small enough to copy back).
+The comparison runs on the GPU (kernels/measure/support.cu: at_compare): only counts and the worst
+element come back, however large the output.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autotune import ops
+from autotune.core.dtypes import HOST_STORAGE, UNIT_ROUNDOFF, decode
+from autotune.core.fingerprint import GpuInfo
+from autotune.core.outcome import Outcome, Status
+from autotune.core.problem import ITEMSIZE, Problem
+from autotune.measure.gpu import DEFAULT_SHARED_LIMIT, Kernels, Scratch, driver, opt_in_shared, programmatic_launch
+from autotune.measure.worker.fill import RandomFill
+from autotune.measure.worker.timing import Timer
+from autotune.ops.geometry import Launch
+
+# Float32 accumulation error allowed, as a fraction of the sum of the terms' magnitudes: far above
+# what 2^24 terms accumulate in practice, far below a dropped or doubled block of terms.
+ACCUMULATION_TOL = 2.0**-12
+ROTATION_BYTES_PER_L2 = 4  # rotate inputs over 4x the L2 so every call reads them from DRAM
+MAX_COPIES = 256
+ALPHA, BETA = 0.75, -1.25  # the second check's scalars: both in play, neither 1
+
+
+class Runner:
+    def __init__(
+        self, kernels: Kernels, timer: Timer, support: Path, problem: Problem, gpu: GpuInfo, seed: int
+    ) -> None:
+        cuda = driver()
+        self.problem, self.gpu, self._kernels, self._timer = problem, gpu, kernels, timer
+        self._op = ops.for_problem(problem)
+        self._operands = self._op.operands(problem)
+        self._reference_kernel = self._op.device_reference(problem)
+        self._item = item = ITEMSIZE[problem.dtype]
+        input_bytes = sum(self._operands.inputs) * item
+        self.copies = max(1, min(MAX_COPIES, math.ceil(ROTATION_BYTES_PER_L2 * gpu.l2_bytes / input_bytes)))
+        self._inputs = [[cuda.mem_alloc(count * item) for count in self._operands.inputs] for _ in range(self.copies)]
+        count = self._operands.output
+        self._out = cuda.mem_alloc(count * item)
+        self._out0 = cuda.mem_alloc(count * item)
+        self._ref = cuda.mem_alloc(count * 8)
+        self._absref = cuda.mem_alloc(count * 8)
+        self._result = cuda.mem_alloc(4 * 8)
+        self._scratch = Scratch()
+        dtype = problem.dtype
+        self._random = RandomFill(kernels, support, dtype, gpu.sm_count, seed)
+        self._reference = None
+        if self._reference_kernel is not None:
+            self._reference = kernels.function(support, self._reference_kernel.kernel, self._reference_kernel.arg_types)
+        self._compare = kernels.function(support, f"at_compare_{dtype}", "PPPPddQddP")
+        for buffers in self._inputs:
+            for buffer, elements in zip(buffers, self._operands.inputs, strict=True):
+                self._random(buffer, elements)
+        cuda.Context.synchronize()
+
+    def _launch(self, fn: Any, geom: Launch, copy: int, alpha: float, beta: float) -> None:
+        inputs = self._inputs[copy]
+        pointers = [int(buffer) for buffer in inputs]
+        workspace, counters = self._scratch.for_launch(geom, self.problem.dtype, self._operands.sizes, pointers)
+        fn.prepared_async_call(
+            geom.grid,
+            geom.block,
+            None,
+            *inputs,
+            self._out,
+            *self._operands.sizes,
+            alpha,
+            beta,
+            workspace,
+            counters,
+            shared_size=geom.shared_bytes,
+        )
+
+    def _fresh_reference(self) -> None:
+        """New random inputs in copy 0, and their float64 result (and its magnitude) in ref/absref."""
+        cuda = driver()
+        inputs = self._inputs[0]
+        for buffer, elements in zip(inputs, self._operands.inputs, strict=True):
+            self._random(buffer, elements)
+        kernel = self._reference_kernel
+        if kernel is not None and self._reference is not None:
+            self._reference.prepared_async_call(
+                kernel.grid, kernel.block, None, *inputs, self._ref, self._absref, *self._operands.sizes
+            )
+            return
+        host = []
+        for buffer, elements in zip(inputs, self._operands.inputs, strict=True):
+            raw = np.empty(elements, dtype=HOST_STORAGE[self.problem.dtype])
+            cuda.memcpy_dtoh(raw, buffer)
+            host.append(decode(raw, self.problem.dtype).astype(np.float64))
+        ref, absref = self._op.host_reference(self.problem, host)
+        cuda.memcpy_htod(self._ref, np.ascontiguousarray(ref, dtype=np.float64))
+        cuda.memcpy_htod(self._absref, np.ascontiguousarray(absref, dtype=np.float64))
+
+    def _disagreement(self, alpha: float, beta: float, out0: Any) -> tuple[str | None, float]:
+        """Compare the output with alpha*ref + beta*out0 on the GPU: (why it disagrees or None, relative error)."""
+        cuda = driver()
+        dtype, count = self.problem.dtype, self._operands.output
+        cuda.memset_d32(self._result, 0, 8)
+        blocks = max(1, min(math.ceil(count / 256), 32 * self.gpu.sm_count))
+        self._compare.prepared_async_call(
+            (blocks, 1, 1),
+            (256, 1, 1),
+            None,
+            self._out,
+            self._ref,
+            self._absref,
+            out0 if out0 is not None else 0,
+            alpha,
+            beta,
+            count,
+            UNIT_ROUNDOFF[dtype],
+            ACCUMULATION_TOL,
+            self._result,
+        )
+        raw = np.empty(4, dtype=np.uint64)
+        cuda.memcpy_dtoh(raw, self._result)
+        failures, worst = int(raw[0]), int(raw[1])
+        err2, ref2 = (struct.unpack("<d", struct.pack("<Q", int(v)))[0] for v in raw[2:])
+        rel_error = math.sqrt(err2 / ref2) if ref2 > 0 else math.sqrt(err2)
+        if failures == 0:
+            return None, rel_error
+        index = worst & 0xFFFFFFFF
+        ratio = struct.unpack("<f", struct.pack("<I", worst >> 32))[0]
+        got = self._element(index)
+        where = self._op.position(self.problem, index)
+        how_far = "not finite" if math.isinf(ratio) else f"{ratio:.3g}x the tolerance"
+        return f"{failures} of {count} outputs wrong; worst {where}: got {got:.7g} ({how_far})", rel_error
+
+    def _element(self, index: int) -> float:
+        cuda = driver()
+        host = np.empty(1, dtype=HOST_STORAGE[self.problem.dtype])
+        cuda.memcpy_dtoh(host, int(self._out) + index * self._item)
+        return float(decode(host, self.problem.dtype)[0])
+
+    def verify(self, fn: Any, geom: Launch) -> tuple[str | None, float]:
+        """Two checks on fresh data: beta = 0 into a NaN-poisoned output, then alpha and beta both in play."""
+        cuda = driver()
+        count = self._operands.output
+        self._fresh_reference()
+        cuda.memset_d8(self._out, 0xFF, count * self._item)  # all-ones bits are NaN in every dtype
+        self._launch(fn, geom, 0, 1.0, 0.0)
+        problem, rel_error = self._disagreement(1.0, 0.0, None)
+        if problem:
+            return f"alpha=1, beta=0: {problem}", rel_error
+        self._random(self._out0, count)
+        cuda.memcpy_dtod(self._out, self._out0, count * self._item)
+        self._launch(fn, geom, 0, ALPHA, BETA)
+        problem, _ = self._disagreement(ALPHA, BETA, self._out0)
+        return (f"alpha={ALPHA}, beta={BETA}: {problem}" if problem else None), rel_error
+
+    def measure(self, cubin: Path, name: str, config: Mapping[str, int]) -> Outcome:
+        geom = self._op.launch(self.problem, config, self.gpu.sm_count)
+        programmatic = programmatic_launch(self._op, self.gpu)
+        fn = self._kernels.function(cubin, name, self._op.arg_types, programmatic=programmatic)
+        if geom.shared_bytes > DEFAULT_SHARED_LIMIT:
+            opt_in_shared(fn, geom.shared_bytes)
+        problem, rel_error = self.verify(fn, geom)
+        if problem:
+            return Outcome(Status.WRONG_RESULT, problem, rel_error=rel_error)
+        times = self._timer.measure(lambda i: self._launch(fn, geom, i % self.copies, 1.0, 0.0))
+        median = float(np.median(times))
+        gbs = self._op.bytes_moved(self.problem) / (median * 1e-6) / 1e9
+        return Outcome(Status.OK, "", time_us=median, times_us=times, gbs=gbs, rel_error=rel_error)

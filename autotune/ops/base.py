@@ -1,0 +1,140 @@
+"""The interface every operation implements: what the tuner, the worker, the launcher, the selector,
+the CLI and the records know of an op. Each op lives in one folder, `autotune/ops/<op>/`, with its
+kernels in `kernels/<op>/`, and registers one instance (autotune/ops/__init__.py: register).
+
+A kernel of any op takes its arrays and scalars in one order, which the worker and the launcher
+rely on: the input arrays, the output array, the integer sizes (Operands.sizes), alpha and beta as
+floats, then the split-K workspace and arrival counters (null where the kernel needs none):
+
+    out = alpha * f(inputs) + beta * out
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+
+from autotune.core.problem import Problem
+from autotune.core.space import Config, Space
+from autotune.ops.geometry import Launch
+
+
+@dataclass(frozen=True)
+class Operands:
+    """The arrays one kernel call reads and writes, in argument order, and its integer arguments."""
+
+    inputs: tuple[int, ...]  # the element count of each input array
+    output: int  # the element count of the output array
+    sizes: tuple[int, ...]  # the integer arguments after the arrays
+
+
+@dataclass(frozen=True)
+class DeviceReference:
+    """A float64 reference computed on the GPU by a kernel of kernels/measure/support.cu, called as
+    (inputs..., reference, |reference|, sizes...). Ops whose inputs are too large to copy back to
+    the host every trial (a GEMM's) give one; others compute the reference on the host."""
+
+    kernel: str
+    arg_types: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+
+
+class Op(ABC):
+    """One operation (GEMV, GEMM, ...): its tuning space, kernel sources, launch geometry, operands and
+    float64 reference, for every problem it serves."""
+
+    name: ClassVar[str]  # the op in a Problem and in the database: "gemv"
+    sizes: ClassVar[tuple[str, ...]] = ("M", "N")  # the sizes a problem of this op gives
+    transposable: ClassVar[bool] = False  # whether a problem may ask for y = Aᵀx
+    compute_bound: ClassVar[bool] = False  # rates in TFLOP/s (else GB/s)
+    arg_types: ClassVar[str]  # the kernel's arguments in PyCUDA's prepare() notation
+    # Every kernel waits for the kernel before it in the stream (griddepcontrol.wait) before reading
+    # anything, so launchers may use programmatic dependent launch on sm_90+.
+    programmatic_launch: ClassVar[bool] = False
+    shapes_file: ClassVar[Path | None] = None  # the standard shapes `autotune sweep` tunes by default
+
+    def serving(self, problem: Problem) -> Op:
+        """The op whose kernels run `problem`: this one, or a variant (the transposed GEMV's)."""
+        return self
+
+    def for_unaligned(self, problem: Problem) -> Op:
+        """The op that runs `problem` on arrays that are not 16-byte aligned (its scalar-load configs)."""
+        return self
+
+    # -- what is tuned ------------------------------------------------------------------------
+
+    @abstractmethod
+    def space(self, problem: Problem) -> Space: ...
+
+    @abstractmethod
+    def default_config(self, problem: Problem) -> Config:
+        """A config valid for every problem of the op: what runs before anything is tuned."""
+
+    def seed_configs(self, problem: Problem) -> list[Config]:
+        """Configs known to be good, measured before the sampler's own picks."""
+        return []
+
+    def leader_variants(self, problem: Problem, config: Mapping[str, int]) -> list[Config]:
+        """Configs a sweep measures early beside a leader of the problem."""
+        return []
+
+    def family(self, problem: Problem, config: Mapping[str, int]) -> str:
+        """The name of the kernel family that runs `config` (for people reading results)."""
+        return self.name
+
+    # -- how it is built and launched ---------------------------------------------------------
+
+    @abstractmethod
+    def kernel_file(self, problem: Problem) -> str:
+        """The template source under kernels/ (its hash marks measurements of older sources stale)."""
+
+    @abstractmethod
+    def kernel_name(self, problem: Problem, config: Mapping[str, int]) -> str: ...
+
+    @abstractmethod
+    def kernel_source(self, problem: Problem, config: Mapping[str, int]) -> str:
+        """A translation unit with one extern "C" instance (a stable, unmangled name)."""
+
+    def compile_arch(self, problem: Problem, arch: str) -> str:
+        """nvcc's -arch for this problem's kernels on a GPU of `arch` ("sm_90"): the GPU's own."""
+        return arch
+
+    @abstractmethod
+    def launch(self, problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch: ...
+
+    @abstractmethod
+    def operands(self, problem: Problem) -> Operands: ...
+
+    # -- how it is checked and rated ----------------------------------------------------------
+
+    def device_reference(self, problem: Problem) -> DeviceReference | None:
+        """The GPU kernel that computes the float64 reference, or None to use host_reference."""
+        return None
+
+    def host_reference(self, problem: Problem, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """float64 f(inputs) and the same with every term's magnitude (the scale a float32
+        accumulation error is measured against), from the inputs as float64 arrays."""
+        raise NotImplementedError(f"{self.name} has neither a device nor a host reference")
+
+    def position(self, problem: Problem, index: int) -> str:
+        """Where output element `index` sits, for error messages."""
+        return f"out[{index}]"
+
+    @abstractmethod
+    def bytes_moved(self, problem: Problem) -> int:
+        """The fewest bytes a kernel must move (reads and writes once each)."""
+
+    @abstractmethod
+    def flops(self, problem: Problem) -> int: ...
+
+    def rate(self, problem: Problem, time_us: float) -> str:
+        """The throughput of one call taking `time_us`: TFLOP/s for compute-bound ops, else GB/s."""
+        if self.compute_bound:
+            return f"{self.flops(problem) / time_us / 1e6:.1f} TFLOP/s"
+        return f"{self.bytes_moved(problem) / time_us / 1e3:.0f} GB/s"

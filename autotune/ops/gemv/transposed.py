@@ -1,0 +1,74 @@
+"""The transposed GEMV, y = alpha*Aᵀx + beta*y with A m x n row-major: a GEMM of one row.
+
+yᵀ = xᵀ A is C (1 x n) = A' (1 x m) · B (m x n), so the skinny GEMM family serves it: every
+thread streams whole 16-byte pieces of A's rows, which the usual GEMV kernels cannot do when they
+reduce along columns. Its kernels take (x, A, y, 1, n, m) in the GEMM argument order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from autotune.core.problem import ITEMSIZE, Problem
+from autotune.core.space import Config, Space
+from autotune.ops.base import DeviceReference, Op, Operands
+from autotune.ops.gemm import shared as gemm_shared
+from autotune.ops.gemm import skinny as gemm_skinny
+from autotune.ops.geometry import Launch
+
+
+def as_gemm(problem: Problem) -> Problem:
+    """The one-row GEMM this transposed GEMV is."""
+    return Problem("gemm", problem.dtype, 1, problem.n, problem.m)
+
+
+class GemvTransposed(Op):
+    name = "gemv"
+    transposable = True
+    arg_types = gemm_shared.ARG_TYPES
+    shapes_file = Path(__file__).with_name("shapes.txt")  # the GEMV's
+
+    def kernel_file(self, problem: Problem) -> str:
+        return gemm_skinny.KERNEL_FILE
+
+    def default_config(self, problem: Problem) -> Config:
+        return dict(gemm_skinny.default_config(as_gemm(problem)))
+
+    def seed_configs(self, problem: Problem) -> list[Config]:
+        return [dict(c) for c in gemm_skinny.seed_configs(as_gemm(problem))]
+
+    def space(self, problem: Problem) -> Space:
+        return gemm_skinny.space(as_gemm(problem))
+
+    def family(self, problem: Problem, config: Mapping[str, int]) -> str:
+        return gemm_skinny.NAME
+
+    def kernel_name(self, problem: Problem, config: Mapping[str, int]) -> str:
+        return gemm_skinny.kernel_name(as_gemm(problem), config)
+
+    def kernel_source(self, problem: Problem, config: Mapping[str, int]) -> str:
+        return gemm_skinny.kernel_source(as_gemm(problem), config)
+
+    def launch(self, problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
+        return gemm_skinny.launch(as_gemm(problem), config, sm_count)
+
+    def operands(self, problem: Problem) -> Operands:
+        # x is the one-row A' of the GEMM, A its B.
+        return Operands(inputs=(problem.m, problem.m * problem.n), output=problem.n, sizes=(1, problem.n, problem.m))
+
+    def device_reference(self, problem: Problem) -> DeviceReference:
+        return gemm_shared.device_reference(as_gemm(problem))
+
+    def position(self, problem: Problem, index: int) -> str:
+        return f"y[{index}]"
+
+    def bytes_moved(self, problem: Problem) -> int:
+        """A, x read once, y written once."""
+        return (problem.m * problem.n + problem.n + problem.m) * ITEMSIZE[problem.dtype]
+
+    def flops(self, problem: Problem) -> int:
+        return 2 * problem.m * problem.n
+
+
+TRANSPOSED = GemvTransposed()
