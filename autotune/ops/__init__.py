@@ -28,14 +28,30 @@ from autotune.ops.base import Op
 DEFAULT_OP = "hgemv"
 DEFAULT_DTYPE = "float16"
 _OPS: dict[str, Op] = {}
+_MODULES: dict[str, str] = {}  # op name -> the module whose import registers it
 
 
-def register(op: Op) -> Op:
-    """Make `op` known by its name to every stage (problems, the tuner, the worker, the store)."""
+def register(op: Op, module: str | None = None) -> Op:
+    """Make `op` known by its name to every stage (problems, the tuner, the worker, the store).
+    `module` is the module whose import registers it (its class's module unless given): the tuning
+    worker, a process of its own, imports it before measuring a problem of the op."""
     if not op.name.isidentifier() or (op.name[0] in BLAS_PREFIX and op.name[1:] in _OPS):
         raise AutotuneError(f"cannot register an op named {op.name!r}")
     _OPS[op.name] = op
+    _MODULES[op.name] = module or type(op).__module__
     return op
+
+
+def unregister(name: str) -> None:
+    """Forget a registered op (a test's, a plug-in's); unknown names are ignored."""
+    _OPS.pop(name, None)
+    _MODULES.pop(name, None)
+
+
+def registering_module(name: str) -> str:
+    """The module whose import registers the op `name`."""
+    get(name)
+    return _MODULES[name]
 
 
 def names() -> tuple[str, ...]:

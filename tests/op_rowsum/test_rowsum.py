@@ -5,6 +5,7 @@ API and the CLI, and travels through a records file into another database."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,14 @@ from tests.op_rowsum import OP
 GPU = GpuInfo("NVIDIA H200", "GPU-1111", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
 TUNED = Problem("rowsum", "float32", 4096, 1024)
 FASTEST = {"threads": 128, "unroll": 2}
+
+
+@pytest.fixture(autouse=True)
+def registered() -> Iterator[None]:
+    """The op is known while these tests run, as it would be after `import tests.op_rowsum.registered`."""
+    ops.register(OP, module="tests.op_rowsum.registered")
+    yield
+    ops.unregister(OP.name)
 
 
 class FakeWorker:
@@ -127,3 +136,14 @@ def test_the_real_worker_tunes_and_verifies_the_op(tmp_path: Path) -> None:
         right = compile_kernel(ops.compile_job(problem, FASTEST, gpu.arch), tmp_path)
         assert right.cubin is not None, right.message
         assert worker.measure(right.cubin, right.job.name, FASTEST).status is Status.OK
+
+
+def test_the_worker_process_learns_the_op_from_the_module_that_registers_it() -> None:
+    """The worker is a process of its own: setup names the registering module, and the worker
+    imports it before it builds the problem's runner. Without a GPU the setup then fails for want
+    of PyCUDA or a driver, not for an unknown op."""
+    from autotune.measure.worker.client import Worker
+
+    with Worker() as worker, pytest.raises(Exception) as failed:
+        worker.setup(TUNED, seed=1)
+    assert "rowsum" not in str(failed.value) and "unknown op" not in str(failed.value)

@@ -240,7 +240,7 @@ class Worker:
         the new buffers are allocated before the old ones are freed, so they lie elsewhere."""
         # The module that registers the problem's op, which the worker imports: an op defined
         # outside autotune/ops (a plug-in, a test) is known to this process only.
-        op_module = type(ops.get(problem.op)).__module__
+        op_module = ops.registering_module(problem.op)
         payload = {"problem": problem.__dict__, "seed": seed, "fresh_memory": fresh_memory, "op_module": op_module}
         request = {"cmd": "setup", **payload}
         self._setup = None

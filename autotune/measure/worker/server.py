@@ -16,6 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import IO, Any
 
+from autotune import ops
 from autotune.core.errors import AutotuneError
 from autotune.core.problem import Problem
 
@@ -101,7 +102,9 @@ def _handle(state: _State, request: dict[str, Any]) -> dict[str, Any]:
         fresh_memory = bool(request.get("fresh_memory", False))
         if request.get("op_module"):
             importlib.import_module(str(request["op_module"]))  # registers the op
-        return state.setup(Problem(**request["problem"]), int(request["seed"]), fresh_memory)
+        problem = Problem(**request["problem"])
+        ops.get(problem.op)  # an op this process does not know fails here, before any GPU work
+        return state.setup(problem, int(request["seed"]), fresh_memory)
     if command == "measure":
         return _measure(state, request)
     raise AutotuneError(f"unknown worker command {command!r}")
