@@ -309,3 +309,25 @@ def test_tensors_on_each_gpu_run_there_concurrently() -> None:
     x = torch.empty(64, device="cuda:1", dtype=torch.float16)
     with pytest.raises(AutotuneError, match="different GPUs"):
         autotune.gemv(A, x)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_transposed_views_and_one_row_vectors_run_in_place(dtype: str) -> None:
+    """A.t() of a row-major matrix runs the other GEMV kernel on the same memory (no copy), with and
+    without trans=True, on the short path too; a 1 x N x gives a 1 x M y."""
+    torch = _torch()
+    kind = getattr(torch, dtype)
+    W = torch.randn(1001, 3001, device="cuda", dtype=kind)  # row-major; W.t() is 3001 x 1001
+    for _ in range(2):  # the second call takes the short path
+        v = torch.randn(1001, device="cuda", dtype=kind)
+        _assert_gemv(autotune.gemv(W.t(), v), W.t(), v)  # = Wᵀ v
+        u = torch.randn(3001, device="cuda", dtype=kind)
+        y = torch.full((1001,), float("nan"), device="cuda", dtype=kind)
+        autotune.gemv(W.t(), u, out=y, trans=True)  # = W u
+        _assert_gemv(y, W, u)
+        row = torch.randn(1, 3001, device="cuda", dtype=kind)
+        got = autotune.gemv(W, row)
+        assert got.shape == (1, 1001)
+        _assert_gemv(got[0], W, row[0])
+    with pytest.raises(AutotuneError, match="no columns"):
+        autotune.gemv(W[:, :0], torch.empty(0, device="cuda", dtype=kind))

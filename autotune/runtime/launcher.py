@@ -48,6 +48,7 @@ class Signature:
     aligned: LaunchPlan
     unaligned: LaunchPlan | None = None
     allocator: Allocator | None = None
+    swap: bool = False  # a transposed GEMV: its kernels take x before A
 
 
 class Runtime:
@@ -180,7 +181,7 @@ class Runtime:
                 handle = self._raw_stream(sig.index) if stream is None else self._given(stream, sig.device)
                 a, v, y = A.data_ptr(), x.data_ptr(), out.data_ptr()
                 plan = sig.aligned if not (a | v | y) & 15 else self._unaligned(sig, handle)
-                if trans:
+                if sig.swap:
                     plan.launch(v, a, y, alpha, beta, handle, sig.allocator)
                 else:
                     plan.launch(a, v, y, alpha, beta, handle, sig.allocator)
@@ -192,20 +193,23 @@ class Runtime:
     ) -> Any:
         a, xv = opnd.describe(A, "A"), opnd.describe(x, "x")
         y = given = opnd.describe(out, "out") if out is not None else None
-        m, n = opnd.check_gemv_operands(a, xv, y, trans)
+        layout = opnd.check_gemv_operands(a, xv, y, trans)
         if y is None and beta != 0.0:
             raise AutotuneError("beta != 0 reads y: pass it as out=")
         device = self.device(opnd.device_of([a, xv] + ([y] if y else [])))
         if y is None:
-            out = opnd.empty_like(a, (n if trans else m,), device.index)
+            out = opnd.empty_like(a, layout.out_shape, device.index)
             y = opnd.describe(out, "out")
-        choice = self._choose(make_problem("gemv", a.dtype, m, n, trans=trans), device, db)
+        problem = make_problem("gemv", a.dtype, layout.m, layout.n, trans=layout.trans)
+        choice = self._choose(problem, device, db)
         handle = self._stream(stream, a, device)
-        pointers = (xv.pointer, a.pointer, y.pointer) if trans else (a.pointer, xv.pointer, y.pointer)
+        # The transposed GEMV's kernels take (x, A, y): yᵀ = xᵀ A is a one-row GEMM.
+        pointers = (xv.pointer, a.pointer, y.pointer) if layout.trans else (a.pointer, xv.pointer, y.pointer)
         self.run(choice, device, pointers, float(alpha), float(beta), handle, self._allocator(a, device))
         if a.kind == xv.kind == "torch" and (given is None or given.kind == "torch"):
-            sig = Signature(choice, device, device.index, (n if trans else m,), self.plan(choice, device, True, handle))
+            sig = Signature(choice, device, device.index, layout.out_shape, self.plan(choice, device, True, handle))
             sig.allocator = self._allocator(a, device)
+            sig.swap = layout.trans
             key = signature_key(A, x, out if given is not None else None, (trans, db))
             self._gemv[key] = sig
         return out

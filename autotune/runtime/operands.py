@@ -7,7 +7,6 @@ shapes, layouts, dtypes and devices a kernel cannot run.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,37 +131,72 @@ def empty_like(a: DeviceArray, shape: tuple[int, ...], device: int) -> Any:
     raise AutotuneError("pass out= for arrays that are neither torch, cupy nor PyCUDA arrays")
 
 
-def check_gemv_operands(
-    a: DeviceArray, x: DeviceArray, out: DeviceArray | None, trans: bool = False
-) -> tuple[int, int]:
-    """(m, n) of A; x has n entries and y m (with `trans`, x has m and y n)."""
+@dataclass(frozen=True)
+class GemvLayout:
+    """A GEMV as the kernels run it: the row-major m x n matrix that A's memory holds, whether the
+    product is with its transpose, and the shape of y."""
+
+    m: int
+    n: int
+    trans: bool
+    out_shape: tuple[int, ...]
+
+
+def transposed_contiguous(array: DeviceArray) -> bool:
+    """A 2-D view of a row-major matrix's transpose (torch's A.t(), numpy's A.T): column-major."""
+    rows, cols = array.shape
+    strides = array.strides or (cols, 1)
+    return (strides[0] == 1 or rows == 1) and (strides[1] == rows or cols == 1)
+
+
+def check_gemv_operands(a: DeviceArray, x: DeviceArray, out: DeviceArray | None, trans: bool = False) -> GemvLayout:
+    """The layout of y = A x (with `trans`, y = Aᵀ x): A row-major, or a transposed view of a
+    row-major matrix, which is the same product with the other kernel (A.t() @ x = Aᵀx). x and y are
+    vectors, or 1 x length / length x 1 matrices."""
     if len(a.shape) != 2:
         raise AutotuneError(f"A must be a 2-D matrix, got shape {a.shape}")
-    m, n = a.shape
-    if m == 0 or n == 0 or math.prod(a.shape) == 0:
-        raise AutotuneError(f"A must not be empty, got shape {a.shape}")
-    if not contiguous(a):
-        raise AutotuneError("A must be row-major and contiguous (copy it, e.g. A.contiguous())")
-    x_len, y_len = (m, n) if trans else (n, m)
-    what = f"A{'ᵀ' if trans else ''}x with A {m}x{n}"
-    if x.shape not in ((x_len,), (x_len, 1)) or not contiguous(x):
+    rows, cols = a.shape
+    if rows == 0 or cols == 0:
+        empty = "rows" if rows == 0 else "columns"
+        raise AutotuneError(f"A has no {empty} (shape {a.shape}): a GEMV needs M >= 1 and N >= 1")
+    if contiguous(a):
+        m, n, runs_trans = rows, cols, trans
+    elif transposed_contiguous(a):
+        m, n, runs_trans = cols, rows, not trans  # A's memory is the row-major cols x rows matrix
+    else:
+        raise AutotuneError(
+            f"A (shape {a.shape}, strides {a.strides}) must be row-major or the transpose of a row-major "
+            "matrix, with no gaps between rows (copy it, e.g. A.contiguous())"
+        )
+    x_len, y_len = (rows, cols) if trans else (cols, rows)
+    what = f"A{'ᵀ' if trans else ''}x with A {rows}x{cols}"
+    if x.shape not in ((x_len,), (x_len, 1), (1, x_len)) or not contiguous(x):
         raise AutotuneError(f"x must be a contiguous vector of length {x_len} ({what}), got shape {x.shape}")
     if x.dtype != a.dtype:
         raise AutotuneError(f"A and x must share a dtype, got {a.dtype} and {x.dtype}")
     if out is not None:
-        if out.shape not in ((y_len,), (y_len, 1)) or not contiguous(out):
+        if out.shape not in ((y_len,), (y_len, 1), (1, y_len)) or not contiguous(out):
             raise AutotuneError(f"out must be a contiguous vector of length {y_len} ({what}), got shape {out.shape}")
         if out.dtype != a.dtype:
             raise AutotuneError(f"out must have A's dtype {a.dtype}, got {out.dtype}")
-    return m, n
+    out_shape = (1, y_len) if x.shape == (1, x_len) and x_len != 1 else (y_len,)
+    return GemvLayout(m, n, runs_trans, out_shape)
 
 
 def check_gemm_operands(a: DeviceArray, b: DeviceArray, out: DeviceArray | None) -> tuple[int, int, int]:
     for name, array in (("A", a), ("B", b)):
-        if len(array.shape) != 2 or 0 in array.shape:
-            raise AutotuneError(f"{name} must be a non-empty 2-D matrix, got shape {array.shape}")
+        if len(array.shape) != 2:
+            raise AutotuneError(f"{name} must be a 2-D matrix, got shape {array.shape}")
+        if 0 in array.shape:
+            empty = "rows" if array.shape[0] == 0 else "columns"
+            raise AutotuneError(f"{name} has no {empty} (shape {array.shape}): a GEMM needs M, N and K >= 1")
         if not contiguous(array):
-            raise AutotuneError(f"{name} must be row-major and contiguous (copy it, e.g. {name}.contiguous())")
+            view = (
+                "a transposed view: the GEMM families read it row-major only"
+                if transposed_contiguous(array)
+                else "not row-major and contiguous"
+            )
+            raise AutotuneError(f"{name} is {view} (copy it, e.g. {name}.contiguous())")
     (m, k), (k_b, n) = a.shape, b.shape
     if k_b != k:
         raise AutotuneError(f"A is {m}x{k} and B is {k_b}x{n}: A's columns must equal B's rows")

@@ -40,8 +40,11 @@ _LIBRARY.impl("gemm", _gemm, "CUDA")
 def _gemv_fake(A: torch.Tensor, x: torch.Tensor, alpha: float = 1.0, trans: bool = False) -> torch.Tensor:
     torch._check(A.dim() == 2, lambda: "A must be a 2-D matrix")
     rows, cols = A.shape
-    torch._check(x.shape[0] == (rows if trans else cols), lambda: "x's length must match A")
-    return A.new_empty((cols if trans else rows,))
+    x_len, y_len = (rows, cols) if trans else (cols, rows)
+    torch._check(x.numel() == x_len, lambda: "x's length must match A")
+    # As autotune.gemv shapes a new y: a 1 x length x gives a 1 x length y (runtime/operands.py).
+    row = x.dim() == 2 and x.shape[0] == 1 and x_len != 1
+    return A.new_empty((1, y_len) if row else (y_len,))
 
 
 def _gemm_fake(A: torch.Tensor, B: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
