@@ -90,7 +90,7 @@ _SEED_TILINGS: tuple[dict[str, int], ...] = (
     # pick on the H200: 17.71 us against 17.89 for the above in the same run; the 16-bit sweeps had not
     # tried it.
     dict(block=512, lanes=512, unroll=4, rows=1, policy=1, persist=0, order=1),
-    # Small matrices (scripts/gemv_pdl.cu on the H200): with L2 prefetches before the wait for the
+    # Small matrices (experiments/gemv_pdl.cu on the H200): with L2 prefetches before the wait for the
     # kernel before, float16 1024^2 took 2.51-2.68 us against 2.56-3.07 without them.
     dict(block=128, lanes=128, unroll=4, rows=2, policy=1, persist=0, prefetch=1),
     dict(block=64, lanes=64, unroll=2, rows=1, policy=1, persist=0, prefetch=1),

@@ -8,7 +8,7 @@
 //   flat     grid-stride 16-byte loads over the whole matrix (the ceiling of a read)
 // Every load is evict-first (__ldcs), as in the tuned kernels; the XOR of all words is written so
 // that no load is dead. Build and run on the GPU machine:
-//   nvcc -O3 -arch=sm_90 -o /tmp/stream scripts/stream_patterns.cu && /tmp/stream
+//   nvcc -O3 -arch=sm_90 -o /tmp/stream experiments/stream_patterns.cu && /tmp/stream
 #include "bench_common.cuh"
 
 constexpr int K = 14336, N = 14336;          // rows, columns (float16)

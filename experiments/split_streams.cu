@@ -5,7 +5,7 @@
 // starts at another step of its chunk and wraps around, so that blocks running together do not all
 // read the same offset of their rows at the same time. Timed as autotune times a GEMV (bench_common.cuh),
 // with plain launches: compare rows with each other and with the flat read, not with the bench.
-//   nvcc -O3 -arch=sm_90 -o /tmp/split_streams scripts/split_streams.cu && /tmp/split_streams
+//   nvcc -O3 -arch=sm_90 -o /tmp/split_streams experiments/split_streams.cu && /tmp/split_streams
 #include "bench_common.cuh"
 
 template <int BLOCK, int LANES, int ROWS, int UNROLL, bool SKEW>

@@ -1,7 +1,7 @@
 // Where does skinny_tc lose at 16 x 4096 x 4096 (issue 5's one steady loss: 14.4 us, cuBLAS 14.0)?
 // Reading its B (4096 x 4096 float16, 32 MB) alone takes 9.8 us in the best flat grid
-// (scripts/read_floor.cu, on the H200). These read-only kernels stream the same matrix in skinny_tc's
-// decomposition, timed like read_floor.cu (launches queued behind a spin kernel, back to back,
+// (experiments/read_floor_grids.cu, on the H200). These read-only kernels stream the same matrix in skinny_tc's
+// decomposition, timed like read_floor_grids.cu (launches queued behind a spin kernel, back to back,
 // inputs rotating over 4x the L2), so that the gap splits into what the decomposition costs, what
 // the GEMM's arithmetic and A's fragments add, and (the real kernel's time less these) the rest:
 //   flat       grid-stride 16-byte loads over the whole matrix
@@ -15,7 +15,7 @@
 //   row        256-column tiles x SPLIT ranges, each warp reads 512 contiguous bytes of a row
 // Every load is evict-first (__ldcs), as in the tuned kernels; the XOR of all words is written so
 // that no load is dead. Build and run on the GPU machine:
-//   nvcc -O3 -arch=sm_90 -o /tmp/skinny_floor scripts/skinny_floor.cu && /tmp/skinny_floor
+//   nvcc -O3 -arch=sm_90 -o /tmp/skinny_floor experiments/skinny_floor.cu && /tmp/skinny_floor
 #include <cooperative_groups.h>
 
 #include <vector>

@@ -5,7 +5,7 @@
 // (issue "GEMV faster than cuBLAS on every shape": its goal of <= 3 us for matrices of 8 MB or less).
 // Each size tries several grids (blocks per SM x threads x 16-byte loads per thread, all issued
 // before any is used) and keeps the fastest; the empty kernel gives the launch floor.
-//   nvcc -O3 -arch=sm_90 -o /tmp/read_floor scripts/read_floor.cu && /tmp/read_floor
+//   nvcc -O3 -arch=sm_90 -o /tmp/read_floor_grids experiments/read_floor_grids.cu && /tmp/read_floor
 #include <vector>
 
 #include "bench_common.cuh"

@@ -3,7 +3,7 @@
 //
 // Back to back, a launch cannot start until the previous kernel has finished and flushed: every call
 // pays the launch and the ramp-up of its loads (an empty kernel costs 1.41 us a call, a 2 MB read 2.82
-// on the H200, measured with scripts/read_floor.cu). With the PDL launch attribute, the next grid's
+// on the H200, measured with experiments/read_floor_grids.cu). With the PDL launch attribute, the next grid's
 // blocks may become resident as soon as every block of the running grid has executed
 // `griddepcontrol.launch_dependents`; they wait in `griddepcontrol.wait` until the running grid has
 // finished and its memory is visible, so reading anything after the wait is as safe as without PDL.
@@ -18,7 +18,7 @@
 //                gemv_body has set its addresses (kernels/gemv/gemv.cu: wait_for_prior_grid)
 //   pdl+L2       the same, and before the wait one bulk L2 prefetch per row segment the block reads
 // Every y is checked against a float64 reference on random data after each way's timing.
-//   nvcc -O3 -arch=sm_90 -I kernels/common -o /tmp/gemv_pdl scripts/gemv_pdl.cu && /tmp/gemv_pdl
+//   nvcc -O3 -arch=sm_90 -I kernels/common -o /tmp/gemv_pdl experiments/gemv_pdl.cu && /tmp/gemv_pdl
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

@@ -2,7 +2,7 @@
 // bandwidth on every shape of 64 MB or more; float16 4096 x 8192 took 18.2 us, a flat read 16.9)?
 // The same 64 MB is read in the GEMV's decomposition and in others, timed like our kernels
 // (bench_common.cuh: launches back to back behind a spin kernel, buffers rotating over 4x the L2):
-//   flat       grid-stride 16-byte loads over the whole matrix (read_floor.cu's best grids)
+//   flat       grid-stride 16-byte loads over the whole matrix (read_floor_grids.cu's best grids)
 //   rows       the shipped GEMV's pattern without its arithmetic: groups of 128 lanes, ROWS rows a
 //              group, each lane BATCH 16-byte loads of each row in flight (lane-strided), XOR
 //   rows, persistent   the same groups in few large blocks that loop over the row tiles, so that
@@ -13,7 +13,7 @@
 // Every GEMV row is checked (y must equal A x afterwards), and the sketches once more on random data
 // against a float64 reference.
 // Build and run on the GPU machine:
-//   nvcc -O3 -arch=sm_90 -I kernels/common -o /tmp/gemv_floor scripts/gemv_floor.cu && /tmp/gemv_floor
+//   nvcc -O3 -arch=sm_90 -I kernels/common -o /tmp/gemv_floor experiments/gemv_floor.cu && /tmp/gemv_floor
 #include <cuda_fp16.h>
 
 #include <cmath>
