@@ -61,6 +61,14 @@ class Base(DeclarativeBase):
 
 # The GpuInfo fields a gpus row keeps (and a records file's GPU line carries).
 GPU_FIELDS = ("name", "uuid", "compute_capability", "sm_count", "l2_bytes", "memory_bytes", "driver", "cuda")
+# The core Problem fields a problems row keeps beside its GPU name (and a records file's trial line carries).
+PROBLEM_FIELDS = ("op", "dtype", "m", "n", "k", "trans")
+
+
+def problem_columns(problem: object) -> dict[str, Any]:
+    """The problems-table columns that identify `problem` (a core Problem, a problems row, a row the
+    store hands out), its GPU name aside."""
+    return {name: getattr(problem, name) for name in PROBLEM_FIELDS}
 
 
 class Gpu(Base):

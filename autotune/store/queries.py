@@ -33,18 +33,6 @@ def problem_filters(**values: Any) -> list[ColumnElement[bool]]:
     return [getattr(orm.Problem, name) == value for name, value in values.items() if value is not None]
 
 
-def problem_columns(problem: Problem) -> dict[str, Any]:
-    """The problems-table columns that identify `problem`."""
-    return {
-        "op": problem.op,
-        "dtype": problem.dtype,
-        "m": problem.m,
-        "n": problem.n,
-        "k": problem.k,
-        "trans": problem.trans,
-    }
-
-
 def _source_filter(source_hash: str | None) -> list[ColumnElement[bool]]:
     return [] if source_hash is None else [orm.Trial.source_hash == source_hash]
 
@@ -111,7 +99,7 @@ def find_trial(session: Session, problem_id: int, key: str, source_hash: str) ->
 
 
 def find_problem(session: Session, problem: Problem, gpu_name: str) -> orm.Problem | None:
-    filters = problem_filters(gpu_name=gpu_name, **problem_columns(problem))
+    filters = problem_filters(gpu_name=gpu_name, **orm.problem_columns(problem))
     return session.scalars(select(orm.Problem).where(*filters)).one_or_none()
 
 
@@ -119,7 +107,7 @@ def get_or_create_problem(session: Session, problem: Problem, gpu_name: str) -> 
     found = find_problem(session, problem, gpu_name)
     if found is not None:
         return found
-    row = orm.Problem(gpu_name=gpu_name, **problem_columns(problem))
+    row = orm.Problem(gpu_name=gpu_name, **orm.problem_columns(problem))
     try:
         # A savepoint: on a server database another process may insert the same problem first.
         with session.begin_nested():

@@ -36,12 +36,7 @@ def _gpu_line(gpu: orm.Gpu) -> dict[str, Any]:
 def _trial_line(problem: orm.Problem, trial: orm.Trial) -> dict[str, Any]:
     return {
         "kind": "trial",
-        "op": problem.op,
-        "dtype": problem.dtype,
-        "m": problem.m,
-        "n": problem.n,
-        "k": problem.k,
-        "trans": problem.trans,
+        **orm.problem_columns(problem),
         "config": trial.config,
         "time_us": trial.time_us,
         "times_us": [t for t in trial.times_us if math.isfinite(t)],
@@ -78,7 +73,7 @@ _EVERY = 2**31 - 1  # a rank limit that keeps every trial
 
 
 def _problem_of(row: orm.Problem) -> Problem:
-    return Problem(row.op, row.dtype, row.m, row.n, row.k, row.trans)
+    return Problem(**orm.problem_columns(row))
 
 
 def export_records(

@@ -59,8 +59,8 @@ class TrialRow:
 
 
 @dataclass(frozen=True)
-class BestRow:
-    """The fastest OK trial of one problem."""
+class _ProblemRow:
+    """What names a stored problem: its GPU model and the fields of its core Problem."""
 
     gpu_name: str
     op: str
@@ -69,6 +69,16 @@ class BestRow:
     n: int
     k: int
     trans: bool
+
+    @property
+    def problem(self) -> Problem:
+        return Problem(self.op, self.dtype, self.m, self.n, self.k, self.trans)
+
+
+@dataclass(frozen=True)
+class BestRow(_ProblemRow):
+    """The fastest OK trial of one problem."""
+
     config: dict[str, Any]
     time_us: float
     gbs: float | None
@@ -77,10 +87,6 @@ class BestRow:
     cuda: str
     origin: str
     trials: int  # final trials of the problem (under the same source-hash filter)
-
-    @property
-    def problem(self) -> Problem:
-        return Problem(self.op, self.dtype, self.m, self.n, self.k, self.trans)
 
 
 @dataclass(frozen=True)
@@ -99,23 +105,12 @@ class GpuRow:
 
 
 @dataclass(frozen=True)
-class ProblemSummary:
-    gpu_name: str
-    op: str
-    dtype: str
-    m: int
-    n: int
-    k: int
-    trans: bool
+class ProblemSummary(_ProblemRow):
     trials: int  # final trials
     ok: int
     best_us: float | None  # None when no trial is OK
     best_gbs: float | None
     best_config: dict[str, Any] | None
-
-    @property
-    def problem(self) -> Problem:
-        return Problem(self.op, self.dtype, self.m, self.n, self.k, self.trans)
 
 
 def usable(trial: orm.Trial | None, problem: orm.Problem | None = None) -> bool:
@@ -159,12 +154,7 @@ def best_row(problem: orm.Problem, trial: orm.Trial, trials: int) -> BestRow:
     assert trial.time_us is not None  # only OK trials with a time are ranked
     return BestRow(
         gpu_name=problem.gpu_name,
-        op=problem.op,
-        dtype=problem.dtype,
-        m=problem.m,
-        n=problem.n,
-        k=problem.k,
-        trans=problem.trans,
+        **orm.problem_columns(problem),
         config=dict(trial.config),
         time_us=trial.time_us,
         gbs=trial.gbs,

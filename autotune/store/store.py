@@ -29,7 +29,6 @@ from autotune.store.queries import (
     first_usable,
     get_or_create_problem,
     new_gpu,
-    problem_columns,
     problem_filters,
 )
 from autotune.store.rows import (
@@ -261,7 +260,7 @@ class Store:
 
     def best(self, gpu_name: str, problem: Problem, source_hash: str | None) -> BestRow | None:
         """The fastest OK trial of exactly this problem (of that kernel source when given)."""
-        rows = self._best_rows(gpu_name, source_hash, **problem_columns(problem))
+        rows = self._best_rows(gpu_name, source_hash, **orm.problem_columns(problem))
         return rows[0] if rows else None
 
     def tuned(
@@ -322,12 +321,7 @@ class Store:
 def _summary(problem: orm.Problem, counts: tuple[int, int], best: orm.Trial | None) -> ProblemSummary:
     return ProblemSummary(
         gpu_name=problem.gpu_name,
-        op=problem.op,
-        dtype=problem.dtype,
-        m=problem.m,
-        n=problem.n,
-        k=problem.k,
-        trans=problem.trans,
+        **orm.problem_columns(problem),
         trials=counts[0],
         ok=counts[1],
         best_us=None if best is None else best.time_us,
