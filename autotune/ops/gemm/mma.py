@@ -5,8 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from autotune.core.dtypes import CUDA_TYPE
-from autotune.core.limits import MAX_SHARED_BYTES_OPT_IN, REGISTERS_PER_SM
+from autotune.core.limits import REGISTERS_PER_SM
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.core.space import Config, Param, Space
 from autotune.ops.gemm import shared as gemm_shared
@@ -27,14 +26,6 @@ _STAGES = (2, 3, 4, 5)
 _VECS = (8, 4, 2)  # widest first
 _SWIZZLES = (1, 4, 8, 16)
 _SPLITS = (1, 2, 4, 8)
-
-
-def _tiles(size: int, tile: int) -> int:
-    return math.ceil(size / tile)
-
-
-def _pow2_ceil(value: int) -> int:
-    return 1 << max(0, value - 1).bit_length()
 
 
 def threads(config: Mapping[str, int]) -> int:
@@ -65,28 +56,25 @@ def _tile_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
         return f"{warps} warps of {c['wm']}x{c['wn']} in a {c['bm']}x{c['bn']} tile (need 2..16)"
     if threads(c) * _registers(c) > REGISTERS_PER_SM:
         return f"{threads(c)} threads with {c['wm']}x{c['wn']} warp tiles exceed the register file"
-    if shared_bytes(problem, c) > MAX_SHARED_BYTES_OPT_IN:
-        return f"{shared_bytes(problem, c)} bytes of shared memory exceed {MAX_SHARED_BYTES_OPT_IN // 1024} KiB"
-    # Tiles far beyond the problem only add idle work (and duplicate smaller tiles' results).
-    if c["bm"] > max(64, _pow2_ceil(problem.m)) or c["bn"] > max(64, _pow2_ceil(problem.n)):
-        return f"a {c['bm']}x{c['bn']} tile is larger than the {problem.m}x{problem.n} output needs"
-    if c["bk"] > max(32, _pow2_ceil(problem.k)):
+    if reason := gemm_shared.output_tile_reason(problem, c, shared_bytes(problem, c)):
+        return reason
+    if c["bk"] > max(32, gemm_shared.pow2_ceil(problem.k)):
         return f"bk={c['bk']} is deeper than k={problem.k} needs"
     return None
 
 
 def _schedule_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
-    k_tiles = _tiles(problem.k, c["bk"])
+    k_tiles = gemm_shared.tile_count(problem.k, c["bk"])
     if c["stages"] > max(2, k_tiles + 1):
         return f"{c['stages']} stages for {k_tiles} k-tiles"
     if c["vec"] > 1 and (problem.k % c["vec"] or problem.n % c["vec"]):
         return f"vec={c['vec']} needs k and n divisible by {c['vec']}"
-    tiles_m = _tiles(problem.m, c["bm"])
-    if c["swizzle"] > 1 and c["swizzle"] > _pow2_ceil(tiles_m):
-        return f"swizzle={c['swizzle']} groups more tile rows than the {tiles_m} there are"
+    tiles_m = gemm_shared.tile_count(problem.m, c["bm"])
+    if swizzle := gemm_shared.swizzle_reason(c["swizzle"], tiles_m):
+        return swizzle
     split = c["split"]
     if split > 1:
-        if tiles_m * _tiles(problem.n, c["bn"]) >= SPLIT_MAX_TILES:
+        if tiles_m * gemm_shared.tile_count(problem.n, c["bn"]) >= SPLIT_MAX_TILES:
             return f"split-K with {SPLIT_MAX_TILES}+ output tiles"
         if (split - 1) * math.ceil(k_tiles / split) >= k_tiles:
             return f"split={split} leaves a split without k-tiles ({k_tiles} in all)"
@@ -126,7 +114,7 @@ def default_config(problem: Problem) -> Config:
         "bk": 32,
         "wm": 64 if bm == 128 else 32,
         "wn": 32,
-        "stages": min(3, _tiles(problem.k, 32) + 1),
+        "stages": min(3, gemm_shared.tile_count(problem.k, 32) + 1),
         "vec": 1,
         "swizzle": 1,
         "split": 1,
@@ -144,18 +132,15 @@ def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
 def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
     """A translation unit with one extern "C" instance of the template (a stable, unmangled name)."""
     c = config
-    t = CUDA_TYPE[problem.dtype]
-    template_args = (
-        f"{t}, {c['bm']}, {c['bn']}, {c['bk']}, {c['wm']}, {c['wn']}, {c['stages']}, {c['vec']}, {c['swizzle']}"
-    )
-    call = f"at_gemm_mma::gemm_mma_body<{template_args}>(A, B, C, M, N, K, alpha, beta, workspace, counters)"
-    return gemm_shared.instance_source(KERNEL_FILE, kernel_name(problem, config), t, str(threads(c)), call)
+    body = "at_gemm_mma::gemm_mma_body"
+    args = [c[k] for k in ("bm", "bn", "bk", "wm", "wn", "stages", "vec", "swizzle")]
+    return gemm_shared.instance_source(KERNEL_FILE, kernel_name(problem, c), problem.dtype, str(threads(c)), body, args)
 
 
 def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
     """One block per output tile on grid x (the kernel remaps it), split-K slices on grid z."""
     c = config
-    tiles = _tiles(problem.m, c["bm"]) * _tiles(problem.n, c["bn"])
+    tiles = gemm_shared.tile_count(problem.m, c["bm"]) * gemm_shared.tile_count(problem.n, c["bn"])
     split = c["split"]
     return Launch(
         grid=(tiles, 1, split),
@@ -164,10 +149,6 @@ def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch
         workspace_floats=split * problem.m * problem.n if split > 1 else 0,
         counters=tiles if split > 1 else 0,
     )
-
-
-def flops(problem: Problem) -> int:
-    return 2 * problem.m * problem.n * problem.k
 
 
 # Tiles known to suit Hopper-class tensor cores at large shapes (8 warps of 64x64, deep pipelines):

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
+from autotune.core.dtypes import CUDA_TYPE
 from autotune.core.errors import AutotuneError
-from autotune.core.limits import MAX_GRID_Y
+from autotune.core.limits import MAX_GRID_Y, MAX_SHARED_BYTES_OPT_IN
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.core.space import Config
 from autotune.ops.base import DeviceReference
@@ -27,21 +28,62 @@ def device_reference(problem: Problem) -> DeviceReference:
 
 
 def instance_source(
-    kernel_file: str, name: str, cuda_type: str, launch_bounds: str, call: str, cluster: int = 1
+    kernel_file: str,
+    name: str,
+    dtype: str,
+    launch_bounds: str,
+    body: str,
+    template_args: Iterable[int],
+    *,
+    cluster: int = 1,
+    split_k: bool = True,
 ) -> str:
     """A translation unit with one extern "C" instance of a family's template (a stable, unmangled
-    name) taking the GEMM kernel arguments; `call` runs the template on them. cluster > 1 declares
-    the kernel with thread-block clusters of that many blocks along the grid's y (the K splits), fixed
-    at compile time so that a plain launch runs it in clusters."""
-    t = cuda_type
+    name) taking the GEMM kernel arguments: it calls `body`<T, template_args...> (T: the dtype's CUDA
+    type) with them, the split-K workspace and counters left out where `split_k` is False. cluster > 1
+    declares the kernel with thread-block clusters of that many blocks along the grid's y (the K
+    splits), fixed at compile time so that a plain launch runs it in clusters."""
+    t = CUDA_TYPE[dtype]
+    args = ", ".join([t, *map(str, template_args)])
+    call_args = "A, B, C, M, N, K, alpha, beta" + (", workspace, counters" if split_k else "")
     return (
         f'#include "{kernel_file}"\n'
         f'extern "C" __global__ void {cluster_declaration(cluster)}__launch_bounds__({launch_bounds})\n'
         f"{name}(const {t}* A, const {t}* B, {t}* C, int M, int N, int K,\n"
         f"    float alpha, float beta, float* workspace, unsigned int* counters) {{\n"
-        f"  {call};\n"
+        f"  {body}<{args}>({call_args});\n"
         f"}}\n"
     )
+
+
+def pow2_ceil(value: int) -> int:
+    """The smallest power of two not below `value` (1 for 1 and less)."""
+    return 1 << max(0, value - 1).bit_length()
+
+
+def tile_count(size: int, tile: int) -> int:
+    """Tiles of `tile` that cover `size`."""
+    return math.ceil(size / tile)
+
+
+def output_tile_reason(problem: Problem, config: Mapping[str, int], shared_bytes: int) -> str | None:
+    """Why a tiled family's bm x bn tile of C with `shared_bytes` of shared memory is not one to
+    build for `problem`, or None. Shared by the tensor-core families (mma, wgmma)."""
+    c = config
+    if shared_bytes > MAX_SHARED_BYTES_OPT_IN:
+        return f"{shared_bytes} bytes of shared memory exceed {MAX_SHARED_BYTES_OPT_IN // 1024} KiB"
+    # Tiles far beyond the problem only add idle work (and duplicate smaller tiles' results).
+    if c["bm"] > max(64, pow2_ceil(problem.m)) or c["bn"] > max(64, pow2_ceil(problem.n)):
+        return f"a {c['bm']}x{c['bn']} tile is larger than the {problem.m}x{problem.n} output needs"
+    return None
+
+
+def swizzle_reason(swizzle: int, tiles_m: int) -> str | None:
+    """Why grouping `swizzle` rows of tiles (of `tiles_m`) in the kernel's tile order is pointless, or
+    None. Shared by the tensor-core families (mma, wgmma)."""
+    if swizzle > 1 and swizzle > pow2_ceil(tiles_m):
+        return f"swizzle={swizzle} groups more tile rows than the {tiles_m} there are"
+    return None
 
 
 # Blocks that give several waves on any current GPU: a streaming kernel split further only adds partials.

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from autotune.core.dtypes import CUDA_TYPE
 from autotune.core.limits import (
     MAX_GRID_Y,
     MAX_REGISTERS_PER_THREAD,
@@ -155,11 +154,11 @@ def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
 def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
     """A translation unit with one extern "C" instance of the template (a stable, unmangled name)."""
     c = config
-    t = CUDA_TYPE[problem.dtype]
-    template_args = ", ".join([t, *(str(c[k]) for k in ("bm", "bn", "bk", "wm", "wn", "tm", "tn", "vec", "stages"))])
-    call = f"at_gemm_simt::gemm_simt_body<{template_args}>(A, B, C, M, N, K, alpha, beta)"
+    body = "at_gemm_simt::gemm_simt_body"
+    args = [c[k] for k in ("bm", "bn", "bk", "wm", "wn", "tm", "tn", "vec", "stages")]
     bounds = f"{_threads(c)}, {c['occ']}"  # at most this many threads, at least occ blocks per SM
-    return gemm_shared.instance_source(KERNEL_FILE, kernel_name(problem, config), t, bounds, call)
+    name = kernel_name(problem, c)
+    return gemm_shared.instance_source(KERNEL_FILE, name, problem.dtype, bounds, body, args, split_k=False)
 
 
 def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from autotune.core.dtypes import CUDA_TYPE
 from autotune.core.limits import (
     MAX_REGISTERS_PER_THREAD,
     MAX_SHARED_BYTES_OPT_IN,
@@ -37,10 +36,6 @@ _POLICIES = (1, 2)
 _SPLITS = tuple(2**i for i in range(10))  # 1 .. 512: the transposed GEMV with N = 256 needs hundreds
 
 
-def _pow2_ceil(x: int) -> int:
-    return 1 << max(0, x - 1).bit_length()
-
-
 def _vec_choices(problem: Problem) -> tuple[int, ...]:
     """The two widest loads N allows (16 bytes at most), and scalar loads: those are slower, but the
     launcher needs them for arrays whose rows are not 16-byte aligned."""
@@ -51,7 +46,7 @@ def _vec_choices(problem: Problem) -> tuple[int, ...]:
 
 def _mt_choices(problem: Problem) -> tuple[int, ...]:
     """Rows of A per thread: M rounded up, or half of it (B then read twice, the second time from L2)."""
-    top = _pow2_ceil(min(problem.m, MAX_M))
+    top = gemm_shared.pow2_ceil(min(problem.m, MAX_M))
     return tuple(t for t in _MTS if top // 2 <= t <= top)
 
 
@@ -202,14 +197,10 @@ def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
 def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
     """A translation unit with one extern "C" instance of the template (a stable, unmangled name)."""
     c = config
-    t = CUDA_TYPE[problem.dtype]
-    args = (
-        f"{t}, {c['nt']}, {c['kw']}, {c['vec']}, {c['mt']}, {c['unroll']}, {c['a_chunk']}, {c['policy']}, "
-        f"{c['cluster']}"
-    )
-    call = f"at_skinny::skinny_body<{args}>(A, B, C, M, N, K, alpha, beta, workspace, counters)"
-    name = kernel_name(problem, config)
-    return gemm_shared.instance_source(KERNEL_FILE, name, t, str(c["nt"] * c["kw"]), call, cluster=c["cluster"])
+    body = "at_skinny::skinny_body"
+    args = [c[k] for k in ("nt", "kw", "vec", "mt", "unroll", "a_chunk", "policy", "cluster")]
+    name, bounds = kernel_name(problem, c), str(c["nt"] * c["kw"])
+    return gemm_shared.instance_source(KERNEL_FILE, name, problem.dtype, bounds, body, args, cluster=c["cluster"])
 
 
 def tiles(problem: Problem, config: Mapping[str, int]) -> tuple[int, int]:

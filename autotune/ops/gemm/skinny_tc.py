@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from autotune.core.dtypes import CUDA_TYPE
 from autotune.core.limits import (
     MAX_REGISTERS_PER_THREAD,
     MAX_SHARED_BYTES_OPT_IN,
@@ -259,12 +258,10 @@ def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
 def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
     """A translation unit with one extern "C" instance of the template (a stable, unmangled name)."""
     c = config
-    t = CUDA_TYPE[problem.dtype]
-    tiling = f"{c['wn']}, {c['kw']}, {c['vec']}, {c['unroll']}, {c['policy']}"
-    args = f"{t}, {tiling}, {c['cluster']}, {c['prefetch']}, {c['stages']}"
-    call = f"at_skinny_tc::skinny_tc_body<{args}>(A, B, C, M, N, K, alpha, beta, workspace, counters)"
-    name = kernel_name(problem, config)
-    return gemm_shared.instance_source(KERNEL_FILE, name, t, str(threads(c)), call, cluster=c["cluster"])
+    body = "at_skinny_tc::skinny_tc_body"
+    args = [c[k] for k in ("wn", "kw", "vec", "unroll", "policy", "cluster", "prefetch", "stages")]
+    name, bounds = kernel_name(problem, c), str(threads(c))
+    return gemm_shared.instance_source(KERNEL_FILE, name, problem.dtype, bounds, body, args, cluster=c["cluster"])
 
 
 def column_tiles(problem: Problem, config: Mapping[str, int]) -> int:

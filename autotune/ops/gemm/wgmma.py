@@ -8,11 +8,8 @@ rows on machines whose GPUs are all Hopper; scripts/check_wgmma.py checks its B 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
-from autotune.core.dtypes import CUDA_TYPE
-from autotune.core.limits import MAX_SHARED_BYTES_OPT_IN
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.core.space import Config, Param, Space
 from autotune.ops.gemm import shared as gemm_shared
@@ -49,14 +46,6 @@ MBARRIER_BYTES = 8  # one "full" mbarrier a stage in TMA instances
 B_ATOM_COLUMNS = 64  # B's stage is 64-column atoms of 128-byte rows: one TMA box each
 
 
-def _tiles(size: int, tile: int) -> int:
-    return math.ceil(size / tile)
-
-
-def _pow2_ceil(value: int) -> int:
-    return 1 << max(0, value - 1).bit_length()
-
-
 def threads(config: Mapping[str, int]) -> int:
     return 128 * config["wgs"]
 
@@ -91,12 +80,7 @@ def _tile_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
         return f"bm={c['bm']} does not split into m64 slices for {c['wgs']} warpgroups"
     if accumulators(c) > MAX_ACCUMULATORS:
         return f"{accumulators(c)} accumulators a thread (a {c['bm']}x{c['bn']} tile on {c['wgs']} warpgroups) spill"
-    if shared_bytes(problem, c) > MAX_SHARED_BYTES_OPT_IN:
-        return f"{shared_bytes(problem, c)} bytes of shared memory exceed {MAX_SHARED_BYTES_OPT_IN // 1024} KiB"
-    # Tiles far beyond the problem only add idle work (and duplicate smaller tiles' results).
-    if c["bm"] > max(64, _pow2_ceil(problem.m)) or c["bn"] > max(64, _pow2_ceil(problem.n)):
-        return f"a {c['bm']}x{c['bn']} tile is larger than the {problem.m}x{problem.n} output needs"
-    return None
+    return gemm_shared.output_tile_reason(problem, c, shared_bytes(problem, c))
 
 
 def _loader_reason(c: Mapping[str, int]) -> str | None:
@@ -106,14 +90,11 @@ def _loader_reason(c: Mapping[str, int]) -> str | None:
 
 
 def _schedule_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
-    k_tiles = _tiles(problem.k, c["bk"])
+    k_tiles = gemm_shared.tile_count(problem.k, c["bk"])
     # STAGES - 2 tiles (STAGES - 1 with TMA) load ahead: more stages than k-tiles only take shared memory.
     if c["stages"] > max(3, k_tiles + 2):
         return f"{c['stages']} stages for {k_tiles} k-tiles"
-    tiles_m = _tiles(problem.m, c["bm"])
-    if c["swizzle"] > 1 and c["swizzle"] > _pow2_ceil(tiles_m):
-        return f"swizzle={c['swizzle']} groups more tile rows than the {tiles_m} there are"
-    return None
+    return gemm_shared.swizzle_reason(c["swizzle"], gemm_shared.tile_count(problem.m, c["bm"]))
 
 
 def space(problem: Problem) -> Space:
@@ -160,14 +141,12 @@ def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
 def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
     """A translation unit with one extern "C" instance of the template (a stable, unmangled name)."""
     c = config
-    t = CUDA_TYPE[problem.dtype]
-    tiling = f"{c['bm']}, {c['bn']}, {c['bk']}, {c['wgs']}, {c['stages']}"
-    template_args = f"{t}, {tiling}, {c['swizzle']}, {c['layout']}, {c['tma']}"
-    call = f"at_wgmma::gemm_wgmma_body<{template_args}>(A, B, C, M, N, K, alpha, beta, workspace, counters)"
+    body = "at_wgmma::gemm_wgmma_body"
+    args = [c[k] for k in ("bm", "bn", "bk", "wgs", "stages", "swizzle", "layout", "tma")]
     # One block a multiprocessor (its shared memory alone sees to that): ptxas may give a thread up to
     # 255 registers, which 128 accumulators need.
     bounds = f"{threads(c)}, 1"
-    return gemm_shared.instance_source(KERNEL_FILE, kernel_name(problem, config), t, bounds, call)
+    return gemm_shared.instance_source(KERNEL_FILE, kernel_name(problem, c), problem.dtype, bounds, body, args)
 
 
 def operand_maps(config: Mapping[str, int]) -> OperandMaps | None:
@@ -184,7 +163,7 @@ def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch
     """One block per output tile on grid x (the kernel remaps it); no split-K. TMA instances get
     their tensor maps in the workspace argument."""
     c = config
-    tiles = _tiles(problem.m, c["bm"]) * _tiles(problem.n, c["bn"])
+    tiles = gemm_shared.tile_count(problem.m, c["bm"]) * gemm_shared.tile_count(problem.n, c["bn"])
     return Launch(
         grid=(tiles, 1, 1),
         block=(threads(c), 1, 1),
@@ -193,10 +172,6 @@ def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch
         counters=0,
         operand_maps=operand_maps(c),
     )
-
-
-def flops(problem: Problem) -> int:
-    return 2 * problem.m * problem.n * problem.k
 
 
 # Tilings of the Hopper GEMMs this family imitates: 128x256 / 256x128 on two warpgroups (128
