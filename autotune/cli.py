@@ -96,6 +96,10 @@ def _us(value: float | None) -> str:
     return f"{value:.2f}" if value is not None else "-"
 
 
+def _gbs(value: float | None) -> str:
+    return f"{value:.0f}" if value else "-"
+
+
 class _BarProgress:
     """A progress bar per problem, with the best time so far; shown from the first problem on, so
     input errors found before any tuning stay a single line."""
@@ -121,10 +125,7 @@ class _BarProgress:
 
 @app.command()
 def sweep(
-    op: Annotated[
-        str | None,
-        typer.Option("--op", help="gemv or gemm (with --dtype), or sgemv, hgemv (default), bgemv, sgemm, hgemm, bgemm"),
-    ] = None,
+    op: Op = None,
     m: Annotated[int | None, typer.Option("--m", help="rows of A (with --n); default: the standard shape set")] = None,
     n: Annotated[int | None, typer.Option("--n", help="GEMV: columns of A; GEMM: columns of B and C")] = None,
     k: K = None,
@@ -315,7 +316,7 @@ def list_(
             "x".join(map(str, r.problem.shape)),
             f"{r.ok}/{r.trials}",
             _us(r.best_us),
-            f"{r.best_gbs:.0f}" if r.best_gbs else "-",
+            _gbs(r.best_gbs),
             _short_config(r.best_config, r.problem),
         ]
         for r in rows
@@ -383,7 +384,7 @@ def show(
         table.add_row(
             t.status.value,
             _us(t.time_us),
-            f"{t.gbs:.0f}" if t.gbs else "-",
+            _gbs(t.gbs),
             str(t.rounds),
             _config_text(t.config, problem),
             escape((t.message.splitlines() or [""])[-1][:80]),
