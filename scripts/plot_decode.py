@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from plotting import bars_beside, pyplot, save_beside
+
 
 def table(report: dict[str, Any]) -> str:
     """The step times and host costs as a Markdown table."""
@@ -31,11 +33,7 @@ def table(report: dict[str, Any]) -> str:
 
 
 def main(path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     report = json.loads(path.read_text())
     rows = report["rows"]
     fig, axes = plt.subplots(1, len(rows), figsize=(6 * len(rows), 4.5), squeeze=False)
@@ -43,17 +41,14 @@ def main(path: Path) -> Path:
         labels = ["eager", "CUDA graph"]
         ours = [row["ours_eager_us"], row["ours_graph_us"]]
         theirs = [row["torch_eager_us"], row["torch_graph_us"]]
-        axis.bar([0 - 0.2, 1 - 0.2], ours, 0.4, label="autotune.gemv")
-        axis.bar([0 + 0.2, 1 + 0.2], theirs, 0.4, label="torch.mv (cuBLAS)")
+        bars_beside(axis, ours, theirs, "autotune.gemv", "torch.mv (cuBLAS)")
         axis.axhline(row["floor_us"], color="black", linestyle="--", linewidth=1, label="summed read floors")
         axis.set_xticks([0, 1], labels)
         axis.set_ylabel("µs per decode step")
         axis.set_title(f"{row['model']}: {row['calls']} GEMVs, {row['bytes'] / 1e9:.2f} GB of weights")
         axis.legend(loc="lower right")
     fig.suptitle(f"Decode steps on one {report['gpu']}")
-    fig.tight_layout()
-    out = path.with_suffix(".png")
-    fig.savefig(out, dpi=110)
+    out = save_beside(fig, path)
     print(table(report))
     return out
 

@@ -9,13 +9,11 @@ import json
 import sys
 from pathlib import Path
 
+from plotting import bars_beside, pyplot, save_beside
+
 
 def main(path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     report = json.loads(path.read_text())
     groups = {
         "square products": [r for r in report["rows"] if r["m"] > 16],
@@ -26,8 +24,8 @@ def main(path: Path) -> Path:
     for axis, (name, rows) in zip(axes[:, 0], groups.items(), strict=True):
         labels = [f"{r['dtype']}\n{r['m']}x{r['n']}x{r['k']}" for r in rows]
         positions = range(len(rows))
-        axis.bar([p - 0.2 for p in positions], [r["ours_tflops"] for r in rows], 0.4, label="autotune (tuned)")
-        axis.bar([p + 0.2 for p in positions], [r["cublas_tflops"] for r in rows], 0.4, label="cuBLAS (torch.mm)")
+        ours, theirs = [r["ours_tflops"] for r in rows], [r["cublas_tflops"] for r in rows]
+        bars_beside(axis, ours, theirs, "autotune (tuned)", "cuBLAS (torch.mm)")
         for p, r in zip(positions, rows, strict=True):
             axis.text(
                 p, max(r["ours_tflops"], r["cublas_tflops"]) * 1.02, f"{r['ratio']:.2f}x", ha="center", fontsize=7
@@ -36,10 +34,7 @@ def main(path: Path) -> Path:
         axis.set_ylabel("TFLOP/s")
         axis.set_title(f"{report['gpu']} GEMM, {name} (label: cuBLAS time / ours)")
         axis.legend(loc="upper left", fontsize=8)
-    fig.tight_layout()
-    out = path.with_suffix(".png")
-    fig.savefig(out, dpi=110)
-    return out
+    return save_beside(fig, path)
 
 
 if __name__ == "__main__":

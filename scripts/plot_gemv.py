@@ -9,13 +9,11 @@ import json
 import sys
 from pathlib import Path
 
+from plotting import bars_beside, pyplot, save_beside
+
 
 def main(path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     report = json.loads(path.read_text())
     dtypes = list(dict.fromkeys(row["dtype"] for row in report["rows"]))
     fig, axes = plt.subplots(len(dtypes), 1, figsize=(14, 4.2 * len(dtypes)), squeeze=False)
@@ -23,8 +21,8 @@ def main(path: Path) -> Path:
         rows = [r for r in report["rows"] if r["dtype"] == dtype]
         labels = [f"{r['m']}x{r['n']}" for r in rows]
         positions = range(len(rows))
-        axis.bar([p - 0.2 for p in positions], [r["ours_gbs"] for r in rows], 0.4, label="autotune (tuned)")
-        axis.bar([p + 0.2 for p in positions], [r["cublas_gbs"] for r in rows], 0.4, label="cuBLAS (torch)")
+        ours, theirs = [r["ours_gbs"] for r in rows], [r["cublas_gbs"] for r in rows]
+        bars_beside(axis, ours, theirs, "autotune (tuned)", "cuBLAS (torch)")
         # The read floor as bandwidth: the bytes that must move over the floor's time.
         floors = [(p, r["ours_gbs"] * r["ours_us"] / r["floor_us"]) for p, r in enumerate(rows) if r.get("floor_us")]
         if floors:
@@ -38,10 +36,7 @@ def main(path: Path) -> Path:
         product = "y = Aᵀx, A is M x N" if "trans" in path.name else "y = A x"
         axis.set_title(f"{report['gpu']} {dtype} GEMV {product} (label: speedup over cuBLAS)")
         axis.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    out = path.with_suffix(".png")
-    fig.savefig(out, dpi=110)
-    return out
+    return save_beside(fig, path)
 
 
 if __name__ == "__main__":

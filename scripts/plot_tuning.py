@@ -9,13 +9,11 @@ import json
 import sys
 from pathlib import Path
 
+from plotting import pyplot, save_beside
+
 
 def main(path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     report = json.loads(path.read_text())
     # Largest matrix first, samplers in a fixed order and colour, however the report's rows are ordered
     # (a merged report lists re-run rows last).
@@ -40,10 +38,7 @@ def main(path: Path) -> Path:
         axis.set_ylabel("best time found / brute-force optimum")
         axis.set_title(f"{report['gpu']} hgemv {m}x{n}")
         axis.legend(fontsize=8)
-    fig.tight_layout()
-    out = path.with_suffix(".png")
-    fig.savefig(out, dpi=110)
-    return out
+    return save_beside(fig, path)
 
 
 if __name__ == "__main__":
