@@ -321,7 +321,10 @@ def bench(
     if ops.for_problem(problem).compute_bound:  # rated in TFLOP/s beside cuBLAS's GEMM
         return runner.compare_gemm(choice), runner.copy_gbs(), choice
     row = runner.compare(choice)
-    row.set_floor(runner.read_floor(problem.matrix_bytes))
+    floor = runner.read_floor(problem.matrix_bytes)
+    # Kept beside the trials, so that listings and reports can set results against it.
+    store(db).record_read_floor(runner.launcher.gpu, problem.matrix_bytes, floor.us, floor.kernel)
+    row.set_floor(floor)
     copy_gbs = runner.copy_gbs()
     row.pct_copy = 100.0 * row.ours_gbs / copy_gbs
     return row, copy_gbs, choice

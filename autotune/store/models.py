@@ -157,6 +157,23 @@ class Crash(Base):
     last_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+class ReadFloor(Base):
+    """The least time this GPU took to only read `nbytes` (autotune/measure/floor.py): no kernel that
+    must read a matrix of that size can beat it, so results are shown against it."""
+
+    __tablename__ = "read_floors"
+    __table_args__ = (Index(None, "gpu_id", "nbytes"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id"))
+    nbytes: Mapped[int] = mapped_column(BigInteger)
+    time_us: Mapped[float] = mapped_column(Float)
+    kernel: Mapped[str] = mapped_column(String)  # the fastest read kernel variant
+    driver: Mapped[str] = mapped_column(String)
+    cuda: Mapped[str] = mapped_column(String)
+    measured_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 class ShippedImport(Base):
     """A shipped records file already imported, by content hash: a changed file is imported again."""
 

@@ -12,13 +12,15 @@ from sqlalchemy import Connection, inspect
 from sqlalchemy.engine import make_url
 
 from autotune.core.errors import AutotuneError
+from autotune.store.models import Base
 
 LOCK_WAIT_VAR = "AUTOTUNE_DB_LOCK_WAIT"
 # How long a command waits for another process's write lock before it gives up (SQLite's busy
 # handler retries with growing sleeps, up to 100 ms apart). A sweep's write holds it for
 # milliseconds and importing every shipped records file for a few seconds.
 DEFAULT_LOCK_WAIT = 60.0
-OUR_TABLES = frozenset({"gpus", "problems", "trials", "crashes", "shipped_imports", "alembic_version"})
+# The tables of the models (every migration creates exactly those) and Alembic's own.
+OUR_TABLES = frozenset({*Base.metadata.tables, "alembic_version"})
 
 
 class NoWritablePlace(AutotuneError):

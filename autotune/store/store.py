@@ -117,6 +117,31 @@ class Store:
         with self.db.session_scope() as session:
             return [gpu_row(gpu, int(n)) for gpu, n in session.execute(stmt)]
 
+    # --- read floors ----------------------------------------------------------------------------
+
+    def record_read_floor(self, info: GpuInfo, nbytes: int, time_us: float, kernel: str) -> None:
+        """Store the least time this GPU took to only read `nbytes` (the read floor of that size)."""
+        if not (math.isfinite(time_us) and time_us > 0 and nbytes > 0):
+            raise AutotuneError(f"a read floor needs a positive size and time, got {nbytes} bytes in {time_us} us")
+        gpu_id = self.upsert_gpu(info)
+        with self.db.session_scope(write=True) as session:
+            session.add(
+                orm.ReadFloor(
+                    gpu_id=gpu_id, nbytes=nbytes, time_us=time_us, kernel=kernel, driver=info.driver, cuda=info.cuda
+                )
+            )
+
+    def read_floor(self, gpu_name: str, nbytes: int) -> float | None:
+        """The least read time in µs stored for `nbytes` on GPUs of this name, or None."""
+        stmt = (
+            select(func.min(orm.ReadFloor.time_us))
+            .join(orm.Gpu, orm.Gpu.id == orm.ReadFloor.gpu_id)
+            .where(orm.Gpu.name == gpu_name, orm.ReadFloor.nbytes == nbytes)
+        )
+        with self.db.session_scope() as session:
+            found = session.scalar(stmt)
+            return None if found is None else float(found)
+
     # --- trials of a sweep -----------------------------------------------------------------------
 
     def completed_trials(self, problem_id: int, source_hash: str) -> list[TrialRow]:
