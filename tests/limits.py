@@ -1,6 +1,9 @@
-"""What every GEMM family's launch geometry must respect on sm_90 (the family tests share it)."""
+"""What every GEMM family's launch geometry must respect on sm_90, and the configs the family tests
+draw from a space (they share both)."""
 
 from __future__ import annotations
+
+import random
 
 from autotune.core.space import Config, Space, config_key
 from autotune.ops.geometry import Launch
@@ -22,3 +25,8 @@ def distinct_configs(space: Space, most: int) -> list[Config]:
     assert 0 < len(configs) < most, len(configs)
     assert len({config_key(c) for c in configs}) == len(configs)
     return configs
+
+
+def sampled(configs: list[Config], count: int = 200) -> list[Config]:
+    """The same `count` configs on every run (all of them where there are fewer)."""
+    return random.Random(0).sample(configs, min(count, len(configs)))

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from types import ModuleType
 
 from autotune.build.compiler import CompileJob, CompilePool, CompileResult
+from autotune.core.problem import Problem
+from autotune.core.space import Config
 
 
 def compile_all(jobs: Sequence[CompileJob], cache_dir: Path) -> list[CompileResult]:
@@ -17,3 +20,15 @@ def compile_all(jobs: Sequence[CompileJob], cache_dir: Path) -> list[CompileResu
     for result in results:
         assert result.cubin is not None and result.job.name.encode() in result.cubin.read_bytes()
     return results
+
+
+def compile_in_space(family: ModuleType, instances: Iterable[tuple[Problem, Config]], cache_dir: Path) -> None:
+    """Assert each (problem, config) is in the GEMM family's space, then compile them all for sm_90."""
+    jobs = []
+    for problem, config in instances:
+        reason = family.space(problem).check(config)
+        assert reason is None, (problem, config, reason)
+        jobs.append(
+            CompileJob(family.kernel_name(problem, config), family.kernel_source(problem, config), "sm_90", "test")
+        )
+    compile_all(jobs, cache_dir)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 import shutil
 from pathlib import Path
 
@@ -13,7 +12,7 @@ from autotune.build.compiler import CompileJob, compile_kernel
 from autotune.core.problem import Problem
 from autotune.core.space import Config, config_key
 from autotune.ops.gemm import simt as gemm_simt
-from tests.limits import MAX_GRID, MAX_SHARED
+from tests.limits import MAX_GRID, MAX_SHARED, sampled
 
 SHAPES = [(1, 1, 1), (1000, 1001, 999), (7, 4096, 13), (4096, 4096, 4096)]
 # The configs known to be fast for large float32 GEMMs on Hopper/Ampere (CUTLASS SIMT, maxas-style):
@@ -39,10 +38,6 @@ REPRESENTATIVE: list[Config] = [
 
 def _problem(m: int, n: int, k: int, dtype: str = "float32") -> Problem:
     return Problem("gemm", dtype, m, n, k)
-
-
-def _sample(configs: list[Config], count: int = 200) -> list[Config]:
-    return random.Random(0).sample(configs, min(count, len(configs)))
 
 
 @pytest.mark.parametrize("dtype", gemm_simt.DTYPES)
@@ -92,7 +87,7 @@ def test_launch_geometry_over_the_space() -> None:
     problem = _problem(8192, 8192, 8192)
     configs = list(gemm_simt.space(problem))
     assert len({config_key(c) for c in configs}) == len(configs)
-    for config in _sample(configs):
+    for config in sampled(configs):
         launch = gemm_simt.launch(problem, config, sm_count=132)
         threads = (config["bm"] // config["wm"]) * (config["bn"] // config["wn"]) * 32
         assert launch.block == (threads, 1, 1) and 64 <= threads <= 1024
@@ -114,7 +109,7 @@ def test_grid_y_is_capped_for_very_tall_problems() -> None:
 
 def test_kernel_names_are_unique_and_sources_name_them() -> None:
     problem = _problem(4096, 4096, 4096)
-    configs = _sample(list(gemm_simt.space(problem)), 500)
+    configs = sampled(list(gemm_simt.space(problem)), 500)
     names = {gemm_simt.kernel_name(problem, c) for c in configs}
     assert len(names) == len(configs) and all(n.isidentifier() for n in names)
     config = CLASSIC[1]

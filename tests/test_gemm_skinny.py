@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import itertools
-import random
 import shutil
 from pathlib import Path
 
 import pytest
 
-from autotune.build.compiler import CompileJob
 from autotune.core.problem import Problem
 from autotune.ops.gemm import skinny as skinny
-from tests.limits import assert_within_limits, distinct_configs
-from tests.nvcc import compile_all
+from tests.limits import assert_within_limits, distinct_configs, sampled
+from tests.nvcc import compile_in_space
 
 DTYPES = ("float32", "float16", "bfloat16")
 # The shared test shapes with m clipped to the family's 16 rows, plus the goal and transposed-GEMV shapes.
@@ -32,10 +30,6 @@ SHAPES = [
 
 def _problem(m: int, n: int, k: int, dtype: str = "float16") -> Problem:
     return Problem("gemm", dtype, m, n, k)
-
-
-def _sample(configs: list[dict[str, int]], count: int = 200) -> list[dict[str, int]]:
-    return random.Random(0).sample(configs, min(count, len(configs)))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -86,7 +80,7 @@ def test_constraints_name_the_problem() -> None:
 def test_split_never_leaves_a_split_empty() -> None:
     for m, n, k in SHAPES:
         problem = _problem(m, n, k)
-        for config in _sample(list(skinny.space(problem))):
+        for config in sampled(list(skinny.space(problem))):
             if config["split"] > 1:
                 per = skinny._per_split(problem, config)
                 assert (config["split"] - 1) * per < problem.k
@@ -96,7 +90,7 @@ def test_split_never_leaves_a_split_empty() -> None:
 def test_every_config_gives_a_sane_launch(dtype: str) -> None:
     for m, n, k in [(16, 8192, 8192), (1, 8192, 8192), (1, 256, 131072), (13, 1000, 999)]:
         problem = _problem(m, n, k, dtype)
-        for config in _sample(distinct_configs(skinny.space(problem), 20_000)):
+        for config in sampled(distinct_configs(skinny.space(problem), 20_000)):
             launch = skinny.launch(problem, config, sm_count=132)
             assert_within_limits(launch)
             m_tiles, n_tiles = skinny.tiles(problem, config)
@@ -107,7 +101,7 @@ def test_every_config_gives_a_sane_launch(dtype: str) -> None:
 def test_8192_cube_gives_a_launch_within_limits() -> None:
     """The shared geometry check: the family refuses m = 8192, but its launch arithmetic still holds."""
     problem = _problem(8192, 8192, 8192)
-    for config in _sample(list(skinny.space(_problem(16, 8192, 8192)))):
+    for config in sampled(list(skinny.space(_problem(16, 8192, 8192)))):
         assert_within_limits(skinny.launch(problem, config, sm_count=132))
 
 
@@ -211,11 +205,8 @@ COMPILE_SAMPLE = [
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 def test_representative_instances_compile_for_sm_90(tmp_path: Path) -> None:
-    jobs = []
-    for dtype, (m, n, k), compiled in COMPILE_SAMPLE:
-        problem = _problem(m, n, k, dtype)
-        config = {**compiled, "split": compiled["cluster"]}
-        assert skinny.space(problem).check(config) is None, (dtype, compiled, skinny.space(problem).check(config))
-        name = skinny.kernel_name(problem, config)
-        jobs.append(CompileJob(name, skinny.kernel_source(problem, config), "sm_90", "test"))
-    compile_all(jobs, tmp_path)
+    instances = [
+        (_problem(*shape, dtype), {**compiled, "split": compiled["cluster"]})
+        for dtype, shape, compiled in COMPILE_SAMPLE
+    ]
+    compile_in_space(skinny, instances, tmp_path)

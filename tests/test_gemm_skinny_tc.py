@@ -4,21 +4,19 @@ the fragment relabelling it relies on, and nvcc compiles."""
 from __future__ import annotations
 
 import itertools
-import random
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from autotune.build.compiler import CompileJob
 from autotune.core.fingerprint import file_hash
 from autotune.core.problem import Problem
 from autotune.ops import gemm, source_hash
 from autotune.ops.gemm import skinny as gemm_skinny
 from autotune.ops.gemm import skinny_tc as tc
-from tests.limits import assert_within_limits, distinct_configs
-from tests.nvcc import compile_all
+from tests.limits import assert_within_limits, distinct_configs, sampled
+from tests.nvcc import compile_in_space
 
 DTYPES = ("float16", "bfloat16")
 SHAPES = [(2, 1, 1), (16, 1001, 999), (7, 13, 5), (16, 4096, 4096), (4, 14336, 14336), (3, 5, 2), (16, 64, 131072)]
@@ -26,10 +24,6 @@ SHAPES = [(2, 1, 1), (16, 1001, 999), (7, 13, 5), (16, 4096, 4096), (4, 14336, 1
 
 def _problem(m: int, n: int, k: int, dtype: str = "float16") -> Problem:
     return Problem("gemm", dtype, m, n, k)
-
-
-def _sample(configs: list[dict[str, int]], count: int = 200) -> list[dict[str, int]]:
-    return random.Random(0).sample(configs, min(count, len(configs)))
 
 
 def test_dispatch_sends_half_precision_skinny_products_to_tensor_cores() -> None:
@@ -133,7 +127,7 @@ def test_constraints_name_the_problem() -> None:
 def test_every_config_gives_a_sane_launch(dtype: str) -> None:
     for m, n, k in [(16, 8192, 8192), (2, 8192, 8192), (16, 64, 131072), (13, 1000, 999)]:
         problem = _problem(m, n, k, dtype)
-        for config in _sample(distinct_configs(tc.space(problem), 10_000)):
+        for config in sampled(distinct_configs(tc.space(problem), 10_000)):
             launch = tc.launch(problem, config, sm_count=132)
             assert_within_limits(launch)
             assert launch.grid[0] * tc.columns(config) >= n
@@ -237,13 +231,11 @@ COMPILE_SAMPLE = [
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 def test_representative_instances_compile_for_sm_90(tmp_path: Path) -> None:
-    jobs = []
-    for dtype, (m, n, k), compiled in COMPILE_SAMPLE:
-        problem = _problem(m, n, k, dtype)
-        config = {"stages": 0, **compiled, "split": compiled["cluster"]}
-        assert tc.space(problem).check(config) is None, (dtype, compiled, tc.space(problem).check(config))
-        jobs.append(CompileJob(tc.kernel_name(problem, config), tc.kernel_source(problem, config), "sm_90", "test"))
-    compile_all(jobs, tmp_path)
+    instances = [
+        (_problem(*shape, dtype), {"stages": 0, **compiled, "split": compiled["cluster"]})
+        for dtype, shape, compiled in COMPILE_SAMPLE
+    ]
+    compile_in_space(tc, instances, tmp_path)
 
 
 def test_tma_stages_are_offered_for_16_byte_rows_on_hopper(monkeypatch: pytest.MonkeyPatch) -> None:

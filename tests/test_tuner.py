@@ -51,6 +51,9 @@ class FakeWorker:
         self.returned: Counter[Status] = Counter()
         self.setups: list[Problem] = []
         self.fresh_setups = 0  # setups asked to allocate new buffers before freeing the old
+        # Set where a subclass plants a crash after which the fresh worker fails its setup: ready() and
+        # a measure() that starts with it raise SetupLost, as the real Worker's do.
+        self.dead = False
 
     def setup(self, problem: Problem, seed: int, fresh_memory: bool = False) -> dict[str, object]:
         self.setups.append(problem)
@@ -58,7 +61,8 @@ class FakeWorker:
         return {}
 
     def ready(self) -> None:
-        pass
+        if self.dead:
+            raise SetupLost("planted: the fresh worker died in setup")
 
     def measure(self, cubin: Path, kernel: str, config: Config, timeout: float = 60.0) -> Outcome:
         assert cubin is not None and kernel.startswith("gemv_")
@@ -207,11 +211,6 @@ class ReplayFailsWorker(FakeWorker):
 
     def __init__(self) -> None:
         super().__init__({1: Status.CRASHED})
-        self.dead = False
-
-    def ready(self) -> None:
-        if self.dead:
-            raise SetupLost("planted: the fresh worker died in setup")
 
     def measure(self, cubin: Path, kernel: str, config: Config, timeout: float = 60.0) -> Outcome:
         self.ready()
@@ -569,14 +568,6 @@ def test_warm_start_measures_another_gpus_best_of_the_same_problem_first(store: 
 
 class ConfirmReplayFailsWorker(PlacementWorker):
     """The leader kills the worker on fresh buffers, and the fresh worker cannot be set up again."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.dead = False
-
-    def ready(self) -> None:
-        if self.dead:
-            raise SetupLost("planted: the fresh worker died in setup")
 
     def measure(self, cubin: Path, kernel: str, config: Config, timeout: float = 60.0) -> Outcome:
         self.ready()
