@@ -1,14 +1,24 @@
-"""Shared test setup: GPU tests (marker `gpu`) skip cleanly where there is no GPU or no PyCUDA."""
+"""Shared test setup: GPU tests (marker `gpu`) skip cleanly where there is no GPU or no PyCUDA; one
+kernel cache serves the whole run, and what the tests marked `nvcc` compile is built in the
+background while the other tests run (tests/nvcc.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from autotune.core.fingerprint import nvcc_version
 from autotune.store import Store, open_store
+from tests import nvcc
+
+# The run's kernel cache (AUTOTUNE_CACHE_DIR of every test): cubins/ and nvcc-runs/.
+KERNELS = Path(tempfile.mkdtemp(prefix="autotune-test-kernels-"))
 
 
 @functools.cache
@@ -44,6 +54,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             reason = reason or gpu_available()
             if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
+    # Tests that compile run last, by when the background has compiled what they check.
+    items.sort(key=lambda item: item.get_closest_marker("nvcc") is not None)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start compiling, in the background, what the selected tests marked `nvcc` will compile."""
+    makers: dict[nvcc.JobsOf, None] = {}
+    for item in session.items:
+        marker = item.get_closest_marker("nvcc")
+        if marker is not None and not item.get_closest_marker("skip"):
+            makers[marker.kwargs["jobs"]] = None
+    jobs: dict[nvcc.Job, None] = {}
+    for make in makers:
+        with contextlib.suppress(Exception):  # the test itself reports it
+            jobs.update(dict.fromkeys(make()))
+    # The real nvcc's version is part of every cache key: take it before a test puts a fake nvcc on PATH.
+    nvcc_version()
+    nvcc.start_background(list(jobs), KERNELS / "cubins", KERNELS / "nvcc-runs")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    nvcc.stop_background()
+    shutil.rmtree(KERNELS, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
@@ -66,5 +99,4 @@ def _isolated_user_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: p
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("XDG_DATA_HOME", str(home / "data"))
     monkeypatch.delenv("AUTOTUNE_DB", raising=False)
-    cache = Path(tmp_path_factory.getbasetemp()) / "kernel-cache"
-    monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(cache))
+    monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(KERNELS))

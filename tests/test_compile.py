@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 
 from autotune.build import compiler
-from autotune.build.compiler import CompileJob, CompilePool, cache_key, compile_fixed, compile_kernel
+from autotune.build.compiler import CompileJob, CompilePool, cache_key, compile_fixed, compile_kernel, compile_support
 from autotune.core.dtypes import CUDA_TYPE
 from autotune.core.errors import AutotuneError
 from autotune.core.paths import kernels_dir
 from autotune.core.problem import Problem
 from autotune.measure.floor import VARIANTS
 from autotune.ops import gemv, source_hash
+from tests.nvcc import compile_all, wait_for_background
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 
@@ -58,32 +59,46 @@ def _job(dtype: str, compiled: dict[str, int]) -> CompileJob:
     )
 
 
+def _family_jobs() -> list[CompileJob]:
+    return [_job(dtype, c) for dtype, c in SAMPLE]
+
+
+def _fixed_job(file_name: str) -> CompileJob:
+    """The job compile_fixed() builds for a kernels/ file of its own extern "C" kernels."""
+    stem = Path(file_name).stem
+    return CompileJob(stem, (kernels_dir() / file_name).read_text(), "sm_90", stem)
+
+
+def _fixed_jobs() -> list[CompileJob]:
+    return [_fixed_job("measure/support.cu"), _fixed_job("measure/read_floor.cu")]
+
+
+# A kernel that compiles in well under a second, for the tests of the cache itself.
+TINY = CompileJob("tiny", 'extern "C" __global__ void tiny(float* p) { p[threadIdx.x] = 1.0f; }\n', "sm_90", "t")
+
+
 def test_sample_covers_every_family() -> None:
     families = {gemv.OP.family(Problem("gemv", d, 4096, 8192), c) for d, c in SAMPLE}
     assert families == {"thread_per_row", "subwarp_per_row", "warp_per_row", "multiwarp_per_row", "block_per_row"}
 
 
-def test_every_family_compiles_for_sm_90(tmp_path: Path) -> None:
-    with CompilePool(cache_dir=tmp_path) as pool:
-        results = [f.result() for f in [pool.submit(_job(dtype, c)) for dtype, c in SAMPLE]]
-    failures = [r.message for r in results if not r.ok]
-    assert not failures, failures[0]
-    for result in results:
+@pytest.mark.nvcc(jobs=_family_jobs)
+def test_every_family_compiles_for_sm_90() -> None:
+    for result in compile_all(_family_jobs()):
         assert result.cubin is not None and result.cubin.read_bytes()[:4] == b"\x7fELF"
-        assert result.job.name.encode() in result.cubin.read_bytes()
 
 
-def test_support_kernels_compile(tmp_path: Path) -> None:
-    source = (kernels_dir() / "measure/support.cu").read_text()
-    result = compile_kernel(CompileJob("support", source, "sm_90", "support"), tmp_path)
-    assert result.ok, result.message
-    data = result.cubin.read_bytes() if result.cubin else b""
+@pytest.mark.nvcc(jobs=_fixed_jobs)
+def test_support_kernels_compile() -> None:
+    wait_for_background()
+    data = compile_support("sm_90").read_bytes()
     for name in ("at_spin", "at_fill_bfloat16", "at_reference_float16"):
         assert name.encode() in data
 
 
-def test_read_floor_kernels_compile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path))
+@pytest.mark.nvcc(jobs=_fixed_jobs)
+def test_read_floor_kernels_compile() -> None:
+    wait_for_background()
     data = compile_fixed("measure/read_floor.cu", "sm_90", "the read-floor kernels").read_bytes()
     for variant in VARIANTS:
         assert variant.name.encode() in data
@@ -98,7 +113,7 @@ def test_a_fixed_file_that_does_not_compile_is_named(tmp_path: Path, monkeypatch
 
 
 def test_cache_hit_and_key(tmp_path: Path) -> None:
-    job = _job(*SAMPLE[5])
+    job = TINY
     first = compile_kernel(job, tmp_path)
     second = compile_kernel(job, tmp_path)
     assert first.ok and not first.cached and second.cached and second.cubin == first.cubin
@@ -106,6 +121,7 @@ def test_cache_hit_and_key(tmp_path: Path) -> None:
     other = CompileJob(job.name, job.source, "sm_80", job.depends_hash)
     assert cache_key(other) != cache_key(job)
     assert cache_key(CompileJob(job.name, job.source, job.arch, "changed")) != cache_key(job)
+    assert cache_key(_job(*SAMPLE[5])) != cache_key(_job(*SAMPLE[6]))
 
 
 def test_one_kernel_compiled_by_two_threads_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -120,7 +136,7 @@ def test_one_kernel_compiled_by_two_threads_at_once(tmp_path: Path, monkeypatch:
         return staged
 
     monkeypatch.setattr(compiler, "_stage", stage_then_wait)
-    job = _job(*SAMPLE[0])
+    job = TINY
     with CompilePool(workers=2, cache_dir=tmp_path) as pool:
         results = [future.result() for future in [pool.submit(job), pool.submit(job)]]
     assert all(r.ok and not r.cached for r in results)
@@ -135,9 +151,7 @@ def test_compile_error_keeps_the_command_line(tmp_path: Path) -> None:
     assert "nvcc" in result.message and "--cubin" in result.message and "error" in result.message
 
 
-def test_every_planted_fault_of_the_drill_compiles(tmp_path: Path) -> None:
-    """The fault drill (scripts/fault_drill.py, GPU only) rewrites kernel sources: each rewrite must
-    still compile, or the drill would record a compile error instead of the fault it plants."""
+def _drill_jobs() -> list[CompileJob]:
     from scripts import fault_drill as drill
 
     jobs = []
@@ -149,7 +163,11 @@ def test_every_planted_fault_of_the_drill_compiles(tmp_path: Path) -> None:
         faulty = fault.rewrite(source, CUDA_TYPE[drill.PROBLEM.dtype])
         assert faulty != source, fault.kind
         jobs.append(CompileJob(name, faulty, "sm_90", f"{source_hash(drill.PROBLEM)}:{fault.kind}"))
-    with CompilePool(cache_dir=tmp_path) as pool:
-        results = [f.result() for f in [pool.submit(job) for job in jobs]]
-    failures = [f"{fault.kind}: {r.message}" for fault, r in zip(drill.FAULTS, results, strict=True) if not r.ok]
-    assert not failures, failures[0]
+    return jobs
+
+
+@pytest.mark.nvcc(jobs=_drill_jobs)
+def test_every_planted_fault_of_the_drill_compiles() -> None:
+    """The fault drill (scripts/fault_drill.py, GPU only) rewrites kernel sources: each rewrite must
+    still compile, or the drill would record a compile error instead of the fault it plants."""
+    compile_all(_drill_jobs())

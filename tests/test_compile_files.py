@@ -30,6 +30,28 @@ def good_cubin(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     return result.cubin.read_bytes()
 
 
+# An instant nvcc: writes the cubin at $GOOD_CUBIN wherever -o says. The tests of the cache's
+# repairs use it (the real one compiled that cubin); what they test is what happens around nvcc.
+INSTANT_NVCC = """\
+#!/bin/sh
+if [ "$1" = "--version" ]; then echo "Cuda compilation tools, V99.0.0"; exit 0; fi
+out=""; prev=""
+for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done
+cp "$GOOD_CUBIN" "$out"
+"""
+
+
+@pytest.fixture
+def instant_nvcc(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, good_cubin: bytes) -> None:
+    bin_dir = tmp_path_factory.mktemp("bin")
+    nvcc = bin_dir / "nvcc"
+    nvcc.write_text(INSTANT_NVCC)
+    nvcc.chmod(0o755)
+    (bin_dir / "good.cubin").write_bytes(good_cubin)
+    monkeypatch.setenv("GOOD_CUBIN", str(bin_dir / "good.cubin"))
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+
 def _target(cache: Path) -> Path:
     key = compiler.cache_key(TINY)
     path = cache / key[:2] / f"{key}.cubin"
@@ -50,6 +72,7 @@ def _target(cache: Path) -> Path:
     ],
     ids=["half", "last-byte", "empty", "bare-header", "random", "not-cuda"],
 )
+@pytest.mark.usefixtures("instant_nvcc")
 def test_a_damaged_cached_cubin_is_rebuilt_not_returned(tmp_path: Path, good_cubin: bytes, damage: object) -> None:
     target = _target(tmp_path)
     target.write_bytes(damage(good_cubin))  # type: ignore[operator]
@@ -60,6 +83,7 @@ def test_a_damaged_cached_cubin_is_rebuilt_not_returned(tmp_path: Path, good_cub
 
 
 @needs_nvcc
+@pytest.mark.usefixtures("instant_nvcc")
 def test_a_link_at_a_cubins_path_is_replaced_never_followed(tmp_path: Path, good_cubin: bytes) -> None:
     elsewhere = tmp_path / "elsewhere.cubin"
     elsewhere.write_bytes(good_cubin)  # even a sound cubin behind a link is not taken
@@ -73,6 +97,7 @@ def test_a_link_at_a_cubins_path_is_replaced_never_followed(tmp_path: Path, good
 
 @needs_nvcc
 @pytest.mark.parametrize("filled", [False, True])
+@pytest.mark.usefixtures("instant_nvcc")
 def test_a_folder_at_a_cubins_path_neither_raises_nor_leaves_staging_files(tmp_path: Path, filled: bool) -> None:
     target = _target(tmp_path)
     target.mkdir()

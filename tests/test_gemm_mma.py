@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import shutil
-from pathlib import Path
 
 import pytest
 
@@ -127,8 +126,7 @@ COMPILE_SAMPLE = [
 ]
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
-def test_representative_instances_compile_for_sm_90(tmp_path: Path) -> None:
+def _compile_jobs() -> list[CompileJob]:
     source_file = kernels_dir() / gemm_mma.KERNEL_FILE
     depends = hashlib.sha256(source_file.read_bytes()).hexdigest()[:16]
     problem_of = {dtype: _problem(4096, 4096, 4096, dtype) for dtype in gemm_mma.DTYPES}
@@ -137,4 +135,10 @@ def test_representative_instances_compile_for_sm_90(tmp_path: Path) -> None:
         problem = problem_of[dtype]
         name = gemm_mma.kernel_name(problem, config)
         jobs.append(CompileJob(name, gemm_mma.kernel_source(problem, config), "sm_90", depends))
-    compile_all(jobs, tmp_path)
+    return jobs
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@pytest.mark.nvcc(jobs=_compile_jobs)
+def test_representative_instances_compile_for_sm_90() -> None:
+    compile_all(_compile_jobs())

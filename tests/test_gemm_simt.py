@@ -13,6 +13,7 @@ from autotune.core.problem import Problem
 from autotune.core.space import Config, config_key
 from autotune.ops.gemm import simt as gemm_simt
 from tests.limits import MAX_GRID, MAX_SHARED, sampled
+from tests.nvcc import compile_in_space, in_space_jobs
 
 SHAPES = [(1, 1, 1), (1000, 1001, 999), (7, 4096, 13), (4096, 4096, 4096)]
 # The configs known to be fast for large float32 GEMMs on Hopper/Ampere (CUTLASS SIMT, maxas-style):
@@ -120,15 +121,15 @@ def test_kernel_names_are_unique_and_sources_name_them() -> None:
     assert "float alpha, float beta, float* workspace, unsigned int* counters)" in source
 
 
+def _compile_jobs() -> list[CompileJob]:
+    return in_space_jobs(gemm_simt, [(_problem(4096, 4096, 4096), config) for config in REPRESENTATIVE])
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@pytest.mark.nvcc(jobs=_compile_jobs)
 @pytest.mark.parametrize("config", REPRESENTATIVE, ids=lambda c: "_".join(str(v) for v in c.values()))
-def test_representative_instances_compile_for_sm_90(config: Config, tmp_path: Path) -> None:
-    problem = _problem(4096, 4096, 4096)
-    assert gemm_simt.space(problem).check(config) is None
-    name = gemm_simt.kernel_name(problem, config)
-    result = compile_kernel(CompileJob(name, gemm_simt.kernel_source(problem, config), "sm_90", "test"), tmp_path)
-    assert result.ok, result.message
-    assert result.cubin is not None and name.encode() in result.cubin.read_bytes()
+def test_representative_instances_compile_for_sm_90(config: Config) -> None:
+    compile_in_space(gemm_simt, [(_problem(4096, 4096, 4096), config)])
 
 
 # On the GPU machine (`pytest -m gpu`): results against float64 on tails in M, N and K, with beta 0

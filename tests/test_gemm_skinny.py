@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import itertools
 import shutil
-from pathlib import Path
 
 import pytest
 
+from autotune.build.compiler import CompileJob
 from autotune.core.problem import Problem
+from autotune.core.space import Config
 from autotune.ops.gemm import skinny as skinny
 from tests.limits import assert_within_limits, distinct_configs, sampled
-from tests.nvcc import compile_in_space
+from tests.nvcc import compile_in_space, in_space_jobs
 
 DTYPES = ("float32", "float16", "bfloat16")
 # The shared test shapes with m clipped to the family's 16 rows, plus the goal and transposed-GEMV shapes.
@@ -203,10 +204,18 @@ COMPILE_SAMPLE = [
 ]
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
-def test_representative_instances_compile_for_sm_90(tmp_path: Path) -> None:
-    instances = [
+def _instances() -> list[tuple[Problem, Config]]:
+    return [
         (_problem(*shape, dtype), {**compiled, "split": compiled["cluster"]})
         for dtype, shape, compiled in COMPILE_SAMPLE
     ]
-    compile_in_space(skinny, instances, tmp_path)
+
+
+def _compile_jobs() -> list[CompileJob]:
+    return in_space_jobs(skinny, _instances())
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@pytest.mark.nvcc(jobs=_compile_jobs)
+def test_representative_instances_compile_for_sm_90() -> None:
+    compile_in_space(skinny, _instances())

@@ -5,18 +5,19 @@ from __future__ import annotations
 
 import itertools
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from autotune.build.compiler import CompileJob
 from autotune.core.fingerprint import file_hash
 from autotune.core.problem import Problem
+from autotune.core.space import Config
 from autotune.ops import gemm, source_hash
 from autotune.ops.gemm import skinny as gemm_skinny
 from autotune.ops.gemm import skinny_tc as tc
 from tests.limits import assert_within_limits, distinct_configs, sampled
-from tests.nvcc import compile_in_space
+from tests.nvcc import compile_in_space, in_space_jobs
 
 DTYPES = ("float16", "bfloat16")
 SHAPES = [(2, 1, 1), (16, 1001, 999), (7, 13, 5), (16, 4096, 4096), (4, 14336, 14336), (3, 5, 2), (16, 64, 131072)]
@@ -229,13 +230,21 @@ COMPILE_SAMPLE = [
 ]
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
-def test_representative_instances_compile_for_sm_90(tmp_path: Path) -> None:
-    instances = [
+def _instances() -> list[tuple[Problem, Config]]:
+    return [
         (_problem(*shape, dtype), {"stages": 0, **compiled, "split": compiled["cluster"]})
         for dtype, shape, compiled in COMPILE_SAMPLE
     ]
-    compile_in_space(tc, instances, tmp_path)
+
+
+def _compile_jobs() -> list[CompileJob]:
+    return in_space_jobs(tc, _instances())
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@pytest.mark.nvcc(jobs=_compile_jobs)
+def test_representative_instances_compile_for_sm_90() -> None:
+    compile_in_space(tc, _instances())
 
 
 def test_tma_stages_are_offered_for_16_byte_rows_on_hopper(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,9 +7,6 @@ import hashlib
 import itertools
 import re
 import shutil
-import subprocess
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
@@ -22,7 +19,7 @@ from autotune.ops import gemm, gemv
 from autotune.ops.gemm import mma as gemm_mma
 from autotune.ops.gemm import wgmma as gemm_wgmma
 from tests.limits import MAX_SHARED
-from tests.nvcc import compile_all
+from tests.nvcc import NvccRun, compile_all, run_nvcc
 
 # Shapes the family serves (k and n multiples of 8): tiny, tails in m, the goal shapes.
 SHAPES = [(1, 8, 8), (17, 24, 40), (1000, 1008, 1016), (4096, 4096, 4096), (8192, 8192, 8192), (64, 4096, 14336)]
@@ -194,54 +191,49 @@ COMPILE_SAMPLE = [
 ]
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
-def test_representative_instances_compile_for_sm_90a(tmp_path: Path) -> None:
+SPILL_PROBLEM = _problem(8192, 8192, 8192)
+
+
+def _seed_sources() -> list[str]:
+    return [gemm_wgmma.kernel_source(SPILL_PROBLEM, config) for config in gemm_wgmma.seed_configs(SPILL_PROBLEM)]
+
+
+def _compile_jobs() -> list[CompileJob]:
+    """COMPILE_SAMPLE but the seeds' kernels, which test_seed_kernels_do_not_spill compiles."""
     source_file = kernels_dir() / gemm_wgmma.KERNEL_FILE
     depends = hashlib.sha256(source_file.read_bytes()).hexdigest()[:16]
     arch = gemm.family_compile_arch(gemm_wgmma, "sm_90")
+    seeds = set(_seed_sources())
     jobs = []
     for dtype, config in COMPILE_SAMPLE:
         problem = _problem(4096, 4096, 4096, dtype)
-        jobs.append(
-            CompileJob(
-                gemm_wgmma.kernel_name(problem, config), gemm_wgmma.kernel_source(problem, config), arch, depends
-            )
-        )
-    compile_all(jobs, tmp_path)
-
-
-def _ptxas_report(source: str, folder: Path, name: str) -> str:
-    (folder / f"{name}.cu").write_text(source)
-    command = [
-        shutil.which("nvcc") or "nvcc",
-        "--cubin",
-        "-arch=sm_90a",
-        "-O3",
-        "-Xptxas",
-        "-v",
-        *(arg for folder in INCLUDE_FOLDERS for arg in ("-I", str(kernels_dir() / folder))),
-        "-o",
-        str(folder / f"{name}.cubin"),
-        str(folder / f"{name}.cu"),
-    ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    return done.stderr + done.stdout
+        source = gemm_wgmma.kernel_source(problem, config)
+        if source not in seeds:
+            jobs.append(CompileJob(gemm_wgmma.kernel_name(problem, config), source, arch, depends))
+    return jobs
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
-def test_seed_kernels_do_not_spill(tmp_path: Path) -> None:
+@pytest.mark.nvcc(jobs=_compile_jobs)
+def test_representative_instances_compile_for_sm_90a() -> None:
+    compile_all(_compile_jobs())
+
+
+def _ptxas_runs() -> list[NvccRun]:
+    """The seeds compiled for sm_90a with ptxas's report of registers and spills (-Xptxas -v)."""
+    includes = [arg for folder in INCLUDE_FOLDERS for arg in ("-I", str(kernels_dir() / folder))]
+    flags = ("--cubin", "-arch=sm_90a", "-O3", "-Xptxas", "-v", *includes)
+    return [NvccRun(flags, source, ".cubin") for source in _seed_sources()]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@pytest.mark.nvcc(jobs=_ptxas_runs)
+def test_seed_kernels_do_not_spill() -> None:
     """128 accumulators a thread fit: ptxas reports no spills and no serialized wgmma for every seed."""
-    problem = _problem(8192, 8192, 8192)
-    seeds = gemm_wgmma.seed_configs(problem)
-
-    def report(config: Config) -> str:
-        name = gemm_wgmma.kernel_name(problem, config)
-        return _ptxas_report(gemm_wgmma.kernel_source(problem, config), tmp_path, name)
-
-    with ThreadPoolExecutor(max_workers=len(seeds)) as pool:
-        reports = list(pool.map(report, seeds))
-    for config, text in zip(seeds, reports, strict=True):
+    seeds = gemm_wgmma.seed_configs(SPILL_PROBLEM)
+    for config, done in zip(seeds, run_nvcc(_ptxas_runs()), strict=True):
+        text = done.output
+        assert done.returncode == 0, (config, text)
         assert "0 bytes spill stores, 0 bytes spill loads" in text, (config, text)
         registers = int(re.search(r"Used (\d+) registers", text).group(1))  # type: ignore[union-attr]
         assert registers <= 255, (config, text)
