@@ -3,9 +3,9 @@
 `import autotune` needs neither PyCUDA nor a GPU; only tuning and launching do.
 """
 
-from autotune.api import best, gemm, gemv, store, sweep, warmup
+from autotune.api import best, gemm, gemv, linear, store, sweep, warmup
 from autotune.core.errors import AutotuneError
 from autotune.select.choose import Choice
 
-__all__ = ["AutotuneError", "Choice", "best", "gemm", "gemv", "store", "sweep", "warmup"]
+__all__ = ["AutotuneError", "Choice", "best", "gemm", "gemv", "linear", "store", "sweep", "warmup"]
 __version__ = "0.1.0"

@@ -236,6 +236,29 @@ gemv = _RUNTIME.gemv
 gemm = _RUNTIME.gemm
 
 
+def linear(x: Any, weight: Any, bias: Any = None, *, db: str | None = None) -> Any:
+    """torch.nn.functional.linear's product, y = x Wᵀ + bias with x of shape (..., K) and W (N, K)
+    (an nn.Linear's weight), on torch's current stream; returns a new tensor of shape (..., N).
+
+    A single row of x (decode with batch 1) is the GEMV y = W x, which runs the tuned kernel on W
+    in place. Larger batches need GEMM kernels that read W as N x K, which are not built yet: they
+    run torch's F.linear (cuBLAS) and say so in docs/launch.md, never a copy of W."""
+    k = weight.shape[-1]
+    if x.shape[-1] != k:
+        raise AutotuneError(f"x has {x.shape[-1]} features, W expects {k} (x: (..., K), W: (N, K))")
+    if k and x.numel() == k:
+        out_shape = (*x.shape[:-1], weight.shape[0])
+        vector = x.reshape(k)
+        if bias is None:
+            return _RUNTIME.gemv(weight, vector, db=db).reshape(out_shape)
+        y = bias.clone()  # y = W x + 1·bias: the bias is read by the kernel, not added after
+        _RUNTIME.gemv(weight, vector, out=y, beta=1.0, db=db)
+        return y.reshape(out_shape)
+    import torch.nn.functional as functional
+
+    return functional.linear(x, weight, bias)
+
+
 def warmup(
     gemv: Sequence[tuple[Any, ...]] = (),
     gemm: Sequence[tuple[Any, ...]] = (),

@@ -331,3 +331,37 @@ def test_transposed_views_and_one_row_vectors_run_in_place(dtype: str) -> None:
         _assert_gemv(got[0], W, row[0])
     with pytest.raises(AutotuneError, match="no columns"):
         autotune.gemv(W[:, :0], torch.empty(0, device="cuda", dtype=kind))
+
+
+def test_linear_is_f_linear_for_every_batch_and_under_torch_compile() -> None:
+    """autotune.linear(x, W, bias) = F.linear: one row runs our GEMV on W in place (bias read by the
+    kernel), larger batches run F.linear; torch.ops.autotune.linear compiles with CUDA graphs."""
+    torch = _torch()
+    import torch.nn.functional as F
+
+    import autotune.runtime.torch_ops  # registers torch.ops.autotune
+
+    W = torch.randn(3072, 1024, device="cuda", dtype=torch.float16)
+    down = torch.randn(1024, 3072, device="cuda", dtype=torch.float16)
+    bias = torch.randn(3072, device="cuda", dtype=torch.float16)
+    for shape in [(1024,), (1, 1024), (1, 1, 1024), (4, 1024), (2, 3, 1024)]:
+        for b in (None, bias):
+            x = torch.randn(shape, device="cuda", dtype=torch.float16)
+            got = autotune.linear(x, W, b)
+            want = F.linear(x.double(), W.double(), None if b is None else b.double())
+            assert got.shape == want.shape and got.dtype == x.dtype
+            scale = (x.double().abs() @ W.double().abs().t()).max().item() + 1.0
+            assert bool(got.isfinite().all()) and (got.double() - want).abs().max().item() <= 1e-2 * scale
+    with pytest.raises(AutotuneError, match="features"):
+        autotune.linear(torch.randn(1, 1000, device="cuda", dtype=torch.float16), W)
+
+    def step(x: Any) -> Any:
+        return torch.ops.autotune.linear(torch.relu(torch.ops.autotune.linear(x, W, bias)), down)
+
+    compiled = torch.compile(step, mode="reduce-overhead", fullgraph=True)
+    for _ in range(3):  # warm-up runs, then replays of the recorded graph
+        x = torch.randn(1, 1024, device="cuda", dtype=torch.float16)
+        got = compiled(x)
+        hidden = F.linear(x.double(), W.double(), bias.double()).relu()
+        want = F.linear(hidden, down.double())
+        assert (got.double() - want).abs().max().item() <= 2e-2 * (want.abs().max().item() + 1.0)
