@@ -141,6 +141,10 @@ class CountingStore:
         self.calls["tuned"] += 1
         return self._store.tuned(*args, **kwargs)
 
+    def gpus(self) -> Any:
+        self.calls["gpus"] += 1
+        return self._store.gpus()
+
 
 def measure(
     store: Store,
@@ -211,3 +215,21 @@ def test_selector_invalid_exact_row_falls_back_to_a_neighbour(store: Store) -> N
     measure(store, Problem("gemv", "float16", 4096, 4096), FAST, 4.0)
     choice = Selector(store).choose(SHAPE, GPU)
     assert (choice.source, choice.config) == (ESTIMATE, FAST)
+
+
+def test_answers_are_for_the_gpu_asked_about_not_this_machines(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a machine whose GPU is an A100 (8.0), a question about the H200 gets the H200's kernel
+    family (wgmma, sm_90a only) and its source hash: the measurement, not the safe default."""
+    from autotune.core import fingerprint
+    from autotune.core.target import targeting
+    from autotune.ops import gemm
+
+    square = Problem("gemm", "float16", 4096, 4096, 4096)
+    with targeting(H200.compute_capability):
+        assert gemm.family(square).NAME == "wgmma"
+        config = gemm.OP.default_config(square)
+        measure(store, square, config, 197.3)
+    monkeypatch.setattr(fingerprint, "local_compute_capabilities", lambda: ("8.0",))
+    assert gemm.family(square).NAME == "mma"  # what this machine would run
+    choice = Selector(store).choose(square, GPU)
+    assert (choice.source, choice.config, choice.time_us) == (MEASURED, config, 197.3)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autotune.core.target import target_capabilities
 from autotune.ops.tma import OperandMaps
 
 
@@ -20,11 +21,10 @@ class Launch:
 
 
 def clusters_run_here() -> bool:
-    """Whether this machine's GPUs all have thread-block clusters (compute capability 9.0 and up), or
-    it has none, when answers are for the GPUs the shipped records come from (H100/H200)."""
-    from autotune.core.fingerprint import local_compute_capabilities
-
-    return all(int(cc.split(".")[0]) >= 9 for cc in local_compute_capabilities())
+    """Whether the GPUs answers are for (autotune/core/target.py: the GPU asked about, else this
+    machine's) all have thread-block clusters (compute capability 9.0 and up); with none known,
+    answers are for the GPUs the shipped records come from (H100/H200)."""
+    return all(int(cc.split(".")[0]) >= 9 for cc in target_capabilities())
 
 
 # Blocks per cluster the streaming families (GEMV, skinny GEMM) may use: the portable sizes (a

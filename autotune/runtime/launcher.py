@@ -19,6 +19,7 @@ from autotune.build.compiler import cache_key, compile_kernel
 from autotune.core.errors import AutotuneError
 from autotune.core.problem import Problem
 from autotune.core.space import Config, config_key
+from autotune.core.target import targeting
 from autotune.ops import make_problem
 from autotune.ops.base import Op
 from autotune.runtime import operands as opnd
@@ -87,6 +88,10 @@ class Runtime:
         return found
 
     def _build(self, choice: Choice, device: Device, aligned: bool, stream: int) -> LaunchPlan:
+        with targeting(device.gpu.compute_capability):  # the kernels of this device's GPU
+            return self._build_for(choice, device, aligned, stream)
+
+    def _build_for(self, choice: Choice, device: Device, aligned: bool, stream: int) -> LaunchPlan:
         problem = choice.problem
         op = ops.for_problem(problem)
         config = choice.config

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from autotune import ops
 from autotune.core.problem import Problem
 from autotune.core.space import Config
+from autotune.core.target import targeting
 from autotune.ops import source_hash
 
 MEASURED, ESTIMATE, DEFAULT = "measured", "estimate", "default"
@@ -117,6 +118,7 @@ class Selector:
     def __init__(self, store: Any) -> None:
         self._store = store
         self._cache: dict[tuple[Problem, str, str | None, str | None], Choice] = {}
+        self._capabilities: dict[str, str | None] = {}
 
     def choose(
         self, problem: Problem, gpu: str, local_driver: str | None = None, local_cuda: str | None = None
@@ -125,21 +127,33 @@ class Selector:
         a measurement taken under another driver or CUDA still answers, with a warning."""
         key = (problem, gpu, local_driver, local_cuda)
         if key not in self._cache:
-            current = source_hash(problem)
-            exact = self._store.best(gpu, problem, current)
-            tuned = self._store.tuned(gpu, problem.op, problem.dtype, current, trans=problem.trans)
-            notes = []
-            for what, measured, here in (
-                ("driver", exact and exact.driver, local_driver),
-                ("CUDA", exact and exact.cuda, local_cuda),
-            ):
-                if measured and here and measured != here:
-                    notes.append(
-                        f"measured with {what} {measured}, this machine has {here}: "
-                        "re-tune with `autotune sweep --stale`"
-                    )
-            self._cache[key] = choose(problem, gpu, exact, tuned, notes)
+            # The space and kernel family of the GPU asked about, not of this machine's GPU.
+            with targeting(self._capability(gpu)):
+                self._cache[key] = self._choose(problem, gpu, local_driver, local_cuda)
         return self._cache[key]
+
+    def _capability(self, gpu: str) -> str | None:
+        """The compute capability the database records for GPUs of this name (None if unknown)."""
+        if gpu not in self._capabilities:
+            found = {row.compute_capability for row in self._store.gpus() if row.name == gpu}
+            self._capabilities[gpu] = found.pop() if len(found) == 1 else None
+        return self._capabilities[gpu]
+
+    def _choose(self, problem: Problem, gpu: str, local_driver: str | None, local_cuda: str | None) -> Choice:
+        current = source_hash(problem)
+        exact = self._store.best(gpu, problem, current)
+        tuned = self._store.tuned(gpu, problem.op, problem.dtype, current, trans=problem.trans)
+        notes = []
+        for what, measured, here in (
+            ("driver", exact and exact.driver, local_driver),
+            ("CUDA", exact and exact.cuda, local_cuda),
+        ):
+            if measured and here and measured != here:
+                notes.append(
+                    f"measured with {what} {measured}, this machine has {here}: re-tune with `autotune sweep --stale`"
+                )
+        return choose(problem, gpu, exact, tuned, notes)
 
     def forget(self) -> None:
         self._cache.clear()
+        self._capabilities.clear()

@@ -20,6 +20,7 @@ from autotune.core.fingerprint import GpuInfo
 from autotune.core.outcome import Status
 from autotune.core.problem import Problem
 from autotune.core.space import config_key
+from autotune.core.target import targeting
 from autotune.store import models as orm
 from autotune.store.database import Database
 from autotune.store.queries import get_or_create_problem, new_gpu, problem_filters, ranked_ok
@@ -103,7 +104,8 @@ def export_records(
             kept: dict[int, int] = {}
             for problem, trial in ranked_ok(session, filters, source_hash, top=_EVERY):
                 if problem.id not in current:
-                    current[problem.id] = ops.source_hash(_problem_of(problem))
+                    with targeting(gpu.compute_capability):  # that GPU's kernel family, not this machine's
+                        current[problem.id] = ops.source_hash(_problem_of(problem))
                 if trial.source_hash == current[problem.id] and kept.get(problem.id, 0) < top:
                     kept[problem.id] = kept.get(problem.id, 0) + 1
                     lines.append(_trial_line(problem, trial))
@@ -135,7 +137,8 @@ def parse_records(path: Path, text: str) -> tuple[GpuInfo, list[dict[str, Any]]]
             if gpu is None:
                 gpu = parse_gpu(line)
             else:
-                trials.append(parse_trial(line))
+                with targeting(gpu.compute_capability):  # configs are checked against that GPU's spaces
+                    trials.append(parse_trial(line))
         except BadLine as exc:
             raise AutotuneError(f"{path} line {number}: {exc}") from None
     if gpu is None:

@@ -18,6 +18,7 @@ from autotune.core.fingerprint import GpuInfo, toolchain
 from autotune.core.outcome import Outcome, Status
 from autotune.core.problem import DTYPES, ITEMSIZE, Problem
 from autotune.core.space import Config, Space, config_key
+from autotune.core.target import targeting
 from autotune.measure.worker.client import SetupLost, Worker, WorkerLost
 from autotune.ops import source_hash
 from autotune.ops.base import Op
@@ -212,6 +213,10 @@ class Tuner:
 
     def tune(self, problem: Problem, index: int = 0, total: int = 1, first: Sequence[Config] = ()) -> ProblemReport:
         """Tune one problem; `first` configs are measured before the sampler's own picks."""
+        with targeting(self.gpu.compute_capability):  # the space and family of the GPU that measures
+            return self._tune(problem, index, total, first)
+
+    def _tune(self, problem: Problem, index: int, total: int, first: Sequence[Config]) -> ProblemReport:
         start = time.perf_counter()
         current = source_hash(problem)
         problem_id = self._store.problem_id(problem, self.gpu.name)

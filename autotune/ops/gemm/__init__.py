@@ -17,6 +17,7 @@ from types import ModuleType
 from autotune.core.errors import AutotuneError
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.core.space import Config, Space
+from autotune.core.target import target_capabilities
 from autotune.ops.base import DeviceReference, Op, Operands
 from autotune.ops.gemm import mma as gemm_mma
 from autotune.ops.gemm import shared as gemm_shared
@@ -48,13 +49,10 @@ def family(problem: Problem) -> ModuleType:
 
 
 def wgmma_runs_here() -> bool:
-    """Whether this machine can run the wgmma family: its GPUs are all compute capability 9.0
-    (sm_90a cubins run on nothing else), or it has none, when answers are for the GPUs the shipped
-    records come from (H100/H200). Elsewhere (an A100, a Blackwell) the mma family serves instead."""
-    from autotune.core.fingerprint import local_compute_capabilities
-
-    capabilities = local_compute_capabilities()
-    return all(cc == "9.0" for cc in capabilities)
+    """Whether the GPUs answers are for (autotune/core/target.py) can run the wgmma family: all are
+    compute capability 9.0 (sm_90a cubins run on nothing else); with none known, answers are for the
+    GPUs the shipped records come from (H100/H200). Elsewhere (an A100, a Blackwell) mma serves."""
+    return all(cc == "9.0" for cc in target_capabilities())
 
 
 def family_named(name: str) -> ModuleType:
