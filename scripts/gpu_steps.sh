@@ -109,6 +109,10 @@ sm__warps_active.avg.pct_of_peak_sustained_active python3 scripts/profile_vs_cub
     bench-trans)
       step bench-trans
       python3 scripts/bench_gemv.py --trans --db "$DB" --out "$OUT" 2>&1 | tee "$OUT/bench-trans.log" | tail -62 ;;
+    decode)
+      # The launch path's decode steps beside torch.mv, eager and in CUDA graphs (docs/launch.md).
+      step decode
+      python3 scripts/bench_decode.py --out "$OUT" 2>&1 | tee "$OUT/decode.log" | tail -12 ;;
     export)
       step export
       python3 -c "import sys; from pathlib import Path; from autotune.store import open_store; print(open_store(sys.argv[1], import_shipped=False).export_records('$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)', Path(sys.argv[2]), top=3, current_only=True), 'records')" "$DB" "$OUT/records.jsonl" ;;
