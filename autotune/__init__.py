@@ -4,8 +4,11 @@
 """
 
 from autotune.api import best, gemm, gemv, linear, store, sweep, warmup
+from autotune.core import log as _log
 from autotune.core.errors import AutotuneError
 from autotune.select.choose import Choice
 
 __all__ = ["AutotuneError", "Choice", "best", "gemm", "gemv", "linear", "store", "sweep", "warmup"]
 __version__ = "0.1.0"
+
+_log.configure_from_env()  # the caller's logging configuration decides, or AUTOTUNE_LOG

@@ -18,7 +18,7 @@ from autotune.runtime.launcher import Runtime
 from autotune.select.choose import Choice, Selector
 
 if TYPE_CHECKING:
-    from autotune.tune.tuner import Progress, SweepReport
+    from autotune.tune.tuner import Progress, SweepReport, TrialHook
 
 # Kept equal to autotune.tune.search.SAMPLERS (tests/test_search.py checks), which imports Optuna: the
 # CLI validates --sampler without paying for that import.
@@ -187,10 +187,12 @@ def sweep(
     device: int = 0,
     progress: Progress | None = None,
     stale: bool = False,
+    on_trial: TrialHook | None = None,
 ) -> SweepReport:
     """Tune each problem on this machine's GPU and store every measurement. With `stale`, re-tune
     instead every stored problem of this GPU (of `op`/`dtype` when given) that has no measurement
-    with the current kernel source, driver and CUDA."""
+    with the current kernel source, driver and CUDA. `on_trial(problem, config, outcome)` is called
+    after every trial."""
     if stale:
         if m is not None or n is not None or k is not None or shapes_file is not None:
             raise AutotuneError("--stale re-tunes stored problems: give no --m, --n, --k or --shapes with it")
@@ -218,6 +220,7 @@ def sweep(
         seed=seed,
         device=device,
         progress=progress,
+        on_trial=on_trial,
     )
     _selector(db).forget()
     return report

@@ -19,10 +19,13 @@ from rich.text import Text
 
 from autotune import api, ops
 from autotune.core.errors import AutotuneError
+from autotune.core.log import cli_level, show_on_stderr
 from autotune.core.outcome import Outcome
 from autotune.core.problem import Problem
 from autotune.select.choose import Choice
 from autotune.tune.search import StudyResult
+
+_QUIET = False  # -q: no progress bars either
 
 app = typer.Typer(
     add_completion=False,
@@ -46,8 +49,18 @@ def _options(
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="print the version and exit")
     ] = False,
+    verbose: Annotated[
+        int,
+        typer.Option(
+            "--verbose", "-v", count=True, show_default=False, help="log what happens: -v each problem, -vv each trial"
+        ),
+    ] = 0,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="errors only: no log lines, no progress bars")] = False,
 ) -> None:
     """Tune GPU GEMV and GEMM kernels for the exact shapes you run, and answer which config is best."""
+    global _QUIET
+    _QUIET = quiet
+    show_on_stderr(cli_level(verbose, quiet))  # AUTOTUNE_LOG sets the level when neither is given
 
 
 def printable(text: str) -> str:
@@ -154,7 +167,7 @@ def sweep(
         TextColumn("{task.fields[best]}"),
         TimeElapsedColumn(),
     )
-    bar = Progress(*columns, console=err, transient=False, auto_refresh=True)
+    bar = Progress(*columns, console=err, transient=False, auto_refresh=True, disable=_QUIET)
     progress = _BarProgress(bar)
     try:
         report = api.sweep(

@@ -9,6 +9,7 @@ checks depended on, three data_ptr()s, the current stream, one driver call.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from autotune.runtime.device import Allocator, Device
 from autotune.runtime.plan import LaunchPlan
 from autotune.select.choose import Choice
 
+log = logging.getLogger(__name__)
 Chooser = Callable[[Problem, Device, "str | None"], Choice]
 
 
@@ -101,6 +103,7 @@ class Runtime:
         compiled = compile_kernel(job)
         if compiled.cubin is None:
             raise AutotuneError(f"compiling {job.name} failed: {compiled.message.splitlines()[0]}")
+        log.debug("%s on GPU %d: %s (%s config), %s", problem, device.index, job.name, choice.source, compiled.cubin)
         geom = op.launch(problem, config, device.gpu.sm_count)
         function = device.function(compiled.cubin.read_bytes(), cache_key(job), job.name, geom.shared_bytes)
         sizes = op.operands(problem).sizes

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import os
 import tempfile
@@ -28,6 +29,9 @@ from autotune.store.record_lines import BadLine, parse_gpu, parse_line, parse_tr
 from autotune.store.rows import as_utc
 
 # --- export --------------------------------------------------------------------------------------
+
+
+log = logging.getLogger(__name__)
 
 
 def _gpu_line(gpu: orm.Gpu) -> dict[str, Any]:
@@ -297,8 +301,11 @@ def import_shipped(db: Database, records_dir: Path | None = None) -> int:
         stmt = select(orm.ShippedImport.file_name, orm.ShippedImport.sha256)
         done = {name: digest for name, digest in session.execute(stmt)}
     # Checked before taking the write lock: opening a store must not wait on a running sweep.
-    return sum(
+    added = sum(
         _import_shipped_file(db, path, data, digests[path])
         for path, data in files.items()
         if done.get(path.name) != digests[path]
     )
+    if added:
+        log.info("imported %d shipped trials from %s into %s", added, folder, db.url)
+    return added

@@ -3,6 +3,7 @@ and written to the store. The orchestrator is the only writer to the database.""
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import time
@@ -35,10 +36,17 @@ EARLIER_BEST = 3
 VARIED_LEADERS = 3
 
 
+log = logging.getLogger(__name__)
+
+
 class Progress(Protocol):
     def problem_started(self, problem: Problem, index: int, total: int, trials: int) -> None: ...
     def trial_done(self, problem: Problem, outcome: Outcome, result: StudyResult) -> None: ...
     def problem_done(self, problem: Problem, result: StudyResult, seconds: float) -> None: ...
+
+
+# Called after every trial of a sweep with (problem, config, outcome): the Python API's on_trial.
+TrialHook = Callable[[Problem, Config, Outcome], None]
 
 
 class QuietProgress:
@@ -198,6 +206,7 @@ class Tuner:
         fresh_only: bool = False,
         measurer: type[StoreMeasurer] = StoreMeasurer,
         confirm: bool = True,
+        on_trial: TrialHook | None = None,
     ) -> None:
         if sampler not in SAMPLERS:
             raise AutotuneError(f"unknown sampler {sampler!r}: choose one of {', '.join(SAMPLERS)}")
@@ -210,6 +219,7 @@ class Tuner:
         self._fresh_only = fresh_only
         self._measurer_type = measurer  # scripts/fault_drill.py plants its faults through a subclass
         self._confirm = confirm  # measure the leaders again on fresh buffers (autotune/tune/confirm.py)
+        self._on_trial = on_trial
 
     def tune(self, problem: Problem, index: int = 0, total: int = 1, first: Sequence[Config] = ()) -> ProblemReport:
         """Tune one problem; `first` configs are measured before the sampler's own picks."""
@@ -229,7 +239,7 @@ class Tuner:
             self._pool,
             sampler=self._sampler,
             seed=self._seed,
-            on_trial=lambda _config, outcome, result: self._progress.trial_done(problem, outcome, result),
+            on_trial=lambda config, outcome, result: self._trial_done(problem, config, outcome, result),
         )
         study.add_history(
             (row.config, _stored_outcome(row))
@@ -248,11 +258,20 @@ class Tuner:
         neighbours = _neighbour_configs(self._store, self.gpu.name, problem, current)
         study.warm_start([*first, *earlier, *other_gpus, *variants, *neighbours, *known])
         self._progress.problem_started(problem, index, total, self._budget.trials)
+        log.info(
+            "tuning %s on %s (%d of %d): %d trials stored",
+            problem,
+            self.gpu.name,
+            index + 1,
+            total,
+            study.result.reused,
+        )
         if study.result.reused < self._budget.trials:
             try:
                 self._worker.setup(problem, seed=_fresh_seed())
             except (AutotuneError, WorkerLost) as exc:
                 study.result.stopped = f"setup failed: {exc}"
+                log.warning("%s: setup failed: %s", problem, exc)
             else:
                 try:
                     study.run(self._budget)
@@ -263,8 +282,25 @@ class Tuner:
         if self._confirm:
             self._confirm_leaders(study, measurer)
         seconds = time.perf_counter() - start
+        best = f"{study.result.best_us:.2f} us" if study.result.best_us is not None else "nothing"
+        log.info(
+            "%s: best %s after %.1f s (%d measured, %s)",
+            problem,
+            best,
+            seconds,
+            study.result.measured,
+            study.result.stopped or "budget spent",
+        )
         self._progress.problem_done(problem, study.result, seconds)
         return ProblemReport(problem, study.result, seconds)
+
+    def _trial_done(self, problem: Problem, config: Config, outcome: Outcome, result: StudyResult) -> None:
+        took = f" {outcome.time_us:.2f} us" if outcome.time_us is not None else ""
+        why = f": {outcome.message.splitlines()[0]}" if outcome.message else ""
+        log.debug("%s %s -> %s%s%s", problem, config, outcome.status.value, took, why)
+        self._progress.trial_done(problem, outcome, result)
+        if self._on_trial is not None:
+            self._on_trial(problem, dict(config), outcome)
 
     def _confirm_leaders(self, study: Study, measurer: StoreMeasurer) -> None:
         """Measure the leaders again on fresh buffers; the study's best becomes the confirmed one."""
@@ -306,6 +342,7 @@ def run_sweep(
     seed: int | None = None,
     device: int = 0,
     progress: Progress | None = None,
+    on_trial: TrialHook | None = None,
     compile_workers: int | None = None,
 ) -> SweepReport:
     """Tune every problem; given (op, dtype) filters instead, re-tune the stale stored problems.
@@ -319,7 +356,16 @@ def run_sweep(
         if isinstance(problems, tuple):
             problems = stale_problems(store, gpu, *problems)
         tuner = Tuner(
-            store, worker, pool, gpu, sampler=sampler, budget=budget, seed=seed, progress=progress, fresh_only=stale
+            store,
+            worker,
+            pool,
+            gpu,
+            sampler=sampler,
+            budget=budget,
+            seed=seed,
+            progress=progress,
+            fresh_only=stale,
+            on_trial=on_trial,
         )
         report = SweepReport(gpu, store.url)
         for index, problem in enumerate(problems):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import itertools
 import json
+import logging
 import os
 import queue
 import subprocess
@@ -40,6 +41,9 @@ SETUP_TIMEOUT_S = 300.0
 # up (the OOM killer, a user, the fault drill) is not a problem that cannot be set up.
 SETUP_ATTEMPTS = 3
 MEASURE_TIMEOUT_S = 60.0
+
+
+log = logging.getLogger(__name__)
 
 
 class WorkerLost(Exception):
@@ -101,6 +105,8 @@ class Worker:
 
     def _start(self) -> None:
         self._spawns += 1
+        if self._spawns > 1:
+            log.info("starting a fresh worker (%d restarts so far)", self._spawns - 1)
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self._process = subprocess.Popen(
             self._command,
