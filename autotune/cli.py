@@ -436,6 +436,23 @@ def gpus(db: Db = None) -> None:
     out.print(table)
 
 
+@app.command()
+def doctor(db: Db = None) -> None:
+    """What this machine has for each thing autotune does (driver, nvcc, PyCUDA, database), and
+    what to do where something is missing."""
+    from autotune import doctor as checkup
+
+    found = checkup.checks(db)
+    table = Table(box=None, pad_edge=False)
+    for column in ("", "check", "found", "to do"):
+        table.add_column(column, overflow="fold")
+    for check in found:
+        table.add_row("ok" if check.ok else "--", check.name, escape(printable(check.found)), escape(check.fix))
+    out.print(table)
+    for what, can in checkup.abilities(found):
+        out.print(f"{'yes' if can else 'no ':3}  {what}", markup=False)
+
+
 def _warn(message: Warning | str, category: type[Warning], *_: object, **__: object) -> None:
     # Warnings as one line, without Python's file and source line.
     err.print(f"warning: {message}", markup=False)

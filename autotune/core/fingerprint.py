@@ -69,6 +69,9 @@ def nvcc_version() -> str:
     return match.group(1) if match else out.strip().splitlines()[-1] if out.strip() else "unknown"
 
 
+DISTRIBUTION = "autotune-kernels"  # the distribution's name (the import name is autotune)
+
+
 def package_version(name: str) -> str:
     try:
         return metadata.version(name)
@@ -78,7 +81,7 @@ def package_version(name: str) -> str:
 
 @functools.cache
 def toolchain() -> Toolchain:
-    return Toolchain(nvcc=nvcc_version(), pycuda=package_version("pycuda"), autotune=package_version("autotune"))
+    return Toolchain(nvcc=nvcc_version(), pycuda=package_version("pycuda"), autotune=package_version(DISTRIBUTION))
 
 
 _LOCAL_INCLUDE = re.compile(rb'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)

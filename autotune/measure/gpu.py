@@ -34,7 +34,10 @@ def driver() -> Any:
         import pycuda.driver as cuda
     except ImportError as exc:
         if "pycuda" in str(exc) and "libcuda" not in str(exc):
-            raise AutotuneError("PyCUDA is not installed: pip install 'autotune[cuda]'") from None
+            raise AutotuneError(
+                "PyCUDA is not installed: pip install pycuda, built against the CUDA toolkit "
+                "(`autotune doctor` says what is missing)"
+            ) from None
         raise AutotuneError(f"PyCUDA cannot load the CUDA driver ({exc}); is this a GPU machine?") from None
     try:
         cuda.init()
