@@ -437,6 +437,22 @@ def gpus(db: Db = None) -> None:
 
 
 @app.command()
+def report(
+    output: Annotated[Path, typer.Option("--output", "-o", help="the HTML file to write")] = Path("report.html"),
+    gpu: Annotated[str | None, typer.Option("--gpu", help="only this GPU (default: every GPU stored)")] = None,
+    db: Db = None,
+) -> None:
+    """One self-contained HTML page of the database: per GPU and op, the best time per shape beside the
+    read floor, tuning convergence, every config's time per shape, and failures by kind."""
+    from autotune.report import write_report
+
+    data = write_report(output, gpu=gpu, db=db)
+    problems = sum(len(g.shapes) for g in data.gpus)
+    cards = f"{len(data.gpus)} GPU" + ("" if len(data.gpus) == 1 else "s")
+    out.print(f"report written to {output.resolve()} ({problems} problems on {cards})", markup=False)
+
+
+@app.command()
 def doctor(db: Db = None) -> None:
     """What this machine has for each thing autotune does (driver, nvcc, PyCUDA, database), and
     what to do where something is missing."""

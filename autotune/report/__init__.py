@@ -1,0 +1,24 @@
+"""`autotune report`: one self-contained HTML page of what the database holds, per GPU and op: the
+best time per shape beside the stored read floor, tuning convergence, every config's time per shape,
+and failures by kind. data.py gathers, svg.py draws the charts, page.py writes the page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from autotune.core.errors import AutotuneError
+from autotune.report.data import ReportData, gather
+from autotune.report.page import render
+
+__all__ = ["ReportData", "gather", "render", "write_report"]
+
+
+def write_report(path: Path, *, gpu: str | None = None, db: str | None = None) -> ReportData:
+    """Write the report of the database `db` (of one GPU, `--gpu` matching) to `path`; returns what it shows."""
+    data = gather(gpu, db)
+    html = render(data)
+    try:
+        path.write_text(html, encoding="utf-8")
+    except OSError as exc:
+        raise AutotuneError(f"cannot write the report to {path}: {exc.strerror or exc}") from None
+    return data

@@ -1,0 +1,164 @@
+"""What the report shows, gathered through the calls `autotune list` and `autotune show` use: the
+problem summaries, each problem's stored trials and the stored read floor of its matrix."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from autotune import api, ops
+from autotune.core.errors import AutotuneError
+from autotune.core.outcome import Status
+from autotune.core.problem import Problem
+from autotune.store import ProblemSummary, Store, TrialRow
+
+MESSAGE_CHARS = 240  # a failure's message is shown as its last line, cut to this many characters
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One stored problem: its listing row, its final trials in the order they ran, its read floor."""
+
+    summary: ProblemSummary
+    trials: tuple[TrialRow, ...]
+    floor_us: float | None  # the stored read floor of the problem's matrix, µs
+
+    @property
+    def problem(self) -> Problem:
+        return self.summary.problem
+
+    @property
+    def label(self) -> str:
+        return "x".join(map(str, self.problem.shape))
+
+    @property
+    def floor_ratio(self) -> float | None:
+        """Best time over the read floor: 1 is as fast as only reading the matrix."""
+        if self.floor_us is None or self.summary.best_us is None:
+            return None
+        return self.summary.best_us / self.floor_us
+
+    @property
+    def tflops(self) -> float | None:
+        if self.summary.best_us is None:
+            return None
+        return ops.for_problem(self.problem).flops(self.problem) / self.summary.best_us / 1e6
+
+    @property
+    def config_text(self) -> str:
+        """The best config as `autotune show` writes it: its parameters in the space's order."""
+        config = self.summary.best_config
+        if not config:
+            return "-"
+        return " ".join(f"{k}={v}" for k, v in ops.in_space_order(self.problem, config).items())
+
+    def ok_times(self) -> list[float]:
+        return [t.time_us for t in self.trials if t.status is Status.OK and t.time_us is not None]
+
+    def best_so_far(self) -> list[tuple[int, float]]:
+        """(trial number, fastest OK time up to it), from the first OK trial on."""
+        points: list[tuple[int, float]] = []
+        best: float | None = None
+        for number, trial in enumerate(self.trials, start=1):
+            if trial.status is Status.OK and trial.time_us is not None and (best is None or trial.time_us < best):
+                best = trial.time_us
+            if best is not None:
+                points.append((number, best))
+        return points
+
+
+@dataclass(frozen=True)
+class OpGroup:
+    """The shapes of one op, dtype and layout on one GPU (`hgemv`, `sgemv transposed`, `bgemm`)."""
+
+    title: str
+    compute_bound: bool  # rated in TFLOP/s as well
+    shapes: tuple[Shape, ...]
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Failed trials of one GPU that ended with the same status and message."""
+
+    status: str
+    message: str
+    trials: int
+    problems: int
+    example: str  # one problem it happened on
+
+
+@dataclass(frozen=True)
+class GpuReport:
+    name: str
+    groups: tuple[OpGroup, ...]
+
+    @property
+    def shapes(self) -> list[Shape]:
+        return [shape for group in self.groups for shape in group.shapes]
+
+    def statuses(self) -> Counter[str]:
+        """Final trials per status, in the order Status declares them."""
+        counts = Counter(t.status.value for shape in self.shapes for t in shape.trials)
+        return Counter({s.value: counts[s.value] for s in Status if counts[s.value]})
+
+    def failures(self) -> list[Failure]:
+        """Failed trials grouped by status and message, most frequent first."""
+        found: dict[tuple[str, str], tuple[int, set[str]]] = {}
+        for shape in self.shapes:
+            for trial in shape.trials:
+                if trial.status is Status.OK:
+                    continue
+                key = (trial.status.value, message_line(trial.message))
+                count, problems = found.get(key, (0, set()))
+                found[key] = (count + 1, problems | {str(shape.problem)})
+        ranked = sorted(found.items(), key=lambda item: (-item[1][0], item[0]))
+        return [Failure(s, m, n, len(p), min(p)) for (s, m), (n, p) in ranked]
+
+
+@dataclass(frozen=True)
+class ReportData:
+    db_url: str
+    generated_at: datetime
+    gpu_filter: str | None
+    gpus: tuple[GpuReport, ...]
+    known_gpus: tuple[str, ...]  # every GPU the database holds
+
+
+def message_line(message: str) -> str:
+    """The line of a failure's message worth showing (its last non-empty one), cut short."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    line = lines[-1] if lines else ""
+    return line if len(line) <= MESSAGE_CHARS else line[: MESSAGE_CHARS - 1] + "…"
+
+
+def _group_title(problem: Problem) -> str:
+    return problem.blas_name + (" transposed" if problem.trans else "")
+
+
+def gather(gpu: str | None = None, db: str | None = None) -> ReportData:
+    """Everything the report shows, for one GPU (`--gpu` matching, as `autotune list`) or every GPU."""
+    store: Store = api.store(db)
+    known = tuple(store.gpu_names())
+    summaries: list[ProblemSummary] = api.list_problems(gpu=gpu, db=db)
+    if gpu is not None and not summaries:
+        raise AutotuneError(f"nothing stored for GPU {gpu!r}; the database holds: {', '.join(known) or 'no GPU yet'}")
+    gpus = []
+    for gpu_name, of_gpu in itertools.groupby(summaries, key=lambda s: s.gpu_name):
+        groups = []
+        for _, of_op in itertools.groupby(of_gpu, key=lambda s: (s.op, s.trans, s.dtype)):
+            shapes = tuple(_shape(store, summary) for summary in of_op)
+            problem = shapes[0].problem
+            groups.append(OpGroup(_group_title(problem), ops.for_problem(problem).compute_bound, shapes))
+        gpus.append(GpuReport(gpu_name, tuple(groups)))
+    return ReportData(store.url, datetime.now(timezone.utc), gpu, tuple(gpus), known)
+
+
+def _shape(store: Store, summary: ProblemSummary) -> Shape:
+    problem = summary.problem
+    problem_id = store.problem_id(problem, summary.gpu_name, create=False)
+    stored: list[TrialRow] = [] if problem_id is None else store.trials(problem_id)
+    # In the order they ran; a running trial has no outcome yet.
+    final = sorted((t for t in stored if t.status is not Status.RUNNING), key=lambda t: (t.created_at, t.id))
+    return Shape(summary, tuple(final), store.read_floor(summary.gpu_name, problem.matrix_bytes))

@@ -1,0 +1,247 @@
+"""The report as one HTML page: styles, charts and its one script inline, nothing fetched when it is
+viewed (its Content-Security-Policy forbids any request). Every string from the database is escaped
+where it is written into the page."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Iterable, Sequence
+from html import escape
+
+from autotune import __version__
+from autotune.report import svg
+from autotune.report.data import GpuReport, OpGroup, ReportData
+
+FAILURE_ROWS = 20  # message kinds listed per GPU; the chart counts them all
+
+# Counts the charts that drew something (a mark with a size) into <body data-plots>, which the
+# browser test compares with data-plots-expected.
+CHECK_SCRIPT = """
+(function () {
+  var plots = document.querySelectorAll("svg.plot");
+  var drawn = 0;
+  for (var i = 0; i < plots.length; i++) {
+    var box = plots[i].getBoundingClientRect();
+    var marks = plots[i].querySelectorAll(".mark");
+    var shown = false;
+    for (var j = 0; j < marks.length && !shown; j++) {
+      var mark = marks[j].getBBox();
+      shown = mark.width > 0 || mark.height > 0;
+    }
+    if (box.width > 0 && box.height > 0 && shown) drawn++;
+  }
+  document.body.dataset.plots = String(drawn);
+})();
+"""
+
+STYLE = """
+body { font: 14px/1.45 system-ui, sans-serif; color: #222; margin: 24px auto; max-width: 1180px; padding: 0 16px; }
+h1 { margin-bottom: 4px; } h2 { margin-top: 40px; border-bottom: 2px solid #ccc; } h3 { margin-top: 28px; }
+.meta, .caption { color: #555; } .note { background: #fff7e0; border-left: 4px solid #e0a800; padding: 6px 10px; }
+nav li { margin: 2px 0; }
+.charts { display: flex; flex-wrap: wrap; gap: 12px; }
+figure { margin: 0; } figcaption { color: #555; max-width: 560px; font-size: 12px; }
+table { border-collapse: collapse; margin: 8px 0; font-size: 13px; }
+th, td { border-bottom: 1px solid #e4e4e4; padding: 3px 8px; text-align: right; vertical-align: top; }
+th { background: #f4f4f4; } td.text, th.text { text-align: left; } td.config { font: 11px monospace; text-align: left; }
+td.message { font: 12px monospace; text-align: left; max-width: 640px; overflow-wrap: anywhere; }
+svg .title { font: bold 13px system-ui, sans-serif; } svg .tick { font: 11px system-ui, sans-serif; fill: #444; }
+svg .label { font: 12px system-ui, sans-serif; fill: #333; } svg .note { font: 13px system-ui, sans-serif; fill: #555; }
+svg .grid { stroke: #e6e6e6; } svg .axis { stroke: #888; } svg .frame { fill: none; stroke: #888; }
+svg polyline.mark { stroke-width: 1.4; stroke-opacity: 0.8; } svg polyline.mark:hover { stroke-width: 3; }
+svg .dots circle { fill: #1f77b4; fill-opacity: 0.35; }
+svg circle.best { fill: #ff7f0e; stroke: #222; stroke-width: 0.6; }
+svg line.floor { stroke: #d62728; stroke-width: 2; } svg rect.bar { fill: #d62728; fill-opacity: 0.75; }
+"""
+
+
+def _script_hash(script: str) -> str:
+    return "sha256-" + base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+
+
+# Nothing may be loaded: no network, no file beside the page; only this script runs, and it only reads the page.
+POLICY = f"default-src 'none'; style-src 'unsafe-inline'; script-src '{_script_hash(CHECK_SCRIPT)}'"
+
+
+def _us(value: float | None) -> str:
+    return f"{value:.2f}" if value is not None else "-"
+
+
+def _row(cells: Iterable[tuple[str, str]], tag: str = "td") -> str:
+    """A table row of (class, text) cells; the text is escaped here."""
+    return "<tr>" + "".join(f'<{tag} class="{css}">{escape(text)}</{tag}>' for css, text in cells) + "</tr>"
+
+
+def _table(head: Sequence[tuple[str, str]], rows: Iterable[Iterable[tuple[str, str]]]) -> str:
+    return "<table><thead>" + _row(head, "th") + "</thead><tbody>" + "".join(_row(r) for r in rows) + "</tbody></table>"
+
+
+def _figure(chart: str, caption: str) -> str:
+    return f"<figure>{chart}<figcaption>{escape(caption)}</figcaption></figure>"
+
+
+def _group(gpu: GpuReport, group: OpGroup, anchor: str) -> str:
+    shapes = group.shapes
+    where = f"{gpu.name}, {group.title}"
+    convergence = svg.line_chart(
+        [
+            (f"{shape.label}: best {_us(shape.summary.best_us)} us", [(n, t / best) for n, t in points])
+            for shape in shapes
+            if (points := shape.best_so_far()) and (best := points[-1][1]) > 0
+        ],
+        title="Tuning convergence",
+        subject=where,
+        x_label="trial (in the order they ran)",
+        y_label="best so far / final best",
+        log_y=True,
+        empty="no trial finished OK",
+    )
+    scatter = svg.scatter_chart(
+        [(index, time) for index, shape in enumerate(shapes, start=1) for time in shape.ok_times()],
+        best=[
+            (index, shape.summary.best_us, f"#{index} {shape.label}: best {_us(shape.summary.best_us)} us")
+            for index, shape in enumerate(shapes, start=1)
+            if shape.summary.best_us is not None
+        ],
+        floors=[(index, shape.floor_us) for index, shape in enumerate(shapes, start=1) if shape.floor_us is not None],
+        columns=len(shapes),
+        title="Every config's time per shape",
+        subject=where,
+        x_label="shape (# in the table below)",
+        y_label="time (us, log scale)",
+        empty="no trial finished OK",
+    )
+    head = [("", "#"), ("text", "shape"), ("", "ok/trials"), ("", "best µs"), ("", "GB/s")]
+    if group.compute_bound:
+        head.append(("", "TFLOP/s"))
+    head += [("", "read floor µs"), ("", "best/floor"), ("text", "best config")]
+    rows = []
+    for index, shape in enumerate(shapes, start=1):
+        s = shape.summary
+        row = [
+            ("", str(index)),
+            ("text", shape.label),
+            ("", f"{s.ok}/{s.trials}"),
+            ("", _us(s.best_us)),
+            ("", f"{s.best_gbs:.0f}" if s.best_gbs else "-"),
+        ]
+        if group.compute_bound:
+            tflops = shape.tflops
+            row.append(("", f"{tflops:.1f}" if tflops is not None else "-"))
+        ratio = shape.floor_ratio
+        row += [("", _us(shape.floor_us)), ("", f"{ratio:.2f}" if ratio is not None else "-")]
+        row.append(("config", shape.config_text))
+        rows.append(row)
+    floors = sum(shape.floor_us is not None for shape in shapes)
+    floor_note = (
+        f"A read floor is stored for {floors} of {len(shapes)} sizes"
+        if floors
+        else "No read floor is stored for these sizes (autotune bench measures and stores one)"
+    )
+    return (
+        f'<section id="{anchor}"><h3>{escape(where)}</h3>'
+        '<div class="charts">'
+        + _figure(
+            convergence,
+            "The fastest time so far over the shape's final best, after each trial, one line per shape "
+            "(hover a line for its shape). A line that reaches 1 early found its best early.",
+        )
+        + _figure(
+            scatter,
+            "Every OK trial's time, one column per shape; the orange dot is its best, a red dash the "
+            "stored read floor of its matrix.",
+        )
+        + "</div>"
+        + f'<p class="caption">{escape(floor_note)}; best/floor is the best time over it (1: as fast as '
+        "only reading the matrix). GB/s counts the bytes a kernel must move.</p>" + _table(head, rows) + "</section>"
+    )
+
+
+def _failures(gpu: GpuReport) -> str:
+    statuses = gpu.statuses()
+    total = sum(statuses.values())
+    failed = [(status, count) for status, count in statuses.items() if status != "ok"]
+    chart = svg.bar_chart(
+        failed, title="Failed trials by kind", subject=gpu.name, empty=f"no failed trial among {total} final trials"
+    )
+    kinds = gpu.failures()
+    ok = statuses.get("ok", 0)
+    caption = f"{ok} of {total} final trials ended OK" + ("; the bars count the others by status." if failed else ".")
+    parts = [_figure(chart, caption)]
+    if kinds:
+        head = [("text", "status"), ("", "trials"), ("", "problems"), ("text", "message"), ("text", "e.g.")]
+        rows = [
+            [
+                ("text", f.status),
+                ("", str(f.trials)),
+                ("", str(f.problems)),
+                ("message", f.message),
+                ("text", f.example),
+            ]
+            for f in kinds[:FAILURE_ROWS]
+        ]
+        parts.append(_table(head, rows))
+        if len(kinds) > FAILURE_ROWS:
+            more = len(kinds) - FAILURE_ROWS
+            parts.append(f'<p class="caption">{more} more kinds of failure; autotune show lists every trial.</p>')
+    return "".join(parts)
+
+
+def _gpu(gpu: GpuReport, number: int) -> str:
+    shapes = gpu.shapes
+    trials = sum(len(shape.trials) for shape in shapes)
+    ok = sum(shape.summary.ok for shape in shapes)
+    parts = [
+        f'<section id="gpu-{number}"><h2>{escape(gpu.name)}</h2>',
+        f'<p class="meta">{len(shapes)} problem{"s" * (len(shapes) != 1)}, {trials} final trials, {ok} OK.</p>',
+        f'<h3 id="gpu-{number}-failures">Failures by kind</h3>',
+        _failures(gpu),
+    ]
+    parts.extend(_group(gpu, group, f"gpu-{number}-{index}") for index, group in enumerate(gpu.groups, start=1))
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def _contents(data: ReportData) -> str:
+    items = []
+    for number, gpu in enumerate(data.gpus, start=1):
+        groups = "".join(
+            f'<a href="#gpu-{number}-{index}">{escape(group.title)}</a> ({len(group.shapes)}) '
+            for index, group in enumerate(gpu.groups, start=1)
+        )
+        items.append(
+            f'<li><a href="#gpu-{number}">{escape(gpu.name)}</a>: '
+            f'<a href="#gpu-{number}-failures">failures</a>, {groups}</li>'
+        )
+    return "<nav><ul>" + "".join(items) + "</ul></nav>"
+
+
+def plot_count(html: str) -> int:
+    return html.count('<svg class="plot"')
+
+
+def render(data: ReportData) -> str:
+    """The whole page."""
+    scope = f"GPU {data.gpu_filter!r}" if data.gpu_filter else "every GPU"
+    when = data.generated_at.strftime("%Y-%m-%d %H:%M UTC")
+    body = [
+        "<header><h1>autotune report</h1>",
+        f'<p class="meta">{escape(data.db_url)}, {escape(scope)}; written {when} by autotune {__version__}.</p>',
+        '<p class="note">cuBLAS times are not stored yet, so this page sets our times against the stored '
+        "read floor only; the benchmark runs beside cuBLAS are in docs/results.md.</p>",
+    ]
+    if data.gpus:
+        body.append(_contents(data))
+    else:
+        body.append("<p>The database holds no tuned problem yet: run <code>autotune sweep</code>.</p>")
+    body.append("</header>")
+    body.extend(_gpu(gpu, number) for number, gpu in enumerate(data.gpus, start=1))
+    main = "".join(body)
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{POLICY}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>autotune report</title><style>{STYLE}</style></head>"
+        f'<body data-plots-expected="{plot_count(main)}">{main}<script>{CHECK_SCRIPT}</script></body></html>\n'
+    )

@@ -1,0 +1,265 @@
+"""`autotune report`: the page's content from a small database, that every string from the database
+is escaped, the command, and (marker `browser`, where `chromium` is on PATH) that the page renders in
+headless Chromium with every chart drawn and no console message."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune import api, cli, ops
+from autotune.core.fingerprint import GpuInfo, Toolchain
+from autotune.core.outcome import Outcome, Status
+from autotune.core.problem import Problem
+from autotune.ops import gemv, source_hash
+from autotune.report import gather, render, svg, write_report
+from autotune.report.page import plot_count
+from autotune.store import Provenance, Store, open_store
+
+H200 = GpuInfo("NVIDIA H200", "GPU-1111", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
+PLANTED = "<script>alert(1)</script>"
+EVIL = GpuInfo(f"{PLANTED} GPU", "GPU-6666", "9.0", 132, 60 * 2**20, 80 * 2**30, "13.0", "13.0")
+TOOLS = Toolchain(nvcc="13.0.88", pycuda="2025.1", autotune="0.1.0")
+SHAPE = Problem("gemv", "float16", 4096, 8192)
+SMALL = Problem("gemv", "float16", 1024, 1024)
+GEMM = Problem("gemm", "float16", 64, 128, 256)
+FAST = {**gemv.DEFAULT_CONFIG, "block": 256, "vec": 8}
+
+
+def ok(time_us: float) -> Outcome:
+    return Outcome(Status.OK, time_us=time_us, times_us=[time_us], gbs=1000.0 / time_us)
+
+
+def measure(store: Store, problem: Problem, config: dict[str, int], outcome: Outcome, gpu: GpuInfo = H200) -> None:
+    gpu_id = store.upsert_gpu(gpu)
+    pid = store.problem_id(problem, gpu.name)
+    assert pid is not None
+    trial = store.start_trial(Provenance(pid, gpu_id, source_hash(problem), TOOLS, gpu.driver, gpu.cuda), config)
+    store.finish_trial(trial, outcome)
+
+
+def fill(store: Store) -> None:
+    """hgemv 4096x8192 on the H200 at 9, then 4 us, a wrong result, then 6 us, with a read floor of
+    3.5 us; hgemv 1024x1024 at 3 us; an hgemm; on a GPU with a planted name, a launch error whose
+    message is planted too, and one OK trial."""
+    for block, outcome in (
+        (64, ok(9.0)),
+        (256, ok(4.0)),
+        (512, Outcome(Status.WRONG_RESULT, "max error 0.5")),
+        (128, ok(6.0)),
+    ):
+        measure(store, SHAPE, {**FAST, "block": block}, outcome)
+    store.record_read_floor(H200, SHAPE.matrix_bytes, 3.5, "read_floor_v8")
+    measure(store, SMALL, FAST, ok(3.0))
+    measure(store, GEMM, dict(ops.for_problem(GEMM).default_config(GEMM)), ok(20.0))
+    measure(store, SHAPE, {**FAST, "block": 64}, Outcome(Status.LAUNCH_ERROR, f"line 1\n{PLANTED}"), gpu=EVIL)
+    measure(store, SHAPE, FAST, ok(5.0), gpu=EVIL)
+
+
+@pytest.fixture
+def db(db_path: Path) -> Iterator[str]:
+    api._open.cache_clear()  # a store cached by another test's URL stays out of the way
+    with open_store(str(db_path), import_shipped=False) as store:
+        fill(store)
+    yield str(db_path)
+    api._open.cache_clear()
+
+
+class _Page(HTMLParser):
+    """The page's text, its script elements and its tags."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.text: list[str] = []
+        self.scripts = 0
+        self.tags: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        self.scripts += tag == "script"
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+def parse(html: str) -> _Page:
+    page = _Page()
+    page.feed(html)
+    return page
+
+
+def expected_plots(html: str) -> int:
+    found = re.search(r'data-plots-expected="(\d+)"', html)
+    assert found
+    return int(found.group(1))
+
+
+def test_report_shows_best_floor_and_counts_per_gpu_and_op(db: str) -> None:
+    data = gather(db=db)
+    assert [g.name for g in data.gpus] == [EVIL.name, H200.name]
+    h200 = data.gpus[1]
+    assert [g.title for g in h200.groups] == ["hgemm", "hgemv"]
+    big = h200.groups[1].shapes[1]
+    assert (big.label, big.summary.best_us, big.floor_us) == ("4096x8192", 4.0, 3.5)
+    assert big.best_so_far() == [(1, 9.0), (2, 4.0), (3, 4.0), (4, 4.0)]  # the wrong result is trial 3
+    assert sorted(big.ok_times()) == [4.0, 6.0, 9.0]
+    assert h200.statuses() == {"ok": 5, "wrong_result": 1}
+    html = render(data)
+    text = " ".join(parse(html).text)
+    assert "cuBLAS times are not stored yet" in text
+    for cells in ("4096x8192 3/4 4.00 250 3.50 1.14", "1024x1024 1/1 3.00 333 - -"):
+        assert cells in re.sub(r"\s+", " ", text)  # shape, ok/trials, best us, GB/s, floor, best/floor
+    assert "TFLOP/s" in text and "block=256" in text
+    assert "wrong_result" in text and "max error 0.5" in text
+    # Per GPU a failures chart, per op a convergence chart and a scatter.
+    assert expected_plots(html) == plot_count(html) == 2 + 2 * (1 + 2)
+
+
+def test_every_string_from_the_database_is_escaped(db: str) -> None:
+    html = render(gather(db=db))
+    assert PLANTED not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    page = parse(html)
+    assert page.scripts == 1  # the page's own check, nothing planted
+    text = "".join(page.text)
+    assert f"{PLANTED} GPU" in text  # the GPU's name, shown as text
+    assert PLANTED in text.replace(f"{PLANTED} GPU", "")  # and the failure's message
+
+
+def test_one_gpu_and_an_empty_database(db: str, tmp_path: Path) -> None:
+    data = gather("h200", db=db)
+    assert [g.name for g in data.gpus] == [H200.name]
+    empty = tmp_path / "empty.db"
+    open_store(str(empty), import_shipped=False).close()
+    html = render(gather(db=str(empty)))
+    assert "holds no tuned problem yet" in html
+    assert expected_plots(html) == 0
+
+
+def test_charts_draw_and_say_when_there_is_nothing() -> None:
+    assert svg.nice_ticks(0, 10) == [0, 2, 4, 6, 8, 10]
+    assert svg.log_ticks(3, 900) == [5, 10, 20, 50, 100, 200, 500]
+    assert svg.log_ticks(1, 1e6) == [1, 10, 100, 1000, 1e4, 1e5, 1e6]
+    assert svg.log_ticks(1.0, 1.05) == [1.0, 1.02, 1.04]  # too narrow for 1-2-5: round linear steps
+    chart = svg.line_chart([("a<b>", [(1, 2.0), (2, 1.0)])], title="t", x_label="x", y_label="y", log_y=True)
+    assert chart.count('class="mark"') == 1 and "a&lt;b&gt;" in chart
+    empty = svg.bar_chart([], title="<t>", empty="no failed trial")
+    assert 'class="mark note"' in empty and "no failed trial" in empty and "<t>" not in empty
+
+
+@pytest.mark.shipped_records
+def test_report_of_the_shipped_records(tmp_path: Path) -> None:
+    """The records that ship (~800 trials of ~270 problems on two GPUs): quick to write, small to keep."""
+    api._open.cache_clear()
+    url = str(tmp_path / "shipped.db")
+    open_store(url).close()  # the import, which every first open does, is not the report's time
+    start = time.perf_counter()
+    data = write_report(tmp_path / "report.html", db=url)
+    seconds = time.perf_counter() - start
+    api._open.cache_clear()
+    html = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert len(data.gpus) == 2 and sum(len(g.shapes) for g in data.gpus) > 200
+    assert seconds < 10 and len(html.encode()) < 3 * 2**20, (seconds, len(html))
+    assert expected_plots(html) == plot_count(html)
+
+
+# --- the command --------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def run(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., tuple[int, str, str]]:
+    def invoke(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        monkeypatch.setattr(sys, "argv", ["autotune", *args])
+        code: Any = 0
+        try:
+            cli.main()
+        except SystemExit as exc:
+            code = exc.code
+        captured = capsys.readouterr()
+        return (code if isinstance(code, int) else 1), captured.out, captured.err
+
+    return invoke
+
+
+def test_report_command(
+    db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run: Callable[..., tuple[int, str, str]]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run("report", "--db", db)
+    assert code == 0, err
+    written = tmp_path / "report.html"
+    assert f"report written to {written}" in out and "(4 problems on 2 GPUs)" in out
+    assert written.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    code, out, err = run("report", "-o", str(tmp_path / "h200.html"), "--gpu", "nvidia-h200", "--db", db)
+    assert code == 0 and "(3 problems on 1 GPU)" in out and (tmp_path / "h200.html").exists()
+    for args, words in (
+        (["--gpu", "a100"], ["nothing stored for GPU 'a100'", "NVIDIA H200"]),
+        (["-o", str(tmp_path / "no" / "such" / "r.html")], ["cannot write the report"]),
+    ):
+        code, out, err = run("report", *args, "--db", db)
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), err
+        assert all(word in lines[0] for word in words)
+
+
+# --- in a browser -------------------------------------------------------------------------------------
+
+CHROMIUM = shutil.which("chromium")
+CONSOLE = re.compile(r":CONSOLE[:(]")  # how Chromium's log writes the page's console messages
+
+
+@pytest.mark.browser
+@pytest.mark.shipped_records
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not on PATH (apt-get install chromium; .ci/run does)")
+def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
+    """The shipped records plus the planted strings: Chromium draws every chart, logs nothing to the
+    console (no script error, nothing the page's policy refused) and takes a screenshot."""
+    assert CHROMIUM is not None
+    api._open.cache_clear()
+    url = str(tmp_path / "shipped.db")
+    with open_store(url) as store:
+        fill(store)
+    page = tmp_path / "report.html"
+    write_report(page, db=url)
+    api._open.cache_clear()
+    expected = expected_plots(page.read_text(encoding="utf-8"))
+    assert expected > 30
+    common = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run(
+        [
+            *common,
+            "--enable-logging=stderr",
+            "--log-level=0",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert f'data-plots="{expected}"' in dom.stdout, re.findall(r"data-plots[-a-z]*=\"\d*\"", dom.stdout)
+    console = [line for line in dom.stderr.splitlines() if CONSOLE.search(line)]
+    assert not console, console
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom.stdout
+    shot = tmp_path / "report.png"
+    taken = subprocess.run(
+        [*common, f"--screenshot={shot}", "--window-size=1280,2000", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert taken.returncode == 0, taken.stderr[-2000:]
+    png = shot.read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 20_000  # a blank 1280x2000 page is a few kB
