@@ -1,4 +1,5 @@
-"""Test doubles for orchestration tests: a compile pool that compiles nothing and a cost model."""
+"""Test doubles for orchestration tests: a compile pool that compiles nothing, a cost model, and
+finished trials written into a store as a sweep writes them."""
 
 from __future__ import annotations
 
@@ -6,6 +7,11 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from autotune.build.compiler import CompileJob, CompileResult
+from autotune.core.fingerprint import GpuInfo, Toolchain
+from autotune.core.outcome import Outcome, Status
+from autotune.core.problem import Problem
+from autotune.ops import source_hash
+from autotune.store import Provenance, Store
 
 
 def modelled_time_us(config: dict[str, int]) -> float:
@@ -51,3 +57,24 @@ class InstantPool:
 
     def __exit__(self, *exc: object) -> None:
         pass
+
+
+TOOLS = Toolchain(nvcc="13.0.88", pycuda="2025.1", autotune="0.1.0")
+
+
+def ok(time_us: float) -> Outcome:
+    """An OK outcome of one timing, its GB/s as if 1 kB moved."""
+    return Outcome(Status.OK, time_us=time_us, times_us=[time_us], gbs=1000.0 / time_us)
+
+
+def record(
+    store: Store, problem: Problem, config: dict[str, int], outcome: Outcome, gpu: GpuInfo, src: str | None = None
+) -> int:
+    """Store one finished trial of `problem` on `gpu`, as a sweep does (kernel source: today's unless
+    `src` names another); returns the problem's id."""
+    gpu_id = store.upsert_gpu(gpu)
+    pid = store.problem_id(problem, gpu.name)
+    assert pid is not None
+    trial = store.start_trial(Provenance(pid, gpu_id, src or source_hash(problem), TOOLS, gpu.driver, gpu.cuda), config)
+    store.finish_trial(trial, outcome)
+    return pid

@@ -14,15 +14,15 @@ from typing import Any
 import pytest
 
 from autotune import api, cli
-from autotune.core.fingerprint import GpuInfo, Toolchain
+from autotune.core.fingerprint import GpuInfo
 from autotune.core.outcome import Outcome, Status
 from autotune.core.problem import Problem
-from autotune.ops import gemv, source_hash
-from autotune.store import Provenance, Store, open_store
+from autotune.ops import gemv
+from autotune.store import Store, open_store
+from tests.fakes import ok, record
 
 REPO = Path(__file__).resolve().parents[1]
 H200 = GpuInfo("NVIDIA H200", "GPU-1111", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
-TOOLS = Toolchain(nvcc="13.0.88", pycuda="2025.1", autotune="0.1.0")
 SHAPE = Problem("gemv", "float16", 4096, 8192)
 FAST = {**gemv.DEFAULT_CONFIG, "block": 256, "vec": 8}
 SLOW = {**gemv.DEFAULT_CONFIG, "block": 64}
@@ -87,15 +87,7 @@ def assert_one_error(result: Result, *words: str) -> str:
 
 
 def measure(store: Store, problem: Problem, config: dict[str, int], outcome: Outcome) -> None:
-    gpu_id = store.upsert_gpu(H200)
-    pid = store.problem_id(problem, H200.name)
-    assert pid is not None
-    trial = store.start_trial(Provenance(pid, gpu_id, source_hash(problem), TOOLS, H200.driver, H200.cuda), config)
-    store.finish_trial(trial, outcome)
-
-
-def ok(time_us: float) -> Outcome:
-    return Outcome(Status.OK, time_us=time_us, times_us=[time_us], gbs=1000.0 / time_us)
+    record(store, problem, config, outcome, H200)
 
 
 def tuned_db(path: Path) -> Path:

@@ -10,27 +10,23 @@ import pytest
 
 from autotune import api, ops
 from autotune.core.errors import AutotuneError
-from autotune.core.fingerprint import GpuInfo, Toolchain
+from autotune.core.fingerprint import GpuInfo
 from autotune.core.outcome import Outcome, Status
 from autotune.core.problem import Problem, parse_shapes
 from autotune.ops import gemm, make_problem, source_hash, standard_shapes
 from autotune.ops.gemv import transposed as gemv_t
 from autotune.select.choose import DEFAULT, ESTIMATE, MEASURED, Selector
-from autotune.store import Provenance, Store, open_store
+from autotune.store import Store, open_store
+from tests.fakes import record
 
 H200 = GpuInfo("NVIDIA H200", "GPU-1111", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
-TOOLS = Toolchain(nvcc="13.0.88", pycuda="2025.1", autotune="0.1.0")
 SQUARE = Problem("gemm", "float16", 4096, 4096, 4096)
 SKINNY = Problem("gemm", "float16", 8, 4096, 4096)
 TRANS = Problem("gemv", "float16", 4096, 8192, trans=True)
 
 
 def measure(store: Store, problem: Problem, config: dict[str, int], time_us: float) -> None:
-    gpu_id = store.upsert_gpu(H200)
-    pid = store.problem_id(problem, H200.name)
-    assert pid is not None
-    trial = store.start_trial(Provenance(pid, gpu_id, source_hash(problem), TOOLS, H200.driver, H200.cuda), config)
-    store.finish_trial(trial, Outcome(Status.OK, time_us=time_us, times_us=[time_us]))
+    record(store, problem, config, Outcome(Status.OK, time_us=time_us, times_us=[time_us]), H200)
 
 
 # --- problems and shapes ---------------------------------------------------------------------------

@@ -17,34 +17,26 @@ from typing import Any
 import pytest
 
 from autotune import api, cli, ops
-from autotune.core.fingerprint import GpuInfo, Toolchain
+from autotune.core.fingerprint import GpuInfo
 from autotune.core.outcome import Outcome, Status
 from autotune.core.problem import Problem
-from autotune.ops import gemv, source_hash
+from autotune.ops import gemv
 from autotune.report import gather, render, svg, write_report
 from autotune.report.page import plot_count
-from autotune.store import Provenance, Store, open_store
+from autotune.store import Store, open_store
+from tests.fakes import ok, record
 
 H200 = GpuInfo("NVIDIA H200", "GPU-1111", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
 PLANTED = "<script>alert(1)</script>"
 EVIL = GpuInfo(f"{PLANTED} GPU", "GPU-6666", "9.0", 132, 60 * 2**20, 80 * 2**30, "13.0", "13.0")
-TOOLS = Toolchain(nvcc="13.0.88", pycuda="2025.1", autotune="0.1.0")
 SHAPE = Problem("gemv", "float16", 4096, 8192)
 SMALL = Problem("gemv", "float16", 1024, 1024)
 GEMM = Problem("gemm", "float16", 64, 128, 256)
 FAST = {**gemv.DEFAULT_CONFIG, "block": 256, "vec": 8}
 
 
-def ok(time_us: float) -> Outcome:
-    return Outcome(Status.OK, time_us=time_us, times_us=[time_us], gbs=1000.0 / time_us)
-
-
 def measure(store: Store, problem: Problem, config: dict[str, int], outcome: Outcome, gpu: GpuInfo = H200) -> None:
-    gpu_id = store.upsert_gpu(gpu)
-    pid = store.problem_id(problem, gpu.name)
-    assert pid is not None
-    trial = store.start_trial(Provenance(pid, gpu_id, source_hash(problem), TOOLS, gpu.driver, gpu.cuda), config)
-    store.finish_trial(trial, outcome)
+    record(store, problem, config, outcome, gpu)
 
 
 def fill(store: Store) -> None:

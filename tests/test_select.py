@@ -8,16 +8,16 @@ from typing import Any
 
 import pytest
 
-from autotune.core.fingerprint import GpuInfo, Toolchain
+from autotune.core.fingerprint import GpuInfo
 from autotune.core.outcome import Outcome, Status
 from autotune.core.problem import Problem
-from autotune.ops import gemv, source_hash
+from autotune.ops import gemv
 from autotune.select.choose import DEFAULT, ESTIMATE, MEASURED, Selector, choose, nearest, shape_distance
-from autotune.store import Provenance, Store
+from autotune.store import Store
+from tests.fakes import record
 
 GPU = "NVIDIA H200"
 H200 = GpuInfo(GPU, "GPU-1111", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
-TOOLS = Toolchain(nvcc="13.0.88", pycuda="2025.1", autotune="0.1.0")
 SHAPE = Problem("gemv", "float16", 4096, 8192)
 FAST = {**gemv.DEFAULT_CONFIG, "block": 256, "vec": 8}
 SLOW = {**gemv.DEFAULT_CONFIG, "block": 64}
@@ -155,11 +155,7 @@ def measure(
     src: str | None = None,
     gpu: GpuInfo = H200,
 ) -> None:
-    gpu_id = store.upsert_gpu(gpu)
-    pid = store.problem_id(problem, gpu.name)
-    assert pid is not None
-    trial = store.start_trial(Provenance(pid, gpu_id, src or source_hash(problem), TOOLS, gpu.driver, gpu.cuda), config)
-    store.finish_trial(trial, Outcome(Status.OK, time_us=time_us, times_us=[time_us]))
+    record(store, problem, config, Outcome(Status.OK, time_us=time_us, times_us=[time_us]), gpu, src)
 
 
 def test_selector_answers_from_the_store(store: Store) -> None:
