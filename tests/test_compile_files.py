@@ -158,8 +158,8 @@ def _running(pid: int) -> bool:
     """Alive and not a zombie (a container's PID 1 may never reap the orphans it inherits)."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False  # gone between the open and the read: the kernel answers ESRCH
     return state not in ("Z", "X")
 
 
