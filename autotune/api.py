@@ -187,16 +187,28 @@ def sweep(
     device: int = 0,
     progress: Progress | None = None,
     stale: bool = False,
+    pending: bool = False,
+    lease: float | None = None,
     on_trial: TrialHook | None = None,
 ) -> SweepReport:
     """Tune each problem on this machine's GPU and store every measurement. With `stale`, re-tune
     instead every stored problem of this GPU (of `op`/`dtype` when given) that has no measurement
-    with the current kernel source, driver and CUDA. `on_trial(problem, config, outcome)` is called
-    after every trial."""
-    if stale:
-        if m is not None or n is not None or k is not None or shapes_file is not None:
+    with the current kernel source, driver and CUDA; with `pending`, the problems queued for this
+    GPU's model (asked for by the launch path, most asked first). Problems are claimed one at a
+    time through the database, for `lease` seconds renewed while tuning, so that the same sweep
+    on several machines sharing a database splits the work. `on_trial(problem, config, outcome)`
+    is called after every trial."""
+    given = m is not None or n is not None or k is not None or shapes_file is not None
+    if stale and pending:
+        raise AutotuneError("--stale and --pending are two different sweeps: give one of them")
+    if pending:
+        if given or op is not None or dtype is not None:
+            raise AutotuneError("--pending tunes the queued problems: give no --op, --m, --n, --k, --dtype or --shapes")
+        problems: list[Problem] | tuple[str | None, str | None] | None = None
+    elif stale:
+        if given:
             raise AutotuneError("--stale re-tunes stored problems: give no --m, --n, --k or --shapes with it")
-        problems: list[Problem] | tuple[str | None, str | None] = _filters(op, dtype)
+        problems = _filters(op, dtype)
     else:
         problems = problems_for(op, dtype, m, n, shapes_file, k, trans)
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
@@ -208,10 +220,12 @@ def sweep(
     if sampler not in SAMPLERS:
         raise AutotuneError(f"unknown sampler {sampler!r}: choose one of {', '.join(SAMPLERS)}")
     from autotune.store import check_url
+    from autotune.tune.fleet import lease as claim_lease
     from autotune.tune.search import Budget
     from autotune.tune.tuner import run_sweep
 
     check_url(db)
+    held_for = claim_lease(lease)
     report = run_sweep(
         problems,
         lambda: _open(db),
@@ -221,6 +235,7 @@ def sweep(
         device=device,
         progress=progress,
         on_trial=on_trial,
+        lease=held_for,
     )
     _selector(db).forget()
     return report
@@ -306,6 +321,36 @@ def list_problems(
     gpu_name = match_gpu(gpu, database.gpu_names()) if gpu else None
     rows: list[Any] = database.problems(gpu_name, name, kind)
     return rows
+
+
+def queued(gpu: str | None = None, db: str | None = None) -> list[Any]:
+    """The queue a fleet shares: every queued problem (of one GPU model) with its state and counts."""
+    database = _open(db)
+    gpu_name = match_gpu(gpu, database.gpu_names()) if gpu else None
+    rows: list[Any] = database.queue_rows(gpu_name)
+    return rows
+
+
+def enqueue(
+    gpu: str,
+    op: str | None = None,
+    m: int | None = None,
+    n: int | None = None,
+    k: int | None = None,
+    *,
+    trans: bool = False,
+    dtype: str | None = None,
+    shapes_file: Path | None = None,
+    db: str | None = None,
+) -> int:
+    """Queue problems for GPUs named `gpu` (`sweep --pending` on such a machine tunes them); the
+    standard shape set when no shape is given. Returns how many problems were given."""
+    if not gpu or not gpu.strip():
+        raise AutotuneError("queueing needs the GPU model the problems are for: --gpu 'NVIDIA H200', say")
+    problems = problems_for(op, dtype, m, n, shapes_file, k, trans)
+    database = _open(db)
+    database.enqueue(match_gpu(gpu.strip(), database.gpu_names()), problems)
+    return len(problems)
 
 
 def problem_trials(

@@ -7,6 +7,7 @@ import sys
 import unicodedata
 import warnings
 from dataclasses import replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -157,9 +158,17 @@ def sweep(
         bool,
         typer.Option("--stale", help="re-tune stored problems measured with another kernel source, driver or CUDA"),
     ] = False,
+    pending: Annotated[
+        bool, typer.Option("--pending", help="tune the problems queued for this GPU model, most asked first")
+    ] = False,
+    lease: Annotated[
+        float | None,
+        typer.Option("--lease", help="seconds a claim on a problem lasts unless renewed (default 120)"),
+    ] = None,
     db: Db = None,
 ) -> None:
-    """Tune shapes on this machine's GPU; every measurement goes into the database."""
+    """Tune shapes on this machine's GPU; every measurement goes into the database. Sweeps on several
+    machines sharing one database (--db) split the problems between them."""
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -187,6 +196,8 @@ def sweep(
             device=device,
             progress=progress,
             stale=stale,
+            pending=pending,
+            lease=lease,
         )
     finally:
         if progress.started:
@@ -408,6 +419,75 @@ def show(
         out.print(f"no trials stored for {problem} on {gpu_name}", markup=False)
     if len(shown) < len(trials):
         out.print(f"({len(trials) - len(shown)} more; --limit 0 shows all)")
+
+
+@app.command()
+def queue(
+    add: Annotated[bool, typer.Option("--add", help="queue the problems given (the standard set by default)")] = False,
+    gpu: Annotated[str | None, typer.Option("--gpu", help="GPU model: whose queue to show, or to add to")] = None,
+    op: Op = None,
+    m: Annotated[int | None, typer.Option("--m", help="with --add: rows of A")] = None,
+    n: Annotated[int | None, typer.Option("--n", help="with --add: GEMV columns of A; GEMM columns of B")] = None,
+    k: K = None,
+    trans: Trans = False,
+    shapes: Annotated[Path | None, typer.Option("--shapes", help="with --add: file of 'M N' ('M N K') lines")] = None,
+    dtype: Dtype = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    db: Db = None,
+) -> None:
+    """The problems queued for tuning, which `sweep --pending` claims: asked for by the launch path,
+    or added with --add for the machines of a GPU model to share."""
+    if add:
+        if gpu is None:
+            raise AutotuneError("queue --add needs --gpu: the GPU model whose machines will tune the problems")
+        count = api.enqueue(gpu, op, m, n, k, trans=trans, dtype=dtype, shapes_file=shapes, db=db)
+        err.print(f"queued {count} problems for {gpu}", markup=False)
+        return
+    rows = api.queued(gpu=gpu, db=db)
+    if as_json:
+        out.print_json(json.dumps([_queue_dict(row) for row in rows]))
+        return
+    table = Table(box=None, pad_edge=False)
+    for column in ("gpu", "op", "shape", "state", "asked", "claims", "by", "lease left"):
+        table.add_column(column, no_wrap=True)
+    now = datetime.now(timezone.utc)
+    for row in rows:
+        left = "-"
+        if row.state == "claimed" and row.lease_until is not None:
+            left = f"{(row.lease_until - now).total_seconds():.0f} s"
+        table.add_row(
+            escape(api.short_gpu_name(row.gpu_name)),
+            row.problem.blas_name + ("ᵀ" if row.problem.trans else ""),
+            "x".join(map(str, row.problem.shape)),
+            row.state,
+            str(row.asked),
+            str(row.claims),
+            escape(row.owner or "-"),
+            left,
+        )
+    if rows:
+        out.print(table)
+    else:
+        out.print("nothing queued", markup=False)
+
+
+def _stamp(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()
+
+
+def _queue_dict(row: Any) -> dict[str, Any]:
+    return {
+        "gpu": row.gpu_name,
+        "op": row.problem.blas_name,
+        **{name: getattr(row.problem, name) for name in ("dtype", "m", "n", "k", "trans")},
+        "state": row.state,
+        "asked": row.asked,
+        "claims": row.claims,
+        "owner": row.owner,
+        "lease_until": _stamp(row.lease_until),
+        "queued_at": _stamp(row.queued_at),
+        "done_at": _stamp(row.done_at),
+    }
 
 
 @app.command()

@@ -2,8 +2,9 @@
 
 Sweeps use a fake worker whose time for a config is known, so every stored time is checked against it.
 
-    python scripts/stress_store.py                     # 60 s; writes results/stress_store.json
+    python scripts/stress_store.py                     # 60 s on SQLite; writes results/stress_store.json
     python scripts/stress_store.py --seconds 10 --out /tmp/stress.json
+    python scripts/stress_store.py --url postgresql+psycopg://u:pw@host/empty_db --out /tmp/pg.json
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import json
 import os
 import random
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -60,6 +60,9 @@ def expected_us(problem: Problem, key: str) -> float:
 class FakeWorker:
     def __init__(self) -> None:
         self.problem = PROBLEMS[0]
+
+    def ready(self) -> None:
+        pass
 
     def setup(self, problem: Problem, seed: int, fresh_memory: bool = False) -> dict[str, object]:
         self.problem = problem
@@ -254,19 +257,26 @@ def _journal(folder: Path, prefix: str) -> list[str]:
     return lines
 
 
-def check(db: Path, folder: Path, fleet: Fleet) -> dict[str, int]:
-    """lost, mixed and duplicates, read with plain sqlite3; errors from exits, logs and journals."""
-    with sqlite3.connect(db) as connection:
+def check(url: str, folder: Path, fleet: Fleet) -> dict[str, int]:
+    """lost, mixed and duplicates, read with plain SQL; errors from exits, logs and journals."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    with engine.connect() as connection:
         rows = connection.execute(
-            "SELECT t.id, t.config_key, t.status, t.time_us, p.op, p.dtype, p.m, p.n, p.k, p.trans "
-            "FROM trials t JOIN problems p ON p.id = t.problem_id WHERE p.gpu_name = ?",
-            (GPU.name,),
-        ).fetchall()
+            text(
+                "SELECT t.id, t.config_key, t.status, t.time_us, p.op, p.dtype, p.m, p.n, p.k, p.trans "
+                "FROM trials t JOIN problems p ON p.id = t.problem_id WHERE p.gpu_name = :gpu"
+            ),
+            {"gpu": GPU.name},
+        ).all()
         duplicates = connection.execute(
-            "SELECT COALESCE(SUM(n - 1), 0) FROM (SELECT COUNT(*) AS n FROM trials "
-            "GROUP BY problem_id, config_key, source_hash HAVING n > 1)"
-        ).fetchone()[0]
-    connection.close()
+            text(
+                "SELECT COALESCE(SUM(n - 1), 0) FROM (SELECT COUNT(*) AS n FROM trials "
+                "GROUP BY problem_id, config_key, source_hash HAVING COUNT(*) > 1) AS repeated"
+            )
+        ).scalar_one()
+    engine.dispose()
     by_id = {row[0]: row for row in rows}
     finished = [line.split(" ", 1) for line in _journal(folder, "writer") if line.split(" ", 1)[0].isdigit()]
     lost = sum(
@@ -294,16 +304,19 @@ def check(db: Path, folder: Path, fleet: Fleet) -> dict[str, int]:
     }
 
 
-def run(seconds: float, writers: int, readers: int, seed: int, keep: Path | None) -> dict[str, Any]:
+def run(seconds: float, writers: int, readers: int, seed: int, keep: Path | None, url: str | None) -> dict[str, Any]:
+    """The stress run on `url` (an empty database), else on a SQLite file of its own."""
+    from sqlalchemy.engine import URL
+
     from autotune.store import open_store
 
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory(prefix="stress-store-") as tmp:
         folder = keep or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
-        db = folder / "stress.db"
-        open_store(str(db), import_shipped=False).close()  # migrated once, before the crowd
-        fleet = Fleet(str(db), folder)
+        db = url or str(URL.create("sqlite", database=str(folder / "stress.db")))
+        open_store(db, import_shipped=False).close()  # migrated once, before the crowd
+        fleet = Fleet(db, folder)
         names = [f"writer{i}" for i in range(writers)] + [f"reader{i}" for i in range(readers)] + ["importer0"]
         for name in names:
             fleet.start(name)
@@ -329,6 +342,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=27)
     parser.add_argument("--out", type=Path, default=REPO / "results" / "stress_store.json")
     parser.add_argument("--keep", type=Path, help="run in this folder and keep its database and logs")
+    parser.add_argument("--url", help="an empty server database to stress instead of a SQLite file")
     parser.add_argument("--role", choices=sorted(ROLES), help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
     parser.add_argument("--journal", type=Path, help=argparse.SUPPRESS)
@@ -337,9 +351,8 @@ def main() -> int:
     if args.role:
         ROLES[args.role](args.db, args.journal, args.seed, args.stop)
         return 0
-    report = run(args.seconds, args.writers, args.readers, args.seed, args.keep)
-    # PostgreSQL: the same run wants the `postgres` extra and a server; neither is here.
-    report["postgresql"] = None
+    report = run(args.seconds, args.writers, args.readers, args.seed, args.keep, args.url)
+    report["database"] = "sqlite" if args.url is None else args.url.split(":", 1)[0].split("+")[0]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1) + "\n")
     print(json.dumps(report))

@@ -13,7 +13,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -26,6 +26,8 @@ from autotune.store.sqlite import NoWritablePlace
 ENV_VAR = "AUTOTUNE_DB"
 # An execution option read by the SQLite "begin" hook: write transactions take the write lock up front.
 _IMMEDIATE = "autotune_immediate"
+# The PostgreSQL advisory lock a write transaction holds until it ends (any constant: ours alone).
+_WRITER_LOCK = 0x6175746F74756E65  # "autotune"
 
 
 def _as_url(db: str) -> str:
@@ -174,13 +176,19 @@ class Database:
         self._write = sessionmaker(bind=writer, expire_on_commit=False)
 
     @contextmanager
-    def session_scope(self, *, write: bool = False) -> Iterator[Session]:
+    def session_scope(self, *, write: bool = False, serialize: bool = True) -> Iterator[Session]:
         """A session that commits when the block ends and rolls back when it raises. Every database
-        error (locked past the wait, damaged file, full disk) leaves as a one-line AutotuneError."""
+        error (locked past the wait, damaged file, full disk) leaves as a one-line AutotuneError.
+
+        Write transactions run one at a time, as SQLite runs them: most look a row up and insert it
+        where it is missing (a GPU, a trial, an import), which two server transactions would both
+        do. `serialize=False` is for writes that only update rows they lock (the queue's claims)."""
         if write and self.read_only:
             raise AutotuneError(f"database {self.url} is read-only (its file or folder is not writable)")
         session = (self._write if write else self._read)()
         try:
+            if write and serialize and self.engine.dialect.name == "postgresql":
+                session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _WRITER_LOCK})
             yield session
             session.commit()
         except SQLAlchemyError as exc:

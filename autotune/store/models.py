@@ -182,3 +182,30 @@ class ShippedImport(Base):
     file_name: Mapped[str] = mapped_column(String, primary_key=True)
     sha256: Mapped[str] = mapped_column(String)
     imported_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class QUEUE:
+    """States of a queue row: waiting, being tuned by its owner until its lease ends, tuned."""
+
+    PENDING, CLAIMED, DONE = "pending", "claimed", "done"
+
+
+class Queued(Base):
+    """A problem to tune, shared by every machine of its GPU model: whichever claims it first tunes
+    it, and renews its lease while it does; a claim whose lease ran out is anyone's to take over.
+    `asked` counts how often the launch path met the problem untuned (`sweep --pending` takes the
+    most-asked first)."""
+
+    __tablename__ = "queue"
+    __table_args__ = (Index(None, "state", "asked"),)
+
+    problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"), primary_key=True)
+    state: Mapped[str] = mapped_column(String(16))
+    asked: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    first_asked: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_asked: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    owner: Mapped[str | None] = mapped_column(String)  # autotune/store/owner.py's "host pid start token"
+    lease_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    claims: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # 2+: taken over
+    queued_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    done_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

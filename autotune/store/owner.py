@@ -76,10 +76,20 @@ def is_gone(owner_text: str | None, started_at: datetime, now: datetime) -> bool
     running or runs another program (a different start time); elsewhere its lease has run out. A row
     with no owner (written before owners were recorded) counts as gone."""
     owner = Owner.parse(owner_text)
+    if owner is not None and owner.host != (socket.gethostname() or "-"):
+        return now - started_at > LEASE
+    return gone_here(owner_text)
+
+
+def gone_here(owner_text: str | None) -> bool:
+    """Whether the owner is provably gone on this host: no owner at all, or a process of this host
+    that ended (or whose pid now runs another program). An owner on another host never is: only
+    the lease the row carries can tell that it died."""
+    owner = Owner.parse(owner_text)
     if owner is None:
         return True
     if owner.host != (socket.gethostname() or "-"):
-        return now - started_at > LEASE
+        return False
     if owner.pid == os.getpid() and owner.started == (_start_time(owner.pid) or "-"):
         return owner.token not in _OPEN_TOKENS
     if not _alive(owner.pid):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -18,7 +19,7 @@ from autotune.core.problem import Problem
 from autotune.core.space import config_key
 from autotune.store import models as orm
 from autotune.store import owner as owners
-from autotune.store import records, trials
+from autotune.store import queue, records, trials
 from autotune.store.database import Database, open_database
 from autotune.store.queries import (
     PROBLEM_ORDER,
@@ -280,6 +281,43 @@ class Store:
             crash.count += 1
             crash.last_at = orm.utcnow()
             return crash.count
+
+    # --- the queue a fleet shares (autotune/store/queue.py) ----------------------------------------
+
+    def enqueue(self, gpu_name: str, problems: Sequence[Problem]) -> list[int]:
+        """Queue the problems for GPUs of this name; returns their problem ids in the order given."""
+        with self.db.session_scope(write=True) as session:
+            return queue.enqueue(session, gpu_name, problems)
+
+    def note_asked(self, gpu_name: str, asked: Mapping[Problem, queue.Asked]) -> None:
+        """Add the launch path's counts of problems it met untuned on GPUs of this name."""
+        if asked:
+            with self.db.session_scope(write=True) as session:
+                queue.note_asked(session, gpu_name, asked)
+
+    def claim_next(
+        self,
+        gpu_name: str,
+        lease: timedelta,
+        *,
+        among: Sequence[int] | None = None,
+        since: datetime | None = None,
+    ) -> queue.Look:
+        """Claim the next problem to tune on GPUs of this name (autotune/store/queue.py)."""
+        with self.db.session_scope(write=True, serialize=False) as session:
+            return queue.claim_next(session, gpu_name, self._me, lease, among=among, since=since)
+
+    def renew_claim(self, claim: queue.Claim, lease: timedelta) -> bool:
+        with self.db.session_scope(write=True, serialize=False) as session:
+            return queue.renew(session, claim, lease)
+
+    def release_claim(self, claim: queue.Claim, *, done: bool) -> bool:
+        with self.db.session_scope(write=True, serialize=False) as session:
+            return queue.release(session, claim, done=done)
+
+    def queue_rows(self, gpu_name: str | None = None) -> list[queue.QueueRow]:
+        with self.db.session_scope() as session:
+            return queue.rows(session, gpu_name)
 
     # --- results ---------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -24,7 +25,9 @@ from autotune.measure.worker.client import SetupLost, Worker, WorkerLost
 from autotune.ops import source_hash
 from autotune.ops.base import Op
 from autotune.select import choose as select
+from autotune.store.models import QUEUE
 from autotune.store.rows import Provenance, TrialRow
+from autotune.tune import fleet
 from autotune.tune.confirm import confirm_leaders
 from autotune.tune.search import SAMPLERS, Budget, Measurer, Study, StudyResult
 
@@ -334,7 +337,7 @@ def check_toolchain() -> None:
 
 
 def run_sweep(
-    problems: Sequence[Problem] | tuple[str | None, str | None],
+    problems: Sequence[Problem] | tuple[str | None, str | None] | None,
     open_store: Callable[[], Any],
     *,
     sampler: str = "tpe",
@@ -344,10 +347,13 @@ def run_sweep(
     progress: Progress | None = None,
     on_trial: TrialHook | None = None,
     compile_workers: int | None = None,
+    lease: timedelta | None = None,
 ) -> SweepReport:
-    """Tune every problem; given (op, dtype) filters instead, re-tune the stale stored problems.
-    The store is opened only once the GPU answered, so a machine without one (or without PyCUDA)
-    gets its one-line error with the database untouched."""
+    """Tune every problem; given (op, dtype) filters instead, re-tune the stale stored problems;
+    given None, the queue's pending problems of this GPU, most asked first. Problems are claimed
+    one at a time through the database (autotune/tune/fleet.py), so sweeps on several machines
+    share the work. The store is opened only once the GPU answered, so a machine without one (or
+    without PyCUDA) gets its one-line error with the database untouched."""
     check_toolchain()
     with Worker(device) as worker, CompilePool(compile_workers) as pool:
         gpu = worker.hello()
@@ -367,7 +373,17 @@ def run_sweep(
             fresh_only=stale,
             on_trial=on_trial,
         )
-        report = SweepReport(gpu, store.url)
-        for index, problem in enumerate(problems):
-            report.problems.append(tuner.tune(problem, index, len(problems)))
+        return sweep_claimed(tuner, store, problems, lease or fleet.lease())
+
+
+def sweep_claimed(tuner: Tuner, store: Any, problems: Sequence[Problem] | None, lease: timedelta) -> SweepReport:
+    """Tune what this machine claims of `problems` (None: of the queue's pending problems)."""
+    report = SweepReport(tuner.gpu, store.url)
+    if problems is None:
+        total = sum(1 for row in store.queue_rows(tuner.gpu.name) if row.state != QUEUE.DONE)
+    else:
+        total = len(problems)
+    for index, claim in enumerate(fleet.claims(store, tuner.gpu.name, problems, lease)):
+        with fleet.holding(store, claim, lease):
+            report.problems.append(tuner.tune(claim.problem, index, max(total, index + 1)))
     return report

@@ -1,0 +1,238 @@
+"""The queue a fleet shares: claims with leases, takeover of a dead machine's claim, asked-for counts,
+and claiming sweeps in several processes into SQLite and a real PostgreSQL server."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from autotune.core.problem import Problem
+from autotune.store import Store, open_store
+from autotune.store.models import QUEUE, utcnow
+from autotune.store.queue import Asked
+from autotune.tune import fleet
+from tests import postgres
+from tests.fleet_sweeper import PROBLEMS
+
+GPU = "Fleet GPU"
+A, B, C = (Problem("gemv", "float16", 1024 * i, 4096) for i in (1, 2, 3))
+LONG = timedelta(minutes=5)
+SWEEPER = Path(__file__).with_name("fleet_sweeper.py")
+
+
+def _states(store: Store) -> dict[Problem, str]:
+    return {row.problem: row.state for row in store.queue_rows(GPU)}
+
+
+def test_enqueue_is_idempotent_and_keeps_the_order_given(store: Store) -> None:
+    first = store.enqueue(GPU, [B, A])
+    assert store.enqueue(GPU, [A, B, C])[:2] == [first[1], first[0]]
+    assert _states(store) == {A: QUEUE.PENDING, B: QUEUE.PENDING, C: QUEUE.PENDING}
+    among = store.enqueue(GPU, [C, A, B])
+    claimed = [store.claim_next(GPU, LONG, among=among).claim for _ in range(3)]
+    assert [c.problem for c in claimed if c] == [C, A, B]
+
+
+def test_a_live_claim_of_another_process_is_left_to_it(db_path: Path) -> None:
+    with open_store(str(db_path), import_shipped=False) as one, open_store(str(db_path), import_shipped=False) as two:
+        among = one.enqueue(GPU, [A])
+        assert one.claim_next(GPU, LONG, among=among).claim is not None
+        look = two.claim_next(GPU, LONG, among=among)
+        assert look.claim is None and look.held_by_others == 1
+
+
+def test_a_claim_whose_lease_ran_out_is_taken_over(db_path: Path) -> None:
+    with open_store(str(db_path), import_shipped=False) as one, open_store(str(db_path), import_shipped=False) as two:
+        among = one.enqueue(GPU, [A])
+        mine = one.claim_next(GPU, timedelta(milliseconds=50), among=among).claim
+        assert mine is not None
+        time.sleep(0.1)
+        theirs = two.claim_next(GPU, LONG, among=among).claim
+        assert theirs is not None and theirs.problem == A
+        # The first machine learns it lost the claim, and its release leaves the row to the second.
+        assert not one.renew_claim(mine, LONG)
+        assert not one.release_claim(mine, done=True)
+        assert [(r.state, r.claims) for r in two.queue_rows(GPU)] == [(QUEUE.CLAIMED, 2)]
+        assert two.release_claim(theirs, done=True)
+        assert _states(two) == {A: QUEUE.DONE}
+
+
+def test_the_claim_of_a_closed_store_is_taken_over_at_once(db_path: Path) -> None:
+    one = open_store(str(db_path), import_shipped=False)
+    among = one.enqueue(GPU, [A])
+    assert one.claim_next(GPU, LONG, among=among).claim is not None
+    one.close()  # on this host a gone owner is provably gone: no need to wait for its lease
+    with open_store(str(db_path), import_shipped=False) as two:
+        assert two.claim_next(GPU, LONG, among=among).claim is not None
+
+
+def test_an_interrupted_problem_goes_back_to_pending(store: Store) -> None:
+    among = store.enqueue(GPU, [A])
+    claim = store.claim_next(GPU, LONG, among=among).claim
+    assert claim is not None
+    with pytest.raises(KeyboardInterrupt), fleet.holding(store, claim, LONG):
+        raise KeyboardInterrupt
+    assert _states(store) == {A: QUEUE.PENDING}
+
+
+def test_the_heartbeat_keeps_a_claim_past_its_first_lease(db_path: Path) -> None:
+    lease = timedelta(milliseconds=300)
+    with open_store(str(db_path), import_shipped=False) as one, open_store(str(db_path), import_shipped=False) as two:
+        among = one.enqueue(GPU, [A])
+        claim = one.claim_next(GPU, lease, among=among).claim
+        assert claim is not None
+        with fleet.holding(one, claim, lease) as beat:
+            time.sleep(1.0)  # three leases long
+            assert two.claim_next(GPU, LONG, among=among).claim is None
+        assert not beat.lost
+        assert _states(two) == {A: QUEUE.DONE}
+
+
+def test_a_list_sweep_skips_what_another_machine_finished_meanwhile(store: Store, db_path: Path) -> None:
+    among = store.enqueue(GPU, [A, B])
+    since = utcnow()
+    with open_store(str(db_path), import_shipped=False) as other:
+        claim = other.claim_next(GPU, LONG, among=among).claim
+        assert claim is not None and claim.problem == A
+        other.release_claim(claim, done=True)
+    # B is next; A was done by the other machine during this sweep and is not tuned again.
+    assert [c.problem for c in _all_claims(store, among, since)] == [B]
+    # A later sweep claims both again: its budget, counting stored trials, decides what is left.
+    assert [c.problem for c in _all_claims(store, among, utcnow())] == [A, B]
+
+
+def _all_claims(store: Store, among: list[int], since: object) -> list[object]:
+    found = []
+    while (claim := store.claim_next(GPU, LONG, among=among, since=since).claim) is not None:  # type: ignore[arg-type]
+        store.release_claim(claim, done=True)
+        found.append(claim)
+    return found
+
+
+def test_asked_counts_add_up_and_order_the_pending_queue(store: Store) -> None:
+    now = utcnow()
+    store.note_asked(GPU, {A: Asked(2, now, now), B: Asked(5, now, now)})
+    store.note_asked(GPU, {A: Asked(4, now - timedelta(hours=1), now + timedelta(seconds=1))})
+    rows = {row.problem: row for row in store.queue_rows(GPU)}
+    assert rows[A].asked == 6 and rows[B].asked == 5
+    first = store.claim_next(GPU, LONG).claim
+    assert first is not None and first.problem == A
+    store.release_claim(first, done=True)
+    # Asked for again after it was tuned: its tuning does not answer it, so it is pending again.
+    store.note_asked(GPU, {A: Asked(1, now, now)})
+    assert _states(store)[A] == QUEUE.PENDING
+
+
+def test_lease_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(fleet.LEASE_ENV, "7.5")
+    assert fleet.lease() == timedelta(seconds=7.5)
+    assert fleet.lease(3) == timedelta(seconds=3)
+    monkeypatch.setenv(fleet.LEASE_ENV, "soon")
+    with pytest.raises(Exception, match="AUTOTUNE_LEASE_S must be a number"):
+        fleet.lease()
+    with pytest.raises(Exception, match="positive"):
+        fleet.lease(0)
+
+
+# --- a fleet of processes ------------------------------------------------------------------------
+
+TRIALS = 10
+LEASE_S = 1.5
+
+
+def _start(url: str, journal: Path, mode: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(SWEEPER.parents[1])}
+    command = [sys.executable, str(SWEEPER), url, str(journal), str(LEASE_S), str(TRIALS), mode]
+    return subprocess.Popen(command, env=env, stderr=journal.with_suffix(".err").open("wb"))
+
+
+def _run_fleet(url: str, folder: Path, mode: str) -> tuple[list[str], int]:
+    """Three claiming sweeps; one is killed once it has finished a few trials. Returns every
+    journal line of all three and the victim's exit code."""
+    journals = [folder / f"machine{i}.log" for i in range(3)]
+    for journal in journals:
+        journal.touch()
+    machines = [_start(url, journal, mode) for journal in journals]
+    deadline = time.monotonic() + 60
+    while len(journals[0].read_text().splitlines()) < 3:
+        assert time.monotonic() < deadline, "the first machine never measured"
+        assert machines[0].poll() is None, journals[0].with_suffix(".err").read_text()
+        time.sleep(0.02)
+    machines[0].send_signal(signal.SIGKILL)
+    for machine, journal in zip(machines[1:], journals[1:], strict=True):
+        assert machine.wait(timeout=120) == 0, journal.with_suffix(".err").read_text()
+    victim = machines[0].wait()
+    return [line for journal in journals for line in journal.read_text().splitlines()], victim
+
+
+def _check_every_problem_tuned_once(url: str, lines: list[str]) -> None:
+    finished = Counter(line for line in lines if not line.startswith("done "))
+    assert finished and max(finished.values()) == 1, "a config was measured twice"
+    with open_store(url, import_shipped=False) as store:
+        rows = store.queue_rows(GPU)
+        assert {row.problem for row in rows} == set(PROBLEMS)
+        assert all(row.state == QUEUE.DONE for row in rows)
+        assert any(row.claims >= 2 for row in rows), "the killed machine's claim was never taken over"
+        for summary in store.problems(GPU):
+            assert summary.trials == TRIALS, f"{summary.problem}: {summary.trials} trials"
+    done = Counter(line for line in lines if line.startswith("done "))
+    # Every problem finished by one surviving machine (the victim may have finished some before).
+    assert len(done) == len(PROBLEMS) and max(done.values()) == 1
+
+
+@pytest.mark.parametrize("mode", ["list", "pending"])
+def test_three_sqlite_sweeps_one_killed_tune_every_problem_once(tmp_path: Path, mode: str) -> None:
+    url = str(tmp_path / "fleet.db")
+    with open_store(url, import_shipped=False) as store:
+        if mode == "pending":
+            now = utcnow()
+            store.note_asked(GPU, {p: Asked(i + 1, now, now) for i, p in enumerate(PROBLEMS)})
+    lines, victim = _run_fleet(url, tmp_path, mode)
+    assert victim == -signal.SIGKILL
+    _check_every_problem_tuned_once(url, lines)
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[postgres.Server]:
+    folder = Path(tempfile.mkdtemp(prefix="autotune-pg-"))
+    try:
+        with postgres.server(folder) as server:
+            yield server
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_three_postgresql_sweeps_one_killed_tune_every_problem_once(pg: postgres.Server, tmp_path: Path) -> None:
+    url = pg.new_database()
+    open_store(url, import_shipped=False).close()  # migrations on the real server
+    lines, victim = _run_fleet(url, tmp_path, "list")
+    assert victim == -signal.SIGKILL
+    _check_every_problem_tuned_once(url, lines)
+
+
+def test_the_store_stress_check_passes_on_postgresql(pg: postgres.Server, tmp_path: Path) -> None:
+    """scripts/stress_store.py on the real server: two sweeps on overlapping problems, a reader
+    (through the store and the command line) and an importer, writers SIGKILLed: nothing lost,
+    mixed or duplicated, and no process failed."""
+    out = tmp_path / "stress.json"
+    script = Path(__file__).parents[1] / "scripts" / "stress_store.py"
+    command = [sys.executable, str(script), "--url", pg.new_database(), "--seconds", "8", "--writers", "2"]
+    done = subprocess.run([*command, "--readers", "1", "--out", str(out)], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(out.read_text())
+    assert report["database"] == "postgresql" and report["trials_written"] > 0 and report["kills"] >= 1
+    assert {key: report[key] for key in ("lost", "mixed", "duplicates", "errors")} == dict.fromkeys(
+        ("lost", "mixed", "duplicates", "errors"), 0
+    )
