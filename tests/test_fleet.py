@@ -236,3 +236,36 @@ def test_the_store_stress_check_passes_on_postgresql(pg: postgres.Server, tmp_pa
     assert {key: report[key] for key in ("lost", "mixed", "duplicates", "errors")} == dict.fromkeys(
         ("lost", "mixed", "duplicates", "errors"), 0
     )
+
+
+def test_the_password_reaches_no_output_no_log_and_no_report(pg: postgres.Server, tmp_path: Path) -> None:
+    url = pg.new_database()
+    password = url.split("@")[0].rsplit(":", 1)[1]
+    with open_store(url) as store:  # the shipped records too, so every command has something to show
+        now = utcnow()
+        store.note_asked(GPU, {A: Asked(3, now, now)})
+    page = tmp_path / "report.html"
+    wrong = url.replace(password, "not-the-" + password)
+    shape = ["--op", "hgemv", "--m", "4096", "--n", "8192"]
+    runs = [
+        ["-vv", "list", "--db", url],
+        ["-vv", "best", *shape, "--gpu", "NVIDIA H200", "--db", url],
+        ["-vv", "show", *shape, "--gpu", "NVIDIA H200", "--db", url],
+        ["queue", "--db", url],
+        ["gpus", "--db", url],
+        ["doctor", "--db", url],
+        ["-vv", "report", "-o", str(page), "--db", url],
+    ]
+    refused = [
+        ["list", "--db", wrong],  # the server refuses the password
+        ["list", "--db", url.replace(url.split("@")[1].split("/")[0], "127.0.0.1:1")],  # nothing listens
+    ]
+    for args in runs + refused:
+        done = subprocess.run([sys.executable, "-m", "autotune", *args], capture_output=True, text=True, timeout=120)
+        said = done.stdout + done.stderr
+        assert "Traceback" not in said and password not in said, args
+        if args in refused:  # one line naming the database, its password masked
+            assert done.returncode != 0 and "autotune:***@127.0.0.1" in said and len(done.stderr.splitlines()) == 1
+        else:
+            assert done.returncode == 0, said
+    assert password not in page.read_text() and "autotune:***@" in page.read_text()
