@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune import ops
+from autotune.core.asked import Asked
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import LocalGpu, cuda_release, local_gpus, slugify
 from autotune.core.problem import Problem, read_shapes_file
 from autotune.ops import make_problem, resolve_op, shape_dims, standard_shapes
 from autotune.runtime.launcher import Runtime
+from autotune.runtime.misses import Misses
 from autotune.select.choose import Choice, Selector
 
 if TYPE_CHECKING:
@@ -249,7 +251,14 @@ def _choose_on(problem: Problem, device: Any, db: str | None) -> Choice:
 
 # The launch path's per-process state: made here (it touches neither the driver nor torch until the
 # first call), so that gemv() and gemm() are its own methods, one Python call less on every launch.
-_RUNTIME = Runtime(_choose_on)
+def _note_asked(db: str | None, gpu: str, asked: Mapping[Problem, Asked]) -> None:
+    """Add the launch path's counts of untuned problems to the database's queue (not a read-only one)."""
+    database = _open(db)
+    if not database.db.read_only:
+        database.note_asked(gpu, asked)
+
+
+_RUNTIME = Runtime(_choose_on, Misses(_note_asked))
 gemv = _RUNTIME.gemv
 gemm = _RUNTIME.gemm
 

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from autotune.core.asked import Asked
 from autotune.core.problem import Problem
 from autotune.store import Store, open_store
 from autotune.store.models import QUEUE, utcnow
-from autotune.store.queue import Asked
 from autotune.tune import fleet
 from tests import postgres
 from tests.fleet_sweeper import PROBLEMS

@@ -22,6 +22,7 @@ from autotune.runtime import device as device_module
 from autotune.runtime import driver
 from autotune.runtime import launcher as launcher_module
 from autotune.runtime.launcher import Runtime
+from autotune.runtime.misses import COUNT_ENV, Misses
 from autotune.select.choose import Choice
 
 H200 = GpuInfo("NVIDIA H200", "GPU-1", "9.0", 132, 60 << 20, 141 << 30, "580.159.04", "13.0")
@@ -426,3 +427,102 @@ def test_the_checked_path_registers_the_key_the_short_path_looks_up(
     for _ in range(3):
         runtime.gemv(A, x, out)
     assert described == [] and len(cuda.launches) == 4
+
+
+# --- untuned problems the launch path meets (autotune/runtime/misses.py) -----------------------------
+
+
+def _counting_runtime(
+    monkeypatch: pytest.MonkeyPatch, choice: Choice, written: list[tuple[Any, ...]]
+) -> tuple[Runtime, Misses]:
+    from autotune.runtime import operands
+
+    misses = Misses(lambda db, gpu, asked: written.append((db, gpu, dict(asked))), every_s=3600)
+    runtime = Runtime(lambda problem, device, db: choice, misses)
+    runtime._tensor = FakeTensor
+    runtime._raw_stream = lambda index: 0
+    runtime._allocators[0] = lambda nbytes, index: (0, None)
+    monkeypatch.setattr(operands, "empty_like", lambda a, shape, device: FakeTensor(shape, 9 << 20))
+    monkeypatch.setattr(operands, "default_stream", lambda array, device: 0)
+    FakeTensor.new_empty = lambda self, shape: FakeTensor(shape, 9 << 20)  # type: ignore[attr-defined]
+    return runtime, misses
+
+
+def test_every_call_of_an_untuned_problem_is_counted_and_written_once(
+    cuda: FakeCuda, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    problem = Problem("gemv", "float16", 64, 128)
+    written: list[tuple[Any, ...]] = []
+    runtime, misses = _counting_runtime(
+        monkeypatch, Choice(problem, H200.name, gemv.DEFAULT_CONFIG, "estimate"), written
+    )
+    A, x = FakeTensor((64, 128), 1 << 20), FakeTensor((128,), 2 << 20)
+    for _ in range(5):  # the first call takes the checked path, the others the short one
+        runtime.gemv(A, x, db="x.db")
+    assert not written  # nothing on the launch path
+    misses.flush()
+    [(db, gpu, asked)] = written
+    assert (db, gpu, list(asked), asked[problem].count) == ("x.db", H200.name, [problem], 5)
+    misses.flush()
+    assert len(written) == 1  # nothing new: nothing written
+    runtime.gemv(A, x, db="x.db")
+    misses.flush()
+    assert written[-1][2][problem].count == 1  # only what is new since
+
+
+def test_a_measured_problem_is_not_counted_and_counting_can_be_turned_off(
+    cuda: FakeCuda, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    problem = Problem("gemv", "float16", 64, 128)
+    A, x = FakeTensor((64, 128), 1 << 20), FakeTensor((128,), 2 << 20)
+    written: list[tuple[Any, ...]] = []
+    runtime, misses = _counting_runtime(
+        monkeypatch, Choice(problem, H200.name, gemv.DEFAULT_CONFIG, "measured"), written
+    )
+    runtime.gemv(A, x)
+    runtime.gemv(A, x)
+    misses.flush()
+    assert written == []
+    monkeypatch.setenv(COUNT_ENV, "0")
+    runtime, misses = _counting_runtime(
+        monkeypatch, Choice(problem, H200.name, gemv.DEFAULT_CONFIG, "default"), written
+    )
+    runtime.gemv(A, x)
+    misses.flush()
+    assert written == []
+
+
+def test_counts_a_write_failed_on_are_written_with_the_next_flush() -> None:
+    problem = Problem("gemv", "float16", 64, 128)
+    written: list[int] = []
+
+    def flaky(db: str | None, gpu: str, asked: Any) -> None:
+        if not written:
+            written.append(0)
+            raise AutotuneError("database is locked")
+        written.append(asked[problem].count)
+
+    misses = Misses(flaky, every_s=3600)
+    tally = misses.tally(Choice(problem, H200.name, gemv.DEFAULT_CONFIG, "default"), None)
+    assert tally is not None
+    tally.count += 3
+    misses.flush()
+    tally.count += 2
+    misses.flush()
+    assert written == [0, 5]
+
+
+def test_the_api_writes_the_counts_into_the_databases_queue(tmp_path: Path) -> None:
+    from autotune import api
+    from autotune.store import open_store
+
+    problem = Problem("gemv", "float16", 1000, 999)
+    db = str(tmp_path / "asked.db")
+    misses = Misses(api._note_asked, every_s=3600)
+    tally = misses.tally(Choice(problem, H200.name, gemv.DEFAULT_CONFIG, "estimate"), db)
+    assert tally is not None
+    tally.count += 7
+    misses.flush()
+    with open_store(db, import_shipped=False) as store:
+        [row] = store.queue_rows(H200.name)
+    assert (row.problem, row.asked, row.state) == (problem, 7, "pending")

@@ -25,6 +25,7 @@ from autotune.ops import make_problem
 from autotune.ops.base import Op
 from autotune.runtime import operands as opnd
 from autotune.runtime.device import Allocator, Device
+from autotune.runtime.misses import Misses, Tally
 from autotune.runtime.plan import LaunchPlan
 from autotune.select.choose import Choice
 
@@ -52,13 +53,15 @@ class Signature:
     unaligned: LaunchPlan | None = None
     allocator: Allocator | None = None
     swap: bool = False  # a transposed GEMV: its kernels take x before A
+    tally: Tally | None = None  # an untuned problem's call count (autotune/runtime/misses.py)
 
 
 class Runtime:
     """Per-process state of the launch path: devices, plans, call signatures."""
 
-    def __init__(self, chooser: Chooser) -> None:
+    def __init__(self, chooser: Chooser, misses: Misses | None = None) -> None:
         self._choose = chooser
+        self._misses = misses
         self._devices: dict[int, Device] = {}
         self._plans: dict[tuple[Problem, str, int, bool], LaunchPlan] = {}
         self._gemv: dict[tuple[Any, ...], Signature] = {}
@@ -193,6 +196,8 @@ class Runtime:
                     plan.launch(v, a, y, alpha, beta, handle, sig.allocator)
                 else:
                     plan.launch(a, v, y, alpha, beta, handle, sig.allocator)
+                if sig.tally is not None:
+                    sig.tally.count += 1
                 return out
         return self._gemv_checked(A, x, out, alpha, beta, trans, stream, db)
 
@@ -210,6 +215,7 @@ class Runtime:
             y = opnd.describe(out, "out")
         problem = make_problem("gemv", a.dtype, layout.m, layout.n, trans=layout.trans)
         choice = self._choose(problem, device, db)
+        tally = self._tally(choice, db)
         handle = self._stream(stream, a, device)
         # The transposed GEMV's kernels take (x, A, y): yᵀ = xᵀ A is a one-row GEMM.
         pointers = (xv.pointer, a.pointer, y.pointer) if layout.trans else (a.pointer, xv.pointer, y.pointer)
@@ -218,6 +224,7 @@ class Runtime:
             sig = Signature(choice, device, device.index, layout.out_shape, self.plan(choice, device, True, handle))
             sig.allocator = self._allocator(a, device)
             sig.swap = layout.trans
+            sig.tally = tally
             key = signature_key(A, x, out if given is not None else None, (trans, db))
             self._gemv[key] = sig
         return out
@@ -276,6 +283,8 @@ class Runtime:
                 a, b, c = A.data_ptr(), B.data_ptr(), out.data_ptr()
                 plan = sig.aligned if not (a | b | c) & 15 else self._unaligned(sig, handle)
                 plan.launch(a, b, c, alpha, beta, handle, sig.allocator)
+                if sig.tally is not None:
+                    sig.tally.count += 1
                 return out
         return self._gemm_checked(A, B, out, alpha, beta, stream, db)
 
@@ -290,6 +299,7 @@ class Runtime:
             out = opnd.empty_like(a, (m, n), device.index)
             c = opnd.describe(out, "out")
         choice = self._choose(make_problem("gemm", a.dtype, m, n, k), device, db)
+        tally = self._tally(choice, db)
         handle = self._stream(stream, a, device)
         self.run(
             choice,
@@ -303,6 +313,7 @@ class Runtime:
         if a.kind == b.kind == "torch" and (given is None or given.kind == "torch"):
             sig = Signature(choice, device, device.index, (m, n), self.plan(choice, device, True, handle))
             sig.allocator = self._allocator(a, device)
+            sig.tally = tally
             key = signature_key(A, B, out if given is not None else None, (db,))
             self._gemm[key] = sig
         return out
@@ -323,6 +334,13 @@ class Runtime:
                 device.reserve(geom, captures)
 
     # -- helpers -----------------------------------------------------------------------------
+
+    def _tally(self, choice: Choice, db: str | None) -> Tally | None:
+        """Count this call of an untuned problem (its signature's later calls count on the same tally)."""
+        tally = None if self._misses is None else self._misses.tally(choice, db)
+        if tally is not None:
+            tally.count += 1
+        return tally
 
     def _unaligned(self, sig: Signature, stream: int) -> LaunchPlan:
         if sig.unaligned is None:

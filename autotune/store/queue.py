@@ -16,6 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from autotune.core.asked import Asked
 from autotune.core.problem import Problem
 from autotune.store import models as orm
 from autotune.store import owner as owners
@@ -33,15 +34,6 @@ class Claim:
     problem_id: int
     gpu_name: str
     owner: str
-
-
-@dataclass(frozen=True)
-class Asked:
-    """How often the launch path met a problem untuned, and when first and last."""
-
-    count: int
-    first: datetime
-    last: datetime
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import delete, func, select, union
 
+from autotune.core.asked import Asked
 from autotune.core.errors import AutotuneError, AutotuneWarning
 from autotune.core.fingerprint import GpuInfo
 from autotune.core.outcome import Outcome, Status
@@ -289,7 +290,7 @@ class Store:
         with self.db.session_scope(write=True) as session:
             return queue.enqueue(session, gpu_name, problems)
 
-    def note_asked(self, gpu_name: str, asked: Mapping[Problem, queue.Asked]) -> None:
+    def note_asked(self, gpu_name: str, asked: Mapping[Problem, Asked]) -> None:
         """Add the launch path's counts of problems it met untuned on GPUs of this name."""
         if asked:
             with self.db.session_scope(write=True) as session:
