@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -13,11 +14,13 @@ from autotune import ops
 from autotune.core.asked import Asked
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import LocalGpu, cuda_release, local_gpus, slugify
+from autotune.core.log import show_on_stderr
 from autotune.core.problem import Problem, read_shapes_file
 from autotune.ops import make_problem, resolve_op, shape_dims, standard_shapes
 from autotune.runtime.launcher import Runtime
 from autotune.runtime.misses import Misses
 from autotune.select.choose import Choice, Selector
+from autotune.tune.devices import DeviceResult, parse_devices, run_on_devices
 
 if TYPE_CHECKING:
     from autotune.tune.tuner import Progress, SweepReport, TrialHook
@@ -241,6 +244,26 @@ def sweep(
     )
     _selector(db).forget()
     return report
+
+
+def sweep_devices(devices: str, *, log_level: int = logging.INFO, **options: Any) -> list[DeviceResult]:
+    """`sweep(**options)` on several GPUs of this machine at once ('all', or indices such as '0,1'):
+    a claiming sweep process per GPU, sharing the problems through the database's queue. Returns
+    each GPU's SweepReport, or why it has none (a GPU that failed does not stop the others). Their
+    log goes to stderr at `log_level`, each line naming its GPU; `progress` and `on_trial` cannot
+    cross into those processes."""
+    if options.get("progress") is not None or options.get("on_trial") is not None:
+        raise AutotuneError("a sweep over several GPUs reports through its log: give no progress or on_trial")
+    if "device" in options:
+        raise AutotuneError("give --device or --devices, not both")
+    indices = parse_devices(devices, len(local_gpus()))
+    return run_on_devices(indices, _sweep_on, log_level=log_level, **options)
+
+
+def _sweep_on(device: int, log_level: int, **options: Any) -> SweepReport:
+    """One GPU's part of sweep_devices(), in that GPU's process."""
+    show_on_stderr(log_level, prefix=f"GPU {device} ")
+    return sweep(device=device, **options)
 
 
 def _choose_on(problem: Problem, device: Any, db: str | None) -> Choice:

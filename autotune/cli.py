@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
+import time
 import unicodedata
 import warnings
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -25,6 +27,9 @@ from autotune.core.outcome import Outcome
 from autotune.core.problem import Problem
 from autotune.select.choose import Choice
 from autotune.tune.search import StudyResult
+
+if TYPE_CHECKING:
+    from autotune.tune.tuner import SweepReport
 
 _QUIET = False  # -q: no progress bars either
 
@@ -165,10 +170,42 @@ def sweep(
         float | None,
         typer.Option("--lease", help="seconds a claim on a problem lasts unless renewed (default 120)"),
     ] = None,
+    devices: Annotated[
+        str | None,
+        typer.Option("--devices", help="several GPUs at once: 'all' or indices such as 0,1 (one process each)"),
+    ] = None,
     db: Db = None,
 ) -> None:
     """Tune shapes on this machine's GPU; every measurement goes into the database. Sweeps on several
     machines sharing one database (--db) split the problems between them."""
+    options: dict[str, Any] = dict(
+        trans=trans,
+        dtype=dtype,
+        shapes_file=shapes,
+        trials=trials,
+        timeout=timeout,
+        patience=patience or None,
+        sampler=sampler,
+        seed=seed,
+        db=db,
+        stale=stale,
+        pending=pending,
+        lease=lease,
+    )
+    if devices is not None:
+        if device != 0:
+            raise AutotuneError("give --device or --devices, not both")
+        began = time.perf_counter()
+        level = logging.getLogger("autotune").getEffectiveLevel()
+        results = api.sweep_devices(devices, log_level=min(level, logging.INFO), op=op, m=m, n=n, k=k, **options)
+        for result in results:
+            if result.report is not None:
+                _print_sweep(result.report, f"GPU {result.device}: ")
+        err.print(f"{len(results)} GPUs, {time.perf_counter() - began:.1f} s", markup=False)
+        failed = [f"GPU {r.device}: {r.error}" for r in results if r.error is not None]
+        if failed:
+            raise AutotuneError("; ".join(failed))
+        return
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -179,30 +216,15 @@ def sweep(
     bar = Progress(*columns, console=err, transient=False, auto_refresh=True, disable=_QUIET)
     progress = _BarProgress(bar)
     try:
-        report = api.sweep(
-            op,
-            m,
-            n,
-            k,
-            trans=trans,
-            dtype=dtype,
-            shapes_file=shapes,
-            trials=trials,
-            timeout=timeout,
-            patience=patience or None,
-            sampler=sampler,
-            seed=seed,
-            db=db,
-            device=device,
-            progress=progress,
-            stale=stale,
-            pending=pending,
-            lease=lease,
-        )
+        report = api.sweep(op, m, n, k, device=device, progress=progress, **options)
     finally:
         if progress.started:
             bar.stop()
-    table = Table(title=escape(f"{report.gpu.name}  ({report.db_url})"))
+    _print_sweep(report)
+
+
+def _print_sweep(report: SweepReport, title: str = "") -> None:
+    table = Table(title=escape(f"{title}{report.gpu.name}  ({report.db_url})"))
     headings = ("problem", "best us", "GB/s", "new", "stored", "failed", "confirmed", "stopped", "seconds", "config")
     for column in headings:
         table.add_column(column)

@@ -7,6 +7,8 @@ problem it tuned, so the test can count how often each config and each problem w
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import time
 from datetime import timedelta
@@ -45,7 +47,10 @@ class FakeWorker:
         return Outcome(Status.OK, time_us=t, times_us=[t], gbs=1.0)
 
 
-def main(url: str, journal: Path, lease_s: float, trials: int, mode: str, gpu_name: str = "Fleet GPU") -> None:
+def main(
+    url: str, journal: Path, lease_s: float, trials: int, mode: str, gpu_name: str = "Fleet GPU", die_after: int = 0
+) -> Any:
+    """Sweep with the fake worker; with `die_after`, SIGKILL this process after that many trials."""
     from autotune.store import open_store
     from autotune.tune.search import Budget
     from autotune.tune.tuner import Tuner, sweep_claimed
@@ -57,15 +62,25 @@ def main(url: str, journal: Path, lease_s: float, trials: int, mode: str, gpu_na
     def logged_finish(trial_id: int, outcome: Outcome) -> None:
         key, where, _ = store._started[trial_id]
         finish(trial_id, outcome)
-        log.write(f"{where.problem_id}|{key}\n")  # only once it returned
+        log.write(f"{gpu_name}|{where.problem_id}|{key}\n")  # only once it returned
+        if die_after and sum(1 for _ in journal.open()) >= die_after:
+            os.kill(os.getpid(), signal.SIGKILL)
 
     store.finish_trial = logged_finish  # type: ignore[method-assign]
     worker: Any = FakeWorker()
     tuner = Tuner(store, worker, InstantPool(), gpu(gpu_name), sampler="random", budget=Budget(trials), seed=1)
     report = sweep_claimed(tuner, store, PROBLEMS if mode == "list" else None, timedelta(seconds=lease_s))
     for item in report.problems:
-        log.write(f"done {item.problem}\n")
+        log.write(f"done {gpu_name} {item.problem}\n")
     store.close()
+    return report
+
+
+def device_job(device: int, url: str, folder: str, models: list[str], die_on: int | None) -> Any:
+    """One GPU's sweep for autotune.tune.devices.run_on_devices: GPU `device` is of model
+    models[device]; the process of GPU `die_on` is killed after three trials."""
+    journal = Path(folder) / f"gpu{device}.log"
+    return main(url, journal, 1.5, 10, "list", models[device], die_after=3 if device == die_on else 0)
 
 
 if __name__ == "__main__":

@@ -269,3 +269,56 @@ def test_the_password_reaches_no_output_no_log_and_no_report(pg: postgres.Server
         else:
             assert done.returncode == 0, said
     assert password not in page.read_text() and "autotune:***@" in page.read_text()
+
+
+# --- one sweep over several GPUs of a machine (autotune/tune/devices.py) ---------------------------
+
+
+def test_devices_are_all_or_indices_of_this_machines_gpus() -> None:
+    from autotune.core.errors import AutotuneError
+    from autotune.tune.devices import parse_devices
+
+    assert parse_devices("all", 2) == [0, 1] and parse_devices("1, 0", 2) == [1, 0]
+    for text, count, words in (
+        ("all", 0, "has none"),
+        ("0,2", 2, "GPUs 0 to 1, not 2"),
+        ("0,0", 2, "twice"),
+        ("first", 2, "indices"),
+        (",", 2, "no GPU"),
+    ):
+        with pytest.raises(AutotuneError, match=words):
+            parse_devices(text, count)
+
+
+def _device_lines(folder: Path) -> list[str]:
+    return [line for path in sorted(folder.glob("gpu*.log")) for line in path.read_text().splitlines()]
+
+
+def test_a_killed_gpu_process_leaves_its_claim_to_the_other_gpu(tmp_path: Path) -> None:
+    from autotune.tune.devices import run_on_devices
+    from tests.fleet_sweeper import device_job
+
+    url = str(tmp_path / "two.db")
+    open_store(url, import_shipped=False).close()
+    results = run_on_devices([0, 1], device_job, url=url, folder=str(tmp_path), models=[GPU, GPU], die_on=0)
+    assert results[0].report is None and results[0].error == f"its process ended with code {-signal.SIGKILL}"
+    assert results[1].error is None and results[1].report is not None
+    _check_every_problem_tuned_once(url, _device_lines(tmp_path))
+
+
+def test_gpus_of_two_models_each_tune_every_problem_for_their_model(tmp_path: Path) -> None:
+    from autotune.tune.devices import run_on_devices
+    from tests.fleet_sweeper import device_job
+
+    url = str(tmp_path / "two.db")
+    models = ["Model A", "Model B"]
+    open_store(url, import_shipped=False).close()
+    results = run_on_devices([0, 1], device_job, url=url, folder=str(tmp_path), models=models, die_on=None)
+    assert [r.error for r in results] == [None, None]
+    assert [{item.problem for item in r.report.problems} for r in results] == [set(PROBLEMS)] * 2
+    lines = _device_lines(tmp_path)
+    finished = Counter(line for line in lines if not line.startswith("done "))
+    assert max(finished.values()) == 1
+    with open_store(url, import_shipped=False) as store:
+        for model in models:
+            assert {(r.problem, r.state) for r in store.queue_rows(model)} == {(p, QUEUE.DONE) for p in PROBLEMS}

@@ -26,14 +26,16 @@ def env_level() -> int | None:
     return int(getattr(logging, value))
 
 
-def show_on_stderr(level: int) -> None:
-    """Send the `autotune` logger's records of `level` and above to stderr, one line each (once)."""
+def show_on_stderr(level: int, prefix: str = "") -> None:
+    """Send the `autotune` logger's records of `level` and above to stderr, one line each (once),
+    each after `prefix` (a sweep process of one GPU names its GPU)."""
     logger = logging.getLogger(LOGGER)
     logger.setLevel(level)
     if not any(handler.get_name() == _HANDLER_NAME for handler in logger.handlers):
         handler = logging.StreamHandler(sys.stderr)
         handler.set_name(_HANDLER_NAME)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+        form = f"%(asctime)s {prefix}%(levelname)s %(name)s: %(message)s"
+        handler.setFormatter(logging.Formatter(form, "%H:%M:%S"))
         logger.addHandler(handler)
 
 
