@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 SAMPLERS = ("tpe", "random", "grid")
 # A shape whose best has not improved by 1% in this many trials has stopped improving.
 DEFAULT_PATIENCE = 32
+# sweep --retime: a problem whose earlier best, measured again under edited kernels, is at most this
+# much slower than stored keeps it instead of being re-swept.
+RETIME_TOLERANCE = 0.02
 
 
 @functools.cache
@@ -193,6 +196,7 @@ def sweep(
     progress: Progress | None = None,
     stale: bool = False,
     pending: bool = False,
+    retime: bool = False,
     lease: float | None = None,
     on_trial: TrialHook | None = None,
 ) -> SweepReport:
@@ -201,18 +205,21 @@ def sweep(
     with the current kernel source, driver and CUDA; with `pending`, the problems queued for this
     GPU's model (asked for by the launch path, most asked first). Problems are claimed one at a
     time through the database, for `lease` seconds renewed while tuning, so that the same sweep
-    on several machines sharing a database splits the work. `on_trial(problem, config, outcome)`
-    is called after every trial."""
+    on several machines sharing a database splits the work. With `retime` (after a kernel edit), the
+    stale problems' earlier best configs are measured first under the current kernels, and a problem
+    is re-swept only where they come out more than 2% slower than stored.
+    `on_trial(problem, config, outcome)` is called after every trial."""
     given = m is not None or n is not None or k is not None or shapes_file is not None
-    if stale and pending:
-        raise AutotuneError("--stale and --pending are two different sweeps: give one of them")
+    if sum((stale, pending, retime)) > 1:
+        raise AutotuneError("--stale, --retime and --pending are different sweeps: give one of them")
     if pending:
         if given or op is not None or dtype is not None:
             raise AutotuneError("--pending tunes the queued problems: give no --op, --m, --n, --k, --dtype or --shapes")
         problems: list[Problem] | tuple[str | None, str | None] | None = None
-    elif stale:
+    elif stale or retime:
         if given:
-            raise AutotuneError("--stale re-tunes stored problems: give no --m, --n, --k or --shapes with it")
+            what = "--stale" if stale else "--retime"
+            raise AutotuneError(f"{what} re-tunes stored problems: give no --m, --n, --k or --shapes with it")
         problems = _filters(op, dtype)
     else:
         problems = problems_for(op, dtype, m, n, shapes_file, k, trans)
@@ -241,6 +248,7 @@ def sweep(
         progress=progress,
         on_trial=on_trial,
         lease=held_for,
+        retime=RETIME_TOLERANCE if retime else None,
     )
     _selector(db).forget()
     return report

@@ -166,6 +166,12 @@ def sweep(
     pending: Annotated[
         bool, typer.Option("--pending", help="tune the problems queued for this GPU model, most asked first")
     ] = False,
+    retime: Annotated[
+        bool,
+        typer.Option(
+            "--retime", help="after a kernel edit: re-time the stale problems' best, re-sweep only where 2% slower"
+        ),
+    ] = False,
     lease: Annotated[
         float | None,
         typer.Option("--lease", help="seconds a claim on a problem lasts unless renewed (default 120)"),
@@ -190,6 +196,7 @@ def sweep(
         db=db,
         stale=stale,
         pending=pending,
+        retime=retime,
         lease=lease,
     )
     if devices is not None:

@@ -242,6 +242,15 @@ def test_the_stale_flag_the_selector_recommends_exists(run: Cli) -> None:
     assert_one_error(run("sweep", "--stale", "--m", "64", "--n", "64"), "--stale", "--m")
 
 
+def test_the_other_sweeps_refuse_what_they_do_not_take(run: Cli) -> None:
+    assert_one_error(run("sweep", "--retime", "--db", "nosuchdriver://x"), "database")
+    assert_one_error(run("sweep", "--retime", "--shapes", "x.txt"), "--retime", "--shapes")
+    assert_one_error(run("sweep", "--retime", "--stale"), "--stale, --retime and --pending")
+    assert_one_error(run("sweep", "--pending", "--op", "hgemv"), "--pending", "--op")
+    assert_one_error(run("sweep", "--pending", "--lease", "0"), "lease", "positive")
+    assert_one_error(run("sweep", "--devices", "all", "--device", "1"), "--device or --devices")
+
+
 # --- shipped records answer `best` on a machine without a GPU --------------------------------------
 
 

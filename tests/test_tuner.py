@@ -588,3 +588,44 @@ def test_a_failed_setup_replay_during_confirmation_ends_it_and_charges_no_leader
     assert store.crash_count(problem_id, config_key(RUNNER_UP), source_hash(SHAPE)) == 0
     runner_up = next(t for t in rows(store) if t.config_key == config_key(RUNNER_UP))
     assert (runner_up.status, runner_up.rounds) == (Status.OK, 1)
+
+
+class SlowerWorker(FakeWorker):
+    """Every config `factor` times its modelled time: the kernels after an edit that cost speed."""
+
+    def __init__(self, factor: float) -> None:
+        super().__init__()
+        self.factor = factor
+
+    def measure(self, cubin: Path, kernel: str, config: Config, timeout: float = 60.0) -> Outcome:
+        super().measure(cubin, kernel, config, timeout)  # records the config
+        t = modelled_time_us(config) * self.factor
+        return Outcome(Status.OK, time_us=t, times_us=[t])
+
+
+@pytest.mark.parametrize(("factor", "re_swept"), [(1.015, False), (1.05, True)])
+def test_retime_re_sweeps_only_problems_whose_earlier_best_got_slower(
+    store: Store, monkeypatch: pytest.MonkeyPatch, factor: float, re_swept: bool
+) -> None:
+    tune(store, FakeWorker(), 12, SHAPE)
+    earlier = [t.config for t in rows(store) if t.status is Status.OK][:3]  # the three fastest
+    monkeypatch.setattr("autotune.tune.tuner.source_hash", lambda problem: "n3w50urce")  # the kernel changes
+    worker = SlowerWorker(factor)
+    tuner = Tuner(
+        store, worker, InstantPool(), H200, sampler="random", budget=Budget(12), seed=1, confirm=False, retime=0.02
+    )  # type: ignore[arg-type]
+    report = tuner.tune(SHAPE)
+    assert worker.measured[:3] == earlier
+    if re_swept:
+        assert len(worker.measured) == 12 and report.result.stopped == "budget reached"
+    else:
+        assert len(worker.measured) == 3 and report.result.stopped.startswith("re-timed:")
+        assert report.result.best_us == pytest.approx(modelled_time_us(earlier[0]) * factor)
+
+
+def test_retime_sweeps_a_problem_with_no_earlier_measurement_in_full(store: Store) -> None:
+    worker = FakeWorker()
+    tuner = Tuner(
+        store, worker, InstantPool(), H200, sampler="random", budget=Budget(6), seed=1, confirm=False, retime=0.02
+    )  # type: ignore[arg-type]
+    assert tuner.tune(SHAPE).result.stopped == "budget reached" and len(worker.measured) == 6

@@ -129,11 +129,16 @@ class Study:
                     )
                 )
 
-    def warm_start(self, configs: Iterable[Mapping[str, int]]) -> None:
-        """Measure these first (the best configs of the nearest tuned shapes), when valid here."""
+    def warm_start(self, configs: Iterable[Mapping[str, int]]) -> int:
+        """Measure these first (the best configs of the nearest tuned shapes), when valid here and not
+        measured yet; returns how many were queued."""
+        queued: set[str] = set()
         for config in configs:
-            if self.space.check(config) is None and config_key(config) not in self._known:
+            key = config_key(config)
+            if self.space.check(config) is None and key not in self._known and key not in queued:
                 self._study.enqueue_trial(dict(config), skip_if_exists=True)
+                queued.add(key)
+        return len(queued)
 
     # -- the loop -----------------------------------------------------------------------------
     def run(self, budget: Budget) -> StudyResult:

@@ -210,6 +210,7 @@ class Tuner:
         measurer: type[StoreMeasurer] = StoreMeasurer,
         confirm: bool = True,
         on_trial: TrialHook | None = None,
+        retime: float | None = None,
     ) -> None:
         if sampler not in SAMPLERS:
             raise AutotuneError(f"unknown sampler {sampler!r}: choose one of {', '.join(SAMPLERS)}")
@@ -223,6 +224,9 @@ class Tuner:
         self._measurer_type = measurer  # scripts/fault_drill.py plants its faults through a subclass
         self._confirm = confirm  # measure the leaders again on fresh buffers (autotune/tune/confirm.py)
         self._on_trial = on_trial
+        # Re-time mode: after a kernel edit, a problem whose earlier best configs, measured again
+        # under the new kernels, come within this fraction of their stored time is not re-swept.
+        self._retime = retime
 
     def tune(self, problem: Problem, index: int = 0, total: int = 1, first: Sequence[Config] = ()) -> ProblemReport:
         """Tune one problem; `first` configs are measured before the sampler's own picks."""
@@ -251,15 +255,18 @@ class Tuner:
         )
         known = op.seed_configs(problem)
         default = op.default_config(problem)
-        earlier = [
-            _carried_forward(row.config, study.space, default)
-            for row in self._store.earlier_best(problem_id, current, EARLIER_BEST)
-        ]
+        earlier_rows = self._store.earlier_best(problem_id, current, EARLIER_BEST)
+        earlier = [_carried_forward(row.config, study.space, default) for row in earlier_rows]
         other_gpus = _other_gpus_best(self._store, self.gpu.name, problem, current)
         leaders = [dict(row.config) for row in measurer.leaders(VARIED_LEADERS)]
         variants = _leader_variants(op, problem, leaders, [*earlier, *other_gpus])
         neighbours = _neighbour_configs(self._store, self.gpu.name, problem, current)
-        study.warm_start([*first, *earlier, *other_gpus, *variants, *neighbours, *known])
+        retimed, retime_count = self._retime is not None and bool(earlier_rows), 0
+        if retimed:
+            # Re-time mode: the earlier best alone first; the rest only where they fall behind.
+            retime_count = study.warm_start(earlier)
+        else:
+            study.warm_start([*first, *earlier, *other_gpus, *variants, *neighbours, *known])
         self._progress.problem_started(problem, index, total, self._budget.trials)
         log.info(
             "tuning %s on %s (%d of %d): %d trials stored",
@@ -277,7 +284,10 @@ class Tuner:
                 log.warning("%s: setup failed: %s", problem, exc)
             else:
                 try:
-                    study.run(self._budget)
+                    if not retimed or not self._kept_after_retime(problem, study, retime_count, earlier_rows):
+                        if retimed:
+                            study.warm_start([*first, *other_gpus, *variants, *neighbours, *known])
+                        study.run(self._budget)
                 except SetupLost as exc:
                     study.result.stopped = f"setup failed: {exc}"
         else:
@@ -296,6 +306,20 @@ class Tuner:
         )
         self._progress.problem_done(problem, study.result, seconds)
         return ProblemReport(problem, study.result, seconds)
+
+    def _kept_after_retime(self, problem: Problem, study: Study, count: int, earlier: list[TrialRow]) -> bool:
+        """Measure the `count` earlier best configs queued; True where the fastest of them under the
+        new kernels is within the re-time tolerance of the earlier kernels' best time."""
+        assert self._retime is not None
+        result = study.run(Budget(study.result.reused + study.result.measured + count, self._budget.timeout_s))
+        before = min(row.time_us for row in earlier if row.time_us is not None)
+        now = result.best_us
+        if now is not None and now <= before * (1 + self._retime):
+            result.stopped = f"re-timed: {now:.2f} us against {before:.2f} us before the kernel change"
+            return True
+        change = "failed" if now is None else f"{now / before - 1:+.1%}"
+        log.info("%s: re-timed %s against %.2f us before the kernel change: re-swept", problem, change, before)
+        return False
 
     def _trial_done(self, problem: Problem, config: Config, outcome: Outcome, result: StudyResult) -> None:
         took = f" {outcome.time_us:.2f} us" if outcome.time_us is not None else ""
@@ -348,9 +372,12 @@ def run_sweep(
     on_trial: TrialHook | None = None,
     compile_workers: int | None = None,
     lease: timedelta | None = None,
+    retime: float | None = None,
 ) -> SweepReport:
     """Tune every problem; given (op, dtype) filters instead, re-tune the stale stored problems;
-    given None, the queue's pending problems of this GPU, most asked first. Problems are claimed
+    given None, the queue's pending problems of this GPU, most asked first. With `retime`, a problem
+    whose earlier best configs come within that fraction of their stored time when measured again
+    under the current kernels is not re-swept (after a kernel edit). Problems are claimed
     one at a time through the database (autotune/tune/fleet.py), so sweeps on several machines
     share the work. The store is opened only once the GPU answered, so a machine without one (or
     without PyCUDA) gets its one-line error with the database untouched."""
@@ -372,6 +399,7 @@ def run_sweep(
             progress=progress,
             fresh_only=stale,
             on_trial=on_trial,
+            retime=retime,
         )
         return sweep_claimed(tuner, store, problems, lease or fleet.lease())
 
