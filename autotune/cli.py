@@ -115,6 +115,11 @@ def _us(value: float | None) -> str:
     return f"{value:.2f}" if value is not None else "-"
 
 
+def _whole(value: float | None) -> str:
+    """A clock or a power, where it was recorded (NVML)."""
+    return "-" if value is None else f"{value:.0f}"
+
+
 def _gbs(value: float | None) -> str:
     return f"{value:.0f}" if value else "-"
 
@@ -430,7 +435,7 @@ def show(
     """Every trial stored for one problem, fastest first, failures with their reason."""
     problem, gpu_name, trials = api.problem_trials(op, m, n, k, trans=trans, dtype=dtype, gpu=gpu, db=db)
     table = Table(title=escape(f"{problem} on {gpu_name}"))
-    for column in ("status", "us", "GB/s", "rounds", "config", "message"):
+    for column in ("status", "us", "GB/s", "rounds", "SM MHz", "mem MHz", "W", "config", "message"):
         table.add_column(column)
     shown = trials if limit == 0 else trials[:limit]
     for t in shown:
@@ -439,6 +444,7 @@ def show(
             _us(t.time_us),
             _gbs(t.gbs),
             str(t.rounds),
+            *(_whole(value) for value in (t.sm_mhz, t.mem_mhz, t.power_w)),
             _config_text(t.config, problem),
             escape((t.message.splitlines() or [""])[-1][:80]),
         )

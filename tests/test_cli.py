@@ -480,3 +480,15 @@ def test_the_shipped_h100_records_answer_apart_from_the_h200s(run: Cli, tmp_path
         assert data["gpu"] == {"h100": "NVIDIA H100 80GB HBM3", "h200": "NVIDIA H200"}[gpu]
     # The H100 reads 64 MB at about 3.0 TB/s, the H200 at about 4.3: their records are not mixed up.
     assert answers["h100", False]["time_us"] > answers["h200", False]["time_us"]
+
+
+def test_show_prints_the_clocks_and_power_of_each_trial(tmp_path: Path, run: Cli) -> None:
+    gpu = GpuInfo("Clock Test GPU", "GPU-7", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
+    db = str(tmp_path / "clocks.db")
+    with open_store(db, import_shipped=False) as store:
+        for config, sm in ((FAST, 1980.0), (SLOW, 1755.0)):
+            timed = Outcome(Status.OK, time_us=5.0 if sm > 1800 else 6.0, times_us=[5.0], sm_mhz=sm, power_w=512.5)
+            record(store, SHAPE, config, timed, gpu)
+    shown = run("show", "--m", "4096", "--n", "8192", "--gpu", gpu.name, "--db", db)
+    assert shown.code == 0, shown.err
+    assert "SM MHz" in shown.out and "1980" in shown.out and "1755" in shown.out and "512" in shown.out

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from autotune import ops
 from autotune.build.compiler import CompileJob, CompilePool
 from autotune.core.outcome import Status
 from autotune.core.problem import Problem
@@ -99,6 +100,22 @@ def test_every_family_is_correct(worker: Worker, shape: tuple[int, int], dtype: 
             outcome = worker.measure(compiled.cubin, compiled.job.name, config)
             assert outcome.status is Status.OK, f"{gemv.OP.family(problem, config)} {config}: {outcome.message}"
             assert outcome.time_us is not None and outcome.time_us > 0
+
+
+def test_a_timing_records_the_clocks_and_power_it_ran_at(worker: Worker) -> None:
+    pytest.importorskip("pynvml", reason="nvidia-ml-py is not installed")
+    problem = Problem("gemv", "float16", 8192, 8192)
+    gpu = worker.hello()
+    worker.setup(problem, seed=3)
+    config = gemv.OP.default_config(problem)
+    with CompilePool() as pool:
+        compiled = pool.submit(ops.compile_job(problem, config, gpu.arch)).result()
+    assert compiled.cubin is not None, compiled.message
+    outcome = worker.measure(compiled.cubin, compiled.job.name, config)
+    assert outcome.status is Status.OK, outcome.message
+    assert outcome.sm_mhz is not None and 300 < outcome.sm_mhz < 4000
+    assert outcome.mem_mhz is not None and 300 < outcome.mem_mhz < 20000
+    assert outcome.power_w is not None and 20 < outcome.power_w < 2000
 
 
 def test_verifier_rejects_a_wrong_kernel(worker: Worker, tmp_path: Path) -> None:

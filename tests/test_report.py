@@ -112,8 +112,8 @@ def test_report_shows_best_floor_and_counts_per_gpu_and_op(db: str) -> None:
         assert cells in re.sub(r"\s+", " ", text)  # shape, ok/trials, best us, GB/s, floor, best/floor
     assert "TFLOP/s" in text and "block=256" in text
     assert "wrong_result" in text and "max error 0.5" in text
-    # Per GPU a failures chart, per op a convergence chart and a scatter.
-    assert expected_plots(html) == plot_count(html) == 2 + 2 * (1 + 2)
+    # Per GPU a failures chart and the clocks, per op a convergence chart and a scatter.
+    assert expected_plots(html) == plot_count(html) == 2 * 2 + 2 * (1 + 2)
 
 
 def test_every_string_from_the_database_is_escaped(db: str) -> None:

@@ -29,6 +29,11 @@ class Outcome:
     times_us: list[float] = field(default_factory=list)  # every repetition, for the record
     gbs: float | None = None  # bytes that must move / time
     rel_error: float | None = None  # worst error against the float64 reference, in its own scale
+    # What the GPU ran at while it was timed (NVML, where nvidia-ml-py is installed): the medians
+    # over the timed samples of the SM and memory clocks and of the board's power draw.
+    sm_mhz: float | None = None
+    mem_mhz: float | None = None
+    power_w: float | None = None
 
     @property
     def ok(self) -> bool:

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from html import escape
 
 from autotune import __version__
+from autotune.core.outcome import Status
 from autotune.report import svg
 from autotune.report.data import GpuReport, OpGroup, ReportData
 
@@ -188,6 +189,35 @@ def _failures(gpu: GpuReport) -> str:
     return "".join(parts)
 
 
+def _clocks(gpu: GpuReport) -> str:
+    """Each OK trial's SM clock against the power it drew, where NVML recorded them."""
+    series = [
+        (
+            group.title,
+            [
+                (t.power_w, t.sm_mhz)
+                for shape in group.shapes
+                for t in shape.trials
+                if t.status is Status.OK and t.power_w is not None and t.sm_mhz is not None
+            ],
+        )
+        for group in gpu.groups
+    ]
+    chart = svg.dots_chart(
+        series,
+        title="Clocks and power",
+        subject=gpu.name,
+        x_label="board power (W)",
+        y_label="SM clock (MHz)",
+        empty="no clocks recorded: install nvidia-ml-py where the sweeps run",
+    )
+    caption = (
+        "Every OK trial's SM clock and power draw as it was timed (NVML), one color per op. Trials at the "
+        "card's power limit that run below its top clock are power-bound."
+    )
+    return _figure(chart, caption)
+
+
 def _gpu(gpu: GpuReport, number: int) -> str:
     shapes = gpu.shapes
     trials = sum(len(shape.trials) for shape in shapes)
@@ -197,6 +227,8 @@ def _gpu(gpu: GpuReport, number: int) -> str:
         f'<p class="meta">{len(shapes)} problem{"s" * (len(shapes) != 1)}, {trials} final trials, {ok} OK.</p>',
         f'<h3 id="gpu-{number}-failures">Failures by kind</h3>',
         _failures(gpu),
+        f'<h3 id="gpu-{number}-clocks">Clocks and power</h3>',
+        _clocks(gpu),
     ]
     parts.extend(_group(gpu, group, f"gpu-{number}-{index}") for index, group in enumerate(gpu.groups, start=1))
     parts.append("</section>")
@@ -212,7 +244,7 @@ def _contents(data: ReportData) -> str:
         )
         items.append(
             f'<li><a href="#gpu-{number}">{escape(gpu.name)}</a>: '
-            f'<a href="#gpu-{number}-failures">failures</a>, {groups}</li>'
+            f'<a href="#gpu-{number}-failures">failures</a>, <a href="#gpu-{number}-clocks">clocks</a>, {groups}</li>'
         )
     return "<nav><ul>" + "".join(items) + "</ul></nav>"
 

@@ -1,4 +1,4 @@
-"""Small inline SVG charts (lines, a scatter, bars) with plain axes, written as text: the report needs
+"""Small inline SVG charts (lines, scatters, dots, bars) with plain axes, written as text: the report needs
 no plotting library and no script to draw them. Every text that reaches a chart is escaped here.
 
 Each chart is an `<svg class="plot">`; what it draws (lines, dots, bars, or the text that says there
@@ -214,6 +214,33 @@ def scatter_chart(
             f"<title>{escape(text)}</title></circle>"
         )
     return _frame(title, subject, x, y, _x_ticks(1, columns), x_label, y_label, body)
+
+
+def dots_chart(
+    series: Sequence[tuple[str, Sequence[tuple[float, float]]]],
+    *,
+    title: str,
+    subject: str = "",
+    x_label: str,
+    y_label: str,
+    empty: str = "nothing to plot",
+) -> str:
+    """Dots of (x, y) on linear axes, one color per named series (hovering a dot shows its series)."""
+    drawn = [(name, points) for name, points in series if points]
+    if not drawn:
+        return _empty(title, subject, empty)
+    xs = [px for _, points in drawn for px, _ in points]
+    ys = [py for _, points in drawn for _, py in points]
+    x = Scale(*_padded(min(xs), max(xs), False), LEFT, WIDTH - RIGHT)
+    y = Scale(*_padded(min(ys), max(ys), False), HEIGHT - BOTTOM, TOP)
+    body = []
+    for index, (name, points) in enumerate(drawn):
+        color = COLORS[index % len(COLORS)]
+        body.append(f'<g fill="{color}"><title>{escape(name)}</title>')
+        body.extend(f'<circle class="mark" cx="{x(px):.1f}" cy="{y(py):.1f}" r="2.4"/>' for px, py in points)
+        body.append("</g>")
+    ticks = [(value, number(value)) for value in nice_ticks(x.lo, x.hi)]
+    return _frame(title, subject, x, y, ticks, x_label, y_label, body)
 
 
 def bar_chart(bars: Sequence[tuple[str, int]], *, title: str, subject: str = "", empty: str = "nothing to plot") -> str:

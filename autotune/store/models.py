@@ -128,6 +128,10 @@ class Trial(Base):
     times_us: Mapped[list[float]] = mapped_column(JSON)
     gbs: Mapped[float | None] = mapped_column(Float)
     rel_error: Mapped[float | None] = mapped_column(Float)
+    # The SM and memory clocks (MHz) and board power (W) the GPU ran at while timed (NVML), where known.
+    sm_mhz: Mapped[float | None] = mapped_column(Float)
+    mem_mhz: Mapped[float | None] = mapped_column(Float)
+    power_w: Mapped[float | None] = mapped_column(Float)
     message: Mapped[str] = mapped_column(Text, default="")
     source_hash: Mapped[str] = mapped_column(String)
     nvcc: Mapped[str] = mapped_column(String)

@@ -45,7 +45,9 @@ _TRIAL_TYPES: dict[str, type] = {
     "created_at": str,
 }
 # Written by later versions; records of earlier ones lack them and get their defaults.
-_TRIAL_OPTIONAL = frozenset({"kind", "k", "trans", "rounds"})
+# What the GPU ran at while timed: optional, positive numbers (or null) below these bounds.
+CLOCK_FIELDS = {"sm_mhz": 1e5, "mem_mhz": 1e5, "power_w": 1e5}
+_TRIAL_OPTIONAL = frozenset({"kind", "k", "trans", "rounds", *CLOCK_FIELDS})
 _NULLABLE = frozenset({"gbs", "rel_error"})
 _MAX_TEXT = 200  # any text field: names, versions, hashes, dates
 _MAX_TIME_US = 1e9  # a kernel call of more than a quarter hour is no measurement
@@ -116,6 +118,15 @@ def _optional_int(line: dict[str, Any], name: str, default: int, least: int) -> 
     return value
 
 
+def _optional_positive(line: dict[str, Any], name: str, bound: float) -> float | None:
+    value = line.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < bound:
+        raise BadLine(f"field {name!r} must be a positive number below {bound:g} or null, got {_show(value)}")
+    return float(value)
+
+
 def _problem(values: dict[str, Any], line: dict[str, Any]) -> Problem:
     op, dtype = values["op"], values["dtype"]
     if op not in ops.names():
@@ -153,6 +164,8 @@ def parse_trial(line: dict[str, Any]) -> dict[str, Any]:
     values = {name: _typed(line, name, kind, name in _NULLABLE) for name, kind in _TRIAL_TYPES.items()}
     values["problem"] = _problem(values, line)
     values["rounds"] = _optional_int(line, "rounds", 1, 1)
+    for name, bound in CLOCK_FIELDS.items():
+        values[name] = _optional_positive(line, name, bound)
     values["config"] = _config(values["problem"], values["config"])
     if not 0 < values["time_us"] < _MAX_TIME_US:
         raise BadLine(f"field 'time_us' must be a positive number of microseconds, got {values['time_us']!r}")

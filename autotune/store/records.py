@@ -25,7 +25,7 @@ from autotune.core.target import targeting
 from autotune.store import models as orm
 from autotune.store.database import Database
 from autotune.store.queries import get_or_create_problem, new_gpu, problem_filters, ranked_ok
-from autotune.store.record_lines import BadLine, parse_gpu, parse_line, parse_trial
+from autotune.store.record_lines import CLOCK_FIELDS, BadLine, parse_gpu, parse_line, parse_trial
 from autotune.store.rows import as_utc
 
 # --- export --------------------------------------------------------------------------------------
@@ -54,6 +54,8 @@ def _trial_line(problem: orm.Problem, trial: orm.Trial) -> dict[str, Any]:
         "driver": trial.driver,
         "cuda": trial.cuda,
         "created_at": as_utc(trial.created_at).isoformat(),
+        # Only where measured: records of GPUs timed without NVML stay as they were.
+        **{name: value for name in CLOCK_FIELDS if (value := orm.finite(getattr(trial, name))) is not None},
     }
 
 
@@ -175,6 +177,7 @@ def _new_trial(problem_id: int, gpu_id: int, values: dict[str, Any], origin: str
         rounds=values["rounds"],
         gbs=values["gbs"],
         rel_error=values["rel_error"],
+        **{name: values[name] for name in CLOCK_FIELDS},
         message="",
         source_hash=values["source_hash"],
         nvcc=values["nvcc"],

@@ -56,6 +56,9 @@ class TrialRow:
     gpu_id: int
     finished_at: datetime | None
     rounds: int  # buffer sets measured on; time_us is the slowest
+    sm_mhz: float | None = None  # what the GPU ran at while timed (NVML), where known
+    mem_mhz: float | None = None
+    power_w: float | None = None
 
 
 @dataclass(frozen=True)
@@ -147,6 +150,9 @@ def trial_row(trial: orm.Trial) -> TrialRow:
         gpu_id=trial.gpu_id,
         finished_at=as_utc(trial.finished_at) if trial.finished_at is not None else None,
         rounds=trial.rounds,
+        sm_mhz=trial.sm_mhz,
+        mem_mhz=trial.mem_mhz,
+        power_w=trial.power_w,
     )
 
 

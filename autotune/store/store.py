@@ -245,8 +245,9 @@ class Store:
             if not outcome.ok or outcome.time_us is None:
                 trial.status, trial.time_us, trial.gbs = outcome.status, None, None
                 trial.message = f"round {trial.rounds}, on fresh buffers: {outcome.message}"
-            elif outcome.time_us > trial.time_us:
+            elif outcome.time_us > trial.time_us:  # the slower round's time, and what it ran at
                 trial.time_us, trial.gbs = outcome.time_us, orm.finite(outcome.gbs)
+                trials.set_clocks(trial, outcome)
 
     def drop_unfinished(self, problem_id: int | None = None) -> int:
         """Delete the running rows (of one problem, or all) that this store left or whose owner is

@@ -25,7 +25,14 @@ def apply_outcome(trial: orm.Trial, outcome: Outcome) -> None:
     trial.times_us = [t for t in outcome.times_us if math.isfinite(t)]
     trial.gbs = orm.finite(outcome.gbs)
     trial.rel_error = orm.finite(outcome.rel_error)
+    set_clocks(trial, outcome)
     trial.finished_at = orm.utcnow()
+
+
+def set_clocks(trial: orm.Trial, outcome: Outcome) -> None:
+    trial.sm_mhz = orm.finite(outcome.sm_mhz)
+    trial.mem_mhz = orm.finite(outcome.mem_mhz)
+    trial.power_w = orm.finite(outcome.power_w)
 
 
 def _measured_by_another(trial: orm.Trial, me: str) -> bool:
@@ -53,6 +60,7 @@ def begin(session: Session, where: Provenance, config: Mapping[str, Any], me: st
     _provenance(trial, where, config)
     trial.status, trial.message, trial.times_us = Status.RUNNING, "", []
     trial.time_us = trial.gbs = trial.rel_error = None
+    trial.sm_mhz = trial.mem_mhz = trial.power_w = None
     trial.created_at, trial.finished_at = orm.utcnow(), None
     return trial
 

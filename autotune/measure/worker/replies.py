@@ -16,7 +16,9 @@ MAX_REPLY_CHARS = 1 << 20
 # What a worker may report for a config it measured; a hang, a death or a quarantine is the
 # orchestrator's verdict, never the worker's.
 WORKER_STATUSES = frozenset({Status.OK, Status.LAUNCH_ERROR, Status.WRONG_RESULT})
-_OUTCOME_KEYS = frozenset({"status", "message", "time_us", "times_us", "gbs", "rel_error"})
+_OUTCOME_KEYS = frozenset(
+    {"status", "message", "time_us", "times_us", "gbs", "rel_error", "sm_mhz", "mem_mhz", "power_w"}
+)
 
 
 class BadReply(ValueError):
@@ -85,6 +87,9 @@ def outcome_from_reply(result: Mapping[str, Any]) -> Outcome:
         times_us=[float(_number(t, "times_us[]", optional=False) or 0.0) for t in times],
         gbs=_number(result.get("gbs"), "gbs"),
         rel_error=_number(result.get("rel_error"), "rel_error"),
+        sm_mhz=_number(result.get("sm_mhz"), "sm_mhz"),
+        mem_mhz=_number(result.get("mem_mhz"), "mem_mhz"),
+        power_w=_number(result.get("power_w"), "power_w"),
     )
     if outcome.ok and (outcome.time_us is None or not math.isfinite(outcome.time_us) or outcome.time_us <= 0):
         return Outcome(Status.WRONG_RESULT, f"the worker reported a time of {outcome.time_us}")

@@ -23,6 +23,7 @@ from autotune.core.fingerprint import GpuInfo
 from autotune.core.outcome import Outcome, Status
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.measure.gpu import DEFAULT_SHARED_LIMIT, Kernels, Scratch, driver, opt_in_shared, programmatic_launch
+from autotune.measure.sensors import Reading, medians
 from autotune.measure.worker.fill import RandomFill
 from autotune.measure.worker.timing import Timer
 from autotune.ops.geometry import Launch
@@ -171,7 +172,8 @@ class Runner:
         problem, rel_error = self.verify(fn, geom)
         if problem:
             return Outcome(Status.WRONG_RESULT, problem, rel_error=rel_error)
-        times = self._timer.measure(lambda i: self._launch(fn, geom, i % self.copies, 1.0, 0.0))
+        readings: list[Reading | None] = []
+        times = self._timer.measure(lambda i: self._launch(fn, geom, i % self.copies, 1.0, 0.0), readings=readings)
         median = float(np.median(times))
         gbs = self._op.bytes_moved(self.problem) / (median * 1e-6) / 1e9
-        return Outcome(Status.OK, "", time_us=median, times_us=times, gbs=gbs, rel_error=rel_error)
+        return Outcome(Status.OK, "", time_us=median, times_us=times, gbs=gbs, rel_error=rel_error, **medians(readings))

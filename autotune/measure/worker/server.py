@@ -42,10 +42,11 @@ class _State:
     def support(self) -> Path:
         if self._support is None:
             from autotune.build.compiler import compile_support
+            from autotune.measure.sensors import Sensors
             from autotune.measure.worker.timing import Timer
 
             self._support = compile_support(self.gpu().arch)
-            self._timer = Timer(self._kernels, self._support)
+            self._timer = Timer(self._kernels, self._support, Sensors(self.gpu().uuid))
         return self._support
 
     def setup(self, problem: Problem, seed: int, fresh_memory: bool = False) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from autotune.measure.gpu import Kernels, driver
+from autotune.measure.sensors import Reading, Sensors
 
 Launcher = Callable[[int], None]  # launches call number i (which picks the rotating buffer)
 
@@ -25,8 +26,9 @@ WARMUP_MS = 200.0
 
 
 class Timer:
-    def __init__(self, kernels: Kernels, support_cubin: Path) -> None:
+    def __init__(self, kernels: Kernels, support_cubin: Path, sensors: Sensors | None = None) -> None:
         cuda = driver()
+        self.sensors = sensors  # read after every timed sample where given
         self._spin = kernels.function(support_cubin, "at_spin", "Q")
         self._start = cuda.Event()
         self._end = cuda.Event()
@@ -51,12 +53,21 @@ class Timer:
         """Queue one kernel that does nothing: the floor any launch pays (benchmarks report it)."""
         self._spin.prepared_async_call((1, 1, 1), (32, 1, 1), None, 0)
 
-    def measure(self, launch: Launcher, *, target_ms: float = 2.0, reps: int = 5) -> list[float]:
-        """`reps` samples of time per call, each over enough calls to fill about `target_ms`."""
-        return self.measure_interleaved([launch], target_ms=target_ms, reps=reps)[0]
+    def measure(
+        self, launch: Launcher, *, target_ms: float = 2.0, reps: int = 5, readings: list[Reading | None] | None = None
+    ) -> list[float]:
+        """`reps` samples of time per call, each over enough calls to fill about `target_ms`; with
+        `readings`, the sensors' reading after each sample is added to it."""
+        taken: list[list[Reading | None]] | None = None if readings is None else [readings]
+        return self.measure_interleaved([launch], target_ms=target_ms, reps=reps, readings=taken)[0]
 
     def measure_interleaved(
-        self, launches: list[Launcher], *, target_ms: float = 2.0, reps: int = 5
+        self,
+        launches: list[Launcher],
+        *,
+        target_ms: float = 2.0,
+        reps: int = 5,
+        readings: list[list[Reading | None]] | None = None,
     ) -> list[list[float]]:
         """`reps` samples of each launcher's time per call, taken in turns (A, B, A, B, ...), so that
         clocks drifting with power and heat during the run weigh on every launcher alike. Launchers
@@ -69,6 +80,9 @@ class Timer:
         calls = [max(8, min(200, int(target_ms * 1000.0 / max(estimate, 0.5)))) for estimate in estimates]
         samples: list[list[float]] = [[] for _ in launches]
         for _ in range(reps):
-            for launch, count, taken in zip(launches, calls, samples, strict=True):
+            for index, (launch, count, taken) in enumerate(zip(launches, calls, samples, strict=True)):
                 taken.append(self.per_call_us(launch, count))
+                if readings is not None:
+                    # Right after the sample: the clocks the GPU still holds, the power it just drew.
+                    readings[index].append(self.sensors.sample() if self.sensors is not None else None)
         return samples
