@@ -295,7 +295,11 @@ def best(
 
 def _print_choice(choice: Choice) -> None:
     timing = ""
-    if choice.time_us is not None:
+    op = ops.for_problem(choice.problem)
+    if choice.predicted_us is not None:
+        # This shape was not timed: the cost model's time for it, never another shape's measurement.
+        timing = f": predicted {choice.predicted_us:.2f} us, {op.rate(choice.problem, choice.predicted_us)}"
+    elif choice.time_us is not None:
         what = (
             "measured"
             if choice.source == "measured"
@@ -304,7 +308,6 @@ def _print_choice(choice: Choice) -> None:
             else ""
         )
         timing = f": {what} {choice.time_us:.2f} us"
-        op = ops.for_problem(choice.problem)
         if choice.gbs and not op.compute_bound:
             timing += f", {choice.gbs:.0f} GB/s"  # as measured
         else:
@@ -316,6 +319,8 @@ def _print_choice(choice: Choice) -> None:
             timing += f", {op.rate(timed, choice.time_us)}"
     out.print(f"{choice.problem} on {choice.gpu} [{choice.source}]{timing}", markup=False)
     out.print(f"config: {_config_text(choice.config, choice.problem)}", markup=False)
+    if choice.basis:
+        out.print(f"predicted from: {choice.basis}", markup=False)
     for note in choice.notes:
         out.print(f"note: {note}", markup=False)
 

@@ -1,8 +1,9 @@
-"""The runtime selector: which config for this problem on this GPU? exact -> nearest tuned -> default."""
+"""The runtime selector: which config for this problem on this GPU? The exact measurement, else the
+candidate the cost model (cost.py) predicts fastest, else the nearest tuned shape's config, else the
+default."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -12,6 +13,11 @@ from autotune.core.problem import Problem
 from autotune.core.space import Config
 from autotune.core.target import targeting
 from autotune.ops import source_hash
+from autotune.select.cost import CostModel, Prediction, shape_distance
+
+# Stored trials per tuned shape the cost model learns from: what the shipped records keep, and what
+# it was judged on (scripts/eval_cost_model.py).
+EVIDENCE_TOP = 3
 
 MEASURED, ESTIMATE, DEFAULT = "measured", "estimate", "default"
 
@@ -47,6 +53,8 @@ class Choice:
     gbs: float | None = None
     from_shape: tuple[int, ...] | None = None  # the tuned shape an estimate came from
     notes: tuple[str, ...] = field(default_factory=tuple)
+    predicted_us: float | None = None  # the cost model's time for this config on this shape
+    basis: str | None = None  # what the prediction is made of (cost.Prediction.basis)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -62,13 +70,10 @@ class Choice:
             "time_us": self.time_us,
             "gbs": self.gbs,
             "from_shape": list(self.from_shape) if self.from_shape else None,
+            "predicted_us": self.predicted_us,
+            "basis": self.basis,
             "notes": list(self.notes),
         }
-
-
-def shape_distance(a: Sequence[int], b: Sequence[int]) -> float:
-    """Distance in log space: 1024 is as far from 2048 as 4096 from 8192."""
-    return math.hypot(*(math.log2(x / y) for x, y in zip(a, b, strict=True)))
 
 
 def nearest(rows: Sequence[TunedRow], shape: tuple[int, ...]) -> list[TunedRow]:
@@ -78,14 +83,23 @@ def nearest(rows: Sequence[TunedRow], shape: tuple[int, ...]) -> list[TunedRow]:
 
 
 def choose(
-    problem: Problem, gpu: str, exact: TunedRow | None, tuned: Sequence[TunedRow], notes: Sequence[str] = ()
+    problem: Problem,
+    gpu: str,
+    exact: TunedRow | None,
+    tuned: Sequence[TunedRow],
+    notes: Sequence[str] = (),
+    model: CostModel | None = None,
 ) -> Choice:
-    """Pure decision: the exact measurement, else the nearest tuned shape's config (moved to the
-    nearest config this shape allows where it does not run here as it is), else the default."""
+    """Pure decision: the exact measurement, else the candidate `model` predicts fastest, else (no
+    model, or nothing it can rate) the nearest tuned shape's config (moved to the nearest config this
+    shape allows where it does not run here as it is), else the default."""
     op = ops.for_problem(problem)
     space = op.space(problem)
     if exact is not None and space.check(exact.config) is None:
         return Choice(problem, gpu, dict(exact.config), MEASURED, exact.time_us, exact.gbs, notes=tuple(notes))
+    ranked = model.rank(problem) if model is not None else []
+    if ranked:
+        return predicted(problem, gpu, ranked[0], len(ranked), notes)
     for row in nearest(tuned, problem.shape):
         fitted = space.fit(row.config)
         if fitted is None:
@@ -108,6 +122,23 @@ def choose(
     return Choice(problem, gpu, op.default_config(problem), DEFAULT, notes=(*notes, note))
 
 
+def predicted(problem: Problem, gpu: str, best: Prediction, candidates: int, notes: Sequence[str]) -> Choice:
+    """The cost model's pick: its predicted time instead of another shape's measured one."""
+    origin = best.candidate.origin
+    note = f"not tuned for {_text(problem.shape)}: the fastest of {candidates} candidates by the cost model ({origin})"
+    source = DEFAULT if origin == "default" else ESTIMATE
+    return Choice(
+        problem,
+        gpu,
+        dict(best.config),
+        source,
+        from_shape=best.candidate.from_shape,
+        notes=(*notes, note),
+        predicted_us=best.time_us if best.rated else None,
+        basis=best.basis,
+    )
+
+
 def _text(shape: Sequence[int]) -> str:
     return "x".join(map(str, shape))
 
@@ -119,6 +150,7 @@ class Selector:
         self._store = store
         self._cache: dict[tuple[Problem, str, str | None, str | None], Choice] = {}
         self._capabilities: dict[str, str | None] = {}
+        self._models: dict[tuple[str, str, str, bool, str], CostModel] = {}
 
     def choose(
         self, problem: Problem, gpu: str, local_driver: str | None = None, local_cuda: str | None = None
@@ -139,6 +171,22 @@ class Selector:
             self._capabilities[gpu] = found.pop() if len(found) == 1 else None
         return self._capabilities[gpu]
 
+    def _model(self, problem: Problem, gpu: str, current: str) -> CostModel:
+        """The cost model of this GPU, op, dtype, layout and kernel source, fitted once."""
+        key = (gpu, problem.op, problem.dtype, problem.trans, current)
+        if key not in self._models:
+            stored, others = {}, []
+            for row in self._store.tuned(gpu, problem.op, problem.dtype, None, trans=problem.trans):
+                if row.source_hash == current:
+                    pid = self._store.problem_id(row.problem, gpu, create=False)
+                    stored[row.problem] = self._store.leaders(pid, current, EVIDENCE_TOP)
+                elif row.source_hash == source_hash(row.problem):  # another family's current kernel
+                    others.append((row.problem, row.time_us))
+            sm_counts = {row.sm_count for row in self._store.gpus() if row.name == gpu}
+            sm_count = sm_counts.pop() if len(sm_counts) == 1 else None
+            self._models[key] = CostModel(stored, sm_count, roofline_from=others)
+        return self._models[key]
+
     def _choose(self, problem: Problem, gpu: str, local_driver: str | None, local_cuda: str | None) -> Choice:
         current = source_hash(problem)
         exact = self._store.best(gpu, problem, current)
@@ -152,8 +200,11 @@ class Selector:
                 notes.append(
                     f"measured with {what} {measured}, this machine has {here}: re-tune with `autotune sweep --stale`"
                 )
-        return choose(problem, gpu, exact, tuned, notes)
+        measured = exact is not None and ops.for_problem(problem).space(problem).check(exact.config) is None
+        model = None if measured else self._model(problem, gpu, current)
+        return choose(problem, gpu, exact, tuned, notes, model)
 
     def forget(self) -> None:
         self._cache.clear()
         self._capabilities.clear()
+        self._models.clear()

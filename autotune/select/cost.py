@@ -1,0 +1,286 @@
+"""A cost model for shapes never tuned: predicts each candidate config's time on a new shape from the
+stored trials of one GPU, op, dtype and layout, so that the selector can pick the fastest prediction.
+
+    predicted time = roofline(shape, config) x correction(config, shape)
+
+- The roofline is what the stored best trials say the GPU reaches: a fixed latency plus the bytes the
+  shape must move at the best bandwidth any tuned shape reached (and, for a compute-bound op, its
+  flops at the best rate reached, whichever takes longer), stretched by how much of the GPU the
+  config's grid fills (a grid of 3 blocks on 132 SMs cannot use the whole memory system).
+- The correction is learned per config: log(time / roofline) at every tuned shape, averaged with
+  weights that fall off with the distance between shapes in log space (a Gaussian of width SIGMA
+  octaves). A tuned shape that holds the config among its stored trials says how it did there; one
+  that does not says it was slower than that shape's slowest stored trial (the records keep each
+  shape's few fastest), which is what keeps a config that won far away from beating the local
+  leaders.
+
+A stored config counts for a candidate when Space.fit moves it onto the candidate for the new shape:
+the float16 leader of 4096x4096 (vec=8) is evidence for its tiling with vec=1 on an odd N.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from autotune import ops
+from autotune.core.problem import Problem
+from autotune.core.space import Config, config_key
+
+# Width of the distance weighting in octaves (shape_distance): a tuned shape one octave further away
+# than the nearest weighs exp(-2), about a seventh, of it. Chosen by leave-one-shape-out on the
+# shipped records (scripts/eval_cost_model.py): 0.35 did as well, 0.7 and 1 worse.
+SIGMA = 0.5
+# A config a tuned shape does not hold among its stored trials counts as this much slower there than
+# its slowest stored trial (log ratio): it was slower, by an unknown amount, or never ran there.
+ABSENT_MARGIN = 0.02
+# A grid of blocks on at least this share of the SMs counts as filling the GPU: the stored skinny
+# GEMM leaders stream 14336^2 at the best rate stored with 112 blocks on 132 SMs (more warps per
+# block make up for the idle SMs); smaller grids are taken to reach their share of it.
+FULL_GRID = 0.5
+# How many of the nearest tuned shapes give their stored configs as candidates.
+NEIGHBOURS = 4
+
+
+class Timed(Protocol):
+    """A stored OK trial as the model reads it (autotune.store's TrialRow and BestRow have these)."""
+
+    @property
+    def config(self) -> Mapping[str, int]: ...
+    @property
+    def time_us(self) -> float | None: ...
+
+
+def shape_distance(a: Sequence[int], b: Sequence[int]) -> float:
+    """Distance in log space: 1024 is as far from 2048 as 4096 from 8192."""
+    return math.hypot(*(math.log2(x / y) for x, y in zip(a, b, strict=True)))
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """latency + work / fill: work at the best rates stored (scaled), fill the share of SMs a grid covers."""
+
+    bytes_per_us: float
+    flops_per_us: float | None  # None for a memory-bound op: its flops rate is no ceiling
+    latency_us: float
+    scale: float  # how far above the ceilings the best trials typically run
+    sm_count: int | None
+
+    def work_us(self, problem: Problem) -> float:
+        op = ops.for_problem(problem)
+        work = op.bytes_moved(problem) / self.bytes_per_us
+        if self.flops_per_us:
+            work = max(work, op.flops(problem) / self.flops_per_us)
+        return self.scale * work
+
+    def fill(self, problem: Problem, config: Mapping[str, int]) -> float:
+        """The share of the SMs the config's grid occupies at once (1 where the SM count is unknown)."""
+        if not self.sm_count:
+            return 1.0
+        try:
+            grid = ops.for_problem(problem).launch(problem, config, self.sm_count).grid
+        except (KeyError, ValueError, ZeroDivisionError):
+            return 1.0  # a config of another space: no say
+        return min(1.0, grid[0] * grid[1] * grid[2] / (self.sm_count * FULL_GRID))
+
+    def time_us(self, problem: Problem, fill: float = 1.0) -> float:
+        return self.latency_us + self.work_us(problem) / fill
+
+    def text(self) -> str:
+        rate = f"{self.bytes_per_us / self.scale / 1e6:.2f} TB/s"
+        if self.flops_per_us:
+            rate += f" or {self.flops_per_us / self.scale / 1e6:.0f} TFLOP/s"
+        return f"{self.latency_us:.2f} us + bytes at {rate}"
+
+
+def fit_roofline(best: Sequence[tuple[Problem, float]], sm_count: int | None) -> Roofline | None:
+    """The ceilings are the best rates any tuned shape reached; latency and scale are fitted by least
+    squares in relative error over the tuned shapes' best times (latency >= 0). None without data."""
+    if not best:
+        return None
+    op = ops.for_problem(best[0][0])
+    bandwidth = max(op.bytes_moved(p) / t for p, t in best)
+    peak = max(op.flops(p) / t for p, t in best) if op.compute_bound else None
+    plain = Roofline(bandwidth, peak, 0.0, 1.0, sm_count)
+    work = [(plain.work_us(p), t) for p, t in best]
+    latency, scale = _relative_least_squares(work)
+    # Two shapes fit any latency (the two float32 GEMMs stored give 900 us), and a call's fixed cost
+    # is less than the fastest call.
+    if len(best) < 3 or latency >= min(t for _, t in best):
+        latency, scale = _relative_least_squares(work, latency=False)
+    return Roofline(bandwidth, peak, latency, scale, sm_count)
+
+
+def _relative_least_squares(points: Sequence[tuple[float, float]], latency: bool = True) -> tuple[float, float]:
+    """(a, b) >= 0 minimising the sum of ((t - a - b w) / t)^2 over (w, t); a = 0 without `latency`."""
+    # Normal equations of rows (1/t, w/t) against 1.
+    s11 = sum(1 / t**2 for _, t in points)
+    s12 = sum(w / t**2 for w, t in points)
+    s22 = sum(w**2 / t**2 for w, t in points)
+    r1 = sum(1 / t for _, t in points)
+    r2 = sum(w / t for w, t in points)
+    det = s11 * s22 - s12**2
+    if latency and det > 0:
+        a, b = (r1 * s22 - r2 * s12) / det, (r2 * s11 - r1 * s12) / det
+        if a >= 0 and b > 0:
+            return a, b
+    return 0.0, r2 / s22  # no latency term
+
+
+@dataclass(frozen=True)
+class Candidate:
+    config: Config
+    origin: str  # where it came from: "#1 of 4096x4096" (a tuned shape's stored config), "seed", "default"
+    from_shape: tuple[int, ...] | None = None  # the tuned shape whose stored config it is
+
+
+@dataclass(frozen=True)
+class Prediction:
+    config: Config
+    time_us: float
+    candidate: Candidate
+    roofline_us: float
+    correction: float  # predicted time / roofline
+    timed_on: tuple[tuple[int, ...], ...]  # nearby tuned shapes that hold this config, nearest first
+    basis: str  # one line: what the prediction is made of
+    # False where no shape of this kernel family is tuned: the roofline then comes from other
+    # families' shapes (a GEMM of 4096^3 says little of one of 8x4096^2), good for ranking the
+    # candidates by their grids, not for a time to show.
+    rated: bool = True
+
+
+@dataclass(frozen=True)
+class _Shape:
+    problem: Problem
+    trials: tuple[tuple[Config, float], ...]  # stored OK trials, fastest first
+
+    @property
+    def slowest_us(self) -> float:
+        return self.trials[-1][1]
+
+
+class CostModel:
+    """Fitted to the stored trials of the tuned shapes of one GPU, op, dtype and layout."""
+
+    def __init__(
+        self,
+        stored: Mapping[Problem, Sequence[Timed]],
+        sm_count: int | None = None,
+        *,
+        roofline_from: Sequence[tuple[Problem, float]] = (),
+        sigma: float = SIGMA,
+        absent_margin: float = ABSENT_MARGIN,
+        neighbours: int = NEIGHBOURS,
+    ) -> None:
+        """`stored`: the stored OK trials of each tuned shape whose configs are of this problem's space
+        (the selector's pool); `roofline_from`: (problem, best time) of tuned shapes of the same op, dtype
+        and layout served by other kernel families, which only help fit the roofline."""
+        shapes = []
+        for problem, rows in stored.items():
+            trials = sorted(((dict(r.config), float(r.time_us)) for r in rows if r.time_us), key=lambda x: x[1])
+            if trials:
+                shapes.append(_Shape(problem, tuple(trials)))
+        self.shapes = tuple(sorted(shapes, key=lambda s: s.problem.shape))
+        best = [(s.problem, s.trials[0][1]) for s in self.shapes]
+        self.roofline = fit_roofline([*best, *roofline_from], sm_count)
+        self.sigma, self.absent_margin, self.neighbours = sigma, absent_margin, neighbours
+        self._fitted: dict[Problem, dict[str, dict[Problem, float]]] = {}
+
+    def nearest(self, problem: Problem) -> list[_Shape]:
+        """Tuned shapes from the nearest outwards, the problem's own shape left out."""
+        others = [s for s in self.shapes if s.problem.shape != problem.shape]
+        return sorted(others, key=lambda s: (shape_distance(s.problem.shape, problem.shape), s.problem.shape))
+
+    def candidates(self, problem: Problem) -> list[Candidate]:
+        """The stored configs of the nearest tuned shapes (fitted onto this one), the op's seeds and its
+        default, each once, with where it came from."""
+        op = ops.for_problem(problem)
+        space = op.space(problem)
+        found: dict[str, Candidate] = {}
+        for shape in self.nearest(problem)[: self.neighbours]:
+            for rank, (config, _) in enumerate(shape.trials, 1):
+                fitted = space.fit(config)
+                if fitted is not None:
+                    origin = f"#{rank} of {_text(shape.problem.shape)}" + _fitted(config, fitted)
+                    found.setdefault(config_key(fitted), Candidate(fitted, origin, shape.problem.shape))
+        for config in op.seed_configs(problem):
+            found.setdefault(config_key(config), Candidate(config, "seed"))
+        default = op.default_config(problem)
+        found.setdefault(config_key(default), Candidate(default, "default"))
+        # Whatever an op's seeds or fitting hand back, only a config this shape runs is a candidate.
+        return [c for c in found.values() if space.check(c.config) is None]
+
+    def predict(self, problem: Problem, candidate: Candidate | Config) -> Prediction | None:
+        """The predicted time of a candidate (or of a plain config) on `problem`; None where nothing
+        of the op, dtype and layout is tuned."""
+        if self.roofline is None:
+            return None
+        if not isinstance(candidate, Candidate):
+            candidate = Candidate(dict(candidate), "")
+        config = candidate.config
+        stored = self._stored_as(problem).get(config_key(config), {})
+        weighted, total, timed_on = 0.0, 0.0, []
+        shapes = self.nearest(problem)
+        closest = shape_distance(shapes[0].problem.shape, problem.shape) if shapes else 0.0
+        for shape in shapes:
+            distance = shape_distance(shape.problem.shape, problem.shape)
+            # Relative to the nearest shape, so that far shapes do not all underflow to zero.
+            weight = math.exp(-(distance**2 - closest**2) / (2 * self.sigma**2))
+            there = stored.get(shape.problem)
+            if there is None:
+                there = shape.slowest_us * math.exp(self.absent_margin)
+            else:
+                timed_on.append(shape.problem.shape)
+            weighted += weight * math.log(there / self.roofline.time_us(shape.problem))
+            total += weight
+        # The stored configs fill the GPU where they were timed (a tuned leader does); where this one
+        # would not fill it on this shape, it can use only its share of the SMs.
+        roof = self.roofline.time_us(problem, self.roofline.fill(problem, config))
+        correction = math.exp(weighted / total) if total else 1.0
+        if not shapes:
+            basis = "nothing of this kernel family tuned: ranked by how much of the GPU its grid fills"
+            return Prediction(config, roof, candidate, roof, 1.0, (), basis, rated=False)
+        basis = f"roofline {roof:.2f} us ({self.roofline.text()}) x {correction:.2f} " + _evidence(
+            timed_on, len(shapes)
+        )
+        return Prediction(config, roof * correction, candidate, roof, correction, tuple(timed_on), basis)
+
+    def rank(self, problem: Problem) -> list[Prediction]:
+        """Every candidate with its prediction, fastest first (the candidates' order breaks ties)."""
+        predictions = [self.predict(problem, candidate) for candidate in self.candidates(problem)]
+        found = [p for p in predictions if p is not None]
+        order = {id(p): i for i, p in enumerate(found)}
+        return sorted(found, key=lambda p: (p.time_us, order[id(p)]))
+
+    def _stored_as(self, problem: Problem) -> dict[str, dict[Problem, float]]:
+        """Every stored trial moved onto this problem's space: config key -> tuned shape -> the fastest
+        stored time of a config that Space.fit moves onto that key."""
+        if problem not in self._fitted:
+            space = ops.for_problem(problem).space(problem)
+            found: dict[str, dict[Problem, float]] = {}
+            for shape in self.shapes:
+                for config, time_us in reversed(shape.trials):  # fastest last, so it stays
+                    fitted = space.fit(config)
+                    if fitted is not None:
+                        found.setdefault(config_key(fitted), {})[shape.problem] = time_us
+            self._fitted[problem] = found
+        return self._fitted[problem]
+
+
+def _fitted(config: Mapping[str, int], fitted: Mapping[str, int]) -> str:
+    changed = [name for name in fitted if config.get(name) != fitted[name]]
+    return " with " + " ".join(f"{n}={fitted[n]}" for n in changed) if changed else ""
+
+
+def _evidence(timed_on: Sequence[tuple[int, ...]], count: int) -> str:
+    if not timed_on:
+        return f"(not among the stored trials of any of the {count} tuned shapes)"
+    listed = ", ".join(_text(s) for s in timed_on[:3]) + (f" and {len(timed_on) - 3} more" if len(timed_on) > 3 else "")
+    others = count - len(timed_on)
+    return f"(timed on {listed}" + (f"; not among the stored trials of {others} other tuned shapes)" if others else ")")
+
+
+def _text(shape: Sequence[int]) -> str:
+    return "x".join(map(str, shape))

@@ -1,0 +1,219 @@
+"""The cost model for shapes never tuned (autotune/select/cost.py) and the selector's use of it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pytest
+
+from autotune import cli
+from autotune.core.fingerprint import GpuInfo
+from autotune.core.problem import ITEMSIZE, Problem
+from autotune.ops import gemv
+from autotune.select.choose import DEFAULT, ESTIMATE, Choice, Selector, choose
+from autotune.select.cost import CostModel, fit_roofline
+from autotune.store import Store
+from tests.fakes import ok, record
+
+GPU = "NVIDIA H200"
+H200 = GpuInfo(GPU, "GPU-1111", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
+SMS = 132
+# Two tilings that run on every shape below with 16-byte loads, and a block per row.
+A = {**gemv.DEFAULT_CONFIG, "block": 128, "lanes": 128, "vec": 8, "rows": 2, "policy": 1}
+B = {**gemv.DEFAULT_CONFIG, "block": 256, "lanes": 64, "vec": 8, "rows": 2, "policy": 1}
+C = {**gemv.DEFAULT_CONFIG, "block": 128, "lanes": 32, "vec": 8, "unroll": 2}
+WHOLE_ROW = {**gemv.DEFAULT_CONFIG, "block": 512, "lanes": 512, "vec": 8, "policy": 1}  # a block per row
+SPLIT = {**gemv.DEFAULT_CONFIG, "block": 64, "lanes": 64, "vec": 8, "policy": 1, "persist": 4, "split": 16}
+LATENCY, BANDWIDTH = 2.0, 4e6  # us, bytes per us
+
+
+@dataclass(frozen=True)
+class Trial:
+    config: dict[str, int]
+    time_us: float
+
+
+def gemv16(m: int, n: int) -> Problem:
+    return Problem("gemv", "float16", m, n)
+
+
+def roofline_us(problem: Problem) -> float:
+    """What a GEMV at a fixed latency and a fixed bandwidth takes."""
+    return LATENCY + (problem.m * problem.n + problem.m + problem.n) * ITEMSIZE[problem.dtype] / BANDWIDTH
+
+
+def stored(*shapes: tuple[Problem, dict[str, int], float]) -> dict[Problem, list[Trial]]:
+    """Stored trials: each config at `factor` times the roofline of its shape."""
+    found: dict[Problem, list[Trial]] = {}
+    for problem, config, factor in shapes:
+        found.setdefault(problem, []).append(Trial(config, roofline_us(problem) * factor))
+    return found
+
+
+def every_shape_prefers(config: dict[str, int], other: dict[str, int]) -> dict[Problem, list[Trial]]:
+    sizes = [(1024, 1024), (2048, 2048), (4096, 4096), (8192, 8192), (4096, 16384)]
+    return stored(*((gemv16(m, n), config, 1.0) for m, n in sizes), *((gemv16(m, n), other, 1.1) for m, n in sizes))
+
+
+# --- the model -------------------------------------------------------------------------------------
+
+
+def test_roofline_recovers_latency_and_bandwidth_of_a_memory_bound_op() -> None:
+    shapes = [gemv16(m, n) for m, n in [(1024, 1024), (2048, 2048), (4096, 4096), (8192, 8192)]]
+    roof = fit_roofline([(p, roofline_us(p)) for p in shapes], SMS)
+    assert roof is not None and roof.flops_per_us is None  # GEMV: no flops ceiling
+    assert roof.latency_us == pytest.approx(LATENCY, rel=1e-6)
+    assert roof.bytes_per_us / roof.scale == pytest.approx(BANDWIDTH, rel=1e-6)
+
+
+def test_predictions_grow_with_the_bytes_of_a_memory_bound_op() -> None:
+    model = CostModel(every_shape_prefers(A, B), SMS)
+    times = []
+    for m in (1000, 1500, 3000, 6000, 12000, 50000):  # none of them tuned
+        prediction = model.predict(gemv16(m, 4096), A)
+        assert prediction is not None
+        times.append(prediction.time_us)
+    assert times == sorted(times) and times[-1] > 10 * times[0]
+    # Between tuned shapes the model lands on the roofline the trials were made from.
+    middle = gemv16(3000, 3000)
+    prediction = model.predict(middle, A)
+    assert prediction is not None and prediction.time_us == pytest.approx(roofline_us(middle), rel=0.02)
+
+
+def test_a_config_faster_on_every_tuned_shape_is_predicted_faster() -> None:
+    model = CostModel(every_shape_prefers(B, A), SMS)
+    fast, slow = model.predict(gemv16(3000, 5000), B), model.predict(gemv16(3000, 5000), A)
+    assert fast is not None and slow is not None
+    assert slow.time_us / fast.time_us == pytest.approx(1.1, rel=0.01)
+    assert fast.timed_on[0] in {(2048, 2048), (4096, 4096)}  # the nearest tuned shapes first
+
+
+def test_a_config_no_tuned_shape_holds_is_predicted_slower_than_the_stored_ones() -> None:
+    model = CostModel(every_shape_prefers(A, B), SMS)
+    shape = gemv16(3000, 3000)
+    held, unknown = model.predict(shape, B), model.predict(shape, C)
+    assert held is not None and unknown is not None
+    assert unknown.time_us > held.time_us and unknown.timed_on == ()
+    assert "not among the stored trials" in unknown.basis
+
+
+def test_a_grid_that_leaves_most_sms_idle_is_predicted_slower() -> None:
+    """3 rows: a block per row runs 3 blocks on 132 SMs; 16 splits of each row give 48."""
+    model = CostModel(stored((gemv16(4096, 4096), A, 1.0), (gemv16(8192, 8192), A, 1.0)), SMS)
+    short = gemv16(3, 131072)
+    whole, split = model.predict(short, WHOLE_ROW), model.predict(short, SPLIT)
+    assert whole is not None and split is not None
+    assert whole.roofline_us > 5 * split.roofline_us
+    # Without the SM count the grid has no say.
+    blind = CostModel(stored((gemv16(4096, 4096), A, 1.0), (gemv16(8192, 8192), A, 1.0)))
+    assert blind.roofline is not None and blind.roofline.fill(short, WHOLE_ROW) == 1.0
+
+
+# --- the selector ------------------------------------------------------------------------------------
+
+
+def test_selector_picks_the_lowest_prediction_not_the_nearest_leader() -> None:
+    """The nearest tuned shape's leader (A) lost by 10% on the three shapes around it."""
+    trials = stored(
+        (gemv16(4096, 4096), A, 1.0),
+        (gemv16(4096, 4096), B, 1.005),
+        *((gemv16(m, n), B, 1.0) for m, n in [(2048, 4096), (8192, 4096), (4096, 8192)]),
+        *((gemv16(m, n), A, 1.1) for m, n in [(2048, 4096), (8192, 4096), (4096, 8192)]),
+    )
+    model = CostModel(trials, SMS)
+    problem = gemv16(4000, 4096)
+    ranked = model.rank(problem)
+    assert ranked[0].time_us == min(p.time_us for p in ranked) and ranked[0].config == B
+    choice = choose(problem, GPU, None, [], model=model)
+    assert (choice.source, choice.config, choice.from_shape) == (ESTIMATE, B, (4096, 4096))
+    assert choice.predicted_us == pytest.approx(ranked[0].time_us) and choice.time_us is None
+    # The rule without a model takes the nearest shape's leader.
+    nearest_rows = [Row(gemv16(4096, 4096), A, 1.0)]
+    assert choose(problem, GPU, None, nearest_rows).config == A
+
+
+@dataclass(frozen=True)
+class Row:
+    """A stored best trial as choose() reads it (select.TunedRow)."""
+
+    problem: Problem
+    config: dict[str, int]
+    time_us: float
+    gbs: float | None = None
+    driver: str = "13.0"
+    cuda: str = "13.0"
+
+    @property
+    def m(self) -> int:
+        return self.problem.m
+
+    @property
+    def n(self) -> int:
+        return self.problem.n
+
+
+def test_one_tuned_shape_is_enough_to_predict() -> None:
+    only = gemv16(4096, 4096)
+    model = CostModel(stored((only, A, 1.0), (only, B, 1.2)), SMS)
+    assert model.roofline is not None and model.roofline.latency_us == 0.0  # one shape fits no latency
+    choice = choose(gemv16(8192, 4096), GPU, None, [], model=model)
+    assert (choice.source, choice.config, choice.from_shape) == (ESTIMATE, A, (4096, 4096))
+    # Twice the bytes of the tuned shape, at its rate.
+    assert choice.predicted_us == pytest.approx(2 * roofline_us(only), rel=0.01)
+    assert choice.basis is not None and "timed on 4096x4096" in choice.basis
+
+
+def test_nothing_tuned_gives_the_default() -> None:
+    model = CostModel({}, SMS)
+    assert model.roofline is None and model.rank(gemv16(4096, 4096)) == []
+    choice = choose(gemv16(4096, 4096), GPU, None, [], model=model)
+    assert (choice.source, choice.config, choice.predicted_us, choice.basis) == (
+        DEFAULT,
+        gemv.DEFAULT_CONFIG,
+        None,
+        None,
+    )
+
+
+def test_a_config_that_does_not_fit_the_shape_is_never_returned(monkeypatch: pytest.MonkeyPatch) -> None:
+    """N = 4095: no 16-byte loads. A stored leader is fitted; a seed the shape cannot run (an op's
+    bug) is dropped, however fast the model would have found it."""
+    odd = gemv16(4096, 4095)
+    space = gemv.OP.space(odd)
+    assert space.check(A) is not None and space.check(B) is not None
+    monkeypatch.setattr(type(gemv.OP), "seed_configs", lambda self, problem: [dict(B)])
+    model = CostModel(every_shape_prefers(B, A), SMS)
+    candidates = model.candidates(odd)
+    assert candidates and all(space.check(c.config) is None for c in candidates)
+    assert B not in [c.config for c in candidates]
+    choice = choose(odd, GPU, None, [], model=model)
+    assert space.check(choice.config) is None and choice.config == {**B, "vec": 1}
+    assert "vec=1" in choice.notes[0]
+
+
+# --- what `best` shows ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def untuned_choice(store: Store) -> Choice:
+    for problem, trials in every_shape_prefers(A, B).items():
+        for trial in trials:
+            record(store, problem, trial.config, ok(trial.time_us), H200)
+    return Selector(store).choose(gemv16(3000, 3000), GPU)
+
+
+def test_best_json_has_the_predicted_time_and_its_basis(untuned_choice: Choice) -> None:
+    data = json.loads(json.dumps(untuned_choice.to_dict()))
+    assert data["source"] == ESTIMATE and data["config"] == A and data["time_us"] is None
+    assert data["predicted_us"] == pytest.approx(roofline_us(gemv16(3000, 3000)), rel=0.02)
+    assert "roofline" in data["basis"] and "timed on" in data["basis"]
+
+
+def test_best_text_shows_the_predicted_time_not_a_neighbours(
+    untuned_choice: Choice, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cli._print_choice(untuned_choice)
+    out = capsys.readouterr().out
+    assert f"[estimate]: predicted {untuned_choice.predicted_us:.2f} us" in out
+    assert "predicted from: roofline" in out and "measured on" not in out
