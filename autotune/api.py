@@ -14,6 +14,7 @@ from autotune import ops
 from autotune.core.asked import Asked
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import LocalGpu, cuda_release, local_gpus, slugify
+from autotune.core.gpus import described
 from autotune.core.log import show_on_stderr
 from autotune.core.problem import Problem, read_shapes_file
 from autotune.ops import make_problem, resolve_op, shape_dims, standard_shapes
@@ -82,12 +83,29 @@ def short_gpu_name(name: str) -> str:
     return name.removeprefix("NVIDIA ").strip() or name
 
 
-def resolve_gpu(gpu: str | None, known: Sequence[str]) -> tuple[str, str | None]:
-    """(GPU name, local driver or None): the named GPU, or this machine's first GPU."""
+def resolve_gpu(gpu: str | None, known: Sequence[str], *, answerable: bool = True) -> tuple[str, str | None]:
+    """(GPU name, local driver or None): the named GPU, or this machine's first GPU. Where an answer
+    must be built for it (`answerable`), a name must be one the database holds measurements for
+    (`known`), a described model (db/gpus.json) or this machine's GPU; any other is refused with
+    the list, since which kernel families run on it is unknown."""
     if gpu is not None:
         if not gpu.strip():
             raise AutotuneError("--gpu must name a GPU, e.g. 'NVIDIA H200'")
-        return match_gpu(gpu, known), None
+        name = match_gpu(gpu, known)
+        if name in known or not answerable:
+            return name, None
+        # Among the described models and this machine's GPUs, a part must be whole words of the
+        # name ('a100-sxm4', not 'x'): a stray letter would otherwise pick a model no one meant.
+        others = [n for n in [*described(), *(g.name for g in local_gpus())] if n not in known]
+        words = slugify(gpu)
+        wordwise = [n for n in others if f"-{words}-" in f"-{slugify(n)}-"]
+        name = match_gpu(gpu, wordwise)
+        if name in wordwise:
+            return name, None
+        raise AutotuneError(
+            f"unknown GPU {gpu!r}: measured: {', '.join(known) or 'none yet'}; described without "
+            f"measurements: {', '.join(n for n in described() if n not in known)}"
+        )
     local = _local_gpu()
     if local is None:
         tuned = ", ".join(known) if known else "none yet"
@@ -113,7 +131,15 @@ def best(
     gpu_name, local_driver = resolve_gpu(gpu, known)
     choice = _selector(db).choose(problem, gpu_name, local_driver, cuda_release() if local_driver else None)
     if gpu_name not in known:
-        note = f"the database holds measurements for: {', '.join(known) or 'no GPU yet'}"
+        model = described().get(gpu_name)
+        if model is not None:
+            note = (
+                f"no record exists for {gpu_name}: answered with the kernel families that run on compute "
+                f"capability {model.compute_capability}; the database holds measurements for: "
+                f"{', '.join(known) or 'no GPU yet'}"
+            )
+        else:
+            note = f"the database holds measurements for: {', '.join(known) or 'no GPU yet'}"
         choice = dataclasses.replace(choice, notes=(*choice.notes, note))
     return choice
 
@@ -407,7 +433,7 @@ def problem_trials(
     """Every stored trial of one problem, fastest first."""
     problem = _problem(op, dtype, m, n, k, trans)
     database = _open(db)
-    gpu_name, _ = resolve_gpu(gpu, database.gpu_names())
+    gpu_name, _ = resolve_gpu(gpu, database.gpu_names(), answerable=False)
     problem_id = database.problem_id(problem, gpu_name, create=False)
     return problem, gpu_name, ([] if problem_id is None else list(database.trials(problem_id)))
 

@@ -90,6 +90,7 @@ def _no_shipped_records(
     resources = tmp_path_factory.mktemp("resources")
     (resources / "records").mkdir()
     (resources / "migrations").symlink_to(Path(__file__).resolve().parents[1] / "db" / "migrations")
+    (resources / "gpus.json").symlink_to(Path(__file__).resolve().parents[1] / "db" / "gpus.json")
     monkeypatch.setattr("autotune.core.paths.db_dir", lambda: resources)
 
 

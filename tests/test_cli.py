@@ -175,14 +175,14 @@ def test_missing_shapes_file(run: Cli, tmp_path: Path) -> None:
     assert_one_error(run("sweep", "--shapes", str(tmp_path / "nope.txt")), "nope.txt", "No such file")
 
 
-@pytest.mark.parametrize("command", [["best", "--m", "64", "--n", "64", "--gpu", "x"], ["list"], ["gpus"]])
+@pytest.mark.parametrize("command", [["best", "--m", "64", "--n", "64", "--gpu", "NVIDIA H200"], ["list"], ["gpus"]])
 def test_db_in_a_missing_folder(run: Cli, tmp_path: Path, command: list[str]) -> None:
     target = tmp_path / "missing" / "tune.db"
     assert_one_error(run(*command, "--db", str(target)), "cannot open database", "missing")
     assert not target.parent.exists()
 
 
-@pytest.mark.parametrize("command", [["best", "--m", "64", "--n", "64", "--gpu", "x"], ["list"], ["gpus"]])
+@pytest.mark.parametrize("command", [["best", "--m", "64", "--n", "64", "--gpu", "NVIDIA H200"], ["list"], ["gpus"]])
 def test_newer_schema_is_refused_untouched(run: Cli, tmp_path: Path, command: list[str]) -> None:
     path = tmp_path / "newer.db"
     open_store(str(path), import_shipped=False).close()
@@ -225,7 +225,7 @@ def test_best_without_a_gpu_answers_for_every_stored_gpu(run: Cli, tmp_path: Pat
 
 
 def test_dtype_alone_picks_the_dtype_of_the_default_op(run: Cli, tmp_path: Path) -> None:
-    data = best_json(run, tmp_path / "e.db", "--m", "64", "--n", "64", "--dtype", "float32", "--gpu", "x")
+    data = best_json(run, tmp_path / "e.db", "--m", "64", "--n", "64", "--dtype", "float32", "--gpu", "NVIDIA H200")
     assert (data["op"], data["dtype"]) == ("sgemv", "float32")
 
 
@@ -260,6 +260,7 @@ def shipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     db_dir = tmp_path / "resources"
     (db_dir / "records").mkdir(parents=True)
     (db_dir / "migrations").symlink_to(REPO / "db" / "migrations")
+    (db_dir / "gpus.json").symlink_to(REPO / "db" / "gpus.json")
     with open_store(str(tuned_db(tmp_path / "source.db")), import_shipped=False) as source:
         assert source.export_records(H200.name, db_dir / "records" / "nvidia-h200.jsonl") == 2
     monkeypatch.setattr("autotune.core.paths.db_dir", lambda: db_dir)
@@ -301,13 +302,21 @@ def test_shipped_records_estimate_an_untuned_shape(run: Cli, shipped: Path) -> N
     assert len(data["notes"]) == 1 and "4096x8192" in data["notes"][0]
 
 
-def test_an_untuned_gpu_gets_the_default(run: Cli, shipped: Path) -> None:
-    data = best_json(run, shipped, "--m", "4096", "--n", "8192", "--gpu", "NVIDIA A100")
-    assert (data["gpu"], data["source"], data["config"]) == ("NVIDIA A100", "default", gemv.DEFAULT_CONFIG)
-    assert len(data["notes"]) == 2 and "NVIDIA A100" in data["notes"][0]
-    assert data["notes"][1] == "the database holds measurements for: NVIDIA H200"  # the GPUs it knows
-    text = run("best", "--m", "4096", "--n", "8192", "--gpu", "NVIDIA A100", "--db", str(shipped))
-    assert config_line(text.out) == gemv.DEFAULT_CONFIG and "note: nothing tuned for hgemv" in text.out
+def test_a_described_gpu_without_records_gets_the_defaults_of_the_families_it_runs(run: Cli, shipped: Path) -> None:
+    data = best_json(run, shipped, "--m", "4096", "--n", "8192", "--gpu", "A100-SXM4-80GB")
+    assert (data["gpu"], data["source"], data["config"]["cluster"]) == ("NVIDIA A100-SXM4-80GB", "default", 1)
+    assert "no record exists for NVIDIA A100-SXM4-80GB" in data["notes"][-1] and "capability 8.0" in data["notes"][-1]
+    gemm = best_json(run, shipped, "--op", "hgemm", "--m", "4096", "--n", "4096", "--k", "4096", "--gpu", "l40s")
+    assert "wgs" not in gemm["config"] and "wm" in gemm["config"]  # mma: wgmma runs on 9.0 only
+    text = run("best", "--m", "4096", "--n", "8192", "--gpu", "NVIDIA B200", "--db", str(shipped))
+    assert "note: nothing tuned for hgemv" in text.out and "capability 10.0" in text.out
+
+
+def test_an_unknown_gpu_name_is_refused_with_the_known_ones(run: Cli, shipped: Path) -> None:
+    result = run("best", "--m", "64", "--n", "64", "--gpu", "RTX 9999", "--db", str(shipped))
+    assert_one_error(result, "unknown GPU 'RTX 9999'", "measured: NVIDIA H200", "NVIDIA L40S")
+    assert_one_error(run("best", "--m", "64", "--n", "64", "--gpu", "x", "--db", str(shipped)), "unknown GPU")
+    assert_one_error(run("best", "--m", "64", "--n", "64", "--gpu", "A100", "--db", str(shipped)), "ambiguous")
 
 
 def test_ambiguous_gpu_is_an_error(run: Cli, tmp_path: Path) -> None:
@@ -319,21 +328,26 @@ def test_ambiguous_gpu_is_an_error(run: Cli, tmp_path: Path) -> None:
 
 def test_gemv_with_dtype_resolves_to_the_blas_name(run: Cli, tmp_path: Path) -> None:
     db = tmp_path / "e.db"
-    data = best_json(run, db, "--m", "64", "--n", "64", "--op", "gemv", "--dtype", "bf16", "--gpu", "x")
+    data = best_json(run, db, "--m", "64", "--n", "64", "--op", "gemv", "--dtype", "bf16", "--gpu", "NVIDIA H200")
     assert (data["op"], data["dtype"]) == ("bgemv", "bfloat16")
-    text = run("best", "--m", "64", "--n", "64", "--op", "gemv", "--dtype", "bf16", "--gpu", "x", "--db", str(db))
-    assert text.out.startswith("bgemv 64x64 on x")
+    text = run(
+        "best", "--m", "64", "--n", "64", "--op", "gemv", "--dtype", "bf16", "--gpu", "NVIDIA H200", "--db", str(db)
+    )
+    assert text.out.startswith("bgemv 64x64 on NVIDIA H200")
 
 
 def test_best_text_names_the_source(run: Cli, tmp_path: Path) -> None:
-    text = run("best", "--m", "64", "--n", "64", "--gpu", "NVIDIA A100", "--db", str(tmp_path / "e.db"))
-    assert text.out.startswith("hgemv 64x64 on NVIDIA A100 [default]")
+    text = run("best", "--m", "64", "--n", "64", "--gpu", "NVIDIA L40S", "--db", str(tmp_path / "e.db"))
+    assert text.out.startswith("hgemv 64x64 on NVIDIA L40S [default]")
 
 
 @pytest.mark.parametrize("command", ["best", "show"])
 def test_gpu_names_are_printed_verbatim(run: Cli, tmp_path: Path, command: str) -> None:
     result = run(command, "--m", "64", "--n", "64", "--gpu", "[/x] [bold]GPU", "--db", str(tmp_path / "e.db"))
-    assert result.code == 0 and "on [/x] [bold]GPU" in result.out
+    if command == "show":
+        assert result.code == 0 and "on [/x] [bold]GPU" in result.out
+    else:  # a name neither measured nor described is refused, and its text shown as it is
+        assert result.code != 0 and "unknown GPU '[/x] [bold]GPU'" in result.err
 
 
 HOSTILE = "EVIL\x1b[2J\x1b]0;pwned\x07\u202eGPU"
@@ -342,9 +356,9 @@ HOSTILE = "EVIL\x1b[2J\x1b]0;pwned\x07\u202eGPU"
 @pytest.mark.parametrize("command", ["best", "show"])
 def test_escape_codes_in_a_gpu_name_are_never_printed_raw(run: Cli, tmp_path: Path, command: str) -> None:
     result = run(command, "--m", "64", "--n", "64", "--gpu", HOSTILE, "--db", str(tmp_path / "e.db"))
-    assert result.code == 0, result
+    assert result.code == (0 if command == "show" else 2), result  # best refuses a GPU it cannot answer for
     assert "\x1b" not in result.text and "\x07" not in result.text and "\u202e" not in result.text
-    assert "EVIL\\x1b[2J\\x1b]0;pwned\\x07\\u202eGPU" in result.out
+    assert "EVIL\\x1b[2J\\x1b]0;pwned\\x07\\u202eGPU" in result.text
 
 
 def test_escape_codes_in_stored_text_and_in_errors_are_never_printed_raw(run: Cli, tmp_path: Path) -> None:

@@ -142,12 +142,12 @@ def test_cli_best_for_gemm_and_transposed_gemv(tmp_path: Path) -> None:
 
     db = str(tmp_path / "t.db")
     runner = CliRunner()
-    args = ["best", "--op", "hgemm", "--m", "4096", "--n", "4096", "--k", "4096", "--gpu", "NVIDIA B999", "--db", db]
+    args = ["best", "--op", "hgemm", "--m", "4096", "--n", "4096", "--k", "4096", "--gpu", "NVIDIA B200", "--db", db]
     result = runner.invoke(app, [*args, "--json"])
     assert result.exit_code == 0, result.output
     answer = json.loads(result.output)
     assert (answer["op"], answer["k"], answer["source"]) == ("hgemm", 4096, DEFAULT)
-    trans = runner.invoke(app, ["best", "--m", "4096", "--n", "8192", "--trans", "--gpu", "NVIDIA B999", "--db", db])
+    trans = runner.invoke(app, ["best", "--m", "4096", "--n", "8192", "--trans", "--gpu", "NVIDIA B200", "--db", db])
     assert trans.exit_code == 0, trans.output
     assert "hgemv 4096x8192 (transposed)" in trans.output
 

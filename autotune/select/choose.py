@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from autotune import ops
+from autotune.core import gpus
 from autotune.core.problem import Problem
 from autotune.core.space import Config
 from autotune.core.target import targeting
@@ -168,7 +169,8 @@ class Selector:
         """The compute capability the database records for GPUs of this name (None if unknown)."""
         if gpu not in self._capabilities:
             found = {row.compute_capability for row in self._store.gpus() if row.name == gpu}
-            self._capabilities[gpu] = found.pop() if len(found) == 1 else None
+            # A GPU with no row of its own answers as its description says (db/gpus.json).
+            self._capabilities[gpu] = found.pop() if len(found) == 1 else gpus.capability(gpu)
         return self._capabilities[gpu]
 
     def _model(self, problem: Problem, gpu: str, current: str) -> CostModel:
