@@ -531,6 +531,34 @@ def _queue_dict(row: Any) -> dict[str, Any]:
 
 
 @app.command()
+def export(
+    output: Annotated[Path, typer.Option("--output", "-o", help="the file to write")],
+    fmt: Annotated[str, typer.Option("--format", help="jsonl (a records file) or csv")] = "jsonl",
+    gpu: Annotated[str | None, typer.Option("--gpu", help="only this GPU (jsonl: needed where several)")] = None,
+    top: Annotated[int, typer.Option("--top", min=1, help="fastest configs per problem")] = 1,
+    db: Db = None,
+) -> None:
+    """The best configs per problem, measured with today's kernels: a records file that `import`
+    reads back, or CSV for spreadsheets."""
+    from autotune import exports
+
+    count = exports.export(output, fmt=fmt, gpu=gpu, top=top, db=db)
+    err.print(f"wrote {count} rows to {output}", markup=False)
+
+
+@app.command("import")
+def import_(
+    path: Annotated[Path, typer.Argument(help="a records file (autotune export --format jsonl)")],
+    db: Db = None,
+) -> None:
+    """Add a records file's trials to the database, checked line by line first; all or nothing."""
+    from autotune import exports
+
+    count = exports.import_file(path, db=db)
+    err.print(f"imported {count} new trials from {path}", markup=False)
+
+
+@app.command()
 def gpus(db: Db = None) -> None:
     """GPUs of this machine and GPUs the database holds measurements for."""
     from autotune.core.fingerprint import local_gpus

@@ -95,6 +95,20 @@ def export_records(
     """Write the GPU line, then the `top` fastest OK trials of each problem (with `current_only`,
     among those measured with the problem's kernel source as it is now: what a shipped records file
     must hold, since older ones never answer); returns the trial count."""
+    lines = record_lines(db, gpu_name, top=top, source_hash=source_hash, current_only=current_only)
+    write_lines(path, lines)
+    return len(lines) - 1
+
+
+def record_lines(
+    db: Database,
+    gpu_name: str,
+    *,
+    top: int = 3,
+    source_hash: str | None = None,
+    current_only: bool = False,
+) -> list[dict[str, Any]]:
+    """The lines export_records writes: the GPU line, then the trial lines."""
     if top < 1:
         raise AutotuneError(f"--top must be at least 1, got {top}")
     with db.session_scope() as session:
@@ -118,8 +132,7 @@ def export_records(
         else:
             ranked = ranked_ok(session, filters, source_hash, top=top)
             lines += [_trial_line(problem, trial) for problem, trial in ranked]
-    write_lines(path, lines)
-    return len(lines) - 1
+    return lines
 
 
 def write_lines(path: Path, lines: list[dict[str, Any]]) -> None:

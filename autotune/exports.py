@@ -1,0 +1,102 @@
+"""`autotune export` and `autotune import`: the best configs per problem out of the database, as a
+records file (JSON lines, which `import` and other databases read back with the store's validation)
+or as CSV for spreadsheets and for TunableOp-style tools that read one row per problem."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from autotune import api, ops
+from autotune.core.errors import AutotuneError
+from autotune.core.problem import Problem
+from autotune.store.records import record_lines, write_lines
+
+FORMATS = ("jsonl", "csv")
+CSV_COLUMNS = (
+    "gpu", "op", "dtype", "m", "n", "k", "trans", "rank", "time_us", "gbs", "tflops", "config", "source_hash", "driver",
+    "cuda",
+)  # fmt: skip
+
+
+def _gpu_names(gpu: str | None, db: str | None) -> list[str]:
+    store = api.store(db)
+    known = store.gpu_names()
+    if gpu is None:
+        if not known:
+            raise AutotuneError(f"nothing to export: {store.url} holds no GPU yet")
+        return list(known)
+    name = api.match_gpu(gpu, known)
+    if name not in known:
+        raise AutotuneError(f"nothing stored for GPU {gpu!r}; the database holds: {', '.join(known) or 'no GPU yet'}")
+    return [name]
+
+
+def export(output: Path, *, fmt: str = "jsonl", gpu: str | None = None, top: int = 1, db: str | None = None) -> int:
+    """Write the `top` fastest configs of every problem (measured with today's kernels) of one GPU,
+    or of every GPU for CSV; returns how many rows. A records file holds one GPU: give `gpu` where
+    the database holds several."""
+    if fmt not in FORMATS:
+        raise AutotuneError(f"unknown export format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    names = _gpu_names(gpu, db)
+    database = api.store(db).db
+    if fmt == "jsonl":
+        if len(names) > 1:
+            raise AutotuneError(f"a records file holds one GPU: give --gpu, one of {', '.join(names)}")
+        lines = record_lines(database, names[0], top=top, current_only=True)
+        write_lines(output, lines)
+        return len(lines) - 1
+    rows: list[dict[str, Any]] = []
+    for name in names:
+        ranks: dict[Problem, int] = {}
+        for line in record_lines(database, name, top=top, current_only=True)[1:]:
+            rows.append(_csv_row(name, line, ranks))
+    _write_text(output, _csv_text(rows))
+    return len(rows)
+
+
+def _csv_row(gpu: str, line: dict[str, Any], ranks: dict[Problem, int]) -> dict[str, Any]:
+    problem = Problem(line["op"], line["dtype"], line["m"], line["n"], line["k"], line["trans"])
+    ranks[problem] = rank = ranks.get(problem, 0) + 1
+    op = ops.for_problem(problem)
+    return {
+        "gpu": gpu,
+        "op": problem.blas_name,
+        "dtype": problem.dtype,
+        "m": problem.m,
+        "n": problem.n,
+        "k": problem.k,
+        "trans": int(problem.trans),
+        "rank": rank,
+        "time_us": line["time_us"],
+        "gbs": line["gbs"],
+        "tflops": round(op.flops(problem) / line["time_us"] / 1e6, 3) if op.compute_bound else "",
+        "config": json.dumps(line["config"], separators=(",", ":"), sort_keys=True),
+        "source_hash": line["source_hash"],
+        "driver": line["driver"],
+        "cuda": line["cuda"],
+    }
+
+
+def _csv_text(rows: list[dict[str, Any]]) -> str:
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return text.getvalue()
+
+
+def _write_text(path: Path, text: str) -> None:
+    try:
+        path.write_text(text)
+    except OSError as exc:
+        raise AutotuneError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def import_file(path: Path, db: str | None = None) -> int:
+    """Import a records file (validated whole first; all or nothing); returns how many trials were new."""
+    count: int = api.store(db).import_records(path)
+    return count

@@ -1,0 +1,88 @@
+"""autotune export (a records file, or CSV) and autotune import: round trips and one-line errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from autotune import api, exports
+from autotune.core.errors import AutotuneError
+from autotune.core.fingerprint import GpuInfo
+from autotune.core.problem import Problem
+from autotune.ops import gemv
+from autotune.store import open_store
+from tests.fakes import ok, record
+
+H200 = GpuInfo("NVIDIA H200", "GPU-1111", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
+H100 = GpuInfo("NVIDIA H100 80GB HBM3", "GPU-2222", "9.0", 132, 50 * 2**20, 80 * 2**30, "13.0", "13.0")
+SHAPE = Problem("gemv", "float16", 4096, 8192)
+FAST = {**gemv.DEFAULT_CONFIG, "block": 256, "vec": 8}
+SLOW = {**gemv.DEFAULT_CONFIG, "block": 64}
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    api._open.cache_clear()
+    path = str(tmp_path / "tuned.db")
+    with open_store(path, import_shipped=False) as store:
+        record(store, SHAPE, FAST, ok(5.0), H200)
+        record(store, SHAPE, SLOW, ok(8.0), H200)
+        record(store, SHAPE, SLOW, ok(9.0), H100)
+        record(store, SHAPE, gemv.DEFAULT_CONFIG, ok(2.0), H200, src="0ld50urce")  # an older kernel's
+    yield path
+    api._open.cache_clear()
+
+
+def test_a_records_file_of_the_best_config_round_trips(db: str, tmp_path: Path) -> None:
+    out = tmp_path / "h200.jsonl"
+    assert exports.export(out, gpu="h200", db=db) == 1
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert lines[0]["kind"] == "gpu" and lines[1]["config"] == FAST  # today's kernels only: not the 2.0 us
+    fresh = str(tmp_path / "fresh.db")
+    api._open.cache_clear()
+    assert exports.import_file(out, db=fresh) >= 1
+    best = api.store(fresh).best(H200.name, SHAPE, None)
+    assert best is not None and (best.config, best.time_us) == (FAST, 5.0)
+
+
+def test_csv_has_a_row_per_config_and_problem_of_every_gpu(db: str, tmp_path: Path) -> None:
+    out = tmp_path / "all.csv"
+    assert exports.export(out, fmt="csv", top=2, db=db) == 3
+    rows = list(csv.DictReader(out.open()))
+    assert [(r["gpu"], r["rank"], r["time_us"]) for r in rows] == [
+        (H100.name, "1", "9.0"),
+        (H200.name, "1", "5.0"),
+        (H200.name, "2", "8.0"),
+    ]
+    assert rows[1]["op"] == "hgemv" and json.loads(rows[1]["config"]) == FAST and rows[1]["tflops"] == ""
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"fmt": "xml"}, "unknown export format"),
+        ({}, "a records file holds one GPU"),
+        ({"gpu": "NVIDIA A100"}, "nothing stored for GPU"),
+    ],
+)
+def test_export_errors_are_one_line(db: str, tmp_path: Path, kwargs: dict[str, str], words: str) -> None:
+    with pytest.raises(AutotuneError, match=words) as error:
+        exports.export(tmp_path / "out", db=db, **kwargs)  # type: ignore[arg-type]
+    assert "\n" not in str(error.value) and not (tmp_path / "out").exists()
+
+
+def test_a_damaged_file_imports_nothing(db: str, tmp_path: Path) -> None:
+    out = tmp_path / "h200.jsonl"
+    exports.export(out, gpu="h200", db=db)
+    text = out.read_text().splitlines()
+    damaged = tmp_path / "damaged.jsonl"
+    damaged.write_text("\n".join([*text, text[1].replace('"time_us"', '"time_us": -1, "x"')]) + "\n")
+    fresh = str(tmp_path / "fresh.db")
+    api._open.cache_clear()
+    with pytest.raises(AutotuneError, match=r"damaged\.jsonl") as error:
+        exports.import_file(damaged, db=fresh)
+    assert "\n" not in str(error.value)
+    assert api.store(fresh).best(H200.name, SHAPE, None) is None  # all or nothing
