@@ -112,8 +112,13 @@ __device__ __forceinline__ float sum_partials(float* p, size_t stride, int lo, i
 // CLUSTER*blockDim.x, reading the CLUSTER blocks' partials through distributed shared memory in rank
 // order (deterministic), and hands each sum to write(o, sum). No workspace, counters or second pass:
 // the partials never leave the GPCs' shared memory.
+// Clusters exist from sm_90 on: for older targets (an A100, an L40S) the body is left out, and no
+// instance calls it there, since the tuner's spaces offer CLUSTER > 1 only where clusters run.
 template <int CLUSTER, typename Write>
 __device__ __forceinline__ void cluster_sum(float* part, int count, Write write) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __trap();
+#else
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();  // every block's partials are written and visible cluster-wide
@@ -128,6 +133,7 @@ __device__ __forceinline__ void cluster_sum(float* part, int count, Write write)
     write(o, s);
   }
   cluster.sync();  // no block exits (freeing its shared memory) while another still reads it
+#endif
 }
 
 }  // namespace at_common

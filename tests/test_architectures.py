@@ -1,0 +1,76 @@
+"""Other GPUs than Hopper: every family's defaults and seeds compile for the architectures it runs on
+(sm_80 A100, sm_89 L40S, sm_90 H100/H200, sm_100 B200), and the selector never hands a GPU a family
+it lacks (wgmma on 9.0 only; clusters, and the tensor-memory copies of TMA, from 9.0 on).
+
+The compile test takes a few minutes on two cores: it carries the `arch` marker, which the README's
+test command leaves out and `.ci/run` runs (`pytest -m arch`)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from autotune import ops
+from autotune.build.compiler import CompileJob
+from autotune.core.problem import DTYPES, Problem
+from autotune.core.target import targeting
+from autotune.select.choose import choose
+from tests.nvcc import compile_all
+
+# (compute capability, nvcc's -arch for the families without architecture-specific instructions)
+ARCHITECTURES = (("8.0", "sm_80"), ("8.9", "sm_89"), ("9.0", "sm_90"), ("10.0", "sm_100"))
+# One problem per family and layout: a GEMV and its transpose, a one-row GEMM (skinny), a few-row GEMM
+# (skinny_tc in half precision), a square GEMM (simt in float32; wgmma on 9.0, mma elsewhere).
+SHAPES = (
+    ("gemv", 4096, 8192, 0, False),
+    ("gemv", 4096, 8192, 0, True),
+    ("gemm", 1, 4096, 4096, False),
+    ("gemm", 8, 4096, 4096, False),
+    ("gemm", 4096, 4096, 4096, False),
+)
+
+
+def _problems() -> list[Problem]:
+    return [Problem(op, dtype, m, n, k, trans) for dtype in DTYPES for op, m, n, k, trans in SHAPES]
+
+
+def _jobs_for(capability: str, arch: str) -> list[CompileJob]:
+    """The default and every seed config of each problem, as the GPU of that capability compiles them."""
+    jobs: dict[tuple[str, str], CompileJob] = {}
+    with targeting(capability):
+        for problem in _problems():
+            op = ops.for_problem(problem)
+            for config in [op.default_config(problem), *op.seed_configs(problem)]:
+                job = ops.compile_job(problem, config, arch)
+                jobs.setdefault((job.name, job.arch), job)
+    return list(jobs.values())
+
+
+def _all_jobs() -> list[CompileJob]:
+    return [job for capability, arch in ARCHITECTURES for job in _jobs_for(capability, arch)]
+
+
+@pytest.mark.arch
+@pytest.mark.nvcc(jobs=_all_jobs)
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@pytest.mark.parametrize(("capability", "arch"), ARCHITECTURES, ids=[a for _, a in ARCHITECTURES])
+def test_every_familys_defaults_and_seeds_compile_for(capability: str, arch: str) -> None:
+    jobs = _jobs_for(capability, arch)
+    assert len(jobs) >= 100
+    compile_all(jobs)
+
+
+@pytest.mark.parametrize(("capability", "arch"), ARCHITECTURES, ids=[a for _, a in ARCHITECTURES])
+def test_the_selector_never_returns_a_family_the_target_lacks(capability: str, arch: str) -> None:
+    hopper = capability == "9.0"
+    with targeting(capability):
+        for problem in _problems():
+            op = ops.for_problem(problem)
+            for config in [choose(problem, "GPU", None, []).config, *op.seed_configs(problem)]:
+                family = op.family(problem, config)
+                job = ops.compile_job(problem, config, arch)
+                assert (family == "wgmma") <= hopper, (capability, problem, family)
+                assert job.arch == (arch + "a" if family == "wgmma" else arch)
+                assert config.get("cluster", 1) == 1 or capability in ("9.0", "10.0"), (capability, problem, config)
+                assert config.get("tma", 0) == 0 or hopper, (capability, problem, config)
