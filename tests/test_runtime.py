@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from autotune.build.compiler import CompileJob, job_key
+from autotune.build.shipped import Kernel
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import GpuInfo
 from autotune.core.problem import Problem
@@ -50,6 +52,7 @@ class FakeCuda:
     next_address: int = 1 << 32
     owners: dict[int, int] = field(default_factory=dict)  # function -> the context it was loaded into
     pinned: list[Any] = field(default_factory=list)
+    loaded: list[CompileJob] = field(default_factory=list)  # every job whose kernel was asked for
 
     def __getitem__(self, name: str) -> Any:
         return {"cuLaunchKernelEx": self.launch, "cuCtxGetCurrent": self.get_current}[name]
@@ -131,15 +134,12 @@ def cuda(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeCuda:
     monkeypatch.setattr(driver, "allow_shared", lambda function, size: None)
     monkeypatch.setattr(driver, "stream_synchronize", lambda stream: fake.events.append(("sync", stream)))
     monkeypatch.setattr(device_module, "gpu_info", lambda index: H200)
-    cubin = tmp_path / "fake.cubin"
-    cubin.write_bytes(b"\x7fELF")
 
-    @dataclass
-    class Compiled:
-        cubin: Path
-        message: str = ""
+    def find_kernel(job: CompileJob) -> Kernel:
+        fake.loaded.append(job)
+        return Kernel(b"\x7fELF", job_key(job), "compiled")
 
-    monkeypatch.setattr(launcher_module, "compile_kernel", lambda job: Compiled(cubin))
+    monkeypatch.setattr(launcher_module, "find_kernel", find_kernel)
     return fake
 
 
@@ -426,3 +426,4 @@ def test_the_checked_path_registers_the_key_the_short_path_looks_up(
     for _ in range(3):
         runtime.gemv(A, x, out)
     assert described == [] and len(cuda.launches) == 4
+
