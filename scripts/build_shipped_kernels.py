@@ -21,6 +21,7 @@ import hashlib
 import json
 import lzma
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -82,7 +83,8 @@ def instances(uses: list[shipset.Use]) -> list[Instance]:
 
 
 def _nvcc(job: CompileJob, targets: list[str], output_flag: str, scratch: Path) -> tuple[bytes | None, str]:
-    """nvcc with the launcher's own options, for `targets` (-arch or -gencode arguments)."""
+    """nvcc with the launcher's own options, for `targets` (-arch or -gencode arguments); the first
+    error line, without folders, where it fails."""
     kernels = REPO / "kernels"
     source = scratch / "kernel.cu"
     source.write_text(job.source)
@@ -90,19 +92,26 @@ def _nvcc(job: CompileJob, targets: list[str], output_flag: str, scratch: Path) 
     includes = [arg for folder in INCLUDE_FOLDERS for arg in ("-I", folder)]
     command = [shutil.which("nvcc") or "nvcc", output_flag, *targets, *NVCC_OPTIONS, *includes]
     command += ["-o", str(output), str(source)]
-    # Run from kernels/ with relative include folders: the line tables name no folder of this machine.
     done = subprocess.run(command, cwd=kernels, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         lines = [line for line in (done.stderr or done.stdout).splitlines() if "error" in line]
-        return None, (lines or [f"exit {done.returncode}"])[0].replace(str(kernels) + "/", "")
+        return None, _FOLDERS.sub("", (lines or [f"exit {done.returncode}"])[0])
     return output.read_bytes(), ""
+
+
+# Absolute folders and nvcc's temporary file prefixes in an error line.
+_FOLDERS = re.compile(r"(?<!\S)(?:/[^\s/]+)*/(?:tmpxft_[0-9a-f]+_[0-9a-f]+-\d+_)?(?=[^\s/]+)")
 
 
 def build(instance: Instance) -> Built:
     start = time.perf_counter()
     job = instance.job
-    with tempfile.TemporaryDirectory(prefix="autotune-ship-") as folder:
-        scratch = Path(folder)
+    # One fixed folder per instance: -lineinfo writes the source's path into the code, so a rebuild of
+    # the same checkout gives the same bytes (and rewrites no file that did not change).
+    scratch = Path(tempfile.gettempdir()) / "autotune-ship" / instance.stem
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    try:
         if instance.only_arch:
             image, error = _nvcc(job, [f"-arch={job.arch}"], "--cubin", scratch)
             if image is None:
@@ -118,6 +127,8 @@ def build(instance: Instance) -> Built:
                 return Built(instance, "fatbin", image, archs, shipped.PTX_ARCH, not_built, time.perf_counter() - start)
             not_built[archs.pop(0)] = error  # the oldest architecture lacks what the kernel uses
         raise SystemExit(f"{job.name} compiles for none of {', '.join(shipped.SASS_ARCHS)}: {error}")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def keys_of(built: Built) -> list[str]:
