@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -427,3 +428,25 @@ def test_the_checked_path_registers_the_key_the_short_path_looks_up(
         runtime.gemv(A, x, out)
     assert described == [] and len(cuda.launches) == 4
 
+
+def test_the_launch_path_loads_a_shipped_kernel_without_nvcc(
+    cuda: FakeCuda, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The runtime's own look-up (not the double above): a config the H200's records select is
+    loaded from db/kernels/, with no nvcc on PATH and no database behind the look-up."""
+    from autotune.build import shipped
+
+    repo = Path(__file__).resolve().parents[1]
+    monkeypatch.setattr("autotune.core.paths.db_dir", lambda: repo / "db")
+    monkeypatch.setattr(launcher_module, "find_kernel", shipped.find_kernel)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    images: list[bytes] = []
+    load = driver.load_function
+    monkeypatch.setattr(driver, "load_function", lambda image, name: images.append(image) or load(image, name))
+    kernels = json.loads((repo / "db" / "kernels" / "manifest.json").read_text())["kernels"].values()
+    use = next(e["use"] for e in kernels if e["use"]["problem"]["op"] == "gemv" and e["use"]["capability"] == "9.0")
+    choice = Choice(Problem(**use["problem"]), H200.name, use["config"], use["source"])
+    runtime = _runtime(choice)
+    runtime.plan(choice, runtime.device(0), not use["unaligned"])
+    assert len(images) == 1 and images[0][:4] == bytes.fromhex("50ed55ba")  # a fatbin, loaded as it is
