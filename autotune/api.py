@@ -305,7 +305,7 @@ def prepare(
     without a GPU every GPU the database holds: shipped kernels are unpacked into the kernel cache,
     others found there or compiled into it by nvcc. Touches no GPU; warmup() loads them."""
     from autotune.build.shipped import find_kernel
-    from autotune.build.shipset import Use, unaligned
+    from autotune.runtime.shipset import Use, unaligned
 
     database = _open(db)
     capabilities = {row.name: row.compute_capability for row in database.gpus()}

@@ -1,7 +1,7 @@
 """Build the kernels that ship precompiled (db/kernels/): the release step after a change to the
 kernels, the ops or the shipped records (tests/test_shipped.py fails until it is run).
 
-Every config the shipped records can select (autotune/build/shipset.py) is compiled once per kernel
+Every config the shipped records can select (autotune/runtime/shipset.py) is compiled once per kernel
 instance: sm_90a-only instances (the wgmma family) into a cubin, every other instance into a fatbin
 with sm_80, sm_89 and sm_90 code and compute_90 PTX (the driver compiles the PTX for newer GPUs).
 Where an instance does not compile for an architecture (kernels that use thread-block clusters need
@@ -34,9 +34,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # this checkout's autotune, whatever else is installed
 
-from autotune.build import shipped, shipset  # noqa: E402
+from autotune.build import shipped  # noqa: E402
 from autotune.build.compiler import INCLUDE_FOLDERS, NVCC_OPTIONS, CompileJob, job_key  # noqa: E402
 from autotune.core.fingerprint import nvcc_version  # noqa: E402
+from autotune.runtime import shipset  # noqa: E402
 from autotune.store import open_store  # noqa: E402
 
 OUT = REPO / "db" / shipped.FOLDER

@@ -1,4 +1,4 @@
-"""The kernels shipped precompiled in db/kernels/: built from today's sources, every config the shipped
+"""The kernels shipped precompiled in db/kernels/: built from the checkout's sources, every config the shipped
 records can select among them, found without nvcc, PyCUDA or a database, and `autotune warmup`
 compiling only what does not ship. All on the CPU: loading them on a GPU is tests/test_gpu_launch.py's."""
 
@@ -18,13 +18,14 @@ from typing import Any
 import pytest
 
 from autotune import api, cli
-from autotune.build import shipped, shipset
+from autotune.build import shipped
 from autotune.build.compiler import job_key
 from autotune.core import fingerprint
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import GpuInfo
 from autotune.core.problem import Problem
 from autotune.ops import gemv
+from autotune.runtime import shipset
 from autotune.store import Store, open_store
 from tests.fakes import ok, record
 
@@ -63,7 +64,7 @@ def manifest() -> dict[str, Any]:
 
 
 def stale_kernels() -> list[str]:
-    """Shipped kernels whose instance today's kernels/ and autotune/ops would build differently."""
+    """Shipped kernels whose instance this checkout's kernels/ and autotune/ops would build differently."""
     index = shipped.index()
     assert index is not None, f"db/kernels/ holds no index: {REBUILD}"
     stale = []
@@ -74,11 +75,11 @@ def stale_kernels() -> list[str]:
             continue
         for arch in [*entry["sass"], *([entry["ptx"]] if entry["ptx"] else [])]:
             if index.keys.get(job_key(replace(job, arch=arch))) != stem:
-                stale.append(f"{entry['name']} for {arch}: today's instance has another job key")
+                stale.append(f"{entry['name']} for {arch}: the instance has another job key now")
     return stale
 
 
-def test_the_shipped_kernels_are_built_from_todays_kernel_sources() -> None:
+def test_the_shipped_kernels_are_built_from_the_kernel_sources_of_the_checkout() -> None:
     stale = stale_kernels()
     assert not stale, f"{len(stale)} shipped kernels are stale ({stale[0]}): {REBUILD}"
 
@@ -156,7 +157,8 @@ FIND = """\
 import json, shutil, sys
 assert shutil.which("nvcc") is None
 import autotune
-from autotune.build import shipped, shipset
+from autotune.build import shipped
+from autotune.runtime import shipset
 from autotune.core.errors import AutotuneError
 from autotune.ops import make_problem
 

@@ -1,7 +1,7 @@
 """Kernels shipped precompiled in db/kernels/, and where the launch path finds a kernel's machine code.
 
 scripts/build_shipped_kernels.py compiles every config the shipped records can select (the set is
-autotune/build/shipset.py's) and writes one xz-compressed file per kernel instance (a cubin for the
+autotune/runtime/shipset.py's) and writes one xz-compressed file per kernel instance (a cubin for the
 sm_90a-only family, else a fatbin with sm_80, sm_89 and sm_90 code where the instance compiles there,
 plus compute_90 PTX) and index.json, which maps job keys to files. A job key (compiler.job_key)
 hashes what nvcc is given, not which nvcc this machine has: a kernel is found without nvcc, without

@@ -24,6 +24,7 @@ from autotune.core.errors import AutotuneError
 from autotune.core.problem import DTYPES, Problem
 from autotune.core.space import Config, config_key
 from autotune.core.target import targeting
+from autotune.runtime.launcher import scalar_loads  # the launch path's own choice for unaligned arrays
 from autotune.select.choose import DEFAULT, Selector
 
 SHIPPED_OPS = ("gemv", "gemm")  # the ops that ship with autotune (plug-ins and tests register others)
@@ -112,8 +113,6 @@ def uses(store: Any) -> list[Use]:
 
 def unaligned(use: Use) -> Use | None:
     """The use the launcher runs in `use`'s place on arrays that are not 16-byte aligned."""
-    from autotune.runtime.launcher import scalar_loads  # the launch path's own choice
-
     with targeting(use.capability):
         try:
             _, config = scalar_loads(use.problem, use.config)
