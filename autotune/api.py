@@ -14,6 +14,7 @@ from autotune import ops
 from autotune.core.asked import Asked
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import LocalGpu, cuda_release, local_gpus, slugify
+from autotune.core.gpus import capability as gpu_capability
 from autotune.core.gpus import described
 from autotune.core.log import show_on_stderr
 from autotune.core.problem import Problem, read_shapes_file
@@ -343,6 +344,91 @@ def linear(x: Any, weight: Any, bias: Any = None, *, db: str | None = None) -> A
     return functional.linear(x, weight, bias)
 
 
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """One kernel a problem will run on one GPU, and where `prepare` found it."""
+
+    problem: Problem
+    gpu: str
+    source: str  # the selector's: measured, estimate or default
+    kernel: str  # the extern "C" name
+    arch: str  # nvcc's target ("sm_90", "sm_90a")
+    unaligned: bool  # the scalar-load stand-in for arrays that are not 16-byte aligned
+    origin: str  # shipped, cached or compiled
+
+
+def problems(
+    op: str | None = None,
+    m: int | None = None,
+    n: int | None = None,
+    k: int | None = None,
+    *,
+    trans: bool = False,
+    dtype: str | None = None,
+    shapes_file: Path | None = None,
+) -> list[Problem]:
+    """Checked problems, as a sweep takes them: one shape, a shapes file, or the op's standard set."""
+    return problems_for(op, dtype, m, n, shapes_file, k, trans)
+
+
+def stored_problems(
+    op: str | None = None, dtype: str | None = None, *, gpu: str | None = None, db: str | None = None
+) -> list[Problem]:
+    """The problems the database holds (for `gpu` where given, of `op`/`dtype` where given), each once."""
+    rows = list_problems(gpu, op, dtype, db)
+    return list(dict.fromkeys(row.problem for row in rows if row.op in ops.names()))
+
+
+def prepare(
+    wanted: Sequence[Problem], *, gpu: str | None = None, device: int = 0, db: str | None = None
+) -> list[Prepared]:
+    """Have every kernel `wanted` will run (the selected config, and its stand-in for unaligned
+    arrays) ready on disk, for GPU `device` of this machine, or the GPU named `gpu`, or on a machine
+    without a GPU every GPU the database holds: shipped kernels are unpacked into the kernel cache,
+    others found there or compiled into it by nvcc. Touches no GPU; warmup() loads them."""
+    from autotune.build.shipped import find_kernel
+    from autotune.runtime.shipset import Use, unaligned
+
+    database = _open(db)
+    capabilities = {row.name: row.compute_capability for row in database.gpus()}
+    if gpu is not None:
+        name, _ = resolve_gpu(gpu, list(capabilities))
+        capability = capabilities.get(name) or gpu_capability(name)
+        if capability is None:
+            raise AutotuneError(f"no compute capability is known for {name!r}: name a GPU the database holds")
+        targets = [(name, capability)]
+    elif (local := _local_target(device)) is not None:
+        targets = [local]
+    elif capabilities:
+        targets = sorted(capabilities.items())
+    else:
+        raise AutotuneError("no NVIDIA GPU on this machine and none in the database: name one with gpu= or --gpu")
+    done = []
+    for name, capability in targets:
+        for problem in wanted:
+            choice = _selector(db).choose(problem, name)
+            use = Use(name, capability, problem, choice.config, choice.source, False)
+            for each in (use, unaligned(use)):
+                if each is None:
+                    continue
+                job = each.job()
+                kernel = find_kernel(job)
+                done.append(Prepared(problem, name, each.source, job.name, job.arch, each.unaligned, kernel.origin))
+    return done
+
+
+def _local_target(device: int) -> tuple[str, str] | None:
+    """(name, compute capability) of GPU `device` of this machine, through nvidia-smi."""
+    from autotune.core.fingerprint import local_compute_capabilities
+
+    found, capabilities = local_gpus(), local_compute_capabilities()
+    if not found:
+        return None
+    if not 0 <= device < min(len(found), len(capabilities)):
+        raise AutotuneError(f"GPU {device} does not exist ({len(found)} found)")
+    return found[device].name, capabilities[device]
+
+
 def warmup(
     gemv: Sequence[tuple[Any, ...]] = (),
     gemm: Sequence[tuple[Any, ...]] = (),
@@ -356,7 +442,8 @@ def warmup(
     """Make later calls cheap and safe to capture into CUDA graphs: for each `gemv` (A, x) and `gemm`
     (A, B) pair, select the config, compile and load its kernel, run it once on the current stream
     (into a new output) and set aside split-K scratch for `captures` graph captures; for each of
-    `problems`, select, compile and load on GPU `device`. Call it before capturing."""
+    `problems` (autotune.problems() makes them), select, find or compile and load on GPU `device`
+    (`autotune warmup` does the same from the command line). Call it before capturing."""
     runtime = _RUNTIME
     for pair in gemv:
         runtime.gemv(*pair[:2], trans=trans, db=db)
@@ -364,7 +451,9 @@ def warmup(
         runtime.gemm(*pair[:2], db=db)
     for problem in problems:
         target = runtime.device(device)
-        runtime.warmup_scratch(_choose_on(problem, target, db), target, captures)
+        choice = _choose_on(problem, target, db)
+        runtime.plan(choice, target, True)  # its kernel found (shipped, cached or compiled) and loaded
+        runtime.warmup_scratch(choice, target, captures)
     for signature in runtime.signatures():
         runtime.warmup_scratch(signature.choice, signature.device, captures)
 

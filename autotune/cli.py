@@ -601,6 +601,53 @@ def report(
 
 
 @app.command()
+def warmup(
+    op: Op = None,
+    m: Annotated[int | None, typer.Option("--m", help="rows of A (with --n); default: the standard shape set")] = None,
+    n: Annotated[int | None, typer.Option("--n", help="GEMV: columns of A; GEMM: columns of B and C")] = None,
+    k: K = None,
+    trans: Trans = False,
+    shapes: Annotated[Path | None, typer.Option("--shapes", help="file of 'M N' lines ('M N K' for GEMM)")] = None,
+    dtype: Dtype = None,
+    stored: Annotated[
+        bool, typer.Option("--stored", help="every problem the database holds for the GPU (of --op/--dtype if given)")
+    ] = False,
+    gpu: Annotated[
+        str | None, typer.Option("--gpu", help="for this GPU of the database (default: this machine's, else all)")
+    ] = None,
+    device: Annotated[int, typer.Option("--device", help="GPU index")] = 0,
+    db: Db = None,
+) -> None:
+    """Ready every kernel these problems run (shipped ones unpacked, others compiled into the cache),
+    and load them on this machine's GPU: a deployment pays it when its image is built."""
+    if stored:
+        if m is not None or n is not None or k is not None or shapes is not None:
+            raise AutotuneError("--stored takes the database's problems: give no --m, --n, --k or --shapes with it")
+        wanted = api.stored_problems(op, dtype, gpu=gpu, db=db)
+    else:
+        wanted = api.problems(op, m, n, k, trans=trans, dtype=dtype, shapes_file=shapes)
+    prepared = api.prepare(wanted, gpu=gpu, device=device, db=db)
+    table = Table(box=None, pad_edge=False)
+    for column in ("gpu", "problem", "config", "kernel", "arch", "found"):
+        table.add_column(column)
+    for item in prepared:
+        what = f"{item.source}{', unaligned' if item.unaligned else ''}"
+        table.add_row(
+            escape(api.short_gpu_name(item.gpu)), escape(str(item.problem)), what, item.kernel, item.arch, item.origin
+        )
+    if not _QUIET:
+        out.print(table)
+    counts = {origin: sum(p.origin == origin for p in prepared) for origin in ("shipped", "cached", "compiled")}
+    summary = f"{len(prepared)} kernels: " + ", ".join(f"{count} {origin}" for origin, count in counts.items())
+    if gpu is None and api.local_gpu_name() is not None:
+        api.warmup(problems=wanted, device=device, db=db)
+        summary += f"; loaded on GPU {device}"
+    else:
+        summary += "; none loaded (no GPU here, or --gpu names another)"
+    out.print(summary, markup=False)
+
+
+@app.command()
 def doctor(db: Db = None) -> None:
     """What this machine has for each thing autotune does (driver, nvcc, PyCUDA, database), and
     what to do where something is missing."""

@@ -5,13 +5,14 @@ command opens it (created where it does not exist yet)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import platform
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotune.core.errors import AutotuneError
+from autotune.core.errors import PYCUDA_HINT, AutotuneError
 from autotune.core.fingerprint import local_compute_capabilities, local_gpus, nvcc_version, package_version
 
 
@@ -58,6 +59,21 @@ def _cuda_headers() -> Check:
     )
 
 
+def _shipped() -> Check:
+    """The kernels shipped precompiled (db/kernels/): what the launch path runs without nvcc."""
+    from autotune.build import shipped
+
+    found = shipped.index()
+    if found is None:
+        return Check("shipped kernels", False, "none in this installation", "every kernel is compiled: needs nvcc")
+    try:
+        kernels = json.loads((found.folder / shipped.MANIFEST).read_text())["kernels"].values()
+        archs = sorted({arch for entry in kernels for arch in [*entry["sass"], entry["ptx"]] if arch})
+    except (OSError, ValueError, KeyError, TypeError):
+        archs = ["?"]
+    return Check("shipped kernels", True, f"{len(found.files)} kernels ({', '.join(archs)}) in {found.folder}")
+
+
 def _module(name: str, label: str, fix: str) -> Check:
     if importlib.util.find_spec(name) is None:
         return Check(label, False, "not installed", fix)
@@ -81,7 +97,8 @@ def checks(db: str | None = None) -> list[Check]:
         _driver(),
         _nvcc(),
         _cuda_headers(),
-        _module("pycuda", "PyCUDA", "pip install pycuda, built against the CUDA toolkit (README: Install)"),
+        _shipped(),
+        _module("pycuda", "PyCUDA", f"tuning needs it: {PYCUDA_HINT} (README: Install)"),
         _module("torch", "torch", "optional: autotune.gemv()/gemm() on torch tensors, and `autotune bench`"),
         _module("cupy", "cupy", "optional: autotune.gemv()/gemm() on cupy arrays"),
         _database(db),
@@ -95,6 +112,10 @@ def abilities(found: list[Check]) -> list[tuple[str, bool]]:
     return [
         ("answer `autotune best` from the database", ok["database"]),
         ("tune (`autotune sweep`)", gpu and ok["nvcc"] and ok["PyCUDA"] and ok["database"]),
-        ("launch autotune.gemv()/gemm() on torch or cupy arrays", gpu and ok["nvcc"] and (ok["torch"] or ok["cupy"])),
+        (
+            "launch autotune.gemv()/gemm() on torch or cupy arrays"
+            + ("" if ok["nvcc"] else " (shipped kernels only: others need nvcc)"),
+            gpu and (ok["nvcc"] or ok["shipped kernels"]) and (ok["torch"] or ok["cupy"]),
+        ),
         ("compare with cuBLAS (`autotune bench`)", gpu and ok["nvcc"] and ok["PyCUDA"] and ok["torch"]),
     ]

@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from subprocess import PIPE
 
 import pytest
 
@@ -260,8 +261,14 @@ def test_the_password_reaches_no_output_no_log_and_no_report(pg: postgres.Server
         ["list", "--db", wrong],  # the server refuses the password
         ["list", "--db", url.replace(url.split("@")[1].split("/")[0], "127.0.0.1:1")],  # nothing listens
     ]
-    for args in runs + refused:
-        done = subprocess.run([sys.executable, "-m", "autotune", *args], capture_output=True, text=True, timeout=120)
+    # All at once: each is a fresh interpreter, and they wait on nothing but the server.
+    started = [
+        (args, subprocess.Popen([sys.executable, "-m", "autotune", *args], stdout=PIPE, stderr=PIPE, text=True))
+        for args in runs + refused
+    ]
+    for args, process in started:
+        out, err = process.communicate(timeout=120)
+        done = subprocess.CompletedProcess(args, process.returncode, out, err)
         said = done.stdout + done.stderr
         assert "Traceback" not in said and password not in said, args
         if args in refused:  # one line naming the database, its password masked

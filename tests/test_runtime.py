@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -13,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from autotune.build.compiler import CompileJob, job_key
+from autotune.build.shipped import Kernel
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import GpuInfo
 from autotune.core.problem import Problem
@@ -51,6 +54,7 @@ class FakeCuda:
     next_address: int = 1 << 32
     owners: dict[int, int] = field(default_factory=dict)  # function -> the context it was loaded into
     pinned: list[Any] = field(default_factory=list)
+    loaded: list[CompileJob] = field(default_factory=list)  # every job whose kernel was asked for
 
     def __getitem__(self, name: str) -> Any:
         return {"cuLaunchKernelEx": self.launch, "cuCtxGetCurrent": self.get_current}[name]
@@ -132,15 +136,12 @@ def cuda(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeCuda:
     monkeypatch.setattr(driver, "allow_shared", lambda function, size: None)
     monkeypatch.setattr(driver, "stream_synchronize", lambda stream: fake.events.append(("sync", stream)))
     monkeypatch.setattr(device_module, "gpu_info", lambda index: H200)
-    cubin = tmp_path / "fake.cubin"
-    cubin.write_bytes(b"\x7fELF")
 
-    @dataclass
-    class Compiled:
-        cubin: Path
-        message: str = ""
+    def find_kernel(job: CompileJob) -> Kernel:
+        fake.loaded.append(job)
+        return Kernel(b"\x7fELF", job_key(job), "compiled")
 
-    monkeypatch.setattr(launcher_module, "compile_kernel", lambda job: Compiled(cubin))
+    monkeypatch.setattr(launcher_module, "find_kernel", find_kernel)
     return fake
 
 
@@ -526,3 +527,26 @@ def test_the_api_writes_the_counts_into_the_databases_queue(tmp_path: Path) -> N
     with open_store(db, import_shipped=False) as store:
         [row] = store.queue_rows(H200.name)
     assert (row.problem, row.asked, row.state) == (problem, 7, "pending")
+
+
+def test_the_launch_path_loads_a_shipped_kernel_without_nvcc(
+    cuda: FakeCuda, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The runtime's own look-up (not the double above): a config the H200's records select is
+    loaded from db/kernels/, with no nvcc on PATH and no database behind the look-up."""
+    from autotune.build import shipped
+
+    repo = Path(__file__).resolve().parents[1]
+    monkeypatch.setattr("autotune.core.paths.db_dir", lambda: repo / "db")
+    monkeypatch.setattr(launcher_module, "find_kernel", shipped.find_kernel)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    images: list[bytes] = []
+    load = driver.load_function
+    monkeypatch.setattr(driver, "load_function", lambda image, name: images.append(image) or load(image, name))
+    kernels = json.loads((repo / "db" / "kernels" / "manifest.json").read_text())["kernels"].values()
+    use = next(e["use"] for e in kernels if e["use"]["problem"]["op"] == "gemv" and e["use"]["capability"] == "9.0")
+    choice = Choice(Problem(**use["problem"]), H200.name, use["config"], use["source"])
+    runtime = _runtime(choice)
+    runtime.plan(choice, runtime.device(0), not use["unaligned"])
+    assert len(images) == 1 and images[0][:4] == bytes.fromhex("50ed55ba")  # a fatbin, loaded as it is

@@ -51,8 +51,20 @@ class CompileResult:
 
 
 def cache_key(job: CompileJob) -> str:
+    """The kernel cache's key: what nvcc is given, and nvcc's own version."""
+    return _digest(job.source, job.arch, job.depends_hash, " ".join(NVCC_OPTIONS), nvcc_version())
+
+
+def job_key(job: CompileJob) -> str:
+    """The key of the kernels shipped precompiled (autotune/build/shipped.py): what nvcc is given
+    (the extern "C" name, the translation unit, -arch, the hash of the kernels/ files it includes,
+    the options), without the version of whatever nvcc this machine has."""
+    return _digest(job.name, job.source, job.arch, job.depends_hash, " ".join(NVCC_OPTIONS))
+
+
+def _digest(*parts: str) -> str:
     digest = hashlib.sha256()
-    for part in (job.source, job.arch, job.depends_hash, " ".join(NVCC_OPTIONS), nvcc_version()):
+    for part in parts:
         digest.update(part.encode())
         digest.update(b"\0")
     return digest.hexdigest()

@@ -7,3 +7,7 @@ class AutotuneError(Exception):
 
 class AutotuneWarning(UserWarning):
     """Something the user should know that does not stop the command (the CLI prints one line)."""
+
+
+# What installs PyCUDA, which tuning, `bench` and the measurement scripts need (the launch path does not).
+PYCUDA_HINT = "pip install 'autotune-kernels[cuda]'"

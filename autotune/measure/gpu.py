@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from autotune.core.errors import AutotuneError
+from autotune.core.errors import PYCUDA_HINT, AutotuneError
 from autotune.core.fingerprint import GpuInfo, LocalGpu, cuda_release, local_gpus
 from autotune.core.limits import DEFAULT_SHARED_BYTES
 from autotune.ops import tma
@@ -35,8 +35,8 @@ def driver() -> Any:
     except ImportError as exc:
         if "pycuda" in str(exc) and "libcuda" not in str(exc):
             raise AutotuneError(
-                "PyCUDA is not installed: pip install pycuda, built against the CUDA toolkit "
-                "(`autotune doctor` says what is missing)"
+                f"PyCUDA is not installed, and tuning and timing need it: {PYCUDA_HINT} "
+                "(built against the CUDA toolkit; `autotune doctor` says what is missing)"
             ) from None
         raise AutotuneError(f"PyCUDA cannot load the CUDA driver ({exc}); is this a GPU machine?") from None
     try:

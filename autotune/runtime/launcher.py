@@ -2,7 +2,8 @@
 signature, then launch on the caller's stream and the operands' own GPU.
 
 The first call of a signature (op, shapes, strides, dtype, device) checks the operands in full,
-selects the config, compiles or finds its cubin, loads it into the device's context and binds a
+selects the config, finds its kernel (shipped with autotune, else cached, else compiled by nvcc:
+autotune/build/shipped.py), loads it into the device's context and binds a
 LaunchPlan. Later calls of torch tensors take a short path: a dictionary look-up keyed by what the
 checks depended on, three data_ptr()s, the current stream, one driver call.
 """
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune import ops
-from autotune.build.compiler import cache_key, compile_kernel
+from autotune.build.shipped import find_kernel
 from autotune.core.errors import AutotuneError
 from autotune.core.problem import Problem
 from autotune.core.space import Config, config_key
@@ -103,12 +104,10 @@ class Runtime:
         if not aligned:
             op, config = scalar_loads(problem, config)
         job = ops.compile_job(problem, config, device.gpu.arch, op)
-        compiled = compile_kernel(job)
-        if compiled.cubin is None:
-            raise AutotuneError(f"compiling {job.name} failed: {compiled.message.splitlines()[0]}")
-        log.debug("%s on GPU %d: %s (%s config), %s", problem, device.index, job.name, choice.source, compiled.cubin)
+        kernel = find_kernel(job)  # shipped, else the kernel cache, else nvcc
+        log.debug("%s on GPU %d: %s (%s config), %s", problem, device.index, job.name, choice.source, kernel.origin)
         geom = op.launch(problem, config, device.gpu.sm_count)
-        function = device.function(compiled.cubin.read_bytes(), cache_key(job), job.name, geom.shared_bytes)
+        function = device.function(kernel.image, kernel.key, job.name, geom.shared_bytes)
         sizes = op.operands(problem).sizes
         programmatic = op.programmatic_launch and device.programmatic
         if geom.operand_maps is not None:

@@ -1,0 +1,169 @@
+"""Kernels shipped precompiled in db/kernels/, and where the launch path finds a kernel's machine code.
+
+scripts/build_shipped_kernels.py compiles every config the shipped records can select (the set is
+autotune/runtime/shipset.py's) and writes one xz-compressed file per kernel instance (a cubin for the
+sm_90a-only family, else a fatbin with sm_80, sm_89 and sm_90 code where the instance compiles there,
+plus compute_90 PTX) and index.json, which maps job keys to files. A job key (compiler.job_key)
+hashes what nvcc is given, not which nvcc this machine has: a kernel is found without nvcc, without
+PyCUDA and without the database. Its first use unpacks it into the kernel cache
+(~/.cache/autotune/shipped/), where `autotune warmup` puts it ahead of time.
+
+find_kernel() is the launch path's order: shipped, else the kernel cache, else nvcc.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import lzma
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from autotune.build.compiler import CompileJob, cache_key, compile_kernel, job_key
+from autotune.core import paths
+from autotune.core.errors import AutotuneError
+
+log = logging.getLogger(__name__)
+
+FOLDER = "kernels"  # under db/
+INDEX = "index.json"  # what the launch path reads: job key -> file
+MANIFEST = "manifest.json"  # what each file holds and which problems select it (tests, people)
+FORMAT = 1
+SASS_ARCHS = ("sm_80", "sm_89", "sm_90")  # the machine code a fatbin holds, where its instance compiles
+PTX_ARCH = "compute_90"  # and the PTX, which the driver compiles for newer GPUs
+SUFFIX = ".xz"
+NVCC_HINT = "install the CUDA toolkit and put its bin/ on PATH"
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A kernel's machine code (a cubin or a fatbin image) and where it came from."""
+
+    image: bytes
+    key: str  # the key it is loaded under: one image, one module per GPU
+    origin: str  # "shipped", "cached" or "compiled"
+
+
+@dataclass(frozen=True)
+class Index:
+    folder: Path
+    keys: dict[str, str]  # job key -> file stem
+    files: dict[str, dict[str, Any]]  # file stem -> {"kind": "cubin" | "fatbin", "sha256": ...}
+
+    def path(self, stem: str) -> Path:
+        return self.folder / f"{stem}.{self.files[stem]['kind']}{SUFFIX}"
+
+
+def folder() -> Path | None:
+    """db/kernels/ of this installation (a checkout or the wheel's autotune/_data/), None without one."""
+    try:
+        found = paths.db_dir() / FOLDER
+    except FileNotFoundError:
+        return None
+    return found if found.is_dir() else None
+
+
+def index() -> Index | None:
+    """The shipped kernels' index, read once per process (None where none ship)."""
+    where = folder()
+    return _read_index(where) if where is not None else None
+
+
+@functools.cache
+def _read_index(where: Path) -> Index | None:
+    try:
+        data = json.loads((where / INDEX).read_text())
+    except (OSError, ValueError) as exc:
+        log.warning("the shipped kernels' index %s cannot be read (%s): kernels are compiled instead", where, exc)
+        return None
+    if data.get("format") != FORMAT:
+        log.warning("the shipped kernels' index %s has format %r, not %d: ignored", where, data.get("format"), FORMAT)
+        return None
+    return Index(where, dict(data["keys"]), dict(data["files"]))
+
+
+def _arch_number(arch: str) -> int | None:
+    match = re.fullmatch(r"(?:sm|compute)_(\d+)", arch)
+    return int(match.group(1)) if match else None
+
+
+def lookup(job: CompileJob) -> str | None:
+    """The stem of the shipped file that runs `job`: its own machine code, else (on a GPU newer than
+    the PTX's, for an instance not tied to one architecture) the PTX the driver compiles."""
+    found = index()
+    if found is None:
+        return None
+    stem = found.keys.get(job_key(job))
+    if stem is not None:
+        return stem
+    number, ptx = _arch_number(job.arch), _arch_number(PTX_ARCH)
+    if number is not None and ptx is not None and number > ptx:
+        return found.keys.get(job_key(replace(job, arch=PTX_ARCH)))
+    return None
+
+
+def unpacked_dir() -> Path:
+    return paths.cache_home() / "shipped"
+
+
+def image(stem: str) -> bytes:
+    """A shipped file's bytes: its unpacked copy in the kernel cache where it is whole, else
+    decompressed from db/kernels/ (and the copy written for the next process, where it can be)."""
+    found = index()
+    if found is None or stem not in found.files:
+        raise AutotuneError(f"no kernel {stem} ships with this installation")
+    entry = found.files[stem]
+    copy = unpacked_dir() / f"{stem}.{entry['kind']}"
+    try:
+        data = copy.read_bytes()
+        if hashlib.sha256(data).hexdigest() == entry["sha256"]:
+            return data
+    except OSError:
+        pass
+    try:
+        data = lzma.decompress(found.path(stem).read_bytes())
+    except (OSError, lzma.LZMAError) as exc:
+        raise AutotuneError(f"the shipped kernel {found.path(stem)} cannot be read: {exc}") from None
+    if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+        raise AutotuneError(f"the shipped kernel {found.path(stem)} is damaged: reinstall autotune-kernels")
+    try:
+        _write_atomically(copy, data)
+    except OSError as exc:  # a read-only cache: every process decompresses it again
+        log.debug("cannot keep the unpacked kernel at %s: %s", copy, exc)
+    return data
+
+
+def _write_atomically(target: Path, data: bytes) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, name = tempfile.mkstemp(prefix=f"{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(handle, "wb") as staged:
+            staged.write(data)
+        os.replace(name, target)
+    except OSError:
+        Path(name).unlink(missing_ok=True)
+        raise
+
+
+def find_kernel(job: CompileJob) -> Kernel:
+    """`job`'s machine code: shipped with autotune, else from the kernel cache, else built by nvcc
+    into it. Without nvcc, a kernel that does not ship is a one-line AutotuneError."""
+    stem = lookup(job)
+    if stem is not None:
+        return Kernel(image(stem), f"shipped:{stem}", "shipped")
+    if shutil.which("nvcc") is None:
+        raise AutotuneError(
+            f"{job.name} for {job.arch} is not among the kernels shipped with autotune and compiling it needs "
+            f"nvcc, which is not on PATH: {NVCC_HINT}"
+        )
+    compiled = compile_kernel(job)
+    if compiled.cubin is None:
+        raise AutotuneError(f"compiling {job.name} failed: {compiled.message.splitlines()[0]}")
+    return Kernel(compiled.cubin.read_bytes(), cache_key(job), "cached" if compiled.cached else "compiled")
