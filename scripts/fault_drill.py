@@ -78,7 +78,7 @@ FAULTS = (
         "wrong_values",
         Status.WRONG_RESULT,
         _with(_BASE, block=512),
-        lambda s, t: s.replace("(A, x, y, M, N, alpha,", "(A, x, y, M, N, 2.0f * alpha,"),
+        lambda s, t: s.replace("(A, x, y, M, N, lda, alpha,", "(A, x, y, M, N, lda, 2.0f * alpha,"),
     ),
     Fault(
         "nan_output",

@@ -7,6 +7,7 @@ import itertools
 
 import pytest
 
+from autotune.core.errors import AutotuneError
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.core.space import Config, config_key
 from autotune.ops import gemv
@@ -124,13 +125,34 @@ def test_kernel_source_names_its_instance() -> None:
     assert "__nv_bfloat16, 128, 32, 1, 4, 1, 0, 0" in source
 
 
+def test_the_kernels_and_the_reference_take_lda_after_the_sizes() -> None:
+    """The kernels take (A, x, y, M, N, lda, alpha, beta, workspace, counters): the tuner measures
+    contiguous rows (lda == N), the launcher passes a view's row stride; the float64 reference takes
+    the same sizes. A strided lda below N is refused."""
+    problem = _problem(1000, 1021)
+    operands = gemv.OP.operands(problem)
+    assert operands.sizes == (1000, 1021, 1021)
+    assert gemv.OP.strided_sizes(problem, 1024) == (1000, 1021, 1024)
+    with pytest.raises(AutotuneError, match="lda=1020"):
+        gemv.OP.strided_sizes(problem, 1020)
+    assert gemv.OP.arg_types == "P" * (len(operands.inputs) + 1) + "i" * len(operands.sizes) + "ffPP"
+    reference = gemv.OP.device_reference(problem)
+    assert reference.arg_types == "P" * (len(operands.inputs) + 2) + "i" * len(operands.sizes)
+    source = gemv.OP.kernel_source(problem, gemv.DEFAULT_CONFIG)
+    assert "int M, int N, int lda," in source and "(A, x, y, M, N, lda, alpha, beta, partial, counters)" in source
+    # The transposed GEMV (a one-row GEMM) takes no leading dimension: a strided view is refused.
+    with pytest.raises(AutotuneError, match="contiguous"):
+        gemv.OP.serving(Problem("gemv", "float16", 1000, 1021, trans=True)).strided_sizes(problem, 1024)
+
+
 def test_every_instance_waits_for_its_predecessor_first() -> None:
     # Launchers use programmatic dependent launch for GEMVs: the wait must come before the body.
     problem = _problem(4096, 8192)
     config = dict(gemv.DEFAULT_CONFIG, vec=8, prefetch=1)
     source = gemv.OP.kernel_source(problem, config)
     assert gemv.OP.programmatic_launch
-    assert source.index("at_gemv::programmatic_start<__half, 128, 32, 8, 1, 1>(A, M, N);") < source.index("gemv_body")
+    start = source.index("at_gemv::programmatic_start<__half, 128, 32, 8, 1, 1>(A, M, N, lda);")
+    assert start < source.index("gemv_body")
     assert gemv.OP.kernel_name(problem, config) != gemv.OP.kernel_name(problem, dict(config, prefetch=0))
 
 

@@ -123,9 +123,13 @@ def test_verifier_rejects_a_wrong_kernel(worker: Worker, tmp_path: Path) -> None
     gpu = worker.hello()
     worker.setup(problem, seed=5)
     config = dict(gemv.DEFAULT_CONFIG)
-    # The same kernel with the reduction cut short by one element: must fail verification.
-    source = gemv.OP.kernel_source(problem, config).replace("int M, int N,\n", "int M, int N_full,\n", 1)
-    source = source.replace("(A, M, N);", "(A, M, N_full);").replace("(A, x, y, M, N,", "(A, x, y, M, N_full - 1,")
+    # The same kernel with the reduction cut short by one element (rows still lda apart): must fail
+    # verification.
+    original = gemv.OP.kernel_source(problem, config)
+    source = original.replace("int M, int N, int lda,\n", "int M, int N_full, int lda,\n", 1)
+    source = source.replace("(A, M, N, lda);", "(A, M, N_full, lda);")
+    source = source.replace("(A, x, y, M, N, lda,", "(A, x, y, M, N_full - 1, lda,")
+    assert source.count("N_full") == 3, source
     from autotune.build.compiler import compile_kernel
 
     compiled = compile_kernel(CompileJob(gemv.OP.kernel_name(problem, config), source, gpu.arch, "planted"), tmp_path)

@@ -50,7 +50,7 @@ class FakeCuda:
     current: int = 1000
     events: list[tuple[str, Any]] = field(default_factory=list)
     launches: list[Launched] = field(default_factory=list)
-    arg_types: str = "PPPiiffPP"
+    arg_types: str = "PPPiiiffPP"
     next_address: int = 1 << 32
     owners: dict[int, int] = field(default_factory=dict)  # function -> the context it was loaded into
     pinned: list[Any] = field(default_factory=list)
@@ -158,8 +158,8 @@ def test_a_plan_packs_the_kernels_arguments_and_launches_with_pdl(cuda: FakeCuda
     runtime.run(choice, device, (1 << 20, 2 << 20, 3 << 20), 0.5, 2.0, stream=77)
     runtime.run(choice, device, (4 << 20, 5 << 20, 6 << 20), 1.0, 0.0, stream=78)
     first, second = cuda.launches
-    assert first.args == [1 << 20, 2 << 20, 3 << 20, 4096, 8192, 0.5, 2.0, 0, 0]
-    assert second.args == [4 << 20, 5 << 20, 6 << 20, 4096, 8192, 1.0, 0.0, 0, 0]
+    assert first.args == [1 << 20, 2 << 20, 3 << 20, 4096, 8192, 8192, 0.5, 2.0, 0, 0]  # M, N, lda
+    assert second.args == [4 << 20, 5 << 20, 6 << 20, 4096, 8192, 8192, 1.0, 0.0, 0, 0]
     geom = gemv.OP.launch(problem, config, H200.sm_count)
     assert first.grid == geom.grid and first.block == geom.block
     assert (first.stream, second.stream) == (77, 78)
@@ -319,7 +319,7 @@ def test_concurrent_calls_never_mix_their_arguments(cuda: FakeCuda) -> None:
     assert not errors and len(cuda.launches) == 1200
     for launch in cuda.launches:
         a, x, y = launch.args[:3]
-        assert (x - a, y - a) == (16, 32) and launch.args[5] == float(launch.stream)
+        assert (x - a, y - a) == (16, 32) and launch.args[-4] == float(launch.stream)  # alpha
         assert (a >> 8) // 1000 == launch.stream
 
 

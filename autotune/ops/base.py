@@ -19,6 +19,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from autotune.core.errors import AutotuneError
 from autotune.core.problem import Problem
 from autotune.core.space import Config, Space
 from autotune.ops.geometry import Launch
@@ -110,6 +111,12 @@ class Op(ABC):
 
     @abstractmethod
     def operands(self, problem: Problem) -> Operands: ...
+
+    def strided_sizes(self, problem: Problem, lda: int) -> tuple[int, ...]:
+        """The integer arguments of a call whose first input, the matrix A, has its rows `lda`
+        elements apart instead of contiguous (operands().sizes): given by ops whose kernels take
+        A's leading dimension (the GEMV's), so that a view of some of a matrix's columns runs in place."""
+        raise AutotuneError(f"the kernels of {problem} read A's rows contiguous only (copy it, e.g. A.contiguous())")
 
     # -- how it is checked and rated ----------------------------------------------------------
 

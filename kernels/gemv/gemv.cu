@@ -1,5 +1,6 @@
-// GEMV kernels: y = alpha * A x + beta * y, A row-major M x N (N is the reduction length),
-// elements of type T (float, __half, __nv_bfloat16), always accumulated in float.
+// GEMV kernels: y = alpha * A x + beta * y, A row-major M x N (N is the reduction length) with its
+// rows lda >= N elements apart (row r at A + r * lda: a view of some columns of a wider matrix runs in
+// place), elements of type T (float, __half, __nv_bfloat16), always accumulated in float.
 //
 // One template spans the families the tuner searches; its parameters pick the family:
 //   LANES == 1          thread-per-row: each thread walks its rows alone (the naive baseline at VEC 1)
@@ -23,9 +24,11 @@
 // before its first read: autotune launches GEMVs with programmatic dependent launch on sm_90+, so that
 // each call's launch and address setup overlap the end of the call before it.
 //
-// Preconditions the tuner's constraints guarantee: VEC > 1 only when N % VEC == 0 and A, x are
-// 16-byte aligned; XSMEM only when the block's x slice fits the dynamic shared memory it is given;
-// PREFETCH 1 only with 16-byte vectors.
+// Preconditions the tuner's constraints and the launcher guarantee: VEC > 1 only when N % VEC == 0,
+// lda % VEC == 0 and A, x are 16-byte aligned (the launcher runs scalar loads, VEC 1, for a view
+// whose base or row stride breaks 16-byte alignment); XSMEM only when the block's x slice fits the
+// dynamic shared memory it is given; PREFETCH 1 only with 16-byte vectors. The tuner measures with
+// lda == N.
 #pragma once
 #include "common.cuh"
 
@@ -143,7 +146,7 @@ __device__ __forceinline__ void split_range(long long nvec, long long& v_begin, 
 //               under the shipped tilings).
 // Launched without the attribute (or on an older GPU, where this compiles to nothing) it changes nothing.
 template <typename T, int BLOCK, int LANES, int VEC, int ROWS, int DEPTH>
-__device__ __forceinline__ void prefetch_row_heads(const T* __restrict__ A, int M, int N) {
+__device__ __forceinline__ void prefetch_row_heads(const T* __restrict__ A, int M, int N, int lda) {
   typedef typename at_common::Raw<VEC * sizeof(T)>::type V;
   constexpr int ROWS_PER_BLOCK = BLOCK / LANES * ROWS;
   const int lane = threadIdx.x % LANES;  // the addresses of gemv_body's first tile (see there)
@@ -153,7 +156,7 @@ __device__ __forceinline__ void prefetch_row_heads(const T* __restrict__ A, int 
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) {
     if (row0 + r >= M) break;
-    const V* row = reinterpret_cast<const V*>(A + (size_t)(row0 + r) * N) + v_begin;
+    const V* row = reinterpret_cast<const V*>(A + (size_t)(row0 + r) * lda) + v_begin;
 #pragma unroll
     for (int d = 0; d < DEPTH; ++d) {
       const long long v = lane + (long long)d * LANES;
@@ -164,11 +167,11 @@ __device__ __forceinline__ void prefetch_row_heads(const T* __restrict__ A, int 
 }
 
 template <typename T, int BLOCK, int LANES, int VEC, int ROWS, int PREFETCH>
-__device__ __forceinline__ void programmatic_start(const T* __restrict__ A, int M, int N) {
+__device__ __forceinline__ void programmatic_start(const T* __restrict__ A, int M, int N, int lda) {
   static_assert(PREFETCH != 1 || VEC * sizeof(T) == 16, "bulk prefetches need 16-byte vectors");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  if (PREFETCH >= 2) prefetch_row_heads<T, BLOCK, LANES, VEC, ROWS, PREFETCH - 1>(A, M, N);
+  if (PREFETCH >= 2) prefetch_row_heads<T, BLOCK, LANES, VEC, ROWS, PREFETCH - 1>(A, M, N, lda);
   if (PREFETCH == 1) {
     constexpr int ROWS_PER_BLOCK = BLOCK / LANES * ROWS;
     long long v_begin, v_end;
@@ -177,7 +180,7 @@ __device__ __forceinline__ void programmatic_start(const T* __restrict__ A, int 
     for (int r = threadIdx.x; r < ROWS_PER_BLOCK && bytes > 0; r += BLOCK) {
       const int row = blockIdx.x * ROWS_PER_BLOCK + r;
       if (row >= M) break;
-      const T* segment = A + (size_t)row * N + v_begin * VEC;
+      const T* segment = A + (size_t)row * lda + v_begin * VEC;
       asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(segment), "r"(bytes) : "memory");
     }
   }
@@ -194,7 +197,7 @@ __device__ __forceinline__ void wait_for_prior_grid() {
 template <typename T, int BLOCK, int LANES, int VEC, int UNROLL, int ROWS, int XSMEM, int POLICY, int CLUSTER,
           int ORDER>
 __device__ __forceinline__ void gemv_body(const T* __restrict__ A, const T* __restrict__ x,
-                                          T* __restrict__ y, int M, int N, float alpha, float beta,
+                                          T* __restrict__ y, int M, int N, int lda, float alpha, float beta,
                                           float* __restrict__ partial,
                                           unsigned int* __restrict__ counters) {
   typedef typename at_common::Raw<VEC * sizeof(T)>::type V;
@@ -239,7 +242,7 @@ __device__ __forceinline__ void gemv_body(const T* __restrict__ A, const T* __re
     for (int r = 0; r < ROWS; ++r) {
       // Rows past the end read the last row (always valid memory) and are never written.
       const int row = min(row0 + r, M - 1);
-      arow[r] = reinterpret_cast<const V*>(A + (size_t)row * N) + v_begin;
+      arow[r] = reinterpret_cast<const V*>(A + (size_t)row * lda) + v_begin;
       acc[r] = 0.0f;
     }
     if (!XSMEM) wait_for_prior_grid();  // once per tile: after the first it returns at once
@@ -339,8 +342,9 @@ __device__ __forceinline__ void gemv_body(const T* __restrict__ A, const T* __re
 
 }  // namespace at_gemv
 
-// One instance, as the tuner generates it (see autotune/ops/gemv.py):
+// One instance, as the tuner generates it (see autotune/ops/gemv/__init__.py):
 //   extern "C" __global__ void __launch_bounds__(256) gemv_<key>(const __half* A, ...) {
-//     at_gemv::programmatic_start<__half, 256, 32, 8, 1, 0>(A, M, N);
-//     at_gemv::gemv_body<__half, 256, 32, 8, 2, 1, 0, 0, 1, 0>(A, x, y, M, N, alpha, beta, partial, counters);
+//     at_gemv::programmatic_start<__half, 256, 32, 8, 1, 0>(A, M, N, lda);
+//     at_gemv::gemv_body<__half, 256, 32, 8, 2, 1, 0, 0, 1, 0>(A, x, y, M, N, lda, alpha, beta, partial,
+//                                                              counters);
 //   }

@@ -42,13 +42,14 @@ __device__ void at_fill(T* out, unsigned long long n, unsigned long long seed) {
   }
 }
 
-// One warp per row, float64 throughout: out = A x and absout = |A| |x| (the error scale).
+// One warp per row, float64 throughout: out = A x and absout = |A| |x| (the error scale). A's rows
+// lie lda elements apart, as the GEMV kernels take them.
 template <typename T>
-__device__ void at_reference(const T* A, const T* x, double* out, double* absout, int M, int N) {
+__device__ void at_reference(const T* A, const T* x, double* out, double* absout, int M, int N, int lda) {
   const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (warp >= M) return;
-  const T* row = A + (size_t)warp * N;
+  const T* row = A + (size_t)warp * lda;
   double s = 0.0, a = 0.0;
   for (int j = lane; j < N; j += 32) {
     const double p = at_load(row + j) * at_load(x + j);
@@ -156,8 +157,8 @@ __device__ void at_compare(const T* got, const double* ref, const double* absref
     at_fill<T>(out, n, seed);                                                                   \
   }                                                                                             \
   extern "C" __global__ void at_reference_##NAME(const T* A, const T* x, double* out, double* absout, \
-                                                 int M, int N) {                                \
-    at_reference<T>(A, x, out, absout, M, N);                                                   \
+                                                 int M, int N, int lda) {                       \
+    at_reference<T>(A, x, out, absout, M, N, lda);                                              \
   }                                                                                             \
   extern "C" __global__ void __launch_bounds__(256) at_gemm_reference_##NAME(                   \
       const T* A, const T* B, double* out, double* absout, int M, int N, int K) {               \

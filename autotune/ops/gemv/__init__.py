@@ -1,5 +1,6 @@
-"""GEMV (y = alpha*A*x + beta*y, A row-major M x N): parameters, constraints, launch geometry, source,
-operands and reference. The transposed product (y = Aᵀx) is transposed.py's."""
+"""GEMV (y = alpha*A*x + beta*y, A row-major M x N with rows lda >= N elements apart): parameters,
+constraints, launch geometry, source, operands and reference. The transposed product (y = Aᵀx) is
+transposed.py's."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from autotune.core.dtypes import CUDA_TYPE
+from autotune.core.errors import AutotuneError
 from autotune.core.limits import DEFAULT_SHARED_BYTES
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.core.space import Config, Param, Space
@@ -110,12 +112,16 @@ _SEED_TILINGS: tuple[dict[str, int], ...] = (
 
 class Gemv(Op):
     """y = alpha*A*x + beta*y with A row-major M x N, one kernel template (kernels/gemv/gemv.cu); a
-    problem with `trans` (y = Aᵀx) is served by the transposed variant (transposed.py)."""
+    problem with `trans` (y = Aᵀx) is served by the transposed variant (transposed.py).
+
+    The kernels take A's row stride lda (in elements) after M and N, so a view of some columns of a
+    wider matrix runs in place. The space is that of contiguous rows (lda == N, what the tuner
+    measures); the launcher runs a config's scalar-load fit where lda breaks 16-byte alignment."""
 
     name = NAME
     transposable = True
-    # A, x, y, M, N, alpha, beta, partial sums, counters
-    arg_types = "PPPiiffPP"
+    # A, x, y, M, N, lda, alpha, beta, partial sums, counters
+    arg_types = "PPPiiiffPP"
     # Every instance runs griddepcontrol.wait before reading anything (gemv.cu: programmatic_start).
     programmatic_launch = True
     shapes_file = Path(__file__).with_name("shapes.txt")
@@ -222,10 +228,10 @@ class Gemv(Op):
         return (
             f'#include "{KERNEL_FILE}"\n'
             f'extern "C" __global__ void {cluster_declaration(c["cluster"])}__launch_bounds__({c["block"]})\n'
-            f"{self.kernel_name(problem, config)}(const {t}* A, const {t}* x, {t}* y, int M, int N,\n"
+            f"{self.kernel_name(problem, config)}(const {t}* A, const {t}* x, {t}* y, int M, int N, int lda,\n"
             f"    float alpha, float beta, float* partial, unsigned int* counters) {{\n"
-            f"  at_gemv::programmatic_start<{start_args}>(A, M, N);\n"
-            f"  at_gemv::gemv_body<{template_args}>(A, x, y, M, N, alpha, beta, partial, counters);\n"
+            f"  at_gemv::programmatic_start<{start_args}>(A, M, N, lda);\n"
+            f"  at_gemv::gemv_body<{template_args}>(A, x, y, M, N, lda, alpha, beta, partial, counters);\n"
             f"}}\n"
         )
 
@@ -246,12 +252,22 @@ class Gemv(Op):
         )
 
     def operands(self, problem: Problem) -> Operands:
-        return Operands(inputs=(problem.m * problem.n, problem.n), output=problem.m, sizes=(problem.m, problem.n))
+        """A and x contiguous (lda == N: what the tuner measures)."""
+        return Operands(
+            inputs=(problem.m * problem.n, problem.n), output=problem.m, sizes=self.strided_sizes(problem, problem.n)
+        )
+
+    def strided_sizes(self, problem: Problem, lda: int) -> tuple[int, ...]:
+        """M, N and A's row stride."""
+        if lda < problem.n:
+            raise AutotuneError(f"lda={lda} is below N={problem.n}: rows of A would overlap")
+        return (problem.m, problem.n, lda)
 
     def device_reference(self, problem: Problem) -> DeviceReference:
-        # kernels/measure/support.cu: at_reference, a warp per row of A in blocks of 256 threads
+        # kernels/measure/support.cu: at_reference, a warp per row of A in blocks of 256 threads,
+        # called with the kernels' sizes (M, N, lda)
         grid = (math.ceil(problem.m * 32 / 256), 1, 1)
-        return DeviceReference(f"at_reference_{problem.dtype}", "PPPPii", grid, (256, 1, 1))
+        return DeviceReference(f"at_reference_{problem.dtype}", "PPPPiii", grid, (256, 1, 1))
 
     def position(self, problem: Problem, index: int) -> str:
         return f"y[{index}]"
