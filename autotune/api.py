@@ -455,7 +455,7 @@ def warmup(
         runtime.plan(choice, target, True)  # its kernel found (shipped, cached or compiled) and loaded
         runtime.warmup_scratch(choice, target, captures)
     for signature in runtime.signatures():
-        runtime.warmup_scratch(signature.choice, signature.device, captures)
+        runtime.warmup_scratch(signature.choice, signature.device, captures, signature.lda)
 
 
 def _filters(op: str | None, dtype: str | None) -> tuple[str | None, str | None]:

@@ -1,5 +1,6 @@
 """gemv()'s operand checks on the CPU: array descriptions from __cuda_array_interface__, streams,
-and the one-line errors for shapes, layouts and dtypes it cannot run (no GPU needed)."""
+row-strided views and their lda, and the one-line errors for shapes, layouts and dtypes it cannot run
+(no GPU needed)."""
 
 from __future__ import annotations
 
@@ -38,21 +39,74 @@ def test_interface_arrays_are_described_in_elements() -> None:
     a = describe(CudaArray((4, 6), "<f4", strides=(24, 4), pointer=4096), "A")
     assert (a.pointer, a.shape, a.strides, a.dtype, a.kind) == (4096, (4, 6), (6, 1), "float32", "cai")
     assert describe(CudaArray((6,)), "x").strides is None  # C-contiguous
-    assert _operands(CudaArray((4, 6)), CudaArray((6,)), CudaArray((4,))) == GemvLayout(4, 6, False, (4,))
-    assert _operands(CudaArray((4, 6)), CudaArray((6, 1))) == GemvLayout(4, 6, False, (4,))
+    assert _operands(CudaArray((4, 6)), CudaArray((6,)), CudaArray((4,))) == GemvLayout(4, 6, False, (4,), 6)
+    assert _operands(CudaArray((4, 6)), CudaArray((6, 1))) == GemvLayout(4, 6, False, (4,), 6)
 
 
 def test_a_transposed_view_runs_the_other_kernel_on_the_same_memory() -> None:
     """A.t() of a row-major 6 x 4 matrix (shape 4 x 6, strides 1 and 4): A.t() @ x is the transposed
     GEMV of the 6 x 4 matrix, and A.t().t() @ x with trans=True the plain one."""
     view = CudaArray((4, 6), strides=(2, 8))  # bytes of float16: element strides (1, 4)
-    assert _operands(view, CudaArray((6,))) == GemvLayout(6, 4, True, (4,))
-    assert _operands(view, CudaArray((4,)), trans=True) == GemvLayout(6, 4, False, (6,))
+    assert _operands(view, CudaArray((6,))) == GemvLayout(6, 4, True, (4,), 4)
+    assert _operands(view, CudaArray((4,)), trans=True) == GemvLayout(6, 4, False, (6,), 4)
 
 
 def test_a_one_row_x_gives_a_one_row_y() -> None:
-    assert _operands(CudaArray((4, 6)), CudaArray((1, 6))) == GemvLayout(4, 6, False, (1, 4))
+    assert _operands(CudaArray((4, 6)), CudaArray((1, 6))) == GemvLayout(4, 6, False, (1, 4), 6)
     assert _operands(CudaArray((4, 6)), CudaArray((1, 6)), CudaArray((1, 4))).out_shape == (1, 4)
+
+
+# Row-strided views (strides in bytes of float16): the plain GEMV runs them in place with A's row stride.
+STRIDED = [
+    # A[:, :1021] of a 1000 x 1024 matrix
+    (CudaArray((1000, 1021), strides=(2048, 2)), GemvLayout(1000, 1021, False, (1000,), 1024)),
+    # A[:, 1:] of a 1000 x 1024 matrix: 2 bytes into it
+    (CudaArray((1000, 1023), strides=(2048, 2), pointer=(1 << 20) + 2), GemvLayout(1000, 1023, False, (1000,), 1024)),
+    # the k part of a fused 4096 x 3*4096 qkv weight: 4096 columns from column 4096 on
+    (
+        CudaArray((4096, 4096), strides=(3 * 8192, 2), pointer=(1 << 20) + 8192),
+        GemvLayout(4096, 4096, False, (4096,), 12288),
+    ),
+    # every other row of a 8 x 6 matrix, and a column of a 5 x 3 matrix
+    (CudaArray((4, 6), strides=(24, 2)), GemvLayout(4, 6, False, (4,), 12)),
+    (CudaArray((5, 1), strides=(6, 2)), GemvLayout(5, 1, False, (5,), 3)),
+]
+
+
+@pytest.mark.parametrize(
+    ("a", "layout"), STRIDED, ids=["cols-1021", "cols-from-1", "qkv-k", "every-other-row", "column"]
+)
+def test_row_strided_views_run_the_plain_gemv_with_their_lda(a: CudaArray, layout: GemvLayout) -> None:
+    m, n = a.__cuda_array_interface__["shape"]
+    got = _operands(a, CudaArray((n,)), CudaArray((m,)))
+    assert got == layout and got.strided
+
+
+def test_the_transpose_of_a_row_strided_view_runs_the_plain_gemv_with_trans() -> None:
+    """W[:, :4] of a 6 x 8 matrix, transposed (shape 4 x 6, element strides 1 and 8): with trans=True
+    the product is W[:, :4] @ x, the plain GEMV of the strided view."""
+    view = CudaArray((4, 6), strides=(2, 16))
+    assert _operands(view, CudaArray((4,)), trans=True) == GemvLayout(6, 4, False, (6,), 8)
+
+
+@pytest.mark.parametrize(
+    ("a", "trans"),
+    [
+        (CudaArray((1000, 1021), strides=(2048, 2)), True),  # Aᵀx of a slice of columns
+        (CudaArray((4, 6), strides=(2, 16)), False),  # the transpose of a slice of columns, times x
+    ],
+)
+def test_strided_views_the_transposed_gemv_would_read_are_refused_naming_contiguous(a: CudaArray, trans: bool) -> None:
+    """The transposed GEMV runs a one-row GEMM, whose kernels take no leading dimension yet."""
+    rows, cols = a.__cuda_array_interface__["shape"]
+    with pytest.raises(AutotuneError, match="transposed GEMV") as error:
+        _operands(a, CudaArray((rows if trans else cols,)), trans=trans)
+    assert "A.contiguous()" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_an_lda_past_32_bits_is_refused() -> None:
+    with pytest.raises(AutotuneError, match="32-bit lda"):
+        _operands(CudaArray((2, 6), strides=(2**32, 2)), CudaArray((6,)))
 
 
 @pytest.mark.parametrize(
@@ -60,12 +114,15 @@ def test_a_one_row_x_gives_a_one_row_y() -> None:
     [
         (CudaArray((4, 6)), CudaArray((5,)), None, "length 6"),
         (CudaArray((24,)), CudaArray((6,)), None, "2-D"),
-        (CudaArray((4, 6), strides=(24, 2)), CudaArray((6,)), None, "row-major"),  # every other column
+        (CudaArray((4, 6), strides=(24, 4)), CudaArray((6,)), None, "row-major"),  # every other column
+        (CudaArray((4, 6), strides=(8, 2)), CudaArray((6,)), None, "row-major"),  # rows overlap (lda 4 < 6)
+        (CudaArray((4, 6), strides=(0, 2)), CudaArray((6,)), None, "row-major"),  # one row broadcast
+        (CudaArray((4, 6), strides=(12, -2)), CudaArray((6,)), None, "row-major"),  # columns reversed
+        (CudaArray((4, 6), strides=(4, 16)), CudaArray((6,)), None, "A.contiguous"),  # neither way round
         (CudaArray((4, 6)), CudaArray((6,), strides=(4,)), None, "contiguous vector"),
         (CudaArray((4, 6)), CudaArray((6,), "<f4"), None, "share a dtype"),
         (CudaArray((4, 6)), CudaArray((6,)), CudaArray((5,)), "length 4"),
         (CudaArray((4, 6)), CudaArray((6,)), CudaArray((4,), "<f4"), "dtype"),
-        (CudaArray((4, 6), strides=(48, 2)), CudaArray((6,)), None, "row-major"),  # every other row
         (CudaArray((4, 6)), CudaArray((2, 3)), None, "length 6"),
         (CudaArray((0, 6)), CudaArray((6,)), None, "no rows"),
         (CudaArray((16, 0)), CudaArray((0,)), None, "no columns"),

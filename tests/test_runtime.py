@@ -386,10 +386,12 @@ class FakeTensor:
     dtype = _Dtype()
     is_cuda = True
 
-    def __init__(self, shape: tuple[int, ...], pointer: int) -> None:
-        self.shape, self._pointer = shape, pointer
+    def __init__(self, shape: tuple[int, ...], pointer: int, strides: tuple[int, ...] | None = None) -> None:
+        self.shape, self._pointer, self._strides = shape, pointer, strides
 
     def stride(self) -> tuple[int, ...]:
+        if self._strides is not None:
+            return self._strides
         return (self.shape[1], 1) if len(self.shape) == 2 else (1,)
 
     def get_device(self) -> int:
@@ -428,6 +430,147 @@ def test_the_checked_path_registers_the_key_the_short_path_looks_up(
     for _ in range(3):
         runtime.gemv(A, x, out)
     assert described == [] and len(cuda.launches) == 4
+
+
+# --- row-strided views: the kernels get A's lda, vector loads only where rows stay 16-byte aligned --
+
+
+def _wide(problem: Problem) -> dict[str, int]:
+    """A tuned-looking config with 16-byte loads (and the bulk prefetch that needs them) where N allows."""
+    vec = 16 // (4 if problem.dtype == "float32" else 2)
+    wide = {**gemv.DEFAULT_CONFIG, "lanes": 128, "vec": vec, "unroll": 4, "rows": 2, "policy": 1, "prefetch": 1}
+    return wide if gemv.OP.space(problem).check(wide) is None else dict(gemv.DEFAULT_CONFIG)
+
+
+def _scalar(config: dict[str, int]) -> dict[str, int]:
+    return {**config, "vec": 1, "prefetch": 0}
+
+
+def _loads(cuda: FakeCuda, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The kernel names loaded, in order; the function handle of the i-th is i + 1."""
+    loaded: list[str] = []
+
+    def load_function(cubin: bytes, name: str) -> int:
+        loaded.append(name)
+        cuda.owners[len(loaded)] = cuda.current
+        return len(loaded)
+
+    monkeypatch.setattr(driver, "load_function", load_function)
+    return loaded
+
+
+@pytest.mark.parametrize(
+    ("dtype", "n", "lda", "vector"),
+    [
+        ("float16", 1024, 3072, True),  # a third of a fused qkv weight's columns
+        ("float16", 1016, 1024, True),  # A[:, :1016]: rows 2048 bytes apart
+        ("float16", 1016, 1020, False),  # 2040 bytes apart: 8-byte aligned rows only
+        ("float16", 1016, 1018, False),
+        ("bfloat16", 4096, 4104, True),  # 8208 bytes apart
+        ("float32", 1020, 1024, True),
+        ("float32", 1020, 1022, False),  # 4088 bytes apart
+    ],
+)
+def test_rows_lda_apart_reach_the_kernel_and_keep_vector_loads_only_where_rows_stay_aligned(
+    cuda: FakeCuda, monkeypatch: pytest.MonkeyPatch, dtype: str, n: int, lda: int, vector: bool
+) -> None:
+    problem = Problem("gemv", dtype, 64, n)
+    config = _wide(problem)
+    assert config["vec"] > 1
+    choice = Choice(problem, H200.name, config, "measured")
+    loaded = _loads(cuda, monkeypatch)
+    runtime = _runtime(choice)
+    device = runtime.device(0)
+    for _ in range(2):  # the plan is built once per (config, aligned, lda)
+        runtime.run(choice, device, (1 << 20, 2 << 20, 3 << 20), 0.5, 0.0, lda=lda)
+    runtime.run(choice, device, (1 << 20, 2 << 20, 3 << 20), 0.5, 0.0)  # contiguous rows: lda = N
+    assert [launch.args[3:6] for launch in cuda.launches] == [[64, n, lda], [64, n, lda], [64, n, n]]
+    assert cuda.launches[0].args[:3] == [1 << 20, 2 << 20, 3 << 20] and cuda.launches[0].args[6:8] == [0.5, 0.0]
+    strided = config if vector else _scalar(config)
+    assert loaded == [gemv.OP.kernel_name(problem, strided)] + (
+        [] if vector else [gemv.OP.kernel_name(problem, config)]
+    )
+    assert cuda.launches[0].function == cuda.launches[1].function
+    assert (cuda.launches[0].function == cuda.launches[2].function) == vector
+    # Unaligned arrays run scalar loads whatever lda is.
+    runtime.run(choice, device, ((1 << 20) + 2, 2 << 20, 3 << 20), 0.5, 0.0, lda=lda)
+    scalar_function = loaded.index(gemv.OP.kernel_name(problem, _scalar(config))) + 1
+    assert cuda.launches[-1].function == scalar_function and cuda.launches[-1].args[5] == lda
+
+
+def test_gemv_runs_sliced_views_in_place_with_their_lda(cuda: FakeCuda, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A[:, :1021] and A[:, 1:] of a 1000 x 1024 matrix, the k part of a fused qkv weight and the
+    transpose of a slice with trans=True, as __cuda_array_interface__ arrays (strides in bytes):
+    the plain GEMV of the view's own shape, on its own memory, with its row stride."""
+    from tests.test_launch import CudaArray
+
+    monkeypatch.setattr(driver, "pointer_device", lambda pointer: 0)
+    asked: list[Problem] = []
+
+    def choose(problem: Problem, device: Any, db: str | None) -> Choice:
+        asked.append(problem)
+        return Choice(problem, H200.name, _wide(problem), "measured")
+
+    loaded = _loads(cuda, monkeypatch)
+    runtime = Runtime(choose)
+    base, x, y = 1 << 20, 1 << 30, (1 << 30) + (1 << 20)
+    views = [
+        (CudaArray((1000, 1021), strides=(2048, 2), pointer=base), 1021, 1000, 1024, False),
+        (CudaArray((1000, 1023), strides=(2048, 2), pointer=base + 2), 1023, 1000, 1024, False),
+        (CudaArray((4096, 4096), strides=(3 * 8192, 2), pointer=base + 8192), 4096, 4096, 12288, False),
+        (CudaArray((1024, 512), strides=(2, 3 * 2048), pointer=base + 2048), 1024, 512, 3072, True),
+    ]
+    for a, x_len, y_len, lda, trans in views:
+        runtime.gemv(a, CudaArray((x_len,), pointer=x), CudaArray((y_len,), pointer=y), 2.0, trans=trans)
+        pointer = a.__cuda_array_interface__["data"][0]
+        assert cuda.launches[-1].args == [pointer, x, y, y_len, x_len, lda, 2.0, 0.0, 0, 0]
+    assert asked == [
+        Problem("gemv", "float16", 1000, 1021),
+        Problem("gemv", "float16", 1000, 1023),
+        Problem("gemv", "float16", 4096, 4096),
+        Problem("gemv", "float16", 512, 1024),  # Wᵀ of the view with trans: the view times x
+    ]
+    # 1021 and 1023 columns allow scalar loads only (the default config); the qkv part and the slice
+    # of the transpose keep the 16-byte loads of the config tuned for their shape (one kernel: names
+    # hold no shape).
+    assert [_wide(p)["vec"] for p in asked] == [1, 1, 8, 8]
+    assert loaded == [
+        gemv.OP.kernel_name(asked[0], gemv.DEFAULT_CONFIG),
+        gemv.OP.kernel_name(asked[2], _wide(asked[2])),
+    ]
+    assert [launch.function for launch in cuda.launches] == [1, 1, 2, 2]
+
+
+def test_the_short_path_keeps_each_strided_signatures_lda_and_plan(
+    cuda: FakeCuda, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A's strides are part of a torch signature: a view whose rows break 16-byte alignment runs the
+    scalar plan on every call, aligned addresses or not, and every call passes its own lda."""
+    from autotune.runtime import operands
+
+    problem = Problem("gemv", "float16", 64, 128)
+    config = _wide(problem)
+    runtime = _runtime(Choice(problem, H200.name, config, "measured"))
+    runtime._tensor = FakeTensor
+    runtime._raw_stream = lambda index: 0
+    runtime._allocators[0] = lambda nbytes, index: (0, None)
+    monkeypatch.setattr(operands, "default_stream", lambda array, device: 0)
+    loaded = _loads(cuda, monkeypatch)
+    described: list[str] = []
+    real_describe = operands.describe
+    monkeypatch.setattr(operands, "describe", lambda obj, name: described.append(name) or real_describe(obj, name))
+    x, out = FakeTensor((128,), 2 << 20), FakeTensor((64,), 3 << 20)
+    qkv_part = FakeTensor((64, 128), 1 << 20, strides=(384, 1))  # rows 768 bytes apart
+    odd_rows = FakeTensor((64, 128), 1 << 20, strides=(132, 1))  # rows 264 bytes apart
+    contiguous = FakeTensor((64, 128), 1 << 20)
+    for A in (qkv_part, odd_rows, contiguous):
+        for _ in range(3):
+            runtime.gemv(A, x, out)
+    assert described == ["A", "x", "out"] * 3  # once per signature: later calls take the short path
+    assert [launch.args[5] for launch in cuda.launches] == [384] * 3 + [132] * 3 + [128] * 3
+    vector, scalar = gemv.OP.kernel_name(problem, config), gemv.OP.kernel_name(problem, _scalar(config))
+    assert loaded == [vector, scalar]
+    assert [launch.function for launch in cuda.launches] == [1] * 3 + [2] * 3 + [1] * 3
 
 
 # --- untuned problems the launch path meets (autotune/runtime/misses.py) -----------------------------

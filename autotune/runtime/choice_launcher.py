@@ -23,8 +23,16 @@ class ChoiceLauncher:
     def gemv(
         self, choice: Choice, a: opnd.DeviceArray, x: opnd.DeviceArray, y: opnd.DeviceArray, alpha: float, beta: float
     ) -> None:
-        pointers = (x.pointer, a.pointer, y.pointer) if choice.problem.trans else (a.pointer, x.pointer, y.pointer)
-        self.runtime.run(choice, self.device, pointers, alpha, beta, self.stream)
+        """y = alpha*A x + beta*y with A as described: a row-major M x N matrix whose rows may lie
+        further apart (a slice of columns) for the plain GEMV, the contiguous matrix for the transposed."""
+        problem = choice.problem
+        pointers = (x.pointer, a.pointer, y.pointer) if problem.trans else (a.pointer, x.pointer, y.pointer)
+        lda = None
+        if not problem.trans and len(a.shape) == 2 and a.strides is not None:
+            lda = opnd.leading_dimension(a.shape[0], a.shape[1], a.strides)
+            if lda is None:
+                raise AutotuneError(f"A (shape {a.shape}, strides {a.strides}) is not a row-major matrix")
+        self.runtime.run(choice, self.device, pointers, alpha, beta, self.stream, lda=lda if lda != problem.n else None)
 
     def gemm(
         self, choice: Choice, a: opnd.DeviceArray, b: opnd.DeviceArray, c: opnd.DeviceArray, alpha: float, beta: float

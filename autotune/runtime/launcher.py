@@ -3,9 +3,10 @@ signature, then launch on the caller's stream and the operands' own GPU.
 
 The first call of a signature (op, shapes, strides, dtype, device) checks the operands in full,
 selects the config, finds its kernel (shipped with autotune, else cached, else compiled by nvcc:
-autotune/build/shipped.py), loads it into the device's context and binds a
-LaunchPlan. Later calls of torch tensors take a short path: a dictionary look-up keyed by what the
-checks depended on, three data_ptr()s, the current stream, one driver call.
+autotune/build/shipped.py), loads it into the device's context and binds a LaunchPlan (one per
+leading dimension: a GEMV's A may be a view with gaps between its rows). Later calls of torch tensors
+take a short path: a dictionary look-up keyed by what the checks depended on, three data_ptr()s, the
+current stream, one driver call.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 from autotune import ops
 from autotune.build.shipped import find_kernel
 from autotune.core.errors import AutotuneError
-from autotune.core.problem import Problem
+from autotune.core.problem import ITEMSIZE, Problem
 from autotune.core.space import Config, config_key
 from autotune.core.target import targeting
 from autotune.ops import make_problem
@@ -50,8 +51,11 @@ class Signature:
     device: Device
     index: int  # the device's index, read on every call
     out_shape: tuple[int, ...]  # of a new output
+    # The plan for 16-byte aligned addresses: already the scalar-load one where A's rows lie lda
+    # elements apart and lda breaks 16-byte alignment (the strides are part of the signature).
     aligned: LaunchPlan
     unaligned: LaunchPlan | None = None
+    lda: int | None = None  # A's row stride where its rows have gaps between them
     allocator: Allocator | None = None
     swap: bool = False  # a transposed GEMV: its kernels take x before A
     tally: Tally | None = None  # an untuned problem's call count (autotune/runtime/misses.py)
@@ -64,7 +68,7 @@ class Runtime:
         self._choose = chooser
         self._misses = misses
         self._devices: dict[int, Device] = {}
-        self._plans: dict[tuple[Problem, str, int, bool], LaunchPlan] = {}
+        self._plans: dict[tuple[Problem, str, int, bool, int | None], LaunchPlan] = {}
         self._gemv: dict[tuple[Any, ...], Signature] = {}
         self._gemm: dict[tuple[Any, ...], Signature] = {}
         self._lock = threading.RLock()
@@ -82,22 +86,25 @@ class Runtime:
                 self._devices[index] = found
         return found
 
-    def plan(self, choice: Choice, device: Device, aligned: bool, stream: int = 0) -> LaunchPlan:
+    def plan(
+        self, choice: Choice, device: Device, aligned: bool, stream: int = 0, lda: int | None = None
+    ) -> LaunchPlan:
         """The plan that runs `choice` on `device`: its own config, or with `aligned` False the
-        fitted config with scalar loads (the arrays are not 16-byte aligned)."""
-        key = (choice.problem, config_key(choice.config), device.index, aligned)
+        fitted config with scalar loads (the arrays, or A's rows, are not 16-byte aligned). `lda`:
+        A's row stride in elements where its rows have gaps between them (None: contiguous)."""
+        key = (choice.problem, config_key(choice.config), device.index, aligned, lda)
         found = self._plans.get(key)
         if found is None:
             with self._lock:
-                found = self._plans.get(key) or self._build(choice, device, aligned, stream)
+                found = self._plans.get(key) or self._build(choice, device, aligned, stream, lda)
                 self._plans[key] = found
         return found
 
-    def _build(self, choice: Choice, device: Device, aligned: bool, stream: int) -> LaunchPlan:
+    def _build(self, choice: Choice, device: Device, aligned: bool, stream: int, lda: int | None) -> LaunchPlan:
         with targeting(device.gpu.compute_capability):  # the kernels of this device's GPU
-            return self._build_for(choice, device, aligned, stream)
+            return self._build_for(choice, device, aligned, stream, lda)
 
-    def _build_for(self, choice: Choice, device: Device, aligned: bool, stream: int) -> LaunchPlan:
+    def _build_for(self, choice: Choice, device: Device, aligned: bool, stream: int, lda: int | None) -> LaunchPlan:
         problem = choice.problem
         op = ops.for_problem(problem)
         config = choice.config
@@ -108,7 +115,7 @@ class Runtime:
         log.debug("%s on GPU %d: %s (%s config), %s", problem, device.index, job.name, choice.source, kernel.origin)
         geom = op.launch(problem, config, device.gpu.sm_count)
         function = device.function(kernel.image, kernel.key, job.name, geom.shared_bytes)
-        sizes = op.operands(problem).sizes
+        sizes = op.operands(problem).sizes if lda is None else op.strided_sizes(problem, lda)
         programmatic = op.programmatic_launch and device.programmatic
         if geom.operand_maps is not None:
             device.prepare_capture_maps(geom.operand_maps.nbytes, stream)
@@ -123,9 +130,12 @@ class Runtime:
         beta: float,
         stream: int = 0,
         allocator: Allocator | None = None,
+        lda: int | None = None,
     ) -> None:
-        """Launch `choice` on arrays at `pointers` (in the kernel's order) on `stream`."""
-        plan = self.plan(choice, device, not (pointers[0] | pointers[1] | pointers[2]) & 15, stream)
+        """Launch `choice` on arrays at `pointers` (in the kernel's order) on `stream`; `lda`: A's row
+        stride where its rows have gaps between them. Vector loads need 16-byte aligned arrays and rows."""
+        aligned = not (pointers[0] | pointers[1] | pointers[2]) & 15 and rows_aligned(choice.problem, lda)
+        plan = self.plan(choice, device, aligned, stream, lda)
         plan.launch(*pointers, alpha, beta, stream, allocator)
 
     # -- the library calls ------------------------------------------------------------------
@@ -218,9 +228,15 @@ class Runtime:
         handle = self._stream(stream, a, device)
         # The transposed GEMV's kernels take (x, A, y): yᵀ = xᵀ A is a one-row GEMM.
         pointers = (xv.pointer, a.pointer, y.pointer) if layout.trans else (a.pointer, xv.pointer, y.pointer)
-        self.run(choice, device, pointers, float(alpha), float(beta), handle, self._allocator(a, device))
+        lda = layout.lda if layout.strided else None
+        self.run(choice, device, pointers, float(alpha), float(beta), handle, self._allocator(a, device), lda)
         if a.kind == xv.kind == "torch" and (given is None or given.kind == "torch"):
-            sig = Signature(choice, device, device.index, layout.out_shape, self.plan(choice, device, True, handle))
+            # A's strides are in the key: where its rows break 16-byte alignment, every call of the
+            # signature runs scalar loads, so the short path's check of the addresses stays as it is.
+            vector_rows = rows_aligned(problem, lda)
+            plan = self.plan(choice, device, vector_rows, handle, lda)
+            unaligned = None if vector_rows else plan
+            sig = Signature(choice, device, device.index, layout.out_shape, plan, unaligned=unaligned, lda=lda)
             sig.allocator = self._allocator(a, device)
             sig.swap = layout.trans
             sig.tally = tally
@@ -321,12 +337,12 @@ class Runtime:
         """Every call signature seen so far."""
         return [*self._gemv.values(), *self._gemm.values()]
 
-    def warmup_scratch(self, choice: Choice, device: Device, captures: int = 1) -> None:
-        """Load `choice`'s kernels (aligned and unaligned) and set aside scratch for `captures`
-        launches captured into graphs later."""
-        for aligned in (True, False):
+    def warmup_scratch(self, choice: Choice, device: Device, captures: int = 1, lda: int | None = None) -> None:
+        """Load `choice`'s kernels (aligned and unaligned, for A's rows `lda` apart) and set aside
+        scratch for `captures` launches captured into graphs later."""
+        for aligned in (True, False) if rows_aligned(choice.problem, lda) else (False,):
             try:
-                geom = self.plan(choice, device, aligned).geom
+                geom = self.plan(choice, device, aligned, lda=lda).geom
             except AutotuneError:
                 continue
             if geom.workspace_floats or geom.counters:
@@ -343,7 +359,7 @@ class Runtime:
 
     def _unaligned(self, sig: Signature, stream: int) -> LaunchPlan:
         if sig.unaligned is None:
-            sig.unaligned = self.plan(sig.choice, sig.device, False, stream)
+            sig.unaligned = self.plan(sig.choice, sig.device, False, stream, sig.lda)
         return sig.unaligned
 
     def _stream(self, stream: Any, a: opnd.DeviceArray, device: Device) -> int:
@@ -394,6 +410,12 @@ def signature_key(first: Any, second: Any, out: Any, tail: tuple[Any, ...]) -> t
         return (t.dtype, t.shape, t.stride(), t.get_device())
 
     return (*layout(first), *layout(second), *tail, *(layout(out) if out is not None else ()))
+
+
+def rows_aligned(problem: Problem, lda: int | None) -> bool:
+    """Whether rows `lda` elements apart start 16-byte aligned wherever the first does, as vector
+    loads need (None: contiguous rows, which the problem's space already fits its vectors to)."""
+    return lda is None or lda * ITEMSIZE[problem.dtype] % 16 == 0
 
 
 def scalar_loads(problem: Problem, config: Config) -> tuple[Op, Config]:

@@ -133,13 +133,35 @@ def empty_like(a: DeviceArray, shape: tuple[int, ...], device: int) -> Any:
 
 @dataclass(frozen=True)
 class GemvLayout:
-    """A GEMV as the kernels run it: the row-major m x n matrix that A's memory holds, whether the
-    product is with its transpose, and the shape of y."""
+    """A GEMV as the kernels run it: the row-major m x n matrix that A's memory holds, with its rows
+    lda >= n elements apart (n where they are contiguous), whether the product is with its
+    transpose, and the shape of y."""
 
     m: int
     n: int
     trans: bool
     out_shape: tuple[int, ...]
+    lda: int
+
+    @property
+    def strided(self) -> bool:
+        """Whether A's rows have gaps between them (a view of some columns of a wider matrix)."""
+        return self.lda != self.n
+
+
+MAX_LDA = 2**31 - 1  # the kernels take lda as a 32-bit int
+
+
+def leading_dimension(rows: int, cols: int, strides: tuple[int, ...]) -> int | None:
+    """The row stride lda of a rows x cols row-major matrix with these element strides: its elements
+    adjacent within a row and its rows lda >= cols elements apart (A[:, :k] or A[:, 1:] of a wider
+    row-major matrix); None where the strides are not such a layout."""
+    row_stride, col_stride = strides
+    if col_stride != 1 and cols != 1:
+        return None
+    if rows == 1:
+        return cols
+    return row_stride if row_stride >= cols else None
 
 
 def transposed_contiguous(array: DeviceArray) -> bool:
@@ -149,24 +171,49 @@ def transposed_contiguous(array: DeviceArray) -> bool:
     return (strides[0] == 1 or rows == 1) and (strides[1] == rows or cols == 1)
 
 
+def _gaps_for_the_transposed_kernel(a: DeviceArray, transposed_view: bool) -> AutotuneError:
+    view = "is the transpose of a matrix with gaps between its rows" if transposed_view else "has gaps between its rows"
+    return AutotuneError(
+        f"A (shape {a.shape}, strides {a.strides}) {view}: this product runs the transposed GEMV (a "
+        "one-row GEMM), whose kernels read A's rows contiguous only (copy it, e.g. A.contiguous())"
+    )
+
+
 def check_gemv_operands(a: DeviceArray, x: DeviceArray, out: DeviceArray | None, trans: bool = False) -> GemvLayout:
     """The layout of y = A x (with `trans`, y = Aᵀ x): A row-major, or a transposed view of a
-    row-major matrix, which is the same product with the other kernel (A.t() @ x = Aᵀx). x and y are
-    vectors, or 1 x length / length x 1 matrices."""
+    row-major matrix, which is the same product with the other kernel (A.t() @ x = Aᵀx). The plain
+    GEMV's kernels take A's row stride lda, so where the product runs them (A x of a row-major A,
+    Aᵀx of a transposed view) A may have gaps between its rows: a slice of columns such as A[:, :k]
+    or A[:, 1:] runs in place. The transposed GEMV's kernels (a one-row GEMM) read A's rows
+    contiguous only. x and y are vectors, or 1 x length / length x 1 matrices."""
     if len(a.shape) != 2:
         raise AutotuneError(f"A must be a 2-D matrix, got shape {a.shape}")
     rows, cols = a.shape
     if rows == 0 or cols == 0:
         empty = "rows" if rows == 0 else "columns"
         raise AutotuneError(f"A has no {empty} (shape {a.shape}): a GEMV needs M >= 1 and N >= 1")
+    strides = a.strides or (cols, 1)
     if contiguous(a):
-        m, n, runs_trans = rows, cols, trans
+        m, n, runs_trans, lda = rows, cols, trans, cols
     elif transposed_contiguous(a):
-        m, n, runs_trans = cols, rows, not trans  # A's memory is the row-major cols x rows matrix
+        m, n, runs_trans, lda = cols, rows, not trans, rows  # A's memory is the row-major cols x rows matrix
+    elif (direct := leading_dimension(rows, cols, strides)) is not None:
+        if trans:
+            raise _gaps_for_the_transposed_kernel(a, transposed_view=False)
+        m, n, runs_trans, lda = rows, cols, False, direct
+    elif (flipped := leading_dimension(cols, rows, strides[::-1])) is not None:
+        if not trans:
+            raise _gaps_for_the_transposed_kernel(a, transposed_view=True)
+        m, n, runs_trans, lda = cols, rows, False, flipped  # Aᵀ x with A = Wᵀ: W x, W strided
     else:
         raise AutotuneError(
-            f"A (shape {a.shape}, strides {a.strides}) must be row-major or the transpose of a row-major "
-            "matrix, with no gaps between rows (copy it, e.g. A.contiguous())"
+            f"A (shape {a.shape}, strides {a.strides}) must be row-major with the elements of a row "
+            "adjacent (rows may lie further apart, as in a slice of columns) or the transpose of such a "
+            "matrix (copy it, e.g. A.contiguous())"
+        )
+    if lda > MAX_LDA:
+        raise AutotuneError(
+            f"A's rows lie {lda} elements apart, more than the kernels' 32-bit lda holds (copy it, e.g. A.contiguous())"
         )
     x_len, y_len = (rows, cols) if trans else (cols, rows)
     what = f"A{'ᵀ' if trans else ''}x with A {rows}x{cols}"
@@ -180,7 +227,7 @@ def check_gemv_operands(a: DeviceArray, x: DeviceArray, out: DeviceArray | None,
         if out.dtype != a.dtype:
             raise AutotuneError(f"out must have A's dtype {a.dtype}, got {out.dtype}")
     out_shape = (1, y_len) if x.shape == (1, x_len) and x_len != 1 else (y_len,)
-    return GemvLayout(m, n, runs_trans, out_shape)
+    return GemvLayout(m, n, runs_trans, out_shape, lda)
 
 
 def check_gemm_operands(a: DeviceArray, b: DeviceArray, out: DeviceArray | None) -> tuple[int, int, int]:
