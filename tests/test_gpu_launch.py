@@ -365,3 +365,248 @@ def test_linear_is_f_linear_for_every_batch_and_under_torch_compile() -> None:
         hidden = F.linear(x.double(), W.double(), bias.double()).relu()
         want = F.linear(hidden, down.double())
         assert (got.double() - want).abs().max().item() <= 2e-2 * (want.abs().max().item() + 1.0)
+
+
+# --- row-strided views: the plain GEMV's kernels take A's row stride lda (issue 29) ------------------
+
+
+def _assert_mv(y: Any, A: Any, x: Any, alpha: float = 1.0, beta: float = 0.0, y0: Any = None) -> None:
+    """y = alpha * A x + beta * y0 against torch.mv in float64 (A may be any strided view)."""
+    torch = _torch()
+    want = alpha * torch.mv(A.double(), x.double())
+    scale = abs(alpha) * torch.mv(A.double().abs(), x.double().abs()).max().item()
+    if y0 is not None:
+        want = want + beta * y0.double()
+        scale += abs(beta) * y0.double().abs().max().item()
+    got = y.double()
+    assert got.shape == want.shape
+    assert bool(got.isfinite().all()), "NaN or inf in the output"
+    assert (got - want).abs().max().item() <= 1e-2 * scale
+
+
+def _strided_views(torch: Any, kind: Any) -> dict[str, Any]:
+    """Views with gaps between their rows: slices of columns of row-major matrices (rows lda > N
+    elements apart), with 16-byte aligned rows and without, and the parts of a fused weight."""
+    W = torch.randn(1000, 1024, device="cuda", dtype=kind)
+    odd = torch.randn(777, 1022, device="cuda", dtype=kind)  # rows 2044 (16-bit) or 4088 bytes apart
+    fused = torch.randn(2048, 3 * 2048, device="cuda", dtype=kind)  # q, k, v side by side in each row
+    return {
+        "cols-1021": W[:, :1021],  # N odd: scalar loads
+        "cols-from-1": W[:, 1:],  # 2 or 4 bytes into the allocation: scalar loads
+        "cols-1016": W[:, :1016],  # N a multiple of 8 and rows 16-byte aligned: vector loads with lda
+        "cols-1016-of-1022": odd[:, :1016],  # rows not 16-byte aligned: the fitted scalar-load config
+        "qkv-q": fused[:, :2048],
+        "qkv-k": fused[:, 2048:4096],
+        "qkv-v": fused[:, 4096:],
+    }
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_row_strided_views_run_in_place(dtype: str) -> None:
+    """gemv(A[:, :1021], x), gemv(A[:, 1:], x) and the q, k, v parts of a fused weight run on the
+    view's own memory (no copy of A is allocated), on the checked path and the short path, with and
+    without out=, alpha and beta included; the transpose of a slice with trans=True is the same
+    product. Checked against torch.mv."""
+    torch = _torch()
+    kind = getattr(torch, dtype)
+    for name, A in _strided_views(torch, kind).items():
+        assert not A.is_contiguous() and A.stride(1) == 1, name
+        m, n = A.shape
+        for _ in range(2):  # the second call of each signature takes the short path
+            x = torch.randn(n, device="cuda", dtype=kind)
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            before = torch.cuda.memory_allocated()
+            y = autotune.gemv(A, x)
+            torch.cuda.synchronize()
+            grown = torch.cuda.max_memory_allocated() - before
+            assert grown < A.numel() * A.element_size() // 4, f"{name}: {grown} bytes allocated (a copy of A?)"
+            _assert_mv(y, A, x)
+            out = torch.randn(m, device="cuda", dtype=kind)
+            y0 = out.clone()
+            autotune.gemv(A, x, out=out, alpha=0.75, beta=-1.25)
+            torch.cuda.synchronize()
+            _assert_mv(out, A, x, 0.75, -1.25, y0)
+            got = autotune.gemv(A.t(), x, trans=True)  # (Aᵀ)ᵀ x: the plain GEMV of the view
+            torch.cuda.synchronize()
+            _assert_mv(got, A, x)
+
+
+def test_strided_views_the_transposed_gemv_would_read_are_refused() -> None:
+    torch = _torch()
+    W = torch.randn(1000, 1024, device="cuda", dtype=torch.float16)
+    with pytest.raises(AutotuneError, match="contiguous"):
+        autotune.gemv(W[:, :1021], torch.randn(1000, device="cuda", dtype=torch.float16), trans=True)
+    with pytest.raises(AutotuneError, match="contiguous"):
+        autotune.gemv(W[:, :1021].t(), torch.randn(1000, device="cuda", dtype=torch.float16))
+    with pytest.raises(AutotuneError, match="contiguous"):
+        autotune.gemv(W[:, ::2], torch.randn(512, device="cuda", dtype=torch.float16))  # every other column
+
+
+# Tilings spread over the families, each with a part of the kernel that addresses rows: the bulk L2
+# prefetch of row segments and the per-thread prefetch of row heads, split-K through the workspace
+# and in a cluster, x in shared memory, thread-, sub-warp-, warp- and block-per-row.
+STRIDED_TILINGS = [
+    dict(block=128, lanes=128, vec=8, unroll=4, rows=2, policy=1, prefetch=1, order=1),
+    dict(block=128, lanes=128, vec=8, unroll=4, rows=2, policy=1, prefetch=2, order=1),
+    dict(block=64, lanes=32, vec=8, unroll=2, rows=1, policy=1, persist=4, split=2, prefetch=3),
+    dict(block=128, lanes=32, vec=8, unroll=2, rows=2, policy=1, split=2, cluster=2, prefetch=1),
+    dict(block=256, lanes=8, vec=8, unroll=1, rows=8, x_smem=1, policy=2, persist=2),
+    dict(block=128, lanes=1, vec=8, unroll=2, rows=2),
+    dict(block=512, lanes=512, vec=8, unroll=4, rows=1, policy=1, order=1),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("tiling", STRIDED_TILINGS, ids=lambda t: "-".join(f"{k}{v}" for k, v in t.items()))
+def test_every_family_on_strided_views(dtype: str, tiling: dict[str, int]) -> None:
+    """Each tiling (fitted to the view's shape, as the selector fits configs) on every strided view:
+    16-byte loads with lda != N where the base and rows keep 16-byte alignment, the fitted scalar
+    config where they do not. y poisoned with NaN first, then alpha and beta both in play."""
+    torch = _torch()
+    from autotune.core.space import config_key
+    from autotune.runtime.launcher import Runtime, rows_aligned
+
+    kind = getattr(torch, dtype)
+    configs: dict[Problem, dict[str, int]] = {}
+
+    def choose(problem: Problem, device: Any, db: str | None) -> Choice:
+        fitted = gemv.OP.space(problem).fit({**gemv.DEFAULT_CONFIG, **tiling})
+        assert fitted is not None, (problem, tiling)
+        configs[problem] = fitted
+        return Choice(problem, device.gpu.name, fitted, "measured")
+
+    runtime = Runtime(choose)
+    vector_runs = 0
+    for name, A in _strided_views(torch, kind).items():
+        m, n = A.shape
+        x = torch.randn(n, device="cuda", dtype=kind)
+        y = torch.full((m,), float("nan"), device="cuda", dtype=kind)
+        runtime.gemv(A, x, out=y)
+        torch.cuda.synchronize()
+        _assert_mv(y, A, x)
+        y0 = torch.randn(m, device="cuda", dtype=kind)
+        y.copy_(y0)
+        runtime.gemv(A, x, out=y, alpha=0.75, beta=-1.25)  # the short path
+        torch.cuda.synchronize()
+        _assert_mv(y, A, x, 0.75, -1.25, y0)
+        problem = Problem("gemv", dtype, m, n)
+        lda = A.stride(0)
+        aligned = A.data_ptr() % 16 == 0 and rows_aligned(problem, lda)
+        key = (problem, config_key(configs[problem]), 0, aligned, lda)
+        assert key in runtime._plans, f"{name}: no {'vector' if aligned else 'scalar'}-load plan was made"
+        vector_runs += int(aligned and configs[problem]["vec"] > 1)
+    # cols-1016 and the three qkv parts ran wide loads with lda != N; cols-1016-of-1022's rows lie
+    # 2044 or 4088 bytes apart, so its tiling ran with scalar loads.
+    assert vector_runs == 4
+
+
+def test_strided_views_in_a_captured_graph_replayed_with_new_inputs() -> None:
+    """The q, k, v parts of a fused weight, a view with rows that break 16-byte alignment and one that
+    starts 2 bytes in, captured into one graph after warmup; replays read new weights and inputs."""
+    torch = _torch()
+    f16 = torch.float16
+    fused = torch.empty(2048, 3 * 2048, device="cuda", dtype=f16).uniform_(-1, 1)
+    odd = torch.empty(1000, 1022, device="cuda", dtype=f16).uniform_(-1, 1)
+    views = [fused[:, :2048], fused[:, 2048:4096], fused[:, 4096:], odd[:, :1016], odd[:, 1:]]
+    xs = [torch.empty(A.shape[1], device="cuda", dtype=f16).uniform_(-1, 1) for A in views]
+    ys = [torch.full((A.shape[0],), float("nan"), device="cuda", dtype=f16) for A in views]
+    autotune.warmup(gemv=list(zip(views, xs, strict=True)))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for A, x, y in zip(views, xs, ys, strict=True):
+            autotune.gemv(A, x, out=y)
+    for _ in range(3):
+        fused.copy_(torch.rand_like(fused) * 2 - 1)
+        odd.copy_(torch.rand_like(odd) * 2 - 1)
+        for x in xs:
+            x.copy_(torch.rand_like(x) * 2 - 1)
+        for y in ys:
+            y.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        for A, x, y in zip(views, xs, ys, strict=True):
+            _assert_mv(y, A, x)
+
+
+def test_split_k_on_a_strided_view_in_a_graph_and_on_two_streams() -> None:
+    """256 columns short of a 256 x 131328 matrix, split 16 ways through the workspace with 16-byte
+    loads (rows 262656 bytes apart): eager on two streams at once, then captured and replayed."""
+    torch = _torch()
+    from autotune.runtime.launcher import Runtime
+
+    problem = Problem("gemv", "float16", 256, 131072)
+    assert gemv.OP.space(problem).check(SPLIT_K) is None
+    runtime = Runtime(lambda p, device, db: Choice(p, device.gpu.name, SPLIT_K, "measured"))
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    whole = [torch.empty(256, 131328, device="cuda", dtype=torch.float16) for _ in streams]
+    As = [W[:, 256:] for W in whole]
+    xs = [torch.empty(131072, device="cuda", dtype=torch.float16) for _ in streams]
+    ys = [torch.empty(256, device="cuda", dtype=torch.float16) for _ in streams]
+    for _ in range(5):
+        for stream, W, x, y, A in zip(streams, whole, xs, ys, As, strict=True):
+            with torch.cuda.stream(stream):
+                W.uniform_(-1, 1)
+                x.uniform_(-1, 1)
+                y.fill_(float("nan"))
+                for _ in range(8):
+                    runtime.gemv(A, x, y)
+        torch.cuda.synchronize()
+        for A, x, y in zip(As, xs, ys, strict=True):
+            _assert_mv(y, A, x)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):  # split-K scratch from torch's allocator (the graph's pool)
+        runtime.gemv(As[0], xs[0], ys[0])
+    for _ in range(3):
+        whole[0].copy_(torch.rand_like(whole[0]) * 2 - 1)
+        xs[0].copy_(torch.rand_like(xs[0]) * 2 - 1)
+        ys[0].fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        _assert_mv(ys[0], As[0], xs[0])
+
+
+def test_a_producer_on_a_side_stream_then_gemv_of_strided_views() -> None:
+    """As test_a_producer_on_a_side_stream_then_gemv_and_gemm_on_that_stream, with the parts of a
+    fused weight: the kernels must run on the caller's stream after the producer's writes."""
+    torch = _torch()
+    fused = torch.empty(4096, 3 * 4096, device="cuda", dtype=torch.float16)
+    parts = [fused[:, i * 4096 : (i + 1) * 4096] for i in range(3)]
+    x = torch.empty(4096, device="cuda", dtype=torch.float16)
+    ys = [torch.empty(4096, device="cuda", dtype=torch.float16) for _ in parts]
+    side = torch.cuda.Stream()
+    for _ in range(10):
+        with torch.cuda.stream(side):
+            for y in ys:
+                y.fill_(float("nan"))
+            torch.cuda._sleep(2_000_000)
+            fused.uniform_(-1, 1)
+            x.uniform_(-1, 1)
+            for A, y in zip(parts, ys, strict=True):
+                autotune.gemv(A, x, out=y)
+        side.synchronize()
+        for A, y in zip(parts, ys, strict=True):
+            _assert_mv(y, A, x)
+
+
+def test_cupy_strided_views_on_a_cupy_stream() -> None:
+    """cupy views of some columns (__cuda_array_interface__ with strides in bytes) run in place."""
+    cupy = pytest.importorskip("cupy")
+    rng = np.random.default_rng(11)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    for dtype in (np.float32, np.float16):
+        whole = rng.uniform(-1, 1, (1000, 1024)).astype(dtype)
+        with stream:
+            W = cupy.asarray(whole)
+            for cols in (slice(0, 1021), slice(1, None), slice(0, 1016), slice(256, 768)):
+                A = W[:, cols]
+                a = whole[:, cols].astype(np.float64)
+                v = rng.uniform(-1, 1, a.shape[1]).astype(dtype)
+                x = cupy.asarray(v)
+                y = cupy.full(a.shape[0], cupy.nan, dtype=dtype)
+                autotune.gemv(A, x, out=y)
+                got = y.get(stream=stream).astype(np.float64)
+                stream.synchronize()
+                want = a @ v.astype(np.float64)
+                scale = (np.abs(a) @ np.abs(v.astype(np.float64))).max()
+                assert np.isfinite(got).all() and np.abs(got - want).max() <= 1e-2 * scale, (dtype, cols)
