@@ -58,7 +58,7 @@ __global__ void rows(const uint4* __restrict__ a, unsigned* __restrict__ out) {
 template <int BLOCK, int LANES, int UNROLL, int ROWS, int XSMEM, int POLICY>
 __global__ void __launch_bounds__(BLOCK) gemv(const __half* A, const __half* x, __half* y, float* partial,
                                                unsigned* counters) {
-  at_gemv::gemv_body<__half, BLOCK, LANES, 8, UNROLL, ROWS, XSMEM, POLICY, 1, 0>(A, x, y, M, N, 1.0f, 0.0f, partial,
+  at_gemv::gemv_body<__half, BLOCK, LANES, 8, UNROLL, ROWS, XSMEM, POLICY, 1, 0>(A, x, y, M, N, N, 1.0f, 0.0f, partial,
                                                                               counters);
 }
 

@@ -64,8 +64,9 @@ __global__ void read_chunks(const uint4* __restrict__ a, size_t n16, unsigned* _
 template <typename T, int BLOCK, int LANES, int VEC, int UNROLL, int ROWS, int POLICY, int MODE>
 __global__ void __launch_bounds__(BLOCK) gemv(const T* A, const T* x, T* y, int M, int N, float* partial,
                                                unsigned* counters) {
-  if (MODE >= 1) at_gemv::programmatic_start<T, BLOCK, LANES, VEC, ROWS, MODE == 2>(A, M, N);
-  at_gemv::gemv_body<T, BLOCK, LANES, VEC, UNROLL, ROWS, 0, POLICY, 1, 0>(A, x, y, M, N, 1.0f, 0.0f, partial, counters);
+  if (MODE >= 1) at_gemv::programmatic_start<T, BLOCK, LANES, VEC, ROWS, MODE == 2>(A, M, N, N);
+  at_gemv::gemv_body<T, BLOCK, LANES, VEC, UNROLL, ROWS, 0, POLICY, 1, 0>(A, x, y, M, N, N, 1.0f, 0.0f, partial,
+                                                                         counters);
 }
 
 template <typename Kernel, typename... Args>
