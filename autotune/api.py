@@ -22,9 +22,9 @@ from autotune.ops import make_problem, resolve_op, shape_dims, standard_shapes
 from autotune.runtime.launcher import Runtime
 from autotune.runtime.misses import Misses
 from autotune.select.choose import Choice, Selector
-from autotune.tune.devices import DeviceResult, parse_devices, run_on_devices
 
 if TYPE_CHECKING:
+    from autotune.tune.devices import DeviceResult
     from autotune.tune.tuner import Progress, SweepReport, TrialHook
 
 # Kept equal to autotune.tune.search.SAMPLERS (tests/test_search.py checks), which imports Optuna: the
@@ -291,6 +291,8 @@ def sweep_devices(devices: str, *, log_level: int = logging.INFO, **options: Any
         raise AutotuneError("a sweep over several GPUs reports through its log: give no progress or on_trial")
     if "device" in options:
         raise AutotuneError("give --device or --devices, not both")
+    from autotune.tune.devices import parse_devices, run_on_devices  # multiprocessing: not at import
+
     indices = parse_devices(devices, len(local_gpus()))
     return run_on_devices(indices, _sweep_on, log_level=log_level, **options)
 

@@ -2,6 +2,7 @@
 # Steps for one run on a GPU machine that holds a copy of the repository and the wheels it needs in
 # .whl/: install the wheels, then run the named steps in order, logging under $OUT.
 #   bash scripts/gpu_steps.sh info tests sweep-one bench-few
+# XDIST=8 runs the GPU tests in 8 processes (pytest-xdist among the wheels): nvcc compiles dominate.
 set -uo pipefail
 OUT=${OUT:-/tmp/autotune-out}
 mkdir -p "$OUT"
@@ -29,7 +30,7 @@ for name in "$@"; do
       python3 -c "import pycuda, optuna, sqlalchemy, typer, torch; print('pycuda', pycuda.VERSION, 'optuna', optuna.__version__, 'sqlalchemy', sqlalchemy.__version__, 'typer', typer.__version__, 'torch', torch.__version__)" ;;
     tests)
       step tests
-      python3 -m pytest -m gpu -q -p no:cacheprovider ${TESTS:-} 2>&1 | tee "$OUT/gpu-tests.log" | tail -25 ;;
+      python3 -m pytest -m gpu -q -p no:cacheprovider --durations=15 ${XDIST:+-n $XDIST} ${TESTS:-} 2>&1 | tee "$OUT/gpu-tests.log" | tail -25 ;;
     sweep-one)
       step sweep-one
       # Timed: /usr/bin/time runs programs, not shell functions, hence the command in full.

@@ -46,6 +46,7 @@ class Misses:
         self._write, self._every = write, every_s
         self._tallies: dict[tuple[str | None, str, Problem], Tally] = {}
         self._lock = threading.Lock()
+        self._flushing = threading.Lock()  # the thread's flush and the exit hook's never overlap
         self._started = False
         self._stop = threading.Event()
 
@@ -82,6 +83,10 @@ class Misses:
 
     def flush(self) -> None:
         """Write the calls counted since the last flush, per database and GPU model."""
+        with self._flushing:
+            self._flush()
+
+    def _flush(self) -> None:
         # The launch path reads no clock: a problem was last asked for by the flush that found its
         # count grown, so "last asked" is as fine as the flush interval.
         now = _utcnow()
