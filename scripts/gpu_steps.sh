@@ -114,6 +114,15 @@ sm__warps_active.avg.pct_of_peak_sustained_active python3 scripts/profile_vs_cub
       # The launch path's decode steps beside torch.mv, eager and in CUDA graphs (docs/launch.md).
       step decode
       python3 scripts/bench_decode.py --out "$OUT" 2>&1 | tee "$OUT/decode.log" | tail -12 ;;
+    retime)
+      # After a kernel edit that changes every instance: each stale problem's earlier best re-timed,
+      # re-swept only where 2% slower (autotune sweep --retime). IMPORT=records.jsonl first loads a
+      # records file an earlier, cut-short run exported, so that its problems count as done.
+      [ -n "${IMPORT:-}" ] && python3 -m autotune import "$IMPORT" --db "$DB" | tail -1
+      for op in ${OPS:-hgemv bgemv sgemv}; do
+        step "retime $op"
+        sweep retime-$op 8 --op "$op" --retime ${RETIME_ARGS:-} --trials "$TRIALS" ${PATIENCE:+--patience $PATIENCE}
+      done ;;
     export)
       step export
       python3 -c "import sys; from pathlib import Path; from autotune.store import open_store; print(open_store(sys.argv[1], import_shipped=False).export_records('$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)', Path(sys.argv[2]), top=3, current_only=True), 'records')" "$DB" "$OUT/records.jsonl" ;;
