@@ -150,8 +150,8 @@ def test_lease_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 # --- a fleet of processes ------------------------------------------------------------------------
 
 TRIALS = 10
-# A dead machine's claim is taken over at once (same host), so the lease only has to outlast a
-# heartbeat delayed by a busy two-core CI machine: at 1.5 s one was, and a problem ran twice.
+# A dead machine's claim is taken over at once (same host), so a longer lease costs the test no time
+# and keeps a heartbeat delayed on a busy two-core machine from losing a live claim.
 LEASE_S = 6.0
 
 
