@@ -44,10 +44,10 @@ def timed_sweep(devices: str | None, shapes: Path, op: str, trials: int, folder:
     if done.returncode != 0:
         sys.exit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
     with open_store(str(db), import_shipped=False) as store, store.db.session_scope() as session:
-        uuids = dict(session.execute(select(orm.Gpu.id, orm.Gpu.uuid)).tuples())
+        uuids = {row.id: row.uuid for row in session.execute(select(orm.Gpu.id, orm.Gpu.uuid))}
         trials_by_gpu = Counter(uuids[g] for g in session.scalars(select(orm.Trial.gpu_id)))
         problems_by_gpu = Counter(
-            uuids[g] for g in set(session.execute(select(orm.Trial.gpu_id, orm.Trial.problem_id)).tuples())
+            uuids[row.gpu_id] for row in set(session.execute(select(orm.Trial.gpu_id, orm.Trial.problem_id).distinct()))
         )
     return {
         "devices": devices or "0",

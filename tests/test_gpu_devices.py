@@ -28,7 +28,7 @@ def test_a_sweep_over_two_gpus_stores_each_measurement_once(tmp_path: Path) -> N
     shapes = tmp_path / "shapes.txt"
     shapes.write_text("".join(f"{m} {n}\n" for m, n in SHAPES))
     url = str(tmp_path / "two.db")
-    results = api.sweep_devices("0,1", op="hgemv", shapes_file=shapes, trials=TRIALS, patience=0, db=url)
+    results = api.sweep_devices("0,1", op="hgemv", shapes_file=shapes, trials=TRIALS, patience=None, db=url)
     assert [r.error for r in results] == [None, None]
     tuned = [{str(item.problem) for item in r.report.problems if item.result.measured} for r in results]
     assert all(tuned), f"a GPU tuned nothing: {tuned}"
