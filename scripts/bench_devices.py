@@ -43,12 +43,14 @@ def timed_sweep(devices: str | None, shapes: Path, op: str, trials: int, folder:
     wall = time.perf_counter() - begin
     if done.returncode != 0:
         sys.exit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    # The database also holds the shipped records, under stand-in GPUs: count this machine's alone.
+    here = {gpu.uuid for gpu in local_gpus()}
     with open_store(str(db), import_shipped=False) as store, store.db.session_scope() as session:
-        uuids = {row.id: row.uuid for row in session.execute(select(orm.Gpu.id, orm.Gpu.uuid))}
-        trials_by_gpu = Counter(uuids[g] for g in session.scalars(select(orm.Trial.gpu_id)))
-        problems_by_gpu = Counter(
-            uuids[row.gpu_id] for row in set(session.execute(select(orm.Trial.gpu_id, orm.Trial.problem_id).distinct()))
-        )
+        uuids = {row.id: row.uuid for row in session.execute(select(orm.Gpu.id, orm.Gpu.uuid)) if row.uuid in here}
+        trials = [g for g in session.scalars(select(orm.Trial.gpu_id)) if g in uuids]
+        pairs = session.execute(select(orm.Trial.gpu_id, orm.Trial.problem_id).distinct())
+        trials_by_gpu = Counter(uuids[g] for g in trials)
+        problems_by_gpu = Counter(uuids[row.gpu_id] for row in pairs if row.gpu_id in uuids)
     return {
         "devices": devices or "0",
         "wall_s": wall,
@@ -73,7 +75,7 @@ def main() -> None:
             run = timed_sweep(devices, args.shapes, args.op, args.trials, Path(folder))
         runs.append(run)
         print(f"--devices {run['devices']:>4}: {run['wall_s']:7.1f} s  problems per GPU {run['problems_by_gpu']}")
-    shapes = [line.split() for line in args.shapes.read_text().splitlines() if line.strip()]
+    shapes = [line for line in args.shapes.read_text().splitlines() if line.split() and not line.startswith("#")]
     report = {
         "gpu": gpus[0].name,
         "gpus": [g.name for g in gpus],
