@@ -123,6 +123,13 @@ sm__warps_active.avg.pct_of_peak_sustained_active python3 scripts/profile_vs_cub
         step "retime $op"
         sweep retime-$op 8 --op "$op" --retime ${RETIME_ARGS:-} --trials "$TRIALS" ${PATIENCE:+--patience $PATIENCE}
       done ;;
+    two-gpus)
+      # A machine with two or more GPUs: tensors on each GPU, one sweep over all of them, and that
+      # sweep's wall time against the same sweep on one GPU (results/devices_<gpu>.json).
+      step two-gpus
+      python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu_devices.py \
+        tests/test_gpu_launch.py::test_tensors_on_each_gpu_run_there_concurrently 2>&1 | tee "$OUT/gpu-tests-two.log" | tail -8
+      python3 scripts/bench_devices.py --out "$OUT" 2>&1 | tee "$OUT/devices.log" | tail -6 ;;
     export)
       step export
       python3 -c "import sys; from pathlib import Path; from autotune.store import open_store; print(open_store(sys.argv[1], import_shipped=False).export_records('$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)', Path(sys.argv[2]), top=3, current_only=True), 'records')" "$DB" "$OUT/records.jsonl" ;;

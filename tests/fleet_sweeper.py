@@ -1,6 +1,8 @@
 """One machine of a test fleet, run as a script: a claiming sweep with a fake worker into a shared
 database. Journals "problem|config_key" after every finished trial, and "done problem" after every
-problem it tuned, so the test can count how often each config and each problem was tuned.
+problem it measured something of, so the test can count how often each config and each problem was
+tuned. (A sweep that starts after another machine finished a listed problem claims it too, finds its
+trials all stored and measures nothing: that is not tuning it twice.)
 
     python tests/fleet_sweeper.py URL JOURNAL LEASE_S TRIALS (list|pending) [GPU_NAME]
 """
@@ -71,7 +73,8 @@ def main(
     tuner = Tuner(store, worker, InstantPool(), gpu(gpu_name), sampler="random", budget=Budget(trials), seed=1)
     report = sweep_claimed(tuner, store, PROBLEMS if mode == "list" else None, timedelta(seconds=lease_s))
     for item in report.problems:
-        log.write(f"done {gpu_name} {item.problem}\n")
+        if item.result.measured:
+            log.write(f"done {gpu_name} {item.problem}\n")
     store.close()
     return report
 
