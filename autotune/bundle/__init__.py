@@ -25,7 +25,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -106,8 +106,14 @@ def kernel_family(problem: Problem, config: Config) -> str:
 
 
 def _problem_dict(problem: Problem) -> dict[str, Any]:
-    return {"op": problem.op, "dtype": problem.dtype, "m": problem.m, "n": problem.n, "k": problem.k,
-            "trans": problem.trans}  # fmt: skip
+    return {
+        "op": problem.op,
+        "dtype": problem.dtype,
+        "m": problem.m,
+        "n": problem.n,
+        "k": problem.k,
+        "trans": problem.trans,
+    }
 
 
 def _launch_dict(launch: Launch) -> dict[str, Any]:
@@ -120,7 +126,9 @@ def _launch_dict(launch: Launch) -> dict[str, Any]:
         "counters": launch.counters,
         "operand_maps": None
         if maps is None
-        else {name: {"rows": b.rows, "cols": b.cols, "swizzle": b.swizzle} for name, b in (("a", maps.a), ("b", maps.b))},
+        else {
+            name: {"rows": b.rows, "cols": b.cols, "swizzle": b.swizzle} for name, b in (("a", maps.a), ("b", maps.b))
+        },
     }
 
 
@@ -170,6 +178,30 @@ def _kernel_image(job: CompileJob) -> tuple[bytes, str]:
     return shipped.find_kernel(job).image, "cubin"
 
 
+def make_entry(target: BundleGpu, index: int, problem: Problem, config: Config, kernel_file: str) -> Entry:
+    """The entry that runs `config` on `problem` on the GPU `target` from `kernel_file` (its time unknown)."""
+    with targeting(target.compute_capability):
+        op = ops.for_problem(problem)
+        job = ops.compile_job(problem, config, target.arch, op)
+        cluster = config.get("cluster", 1)
+        return Entry(
+            index=index,
+            problem=problem,
+            family=kernel_family(problem, config),
+            config=dict(config),
+            kernel_name=job.name,
+            kernel_file=kernel_file,
+            arg_types=op.arg_types,
+            swap_inputs=problem.trans,
+            cluster=(1, cluster, 1) if cluster > 1 else (1, 1, 1),
+            programmatic=op.programmatic_launch and int(target.compute_capability.split(".")[0]) >= 9,
+            launch=op.launch(problem, config, target.sm_count),
+            time_us=0.0,
+            gbs=None,
+            source_hash=job.depends_hash,
+        )
+
+
 def _skip(bundle: Bundle, problem: Problem, reason: str) -> None:
     log.warning("%s is left out of the bundle: %s", problem, reason)
     bundle.skipped.append({**_problem_dict(problem), "reason": reason})
@@ -196,36 +228,17 @@ def build(gpu: str | None, op_names: Sequence[str] = (), db: str | None = None) 
             _skip(bundle, problem, reason)
             continue
         with targeting(target.compute_capability):
-            op = ops.for_problem(problem)
-            config = dict(choice.config)
-            job = ops.compile_job(problem, config, target.arch, op)
+            job = ops.compile_job(problem, choice.config, target.arch)
             try:
                 image, kind = _kernel_image(job)
             except AutotuneError as exc:
                 _skip(bundle, problem, f"no kernel: {exc}")
                 continue
-            kernel_file = f"{KERNELS}/{job.name}.{kind}"
-            if bundle.kernels.setdefault(kernel_file, image) != image:
-                raise AutotuneError(f"two different kernels are named {job.name}: cannot write both")
-            cluster = config.get("cluster", 1)
-            bundle.entries.append(
-                Entry(
-                    index=len(bundle.entries),
-                    problem=problem,
-                    family=kernel_family(problem, config),
-                    config=config,
-                    kernel_name=job.name,
-                    kernel_file=kernel_file,
-                    arg_types=op.arg_types,
-                    swap_inputs=problem.trans,
-                    cluster=(1, cluster, 1) if cluster > 1 else (1, 1, 1),
-                    programmatic=op.programmatic_launch and int(target.compute_capability.split(".")[0]) >= 9,
-                    launch=op.launch(problem, config, target.sm_count),
-                    time_us=float(choice.time_us or 0.0),
-                    gbs=choice.gbs,
-                    source_hash=job.depends_hash,
-                )
-            )
+        kernel_file = f"{KERNELS}/{job.name}.{kind}"
+        if bundle.kernels.setdefault(kernel_file, image) != image:
+            raise AutotuneError(f"two different kernels are named {job.name}: cannot write both")
+        entry = make_entry(target, len(bundle.entries), problem, choice.config, kernel_file)
+        bundle.entries.append(replace(entry, time_us=float(choice.time_us or 0.0), gbs=choice.gbs))
     if not bundle.entries:
         what = " and ".join(sorted(f"{dtype or 'any dtype'} {op}" for op, dtype in wanted)) or "any op"
         raise AutotuneError(f"nothing to bundle: no problem of {what} is tuned on {target.name}")
@@ -239,8 +252,12 @@ def manifest(bundle: Bundle) -> dict[str, Any]:
         "kind": KIND,
         "format": bundle.format,
         "autotune": __version__,
-        "gpu": {"name": gpu.name, "compute_capability": gpu.compute_capability, "arch": gpu.arch,
-                "sm_count": gpu.sm_count},  # fmt: skip
+        "gpu": {
+            "name": gpu.name,
+            "compute_capability": gpu.compute_capability,
+            "arch": gpu.arch,
+            "sm_count": gpu.sm_count,
+        },
         "header": HEADER,
         "alignment": bundle.alignment,
         "entries": [

@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING
 
 from autotune.core.errors import AutotuneError
 from autotune.core.limits import MAX_GRID_Y
-from autotune.ops import gemm
+from autotune.ops import gemm, tma
 from autotune.ops import gemv as gemv_op
-from autotune.ops import tma
 from autotune.ops.gemm import mma
 
 if TYPE_CHECKING:
