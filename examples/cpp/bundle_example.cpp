@@ -172,10 +172,11 @@ CUdeviceptr upload(const Array &array) {
   return pointer;
 }
 
-CUdeviceptr zeroed_words(uint64_t words) {
+// Split-K scratch, zeroed in the stream's order before the first launch (the kernels keep it zero).
+CUdeviceptr zeroed_words(uint64_t words, CUstream stream) {
   CUdeviceptr pointer;
   check(cuMemAlloc(&pointer, words * 4), "cuMemAlloc");
-  check(cuMemsetD32(pointer, 0, words), "cuMemsetD32");
+  check(cuMemsetD32Async(pointer, 0, words, stream), "cuMemsetD32Async");
   return pointer;
 }
 
@@ -271,8 +272,8 @@ bool run(Device &gpu, const Problem &p, std::mt19937 &random) {
   if (e->operand_maps) {
     workspace = tensor_maps(e, p, da, db);
   } else {
-    if (launch.workspace_floats) workspace = zeroed_words(launch.workspace_floats);
-    if (launch.counters) counters = zeroed_words(launch.counters);
+    if (launch.workspace_floats) workspace = zeroed_words(launch.workspace_floats, gpu.stream);
+    if (launch.counters) counters = zeroed_words(launch.counters, gpu.stream);
   }
   const float alpha = 0.5f, beta = 0.25f;
   autotune_args args;
@@ -374,7 +375,8 @@ int main(int argc, char **argv) {
   check(cuDeviceGet(&gpu.device, 0), "cuDeviceGet");
   check(cuDevicePrimaryCtxRetain(&gpu.context, gpu.device), "cuDevicePrimaryCtxRetain");
   check(cuCtxSetCurrent(gpu.context), "cuCtxSetCurrent");
-  check(cuStreamCreate(&gpu.stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  // A blocking stream: its launches wait for the copies this program makes on the legacy default stream.
+  check(cuStreamCreate(&gpu.stream, CU_STREAM_DEFAULT), "cuStreamCreate");
   check(cuDeviceGetAttribute(&gpu.sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, gpu.device), "SM count");
   char name[256] = {0};
   check(cuDeviceGetName(name, sizeof(name) - 1, gpu.device), "cuDeviceGetName");
