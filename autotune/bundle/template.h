@@ -1,7 +1,7 @@
 /* autotune_bundle.h: the tuned kernels of one GPU, as `autotune export --format bundle` wrote them.
  *
- * Self-contained C99 and C++ (link with -lm in C). Nothing here calls CUDA: a program loads
- * AUTOTUNE_BUNDLE_KERNEL_DIR-relative `kernel_file` with cuModuleLoad, takes `kernel_name` with
+ * Self-contained C99 and C++ (link with -lm in C). Nothing here calls CUDA: a program loads an
+ * entry's `kernel_file` (relative to the bundle folder) with cuModuleLoad, takes `kernel_name` with
  * cuModuleGetFunction and launches it as this header describes (examples/cpp/ in the autotune
  * repository does all of it with the driver API; docs/deploy.md explains every field).
  *
