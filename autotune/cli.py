@@ -532,18 +532,25 @@ def _queue_dict(row: Any) -> dict[str, Any]:
 
 @app.command()
 def export(
-    output: Annotated[Path, typer.Option("--output", "-o", help="the file to write")],
-    fmt: Annotated[str, typer.Option("--format", help="jsonl (a records file) or csv")] = "jsonl",
-    gpu: Annotated[str | None, typer.Option("--gpu", help="only this GPU (jsonl: needed where several)")] = None,
+    output: Annotated[Path, typer.Option("--output", "-o", help="the file to write (a folder for bundle)")],
+    fmt: Annotated[str, typer.Option("--format", help="jsonl (a records file), csv or bundle")] = "jsonl",
+    gpu: Annotated[
+        str | None, typer.Option("--gpu", help="only this GPU (jsonl: needed where several; bundle: needed)")
+    ] = None,
     top: Annotated[int, typer.Option("--top", min=1, help="fastest configs per problem")] = 1,
+    op: Annotated[
+        list[str] | None, typer.Option("--op", help="bundle: only this op (gemv, gemm or hgemv, sgemm...), repeatable")
+    ] = None,
     db: Db = None,
 ) -> None:
     """The best configs per problem, measured with today's kernels: a records file that `import`
-    reads back, or CSV for spreadsheets."""
+    reads back, CSV for spreadsheets, or a bundle (kernels, manifest.json and a C header) that a C or
+    C++ program loads with the CUDA driver API (docs/deploy.md)."""
     from autotune import exports
 
-    count = exports.export(output, fmt=fmt, gpu=gpu, top=top, db=db)
-    err.print(f"wrote {count} rows to {output}", markup=False)
+    count = exports.export(output, fmt=fmt, gpu=gpu, top=top, db=db, op=op or ())
+    what = "entries" if fmt == "bundle" else "rows"
+    err.print(f"wrote {count} {what} to {printable(str(output))}", markup=False)
 
 
 @app.command("import")

@@ -1,12 +1,14 @@
 """`autotune export` and `autotune import`: the best configs per problem out of the database, as a
-records file (JSON lines, which `import` and other databases read back with the store's validation)
-or as CSV for spreadsheets and for TunableOp-style tools that read one row per problem."""
+records file (JSON lines, which `import` and other databases read back with the store's validation),
+as CSV for spreadsheets and for TunableOp-style tools that read one row per problem, or as a bundle
+of kernels and a C header that a program deploys without Python (autotune/bundle/)."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ from autotune.core.errors import AutotuneError
 from autotune.core.problem import Problem
 from autotune.store.records import record_lines, write_lines
 
-FORMATS = ("jsonl", "csv")
+FORMATS = ("jsonl", "csv", "bundle")
 CSV_COLUMNS = (
     "gpu", "op", "dtype", "m", "n", "k", "trans", "rank", "time_us", "gbs", "tflops", "config", "source_hash", "driver",
     "cuda",
@@ -35,12 +37,29 @@ def _gpu_names(gpu: str | None, db: str | None) -> list[str]:
     return [name]
 
 
-def export(output: Path, *, fmt: str = "jsonl", gpu: str | None = None, top: int = 1, db: str | None = None) -> int:
+def export(
+    output: Path,
+    *,
+    fmt: str = "jsonl",
+    gpu: str | None = None,
+    top: int = 1,
+    db: str | None = None,
+    op: Sequence[str] = (),
+) -> int:
     """Write the `top` fastest configs of every problem (measured with today's kernels) of one GPU,
     or of every GPU for CSV; returns how many rows. A records file holds one GPU: give `gpu` where
-    the database holds several."""
+    the database holds several. A bundle (a folder) holds the best config of each problem of one
+    GPU, of the ops `op` names (every op without), and returns how many entries."""
     if fmt not in FORMATS:
         raise AutotuneError(f"unknown export format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    if fmt == "bundle":
+        from autotune import bundle
+
+        if top != 1:
+            raise AutotuneError("--top applies to jsonl and csv: a bundle holds each problem's best config")
+        return len(bundle.export_bundle(output, gpu, op, db).entries)
+    if op:
+        raise AutotuneError("--op applies to --format bundle: jsonl and csv hold every op")
     names = _gpu_names(gpu, db)
     database = api.store(db).db
     if fmt == "jsonl":

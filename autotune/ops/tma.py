@@ -76,31 +76,68 @@ def _encode_function() -> Any:
     return function
 
 
+@dataclass(frozen=True)
+class TiledMap:
+    """What cuTensorMapEncodeTiled is given for one row-major matrix, beside its address: cuda.h's
+    enum values and the sizes, innermost dimension first. The launch path encodes from it, and the
+    deployable bundle (autotune/bundle/) writes it into its C header, so both describe one map."""
+
+    data_type: int  # CUtensorMapDataType
+    dims: tuple[int, int]  # (columns, rows)
+    stride_bytes: int  # the row pitch
+    box: tuple[int, int]  # (columns, rows) of one copy
+    interleave: int  # CUtensorMapInterleave
+    swizzle: int  # CUtensorMapSwizzle
+    l2_promotion: int  # CUtensorMapL2promotion
+    oob_fill: int  # CUtensorMapFloatOOBfill
+
+
+def tiled_map(dtype: str, rows: int, cols: int, box: Box) -> TiledMap:
+    """The encoding of a row-major rows x cols matrix of `dtype` read in boxes of `box`."""
+    return TiledMap(
+        _DATA_TYPE[dtype],
+        (cols, rows),
+        cols * ITEMSIZE[dtype],
+        (box.cols, box.rows),
+        _INTERLEAVE_NONE,
+        _SWIZZLE[box.swizzle],
+        _L2_PROMOTION_256B,
+        _OOB_FILL_ZEROS,
+    )
+
+
+def operand_tiled_maps(maps: OperandMaps, dtype: str, m: int, n: int, k: int) -> tuple[TiledMap, TiledMap]:
+    """A's map (m x k), then B's (k x n), for C (m x n) = A B."""
+    return tiled_map(dtype, m, k, maps.a), tiled_map(dtype, k, n, maps.b)
+
+
 def encode(pointer: int, dtype: str, rows: int, cols: int, box: Box) -> bytes:
     """The CUtensorMap of a row-major rows x cols matrix of `dtype` at device address `pointer`."""
-    pitch = cols * ITEMSIZE[dtype]
-    if pointer % 16 or pitch % 16:
-        raise AutotuneError(f"a tensor map needs a 16-byte aligned matrix and row pitch, got {pointer:#x}, {pitch}")
+    spec = tiled_map(dtype, rows, cols, box)
+    if pointer % 16 or spec.stride_bytes % 16:
+        raise AutotuneError(
+            f"a tensor map needs a 16-byte aligned matrix and row pitch, got {pointer:#x}, {spec.stride_bytes}"
+        )
     storage = ctypes.create_string_buffer(MAP_BYTES + _MAP_ALIGN)
     address = ctypes.addressof(storage)
     aligned = address + (-address % _MAP_ALIGN)
-    dims = (ctypes.c_uint64 * 2)(cols, rows)
-    strides = (ctypes.c_uint64 * 1)(pitch)
-    box_dims = (ctypes.c_uint32 * 2)(box.cols, box.rows)
+    dims = (ctypes.c_uint64 * 2)(*spec.dims)
+    strides = (ctypes.c_uint64 * 1)(spec.stride_bytes)
+    box_dims = (ctypes.c_uint32 * 2)(*spec.box)
     element_strides = (ctypes.c_uint32 * 2)(1, 1)
     status = _encode_function()(
         aligned,
-        _DATA_TYPE[dtype],
+        spec.data_type,
         2,
         pointer,
         dims,
         strides,
         box_dims,
         element_strides,
-        _INTERLEAVE_NONE,
-        _SWIZZLE[box.swizzle],
-        _L2_PROMOTION_256B,
-        _OOB_FILL_ZEROS,
+        spec.interleave,
+        spec.swizzle,
+        spec.l2_promotion,
+        spec.oob_fill,
     )
     if status != 0:
         raise AutotuneError(

@@ -1,0 +1,410 @@
+"""autotune export --format bundle, without a GPU: the header compiles as C99 and C++, and its
+look-up, shape rules, launch geometry, kernel arguments and tensor maps answer as the Python side
+does (autotune.bundle's reference, the ops' spaces and launches) for every entry of the H200's
+shipped records, at its tuned shape and at shapes around it. Strings from the database reach C
+escaped; bad input is one line and leaves no folder behind."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune import api, bundle, cli, exports, ops
+from autotune.bundle import header
+from autotune.core.errors import AutotuneError
+from autotune.core.fingerprint import GpuInfo
+from autotune.core.problem import Problem
+from autotune.core.target import targeting
+from autotune.ops import gemv, tma
+from autotune.store import open_store
+from tests import conftest
+from tests.fakes import ok, record
+
+QUERY_SOURCE = Path(__file__).with_name("bundle_query.c")
+H200 = "NVIDIA H200"
+COMPILERS = {"gcc": ["-std=c99", "-lm"], "g++": ["-x", "c++", "-std=c++11"]}
+WARNINGS = ["-Wall", "-Wextra", "-pedantic", "-Werror"]
+
+needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("g++") is None, reason="no gcc/g++")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[bundle.Bundle, Path]]:
+    """The H200's bundle from the shipped records (and shipped kernels), written once for the module."""
+    folder = tmp_path_factory.mktemp("bundle")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AUTOTUNE_CACHE_DIR", str(conftest.KERNELS))
+        patch.setenv("XDG_DATA_HOME", str(folder / "data"))
+        api._open.cache_clear()
+        made = bundle.export_bundle(folder / "h200", "h200", db=str(folder / "shipped.db"))
+        api._open.cache_clear()
+    yield made, folder / "h200"
+
+
+def compile_query(compiler: str, include: Path, out: Path) -> Path:
+    flags = COMPILERS[compiler]
+    language, libraries = [f for f in flags if f != "-lm"], [f for f in flags if f == "-lm"]
+    command = [compiler, *language, *WARNINGS, "-I", str(include), str(QUERY_SOURCE), "-o", str(out), *libraries]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def programs(built: tuple[bundle.Bundle, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """tests/bundle_query.c built against the bundle's header as C99 (gcc) and as C++11 (g++)."""
+    if shutil.which("gcc") is None or shutil.which("g++") is None:
+        pytest.skip("no gcc/g++")
+    out = tmp_path_factory.mktemp("query")
+    return {name: compile_query(name, built[1], out / f"query-{name}") for name in COMPILERS}
+
+
+def ask(program: Path, queries: list[str]) -> list[str]:
+    done = subprocess.run([str(program)], input="\n".join(queries) + "\n", capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout[-500:] + done.stderr
+    answers = done.stdout.splitlines()
+    assert len(answers) == len(queries)
+    return answers
+
+
+def nearby(problem: Problem) -> list[tuple[int, int, int]]:
+    """Shapes around a tuned one, one size changed at a time: doubled, halved, odd, small."""
+    m, n, k = problem.m, problem.n, problem.k
+    shapes = [(m, n, k)]
+    shapes += [(v, n, k) for v in (2 * m, max(1, m // 2), m + 1, 1, 3, 16, 17)]
+    shapes += [(m, v, k) for v in (2 * n, max(1, n // 2), n + 1, n + 4, n + 8, 100)]
+    if k:
+        shapes += [(m, n, v) for v in (2 * k, max(1, k // 2), k + 1, k + 8, 16, 33, 64)]
+    return list(dict.fromkeys(shapes))
+
+
+def python_launch(made: bundle.Bundle, entry: bundle.Entry, shape: tuple[int, int, int], sms: int) -> str:
+    """What the header's autotune_launch_for should print: "-1", or the op's own launch."""
+    if not bundle.runs(made, entry, *shape):
+        return "-1"
+    p = entry.problem
+    problem = ops.make_problem(p.op, p.dtype, shape[0], shape[1], shape[2] or None, p.trans)
+    with targeting(made.gpu.compute_capability):
+        launch = ops.for_problem(problem).launch(problem, entry.config, sms)
+    numbers = [0, *launch.grid, *launch.block, launch.shared_bytes, launch.workspace_floats, launch.counters]
+    return " ".join(map(str, numbers))
+
+
+# --- the bundle on disk ----------------------------------------------------------------------------
+
+
+def test_the_bundle_holds_every_tuned_problem_its_kernel_and_a_manifest(built: tuple[bundle.Bundle, Path]) -> None:
+    made, folder = built
+    manifest = json.loads((folder / bundle.MANIFEST).read_text())
+    assert manifest["kind"] == bundle.KIND and manifest["gpu"]["name"] == H200 and manifest["gpu"]["arch"] == "sm_90"
+    assert len(manifest["entries"]) == len(made.entries) >= 100 and manifest["skipped"] == []
+    families = {entry["family"] for entry in manifest["entries"]}
+    assert families == {"gemv", "skinny", "skinny_tc", "simt", "wgmma"}
+    for entry in manifest["entries"]:
+        assert (folder / entry["kernel_file"]).is_file() and entry["backend"] == "kernel"
+    files = {kernel["file"] for kernel in manifest["kernels"]}
+    assert files == {entry["kernel_file"] for entry in manifest["entries"]}
+    assert sorted(p.relative_to(folder).as_posix() for p in (folder / bundle.KERNELS).iterdir()) == sorted(files)
+    assert not [p for p in folder.parent.iterdir() if p.name.startswith(".")]  # no staging folder left
+
+
+@needs_gcc
+def test_every_tuned_problem_finds_its_own_entry_in_c_and_cpp(
+    built: tuple[bundle.Bundle, Path], programs: dict[str, Path]
+) -> None:
+    folder = built[1]
+    manifest = json.loads((folder / bundle.MANIFEST).read_text())["entries"]
+    queries = [f"find {e['op']} {e['dtype']} {e['m']} {e['n']} {e['k']} {int(e['trans'])}" for e in manifest]
+    for program in programs.values():
+        assert [int(answer) for answer in ask(program, queries)] == [e["index"] for e in manifest]
+
+
+@needs_gcc
+def test_the_nearest_tuned_problem_answers_as_the_python_reference(
+    built: tuple[bundle.Bundle, Path], programs: dict[str, Path]
+) -> None:
+    made, _ = built
+    questions, expected = [], []
+    for entry in made.entries[::3]:
+        p = entry.problem
+        for m, n, k in nearby(p)[1:]:
+            questions.append(f"find {p.op} {p.dtype} {m} {n} {k} {int(p.trans)}")
+            found = bundle.find(made, p.op, p.dtype, m, n, k, p.trans)
+            expected.append(str(found.index if found is not None else -1))
+    assert ask(programs["gcc"], questions) == expected
+    assert 0.2 < sum(e != "-1" for e in expected) / len(expected) < 1  # hits and misses both asked
+
+
+@needs_gcc
+def test_exact_nearest_and_missing_answers(built: tuple[bundle.Bundle, Path], programs: dict[str, Path]) -> None:
+    made, folder = built
+    entries = json.loads((folder / bundle.MANIFEST).read_text())["entries"]
+    exact, near, miss, wrong_layout, unknown = ask(
+        programs["g++"],
+        [
+            "find gemv float16 4096 8192 0 0",
+            "find gemv float16 4000 8192 0 0",
+            "find gemv float16 4096 8191 0 0",  # every tuned float16 GEMV loads 16 bytes: odd rows fit none
+            "find gemm float16 16 4096 4096 1",
+            "find rowsum float16 16 4096 0 0",
+        ],
+    )
+    hit = entries[int(exact)]
+    assert (hit["op"], hit["dtype"], hit["m"], hit["n"], hit["trans"]) == ("gemv", "float16", 4096, 8192, False)
+    nearest = entries[int(near)]
+    assert (nearest["op"], nearest["dtype"]) == ("gemv", "float16") and (nearest["m"], nearest["n"]) != (4000, 8192)
+    assert bundle.find(made, "gemv", "float16", 4000, 8192, 0, False) == made.entries[int(near)]
+    assert (miss, wrong_layout, unknown) == ("-1", "-1", "-1")
+
+
+@needs_gcc
+def test_shape_rules_and_launches_match_the_ops_at_shapes_around_each_entry(
+    built: tuple[bundle.Bundle, Path], programs: dict[str, Path]
+) -> None:
+    made, _ = built
+    questions, expected = [], []
+    for entry in made.entries:
+        sm_counts = (made.gpu.sm_count, 78) if entry.config.get("persist") else (made.gpu.sm_count,)
+        for shape in nearby(entry.problem):
+            for sms in sm_counts:
+                questions.append(f"launch {entry.index} {shape[0]} {shape[1]} {shape[2]} {sms}")
+                expected.append(python_launch(made, entry, shape, sms))
+    answers = ask(programs["gcc"], questions)
+    wrong = [(q, a, e) for q, a, e in zip(questions, answers, expected, strict=True) if a != e]
+    assert not wrong, wrong[:5]
+    assert sum(e == "-1" for e in expected) > 100  # the rules were asked to refuse, not only to accept
+
+
+@needs_gcc
+def test_kernel_arguments_follow_each_ops_parameter_layout(
+    built: tuple[bundle.Bundle, Path], programs: dict[str, Path]
+) -> None:
+    made, _ = built
+    answers = ask(programs["gcc"], [f"args {e.index} {e.problem.m} {e.problem.n} {e.problem.k}" for e in made.entries])
+    for entry, answer in zip(made.entries, answers, strict=True):
+        p = entry.problem
+        sizes = ops.for_problem(p).operands(p).sizes
+        order = "2 1 3" if p.trans else "1 2 3"
+        assert answer == f"{len(entry.arg_types)} {order} {' '.join(map(str, sizes))} 0.5 0.25 4 5"
+
+
+@needs_gcc
+def test_tensor_maps_are_those_the_launch_path_encodes(
+    built: tuple[bundle.Bundle, Path], programs: dict[str, Path]
+) -> None:
+    made, _ = built
+    mapped = [e for e in made.entries if e.launch.operand_maps is not None]
+    assert {e.family for e in mapped} == {"wgmma", "skinny_tc"}
+    shapes = [(e, s) for e in mapped for s in nearby(e.problem)[:4]]
+    answers = ask(programs["gcc"], [f"maps {e.index} {m} {n} {k}" for e, (m, n, k) in shapes])
+    for (entry, (m, n, k)), answer in zip(shapes, answers, strict=True):
+        maps = entry.launch.operand_maps
+        assert maps is not None
+        fields = []
+        for spec in tma.operand_tiled_maps(maps, entry.problem.dtype, m, n, k):
+            fields += [spec.data_type, *spec.dims, spec.stride_bytes, *spec.box]
+            fields += [spec.interleave, spec.swizzle, spec.l2_promotion, spec.oob_fill]
+        assert answer == " ".join(map(str, [2, *fields]))
+    plain = next(e for e in made.entries if e.launch.operand_maps is None)
+    assert ask(programs["gcc"], [f"maps {plain.index} {plain.problem.m} {plain.problem.n} {plain.problem.k}"]) == ["0"]
+
+
+# Problems of every family (and both GEMV layouts) whose spaces the synthetic bundle samples: the
+# shipped entries use few of the configs the rules must judge (no skinny config narrower than a warp).
+SAMPLED = (
+    Problem("gemv", "float16", 4096, 4096),
+    Problem("gemv", "float32", 1000, 3000),
+    Problem("gemv", "bfloat16", 4096, 1024, trans=True),
+    Problem("gemv", "float32", 333, 1000, trans=True),
+    Problem("gemm", "float16", 8, 4096, 4096),
+    Problem("gemm", "bfloat16", 16, 1000, 2048),
+    Problem("gemm", "float32", 4, 1000, 2000),
+    Problem("gemm", "float16", 1, 100, 4096),
+    Problem("gemm", "float32", 512, 512, 512),
+    Problem("gemm", "float16", 1000, 1001, 999),
+    Problem("gemm", "bfloat16", 1024, 1024, 1024),
+)
+CONFIGS_PER_PROBLEM = 40
+
+
+def sampled_bundle() -> bundle.Bundle:
+    """Entries of random valid configs of every family (kernel files left unwritten)."""
+    rng = random.Random(31)
+    target = bundle.BundleGpu(H200, "9.0", 132)
+    made = bundle.Bundle(target)
+    with targeting(target.compute_capability):
+        for problem in SAMPLED:
+            op = ops.for_problem(problem)
+            space = op.space(problem)
+            configs = [op.default_config(problem), *op.seed_configs(problem)]
+            for _ in range(20000):
+                if len(configs) >= CONFIGS_PER_PROBLEM:
+                    break
+                config = {name: rng.choice(values) for name, values in space.choices().items()}
+                if space.check(config) is None and config not in configs:
+                    configs.append(config)
+            for config in configs[:CONFIGS_PER_PROBLEM]:
+                index = len(made.entries)
+                made.entries.append(bundle.make_entry(target, index, problem, config, f"kernels/{index}.cubin"))
+    return made
+
+
+@needs_gcc
+def test_shape_rules_and_launches_match_the_ops_for_sampled_configs_of_every_family(tmp_path: Path) -> None:
+    made = sampled_bundle()
+    assert {e.family for e in made.entries} == {"gemv", "skinny", "skinny_tc", "simt", "mma", "wgmma"}
+    (tmp_path / bundle.HEADER).write_text(header.render(made))
+    program = compile_query("gcc", tmp_path, tmp_path / "query")
+    questions, expected = [], []
+    for entry in made.entries:
+        for shape in nearby(entry.problem):
+            for sms in (132, 78):
+                questions.append(f"launch {entry.index} {shape[0]} {shape[1]} {shape[2]} {sms}")
+                expected.append(python_launch(made, entry, shape, sms))
+    answers = ask(program, questions)
+    wrong = [(q, a, e) for q, a, e in zip(questions, answers, expected, strict=True) if a != e]
+    assert not wrong, wrong[:5]
+    refused = sum(e == "-1" for e in expected)
+    assert 0.1 < refused / len(expected) < 0.9
+
+
+# --- strings from the database -----------------------------------------------------------------------
+
+
+EVIL = 'Evil "GPU" \\ */ /* ??/ ??= \n\t% \u00e9 \u2603 end'
+
+
+@needs_gcc
+def test_a_gpu_name_with_quotes_backslashes_newlines_and_comment_ends_reaches_c_intact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gpu = GpuInfo(EVIL, "GPU-evil", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
+    api._open.cache_clear()
+    db = str(tmp_path / "evil.db")
+    with open_store(db, import_shipped=False) as store:
+        record(store, Problem("gemv", "float16", 4096, 8192), {**gemv.DEFAULT_CONFIG, "vec": 8}, ok(20.0), gpu)
+    monkeypatch.setattr(bundle, "_kernel_image", lambda job: (b"not a real kernel", "cubin"))
+    made = bundle.export_bundle(tmp_path / "evil", EVIL, db=db)
+    api._open.cache_clear()
+    assert made.gpu.name == EVIL
+    text = (tmp_path / "evil" / bundle.HEADER).read_text()
+    assert "Evil" not in text.split("#define AUTOTUNE_BUNDLE_GPU")[0]  # never in the comments before it
+    program = compile_query("gcc", tmp_path / "evil", tmp_path / "query")
+    assert bytes.fromhex(ask(program, ["gpu"])[0]) == EVIL.encode()
+    assert json.loads((tmp_path / "evil" / bundle.MANIFEST).read_text())["gpu"]["name"] == EVIL
+
+
+def test_c_strings_escape_what_c_would_read_otherwise() -> None:
+    assert header.c_string('a"b\\c') == '"a\\"b\\\\c"'
+    assert header.c_string("??/") == '"\\?\\?/"'
+    assert header.c_string("\n\x01\u00e9") == '"\\n\\001\\303\\251"'
+    assert header.c_string("*/") == '"*/"'  # harmless inside a literal
+
+
+# --- bad input ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tuned(tmp_path: Path) -> Iterator[str]:
+    api._open.cache_clear()
+    (tmp_path / "store").mkdir()
+    db = str(tmp_path / "store" / "tuned.db")
+    h200 = GpuInfo(H200, "GPU-1111", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
+    with open_store(db, import_shipped=False) as store:
+        record(store, Problem("gemv", "float16", 4096, 8192), {**gemv.DEFAULT_CONFIG, "vec": 8}, ok(20.0), h200)
+    yield db
+    api._open.cache_clear()
+
+
+@pytest.fixture
+def fake_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bundle, "_kernel_image", lambda job: (b"kernel " + job.name.encode(), "cubin"))
+
+
+def cli_run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    monkeypatch.setattr(sys, "argv", ["autotune", *args])
+    code: Any = 0
+    try:
+        cli.main()
+    except SystemExit as exc:
+        code = exc.code
+    captured = capsys.readouterr()
+    return (code if isinstance(code, int) else 1), captured.out + captured.err
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--gpu", "NVIDIA A100"], "nothing stored for GPU 'NVIDIA A100'"),
+        ([], "a bundle holds one GPU: give --gpu"),
+        (["--gpu", "h200", "--op", "foo"], "unknown op 'foo'"),
+        (["--gpu", "h200", "--op", "sgemm"], "nothing to bundle: no problem of float32 gemm"),
+        (["--gpu", "h200", "--top", "2"], "--top applies to jsonl and csv"),
+    ],
+)
+def test_bad_input_is_one_line_and_writes_nothing(
+    tuned: str,
+    fake_kernels: None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    words: str,
+) -> None:
+    code, text = cli_run(
+        monkeypatch, capsys, "export", "--format", "bundle", "-o", str(tmp_path / "out"), *args, "--db", tuned
+    )
+    lines = text.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0], text
+    assert "Traceback" not in text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["store"]
+
+
+def test_an_output_that_is_a_file_or_another_folder_is_refused(tuned: str, fake_kernels: None, tmp_path: Path) -> None:
+    target = tmp_path / "notes.txt"
+    target.write_text("mine")
+    with pytest.raises(AutotuneError, match="is a file") as error:
+        exports.export(target, fmt="bundle", gpu="h200", db=tuned)
+    assert "\n" not in str(error.value) and target.read_text() == "mine"
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "main.c").write_text("int main(void) { return 0; }\n")
+    with pytest.raises(AutotuneError, match="holds something else than a bundle"):
+        exports.export(folder, fmt="bundle", gpu="h200", db=tuned)
+    assert sorted(p.name for p in folder.iterdir()) == ["main.c"]
+
+
+def test_a_bundle_is_replaced_whole_and_a_failed_write_leaves_the_old_one(
+    tuned: str, fake_kernels: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "bundle"
+    assert exports.export(out, fmt="bundle", gpu="h200", db=tuned) == 1
+    (out / "kernels" / "stale.cubin").write_bytes(b"from an earlier export")
+    assert exports.export(out, fmt="bundle", gpu="h200", db=tuned) == 1
+    assert not (out / "kernels" / "stale.cubin").exists()
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+    def broken(made: bundle.Bundle) -> dict[str, Any]:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(bundle, "manifest", broken)
+    with pytest.raises(AutotuneError, match=r"cannot write the bundle .*No space left on device"):
+        exports.export(out, fmt="bundle", gpu="h200", db=tuned)
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle", "store"]
+
+
+def test_op_filters_take_blas_names_and_families(tuned: str, fake_kernels: None, tmp_path: Path) -> None:
+    assert bundle.wanted_ops(["hgemv", "gemm"]) == {("gemv", "float16"), ("gemm", None)}
+    made = bundle.build("h200", ["hgemv"], db=tuned)
+    assert [(e.problem, e.family) for e in made.entries] == [(Problem("gemv", "float16", 4096, 8192), "gemv")]
+    with pytest.raises(AutotuneError, match="nothing to bundle"):
+        bundle.build("h200", ["bgemv"], db=tuned)
