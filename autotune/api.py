@@ -24,6 +24,7 @@ from autotune.core.problem import Problem, read_shapes_file
 from autotune.ops import make_problem, resolve_op, shape_dims, standard_shapes
 from autotune.runtime.launcher import Runtime
 from autotune.runtime.misses import Misses
+from autotune.select import table  # at import: its first use is a launch's first call
 from autotune.select.choose import Choice, Selector
 
 if TYPE_CHECKING:
@@ -65,8 +66,6 @@ def _selector(url: str | None) -> Selector:
 
 def _refresh_table(database: Any) -> None:
     """Keep the default database's selection table current, for the next process's launch path."""
-    from autotune.select import table
-
     path = table.default_database()
     if path is not None and database.sqlite_file == path:
         table.refresh(database, path)
@@ -91,8 +90,6 @@ def _launch_selector(db: str | None) -> Selector:
 def _table_selector(where: tuple[str, str, str]) -> Selector | None:
     """A selector over the selection table current for the default database, once per process and
     place (`where`: the data folder, $AUTOTUNE_DB and db/, which decide which table answers)."""
-    from autotune.select import table
-
     found = table.default_table()
     return None if found is None else Selector(found)
 
