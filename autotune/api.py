@@ -6,11 +6,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import os
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune import ops
+from autotune.core import paths
 from autotune.core.asked import Asked
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import LocalGpu, cuda_release, local_gpus, slugify
@@ -21,6 +24,7 @@ from autotune.core.problem import Problem, read_shapes_file
 from autotune.ops import make_problem, resolve_op, shape_dims, standard_shapes
 from autotune.runtime.launcher import Runtime
 from autotune.runtime.misses import Misses
+from autotune.select import table  # at import: its first use is a launch's first call
 from autotune.select.choose import Choice, Selector
 
 if TYPE_CHECKING:
@@ -37,16 +41,57 @@ DEFAULT_PATIENCE = 32
 RETIME_TOLERANCE = 0.02
 
 
+# Set once this process opened the default database itself: from then on the launch path asks the
+# store, which sees what this process wrote (a selection table is only read at a signature's first call).
+_default_opened = threading.Event()
+
+
 @functools.cache
 def _open(url: str | None) -> Any:
     from autotune.store import open_store
 
-    return open_store(url)
+    opened = open_store(url)
+    if url is None:
+        _default_opened.set()
+    return opened
 
 
 @functools.cache
 def _selector(url: str | None) -> Selector:
-    return Selector(_open(url))
+    database = _open(url)
+    if url is None:
+        _refresh_table(database)
+    return Selector(database)
+
+
+def _refresh_table(database: Any) -> None:
+    """Keep the default database's selection table current, for the next process's launch path."""
+    path = table.default_database()
+    if path is not None and database.sqlite_file == path:
+        table.refresh(database, path)
+
+
+def _launch_selector(db: str | None) -> Selector:
+    """The launch path's selector: over the selection table (autotune/select/table.py) where no `db`
+    is given and the table is current for the default database, which is then never opened; else
+    over the store."""
+    if db is None and not _default_opened.is_set():
+        try:
+            where = (str(paths.data_home()), os.environ.get("AUTOTUNE_DB", ""), str(paths.db_dir()))
+        except (FileNotFoundError, RuntimeError):  # no db/ resources, no home folder: the store says why
+            where = None
+        found = _table_selector(where) if where is not None else None
+        if found is not None:
+            return found
+    return _selector(db)
+
+
+@functools.cache
+def _table_selector(where: tuple[str, str, str]) -> Selector | None:
+    """A selector over the selection table current for the default database, once per process and
+    place (`where`: the data folder, $AUTOTUNE_DB and db/, which decide which table answers)."""
+    found = table.default_table()
+    return None if found is None else Selector(found)
 
 
 def store(db: str | None = None) -> Any:
@@ -306,7 +351,7 @@ def _sweep_on(device: int, log_level: int, **options: Any) -> SweepReport:
 def _choose_on(problem: Problem, device: Any, db: str | None) -> Choice:
     """The config for `problem` on the GPU the operands live on."""
     gpu = device.gpu
-    return _selector(db).choose(problem, gpu.name, gpu.driver, gpu.cuda)
+    return _launch_selector(db).choose(problem, gpu.name, gpu.driver, gpu.cuda)
 
 
 # The launch path's per-process state: made here (it touches neither the driver nor torch until the

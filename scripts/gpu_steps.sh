@@ -3,6 +3,8 @@
 # .whl/: install the wheels, then run the named steps in order, logging under $OUT.
 #   bash scripts/gpu_steps.sh info tests sweep-one bench-few
 # XDIST=8 runs the GPU tests in 8 processes (pytest-xdist among the wheels): nvcc compiles dominate.
+# `deploy` runs shipped kernels as a machine without a compiler does (docs/deploy.md): no PyCUDA, no
+# nvcc on PATH, an empty kernel cache; its test file and the first-call benchmark write to $OUT.
 set -uo pipefail
 OUT=${OUT:-/tmp/autotune-out}
 mkdir -p "$OUT"
@@ -130,6 +132,29 @@ sm__warps_active.avg.pct_of_peak_sustained_active python3 scripts/profile_vs_cub
       python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu_devices.py \
         tests/test_gpu_launch.py::test_tensors_on_each_gpu_run_there_concurrently 2>&1 | tee "$OUT/gpu-tests-two.log" | tail -8
       python3 scripts/bench_devices.py --out "$OUT" 2>&1 | tee "$OUT/devices.log" | tail -6 ;;
+    deploy)
+      step deploy
+      # Every wheel but PyCUDA's and what only PyCUDA needs (and the cuda extra's nvidia-ml-py), in a
+      # folder of its own; torch and numpy come from the system environment, autotune from this checkout.
+      site=/tmp/site-deploy
+      rm -rf "$site" && mkdir -p "$site"
+      wheels=$(ls .whl/*.whl | grep -Ev '/(pycuda|pytools|siphash24|nvidia_ml_py|autotune_kernels)-')
+      python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" $wheels || exit 1
+      py=$(command -v python3)  # absolute, links kept: a virtual environment is found from its bin/
+      bin=/tmp/deploy-bin  # /usr/bin and /bin without nvcc, should a toolkit live there
+      rm -rf "$bin" && mkdir -p "$bin"
+      for tool in /usr/bin/* /bin/*; do
+        case "${tool##*/}" in nvcc*) ;; *) ln -sf "$tool" "$bin/${tool##*/}" 2>/dev/null ;; esac
+      done
+      deploy_env=(env PATH="$bin" PYTHONPATH="$site:$PWD" AUTOTUNE_DEPLOY_CHECK=1
+        AUTOTUNE_CACHE_DIR="$(mktemp -d /tmp/deploy-cache.XXXX)" XDG_DATA_HOME="$(mktemp -d /tmp/deploy-data.XXXX)")
+      "${deploy_env[@]}" "$py" -c "import importlib.util as u, shutil, sys, torch, autotune; print('python', sys.version.split()[0], 'torch', torch.__version__, 'nvcc', shutil.which('nvcc'), 'pycuda', u.find_spec('pycuda'))"
+      "${deploy_env[@]}" "$py" -m pytest -q -p no:cacheprovider -rs tests/test_gpu_deploy.py 2>&1 | tee "$OUT/deploy-tests.log" | tail -15
+      "${deploy_env[@]}" "$py" scripts/bench_first_call.py --out "$OUT" 2>&1 | tee "$OUT/first-call.log" | tail -12 ;;
+    first-call)
+      # The same benchmark where PyCUDA and nvcc are installed (tuning's environment).
+      step first-call
+      python3 scripts/bench_first_call.py --out "$OUT/with-toolkit" 2>&1 | tee "$OUT/first-call-toolkit.log" | tail -12 ;;
     export)
       step export
       python3 -c "import sys; from pathlib import Path; from autotune.store import open_store; print(open_store(sys.argv[1], import_shipped=False).export_records('$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)', Path(sys.argv[2]), top=3, current_only=True), 'records')" "$DB" "$OUT/records.jsonl" ;;

@@ -1,4 +1,5 @@
-"""Shared test setup: GPU tests (marker `gpu`) skip cleanly where there is no GPU or no PyCUDA; one
+"""Shared test setup: GPU tests (marker `gpu`) skip cleanly where there is no GPU or no PyCUDA (those
+marked `gpu(driver=True)` need the CUDA driver only, as the launch path does); one
 kernel cache serves the whole run, and what the tests marked `nvcc` compile is built in the
 background while the other tests run (tests/nvcc.py)."""
 
@@ -35,6 +36,19 @@ def gpu_available() -> str | None:
     return None
 
 
+@functools.cache
+def driver_gpu_available() -> str | None:
+    """None when a CUDA GPU is usable through the driver API (the launch path's, no PyCUDA), else why not."""
+    try:
+        from autotune.runtime import driver
+
+        if driver.device_count() == 0:
+            return "no CUDA GPU"
+    except Exception as exc:  # AutotuneError: no libcuda, driver errors
+        return f"no usable GPU ({type(exc).__name__}: {exc})"
+    return None
+
+
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
     return tmp_path / "tune.db"
@@ -48,10 +62,10 @@ def store(db_path: Path) -> Iterator[Store]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    reason = None
     for item in items:
-        if "gpu" in item.keywords:
-            reason = reason or gpu_available()
+        marker = item.get_closest_marker("gpu")
+        if marker is not None:
+            reason = driver_gpu_available() if marker.kwargs.get("driver") else gpu_available()
             if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
     # Tests that compile run last, by when the background has compiled what they check.

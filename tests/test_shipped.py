@@ -348,3 +348,16 @@ def test_doctor_counts_the_shipped_kernels_toward_launching(tmp_path: Path, monk
     ok.update({"NVIDIA driver": True, "torch": True})  # as on a GPU machine with torch
     can = dict(doctor.abilities([replace(check, ok=ok[name]) for name, check in found.items()]))
     assert can["launch autotune.gemv()/gemm() on torch or cupy arrays (shipped kernels only: others need nvcc)"]
+
+
+def test_tuning_without_nvcc_names_the_toolkit_and_pycudas_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from autotune.tune import tuner
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvcc
+    monkeypatch.setattr(tuner.importlib.util, "find_spec", lambda name: None)  # nor PyCUDA
+    with pytest.raises(AutotuneError) as raised:
+        tuner.check_toolchain()
+    message = str(raised.value)
+    assert "\n" not in message and "CUDA toolkit" in message and "pip install 'autotune-kernels[cuda]'" in message

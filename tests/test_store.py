@@ -32,7 +32,17 @@ TOOLS = Toolchain(nvcc="13.0.88", pycuda="2025.1", autotune="0.1.0")
 SHAPE = Problem("gemv", "float16", 4096, 4096)
 OTHER = Problem("gemv", "float16", 8192, 1024)
 SRC = "src-now"
-TABLES = {"gpus", "problems", "trials", "crashes", "read_floors", "shipped_imports", "queue", "alembic_version"}
+TABLES = {
+    "gpus",
+    "problems",
+    "trials",
+    "crashes",
+    "read_floors",
+    "shipped_imports",
+    "queue",
+    "change_counter",
+    "alembic_version",
+}
 
 
 def ok(time_us: float) -> Outcome:

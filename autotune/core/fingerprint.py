@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import re
 import shutil
 import subprocess
@@ -60,15 +61,41 @@ def slugify(gpu_name: str) -> str:
 
 @functools.cache
 def nvcc_version() -> str:
-    """nvcc's full version ('13.0.88'), or 'none' where nvcc is not installed."""
+    """nvcc's full version ('13.0.88'), or 'none' where nvcc is not installed. Read from the toolkit's
+    version.json beside nvcc's bin/ where it names nvcc (no process started: the launch path asks
+    this at a first call), else from `nvcc --version`."""
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         return "none"
+    listed = _listed_nvcc_version(Path(nvcc).resolve())
+    if listed is not None:
+        return listed
     out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False).stdout
     match = re.search(r"V(\d+\.\d+\.\d+)", out)
     return match.group(1) if match else out.strip().splitlines()[-1] if out.strip() else "unknown"
 
 
+def _listed_nvcc_version(nvcc: Path) -> str | None:
+    """The cuda_nvcc version a CUDA toolkit's version.json lists (CUDA 11.1 and newer), None without one."""
+    try:
+        listed = json.loads((nvcc.parent.parent / "version.json").read_text())["cuda_nvcc"]["version"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return listed if isinstance(listed, str) and re.fullmatch(r"\d+\.\d+\.\d+", listed) else None
+
+
+def kernel_driver_version() -> str | None:
+    """The NVIDIA driver's version ('580.159.04') as its kernel module reports it in /proc, where
+    nvidia-smi reads it too; None where the file is not there (no driver, or not Linux)."""
+    try:
+        text = Path(DRIVER_VERSION_FILE).read_text()
+    except OSError:
+        return None
+    match = re.search(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)", text)
+    return match.group(1) if match else None
+
+
+DRIVER_VERSION_FILE = "/proc/driver/nvidia/version"
 DISTRIBUTION = "autotune-kernels"  # the distribution's name (the import name is autotune)
 
 

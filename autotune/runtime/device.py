@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.core.errors import AutotuneError
-from autotune.core.fingerprint import GpuInfo, cuda_release, local_gpus
+from autotune.core.fingerprint import GpuInfo, cuda_release, kernel_driver_version, local_gpus
 from autotune.core.limits import DEFAULT_SHARED_BYTES
 from autotune.ops import tma
 from autotune.ops.geometry import Launch
@@ -28,20 +28,25 @@ Allocator = Callable[[int, int], tuple[int, Any]]
 
 
 def gpu_info(device: int) -> GpuInfo:
-    """The GPU's facts from the driver; its driver version as nvidia-smi spells it where it can."""
-    pci = driver.device_pci_bus_id(device).lower()
-    smi = next((g for g in local_gpus() if g.pci_bus_id.lower()[-12:] == pci[-12:]), None)
-    version = driver.driver_version()
+    """The GPU's facts from the driver, without starting a process (a first call pays for this): the
+    UUID from the driver API, the driver's version from /proc as nvidia-smi spells it, and only where
+    that file is missing, nvidia-smi."""
+    version = kernel_driver_version()
+    if version is None:
+        pci = driver.device_pci_bus_id(device).lower()
+        smi = next((g for g in local_gpus() if g.pci_bus_id.lower()[-12:] == pci[-12:]), None)
+        number = driver.driver_version()
+        version = smi.driver if smi else f"cuda-{number // 1000}.{number % 1000 // 10}"
     major = driver.device_attribute(device, driver.DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
     minor = driver.device_attribute(device, driver.DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
     return GpuInfo(
         name=driver.device_name(device),
-        uuid=smi.uuid if smi else f"pci:{pci}",
+        uuid=driver.device_uuid(device),
         compute_capability=f"{major}.{minor}",
         sm_count=driver.device_attribute(device, driver.DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
         l2_bytes=driver.device_attribute(device, driver.DEVICE_ATTRIBUTE_L2_CACHE_SIZE),
         memory_bytes=driver.device_memory(device),
-        driver=smi.driver if smi else f"cuda-{version // 1000}.{version % 1000 // 10}",
+        driver=version,
         cuda=cuda_release(),
     )
 

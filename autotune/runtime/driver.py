@@ -67,6 +67,7 @@ _SIGNATURES: dict[str, list[Any]] = {
     "cuDeviceGetName": [ctypes.c_char_p, ctypes.c_int, ctypes.c_int],
     "cuDeviceGetAttribute": [ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int],
     "cuDeviceGetPCIBusId": [ctypes.c_char_p, ctypes.c_int, ctypes.c_int],
+    "cuDeviceGetUuid_v2": [ctypes.c_char_p, ctypes.c_int],
     "cuDeviceTotalMem_v2": [ctypes.POINTER(ctypes.c_size_t), ctypes.c_int],
     "cuDriverGetVersion": [ctypes.POINTER(ctypes.c_int)],
     "cuDevicePrimaryCtxRetain": [ctypes.POINTER(_P), ctypes.c_int],
@@ -207,6 +208,14 @@ def device_pci_bus_id(device: int) -> str:
     buffer = ctypes.create_string_buffer(64)
     check(lib().cuDeviceGetPCIBusId(buffer, 64, device), "cuDeviceGetPCIBusId")
     return buffer.value.decode()
+
+
+def device_uuid(device: int) -> str:
+    """The GPU's UUID as nvidia-smi spells it: 'GPU-' and 32 hex digits in groups of 8-4-4-4-12."""
+    raw = ctypes.create_string_buffer(16)
+    check(lib().cuDeviceGetUuid_v2(raw, device), "cuDeviceGetUuid")
+    digits = raw.raw.hex()
+    return f"GPU-{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
 
 
 def device_memory(device: int) -> int:

@@ -14,7 +14,7 @@ from autotune.core.problem import Problem
 from autotune.core.space import Config
 from autotune.core.target import targeting
 from autotune.ops import source_hash
-from autotune.select.cost import CostModel, Prediction, shape_distance
+from autotune.select.cost import CostModel, Prediction, Timed, shape_distance
 
 # Stored trials per tuned shape the cost model learns from: what the shipped records keep, and what
 # it was judged on (scripts/eval_cost_model.py).
@@ -42,6 +42,32 @@ class TunedRow(Protocol):
     def driver(self) -> str: ...
     @property
     def cuda(self) -> str: ...
+    @property
+    def source_hash(self) -> str: ...
+
+
+class GpuFacts(Protocol):
+    """What the selector reads of a stored GPU."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def compute_capability(self) -> str: ...
+    @property
+    def sm_count(self) -> int: ...
+
+
+class SelectionSource(Protocol):
+    """What the selector reads: autotune.store's Store, or a selection table (table.py) that holds
+    the same rows without the database."""
+
+    def gpus(self) -> Sequence[GpuFacts]: ...
+    def best(self, gpu_name: str, problem: Problem, source_hash: str | None) -> TunedRow | None: ...
+    def tuned(
+        self, gpu_name: str, op: str, dtype: str, source_hash: str | None, *, trans: bool = ...
+    ) -> Sequence[TunedRow]: ...
+    def problem_id(self, problem: Problem, gpu_name: str, *, create: bool = ...) -> int | None: ...
+    def leaders(self, problem_id: int, source_hash: str, top: int) -> Sequence[Timed]: ...
 
 
 @dataclass(frozen=True)
@@ -145,9 +171,9 @@ def _text(shape: Sequence[int]) -> str:
 
 
 class Selector:
-    """Answers from the store and remembers every answer for the life of the process."""
+    """Answers from the store (or a selection table) and remembers every answer for the life of the process."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: SelectionSource) -> None:
         self._store = store
         self._cache: dict[tuple[Problem, str, str | None, str | None], Choice] = {}
         self._capabilities: dict[str, str | None] = {}
@@ -181,7 +207,8 @@ class Selector:
             for row in self._store.tuned(gpu, problem.op, problem.dtype, None, trans=problem.trans):
                 if row.source_hash == current:
                     pid = self._store.problem_id(row.problem, gpu, create=False)
-                    stored[row.problem] = self._store.leaders(pid, current, EVIDENCE_TOP)
+                    if pid is not None:  # a row of a stored problem: it has an id
+                        stored[row.problem] = self._store.leaders(pid, current, EVIDENCE_TOP)
                 elif row.source_hash == source_hash(row.problem):  # another family's current kernel
                     others.append((row.problem, row.time_us))
             sm_counts = {row.sm_count for row in self._store.gpus() if row.name == gpu}
@@ -194,13 +221,13 @@ class Selector:
         exact = self._store.best(gpu, problem, current)
         tuned = self._store.tuned(gpu, problem.op, problem.dtype, current, trans=problem.trans)
         notes = []
-        for what, measured, here in (
-            ("driver", exact and exact.driver, local_driver),
-            ("CUDA", exact and exact.cuda, local_cuda),
+        for what, was, here in (
+            ("driver", exact.driver if exact else None, local_driver),
+            ("CUDA", exact.cuda if exact else None, local_cuda),
         ):
-            if measured and here and measured != here:
+            if was and here and was != here:
                 notes.append(
-                    f"measured with {what} {measured}, this machine has {here}: re-tune with `autotune sweep --stale`"
+                    f"measured with {what} {was}, this machine has {here}: re-tune with `autotune sweep --stale`"
                 )
         measured = exact is not None and ops.for_problem(problem).space(problem).check(exact.config) is None
         model = None if measured else self._model(problem, gpu, current)

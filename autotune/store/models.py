@@ -188,6 +188,18 @@ class ShippedImport(Base):
     imported_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+class ChangeCounter(Base):
+    """One row counting every write to what the selector reads (gpus, problems, trials, shipped
+    imports). In SQLite, triggers that migration 0008 creates keep it, whoever writes: the launch
+    path compares it with the count its selection table was made at (autotune/select/table.py) to
+    answer without opening the store. Other databases keep the row but no triggers."""
+
+    __tablename__ = "change_counter"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    changes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+
+
 class QUEUE:
     """States of a queue row: waiting, being tuned by its owner until its lease ends, tuned."""
 

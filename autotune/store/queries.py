@@ -59,6 +59,26 @@ def ranked_ok(
     return [(problem, trial) for problem, trial in session.execute(stmt)]
 
 
+def ranked_by_source(session: Session, top: int) -> list[tuple[orm.Problem, orm.Trial]]:
+    """The `top` fastest OK trials of every problem and kernel source, problem by problem and each
+    problem's fastest first over all its sources."""
+    partition = (orm.Trial.problem_id, orm.Trial.source_hash)
+    rank = func.row_number().over(partition_by=partition, order_by=TRIAL_ORDER).label("rank")
+    ranked = (
+        select(orm.Trial.id.label("trial_id"), rank)
+        .where(orm.Trial.status == Status.OK, orm.Trial.time_us.is_not(None))
+        .subquery()
+    )
+    stmt = (
+        select(orm.Problem, orm.Trial)
+        .join(orm.Trial, orm.Trial.problem_id == orm.Problem.id)
+        .join(ranked, ranked.c.trial_id == orm.Trial.id)
+        .where(ranked.c.rank <= top)
+        .order_by(*PROBLEM_ORDER, *TRIAL_ORDER)
+    )
+    return [(problem, trial) for problem, trial in session.execute(stmt)]
+
+
 # Ranked OK trials looked at per problem for its best: a few rows an older autotune let in (see
 # rows.usable) must not hide the problem's usable best behind them.
 _RANKED = 8

@@ -32,12 +32,15 @@ from autotune.store.queries import (
     get_or_create_problem,
     new_gpu,
     problem_filters,
+    ranked_by_source,
 )
 from autotune.store.rows import (
     BestRow,
     GpuRow,
     ProblemSummary,
     Provenance,
+    RankedTrial,
+    SelectionRows,
     TrialRow,
     as_utc,
     best_row,
@@ -64,6 +67,15 @@ class Store:
     def url(self) -> str:
         """The database URL with its password masked."""
         return self.db.url
+
+    @property
+    def sqlite_file(self) -> Path | None:
+        """The SQLite file this store reads and writes; None for a server database, one in memory,
+        and a file opened read-only."""
+        url = self.db.engine.url
+        if url.get_backend_name() != "sqlite" or not url.database or url.database.startswith("file:"):
+            return None
+        return Path(url.database)
 
     def close(self) -> None:
         owners.release(self._owner)
@@ -362,6 +374,28 @@ class Store:
             found = session.scalars(select(orm.Trial).where(orm.Trial.problem_id == problem_id))
             rows = [trial_row(t) for t in found]
         return sorted(rows, key=_best_first)
+
+    def selection_rows(self, per_source: int) -> SelectionRows:
+        """What the selector reads, in one read transaction (a consistent snapshot): for each problem
+        its `per_source` fastest OK trials of every kernel source, and the change count they were
+        read at, for the selection table (autotune/select/table.py)."""
+        with self.db.session_scope() as session:
+            stmt = select(orm.Gpu).order_by(orm.Gpu.name, orm.Gpu.id)
+            gpus = [(gpu.name, gpu.compute_capability, gpu.sm_count) for gpu in session.scalars(stmt)]
+            problems: dict[int, tuple[str, Problem, list[RankedTrial]]] = {}
+            for problem, trial in ranked_by_source(session, per_source):
+                if problem.id not in problems:
+                    problems[problem.id] = (problem.gpu_name, Problem(**orm.problem_columns(problem)), [])
+                assert trial.time_us is not None  # only OK trials with a time are ranked
+                problems[problem.id][2].append(
+                    RankedTrial(trial.config, trial.time_us, trial.gbs, trial.source_hash, trial.driver, trial.cuda)
+                )
+            found = session.execute(select(orm.ShippedImport.file_name, orm.ShippedImport.sha256))
+            shipped = {name: digest for name, digest in found}
+            changes = None
+            if self.db.engine.dialect.name == "sqlite":  # the triggers that keep the count are SQLite's
+                changes = session.scalar(select(orm.ChangeCounter.changes).where(orm.ChangeCounter.id == 1))
+            return SelectionRows(gpus, list(problems.values()), shipped, changes)
 
     # --- records files ---------------------------------------------------------------------------
 

@@ -3,6 +3,7 @@ and written to the store. The orchestrator is the only writer to the database.""
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import shutil
@@ -15,7 +16,7 @@ from typing import Any, Protocol
 
 from autotune import ops
 from autotune.build.compiler import CompileJob, CompilePool, CompileResult
-from autotune.core.errors import AutotuneError
+from autotune.core.errors import PYCUDA_HINT, AutotuneError
 from autotune.core.fingerprint import GpuInfo, toolchain
 from autotune.core.outcome import Outcome, Status
 from autotune.core.problem import DTYPES, ITEMSIZE, Problem
@@ -357,7 +358,11 @@ def stale_problems(store: Any, gpu: GpuInfo, op: str | None, dtype: str | None) 
 
 def check_toolchain() -> None:
     if shutil.which("nvcc") is None:
-        raise AutotuneError("nvcc not found: tuning compiles kernels, install the CUDA toolkit")
+        # Named together: a machine set up to run shipped kernels only lacks both.
+        also = "" if importlib.util.find_spec("pycuda") else f", then PyCUDA to measure them: {PYCUDA_HINT}"
+        raise AutotuneError(
+            f"nvcc not found: tuning compiles kernels, install the CUDA toolkit and put its bin/ on PATH{also}"
+        )
 
 
 def run_sweep(

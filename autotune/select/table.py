@@ -1,0 +1,461 @@
+"""The selection table: what the selector reads of a database (GPUs, and each problem's fastest OK
+trials per kernel source), kept in a JSON file, so that the launch path picks a config without
+SQLAlchemy and without opening the store. `Table` serves those rows to `choose.Selector`, whose rules
+are the same whichever it reads from.
+
+Two tables serve the default database (no `db=`, no $AUTOTUNE_DB):
+
+- the shipped table, db/selection.json, made from the shipped records alone
+  (scripts/build_selection_table.py; tests/test_selection_table.py fails where it is stale). It is
+  what a new database holds once the store has imported the shipped records, so it answers while the
+  default database does not exist yet: a deployed machine never creates one.
+- the database's own, beside it (autotune.db-selection.json), written by a process that opened the
+  store to select (`refresh`). It answers while the database's change count still equals the one it
+  was made at: SQLite triggers (migration 0008) count every insert, update and delete of the gpus,
+  problems, trials and shipped_imports rows, by autotune or any other program.
+
+Either answers only while opening the store would import no shipped records file (each file's
+SHA-256 is in the table's stamp). Anything else (a stale, missing or damaged table, an older schema,
+a database that cannot be read without writing) gives None, and the caller opens the store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import quote
+
+from autotune import ops
+from autotune.core import paths
+from autotune.core.errors import AutotuneError
+from autotune.core.problem import DTYPES, Problem
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1
+SHIPPED_TABLE = "selection.json"  # under db/
+BESIDE_DATABASE = "-selection.json"  # appended to the database file's name, as SQLite's -wal and -shm
+DATABASE_NAME = "autotune.db"  # the default database's file in the data folder (store/database.py)
+DATABASE_VAR = "AUTOTUNE_DB"  # names another database: the table never answers for it
+# Trials kept per problem and kernel source: the store looks at the 8 fastest for a problem's best
+# (store/queries.py) and the cost model at the 3 fastest (choose.EVIDENCE_TOP).
+PER_SOURCE = 8
+# The count and the triggers that keep it (db/migrations/versions/0008_change_counter.py): a table of
+# a database that lacks one of them is never taken as current.
+COUNTER_TABLE = "change_counter"
+WATCHED = ("gpus", "problems", "trials", "shipped_imports")
+TRIGGERS = tuple(f"change_counter_{table}_{event}" for table in WATCHED for event in ("insert", "update", "delete"))
+# How long reading the count waits for a writer's lock (a rollback-journal database): past it, the store.
+LOCK_WAIT_S = 1.0
+
+
+class _Ranked(Protocol):
+    """An OK trial as the store hands it for the table (autotune.store's RankedTrial)."""
+
+    @property
+    def config(self) -> dict[str, Any]: ...
+    @property
+    def time_us(self) -> float: ...
+    @property
+    def gbs(self) -> float | None: ...
+    @property
+    def source_hash(self) -> str: ...
+    @property
+    def driver(self) -> str: ...
+    @property
+    def cuda(self) -> str: ...
+
+
+class Snapshot(Protocol):
+    """What a table is made from (autotune.store's SelectionRows, read in one transaction)."""
+
+    @property
+    def gpus(self) -> Sequence[tuple[str, str, int]]: ...
+    @property
+    def problems(self) -> Sequence[tuple[str, Problem, Sequence[_Ranked]]]: ...
+    @property
+    def shipped(self) -> dict[str, str]: ...
+    @property
+    def changes(self) -> int | None: ...
+
+
+class SnapshotSource(Protocol):
+    """A store that can read a snapshot (autotune.store.Store)."""
+
+    def selection_rows(self, per_source: int) -> Snapshot: ...
+
+
+@dataclass(frozen=True)
+class GpuRow:
+    name: str
+    compute_capability: str
+    sm_count: int
+
+
+@dataclass(frozen=True)
+class TrialRow:
+    """One OK trial of a problem (what Selector reads as a best row or a leader)."""
+
+    gpu_name: str
+    problem: Problem
+    config: dict[str, Any]
+    time_us: float
+    gbs: float | None
+    source_hash: str
+    driver: str
+    cuda: str
+
+    @property
+    def m(self) -> int:
+        return self.problem.m
+
+    @property
+    def n(self) -> int:
+        return self.problem.n
+
+
+def _usable_config(config: Any) -> bool:
+    # As the store's rows.usable: a config of integers only reaches the selector.
+    return isinstance(config, dict) and all(isinstance(k, str) and type(v) is int for k, v in config.items())
+
+
+GroupKey = tuple[str, str, str, bool]  # (GPU name, op, dtype, trans): every question is about one
+
+
+class Table:
+    """A table's rows, answering the selector's questions as the store does (autotune/store/store.py:
+    gpus, best, tuned, problem_id, leaders), from memory. Each (GPU, op, dtype, layout) group is kept
+    as its JSON text until a question needs it: a first call parses only its own group."""
+
+    def __init__(self, gpus: list[GpuRow], groups: list[GroupKey], texts: list[bytes]) -> None:
+        self._gpus = gpus
+        self._keys = {key: index for index, key in enumerate(groups)}
+        self._texts = texts
+        self._parsed: dict[int, list[tuple[Problem, list[TrialRow]]]] = {}
+
+    def gpus(self) -> list[GpuRow]:
+        return list(self._gpus)
+
+    def problems(self) -> list[tuple[str, Problem]]:
+        """Every (GPU name, problem) the table holds, in the store's order."""
+        return [(key[0], problem) for key, index in self._keys.items() for problem, _ in self._group(index)]
+
+    def problem_id(self, problem: Problem, gpu_name: str, *, create: bool = False) -> int | None:
+        if create:
+            raise ValueError("a selection table is read-only")
+        found = self._find(gpu_name, problem)
+        return None if found is None else found[0] << 20 | found[1]
+
+    def best(self, gpu_name: str, problem: Problem, source_hash: str | None) -> TrialRow | None:
+        """The fastest usable OK trial of exactly this problem (of that kernel source when given)."""
+        found = self._find(gpu_name, problem)
+        return None if found is None else _first_usable(*self._group(found[0])[found[1]], source_hash)
+
+    def tuned(
+        self, gpu_name: str, op: str, dtype: str, source_hash: str | None, *, trans: bool = False
+    ) -> list[TrialRow]:
+        """One best row per problem of this GPU, op, dtype and layout."""
+        index = self._keys.get((gpu_name, op, dtype, trans))
+        if index is None:
+            return []
+        rows = (_first_usable(problem, trials, source_hash) for problem, trials in self._group(index))
+        return [row for row in rows if row is not None]
+
+    def leaders(self, problem_id: int, source_hash: str, top: int) -> list[TrialRow]:
+        """The `top` fastest OK trials with that kernel source, fastest first (unusable ones dropped
+        after the cut, as the store does)."""
+        if top > PER_SOURCE:
+            raise ValueError(f"a selection table keeps {PER_SOURCE} trials per kernel source, not {top}")
+        problem, trials = self._group(problem_id >> 20)[problem_id & 0xFFFFF]
+        ranked = [t for t in trials if t.source_hash == source_hash][:top]
+        return [t for t in ranked if _usable_config(t.config)] if _known(problem) else []
+
+    def _find(self, gpu_name: str, problem: Problem) -> tuple[int, int] | None:
+        index = self._keys.get((gpu_name, problem.op, problem.dtype, problem.trans))
+        if index is None:
+            return None
+        position = next((i for i, (p, _) in enumerate(self._group(index)) if p == problem), None)
+        return None if position is None else (index, position)
+
+    def _group(self, index: int) -> list[tuple[Problem, list[TrialRow]]]:
+        found = self._parsed.get(index)
+        if found is None:
+            gpu, op, dtype, trans = next(key for key, i in self._keys.items() if i == index)
+            try:
+                found = [
+                    (
+                        problem := Problem(op, dtype, _count(m), _count(n), _count(k), trans),
+                        [_trial(gpu, problem, v) for v in trials],
+                    )
+                    for m, n, k, trials in json.loads(self._texts[index])
+                ]
+            except (ValueError, TypeError, KeyError, IndexError) as exc:
+                raise Damaged(
+                    f"a selection table holds a bad group {gpu}/{op}/{dtype} ({type(exc).__name__}: {exc})"
+                ) from None
+            self._parsed[index] = found
+        return found
+
+
+def _first_usable(problem: Problem, trials: list[TrialRow], source_hash: str | None) -> TrialRow | None:
+    if not _known(problem):
+        return None
+    ranked = [t for t in trials if source_hash is None or t.source_hash == source_hash][:PER_SOURCE]
+    return next((t for t in ranked if _usable_config(t.config)), None)
+
+
+def _known(problem: Problem) -> bool:
+    # Registered when asked, as the store checks it: a plug-in op may be registered later.
+    return problem.op in ops.names() and problem.dtype in DTYPES
+
+
+# --- the file -------------------------------------------------------------------------------------
+# A header line (format, stamp, GPUs, the groups in order, the SHA-256 of the rest), then one line of
+# JSON per group: [[m, n, k, [[config, time_us, gbs, source_hash, driver, cuda], ...]], ...].
+
+
+def to_lines(snapshot: Snapshot, database: Path | None) -> list[str]:
+    """The table file's lines for a snapshot of `database` (None: the shipped records alone)."""
+    groups: dict[GroupKey, list[Any]] = {}
+    for gpu, p, trials in snapshot.problems:  # the store's order: each group's problems together
+        groups.setdefault((gpu, p.op, p.dtype, p.trans), []).append([p.m, p.n, p.k, [_trial_json(t) for t in trials]])
+    body = [json.dumps(problems, separators=(",", ":")) for problems in groups.values()]
+    header = {
+        "format": FORMAT,
+        "made_from": {
+            "database": None if database is None else str(database),
+            "changes": None if database is None else snapshot.changes,
+            "shipped": dict(sorted(snapshot.shipped.items())),
+        },
+        "gpus": [list(gpu) for gpu in snapshot.gpus],
+        "groups": [list(key) for key in groups],
+        "body": hashlib.sha256(_joined(body)).hexdigest(),
+    }
+    return [json.dumps(header, separators=(",", ":")), *body]
+
+
+def _joined(lines: list[str]) -> bytes:
+    return "".join(line + "\n" for line in lines).encode()
+
+
+def _trial_json(trial: _Ranked) -> list[Any]:
+    return [trial.config, trial.time_us, trial.gbs, trial.source_hash, trial.driver, trial.cuda]
+
+
+def write(path: Path, lines: list[str]) -> None:
+    """Write a table file atomically: a reader sees the old file or the new one, never a part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, name = tempfile.mkstemp(prefix=f"{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb") as staged:
+            staged.write(_joined(lines))
+        os.replace(name, path)
+    except OSError:
+        Path(name).unlink(missing_ok=True)
+        raise
+
+
+class Damaged(AutotuneError):
+    """A table file that is not what `write` wrote (one line, naming the file)."""
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A table file read back: what it was made from, and its rows."""
+
+    database: str | None
+    changes: int | None
+    shipped: dict[str, str]
+    table: Table
+
+
+def read(path: Path) -> Loaded:
+    """Read a table file: its header in full, the groups once a question needs them. Damaged where
+    it is not one (its groups are checked against the header's SHA-256), OSError where unreadable."""
+    data = path.read_bytes()
+    head, _, body = data.partition(b"\n")
+    try:
+        header = json.loads(head)
+        if hashlib.sha256(body).hexdigest() != header["body"]:
+            raise ValueError("its groups do not match its header's SHA-256")
+        return _parse(header, body.split(b"\n")[:-1])
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+        raise Damaged(f"{path} is not a selection table ({type(exc).__name__}: {exc})") from None
+
+
+def _parse(header: dict[str, Any], texts: list[bytes]) -> Loaded:
+    if header["format"] != FORMAT:
+        raise ValueError(f"format {header['format']!r}, not {FORMAT}")
+    made = header["made_from"]
+    database, changes, shipped = made["database"], made["changes"], made["shipped"]
+    if not (database is None or isinstance(database, str)) or not (changes is None or type(changes) is int):
+        raise ValueError("a bad stamp")
+    if not isinstance(shipped, dict) or not all(isinstance(v, str) for v in shipped.values()):
+        raise ValueError("a bad list of shipped records files")
+    gpus = [GpuRow(_text(name), _text(capability), _count(sm)) for name, capability, sm in header["gpus"]]
+    groups = [(_text(gpu), _text(op), _text(dtype), _flag(trans)) for gpu, op, dtype, trans in header["groups"]]
+    if len(groups) != len(texts):
+        raise ValueError(f"{len(groups)} groups named, {len(texts)} held")
+    return Loaded(database, changes, dict(shipped), Table(gpus, groups, texts))
+
+
+def _trial(gpu: str, problem: Problem, values: list[Any]) -> TrialRow:
+    config, time_us, gbs, source, driver, cuda = values
+    if (
+        not isinstance(config, dict)
+        or type(time_us) not in (int, float)
+        or (gbs is not None and type(gbs) not in (int, float))
+    ):
+        raise ValueError(f"a bad trial of {problem}")
+    return TrialRow(gpu, problem, config, float(time_us), gbs, _text(source), _text(driver), _text(cuda))
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{value!r} is not text")
+    return value
+
+
+def _count(value: Any) -> int:
+    if type(value) is not int:
+        raise TypeError(f"{value!r} is not an integer")
+    return value
+
+
+def _flag(value: Any) -> bool:
+    if type(value) is not bool:
+        raise TypeError(f"{value!r} is not true or false")
+    return value
+
+
+# --- which table answers, and keeping the database's current -----------------------------------------
+
+
+def default_database() -> Path | None:
+    """The default database's file, as the store resolves it with no `db` (None where $AUTOTUNE_DB
+    names another: the table never answers for it)."""
+    if os.environ.get(DATABASE_VAR):
+        return None
+    return (paths.data_home() / DATABASE_NAME).absolute()
+
+
+def beside(database: Path) -> Path:
+    """The table file of a database."""
+    return database.with_name(database.name + BESIDE_DATABASE)
+
+
+def shipped_path() -> Path | None:
+    try:
+        return paths.db_dir() / SHIPPED_TABLE
+    except FileNotFoundError:
+        return None
+
+
+def shipped_digests() -> dict[str, str]:
+    """SHA-256 of each shipped records file (db/records/*.jsonl), by name, as the store's import
+    compares them; {} where none ship."""
+    try:
+        folder = paths.db_dir() / "records"
+    except FileNotFoundError:
+        return {}
+    if not folder.is_dir():
+        return {}
+    return {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in sorted(folder.glob("*.jsonl"))}
+
+
+def default_table() -> Table | None:
+    """The table that answers for the default database right now, or None (open the store)."""
+    database = default_database()
+    if database is None:
+        return None
+    try:
+        return _current(database)
+    except (OSError, Damaged) as exc:
+        log.warning("the selection table is not used (%s): the store answers", " ".join(str(exc).split()))
+        return None
+
+
+def _current(database: Path) -> Table | None:
+    digests = shipped_digests()
+    if not database.exists():
+        # The store would create the database and import the shipped records: the shipped table.
+        path = shipped_path()
+        if path is None or not path.is_file():
+            return None
+        loaded = read(path)
+        if loaded.database is None and loaded.shipped == digests:
+            return loaded.table
+        log.debug("the shipped selection table %s was made from other records files: the store answers", path)
+        return None
+    path = beside(database)
+    if not path.is_file():
+        return None
+    loaded = read(path)
+    if loaded.database != str(database) or loaded.changes is None:
+        return None
+    # Opening the store imports a shipped records file that is new or changed since the database
+    # imported it (a file gone from the records stays in the database: it changes nothing).
+    if any(loaded.shipped.get(name) != digest for name, digest in digests.items()):
+        return None
+    if read_changes(database) != loaded.changes:
+        return None
+    return loaded.table
+
+
+def read_changes(database: Path) -> int | None:
+    """The database's change count, read with the standard library's sqlite3 (read-only, no
+    SQLAlchemy); None where it cannot be read or any trigger that keeps it is missing."""
+    import sqlite3  # only where a database exists: a deployed machine without one never loads it
+
+    if not _writable(database.parent):
+        # A read-only connection to a WAL database still needs its -shm file; without a writable
+        # folder the store opens the file as immutable, which cannot see another process's writes.
+        return None
+    names = ", ".join(f"'{name}'" for name in TRIGGERS)
+    query = (
+        f"SELECT (SELECT changes FROM {COUNTER_TABLE} WHERE id = 1), "
+        f"(SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name IN ({names}))"
+    )
+    try:
+        connection = sqlite3.connect(f"file:{quote(str(database))}?mode=ro", uri=True, timeout=LOCK_WAIT_S)
+        try:
+            changes, triggers = connection.execute(query).fetchone()
+        finally:
+            connection.close()
+    except sqlite3.Error as exc:
+        log.debug("the change count of %s cannot be read (%s): the store answers", database, exc)
+        return None
+    if triggers != len(TRIGGERS) or type(changes) is not int:
+        return None
+    return changes
+
+
+def _writable(folder: Path) -> bool:
+    return os.access(folder, os.W_OK)
+
+
+def refresh(store: SnapshotSource, database: Path) -> bool:
+    """Write `database`'s table from `store` (that database, open) where the one beside it is not
+    current; True where the table is current afterwards. A database that cannot be written beside
+    (a read-only folder) keeps no table: the store answers there."""
+    try:
+        if _current(database) is not None:
+            return True
+    except (OSError, Damaged):
+        pass  # rewritten below
+    snapshot = store.selection_rows(PER_SOURCE)
+    if snapshot.changes is None:
+        return False
+    try:
+        write(beside(database), to_lines(snapshot, database))
+    except OSError as exc:
+        log.debug("cannot write the selection table beside %s: %s", database, exc)
+        return False
+    return True

@@ -1,0 +1,209 @@
+"""Benchmark: the first call of a shipped problem in a fresh process, on this GPU; writes
+results/first_call_<gpu>.json and prints a table.
+
+Run on the GPU machine:  python scripts/bench_first_call.py --out results
+Each timing is one new Python process: torch and autotune imported, the operands made on the GPU and
+the CUDA context created (torch.cuda.synchronize()) before the clock starts; it stops once the result
+of autotune.gemv() or gemm() is synchronized. So it holds the config's selection, finding its kernel
+(shipped, cached or compiled: the launcher logs which), loading it, and the launch. Two settings:
+
+- `no database`: a data folder of its own with no database in it, as on a machine autotune was just
+  installed on: the shipped selection table answers (db/selection.json);
+- `database`: a default database made (shipped records imported) and its selection table written by
+  an earlier process, as on a machine that has used autotune before.
+
+Each setting starts from an empty kernel cache (AUTOTUNE_CACHE_DIR of its own): the first process of a
+problem unpacks its shipped kernel, the later ones read the unpacked copy. The problems are taken from
+the shipped records of this GPU (one GEMV per dtype and a GEMM); nothing should compile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+GOAL_MS = 5.0
+# Preferred problems (op, dtype, m, n, k): where the shipped records of this GPU hold them.
+WANTED = [
+    ("gemv", "float16", 4096, 8192, 0),
+    ("gemv", "bfloat16", 4096, 8192, 0),
+    ("gemv", "float32", 4096, 8192, 0),
+    ("gemm", "float16", 8, 4096, 4096),
+]
+
+
+def child(op: str, dtype: str, m: int, n: int, k: int) -> dict[str, Any]:
+    """One first call in this (fresh) process."""
+    import torch
+
+    import autotune
+    from autotune import api
+
+    origins: list[tuple[str, str]] = []
+
+    class Origins(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:  # the launcher's "..., <source> config), <origin>"
+            if record.args and len(record.args) >= 2:
+                origins.append((str(record.args[-2]), str(record.args[-1])))
+
+    launcher_log = logging.getLogger("autotune.runtime.launcher")
+    launcher_log.addHandler(Origins())
+    launcher_log.setLevel(logging.DEBUG)
+    launcher_log.propagate = False
+
+    kind = getattr(torch, dtype)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    if op == "gemv":
+        a, b = torch.randn(m, n, generator=gen, device="cuda"), torch.randn(n, generator=gen, device="cuda")
+    else:
+        a, b = torch.randn(m, k, generator=gen, device="cuda"), torch.randn(k, n, generator=gen, device="cuda")
+    a, b = a.to(kind), b.to(kind)
+    torch.cuda.synchronize()  # the context exists and the operands are on the GPU
+    start = time.perf_counter()
+    out = autotune.gemv(a, b) if op == "gemv" else autotune.gemm(a, b)
+    torch.cuda.synchronize()
+    ms = (time.perf_counter() - start) * 1e3
+    reference = a.double() @ b.double()
+    error = float((out.double() - reference).abs().max() / reference.abs().max().clamp_min(1e-30))
+    return {
+        "ms": ms,
+        "source": origins[0][0] if origins else None,
+        "origin": origins[0][1] if origins else None,
+        "selected_by": "store" if api._default_opened.is_set() else "table",
+        "rel_error": error,
+        "pycuda_loaded": "pycuda" in sys.modules,
+        "sqlalchemy_loaded": "sqlalchemy" in sys.modules,
+    }
+
+
+def shipped_problems(gpu: str) -> list[tuple[str, str, int, int, int]]:
+    """The WANTED problems the shipped records hold for `gpu`, else the first of each (op, dtype)."""
+    from autotune.select import table
+
+    path = table.shipped_path()
+    held = table.read(path).table.problems() if path is not None and path.is_file() else []
+    mine = [(p.op, p.dtype, p.m, p.n, p.k) for name, p in held if name == gpu and not p.trans]
+    chosen = []
+    for want in WANTED:
+        if want in mine:
+            chosen.append(want)
+        else:
+            chosen.extend([p for p in mine if p[:2] == want[:2]][:1])
+    return chosen or WANTED  # a GPU without records: the defaults, shipped for compute capability 8.0-9.0
+
+
+def run_child(problem: tuple[str, str, int, int, int], env: dict[str, str]) -> dict[str, Any]:
+    command = [sys.executable, __file__, "--child", *map(str, problem)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        last = done.stderr.strip().splitlines()[-1:] or ["no output"]
+        return {"error": last[0]}
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def make_database(env: dict[str, str]) -> None:
+    """The default database of `env`'s data folder, made and its selection table written."""
+    code = (
+        "from autotune import api; api.best('hgemv', 4096, 8192, gpu='NVIDIA H200'); "
+        "from autotune.select import table; assert table.default_table() is not None"
+    )
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=300)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("results"), help="folder for first_call_<gpu>.json")
+    parser.add_argument("--repeats", type=int, default=5, help="fresh processes per problem and setting")
+    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        op, dtype, m, n, k = args.child
+        print(json.dumps(child(op, dtype, int(m), int(n), int(k))))
+        return 0
+
+    import torch
+
+    from autotune.core.fingerprint import slugify
+
+    gpu = torch.cuda.get_device_name(0)
+    problems = shipped_problems(gpu)
+    print(f"{gpu}: first call in a fresh process, {args.repeats} processes each (goal {GOAL_MS} ms)", flush=True)
+    print(f"{'setting':12} {'problem':28} {'median ms':>9} {'first ms':>8} {'max ms':>7} {'origin':9} selected by")
+    settings: dict[str, list[dict[str, Any]]] = {}
+    with tempfile.TemporaryDirectory(prefix="first-call-") as scratch:
+        for setting in ("no database", "database"):
+            folder = Path(scratch) / setting.replace(" ", "-")
+            env = {**os.environ, "XDG_DATA_HOME": str(folder / "data"), "AUTOTUNE_CACHE_DIR": str(folder / "cache")}
+            env.pop("AUTOTUNE_DB", None)
+            if setting == "database":
+                make_database(env)
+                shutil.rmtree(folder / "cache", ignore_errors=True)  # the kernels still to unpack
+            rows = settings.setdefault(setting, [])
+            for problem in problems:
+                runs = [run_child(problem, env) for _ in range(args.repeats)]
+                rows.append(summary(problem, runs))
+                print_row(setting, rows[-1])
+    compiled = any(
+        run.get("origin") not in ("shipped", None) for rows in settings.values() for r in rows for run in r["runs"]
+    )
+    worst = max(
+        (r["median_ms"] for rows in settings.values() for r in rows if r["median_ms"] is not None), default=None
+    )
+    result = {
+        "gpu": gpu,
+        "goal_ms": GOAL_MS,
+        "repeats": args.repeats,
+        "nvcc_on_path": shutil.which("nvcc") is not None,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "compiled_any": compiled,
+        "worst_median_ms": worst,
+        "settings": settings,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"first_call_{slugify(gpu)}.json"
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    verdict = "meets" if worst is not None and worst <= GOAL_MS else "misses"
+    print(f"wrote {path}: worst median {worst} ms ({verdict} the {GOAL_MS} ms goal); compiled anything: {compiled}")
+    return 0
+
+
+def summary(problem: tuple[str, str, int, int, int], runs: list[dict[str, Any]]) -> dict[str, Any]:
+    op, dtype, m, n, k = problem
+    times = [run["ms"] for run in runs if "ms" in run]
+    return {
+        "problem": {"op": op, "dtype": dtype, "m": m, "n": n, "k": k},
+        "median_ms": statistics.median(times) if times else None,
+        "first_ms": times[0] if times else None,
+        "max_ms": max(times) if times else None,
+        "runs": runs,
+    }
+
+
+def print_row(setting: str, row: dict[str, Any]) -> None:
+    p = row["problem"]
+    name = f"{p['dtype']} {p['op']} {p['m']}x{p['n']}" + (f"x{p['k']}" if p["k"] else "")
+    runs = row["runs"]
+    if row["median_ms"] is None:
+        print(f"{setting:12} {name:28} failed: {runs[0].get('error')}", flush=True)
+        return
+    origins = ",".join(sorted({str(run.get("origin")) for run in runs}))
+    chosen = ",".join(sorted({str(run.get("selected_by")) for run in runs}))
+    times = f"{row['median_ms']:9.2f} {row['first_ms']:8.2f} {row['max_ms']:7.2f}"
+    print(f"{setting:12} {name:28} {times} {origins:9} {chosen}", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,361 @@
+"""The selection table (autotune/select/table.py): the launch path selects from it without SQLAlchemy
+while it is current for the default database, gets the store's answer for every problem, tuned or
+not, and falls back to the store wherever the table is stale, missing or damaged."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from autotune import api
+from autotune.core import fingerprint
+from autotune.core.fingerprint import GpuInfo
+from autotune.core.problem import Problem
+from autotune.ops import gemv, make_problem
+from autotune.runtime import shipset
+from autotune.select import table
+from autotune.select.choose import EVIDENCE_TOP, Choice, Selector
+from autotune.store import Store, open_store, queries
+from tests.fakes import ok, record
+
+REPO = Path(__file__).resolve().parents[1]
+REBUILD = "run `python scripts/build_selection_table.py`"
+H200 = GpuInfo("NVIDIA H200", "GPU-local-1", "9.0", 132, 60 << 20, 141 << 30, "580.159.04", "13.0")
+SHIPPED = make_problem("gemv", "float16", 4096, 8192)  # a problem the shipped records measured on the H200
+UNTUNED = [make_problem("gemv", "float16", 5000, 7001), make_problem("gemv", "float32", 3000, 12000, trans=True)]
+MINE = {**gemv.DEFAULT_CONFIG, "block": 64, "lanes": 16, "unroll": 2, "rows": 2}  # no record picks it
+THEIRS = {**MINE, "rows": 1}
+
+
+def forget() -> None:
+    """The API's per-process state dropped: the next selection is a new process's first."""
+    api._open.cache_clear()
+    api._selector.cache_clear()
+    api._table_selector.cache_clear()
+    api._default_opened.clear()
+
+
+def launch_choice(problem: Problem = SHIPPED, db: str | None = None) -> Choice:
+    """What the launch path selects for `problem` on an H200 (the device as the launcher sees it)."""
+    device = SimpleNamespace(gpu=H200)
+    return api._choose_on(problem, device, db)
+
+
+def from_table() -> bool:
+    """Whether the last selection came from the table: the default database was never opened."""
+    return not api._default_opened.is_set()
+
+
+@pytest.fixture
+def resources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """db/ of this checkout (records, shipped table, migrations), in a folder of the test's own."""
+    folder = tmp_path / "db"
+    folder.mkdir()
+    for name in ("migrations", "gpus.json", "kernels"):
+        (folder / name).symlink_to(REPO / "db" / name)
+    shutil.copytree(REPO / "db" / "records", folder / "records")
+    shutil.copy(REPO / "db" / table.SHIPPED_TABLE, folder / table.SHIPPED_TABLE)
+    monkeypatch.setattr("autotune.core.paths.db_dir", lambda: folder)
+    forget()
+    yield folder
+    forget()
+
+
+def database() -> Path:
+    found = table.default_database()
+    assert found is not None
+    return found
+
+
+@pytest.fixture(scope="module")
+def records() -> Iterator[Store]:
+    """A store holding the shipped records (in memory), as a new default database holds them."""
+    with open_store("sqlite://", import_shipped=False) as store:
+        store.import_shipped(REPO / "db" / "records")
+        yield store
+
+
+def test_the_shipped_table_is_made_from_the_shipped_records(records: Store) -> None:
+    committed = (REPO / "db" / table.SHIPPED_TABLE).read_text().splitlines()
+    made = table.to_lines(records.selection_rows(table.PER_SOURCE), None)
+    assert committed == made, f"db/{table.SHIPPED_TABLE} is stale: {REBUILD}"
+
+
+def test_the_table_keeps_what_the_selector_reads(store: Store, db_path: Path) -> None:
+    assert max(queries._RANKED, EVIDENCE_TOP) <= table.PER_SOURCE
+    # Every trigger the table relies on exists at the schema's head, and each watched write counts.
+    before = table.read_changes(db_path)
+    assert before is not None
+    record(store, SHIPPED, MINE, ok(1.0), H200)  # a GPU, a problem, a trial started, then finished
+    after = table.read_changes(db_path)
+    assert after is not None and after >= before + 4
+
+
+def every_question(store: Store) -> list[tuple[Problem, str]]:
+    """Problems of every kind the selector answers: stored ones (measured), the standard set (measured
+    or estimated by the cost model), shapes nothing was tuned near, on every GPU stored and one only
+    described (the defaults of its families)."""
+    problems = [*shipset.standard_problems(), *UNTUNED]
+    gpus = store.gpu_names()
+    stored = [(row.problem, row.gpu_name) for row in store.problems()]
+    described = [(problem, "NVIDIA A100-SXM4-80GB") for problem in problems[:: max(1, len(problems) // 12)]]
+    return [*stored, *((problem, gpu) for gpu in gpus for problem in problems), *described]
+
+
+def assert_same_answers(store: Store, lines: list[str], tmp_path: Path) -> int:
+    path = tmp_path / "t.json"
+    table.write(path, lines)
+    from_store, from_file = Selector(store), Selector(table.read(path).table)
+    questions = every_question(store)
+    for problem, gpu in questions:
+        expected = from_store.choose(problem, gpu, "580.0", "12.8")
+        assert from_file.choose(problem, gpu, "580.0", "12.8") == expected, f"{problem} on {gpu}"
+    return len(questions)
+
+
+def test_the_shipped_table_answers_every_question_as_the_store(records: Store, tmp_path: Path) -> None:
+    asked = assert_same_answers(records, table.to_lines(records.selection_rows(table.PER_SOURCE), None), tmp_path)
+    assert asked > 500
+
+
+def test_a_database_with_old_kernels_and_bad_rows_answers_as_the_store(store: Store, tmp_path: Path) -> None:
+    """Trials of an earlier kernel source (faster than today's), rows an older autotune let in (a
+    config that is not all integers), two physical GPUs of one model: read alike."""
+    second = GpuInfo("NVIDIA H200", "GPU-local-2", "9.0", 132, 60 << 20, 141 << 30, "580.0", "12.8")
+    for m, n in ((4096, 8192), (1024, 4096), (8192, 2048)):
+        problem = make_problem("gemv", "float16", m, n)
+        record(store, problem, MINE, ok(20.0), H200)
+        record(store, problem, THEIRS, ok(25.0), second)
+        record(store, problem, {**MINE, "unroll": 4}, ok(5.0), H200, src="0123456789abcdef")
+        record(store, problem, {**MINE, "unroll": 8}, ok(1.0), H200)
+    with sqlite3.connect(store.sqlite_file) as connection:
+        connection.execute("UPDATE trials SET config = ? WHERE time_us = 1.0", (json.dumps({"block": "64"}),))
+    lines = table.to_lines(store.selection_rows(table.PER_SOURCE), Path("/nowhere"))
+    assert assert_same_answers(store, lines, tmp_path) > 100
+    best = Selector(table.read(tmp_path / "t.json").table).choose(
+        make_problem("gemv", "float16", 4096, 8192), H200.name
+    )
+    assert best.config == MINE and best.source == "measured"
+
+
+def test_without_a_database_the_shipped_table_answers_and_no_database_is_made(resources: Path) -> None:
+    choice = launch_choice()
+    assert choice.source == "measured" and from_table()
+    assert not database().exists()
+    assert [launch_choice(problem) for problem in UNTUNED] == [
+        api._selector(None).choose(p, H200.name, H200.driver, H200.cuda) for p in UNTUNED
+    ]
+
+
+def test_a_shape_tuned_here_wins_over_the_shipped_records(resources: Path) -> None:
+    shipped = launch_choice()
+    database().parent.mkdir(parents=True)
+    with open_store(str(database())) as mine:  # the default database, as a sweep on this machine fills it
+        record(mine, SHIPPED, MINE, ok(1.0), H200)
+    forget()
+    assert launch_choice().config == MINE and not from_table()  # the store, which writes the table beside it
+    assert table.beside(database()).is_file()
+    forget()
+    assert launch_choice().config == MINE and from_table()
+    # Shapes tuned nowhere near get the selector's answer from the table too.
+    untuned = [launch_choice(problem) for problem in UNTUNED]
+    forget()
+    assert untuned == [api._selector(None).choose(p, H200.name, H200.driver, H200.cuda) for p in UNTUNED]
+    # Another process writes a faster config: the table is stale at once, the store answers.
+    with open_store(str(database())) as other:
+        record(other, SHIPPED, THEIRS, ok(0.5), H200)
+    forget()
+    assert launch_choice().config == THEIRS and not from_table()
+    assert shipped.config not in (MINE, THEIRS)
+
+
+def test_a_write_by_another_program_stales_the_table(resources: Path) -> None:
+    api.store()  # made, shipped records imported
+    forget()
+    launch_choice()  # the store: the table is written
+    forget()
+    assert launch_choice().config != MINE and from_table()
+    with sqlite3.connect(database()) as connection:  # not through autotune at all
+        connection.execute("DELETE FROM trials")
+    forget()
+    assert launch_choice().source == "estimate" or launch_choice().source == "default"
+    assert not from_table()
+
+
+def test_a_database_whose_counter_cannot_be_trusted_is_asked_directly(resources: Path) -> None:
+    api.store()
+    forget()
+    launch_choice()
+    assert table.default_table() is not None
+    with sqlite3.connect(database()) as connection:
+        connection.execute(f"DROP TRIGGER {table.TRIGGERS[4]}")
+    assert table.read_changes(database()) is None and table.default_table() is None
+
+
+def test_changed_shipped_records_stale_both_tables(resources: Path) -> None:
+    assert table.default_table() is not None
+    path = sorted((resources / "records").glob("*.jsonl"))[0]
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:-1]))  # one trial fewer
+    assert table.default_table() is None  # the shipped table
+    api.store()
+    forget()
+    launch_choice()
+    forget()
+    assert table.default_table() is not None  # the database's own, made after it imported the file
+    path.write_text("".join(lines))
+    assert table.default_table() is None
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda text: "",
+        lambda text: text[: len(text) // 2],
+        lambda text: text.replace("block", "blocc", 1),  # a group that no longer matches the header's hash
+        lambda text: "not json\n" + text.split("\n", 1)[1],
+        lambda text: text.replace('"format":1', '"format":99', 1),
+    ],
+    ids=["empty", "cut", "edited", "header", "format"],
+)
+def test_a_damaged_table_falls_back_to_the_store_in_one_line(
+    resources: Path, damage: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    expected = launch_choice()
+    shipped = resources / table.SHIPPED_TABLE
+    shipped.write_text(damage(shipped.read_text()))
+    forget()
+    with caplog.at_level(logging.WARNING, logger="autotune"):
+        assert launch_choice() == expected and not from_table()
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warned) == 1 and "\n" not in warned[0] and "the store answers" in warned[0]
+    # The database's own table, damaged alike, is written again by the store.
+    beside = table.beside(database())
+    beside.write_text(damage(beside.read_text()))
+    forget()
+    assert launch_choice() == expected and not from_table()
+    forget()
+    assert launch_choice() == expected and from_table()
+
+
+def test_explicit_databases_go_to_the_store(resources: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert launch_choice(db=str(tmp_path / "other.db")).source == "measured"
+    assert not from_table() or api._open.cache_info().currsize == 1
+    forget()
+    monkeypatch.setenv("AUTOTUNE_DB", str(tmp_path / "env.db"))
+    assert table.default_database() is None and table.default_table() is None
+    assert launch_choice().source == "measured" and not from_table()
+
+
+def test_a_read_only_folder_keeps_no_table_and_is_asked_directly(
+    resources: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api.store()
+    forget()
+    monkeypatch.setattr(table, "_writable", lambda folder: False)
+    assert table.read_changes(database()) is None
+    assert launch_choice().source == "measured" and not from_table()
+
+
+# The launch path in a fresh process, the driver replaced by test doubles (tests/test_runtime.py's):
+# a shipped GEMV and GEMM on an H200, selected, found and launched without SQLAlchemy or PyCUDA.
+LAUNCH = """\
+import contextlib, ctypes, json, sys
+import autotune
+from autotune.core.fingerprint import GpuInfo
+from autotune.runtime import device as device_module, driver, launcher
+
+H200 = GpuInfo("NVIDIA H200", "GPU-1", "9.0", 132, 60 << 20, 141 << 30, "580.159.04", "13.0")
+launched, origins = [], []
+
+class Lib:
+    def __getitem__(self, name):
+        return {"cuLaunchKernelEx": self.launch, "cuCtxGetCurrent": self.current}[name]
+    def launch(self, config, function, params, extra):
+        launched.append(function.value)
+        return 0
+    def current(self, ref):
+        ref._obj.value = 1000
+        return 0
+
+for name, value in {
+    "lib": lambda: Lib(), "device_count": lambda: 1, "primary_context": lambda index: 1000,
+    "in_context": lambda context: contextlib.nullcontext(), "relaxed_capture": contextlib.nullcontext,
+    "capture_id": lambda stream: 0, "pointer_device": lambda pointer: 0, "allow_shared": lambda f, s: None,
+    "load_function": lambda image, name: origins.append(image[:4].hex()) or 7,
+    "mem_alloc": lambda n: 1 << 40, "memset_d32_async": lambda *a: None,
+}.items():
+    setattr(driver, name, value)
+device_module.gpu_info = lambda index: H200
+
+class Array:
+    def __init__(self, shape, typestr, pointer):
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (pointer, False), "version": 3}
+
+def arrays(*shapes):
+    return [Array(shape, "<f2", (i + 1) << 30) for i, shape in enumerate(shapes)]
+
+A, x, y = arrays((4096, 8192), (8192,), (4096,))
+autotune.gemv(A, x, out=y)
+A, B, C = arrays((8, 4096), (4096, 4096), (8, 4096))
+autotune.gemm(A, B, out=C)
+loaded = sorted({m.split(".")[0] for m in sys.modules} & {"sqlalchemy", "alembic", "pycuda", "optuna", "sqlite3"})
+print(json.dumps({"launched": len(launched), "images": origins, "loaded": loaded}))
+"""
+
+
+def test_the_launch_path_of_a_shipped_problem_imports_no_database_and_no_pycuda(tmp_path: Path) -> None:
+    script = tmp_path / "launch.py"
+    script.write_text(LAUNCH)
+    env = {
+        "PATH": str(tmp_path / "bin"),  # no nvcc: nothing may compile
+        "PYTHONPATH": str(REPO),
+        "HOME": str(tmp_path),
+        "XDG_DATA_HOME": str(tmp_path / "data"),
+        "AUTOTUNE_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["launched"] == 2 and result["loaded"] == []
+    assert len(result["images"]) == 2  # both shipped (no nvcc on PATH), unpacked from db/kernels/
+    assert not (tmp_path / "data" / "autotune" / "autotune.db").exists()
+
+
+def test_nvcc_version_is_read_from_the_toolkit_without_running_nvcc(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    toolkit = tmp_path / "cuda"
+    (toolkit / "bin").mkdir(parents=True)
+    nvcc = toolkit / "bin" / "nvcc"
+    nvcc.write_text("#!/bin/sh\nexit 3\n")  # running it would give no version
+    nvcc.chmod(0o755)
+    (toolkit / "version.json").write_text(json.dumps({"cuda_nvcc": {"name": "CUDA NVCC", "version": "12.8.93"}}))
+    monkeypatch.setenv("PATH", str(toolkit / "bin"))
+    fingerprint.nvcc_version.cache_clear()
+    try:
+        assert fingerprint.nvcc_version() == "12.8.93" and fingerprint.cuda_release() == "12.8"
+    finally:
+        fingerprint.nvcc_version.cache_clear()
+
+
+def test_the_driver_version_is_read_as_nvidia_smi_shows_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    proc = tmp_path / "version"
+    monkeypatch.setattr(fingerprint, "DRIVER_VERSION_FILE", str(proc))
+    assert fingerprint.kernel_driver_version() is None
+    proc.write_text(
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (dvs-builder@U16)\n"
+    )
+    assert fingerprint.kernel_driver_version() == "580.159.04"
+    proc.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024\n")
+    assert fingerprint.kernel_driver_version() == "550.54.15"
