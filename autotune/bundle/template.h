@@ -225,8 +225,8 @@ static inline int autotune_wgmma_runs(const autotune_config *c, int64_t m, int64
   return c->stages <= autotune_max64(3, autotune_ceil_div(k, c->bk) + 2);
 }
 
-/* The kernel's own sizes of a problem: (m, n) for a GEMV, (1, n, m) for the transposed GEMV (a
- * one-row GEMM), (m, n, k) for a GEMM. Returns how many. */
+/* The kernel's own sizes of a problem: (m, n, lda) for a GEMV with contiguous rows (lda = n), (1, n, m)
+ * for the transposed GEMV (a one-row GEMM), (m, n, k) for a GEMM. Returns how many. */
 static inline int autotune_is_gemm(const autotune_entry *e) { return strcmp(e->op, "gemm") == 0; }
 
 static inline int autotune_kernel_sizes(const autotune_entry *e, int64_t m, int64_t n, int64_t k, int64_t sizes[3]) {
@@ -238,8 +238,8 @@ static inline int autotune_kernel_sizes(const autotune_entry *e, int64_t m, int6
     sizes[0] = 1, sizes[1] = n, sizes[2] = m;
     return 3;
   }
-  sizes[0] = m, sizes[1] = n, sizes[2] = 0;
-  return 2;
+  sizes[0] = m, sizes[1] = n, sizes[2] = n;
+  return 3;
 }
 
 /* 1 where the entry's config runs the problem (e->op, e->dtype, e->trans) of this shape: the family
