@@ -62,6 +62,7 @@ def child(op: str, dtype: str, m: int, n: int, k: int) -> dict[str, Any]:
     launcher_log.setLevel(logging.DEBUG)
     launcher_log.propagate = False
 
+    phases = phase_timers(api)
     kind = getattr(torch, dtype)
     gen = torch.Generator(device="cuda").manual_seed(0)
     if op == "gemv":
@@ -81,10 +82,37 @@ def child(op: str, dtype: str, m: int, n: int, k: int) -> dict[str, Any]:
         "source": origins[0][0] if origins else None,
         "origin": origins[0][1] if origins else None,
         "selected_by": "store" if api._default_opened.is_set() else "table",
+        "phases_ms": phases,
         "rel_error": error,
         "pycuda_loaded": "pycuda" in sys.modules,
         "sqlalchemy_loaded": "sqlalchemy" in sys.modules,
     }
+
+
+def phase_timers(api: Any) -> dict[str, float]:
+    """Milliseconds the first call spends in each step, filled in as it runs: the launch path's
+    functions wrapped with a clock (a few microseconds each); the rest of the call is "other"."""
+    from autotune.runtime import device, launcher
+
+    phases: dict[str, float] = {}
+
+    def clock(owner: Any, name: str, label: str) -> None:
+        inner = getattr(owner, name)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            begin = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                phases[label] = phases.get(label, 0.0) + (time.perf_counter() - begin) * 1e3
+
+        setattr(owner, name, timed)
+
+    clock(api._RUNTIME, "_choose", "select config")
+    clock(launcher, "find_kernel", "find kernel")
+    clock(device.Device, "function", "load module")
+    clock(launcher, "Device", "open device")
+    return phases
 
 
 def shipped_problems(gpu: str) -> list[tuple[str, str, int, int, int]]:
@@ -203,6 +231,11 @@ def print_row(setting: str, row: dict[str, Any]) -> None:
     chosen = ",".join(sorted({str(run.get("selected_by")) for run in runs}))
     times = f"{row['median_ms']:9.2f} {row['first_ms']:8.2f} {row['max_ms']:7.2f}"
     print(f"{setting:12} {name:28} {times} {origins:9} {chosen}", flush=True)
+    later = [run["phases_ms"] for run in runs[1:] if run.get("phases_ms")]  # the kernel unpacked already
+    if later:
+        steps = {label: statistics.median(p.get(label, 0.0) for p in later) for label in later[0]}
+        steps["other"] = statistics.median(run["ms"] for run in runs[1:]) - sum(steps.values())
+        print(" " * 13 + ", ".join(f"{label} {ms:.2f}" for label, ms in steps.items()), flush=True)
 
 
 if __name__ == "__main__":
