@@ -126,11 +126,13 @@ sm__warps_active.avg.pct_of_peak_sustained_active python3 scripts/profile_vs_cub
         sweep retime-$op 8 --op "$op" --retime ${RETIME_ARGS:-} --trials "$TRIALS" ${PATIENCE:+--patience $PATIENCE}
       done ;;
     two-gpus)
-      # A machine with two or more GPUs: tensors on each GPU, one sweep over all of them, and that
-      # sweep's wall time against the same sweep on one GPU (results/devices_<gpu>.json).
+      # A machine with two or more GPUs: tensors on each GPU, and one sweep over all of them.
       step two-gpus
       python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu_devices.py \
-        tests/test_gpu_launch.py::test_tensors_on_each_gpu_run_there_concurrently 2>&1 | tee "$OUT/gpu-tests-two.log" | tail -8
+        tests/test_gpu_launch.py::test_tensors_on_each_gpu_run_there_concurrently 2>&1 | tee "$OUT/gpu-tests-two.log" | tail -8 ;;
+    bench-devices)
+      # That sweep's wall time against the same sweep on one GPU (results/devices_<gpu>.json).
+      step bench-devices
       python3 scripts/bench_devices.py --out "$OUT" 2>&1 | tee "$OUT/devices.log" | tail -6 ;;
     deploy)
       step deploy
@@ -150,11 +152,11 @@ sm__warps_active.avg.pct_of_peak_sustained_active python3 scripts/profile_vs_cub
         AUTOTUNE_CACHE_DIR="$(mktemp -d /tmp/deploy-cache.XXXX)" XDG_DATA_HOME="$(mktemp -d /tmp/deploy-data.XXXX)")
       "${deploy_env[@]}" "$py" -c "import importlib.util as u, shutil, sys, torch, autotune; print('python', sys.version.split()[0], 'torch', torch.__version__, 'nvcc', shutil.which('nvcc'), 'pycuda', u.find_spec('pycuda'))"
       "${deploy_env[@]}" "$py" -m pytest -q -p no:cacheprovider -rs tests/test_gpu_deploy.py 2>&1 | tee "$OUT/deploy-tests.log" | tail -15
-      "${deploy_env[@]}" "$py" scripts/bench_first_call.py --out "$OUT" 2>&1 | tee "$OUT/first-call.log" | tail -12 ;;
+      "${deploy_env[@]}" "$py" scripts/bench_first_call.py --out "$OUT" ${REPEATS:+--repeats $REPEATS} 2>&1 | tee "$OUT/first-call.log" | tail -12 ;;
     first-call)
       # The same benchmark where PyCUDA and nvcc are installed (tuning's environment).
       step first-call
-      python3 scripts/bench_first_call.py --out "$OUT/with-toolkit" 2>&1 | tee "$OUT/first-call-toolkit.log" | tail -12 ;;
+      python3 scripts/bench_first_call.py --out "$OUT/with-toolkit" ${REPEATS:+--repeats $REPEATS} 2>&1 | tee "$OUT/first-call-toolkit.log" | tail -12 ;;
     export)
       step export
       python3 -c "import sys; from pathlib import Path; from autotune.store import open_store; print(open_store(sys.argv[1], import_shipped=False).export_records('$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)', Path(sys.argv[2]), top=3, current_only=True), 'records')" "$DB" "$OUT/records.jsonl" ;;
