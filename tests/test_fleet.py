@@ -79,6 +79,26 @@ def test_the_claim_of_a_closed_store_is_taken_over_at_once(db_path: Path) -> Non
         assert two.claim_next(GPU, LONG, among=among).claim is not None
 
 
+def test_a_killed_process_not_yet_reaped_is_gone() -> None:
+    """A SIGKILLed process whose parent has not waited for it yet is a zombie: its claims are free
+    at once (a GPU process of `sweep --devices` stays one until the others end)."""
+    from autotune.store import owner as owners
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        alive = owners.Owner(owners.this_process().host, child.pid, owners._start_time(child.pid) or "-", "t")
+        assert not owners.gone_here(alive.text())
+        child.send_signal(signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while (owners._stat_fields(child.pid) or ["Z"])[0] != "Z":  # not reaped: a zombie
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert owners.gone_here(alive.text())
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_an_interrupted_problem_goes_back_to_pending(store: Store) -> None:
     among = store.enqueue(GPU, [A])
     claim = store.claim_next(GPU, LONG, among=among).claim

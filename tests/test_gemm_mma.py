@@ -138,6 +138,7 @@ def _compile_jobs() -> list[CompileJob]:
     return jobs
 
 
+@pytest.mark.arch  # many instances: with the other architecture compiles, in .ci/run
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 @pytest.mark.nvcc(jobs=_compile_jobs)
 def test_representative_instances_compile_for_sm_90() -> None:

@@ -125,6 +125,7 @@ def _compile_jobs() -> list[CompileJob]:
     return in_space_jobs(gemm_simt, [(_problem(4096, 4096, 4096), config) for config in REPRESENTATIVE])
 
 
+@pytest.mark.arch  # many instances: with the other architecture compiles, in .ci/run
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 @pytest.mark.nvcc(jobs=_compile_jobs)
 @pytest.mark.parametrize("config", REPRESENTATIVE, ids=lambda c: "_".join(str(v) for v in c.values()))

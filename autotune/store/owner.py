@@ -16,16 +16,22 @@ LEASE = timedelta(hours=1)
 _OPEN_TOKENS: set[str] = set()
 
 
-def _start_time(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (Linux), which tells a reused pid apart."""
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (Linux): [0] the state, [19] the start
+    time; None where there is no such file."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
             text = stat.read()
     except OSError:
         return None
     # The command name (field 2) may hold spaces and parentheses: count fields after its last ')'.
-    fields = text[text.rfind(")") + 2 :].split()
-    return fields[19] if len(fields) > 19 else None
+    return text[text.rfind(")") + 2 :].split()
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (Linux), which tells a reused pid apart."""
+    fields = _stat_fields(pid)
+    return fields[19] if fields is not None and len(fields) > 19 else None
 
 
 def _alive(pid: int) -> bool:
@@ -37,7 +43,10 @@ def _alive(pid: int) -> bool:
         return True  # someone else's process, alive
     except OSError:
         return False
-    return True
+    # A killed process its parent has not reaped yet (a sweep process of `--devices`, until the
+    # others end) still answers signal 0, but it is a zombie: dead, its claims free at once.
+    fields = _stat_fields(pid)
+    return not (fields and fields[0] in ("Z", "X"))
 
 
 @dataclass(frozen=True)
