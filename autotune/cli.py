@@ -543,7 +543,7 @@ def export(
     ] = None,
     db: Db = None,
 ) -> None:
-    """The best configs per problem, measured with today's kernels: a records file that `import`
+    """The best configs per problem, measured with the current kernels: a records file that `import`
     reads back, CSV for spreadsheets, or a bundle (kernels, manifest.json and a C header) that a C or
     C++ program loads with the CUDA driver API (docs/deploy.md)."""
     from autotune import exports

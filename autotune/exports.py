@@ -46,7 +46,7 @@ def export(
     db: str | None = None,
     op: Sequence[str] = (),
 ) -> int:
-    """Write the `top` fastest configs of every problem (measured with today's kernels) of one GPU,
+    """Write the `top` fastest configs of every problem (measured with the current kernels) of one GPU,
     or of every GPU for CSV; returns how many rows. A records file holds one GPU: give `gpu` where
     the database holds several. A bundle (a folder) holds the best config of each problem of one
     GPU, of the ops `op` names (every op without), and returns how many entries."""

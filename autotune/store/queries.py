@@ -41,31 +41,25 @@ def ranked_ok(
     session: Session, filters: list[ColumnElement[bool]], source_hash: str | None, *, top: int = 1
 ) -> list[tuple[orm.Problem, orm.Trial]]:
     """The `top` fastest OK trials of every problem matching `filters`, problem by problem."""
-    rank = func.row_number().over(partition_by=orm.Trial.problem_id, order_by=TRIAL_ORDER).label("rank")
-    ranked = (
-        select(orm.Trial.id.label("trial_id"), rank)
-        .join(orm.Problem, orm.Problem.id == orm.Trial.problem_id)
-        .where(*filters, *_source_filter(source_hash))
-        .where(orm.Trial.status == Status.OK, orm.Trial.time_us.is_not(None))
-        .subquery()
-    )
-    stmt = (
-        select(orm.Problem, orm.Trial)
-        .join(orm.Trial, orm.Trial.problem_id == orm.Problem.id)
-        .join(ranked, ranked.c.trial_id == orm.Trial.id)
-        .where(ranked.c.rank <= top)
-        .order_by(*PROBLEM_ORDER, ranked.c.rank)
-    )
-    return [(problem, trial) for problem, trial in session.execute(stmt)]
+    return _top_ok(session, (orm.Trial.problem_id,), [*filters, *_source_filter(source_hash)], top, by_rank=True)
 
 
 def ranked_by_source(session: Session, top: int) -> list[tuple[orm.Problem, orm.Trial]]:
     """The `top` fastest OK trials of every problem and kernel source, problem by problem and each
     problem's fastest first over all its sources."""
-    partition = (orm.Trial.problem_id, orm.Trial.source_hash)
+    return _top_ok(session, (orm.Trial.problem_id, orm.Trial.source_hash), [], top, by_rank=False)
+
+
+def _top_ok(
+    session: Session, partition: tuple[Any, ...], filters: list[ColumnElement[bool]], top: int, *, by_rank: bool
+) -> list[tuple[orm.Problem, orm.Trial]]:
+    """The `top` fastest OK trials of each `partition` among the trials `filters` keep, ordered by
+    problem, then by rank within the partition (`by_rank`) or by time over all partitions."""
     rank = func.row_number().over(partition_by=partition, order_by=TRIAL_ORDER).label("rank")
     ranked = (
         select(orm.Trial.id.label("trial_id"), rank)
+        .join(orm.Problem, orm.Problem.id == orm.Trial.problem_id)
+        .where(*filters)
         .where(orm.Trial.status == Status.OK, orm.Trial.time_us.is_not(None))
         .subquery()
     )
@@ -74,7 +68,7 @@ def ranked_by_source(session: Session, top: int) -> list[tuple[orm.Problem, orm.
         .join(orm.Trial, orm.Trial.problem_id == orm.Problem.id)
         .join(ranked, ranked.c.trial_id == orm.Trial.id)
         .where(ranked.c.rank <= top)
-        .order_by(*PROBLEM_ORDER, *TRIAL_ORDER)
+        .order_by(*PROBLEM_ORDER, *((ranked.c.rank,) if by_rank else TRIAL_ORDER))
     )
     return [(problem, trial) for problem, trial in session.execute(stmt)]
 

@@ -120,7 +120,7 @@ def record_lines(
         lines = [_gpu_line(gpu)]
         filters = problem_filters(gpu_name=gpu_name)
         if current_only:
-            current: dict[int, str] = {}  # problem id -> its kernel source hash today
+            current: dict[int, str] = {}  # problem id -> its current kernel source hash
             kept: dict[int, int] = {}
             for problem, trial in ranked_ok(session, filters, source_hash, top=_EVERY):
                 if problem.id not in current:

@@ -190,7 +190,7 @@ def _leader_variants(op: Op, problem: Problem, leaders: list[Config], fallback: 
 
 
 def _carried_forward(config: Config, space: Space, default: Config) -> Config:
-    """A config measured under an earlier kernel source, restated in today's parameters: a
+    """A config measured under an earlier kernel source, restated in the current parameters: a
     parameter added since takes its default value, a parameter dropped since is left out."""
     return {name: config.get(name, default[name]) for name in space.names}
 
