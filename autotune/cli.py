@@ -98,6 +98,10 @@ Op = Annotated[
 K = Annotated[int | None, typer.Option("--k", help="GEMM only: columns of A, rows of B (the reduction length)")]
 Trans = Annotated[bool, typer.Option("--trans", help="GEMV only: y = Aᵀx (x has M entries, y has N)")]
 Dtype = Annotated[str | None, typer.Option("--dtype", help="float32, float16 or bfloat16")]
+# The problem options of the commands that take one shape, a shapes file or the standard set.
+OptionalM = Annotated[int | None, typer.Option("--m", help="rows of A (with --n); default: the standard shape set")]
+OptionalN = Annotated[int | None, typer.Option("--n", help="GEMV: columns of A; GEMM: columns of B and C")]
+ShapesFile = Annotated[Path | None, typer.Option("--shapes", help="file of 'M N' lines ('M N K' for GEMM)")]
 Db = Annotated[
     str | None, typer.Option("--db", help="SQLAlchemy URL or SQLite file (default: AUTOTUNE_DB, then a per-user file)")
 ]
@@ -150,11 +154,11 @@ class _BarProgress:
 @app.command()
 def sweep(
     op: Op = None,
-    m: Annotated[int | None, typer.Option("--m", help="rows of A (with --n); default: the standard shape set")] = None,
-    n: Annotated[int | None, typer.Option("--n", help="GEMV: columns of A; GEMM: columns of B and C")] = None,
+    m: OptionalM = None,
+    n: OptionalN = None,
     k: K = None,
     trans: Trans = False,
-    shapes: Annotated[Path | None, typer.Option("--shapes", help="file of 'M N' lines ('M N K' for GEMM)")] = None,
+    shapes: ShapesFile = None,
     dtype: Dtype = None,
     trials: Annotated[int, typer.Option("--trials", help="trials per shape, counting stored ones")] = 64,
     timeout: Annotated[float | None, typer.Option("--timeout", help="seconds per shape")] = None,
@@ -610,11 +614,11 @@ def report(
 @app.command()
 def warmup(
     op: Op = None,
-    m: Annotated[int | None, typer.Option("--m", help="rows of A (with --n); default: the standard shape set")] = None,
-    n: Annotated[int | None, typer.Option("--n", help="GEMV: columns of A; GEMM: columns of B and C")] = None,
+    m: OptionalM = None,
+    n: OptionalN = None,
     k: K = None,
     trans: Trans = False,
-    shapes: Annotated[Path | None, typer.Option("--shapes", help="file of 'M N' lines ('M N K' for GEMM)")] = None,
+    shapes: ShapesFile = None,
     dtype: Dtype = None,
     stored: Annotated[
         bool, typer.Option("--stored", help="every problem the database holds for the GPU (of --op/--dtype if given)")
