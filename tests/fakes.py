@@ -3,8 +3,12 @@ finished trials written into a store as a sweep writes them."""
 
 from __future__ import annotations
 
+import sys
 from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from autotune.build.compiler import CompileJob, CompileResult
 from autotune.core.fingerprint import GpuInfo, Toolchain
@@ -78,3 +82,19 @@ def record(
     trial = store.start_trial(Provenance(pid, gpu_id, src or source_hash(problem), TOOLS, gpu.driver, gpu.cuda), config)
     store.finish_trial(trial, outcome)
     return pid
+
+
+def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """Run `autotune ARGS...` through cli.main(), as the console script does: its exit code, stdout
+    and stderr (what was printed before is dropped)."""
+    from autotune import cli
+
+    capsys.readouterr()
+    monkeypatch.setattr(sys, "argv", ["autotune", *args])
+    code: Any = 0
+    try:
+        cli.main()
+    except SystemExit as exc:
+        code = exc.code
+    captured = capsys.readouterr()
+    return (code if isinstance(code, int) else 1), captured.out, captured.err

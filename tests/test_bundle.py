@@ -10,14 +10,13 @@ import json
 import random
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from autotune import api, bundle, cli, exports, ops
+from autotune import api, bundle, exports, ops
 from autotune.bundle import header
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import GpuInfo
@@ -26,7 +25,7 @@ from autotune.core.target import targeting
 from autotune.ops import gemv, tma
 from autotune.store import open_store
 from tests import conftest
-from tests.fakes import ok, record
+from tests.fakes import ok, record, run_cli
 
 QUERY_SOURCE = Path(__file__).with_name("bundle_query.c")
 H200 = "NVIDIA H200"
@@ -330,14 +329,8 @@ def fake_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def cli_run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
-    monkeypatch.setattr(sys, "argv", ["autotune", *args])
-    code: Any = 0
-    try:
-        cli.main()
-    except SystemExit as exc:
-        code = exc.code
-    captured = capsys.readouterr()
-    return (code if isinstance(code, int) else 1), captured.out + captured.err
+    code, out, err = run_cli(monkeypatch, capsys, *args)
+    return code, out + err
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import sqlite3
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from autotune import api, cli
+from autotune import api
 from autotune.core.fingerprint import GpuInfo
 from autotune.core.outcome import Outcome, Status
 from autotune.core.problem import Problem
 from autotune.ops import gemv
 from autotune.store import Store, open_store
-from tests.fakes import ok, record
+from tests.fakes import ok, record, run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 H200 = GpuInfo("NVIDIA H200", "GPU-1111", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
@@ -62,15 +61,7 @@ def run(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> 
     """Run `autotune ARGS...` through cli.main(), as the console script does."""
 
     def invoke(*args: str) -> Result:
-        capsys.readouterr()
-        monkeypatch.setattr(sys, "argv", ["autotune", *args])
-        code: Any = 0
-        try:
-            cli.main()
-        except SystemExit as exc:
-            code = exc.code
-        captured = capsys.readouterr()
-        return Result(code if isinstance(code, int) else 1, captured.out, captured.err)
+        return Result(*run_cli(monkeypatch, capsys, *args))
 
     return invoke
 

@@ -7,16 +7,14 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from autotune import api, cli, ops
+from autotune import api, ops
 from autotune.core.fingerprint import GpuInfo
 from autotune.core.outcome import Outcome, Status
 from autotune.core.problem import Problem
@@ -24,7 +22,7 @@ from autotune.ops import gemv
 from autotune.report import gather, render, svg, write_report
 from autotune.report.page import plot_count
 from autotune.store import Store, open_store
-from tests.fakes import ok, record
+from tests.fakes import ok, record, run_cli
 
 H200 = GpuInfo("NVIDIA H200", "GPU-1111", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
 PLANTED = "<script>alert(1)</script>"
@@ -170,15 +168,7 @@ def test_report_of_the_shipped_records(tmp_path: Path) -> None:
 @pytest.fixture
 def run(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., tuple[int, str, str]]:
     def invoke(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        monkeypatch.setattr(sys, "argv", ["autotune", *args])
-        code: Any = 0
-        try:
-            cli.main()
-        except SystemExit as exc:
-            code = exc.code
-        captured = capsys.readouterr()
-        return (code if isinstance(code, int) else 1), captured.out, captured.err
+        return run_cli(monkeypatch, capsys, *args)
 
     return invoke
 
