@@ -372,23 +372,30 @@ def linear(x: Any, weight: Any, bias: Any = None, *, db: str | None = None) -> A
     """torch.nn.functional.linear's product, y = x Wᵀ + bias with x of shape (..., K) and W (N, K)
     (an nn.Linear's weight), on torch's current stream; returns a new tensor of shape (..., N).
 
-    A single row of x (decode with batch 1) is the GEMV y = W x, which runs the tuned kernel on W
-    in place. Larger batches need GEMM kernels that read W as N x K, which are not built yet: they
-    run torch's F.linear (cuBLAS) and say so in docs/launch.md, never a copy of W."""
+    One row of x (decode with batch 1) is the GEMV y = W x; more rows are the GEMM X Wᵀ with B
+    stored N x K, which the skinny families serve up to 16 rows and the tiled ones beyond. W is read
+    in place in both; the bias is the GEMM's C with beta = 1, read by the kernel, not added after."""
     k = weight.shape[-1]
     if x.shape[-1] != k:
         raise AutotuneError(f"x has {x.shape[-1]} features, W expects {k} (x: (..., K), W: (N, K))")
-    if k and x.numel() == k:
-        out_shape = (*x.shape[:-1], weight.shape[0])
+    n = weight.shape[0]
+    rows = x.numel() // k if k else 0
+    out_shape = (*x.shape[:-1], n)
+    if rows == 0 or k == 0 or n == 0:
+        raise AutotuneError(f"linear of x {tuple(x.shape)} and W {tuple(weight.shape)} has an empty dimension")
+    if rows == 1:
         vector = x.reshape(k)
         if bias is None:
             return _RUNTIME.gemv(weight, vector, db=db).reshape(out_shape)
-        y = bias.clone()  # y = W x + 1·bias: the bias is read by the kernel, not added after
+        y = bias.clone()
         _RUNTIME.gemv(weight, vector, out=y, beta=1.0, db=db)
         return y.reshape(out_shape)
-    import torch.nn.functional as functional
-
-    return functional.linear(x, weight, bias)
+    x2 = x.reshape(rows, k)
+    if bias is None:
+        return _RUNTIME.gemm(x2, weight.T, db=db).reshape(out_shape)
+    c = bias.expand(rows, n).contiguous()
+    _RUNTIME.gemm(x2, weight.T, out=c, beta=1.0, db=db)
+    return c.reshape(out_shape)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -502,7 +509,7 @@ def warmup(
         runtime.plan(choice, target, True)  # its kernel found (shipped, cached or compiled) and loaded
         runtime.warmup_scratch(choice, target, captures)
     for signature in runtime.signatures():
-        runtime.warmup_scratch(signature.choice, signature.device, captures, signature.lda)
+        runtime.warmup_scratch(signature.choice, signature.device, captures, signature.leading)
 
 
 def _filters(op: str | None, dtype: str | None) -> tuple[str | None, str | None]:

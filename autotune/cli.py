@@ -96,7 +96,10 @@ Op = Annotated[
     typer.Option("--op", help="gemv or gemm (with --dtype), or sgemv, hgemv (default), bgemv, sgemm, hgemm, bgemm"),
 ]
 K = Annotated[int | None, typer.Option("--k", help="GEMM only: columns of A, rows of B (the reduction length)")]
-Trans = Annotated[bool, typer.Option("--trans", help="GEMV only: y = Aᵀx (x has M entries, y has N)")]
+Trans = Annotated[
+    bool,
+    typer.Option("--trans", help="GEMV: y = Aᵀx (x has M entries, y has N); GEMM: B stored N x K (C = A·Bᵀ)"),
+]
 Dtype = Annotated[str | None, typer.Option("--dtype", help="float32, float16 or bfloat16")]
 # The problem options of the commands that take one shape, a shapes file or the standard set.
 OptionalM = Annotated[int | None, typer.Option("--m", help="rows of A (with --n); default: the standard shape set")]

@@ -5,6 +5,8 @@ Run on the GPU machine after tuning, e.g.
 It reads the best config of every shape from the database (an estimate or the default where a
 shape was not tuned, and says which), times it and cuBLAS the same way in the same run on the same
 buffers, and writes results/gemm_<gpu>.json; scripts/plot_gemm.py draws the plot from that file.
+With --trans, B is stored N x K (an nn.Linear weight: ours on W.t() beside torch.mm(A, W.t())), and
+the file is results/gemm_nt_<gpu>.json.
 Default shapes: the standard GEMM set (square products in float32 and float16, the skinny
 batched-decode products in float16).
 """
@@ -45,6 +47,7 @@ def main() -> int:
     parser.add_argument("--dtypes", nargs="+", default=["float32", "float16"], choices=DTYPES)
     parser.add_argument("--skinny-dtypes", nargs="+", default=["float16"], choices=DTYPES)
     parser.add_argument("--shapes", type=Path, help="'M N K' lines (default: the standard GEMM set)")
+    parser.add_argument("--trans", action="store_true", help="B stored N x K (C = A Wᵀ, nn.Linear's layout)")
     args = parser.parse_args()
 
     shapes = read_shapes_file(args.shapes, ("M", "N", "K")) if args.shapes else standard_shapes("gemm")
@@ -54,7 +57,7 @@ def main() -> int:
     print(f"{'dtype':9} {'M':>6} {'N':>6} {'K':>6} {'ours us':>9} {'cuBLAS us':>9} {'ratio':>6} {'TFLOP/s':>8} source")
     rows: list[GemmRow] = []
     for dtype, (m, n, k) in plan(args.dtypes, shapes, args.skinny_dtypes):
-        choice = api.best("gemm", m, n, k, dtype=dtype, gpu=gpu, db=args.db)
+        choice = api.best("gemm", m, n, k, trans=args.trans, dtype=dtype, gpu=gpu, db=args.db)
         row = bench.compare_gemm(choice)
         rows.append(row)
         print(
@@ -63,7 +66,7 @@ def main() -> int:
             flush=True,
         )
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"gemm_{slugify(gpu)}.json"
+    path = args.out / f"gemm_{'nt_' if args.trans else ''}{slugify(gpu)}.json"
     path.write_text(json.dumps({"gpu": gpu, "rows": [asdict(r) for r in rows]}, indent=1) + "\n")
     geomean = math.exp(sum(math.log(r.ratio) for r in rows) / len(rows))
     print(f"wrote {path}: geometric-mean ratio {geomean:.3f}, worst {min(r.ratio for r in rows):.3f}")

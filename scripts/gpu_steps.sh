@@ -98,11 +98,25 @@ sm__warps_active.avg.pct_of_peak_sustained_active python3 scripts/profile_vs_cub
     bench-gemm)
       step bench-gemm
       python3 scripts/bench_gemm.py --db "$DB" --out "$OUT" 2>&1 | tee "$OUT/bench-gemm.log" | tail -24 ;;
+    bench-gemm-nt)
+      step bench-gemm-nt
+      python3 scripts/bench_gemm.py --trans --db "$DB" --out "$OUT" 2>&1 | tee "$OUT/bench-gemm-nt.log" | tail -24 ;;
     sweep-trans)
       for op in ${TRANS_OPS:-hgemv bgemv sgemv}; do
         step "sweep-trans $op"
         sweep sweep-trans-$op 22 --op "$op" --trans --trials "$TRIALS" ${PATIENCE:+--patience $PATIENCE}
       done ;;
+    sweep-nt)
+      # GEMM with B stored N x K (nn.Linear's weight): the standard GEMM shapes and the decoder
+      # stack's batch-4 projections (scripts/bench_linear.py), float16.
+      { cat autotune/ops/gemm/shapes.txt; printf '4 6144 4096\n4 28672 4096\n4 4096 14336\n'; } \
+        | grep -v '^#' | awk 'NF >= 3' > /tmp/nt.txt
+      step "sweep-nt hgemm ($(wc -l < /tmp/nt.txt) shapes)"
+      sweep sweep-nt 24 --op hgemm --trans --shapes /tmp/nt.txt --trials "${GEMM_TRIALS:-40}" ;;
+    linear)
+      # A Llama-3-8B-wide decoder stack with F.linear against autotune.linear (docs/linear.md).
+      step linear
+      python3 scripts/bench_linear.py --out "$OUT" 2>&1 | tee "$OUT/linear.log" | tail -8 ;;
     untuned)
       # Shapes no tuned config fits: the selector's fitted config beside the default and cuBLAS, and
       # with UNTUNED_TRIALS set, beside the best of a sweep of that many trials of each shape too.

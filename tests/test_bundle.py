@@ -208,7 +208,7 @@ def test_tensor_maps_are_those_the_launch_path_encodes(
         maps = entry.launch.operand_maps
         assert maps is not None
         fields = []
-        for spec in tma.operand_tiled_maps(maps, entry.problem.dtype, m, n, k):
+        for spec in tma.operand_tiled_maps(maps, entry.problem.dtype, (m, n, k)):
             fields += [spec.data_type, *spec.dims, spec.stride_bytes, *spec.box]
             fields += [spec.interleave, spec.swizzle, spec.l2_promotion, spec.oob_fill]
         assert answer == " ".join(map(str, [2, *fields]))

@@ -40,8 +40,9 @@ def test_gemm_problem_needs_k_and_gemv_refuses_it() -> None:
         make_problem("gemm", "float16", 4096, 4096)
     with pytest.raises(AutotuneError, match="--k applies to GEMM only"):
         make_problem("gemv", "float16", 4096, 4096, 64)
-    with pytest.raises(AutotuneError, match="--trans applies to GEMV only"):
-        make_problem("gemm", "float16", 4096, 4096, 4096, trans=True)
+    nt = make_problem("gemm", "float16", 8, 4096, 4096, trans=True)
+    assert nt == Problem("gemm", "float16", 8, 4096, 4096, trans=True) != SKINNY
+    assert str(nt) == "hgemm 8x4096x4096 (B stored N x K)"
     with pytest.raises(AutotuneError, match="K must be a positive integer"):
         make_problem("gemm", "float16", 4096, 4096, 0)
 

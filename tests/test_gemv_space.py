@@ -132,17 +132,19 @@ def test_the_kernels_and_the_reference_take_lda_after_the_sizes() -> None:
     problem = _problem(1000, 1021)
     operands = gemv.OP.operands(problem)
     assert operands.sizes == (1000, 1021, 1021)
-    assert gemv.OP.strided_sizes(problem, 1024) == (1000, 1021, 1024)
+    assert gemv.OP.strided_sizes(problem, (1024,)) == (1000, 1021, 1024)
     with pytest.raises(AutotuneError, match="lda=1020"):
-        gemv.OP.strided_sizes(problem, 1020)
+        gemv.OP.strided_sizes(problem, (1020,))
     assert gemv.OP.arg_types == "P" * (len(operands.inputs) + 1) + "i" * len(operands.sizes) + "ffPP"
     reference = gemv.OP.device_reference(problem)
     assert reference.arg_types == "P" * (len(operands.inputs) + 2) + "i" * len(operands.sizes)
     source = gemv.OP.kernel_source(problem, gemv.DEFAULT_CONFIG)
     assert "int M, int N, int lda," in source and "(A, x, y, M, N, lda, alpha, beta, partial, counters)" in source
-    # The transposed GEMV (a one-row GEMM) takes no leading dimension: a strided view is refused.
-    with pytest.raises(AutotuneError, match="contiguous"):
-        gemv.OP.serving(Problem("gemv", "float16", 1000, 1021, trans=True)).strided_sizes(problem, 1024)
+    # The transposed GEMV (a one-row GEMM: x, A, y, 1, N, M, lda, ldb, ldc) passes A's row stride as ldb.
+    transposed = Problem("gemv", "float16", 1000, 1021, trans=True)
+    assert gemv.OP.serving(transposed).strided_sizes(transposed, (1024,)) == (1, 1021, 1000, 1000, 1024, 1021)
+    with pytest.raises(AutotuneError, match="lda=1020"):
+        gemv.OP.serving(transposed).strided_sizes(transposed, (1020,))
 
 
 def test_every_instance_waits_for_its_predecessor_first() -> None:

@@ -99,6 +99,17 @@ def test_every_gemm_family_is_correct(shape: tuple[int, int, int], dtype: str) -
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", GEMM_SHAPES, ids=str)
+def test_every_gemm_family_is_correct_with_b_stored_n_by_k(shape: tuple[int, int, int], dtype: str) -> None:
+    """The same sample of each family's space for C = A Wᵀ (W N x K, K contiguous: nn.Linear's layout),
+    against at_gemm_reference_nt."""
+    problem = Problem("gemm", dtype, *shape, trans=True)
+    results = _measure_all(problem)
+    wrong = [(gemm.family(problem).NAME, c, s, m) for c, s, m in results if s != Status.OK.value]
+    assert not wrong, wrong
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", TRANS_SHAPES, ids=str)
 def test_transposed_gemv_is_correct(shape: tuple[int, int], dtype: str) -> None:
     problem = Problem("gemv", dtype, *shape, trans=True)

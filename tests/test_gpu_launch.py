@@ -334,8 +334,9 @@ def test_transposed_views_and_one_row_vectors_run_in_place(dtype: str) -> None:
 
 
 def test_linear_is_f_linear_for_every_batch_and_under_torch_compile() -> None:
-    """autotune.linear(x, W, bias) = F.linear: one row runs our GEMV on W in place (bias read by the
-    kernel), larger batches run F.linear; torch.ops.autotune.linear compiles with CUDA graphs."""
+    """autotune.linear(x, W, bias) = F.linear: one row runs our GEMV on W in place, larger batches the
+    GEMM with B stored N x K (W itself); the bias is read by the kernel (beta = 1).
+    torch.ops.autotune.linear compiles with CUDA graphs."""
     torch = _torch()
     import torch.nn.functional as F
 
@@ -344,7 +345,7 @@ def test_linear_is_f_linear_for_every_batch_and_under_torch_compile() -> None:
     W = torch.randn(3072, 1024, device="cuda", dtype=torch.float16)
     down = torch.randn(1024, 3072, device="cuda", dtype=torch.float16)
     bias = torch.randn(3072, device="cuda", dtype=torch.float16)
-    for shape in [(1024,), (1, 1024), (1, 1, 1024), (4, 1024), (2, 3, 1024)]:
+    for shape in [(1024,), (1, 1024), (1, 1, 1024), (4, 1024), (2, 3, 1024), (16, 1024), (17, 1024), (300, 1024)]:
         for b in (None, bias):
             x = torch.randn(shape, device="cuda", dtype=torch.float16)
             got = autotune.linear(x, W, b)
@@ -359,8 +360,8 @@ def test_linear_is_f_linear_for_every_batch_and_under_torch_compile() -> None:
         return torch.ops.autotune.linear(torch.relu(torch.ops.autotune.linear(x, W, bias)), down)
 
     compiled = torch.compile(step, mode="reduce-overhead", fullgraph=True)
-    for _ in range(3):  # warm-up runs, then replays of the recorded graph
-        x = torch.randn(1, 1024, device="cuda", dtype=torch.float16)
+    for rows in (1, 1, 1, 4, 4, 4):  # warm-up runs, then replays of the recorded graphs
+        x = torch.randn(rows, 1024, device="cuda", dtype=torch.float16)
         got = compiled(x)
         hidden = F.linear(x.double(), W.double(), bias.double()).relu()
         want = F.linear(hidden, down.double())
@@ -432,13 +433,16 @@ def test_row_strided_views_run_in_place(dtype: str) -> None:
             _assert_mv(got, A, x)
 
 
-def test_strided_views_the_transposed_gemv_would_read_are_refused() -> None:
+def test_strided_views_run_the_transposed_gemv_in_place() -> None:
+    """Aᵀx of a slice of columns, and A x of the transpose of one, run the transposed GEMV's kernels
+    (a one-row GEMM) with A's row stride as their ldb; every other column is refused."""
     torch = _torch()
     W = torch.randn(1000, 1024, device="cuda", dtype=torch.float16)
-    with pytest.raises(AutotuneError, match="contiguous"):
-        autotune.gemv(W[:, :1021], torch.randn(1000, device="cuda", dtype=torch.float16), trans=True)
-    with pytest.raises(AutotuneError, match="contiguous"):
-        autotune.gemv(W[:, :1021].t(), torch.randn(1000, device="cuda", dtype=torch.float16))
+    for view in (W[:, :1021], W[:, 1:], W[:, :1016]):
+        x = torch.randn(1000, device="cuda", dtype=torch.float16)
+        for _ in range(2):
+            _assert_mv(autotune.gemv(view, x, trans=True), view.t(), x)
+            _assert_mv(autotune.gemv(view.t(), x), view.t(), x)
     with pytest.raises(AutotuneError, match="contiguous"):
         autotune.gemv(W[:, ::2], torch.randn(512, device="cuda", dtype=torch.float16))  # every other column
 

@@ -9,7 +9,14 @@ from typing import Any
 import pytest
 
 from autotune.core.errors import AutotuneError
-from autotune.runtime.operands import GemvLayout, check_gemv_operands, describe, stream_handle
+from autotune.runtime.operands import (
+    GemmLayout,
+    GemvLayout,
+    check_gemm_operands,
+    check_gemv_operands,
+    describe,
+    stream_handle,
+)
 
 
 class CudaArray:
@@ -89,19 +96,12 @@ def test_the_transpose_of_a_row_strided_view_runs_the_plain_gemv_with_trans() ->
     assert _operands(view, CudaArray((4,)), trans=True) == GemvLayout(6, 4, False, (6,), 8)
 
 
-@pytest.mark.parametrize(
-    ("a", "trans"),
-    [
-        (CudaArray((1000, 1021), strides=(2048, 2)), True),  # Aᵀx of a slice of columns
-        (CudaArray((4, 6), strides=(2, 16)), False),  # the transpose of a slice of columns, times x
-    ],
-)
-def test_strided_views_the_transposed_gemv_would_read_are_refused_naming_contiguous(a: CudaArray, trans: bool) -> None:
-    """The transposed GEMV runs a one-row GEMM, whose kernels take no leading dimension yet."""
-    rows, cols = a.__cuda_array_interface__["shape"]
-    with pytest.raises(AutotuneError, match="transposed GEMV") as error:
-        _operands(a, CudaArray((rows if trans else cols,)), trans=trans)
-    assert "A.contiguous()" in str(error.value) and "\n" not in str(error.value)
+def test_strided_views_run_the_transposed_gemv_with_their_lda() -> None:
+    """The transposed GEMV's kernels (a one-row GEMM) take A's row stride as the GEMM's ldb."""
+    cols = CudaArray((1000, 1021), strides=(2048, 2))  # A[:, :1021] of a 1000 x 1024 matrix
+    assert _operands(cols, CudaArray((1000,)), trans=True) == GemvLayout(1000, 1021, True, (1021,), 1024)
+    flipped = CudaArray((4, 6), strides=(2, 16))  # W[:, :4] of a 6 x 8 matrix, transposed: W[:, :4]ᵀ x
+    assert _operands(flipped, CudaArray((6,))) == GemvLayout(6, 4, True, (4,), 8)
 
 
 def test_an_lda_past_32_bits_is_refused() -> None:
@@ -119,7 +119,7 @@ def test_an_lda_past_32_bits_is_refused() -> None:
         (CudaArray((4, 6), strides=(0, 2)), CudaArray((6,)), None, "row-major"),  # one row broadcast
         (CudaArray((4, 6), strides=(12, -2)), CudaArray((6,)), None, "row-major"),  # columns reversed
         (CudaArray((4, 6), strides=(4, 16)), CudaArray((6,)), None, "A.contiguous"),  # neither way round
-        (CudaArray((4, 6)), CudaArray((6,), strides=(4,)), None, "contiguous vector"),
+        (CudaArray((4, 6)), CudaArray((6,), strides=(4,)), None, "contiguous vector"),  # strided: copied first
         (CudaArray((4, 6)), CudaArray((6,), "<f4"), None, "share a dtype"),
         (CudaArray((4, 6)), CudaArray((6,)), CudaArray((5,)), "length 4"),
         (CudaArray((4, 6)), CudaArray((6,)), CudaArray((4,), "<f4"), "dtype"),
@@ -162,3 +162,47 @@ def test_streams_are_taken_from_what_callers_pass() -> None:
     for bad in (True, "0", 1.5):
         with pytest.raises(AutotuneError, match="stream"):
             stream_handle(bad)
+
+
+def _gemm(a: CudaArray, b: CudaArray, out: CudaArray | None = None) -> GemmLayout:
+    return check_gemm_operands(describe(a, "A"), describe(b, "B"), describe(out, "out") if out else None)
+
+
+# GEMM operands (float16, strides in bytes): B row-major K x N, or the transpose of a row-major N x K
+# matrix (W.t() of an nn.Linear weight), each matrix's rows possibly further apart than its length.
+GEMM_LAYOUTS = [
+    (CudaArray((4, 6)), CudaArray((6, 5)), None, GemmLayout(4, 5, 6, False, 6, 5, 5)),
+    (CudaArray((4, 6)), CudaArray((6, 5), strides=(2, 12)), None, GemmLayout(4, 5, 6, True, 6, 6, 5)),  # W.t()
+    (CudaArray((4, 6), strides=(16, 2)), CudaArray((6, 5)), None, GemmLayout(4, 5, 6, False, 8, 5, 5)),  # A[:, :6]
+    (CudaArray((4, 6)), CudaArray((6, 5), strides=(2, 16)), None, GemmLayout(4, 5, 6, True, 6, 8, 5)),  # W[:, :6].t()
+    (CudaArray((4, 6)), CudaArray((6, 5), strides=(14, 2)), None, GemmLayout(4, 5, 6, False, 6, 7, 5)),  # B[:, :5]
+    (CudaArray((4, 6)), CudaArray((6, 5)), CudaArray((4, 5), strides=(16, 2)), GemmLayout(4, 5, 6, False, 6, 5, 8)),
+]
+
+
+@pytest.mark.parametrize(("a", "b", "out", "layout"), GEMM_LAYOUTS, ids=["nn", "nt", "lda", "nt-ldb", "ldb", "ldc"])
+def test_gemm_layouts_and_leading_dimensions(
+    a: CudaArray, b: CudaArray, out: CudaArray | None, layout: GemmLayout
+) -> None:
+    got = _gemm(a, b, out)
+    assert got == layout
+    assert got.leading == (
+        None if (got.lda, got.ldb, got.ldc) == (6, 6 if got.b_nk else 5, 5) else (got.lda, got.ldb, got.ldc)
+    )
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "out", "words"),
+    [
+        (CudaArray((4, 6), strides=(2, 8)), CudaArray((6, 5)), None, "A .* is a transposed view.*A.contiguous"),
+        (CudaArray((4, 6)), CudaArray((6, 5), strides=(20, 4)), None, "B .*transpose of a row-major.*B.contiguous"),
+        (CudaArray((4, 6)), CudaArray((7, 5)), None, "A's columns must equal B's rows"),
+        (CudaArray((4, 6)), CudaArray((6, 5)), CudaArray((4, 5), strides=(2, 8)), "out .* is a transposed view"),
+        (CudaArray((4, 6)), CudaArray((6, 0)), None, "B has no columns"),
+        (CudaArray((4, 6)), CudaArray((6, 5), "<f4"), None, "share a dtype"),
+    ],
+)
+def test_bad_gemm_operands_are_one_line_errors(a: CudaArray, b: CudaArray, out: CudaArray | None, words: str) -> None:
+    with pytest.raises(AutotuneError, match=words) as error:
+        _gemm(a, b, out)
+    assert "\n" not in str(error.value)

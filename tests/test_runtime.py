@@ -253,11 +253,11 @@ def test_tma_maps_are_written_in_stream_order_and_pinned_by_a_capture(cuda: Fake
     problem = Problem("gemm", "float16", 520, 264, 1000)
     config = {**gemm_wgmma.default_config(problem), "tma": 1}
     assert gemm_wgmma.space(problem).check(config) is None
-    cuda.arg_types = "PPPiiiffPP"
+    cuda.arg_types = "PPPiiiiiiffPP"
     choice = Choice(problem, H200.name, config, "default")
     runtime = _runtime(choice)
     monkey_encode = pytest.MonkeyPatch()
-    monkey_encode.setattr(device_module.tma, "encode_operands", lambda maps, dtype, m, n, k, a, b: bytes(256))
+    monkey_encode.setattr(device_module.tma, "encode_operands", lambda maps, dtype, sizes, a, b: bytes(256))
     try:
         device = runtime.device(0)
         runtime.run(choice, device, (1 << 20, 2 << 20, 3 << 20), 1.0, 0.0, stream=5)
@@ -482,7 +482,7 @@ def test_rows_lda_apart_reach_the_kernel_and_keep_vector_loads_only_where_rows_s
     runtime = _runtime(choice)
     device = runtime.device(0)
     for _ in range(2):  # the plan is built once per (config, aligned, lda)
-        runtime.run(choice, device, (1 << 20, 2 << 20, 3 << 20), 0.5, 0.0, lda=lda)
+        runtime.run(choice, device, (1 << 20, 2 << 20, 3 << 20), 0.5, 0.0, leading=(lda,))
     runtime.run(choice, device, (1 << 20, 2 << 20, 3 << 20), 0.5, 0.0)  # contiguous rows: lda = N
     assert [launch.args[3:6] for launch in cuda.launches] == [[64, n, lda], [64, n, lda], [64, n, n]]
     assert cuda.launches[0].args[:3] == [1 << 20, 2 << 20, 3 << 20] and cuda.launches[0].args[6:8] == [0.5, 0.0]
@@ -493,7 +493,7 @@ def test_rows_lda_apart_reach_the_kernel_and_keep_vector_loads_only_where_rows_s
     assert cuda.launches[0].function == cuda.launches[1].function
     assert (cuda.launches[0].function == cuda.launches[2].function) == vector
     # Unaligned arrays run scalar loads whatever lda is.
-    runtime.run(choice, device, ((1 << 20) + 2, 2 << 20, 3 << 20), 0.5, 0.0, lda=lda)
+    runtime.run(choice, device, ((1 << 20) + 2, 2 << 20, 3 << 20), 0.5, 0.0, leading=(lda,))
     scalar_function = loaded.index(gemv.OP.kernel_name(problem, _scalar(config))) + 1
     assert cuda.launches[-1].function == scalar_function and cuda.launches[-1].args[5] == lda
 

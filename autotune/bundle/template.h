@@ -225,18 +225,20 @@ static inline int autotune_wgmma_runs(const autotune_config *c, int64_t m, int64
   return c->stages <= autotune_max64(3, autotune_ceil_div(k, c->bk) + 2);
 }
 
-/* The kernel's own sizes of a problem: (m, n, lda) for a GEMV with contiguous rows (lda = n), (1, n, m)
- * for the transposed GEMV (a one-row GEMM), (m, n, k) for a GEMM. Returns how many. */
+/* The kernel's own sizes of a problem, leading dimensions included (contiguous rows): (m, n, lda = n)
+ * for a GEMV, (1, n, m, lda = m, ldb = n, ldc = n) for the transposed GEMV (a one-row GEMM), and
+ * (m, n, k, lda = k, ldb, ldc = n) for a GEMM, ldb = n for B stored K x N and k for N x K (trans).
+ * Returns how many. */
 static inline int autotune_is_gemm(const autotune_entry *e) { return strcmp(e->op, "gemm") == 0; }
 
-static inline int autotune_kernel_sizes(const autotune_entry *e, int64_t m, int64_t n, int64_t k, int64_t sizes[3]) {
+static inline int autotune_kernel_sizes(const autotune_entry *e, int64_t m, int64_t n, int64_t k, int64_t sizes[6]) {
   if (autotune_is_gemm(e)) {
-    sizes[0] = m, sizes[1] = n, sizes[2] = k;
-    return 3;
+    sizes[0] = m, sizes[1] = n, sizes[2] = k, sizes[3] = k, sizes[4] = e->trans ? k : n, sizes[5] = n;
+    return 6;
   }
   if (e->trans) {
-    sizes[0] = 1, sizes[1] = n, sizes[2] = m;
-    return 3;
+    sizes[0] = 1, sizes[1] = n, sizes[2] = m, sizes[3] = m, sizes[4] = n, sizes[5] = n;
+    return 6;
   }
   sizes[0] = m, sizes[1] = n, sizes[2] = n;
   return 3;
@@ -246,7 +248,7 @@ static inline int autotune_kernel_sizes(const autotune_entry *e, int64_t m, int6
  * the GPU would pick for it is the entry's, and the config is a point of its parameter space there. */
 static inline int autotune_runs(const autotune_entry *e, int64_t m, int64_t n, int64_t k) {
   int gemm = autotune_is_gemm(e);
-  int64_t s[3], item = autotune_itemsize(e->dtype_code);
+  int64_t s[6], item = autotune_itemsize(e->dtype_code);
   const autotune_config *c = &e->config;
   if (e->backend != AUTOTUNE_BACKEND_KERNEL || m < 1 || n < 1 || (gemm ? k < 1 : k != 0)) return 0;
   if (autotune_family_for(gemm, e->dtype_code, m, n, k, e->trans) != e->family) return 0;
@@ -267,7 +269,7 @@ static inline int autotune_runs(const autotune_entry *e, int64_t m, int64_t n, i
 static inline int autotune_launch_for(const autotune_entry *e, int64_t m, int64_t n, int64_t k, int sm_count,
                                       autotune_launch *out) {
   const autotune_config *c = &e->config;
-  int64_t s[3], grid_x = 1, grid_y = 1, grid_z = 1, tiles = 0, workspace = 0;
+  int64_t s[6], grid_x = 1, grid_y = 1, grid_z = 1, tiles = 0, workspace = 0;
   int global_split = c->split > 1 && c->cluster <= 1;
   if (!autotune_runs(e, m, n, k)) return -1;
   if (sm_count <= 0) sm_count = AUTOTUNE_BUNDLE_SM_COUNT;
@@ -350,14 +352,18 @@ static inline void autotune_fill_map(autotune_tensor_map *map, int dtype_code, i
   map->oob_fill = AUTOTUNE_TMA_OOB_FILL;
 }
 
-/* A TMA entry's maps for a GEMM of this shape: A's (m x k) then B's (k x n). Encode each at its
+/* A TMA entry's maps for a GEMM of this shape with contiguous rows: A's (m x k) then B's (k x n, or
+ * n x k for an entry with B stored N x K: e->trans). Encode each at its
  * operand's address, copy both (2 x AUTOTUNE_TMA_MAP_BYTES, A's first) into device memory aligned to
  * 64 bytes and pass its address as `workspace`. Returns 2, or 0 for an entry without maps. */
 static inline int autotune_tensor_maps(const autotune_entry *e, int64_t m, int64_t n, int64_t k,
                                        autotune_tensor_map maps[2]) {
   if (!e->operand_maps) return 0;
   autotune_fill_map(&maps[0], e->dtype_code, m, k, &e->a_box);
-  autotune_fill_map(&maps[1], e->dtype_code, k, n, &e->b_box);
+  if (e->trans)
+    autotune_fill_map(&maps[1], e->dtype_code, n, k, &e->b_box);
+  else
+    autotune_fill_map(&maps[1], e->dtype_code, k, n, &e->b_box);
   return 2;
 }
 
@@ -367,10 +373,10 @@ static inline int autotune_tensor_maps(const autotune_entry *e, int64_t m, int64
  * structure, so bind it where it stays until the launch). */
 typedef struct autotune_args {
   uint64_t arrays[3]; /* in the kernel's order */
-  int32_t sizes[3];
+  int32_t sizes[6];
   float alpha, beta;
   uint64_t workspace, counters;
-  void *params[10];
+  void *params[13];
   int count;
 } autotune_args;
 
@@ -380,7 +386,7 @@ typedef struct autotune_args {
 static inline void autotune_bind(const autotune_entry *e, autotune_args *args, int64_t m, int64_t n, int64_t k,
                                  uint64_t a, uint64_t b, uint64_t out, float alpha, float beta, uint64_t workspace,
                                  uint64_t counters) {
-  int64_t sizes[3];
+  int64_t sizes[6];
   int count = autotune_kernel_sizes(e, m, n, k, sizes), i, p = 0;
   args->arrays[0] = e->swap_inputs ? b : a;
   args->arrays[1] = e->swap_inputs ? a : b;

@@ -38,8 +38,9 @@ class Problem:
     """One tuning problem, every matrix row-major: an op (autotune/ops) and its sizes.
 
     GEMV: y = A x with A m x n (n is the reduction length); `trans` means y = Aᵀ x instead
-    (x has m entries, y has n). GEMM: C = A B with A m x k, B k x n, C m x n. Ops without a
-    third size have k = 0.
+    (x has m entries, y has n). GEMM: C = A B with A m x k, B k x n, C m x n; `trans` means B is
+    stored n x k (K contiguous, C = A Wᵀ with W an nn.Linear's weight). Ops without a third size
+    have k = 0.
     """
 
     op: str
@@ -66,7 +67,9 @@ class Problem:
 
     def __str__(self) -> str:
         text = f"{self.blas_name} {'x'.join(map(str, self.shape))}"
-        return text + " (transposed)" if self.trans else text
+        if not self.trans:
+            return text
+        return text + (" (B stored N x K)" if self.op == "gemm" else " (transposed)")
 
 
 def parse_dtype(dtype: str) -> str:

@@ -73,6 +73,7 @@ class GemmRow:
     max_error: float  # ours against the float64 product, relative to sum |a||b|
     source: str  # measured, estimate or default
     config: dict[str, int]
+    trans: bool = False  # B stored N x K (C = A Wᵀ, cuBLAS's NT: torch.mm(A, W.t()))
 
 
 def _torch() -> Any:
@@ -191,13 +192,17 @@ class Bench:
         )
 
     def compare_gemm(self, choice: Choice, reps: int = 7) -> GemmRow:
-        """One GEMM timed beside torch.mm (cuBLAS, TF32 off) on the same rotating buffers."""
+        """One GEMM timed beside torch.mm (cuBLAS, TF32 off) on the same rotating buffers; for a
+        problem with B stored N x K both run on W.t() of the same row-major N x K matrices."""
         torch = self.torch
         p: Problem = choice.problem
         kind = getattr(torch, p.dtype)
         copies = self._copies((p.m * p.k + p.k * p.n) * ITEMSIZE[p.dtype])
         a = [torch.rand(p.m, p.k, device="cuda", dtype=kind) * 2 - 1 for _ in range(copies)]
-        b = [torch.rand(p.k, p.n, device="cuda", dtype=kind) * 2 - 1 for _ in range(copies)]
+        if p.trans:
+            b = [(torch.rand(p.n, p.k, device="cuda", dtype=kind) * 2 - 1).t() for _ in range(copies)]
+        else:
+            b = [torch.rand(p.k, p.n, device="cuda", dtype=kind) * 2 - 1 for _ in range(copies)]
         c = torch.full((p.m, p.n), float("nan"), device="cuda", dtype=kind)  # NaN never passes
         da, db, dc = [describe(t, "A") for t in a], [describe(t, "B") for t in b], describe(c, "C")
 
@@ -229,6 +234,7 @@ class Bench:
             max_error,
             choice.source,
             ops.in_space_order(choice.problem, choice.config),
+            p.trans,
         )
 
 

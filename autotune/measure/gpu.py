@@ -140,8 +140,8 @@ class TensorMapSlots:
         self._slab: Any = None
         self._slots: OrderedDict[tuple[Any, ...], int] = OrderedDict()
 
-    def get(self, maps: tma.OperandMaps, dtype: str, sizes: tuple[int, int, int], a: int, b: int) -> int:
-        """The device address of the maps of A (m x k) at `a` and B (k x n) at `b`; sizes = (m, n, k)."""
+    def get(self, maps: tma.OperandMaps, dtype: str, sizes: tuple[int, ...], a: int, b: int) -> int:
+        """The device address of the maps of A at `a` and B at `b`; sizes: the kernel's (m, n, k, lda, ldb, ldc)."""
         key = (maps, dtype, sizes, a, b)
         index = self._slots.get(key)
         if index is not None:
@@ -151,7 +151,7 @@ class TensorMapSlots:
         if self._slab is None:
             self._slab = cuda.mem_alloc(self.SLOTS * maps.nbytes)
         index = len(self._slots) if len(self._slots) < self.SLOTS else self._slots.popitem(last=False)[1]
-        data = tma.encode_operands(maps, dtype, *sizes, a, b)
+        data = tma.encode_operands(maps, dtype, sizes, a, b)
         address = int(self._slab) + index * maps.nbytes
         cuda.memcpy_htod(address, np.frombuffer(data, dtype=np.uint8))
         self._slots[key] = index
@@ -185,12 +185,11 @@ class Scratch:
 
     def for_launch(self, geom: Launch, dtype: str, sizes: tuple[int, ...], inputs: Sequence[int]) -> tuple[Any, Any]:
         """(workspace, counters) for a launch on input arrays at `inputs`: the split-K buffers, or for
-        a TMA kernel (geom.operand_maps: GEMMs, sizes = (m, n, k), inputs A and B) the device address
-        of its maps."""
+        a TMA kernel (geom.operand_maps: GEMMs, sizes = (m, n, k, lda, ldb, ldc), inputs A and B) the
+        device address of its maps."""
         workspace, counters = self.get(geom.workspace_floats, geom.counters)
         if geom.operand_maps is not None:
-            m, n, k = sizes
-            workspace = self._maps.get(geom.operand_maps, dtype, (m, n, k), inputs[0], inputs[1])
+            workspace = self._maps.get(geom.operand_maps, dtype, tuple(sizes), inputs[0], inputs[1])
         return workspace, counters
 
 

@@ -99,7 +99,7 @@ def make_problem(op: str, dtype: str, m: object, n: object, k: object = None, tr
     else:
         checked_k = 0
     if trans and not kind.transposable:
-        raise AutotuneError(f"--trans applies to GEMV only ({op.upper()} takes row-major operands)")
+        raise AutotuneError(f"--trans applies to GEMV and GEMM only ({op.upper()} takes row-major operands)")
     problem = Problem(op, dtype, check_dim("M", m), check_dim("N", n), checked_k, bool(trans))
     if problem.matrix_bytes > MAX_MATRIX_BYTES:
         raise AutotuneError(

@@ -112,10 +112,11 @@ class Op(ABC):
     @abstractmethod
     def operands(self, problem: Problem) -> Operands: ...
 
-    def strided_sizes(self, problem: Problem, lda: int) -> tuple[int, ...]:
-        """The integer arguments of a call whose first input, the matrix A, has its rows `lda`
-        elements apart instead of contiguous (operands().sizes): given by ops whose kernels take
-        A's leading dimension (the GEMV's), so that a view of some of a matrix's columns runs in place."""
+    def strided_sizes(self, problem: Problem, leading: tuple[int, ...]) -> tuple[int, ...]:
+        """The integer arguments of a call whose matrices have their rows these many elements apart
+        (`leading`: GEMV (lda,), GEMM (lda, ldb, ldc)) instead of contiguous (operands().sizes): given
+        by ops whose kernels take leading dimensions, so that a view of some of a matrix's columns
+        runs in place."""
         raise AutotuneError(f"the kernels of {problem} read A's rows contiguous only (copy it, e.g. A.contiguous())")
 
     # -- how it is checked and rated ----------------------------------------------------------

@@ -41,10 +41,12 @@ class Box:
 
 @dataclass(frozen=True)
 class OperandMaps:
-    """The two tensor maps of a GEMM kernel: A's (M x K) box, then B's (K x N), 128 bytes each."""
+    """The two tensor maps of a GEMM kernel: A's (M x K) box, then B's (K x N, or with `b_nk` N x K),
+    128 bytes each."""
 
     a: Box
     b: Box
+    b_nk: bool = False
 
     @property
     def nbytes(self) -> int:
@@ -92,12 +94,13 @@ class TiledMap:
     oob_fill: int  # CUtensorMapFloatOOBfill
 
 
-def tiled_map(dtype: str, rows: int, cols: int, box: Box) -> TiledMap:
-    """The encoding of a row-major rows x cols matrix of `dtype` read in boxes of `box`."""
+def tiled_map(dtype: str, rows: int, cols: int, box: Box, pitch: int | None = None) -> TiledMap:
+    """The encoding of a row-major rows x cols matrix of `dtype` with rows `pitch` >= cols elements
+    apart (cols where None) read in boxes of `box`."""
     return TiledMap(
         _DATA_TYPE[dtype],
         (cols, rows),
-        cols * ITEMSIZE[dtype],
+        (cols if pitch is None else pitch) * ITEMSIZE[dtype],
         (box.cols, box.rows),
         _INTERLEAVE_NONE,
         _SWIZZLE[box.swizzle],
@@ -106,14 +109,19 @@ def tiled_map(dtype: str, rows: int, cols: int, box: Box) -> TiledMap:
     )
 
 
-def operand_tiled_maps(maps: OperandMaps, dtype: str, m: int, n: int, k: int) -> tuple[TiledMap, TiledMap]:
-    """A's map (m x k), then B's (k x n), for C (m x n) = A B."""
-    return tiled_map(dtype, m, k, maps.a), tiled_map(dtype, k, n, maps.b)
+def operand_tiled_maps(maps: OperandMaps, dtype: str, sizes: tuple[int, ...]) -> tuple[TiledMap, TiledMap]:
+    """A's map (m x k), then B's (k x n, or n x k with maps.b_nk), for C (m x n) = A B, from the
+    kernels' sizes (m, n, k, lda, ldb, ldc); (m, n, k) alone means rows without gaps."""
+    m, n, k = sizes[:3]
+    lda, ldb = sizes[3:5] if len(sizes) >= 5 else (None, None)
+    b_rows, b_cols = (n, k) if maps.b_nk else (k, n)
+    return tiled_map(dtype, m, k, maps.a, lda), tiled_map(dtype, b_rows, b_cols, maps.b, ldb)
 
 
-def encode(pointer: int, dtype: str, rows: int, cols: int, box: Box) -> bytes:
-    """The CUtensorMap of a row-major rows x cols matrix of `dtype` at device address `pointer`."""
-    spec = tiled_map(dtype, rows, cols, box)
+def encode(pointer: int, dtype: str, rows: int, cols: int, box: Box, pitch: int | None = None) -> bytes:
+    """The CUtensorMap of a row-major rows x cols matrix of `dtype` at device address `pointer`, rows
+    `pitch` elements apart (cols where None)."""
+    spec = tiled_map(dtype, rows, cols, box, pitch)
     if pointer % 16 or spec.stride_bytes % 16:
         raise AutotuneError(
             f"a tensor map needs a 16-byte aligned matrix and row pitch, got {pointer:#x}, {spec.stride_bytes}"
@@ -147,6 +155,10 @@ def encode(pointer: int, dtype: str, rows: int, cols: int, box: Box) -> bytes:
     return ctypes.string_at(aligned, MAP_BYTES)
 
 
-def encode_operands(maps: OperandMaps, dtype: str, m: int, n: int, k: int, a_pointer: int, b_pointer: int) -> bytes:
-    """A's map then B's, for C (m x n) = A (m x k) B (k x n): the bytes a kernel's map buffer holds."""
-    return encode(a_pointer, dtype, m, k, maps.a) + encode(b_pointer, dtype, k, n, maps.b)
+def encode_operands(maps: OperandMaps, dtype: str, sizes: tuple[int, ...], a_pointer: int, b_pointer: int) -> bytes:
+    """A's map then B's, for C (m x n) = A (m x k) B (k x n, or n x k with maps.b_nk), from the kernels'
+    sizes (m, n, k, lda, ldb, ldc): the bytes a kernel's map buffer holds."""
+    m, n, k = sizes[:3]
+    lda, ldb = sizes[3:5] if len(sizes) >= 5 else (None, None)
+    b_rows, b_cols = (n, k) if maps.b_nk else (k, n)
+    return encode(a_pointer, dtype, m, k, maps.a, lda) + encode(b_pointer, dtype, b_rows, b_cols, maps.b, ldb)

@@ -23,21 +23,28 @@ class ChoiceLauncher:
     def gemv(
         self, choice: Choice, a: opnd.DeviceArray, x: opnd.DeviceArray, y: opnd.DeviceArray, alpha: float, beta: float
     ) -> None:
-        """y = alpha*A x + beta*y with A as described: a row-major M x N matrix whose rows may lie
-        further apart (a slice of columns) for the plain GEMV, the contiguous matrix for the transposed."""
+        """y = alpha*A x + beta*y (Aᵀx for a transposed problem) with A as described: a row-major
+        M x N matrix whose rows may lie further apart (a slice of columns)."""
         problem = choice.problem
         pointers = (x.pointer, a.pointer, y.pointer) if problem.trans else (a.pointer, x.pointer, y.pointer)
         lda = None
-        if not problem.trans and len(a.shape) == 2 and a.strides is not None:
+        if len(a.shape) == 2 and a.strides is not None:
             lda = opnd.leading_dimension(a.shape[0], a.shape[1], a.strides)
             if lda is None:
                 raise AutotuneError(f"A (shape {a.shape}, strides {a.strides}) is not a row-major matrix")
-        self.runtime.run(choice, self.device, pointers, alpha, beta, self.stream, lda=lda if lda != problem.n else None)
+        leading = (lda,) if lda is not None and lda != problem.n else None
+        self.runtime.run(choice, self.device, pointers, alpha, beta, self.stream, leading=leading)
 
     def gemm(
         self, choice: Choice, a: opnd.DeviceArray, b: opnd.DeviceArray, c: opnd.DeviceArray, alpha: float, beta: float
     ) -> None:
-        self.runtime.run(choice, self.device, (a.pointer, b.pointer, c.pointer), alpha, beta, self.stream)
+        """C = alpha*A B + beta*C with the operands as described (B K x N, or the transpose of an
+        N x K matrix for a transposed problem; rows may lie further apart)."""
+        layout = opnd.check_gemm_operands(a, b, c)
+        if layout.b_nk != choice.problem.trans:
+            raise AutotuneError(f"B's layout does not match {choice.problem}")
+        pointers = (a.pointer, b.pointer, c.pointer)
+        self.runtime.run(choice, self.device, pointers, alpha, beta, self.stream, leading=layout.leading)
 
 
 def _no_selector(problem: Problem, device: Device, db: str | None) -> Choice:

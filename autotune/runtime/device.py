@@ -176,7 +176,7 @@ class Device:
         stream: int,
         maps: tma.OperandMaps,
         dtype: str,
-        sizes: tuple[int, int, int],
+        sizes: tuple[int, ...],
         a: int,
         b: int,
     ) -> int:
@@ -202,7 +202,7 @@ class Device:
                     slot = scratch.maps.popitem(last=False)[1]
                 else:
                     raise AutotuneError("every tensor-map slot of this stream is held by a captured graph")
-                data = ctypes.create_string_buffer(tma.encode_operands(maps, dtype, *sizes, a, b), maps.nbytes)
+                data = ctypes.create_string_buffer(tma.encode_operands(maps, dtype, sizes, a, b), maps.nbytes)
                 driver.memcpy_htod_async(slot, ctypes.addressof(data), maps.nbytes, stream)
             scratch.maps[key] = slot
             return slot
@@ -233,8 +233,7 @@ class Device:
             )
         offset = self._capture_maps_used * maps.nbytes
         self._capture_maps_used += 1
-        m, n, k = key[2]
-        data = tma.encode_operands(maps, key[1], m, n, k, key[3], key[4])
+        data = tma.encode_operands(maps, key[1], key[2], key[3], key[4])
         host, device = self._capture_maps_host + offset, self._capture_maps_device + offset
         ctypes.memmove(host, data, len(data))
         driver.memcpy_htod_async(device, host, len(data), stream)

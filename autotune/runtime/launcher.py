@@ -33,6 +33,9 @@ from autotune.select.choose import Choice
 
 log = logging.getLogger(__name__)
 Chooser = Callable[[Problem, Device, "str | None"], Choice]
+# The leading dimensions of a call whose matrices have gaps between their rows, in the op's order
+# (GEMV: (lda,); GEMM: (lda, ldb, ldc)); None where every matrix is contiguous.
+Leading = tuple[int, ...] | None
 
 
 def _no_stream(index: int) -> int:
@@ -51,11 +54,12 @@ class Signature:
     device: Device
     index: int  # the device's index, read on every call
     out_shape: tuple[int, ...]  # of a new output
-    # The plan for 16-byte aligned addresses: already the scalar-load one where A's rows lie lda
-    # elements apart and lda breaks 16-byte alignment (the strides are part of the signature).
+    # The plan for 16-byte aligned addresses: already the scalar-load one where a matrix's rows lie
+    # further apart than its row length and that breaks 16-byte alignment (the strides are part of
+    # the signature).
     aligned: LaunchPlan
     unaligned: LaunchPlan | None = None
-    lda: int | None = None  # A's row stride where its rows have gaps between them
+    leading: Leading = None  # the leading dimensions where a matrix has gaps between its rows
     allocator: Allocator | None = None
     swap: bool = False  # a transposed GEMV: its kernels take x before A
     tally: Tally | None = None  # an untuned problem's call count (autotune/runtime/misses.py)
@@ -68,7 +72,7 @@ class Runtime:
         self._choose = chooser
         self._misses = misses
         self._devices: dict[int, Device] = {}
-        self._plans: dict[tuple[Problem, str, int, bool, int | None], LaunchPlan] = {}
+        self._plans: dict[tuple[Problem, str, int, bool, Leading], LaunchPlan] = {}
         self._gemv: dict[tuple[Any, ...], Signature] = {}
         self._gemm: dict[tuple[Any, ...], Signature] = {}
         self._lock = threading.RLock()
@@ -87,24 +91,25 @@ class Runtime:
         return found
 
     def plan(
-        self, choice: Choice, device: Device, aligned: bool, stream: int = 0, lda: int | None = None
+        self, choice: Choice, device: Device, aligned: bool, stream: int = 0, leading: Leading = None
     ) -> LaunchPlan:
         """The plan that runs `choice` on `device`: its own config, or with `aligned` False the
-        fitted config with scalar loads (the arrays, or A's rows, are not 16-byte aligned). `lda`:
-        A's row stride in elements where its rows have gaps between them (None: contiguous)."""
-        key = (choice.problem, config_key(choice.config), device.index, aligned, lda)
+        fitted config with scalar loads (the arrays, or their rows, are not 16-byte aligned). `leading`:
+        the leading dimensions in elements (GEMV (lda,), GEMM (lda, ldb, ldc)) where a matrix has gaps
+        between its rows (None: all contiguous)."""
+        key = (choice.problem, config_key(choice.config), device.index, aligned, leading)
         found = self._plans.get(key)
         if found is None:
             with self._lock:
-                found = self._plans.get(key) or self._build(choice, device, aligned, stream, lda)
+                found = self._plans.get(key) or self._build(choice, device, aligned, stream, leading)
                 self._plans[key] = found
         return found
 
-    def _build(self, choice: Choice, device: Device, aligned: bool, stream: int, lda: int | None) -> LaunchPlan:
+    def _build(self, choice: Choice, device: Device, aligned: bool, stream: int, leading: Leading) -> LaunchPlan:
         with targeting(device.gpu.compute_capability):  # the kernels of this device's GPU
-            return self._build_for(choice, device, aligned, stream, lda)
+            return self._build_for(choice, device, aligned, stream, leading)
 
-    def _build_for(self, choice: Choice, device: Device, aligned: bool, stream: int, lda: int | None) -> LaunchPlan:
+    def _build_for(self, choice: Choice, device: Device, aligned: bool, stream: int, leading: Leading) -> LaunchPlan:
         problem = choice.problem
         op = ops.for_problem(problem)
         config = choice.config
@@ -115,7 +120,7 @@ class Runtime:
         log.debug("%s on GPU %d: %s (%s config), %s", problem, device.index, job.name, choice.source, kernel.origin)
         geom = op.launch(problem, config, device.gpu.sm_count)
         function = device.function(kernel.image, kernel.key, job.name, geom.shared_bytes)
-        sizes = op.operands(problem).sizes if lda is None else op.strided_sizes(problem, lda)
+        sizes = op.operands(problem).sizes if leading is None else op.strided_sizes(problem, leading)
         programmatic = op.programmatic_launch and device.programmatic
         if geom.operand_maps is not None:
             device.prepare_capture_maps(geom.operand_maps.nbytes, stream)
@@ -130,12 +135,13 @@ class Runtime:
         beta: float,
         stream: int = 0,
         allocator: Allocator | None = None,
-        lda: int | None = None,
+        leading: Leading = None,
     ) -> None:
-        """Launch `choice` on arrays at `pointers` (in the kernel's order) on `stream`; `lda`: A's row
-        stride where its rows have gaps between them. Vector loads need 16-byte aligned arrays and rows."""
-        aligned = not (pointers[0] | pointers[1] | pointers[2]) & 15 and rows_aligned(choice.problem, lda)
-        plan = self.plan(choice, device, aligned, stream, lda)
+        """Launch `choice` on arrays at `pointers` (in the kernel's order) on `stream`; `leading`: the
+        leading dimensions where a matrix has gaps between its rows. Vector loads need 16-byte aligned
+        arrays and rows."""
+        aligned = not (pointers[0] | pointers[1] | pointers[2]) & 15 and rows_aligned(choice.problem, leading)
+        plan = self.plan(choice, device, aligned, stream, leading)
         plan.launch(*pointers, alpha, beta, stream, allocator)
 
     # -- the library calls ------------------------------------------------------------------
@@ -215,6 +221,16 @@ class Runtime:
     ) -> Any:
         a, xv = opnd.describe(A, "A"), opnd.describe(x, "x")
         y = given = opnd.describe(out, "out") if out is not None else None
+        if len(xv.shape) == 2 and xv.shape[0] > 1 and xv.shape[1] > 1 and len(a.shape) == 2:
+            # A batch of B vectors as the rows of x (B x N): Y = X Aᵀ (X A with `trans`), a GEMM whose
+            # B operand is A itself (the N x K layout for A x), never a copy of A.
+            return self.gemm(x, A if trans else A.T, out, alpha, beta, stream=stream, db=db)
+        if opnd.strided_vector(xv):  # incx != 1
+            return self._gemv_checked(A, opnd.contiguous_copy(xv), out, alpha, beta, trans, stream, db)
+        if y is not None and opnd.strided_vector(y):  # incy != 1: y's values in, the result back out
+            result = self._gemv_checked(A, x, opnd.contiguous_copy(y), alpha, beta, trans, stream, db)
+            opnd.copy_into(y, result)
+            return out
         layout = opnd.check_gemv_operands(a, xv, y, trans)
         if y is None and beta != 0.0:
             raise AutotuneError("beta != 0 reads y: pass it as out=")
@@ -228,15 +244,15 @@ class Runtime:
         handle = self._stream(stream, a, device)
         # The transposed GEMV's kernels take (x, A, y): yᵀ = xᵀ A is a one-row GEMM.
         pointers = (xv.pointer, a.pointer, y.pointer) if layout.trans else (a.pointer, xv.pointer, y.pointer)
-        lda = layout.lda if layout.strided else None
-        self.run(choice, device, pointers, float(alpha), float(beta), handle, self._allocator(a, device), lda)
+        leading = (layout.lda,) if layout.strided else None
+        self.run(choice, device, pointers, float(alpha), float(beta), handle, self._allocator(a, device), leading)
         if a.kind == xv.kind == "torch" and (given is None or given.kind == "torch"):
             # A's strides are in the key: where its rows break 16-byte alignment, every call of the
             # signature runs scalar loads, so the short path's check of the addresses stays as it is.
-            vector_rows = rows_aligned(problem, lda)
-            plan = self.plan(choice, device, vector_rows, handle, lda)
+            vector_rows = rows_aligned(problem, leading)
+            plan = self.plan(choice, device, vector_rows, handle, leading)
             unaligned = None if vector_rows else plan
-            sig = Signature(choice, device, device.index, layout.out_shape, plan, unaligned=unaligned, lda=lda)
+            sig = Signature(choice, device, device.index, layout.out_shape, plan, unaligned=unaligned, leading=leading)
             sig.allocator = self._allocator(a, device)
             sig.swap = layout.trans
             sig.tally = tally
@@ -306,27 +322,27 @@ class Runtime:
     def _gemm_checked(self, A: Any, B: Any, out: Any, alpha: float, beta: float, stream: Any, db: str | None) -> Any:
         a, b = opnd.describe(A, "A"), opnd.describe(B, "B")
         c = given = opnd.describe(out, "out") if out is not None else None
-        m, n, k = opnd.check_gemm_operands(a, b, c)
+        layout = opnd.check_gemm_operands(a, b, c)
+        m, n, k = layout.m, layout.n, layout.k
         if c is None and beta != 0.0:
             raise AutotuneError("beta != 0 reads C: pass it as out=")
         device = self.device(opnd.device_of([a, b] + ([c] if c else [])))
         if c is None:
             out = opnd.empty_like(a, (m, n), device.index)
             c = opnd.describe(out, "out")
-        choice = self._choose(make_problem("gemm", a.dtype, m, n, k), device, db)
+        problem = make_problem("gemm", a.dtype, m, n, k, trans=layout.b_nk)
+        choice = self._choose(problem, device, db)
         tally = self._tally(choice, db)
         handle = self._stream(stream, a, device)
-        self.run(
-            choice,
-            device,
-            (a.pointer, b.pointer, c.pointer),
-            float(alpha),
-            float(beta),
-            handle,
-            self._allocator(a, device),
-        )
+        leading = layout.leading
+        pointers = (a.pointer, b.pointer, c.pointer)
+        self.run(choice, device, pointers, float(alpha), float(beta), handle, self._allocator(a, device), leading)
         if a.kind == b.kind == "torch" and (given is None or given.kind == "torch"):
-            sig = Signature(choice, device, device.index, (m, n), self.plan(choice, device, True, handle))
+            # As for gemv(): where the strides break 16-byte alignment every call runs scalar loads.
+            vector_rows = rows_aligned(problem, leading)
+            plan = self.plan(choice, device, vector_rows, handle, leading)
+            unaligned = None if vector_rows else plan
+            sig = Signature(choice, device, device.index, (m, n), plan, unaligned=unaligned, leading=leading)
             sig.allocator = self._allocator(a, device)
             sig.tally = tally
             key = signature_key(A, B, out if given is not None else None, (db,))
@@ -337,12 +353,12 @@ class Runtime:
         """Every call signature seen so far."""
         return [*self._gemv.values(), *self._gemm.values()]
 
-    def warmup_scratch(self, choice: Choice, device: Device, captures: int = 1, lda: int | None = None) -> None:
-        """Load `choice`'s kernels (aligned and unaligned, for A's rows `lda` apart) and set aside
+    def warmup_scratch(self, choice: Choice, device: Device, captures: int = 1, leading: Leading = None) -> None:
+        """Load `choice`'s kernels (aligned and unaligned, for these leading dimensions) and set aside
         scratch for `captures` launches captured into graphs later."""
-        for aligned in (True, False) if rows_aligned(choice.problem, lda) else (False,):
+        for aligned in (True, False) if rows_aligned(choice.problem, leading) else (False,):
             try:
-                geom = self.plan(choice, device, aligned, lda=lda).geom
+                geom = self.plan(choice, device, aligned, leading=leading).geom
             except AutotuneError:
                 continue
             if geom.workspace_floats or geom.counters:
@@ -359,7 +375,7 @@ class Runtime:
 
     def _unaligned(self, sig: Signature, stream: int) -> LaunchPlan:
         if sig.unaligned is None:
-            sig.unaligned = self.plan(sig.choice, sig.device, False, stream, sig.lda)
+            sig.unaligned = self.plan(sig.choice, sig.device, False, stream, sig.leading)
         return sig.unaligned
 
     def _stream(self, stream: Any, a: opnd.DeviceArray, device: Device) -> int:
@@ -412,10 +428,10 @@ def signature_key(first: Any, second: Any, out: Any, tail: tuple[Any, ...]) -> t
     return (*layout(first), *layout(second), *tail, *(layout(out) if out is not None else ()))
 
 
-def rows_aligned(problem: Problem, lda: int | None) -> bool:
-    """Whether rows `lda` elements apart start 16-byte aligned wherever the first does, as vector
-    loads need (None: contiguous rows, which the problem's space already fits its vectors to)."""
-    return lda is None or lda * ITEMSIZE[problem.dtype] % 16 == 0
+def rows_aligned(problem: Problem, leading: Leading) -> bool:
+    """Whether rows these many elements apart start 16-byte aligned wherever the first does, as
+    vector loads need (None: contiguous rows, which the problem's space already fits its vectors to)."""
+    return leading is None or all(ld * ITEMSIZE[problem.dtype] % 16 == 0 for ld in leading)
 
 
 def scalar_loads(problem: Problem, config: Config) -> tuple[Op, Config]:

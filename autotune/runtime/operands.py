@@ -131,6 +131,36 @@ def empty_like(a: DeviceArray, shape: tuple[int, ...], device: int) -> Any:
     raise AutotuneError("pass out= for arrays that are neither torch, cupy nor PyCUDA arrays")
 
 
+def strided_vector(array: DeviceArray) -> bool:
+    """A vector (1-D, or a 1 x length / length x 1 matrix) whose elements are not adjacent: BLAS's
+    incx / incy other than 1 (x[::2], a column of a row-major matrix)."""
+    vector = len(array.shape) == 1 or (len(array.shape) == 2 and 1 in array.shape)
+    return vector and not contiguous(array)
+
+
+def contiguous_copy(array: DeviceArray) -> Any:
+    """A contiguous copy of a torch or cupy array, made on the caller's current stream (so it is
+    captured into a graph with the call): how a strided vector reaches kernels that read x
+    contiguous. A vector is 1/M of the matrix's bytes, so the copy costs a small launch, not bandwidth."""
+    if array.kind == "torch":
+        return array.obj.contiguous()
+    if array.kind == "cupy":
+        import cupy
+
+        return cupy.ascontiguousarray(array.obj)
+    raise AutotuneError(f"a strided vector of shape {array.shape} must be a torch or cupy array (or contiguous)")
+
+
+def copy_into(target: DeviceArray, source: Any) -> None:
+    """target[...] = source on the caller's current stream (torch or cupy, as contiguous_copy)."""
+    if target.kind == "torch":
+        target.obj.copy_(source.reshape(target.obj.shape))
+    elif target.kind == "cupy":
+        target.obj[...] = source.reshape(target.obj.shape)
+    else:
+        raise AutotuneError(f"a strided out of shape {target.shape} must be a torch or cupy array (or contiguous)")
+
+
 @dataclass(frozen=True)
 class GemvLayout:
     """A GEMV as the kernels run it: the row-major m x n matrix that A's memory holds, with its rows
@@ -171,21 +201,12 @@ def transposed_contiguous(array: DeviceArray) -> bool:
     return (strides[0] == 1 or rows == 1) and (strides[1] == rows or cols == 1)
 
 
-def _gaps_for_the_transposed_kernel(a: DeviceArray, transposed_view: bool) -> AutotuneError:
-    view = "is the transpose of a matrix with gaps between its rows" if transposed_view else "has gaps between its rows"
-    return AutotuneError(
-        f"A (shape {a.shape}, strides {a.strides}) {view}: this product runs the transposed GEMV (a "
-        "one-row GEMM), whose kernels read A's rows contiguous only (copy it, e.g. A.contiguous())"
-    )
-
-
 def check_gemv_operands(a: DeviceArray, x: DeviceArray, out: DeviceArray | None, trans: bool = False) -> GemvLayout:
     """The layout of y = A x (with `trans`, y = Aᵀ x): A row-major, or a transposed view of a
-    row-major matrix, which is the same product with the other kernel (A.t() @ x = Aᵀx). The plain
-    GEMV's kernels take A's row stride lda, so where the product runs them (A x of a row-major A,
-    Aᵀx of a transposed view) A may have gaps between its rows: a slice of columns such as A[:, :k]
-    or A[:, 1:] runs in place. The transposed GEMV's kernels (a one-row GEMM) read A's rows
-    contiguous only. x and y are vectors, or 1 x length / length x 1 matrices."""
+    row-major matrix, which is the same product with the other kernel (A.t() @ x = Aᵀx). Both
+    kernels take A's row stride lda, so A may have gaps between its rows: a slice of columns such as
+    A[:, :k] or A[:, 1:] (or its transpose) runs in place. x and y are vectors, or 1 x length /
+    length x 1 matrices."""
     if len(a.shape) != 2:
         raise AutotuneError(f"A must be a 2-D matrix, got shape {a.shape}")
     rows, cols = a.shape
@@ -198,13 +219,9 @@ def check_gemv_operands(a: DeviceArray, x: DeviceArray, out: DeviceArray | None,
     elif transposed_contiguous(a):
         m, n, runs_trans, lda = cols, rows, not trans, rows  # A's memory is the row-major cols x rows matrix
     elif (direct := leading_dimension(rows, cols, strides)) is not None:
-        if trans:
-            raise _gaps_for_the_transposed_kernel(a, transposed_view=False)
-        m, n, runs_trans, lda = rows, cols, False, direct
+        m, n, runs_trans, lda = rows, cols, trans, direct
     elif (flipped := leading_dimension(cols, rows, strides[::-1])) is not None:
-        if not trans:
-            raise _gaps_for_the_transposed_kernel(a, transposed_view=True)
-        m, n, runs_trans, lda = cols, rows, False, flipped  # Aᵀ x with A = Wᵀ: W x, W strided
+        m, n, runs_trans, lda = cols, rows, not trans, flipped  # A = Wᵀ with W row-major, strided
     else:
         raise AutotuneError(
             f"A (shape {a.shape}, strides {a.strides}) must be row-major with the elements of a row "
@@ -230,28 +247,80 @@ def check_gemv_operands(a: DeviceArray, x: DeviceArray, out: DeviceArray | None,
     return GemvLayout(m, n, runs_trans, out_shape, lda)
 
 
-def check_gemm_operands(a: DeviceArray, b: DeviceArray, out: DeviceArray | None) -> tuple[int, int, int]:
+@dataclass(frozen=True)
+class GemmLayout:
+    """A GEMM as the kernels run it: C (m x n) = A (m x k) B, B stored k x n or, with `b_nk`, n x k
+    (the caller passed the transpose of a row-major n x k matrix, W.t() of an nn.Linear weight),
+    and each matrix's row stride in elements."""
+
+    m: int
+    n: int
+    k: int
+    b_nk: bool
+    lda: int
+    ldb: int
+    ldc: int
+
+    @property
+    def leading(self) -> tuple[int, int, int] | None:
+        """(lda, ldb, ldc) where some matrix has gaps between its rows, else None (all contiguous)."""
+        contiguous_rows = (self.k, self.k if self.b_nk else self.n, self.n)
+        lds = (self.lda, self.ldb, self.ldc)
+        return None if lds == contiguous_rows else lds
+
+
+def _row_stride(array: DeviceArray, name: str, what: str) -> int:
+    """The row stride of a matrix the kernels read row-major (rows may lie further apart)."""
+    rows, cols = array.shape
+    stride = leading_dimension(rows, cols, array.strides or (cols, 1))
+    if stride is None:
+        view = "a transposed view" if transposed_contiguous(array) else "not row-major"
+        raise AutotuneError(
+            f"{name} (shape {array.shape}, strides {array.strides}) is {view}: {what} "
+            f"(copy it, e.g. {name}.contiguous())"
+        )
+    if stride > MAX_LDA:
+        raise AutotuneError(
+            f"{name}'s rows lie {stride} elements apart, more than the kernels' 32-bit leading dimension holds "
+            f"(copy it, e.g. {name}.contiguous())"
+        )
+    return stride
+
+
+def check_gemm_operands(a: DeviceArray, b: DeviceArray, out: DeviceArray | None) -> GemmLayout:
+    """The layout of C = A B: A row-major (its rows may lie further apart, as in a slice of columns),
+    B row-major K x N or the transpose of a row-major N x K matrix (W.t() of an nn.Linear weight,
+    run by the kernels for that layout, never copied), C row-major."""
     for name, array in (("A", a), ("B", b)):
         if len(array.shape) != 2:
             raise AutotuneError(f"{name} must be a 2-D matrix, got shape {array.shape}")
         if 0 in array.shape:
             empty = "rows" if array.shape[0] == 0 else "columns"
             raise AutotuneError(f"{name} has no {empty} (shape {array.shape}): a GEMM needs M, N and K >= 1")
-        if not contiguous(array):
-            view = (
-                "a transposed view: the GEMM families read it row-major only"
-                if transposed_contiguous(array)
-                else "not row-major and contiguous"
-            )
-            raise AutotuneError(f"{name} is {view} (copy it, e.g. {name}.contiguous())")
     (m, k), (k_b, n) = a.shape, b.shape
     if k_b != k:
         raise AutotuneError(f"A is {m}x{k} and B is {k_b}x{n}: A's columns must equal B's rows")
     if b.dtype != a.dtype:
         raise AutotuneError(f"A and B must share a dtype, got {a.dtype} and {b.dtype}")
+    lda = _row_stride(a, "A", "the GEMM kernels read A row-major")
+    b_strides = b.strides or (n, 1)
+    ldb = leading_dimension(k, n, b_strides)
+    b_nk = False
+    if ldb is None:
+        flipped = leading_dimension(n, k, b_strides[::-1])
+        if flipped is None:
+            raise AutotuneError(
+                f"B (shape {b.shape}, strides {b.strides}) must be row-major or the transpose of a row-major "
+                "matrix (copy it, e.g. B.contiguous())"
+            )
+        ldb, b_nk = flipped, True
+    if ldb > MAX_LDA:
+        raise AutotuneError(f"B's rows lie {ldb} elements apart, more than the kernels' 32-bit ldb holds")
+    ldc = n
     if out is not None:
-        if out.shape != (m, n) or not contiguous(out):
-            raise AutotuneError(f"out must be a contiguous {m}x{n} matrix, got shape {out.shape}")
+        if out.shape != (m, n):
+            raise AutotuneError(f"out must be a {m}x{n} matrix, got shape {out.shape}")
         if out.dtype != a.dtype:
             raise AutotuneError(f"out must have A's dtype {a.dtype}, got {out.dtype}")
-    return m, n, k
+        ldc = _row_stride(out, "out", "the GEMM kernels write C row-major")
+    return GemmLayout(m, n, k, b_nk, lda, ldb, ldc)

@@ -27,7 +27,8 @@ _CTYPES: dict[str, Any] = {"P": ctypes.c_uint64, "i": ctypes.c_int32, "f": ctype
 @functools.cache
 def arguments_struct(arg_types: str) -> type[ctypes.Structure]:
     """The ctypes structure of a kernel's arguments. Every op's kernels take three arrays, their
-    sizes, alpha and beta, then the split-K workspace and counters ("PPPiiffPP" for GEMV)."""
+    sizes (leading dimensions included), alpha and beta, then the split-K workspace and counters
+    ("PPPiiiffPP" for GEMV: M, N, lda)."""
     sizes = arg_types[3:-4]
     if arg_types[:3] != "PPP" or arg_types[-4:] != "ffPP" or set(sizes) - {"i"}:
         raise AutotuneError(f"kernel arguments {arg_types!r} are not arrays, sizes, alpha, beta, scratch")
@@ -107,5 +108,4 @@ class LaunchPlan:
         self._args.workspace, self._args.counters = scratch.workspace, scratch.counters
         maps = self.geom.operand_maps
         if maps is not None:  # TMA kernels read their tensor maps where the workspace would be
-            m, n, k = self.sizes
-            self._args.workspace = self.device.tensor_maps(scratch, stream, maps, self.dtype, (m, n, k), a, b)
+            self._args.workspace = self.device.tensor_maps(scratch, stream, maps, self.dtype, self.sizes, a, b)

@@ -220,8 +220,9 @@ void reference(const Problem &p, const Array &a, const Array &b, std::size_t ind
   double s = 0.0, abs_sum = 0.0;
   if (p.op == "gemm") {
     std::size_t row = index / (std::size_t)p.n, col = index % (std::size_t)p.n;
-    for (long long i = 0; i < p.k; ++i) {
-      double term = a.values[row * p.k + i] * b.values[i * p.n + col];
+    for (long long i = 0; i < p.k; ++i) {  // B is k x n, or n x k where trans (an nn.Linear weight)
+      const std::size_t at = p.trans ? col * (std::size_t)p.k + i : (std::size_t)i * p.n + col;
+      double term = a.values[row * p.k + i] * b.values[at];
       s += term, abs_sum += std::fabs(term);
     }
   } else if (p.trans) {  // y[index] = sum_i A[i][index] x[i]

@@ -1,30 +1,39 @@
 // Tensor-core GEMM for half and bfloat16 (sm_80+ instructions, built for sm_90 without wgmma):
-// C = alpha * A B + beta * C, A row-major M x K, B row-major K x N, C row-major M x N, float32
-// accumulation through mma.sync.m16n8k16.
+// C = alpha * A B + beta * C, A row-major M x K, C row-major M x N, float32 accumulation through
+// mma.sync.m16n8k16. B is K x N row-major (B(k, n) = B[k * ldb + n]) or, with B_NK, N x K row-major
+// (B(k, n) = B[n * ldb + k], K contiguous: an nn.Linear weight, C = A Wᵀ). Rows of A, B and C are
+// lda, ldb and ldc elements apart (lda >= K, ldb >= K or N, ldc >= N). beta == 0: C is not read.
 //
 // Template parameters:
 //   T         __half or __nv_bfloat16
+//   B_NK      B is stored N x K (mma.sync's native "col" B operand) instead of K x N
 //   BM, BN    block tile (rows of C, columns of C); BK the k-depth of one pipeline stage (32 or 64)
 //   WM, WN    warp tile: the block has (BM/WM) x (BN/WN) warps, threads = (BM/WM) * (BN/WN) * 32
 //   STAGES    shared-memory pipeline depth (2..5): STAGES - 1 k-tiles are in flight while one is used
 //   VEC       elements per global->shared copy: 8 (16-byte cp.async.cg), 4 (8-byte cp.async.ca),
-//             2 (4-byte cp.async.ca), 1 (synchronous 2-byte loads). VEC > 1 needs K % VEC == 0 and
-//             N % VEC == 0 (16-, 8-, 4-byte aligned rows of A and B); VEC 1 works for every shape.
+//             2 (4-byte cp.async.ca), 1 (synchronous 2-byte loads). Copies run along the rows of A
+//             and B: VEC > 1 needs K % VEC == 0 and, for K x N, N % VEC == 0 (VEC divides every row's
+//             valid width) and rows of A and B that start 2 * VEC-byte aligned (the launcher runs
+//             VEC > 1 only on 16-byte aligned arrays and leading dimensions). VEC 1 works for every
+//             shape, pointer and leading dimension.
 //   SWIZZLE   block rasterization: SWIZZLE consecutive tile rows are walked column by column, so the
 //             blocks resident at one time share a few A and B panels in L2 (1: plain row-major order)
 //
 // Dynamic shared memory (the Python module mirrors it):
 //   SHARED_BYTES = STAGES * (BM * BK + BK * BN) * sizeof(T)
 // Stage s holds A's BM x BK tile (row-major, BK elements a row) and B's BK x BN tile (row-major, BN
-// a row). Rows are made of 16-byte chunks whose index is XORed with the row (see swizzle_chunk), so
-// the eight 16-byte rows one ldmatrix phase reads, and the eight chunks that eight consecutive
-// threads write with cp.async, fall in eight different bank groups: no padding, no conflicts.
+// a row; ldmatrix.trans gives mma's B fragments) or, with B_NK, B's BN x BK tile (BK a row, laid out
+// as A's: plain ldmatrix gives the fragments). Rows are made of 16-byte chunks whose index is XORed
+// with the row (see swizzle_chunk), so the eight 16-byte rows one ldmatrix phase reads, and the eight
+// chunks that eight consecutive threads write with cp.async, fall in eight different bank groups: no
+// padding, no conflicts.
 //
 // Grid: x = tiles_m * tiles_n (one block per output tile, remapped by SWIZZLE), z = split. With
 // split > 1 each z slice reduces a contiguous range of k-tiles; every block stores float partial sums
-// to workspace[z][M][N], and the last block of an output tile to arrive (one counter per tile) adds
-// the partials in z order (deterministic), zeroes them, applies alpha/beta, writes C and resets the
-// counter, so workspace and counters are zero again after every launch.
+// to workspace[z][M][N] (rows N apart, whatever ldc is), and the last block of an output tile to
+// arrive (one counter per tile) adds the partials in z order (deterministic), zeroes them, applies
+// alpha/beta, writes C and resets the counter, so workspace and counters are zero again after every
+// launch.
 // Workspace: split * M * N floats; counters: tiles_m * tiles_n (only used when split > 1).
 #pragma once
 #include <cuda_bf16.h>
@@ -164,9 +173,13 @@ __device__ __forceinline__ void load_tile(uint32_t tile, const T* src, const T* 
         if (active) cp_async<VEC>(piece_offset<T, COLS>(tile, r0, c0, r, c), valid ? src + r * ld + c : any, valid);
       }
   } else {
-    // No alignment to rely on: plain 2-byte loads. Loads go out in batches of 8 before their stores,
+    // No alignment to rely on: plain 2-byte loads. Loads go out in batches of 16 before their stores,
     // so a thread waits for memory once per batch, not once per element (whole tiles would spill).
-    constexpr int PIECES = P::RITERS * P::CSTEPS, BATCH = PIECES < 8 ? PIECES : 8;
+    // ptxas is free to sink a global load down to its shared store, and did so for the N x K tiles
+    // (one wait per element: 2-3x slower); `zero` (0, but ptxas cannot know) makes every store's
+    // address depend on the whole batch, so all its loads are issued first.
+    constexpr int PIECES = P::RITERS * P::CSTEPS, BATCH = PIECES < 16 ? PIECES : 16;
+    static_assert(PIECES % BATCH == 0, "whole batches");
 #pragma unroll
     for (int q0 = 0; q0 < PIECES; q0 += BATCH) {
       unsigned short v[BATCH];
@@ -176,10 +189,14 @@ __device__ __forceinline__ void load_tile(uint32_t tile, const T* src, const T* 
         const bool valid = active && r < rows_left && c < cols_left;
         v[b] = valid ? __ldg(reinterpret_cast<const unsigned short*>(src + r * ld + c)) : (unsigned short)0;
       }
+      uint32_t all = 0, zero;
+#pragma unroll
+      for (int b = 0; b < BATCH; ++b) all |= v[b];
+      asm("shr.u32 %0, %1, 16;" : "=r"(zero) : "r"(all));  // 16-bit values: always 0
 #pragma unroll
       for (int b = 0; b < BATCH; ++b) {
         const int r = (q0 + b) / P::CSTEPS * P::RSTEP, c = (q0 + b) % P::CSTEPS * P::TPR;
-        if (active) st_shared_u16(piece_offset<T, COLS>(tile, r0, c0, r, c), v[b]);
+        if (active) st_shared_u16(piece_offset<T, COLS>(tile, r0, c0, r, c) + zero, v[b]);
       }
     }
   }
@@ -202,14 +219,15 @@ __device__ __forceinline__ void block_tile(int tiles_m, int tiles_n, int& tile_m
   tile_n = in_group / rows;
 }
 
-// Writes two horizontally adjacent results (row, col) and (row, col + 1), clipped to M x N.
-// `pairs` (N even, C 4-byte aligned) makes (row, col) 4-byte aligned, col even: one 32-bit access.
+// Writes two horizontally adjacent results (row, col) and (row, col + 1), clipped to M x N, rows of C
+// ldc apart. `pairs` (N and ldc even, C 4-byte aligned) makes (row, col) 4-byte aligned, col even:
+// one 32-bit access.
 template <typename T>
-__device__ __forceinline__ void store_pair(T* __restrict__ C, int M, int N, int row, int col, float v0, float v1,
-                                           float alpha, float beta, bool pairs) {
+__device__ __forceinline__ void store_pair(T* __restrict__ C, int M, int N, size_t ldc, int row, int col, float v0,
+                                           float v1, float alpha, float beta, bool pairs) {
   typedef Pair<T> P;
   if (row >= M || col >= N) return;
-  T* p = C + (size_t)row * N + col;
+  T* p = C + (size_t)row * ldc + col;
   float o0 = alpha * v0, o1 = alpha * v1;
   if (pairs) {
     typename P::type* q = reinterpret_cast<typename P::type*>(p);
@@ -229,10 +247,11 @@ __device__ __forceinline__ void store_pair(T* __restrict__ C, int M, int N, int 
   }
 }
 
-template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int VEC, int SWIZZLE>
+template <typename T, bool B_NK, int BM, int BN, int BK, int WM, int WN, int STAGES, int VEC, int SWIZZLE>
 __device__ __forceinline__ void gemm_mma_body(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
-                                              int M, int N, int K, float alpha, float beta,
-                                              float* __restrict__ workspace, unsigned int* __restrict__ counters) {
+                                              int M, int N, int K, int lda, int ldb, int ldc, float alpha,
+                                              float beta, float* __restrict__ workspace,
+                                              unsigned int* __restrict__ counters) {
   static_assert(sizeof(T) == 2, "half or bfloat16");
   static_assert(BM % WM == 0 && BN % WN == 0 && WM % 16 == 0 && WN % 16 == 0, "warp tiles of 16x16 blocks");
   static_assert(BK % 32 == 0 && BN % 64 == 0, "rows of 4 or a multiple of 8 16-byte chunks");
@@ -244,7 +263,7 @@ __device__ __forceinline__ void gemm_mma_body(const T* __restrict__ A, const T* 
   constexpr int NT = WN / 8;   // n8 tiles a warp holds
   constexpr int KSTEPS = BK / 16;
   constexpr int A_STAGE_BYTES = BM * BK * (int)sizeof(T);
-  constexpr int B_STAGE_BYTES = BK * BN * (int)sizeof(T);
+  constexpr int B_STAGE_BYTES = BK * BN * (int)sizeof(T);  // K x N: BK rows of BN; N x K: BN rows of BK
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const uint32_t sA = smem_addr(smem_raw);
@@ -267,26 +286,44 @@ __device__ __forceinline__ void gemm_mma_body(const T* __restrict__ A, const T* 
   const int kt_begin = min(k_tiles_all, (int)blockIdx.z * per_split);
   const int k_tiles = min(k_tiles_all, kt_begin + per_split) - kt_begin;
 
-  // Each thread copies the same pieces of every k-tile: its first element walks down A by BK
-  // columns and down B by BK rows per tile.
+  // Each thread copies the same pieces of every k-tile: its first element walks along A's rows by
+  // BK columns and down B by BK rows per tile (with B_NK along B's rows by BK columns, as in A).
+  // load_stage is called for k-tiles 0, 1, 2, ... in order, so b_src (and with VEC 1 a_src) steps
+  // once per call instead of adding kt * BK * ldb: with lda and ldb apart from K and N the 64x64 warp
+  // tiles, at the 255-register limit, otherwise spilled more. Which pointer steps is what measured
+  // fastest on an H200 (float16 4096^3 and 1000x1001x999, K x N and N x K).
   typedef CopyPlan<BM, BK, VEC, THREADS> PA;
-  typedef CopyPlan<BK, BN, VEC, THREADS> PB;
+  typedef CopyPlan<B_NK ? BN : BK, B_NK ? BK : BN, VEC, THREADS> PB;
   const int a_r0 = PA::row0(tid), a_c0 = PA::col0(tid);
   const int b_r0 = PB::row0(tid), b_c0 = PB::col0(tid);
-  const T* a_src = A + (size_t)(m0 + a_r0) * K + (size_t)kt_begin * BK + a_c0;
-  const T* b_src = B + ((size_t)kt_begin * BK + b_r0) * N + n0 + b_c0;
+  const T* a_src = A + (size_t)(m0 + a_r0) * lda + (size_t)kt_begin * BK + a_c0;
+  const T* b_src = B_NK ? B + (size_t)(n0 + b_r0) * ldb + (size_t)kt_begin * BK + b_c0
+                        : B + ((size_t)kt_begin * BK + b_r0) * ldb + n0 + b_c0;
   auto load_stage = [&](int stage, int kt) {
     const int k_left = K - (kt_begin + kt) * BK;  // valid k from this tile's start
-    load_tile<T, BM, BK, VEC, THREADS>(sA + stage * A_STAGE_BYTES, a_src + (size_t)kt * BK, A, (size_t)K, a_r0,
-                                       a_c0, M - m0 - a_r0, k_left - a_c0);
-    load_tile<T, BK, BN, VEC, THREADS>(sB + stage * B_STAGE_BYTES, b_src + (size_t)kt * BK * N, B, (size_t)N, b_r0,
-                                       b_c0, k_left - b_r0, N - n0 - b_c0);
+    load_tile<T, BM, BK, VEC, THREADS>(sA + stage * A_STAGE_BYTES, a_src + (VEC == 1 ? 0 : (size_t)kt * BK), A,
+                                       (size_t)lda, a_r0, a_c0, M - m0 - a_r0, k_left - a_c0);
+    if (VEC == 1) a_src += BK;
+    if (B_NK) {
+      load_tile<T, BN, BK, VEC, THREADS>(sB + stage * B_STAGE_BYTES, b_src, B, (size_t)ldb, b_r0, b_c0,
+                                         N - n0 - b_r0, k_left - b_c0);
+      b_src += BK;
+    } else {
+      load_tile<T, BK, BN, VEC, THREADS>(sB + stage * B_STAGE_BYTES, b_src, B, (size_t)ldb, b_r0, b_c0,
+                                         k_left - b_r0, N - n0 - b_c0);
+      b_src += (size_t)BK * ldb;
+    }
   };
 
   // ldmatrix addressing: lane l supplies row l % 16 and 16-byte chunk l / 16 of a 16 x 16 block.
   // A (x4): matrices = rows 0-7/8-15 x k 0-7, then x k 8-15 -> a0..a3 of mma's A fragment.
   // B (x4.trans, k rows): matrices = k 0-7/8-15 x n 0-7, then x n 8-15 -> b0,b1 of two n8 tiles.
+  // B_NK (x4, n rows): lane l supplies row 8 * (l / 16) + l % 8 and chunk (l / 8) % 2, so the
+  // matrices are n 0-7 x k 0-7/8-15, then n 8-15 x k 0-7/8-15 -> b0,b1 of two n8 tiles (mma's "col"
+  // B fragment is an n8 x k16 block read row by row), each pair in consecutive registers as mma
+  // takes it (the A order would need register moves).
   const int ld_row = lane & 15, ld_chunk = lane >> 4;
+  const int nk_row = (lane >> 4 << 3) + (lane & 7), nk_chunk = (lane >> 3) & 1;
   auto load_frags = [&](uint32_t (&af)[MT][4], uint32_t (&bf)[NT][2], int stage, int kk) {
 #pragma unroll
     for (int i = 0; i < MT; ++i) {
@@ -296,11 +333,17 @@ __device__ __forceinline__ void gemm_mma_body(const T* __restrict__ A, const T* 
     }
 #pragma unroll
     for (int j = 0; j < NT; j += 2) {
-      const int krow = kk * 16 + ld_row;
-      const int chunk = (warp_n * WN + j * 8) / 8 + ld_chunk;
-      const int off = krow * BN + swizzle_chunk<BN / 8>(krow, chunk) * 8;
       uint32_t r[4];
-      ldmatrix_x4_trans(r, sB + stage * B_STAGE_BYTES + off * (int)sizeof(T));
+      if (B_NK) {
+        const int row = warp_n * WN + j * 8 + nk_row;
+        const int off = row * BK + swizzle_chunk<BK / 8>(row, kk * 2 + nk_chunk) * 8;
+        ldmatrix_x4(r, sB + stage * B_STAGE_BYTES + off * (int)sizeof(T));
+      } else {
+        const int krow = kk * 16 + ld_row;
+        const int chunk = (warp_n * WN + j * 8) / 8 + ld_chunk;
+        const int off = krow * BN + swizzle_chunk<BN / 8>(krow, chunk) * 8;
+        ldmatrix_x4_trans(r, sB + stage * B_STAGE_BYTES + off * (int)sizeof(T));
+      }
       bf[j][0] = r[0];
       bf[j][1] = r[1];
       bf[j + 1][0] = r[2];
@@ -356,10 +399,11 @@ __device__ __forceinline__ void gemm_mma_body(const T* __restrict__ A, const T* 
   // Accumulator layout of m16n8: c0,c1 at (lane / 4, 2 * (lane % 4) + {0,1}), c2,c3 eight rows lower.
   const int row_base = m0 + warp_m * WM + (lane >> 2);
   const int col_base = n0 + warp_n * WN + (lane & 3) * 2;
-  // Pairs of outputs are one 4-byte access when every row starts 4-byte aligned. C is checked too:
-  // the launcher falls back to this kernel's VEC 1 configs for views whose pointers are not aligned.
+  // Pairs of outputs are one 4-byte access when every row of C starts 4-byte aligned (N, ldc even, C
+  // aligned). C is checked here, whatever VEC: the launcher falls back to this kernel's VEC 1 configs
+  // for views whose pointers or leading dimensions are not aligned.
   const bool even_n = (N & 1) == 0;
-  const bool pairs = even_n && (reinterpret_cast<uintptr_t>(C) & 3) == 0;
+  const bool pairs = even_n && (ldc & 1) == 0 && (reinterpret_cast<uintptr_t>(C) & 3) == 0;
 
   if (splits > 1) {
     // Partials of this split, then the last block of the tile reduces all splits in z order.
@@ -416,14 +460,16 @@ __device__ __forceinline__ void gemm_mma_body(const T* __restrict__ A, const T* 
     for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        store_pair<T>(C, M, N, row_base + i * 16 + h * 8, col_base + j * 8, acc[i][j][2 * h], acc[i][j][2 * h + 1],
-                      alpha, beta, pairs);
+        store_pair<T>(C, M, N, (size_t)ldc, row_base + i * 16 + h * 8, col_base + j * 8, acc[i][j][2 * h],
+                      acc[i][j][2 * h + 1], alpha, beta, pairs);
 }
 
 }  // namespace at_gemm_mma
 
-// One instance, as the tuner generates it (see autotune/ops/gemm_mma.py):
+// One instance, as the tuner generates it (see autotune/ops/gemm/mma.py and gemm/shared.py; the
+// B_NK instance is named ..._nt and passes true):
 //   extern "C" __global__ void __launch_bounds__(256) gemm_mma_<key>(const __half* A, const __half* B,
-//       __half* C, int M, int N, int K, float alpha, float beta, float* workspace, unsigned int* counters)
-//   { at_gemm_mma::gemm_mma_body<__half, 128, 256, 32, 64, 64, 4, 8, 8>(A, B, C, M, N, K, alpha, beta,
-//                                                                       workspace, counters); }
+//       __half* C, int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta,
+//       float* workspace, unsigned int* counters)
+//   { at_gemm_mma::gemm_mma_body<__half, false, 128, 256, 32, 64, 64, 4, 8, 8>(A, B, C, M, N, K, lda,
+//         ldb, ldc, alpha, beta, workspace, counters); }

@@ -1,63 +1,82 @@
-// Skinny GEMM on tensor cores: C = alpha * A B + beta * C with A M x K (M <= 16), B K x N, C M x N,
-// all row-major, T = __half or __nv_bfloat16, accumulated in float by mma.sync.m16n8k16.
+// Skinny GEMM on tensor cores: C = alpha * A B + beta * C with A M x K (M <= 16), C M x N and B either
+// K x N (B_NK false) or N x K (B_NK true: K contiguous, the weight W of a torch nn.Linear, C = A Wᵀ),
+// all row-major with runtime leading dimensions: A[m*lda + k], C[m*ldc + n], B(k, n) = B[k*ldb + n]
+// (K x N) or B[n*ldb + k] (N x K), lda >= K, ldb >= the row length, ldc >= N. T = __half or
+// __nv_bfloat16, accumulated in float by mma.sync.m16n8k16. beta == 0: C is never read.
 //
-// Why tensor cores: B (K x N) is streamed from DRAM once, so the time floor is its bytes over the
+// Why tensor cores: B is streamed from DRAM once, so the time floor is its bytes over the
 // bandwidth. On CUDA cores the 16*N*K FMAs of M = 16 take as long as that stream on an H200; an mma
 // does 2048 FMAs per instruction and leaves the loop memory-bound for every M <= 16 (rows of A past
 // M are zeros).
 //
-// Fragments without shared memory or ldmatrix. mma.m16n8k16 wants B as pairs along K per thread,
-// and row-major B has N contiguous, so the sum over K is relabelled (any permutation of k applied to
-// both A and B leaves the product unchanged): lane (g = lane / 4, t = lane % 4) loads the 8 columns
-// c0 .. c0+7 (c0 = 8g within its warp's 64 columns) of the 4 rows 4t .. 4t+3 of a 16-row step of B,
-// and lets those rows stand for the mma's k = 2t, 2t+1, 2t+8, 2t+9. Then
+// Fragments without shared memory or ldmatrix (STAGES == 0), K x N. mma.m16n8k16 wants B as pairs
+// along K per thread, and row-major B has N contiguous, so the sum over K is relabelled (any
+// permutation of k applied to both A and B leaves the product unchanged): lane (g = lane / 4,
+// t = lane % 4) loads the 8 columns c0 .. c0+7 (c0 = 8g within its warp's 64 columns) of the 4 rows
+// 4t .. 4t+3 of a 16-row step of B, and lets those rows stand for the mma's k = 2t, 2t+1, 2t+8, 2t+9.
+// Then
 //   - mma j (j < 8) takes column c0 + j of each lane group: its B registers are the row pairs
 //     (4t, 4t+1) and (4t+2, 4t+3) of that column, packed with one byte permute each;
 //   - A's fragment is rows g and g+8 at k 4t .. 4t+3: one 8-byte load per row;
 //   - the accumulator of mma j, logical column n = 2t or 2t+1, is C column 8n + j of the warp's 64,
-//     so a lane ends with C[g][16t .. 16t+15] and C[g+8][16t .. 16t+15].
+//     so a lane ends with C[g][16t .. 16t+15] and C[g+8][16t .. 16t+15] (the "relabelled" layout).
+//
+// Fragments without shared memory, N x K (B_NK): B's rows are already the mma's "col" operand (pairs
+// along K), so no permute is needed. A warp covers 64 rows of B (64 columns of C) as 8 n8 tiles; in a
+// slice of SLICE = 4*KCH k (KCH = max(4, VEC) elements: a 16-byte chunk at VEC 8, else 8 bytes) lane
+// (g, t) loads the KCH elements KCH*t .. KCH*t + KCH-1 of row 8j + g of each tile j, coalesced along
+// the row (4 lanes read 4*KCH contiguous elements of it), and A's rows g and g+8 at the same k. Those
+// KCH elements stand for the mma's k = 2t, 2t+1, 2t+8, 2t+9 of KCH / 4 successive k16 steps (step p:
+// elements 4p .. 4p+3), the same relabelling for A and B, so each loaded word is a B register as is.
+// mma j's accumulators then land in the natural layout (below): C column 8j + 2t + e % 2.
 //
 // Block: WN warps along N (64 columns each) times KW warps along K; warp w: wn = w % WN, wk = w / WN.
 // Grid:  blockIdx.x = column tile of COLS = 64*WN columns; blockIdx.y = K split.
 // K: split s gets rows [kb, kb + len), per = ceil(ceil(K / SPLIT) / STEP) * STEP with
-// STEP = 16*KW*UNROLL, kb = min(K, s*per), len = min(K - kb, per). In step s warp wk reads the 16-row
-// slices s*STEP + (u*KW + wk)*16, u < UNROLL: 4*UNROLL independent loads per thread. PREFETCH == 1
-// issues the next step's loads before the current step's mmas (two steps of B in registers);
-// PREFETCH == 0 holds one step, so a block of more warps fits twice on an SM and the other warps
-// hide the latency instead (a plain read of B reached ~4.4 TB/s on an H200 only with 16 warps per
-// SM, measured with scripts/stream_patterns.cu). Rows past the split and columns past N
-// load as zeros (A and B), so tails need no second code path.
+// STEP = SLICE*KW*UNROLL (SLICE: 16 for K x N, 4*KCH for N x K), kb = min(K, s*per),
+// len = min(K - kb, per). In step s warp wk reads the slices s*STEP + (u*KW + wk)*SLICE, u < UNROLL:
+// 4*UNROLL (K x N) or 8*UNROLL (N x K) rows of B loaded independently per thread. PREFETCH == 1
+// issues the next step's loads before the current step's mmas (two steps of B in registers); PREFETCH == 0
+// holds one step, so a block of more warps fits twice on an SM and the other warps hide the latency
+// instead (a plain read of B reached ~4.4 TB/s on an H200 only with 16 warps per SM, measured with
+// experiments/stream_patterns.cu). Rows past the split and columns past N load as zeros (A and B),
+// so tails need no second code path.
 //
 // Epilogue: every warp stores the M rows of its 16 x 64 accumulators to shared memory,
 // red[wk][16][COLS] (16-byte chunks permuted against bank conflicts: red_at); the block sums the KW
 // slices per output in a fixed order. SPLIT == 1: it writes C. CLUSTER > 1 (then SPLIT == CLUSTER, and
 // the instance is declared with __cluster_dims__(1, CLUSTER, 1)): block r of the cluster finishes
 // columns [r*W, r*W + W), W = COLS / CLUSTER; each block pushes its sums of those columns into block
-// r's shared memory (distributed shared memory, kernels/cluster.cuh), between two phases of the
-// cluster barrier, and block r adds them in rank order and writes C. Otherwise, SPLIT > 1: the block writes float partials to workspace[(split * M + m) * N + n]; the
-// last block of the tile to arrive (atomic counter per tile, counters[blockIdx.x]) sums them in split
-// order (deterministic), zeroes them, writes C and resets its counter, so workspace and counters are
-// zero again after each launch.
+// r's shared memory (distributed shared memory, kernels/common/cluster.cuh), between two phases of the
+// cluster barrier, and block r adds them in rank order and writes C. Otherwise, SPLIT > 1: the block
+// writes float partials to workspace[(split * M + m) * N + n] (packed: N floats a row, whatever ldc);
+// the last block of the tile to arrive (atomic counter per tile, counters[blockIdx.x]) sums them in
+// split order (deterministic), zeroes them, writes C and resets its counter, so workspace and
+// counters are zero again after each launch.
 //
 // STAGES > 0: B and A go through shared memory instead, filled by the tensor memory accelerator (TMA,
-// plain sm_90; the Python side offers it on Hopper for K and N multiples of 8 and 16-byte aligned A
-// and B). Thread 0 keeps STAGES stages of 64 rows of K in flight, each A's 16 x 64 box (rows past M
-// are zeros) and WN boxes of 64 x 64 of B, 128-byte swizzled, completing on one mbarrier a stage;
-// warp (wn, wk) multiplies the k16 steps wk, wk + KW, ... of its 64 columns from shared memory with
-// ldmatrix and mma.sync (the accumulators in their natural layout: mma j's element e is row
-// g + 8*(e / 2), column 8j + 2t + e % 2), and the block refills a stage once all warps have passed
-// it. Each split is a whole number of 64-row tiles; the TMA zero-fills rows past K and columns past
-// N. The two tensor maps come in `workspace` (A's at byte 0, B's at 128: autotune/tma.py), so a TMA
-// instance reduces its splits in a cluster (CLUSTER == SPLIT) or has none. VEC, UNROLL, POLICY and
-// PREFETCH do not apply to it.
+// plain sm_90; the Python side offers it on Hopper for rows of A and B that are multiples of 16
+// bytes, and the launcher runs it only on 16-byte aligned arrays and pitches). Thread 0 keeps STAGES
+// stages of 64 rows of K in flight, each A's 16 x 64 box (rows past M are zeros) and WN boxes of B,
+// 128-byte swizzled, completing on one mbarrier a stage: for K x N a 64 (k) x 64 (n) box, B fragments
+// by ldmatrix.trans; for N x K a 64 (n) x 64 (k) box (B's rows as they lie), B fragments by plain
+// ldmatrix. Warp (wn, wk) multiplies the k16 steps wk, wk + KW, ... of its 64 columns from shared
+// memory with ldmatrix and mma.sync (the accumulators in their natural layout: mma j's element e is
+// row g + 8*(e / 2), column 8j + 2t + e % 2), and the block refills a stage once all warps have
+// passed it. Each split is a whole number of 64-row tiles; the TMA zero-fills rows past K and columns
+// (N x K: rows) past N. The two tensor maps (with the pitches lda and ldb) come in `workspace` (A's
+// at byte 0, B's at 128: autotune/ops/tma.py), so a TMA instance reduces its splits in a cluster
+// (CLUSTER == SPLIT) or has none. VEC, UNROLL, POLICY and PREFETCH do not apply to it.
 //
 // Dynamic shared memory: KW * 16 * COLS * 4 bytes, plus 16 * COLS * 4 for the pushed sums with a
-// cluster (autotune/ops/gemm_skinny_tc.py mirrors it); with TMA the larger of that (the partial sums
+// cluster (autotune/ops/gemm/skinny_tc.py mirrors it); with TMA the larger of that (the partial sums
 // reuse the stages) and 1024 + STAGES * (2048 + WN * 8192).
 // Workspace: SPLIT * M * N floats and ceil(N / COLS) counters when SPLIT > 1 and CLUSTER == 1, else none.
-// Preconditions the tuner's constraints guarantee: M <= 16; VEC > 1 only when N % VEC == 0 and B is
-// 16-byte aligned (B rows stay VEC-aligned). A needs no alignment: 8-byte loads of A are used only
-// when K % 4 == 0 and A is 8-byte aligned, checked here.
+// Preconditions the tuner's constraints and the launcher guarantee: M <= 16; VEC > 1 only where every
+// row of B starts VEC-element aligned (the space asks that B's row length, N or for N x K K, be a
+// multiple of VEC, the tuner measures contiguous operands, and the launcher runs vector loads only on
+// 16-byte aligned arrays and leading dimensions). A needs no alignment: vector loads of A (8 bytes,
+// or 16 for N x K at VEC 8) are used only when lda and A's address allow them, checked here.
 #pragma once
 #include "common.cuh"
 #include "cluster.cuh"
@@ -87,14 +106,17 @@ template <> struct Mma<__nv_bfloat16> {
   }
 };
 
-// 32-bit word q (q < 4: elements 2q and 2q+1) of the 8 elements a lane holds of one row, whatever
-// width they were loaded with.
-__device__ __forceinline__ unsigned word(const uint4 (&p)[1], int q) {
-  return q == 0 ? p[0].x : q == 1 ? p[0].y : q == 2 ? p[0].z : p[0].w;
+// 32-bit word q (elements 2q and 2q+1) of the elements a lane holds of one row, whatever width they
+// were loaded with (8 elements: q < 4; 4 elements: q < 2).
+template <int P> __device__ __forceinline__ unsigned word(const uint4 (&p)[P], int q) {
+  const uint4& v = p[q / 4];
+  return q % 4 == 0 ? v.x : q % 4 == 1 ? v.y : q % 4 == 2 ? v.z : v.w;
 }
-__device__ __forceinline__ unsigned word(const uint2 (&p)[2], int q) { return q % 2 ? p[q / 2].y : p[q / 2].x; }
-__device__ __forceinline__ unsigned word(const unsigned (&p)[4], int q) { return p[q]; }
-__device__ __forceinline__ unsigned word(const unsigned short (&p)[8], int q) {
+template <int P> __device__ __forceinline__ unsigned word(const uint2 (&p)[P], int q) {
+  return q % 2 ? p[q / 2].y : p[q / 2].x;
+}
+template <int P> __device__ __forceinline__ unsigned word(const unsigned (&p)[P], int q) { return p[q]; }
+template <int P> __device__ __forceinline__ unsigned word(const unsigned short (&p)[P], int q) {
   return (unsigned)p[2 * q] | ((unsigned)p[2 * q + 1] << 16);
 }
 
@@ -118,15 +140,16 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], uint32_t add
 __device__ __forceinline__ uint32_t swizzled(int r, int c) { return r * 128 + ((c ^ (r & 7)) << 4); }
 
 // The TMA mainloop (STAGES > 0, see the top of the file): this split's rows [kb, kb + len) of A and
-// of the block's COLS columns of B through shared-memory stages in `smem` (the dynamic shared memory;
-// `maps` the two tensor maps), summed into acc in the mma's natural layout (see emit).
-template <typename T, int WN, int KW, int STAGES>
+// of the block's COLS columns of B (B_NK: COLS rows of B) through shared-memory stages in `smem` (the
+// dynamic shared memory; `maps` the two tensor maps), summed into acc in the mma's natural layout
+// (see emit).
+template <typename T, bool B_NK, int WN, int KW, int STAGES>
 __device__ __forceinline__ void tma_mainloop(float (&acc)[8][4], float* smem, const void* maps, int kb, unsigned len,
                                              int n0) {
   using namespace at_tma;
   constexpr int BK = 64;                          // rows of K a stage
   constexpr int A_BYTES = 16 * BK * 2;            // A's box: 16 rows of 128 bytes
-  constexpr int ATOM_BYTES = BK * 64 * 2;         // one 64-column box of B
+  constexpr int ATOM_BYTES = BK * 64 * 2;         // one 64-column box of B (B_NK: 64 rows of 64 k)
   constexpr int STAGE_BYTES = A_BYTES + WN * ATOM_BYTES;
   static_assert(4 % KW == 0, "the KW warps along K share a stage's four k16 steps");
   __shared__ __align__(8) uint64_t full[STAGES];
@@ -147,14 +170,23 @@ __device__ __forceinline__ void tma_mainloop(float (&acc)[8][4], float* smem, co
     mbarrier_arrive_expect_tx(bar, STAGE_BYTES);
     tma_load_2d(dst, map_a, bar, k0, 0);
 #pragma unroll
-    for (int j = 0; j < WN; ++j) tma_load_2d(dst + A_BYTES + j * ATOM_BYTES, map_b, bar, n0 + 64 * j, k0);
+    for (int j = 0; j < WN; ++j) {
+      if constexpr (B_NK) {
+        tma_load_2d(dst + A_BYTES + j * ATOM_BYTES, map_b, bar, k0, n0 + 64 * j);
+      } else {
+        tma_load_2d(dst + A_BYTES + j * ATOM_BYTES, map_b, bar, n0 + 64 * j, k0);
+      }
+    }
   };
   if (tid == 0)
     for (int s = 0; s < STAGES && s < tiles; ++s) load(s, s);
 
   // Lane l addresses row l % 8 of matrix l / 8: for A rows (l % 8) + 8 (l / 8 % 2) and k chunk
-  // l / 16 of the step; for B k-row (l % 8) + 8 (l / 8 % 2) and column chunk l / 16 of the pair.
+  // l / 16 of the step; for K x N B's k-row (l % 8) + 8 (l / 8 % 2) and column chunk l / 16 of the
+  // pair (.trans); for N x K B's row (n) (l % 8) + 8 (l / 16) of the pair of n8 tiles and k chunk
+  // l / 8 % 2 of the step, so that matrices 0, 1 are b0, b1 of the first tile and 2, 3 of the second.
   const int row = (lane & 7) + 8 * ((lane >> 3) & 1), half = lane >> 4;
+  const int nrow = (lane & 7) + 8 * (lane >> 4), khalf = (lane >> 3) & 1;
   int stage = 0;
   uint32_t phase = 0;
   for (int tile = 0; tile < tiles; ++tile) {
@@ -169,7 +201,11 @@ __device__ __forceinline__ void tma_mainloop(float (&acc)[8][4], float* smem, co
 #pragma unroll
       for (int jj = 0; jj < 4; ++jj) {  // column chunks 2 jj and 2 jj + 1 of the warp's 8
         unsigned b[4];
-        ldmatrix_x4_trans(b, sb + swizzled(16 * kk + row, 2 * jj + half));
+        if constexpr (B_NK) {
+          ldmatrix_x4(b, sb + swizzled(16 * jj + nrow, 2 * kk + khalf));
+        } else {
+          ldmatrix_x4_trans(b, sb + swizzled(16 * kk + row, 2 * jj + half));
+        }
         Mma<T>::run(acc[2 * jj], a, b[0], b[1]);
         Mma<T>::run(acc[2 * jj + 1], a, b[2], b[3]);
       }
@@ -183,13 +219,13 @@ __device__ __forceinline__ void tma_mainloop(float (&acc)[8][4], float* smem, co
   }
 }
 
-// The register-streaming mainloop (STAGES == 0, see the top of the file): this split's rows
-// [kb, kb + len) of A and of the block's COLS columns of B, loaded straight into mma fragments and
-// summed into acc in the relabelled layout (see emit).
+// The register-streaming mainloop of K x N B (STAGES == 0, see the top of the file): this split's
+// rows [kb, kb + len) of A and of the block's COLS columns of B, loaded straight into mma fragments
+// and summed into acc in the relabelled layout (see emit).
 template <typename T, int WN, int KW, int VEC, int UNROLL, int POLICY, int PREFETCH>
 __device__ __forceinline__ void register_mainloop(float (&acc)[8][4], const T* __restrict__ A,
-                                                  const T* __restrict__ B, int M, int N, int K, int kb, unsigned len,
-                                                  int n0) {
+                                                  const T* __restrict__ B, int M, int N, int lda, int ldb, int kb,
+                                                  unsigned len, int n0) {
   typedef typename at_common::Raw<VEC * 2>::type V;
   constexpr int PIECES = 8 / VEC;          // loads per row and lane
   constexpr int STEP = 16 * KW * UNROLL;   // rows of B a block reads per step
@@ -202,12 +238,12 @@ __device__ __forceinline__ void register_mainloop(float (&acc)[8][4], const T* _
   const int nfull = (int)(len / STEP);  // steps wholly inside the split: their loads need no row test
 
   // The lane's rows: 4t .. 4t+3 of each 16-row slice; A rows g and g+8.
-  const T* bptr = B + ((size_t)kb + (size_t)(wk * 16 + 4 * t)) * N + n0 + cw;
-  const size_t nn = (size_t)N;
+  const T* bptr = B + ((size_t)kb + (size_t)(wk * 16 + 4 * t)) * ldb + n0 + cw;
+  const size_t nn = (size_t)ldb;
   const bool a_row0 = g < M, a_row1 = g + 8 < M;
-  const T* arow0 = A + (size_t)g * K + kb + wk * 16 + 4 * t;
-  const T* arow1 = A + (size_t)(g + 8) * K + kb + wk * 16 + 4 * t;
-  const bool a_vec = K % 4 == 0 && (reinterpret_cast<uintptr_t>(A) & 7) == 0;  // kb % 4 == 0 too
+  const T* arow0 = A + (size_t)g * lda + kb + wk * 16 + 4 * t;
+  const T* arow1 = A + (size_t)(g + 8) * lda + kb + wk * 16 + 4 * t;
+  const bool a_vec = lda % 4 == 0 && (reinterpret_cast<uintptr_t>(A) & 7) == 0;  // kb % 4 == 0 too
 
   V bnext[UNROLL][4][PIECES];
   unsigned anext[UNROLL][4];
@@ -282,14 +318,117 @@ __device__ __forceinline__ void register_mainloop(float (&acc)[8][4], const T* _
   }
 }
 
+// The register-streaming mainloop of N x K B (B_NK, STAGES == 0, see the top of the file): this
+// split's k in [kb, kb + len) of A and of the block's COLS rows of B, loaded straight into mma
+// fragments (B's words need no permute) and summed into acc in the natural layout (see emit).
+template <typename T, int WN, int KW, int VEC, int UNROLL, int POLICY, int PREFETCH>
+__device__ __forceinline__ void register_mainloop_nt(float (&acc)[8][4], const T* __restrict__ A,
+                                                     const T* __restrict__ B, int M, int N, int lda, int ldb, int kb,
+                                                     unsigned len, int n0) {
+  typedef typename at_common::Raw<VEC * 2>::type V;
+  constexpr int KCH = VEC > 4 ? VEC : 4;   // elements along K a lane holds of each row per slice
+  constexpr int PIECES = KCH / VEC;        // loads per row, lane and slice
+  constexpr int SLICE = 4 * KCH;           // k of a slice: KCH / 4 k16 steps of the mma
+  constexpr int STEP = SLICE * KW * UNROLL;  // k a block reads per step
+  typedef typename at_common::Raw<KCH * 2>::type VA;  // KCH elements of A in one load
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int wn = warp % WN, wk = warp / WN;
+  const int g = lane / 4, t = lane % 4;
+  const int rw = wn * 64 + g;              // the lane's first row of B relative to n0: rows rw + 8j, j < 8
+  const int left = N - n0 - rw;            // row rw + 8j exists where 8j < left
+  const int nsteps = (int)((len + STEP - 1) / STEP);
+  const int nfull = (int)(len / STEP);  // steps wholly inside the split: their loads need no k test
+
+  // The lane's k: KCH*t .. KCH*t + KCH-1 of each slice; B rows rw + 8j; A rows g and g+8.
+  const size_t ld = (size_t)ldb;
+  const T* bptr = B + ((size_t)n0 + rw) * ld + kb + wk * SLICE + KCH * t;
+  const bool a_row0 = g < M, a_row1 = g + 8 < M;
+  const T* arow0 = A + (size_t)g * lda + kb + wk * SLICE + KCH * t;
+  const T* arow1 = A + (size_t)(g + 8) * lda + kb + wk * SLICE + KCH * t;
+  // kb and the lane's offset are multiples of KCH too.
+  const bool a_vec = lda % KCH == 0 && (reinterpret_cast<uintptr_t>(A) & (2 * KCH - 1)) == 0;
+
+  V bnext[UNROLL][8][PIECES];
+  unsigned anext[UNROLL][2][KCH / 2];
+
+  // A: KCH consecutive k of one row as KCH / 2 words, zeros past the split.
+  auto load_a = [&](const T* p, bool row_ok, bool whole, unsigned kk, unsigned (&w)[KCH / 2]) {
+#pragma unroll
+    for (int q = 0; q < KCH / 2; ++q) w[q] = 0u;
+    if (!row_ok) return;
+    if (a_vec && (whole || kk + KCH <= len)) {
+      const VA v[1] = {__ldg(reinterpret_cast<const VA*>(p))};
+#pragma unroll
+      for (int q = 0; q < KCH / 2; ++q) w[q] = word(v, q);
+      return;
+    }
+    const unsigned short* e = reinterpret_cast<const unsigned short*>(p);
+    unsigned short x[KCH];
+#pragma unroll
+    for (int i = 0; i < KCH; ++i) x[i] = whole || kk + i < len ? __ldg(e + i) : (unsigned short)0;
+#pragma unroll
+    for (int q = 0; q < KCH / 2; ++q) w[q] = word(x, q);
+  };
+
+  auto load_step = [&](int s) {
+    const bool whole = s < nfull;  // block-uniform
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const unsigned slice = (unsigned)s * STEP + (unsigned)(u * KW) * SLICE;  // of warp 0; + wk*SLICE in bptr
+      const unsigned kk = slice + wk * SLICE + KCH * t;                        // the lane's first k
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const T* row = bptr + (size_t)(8 * j) * ld + slice;
+#pragma unroll
+        for (int p = 0; p < PIECES; ++p) {
+          V v{};
+          if (8 * j < left && (whole || kk + p * VEC < len))
+            v = load_stream<POLICY>(reinterpret_cast<const V*>(row) + p);
+          bnext[u][j][p] = v;
+        }
+      }
+      load_a(arow0 + slice, a_row0, whole, kk, anext[u][0]);
+      load_a(arow1 + slice, a_row1, whole, kk, anext[u][1]);
+    }
+  };
+
+  if (PREFETCH && nsteps > 0) load_step(0);
+  for (int s = 0; s < nsteps; ++s) {
+    if (!PREFETCH) load_step(s);  // then bcur is bnext: one set of registers
+    V bcur[UNROLL][8][PIECES];
+    unsigned acur[UNROLL][2][KCH / 2];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int p = 0; p < PIECES; ++p) bcur[u][j][p] = bnext[u][j][p];
+#pragma unroll
+      for (int q = 0; q < KCH / 2; ++q) acur[u][0][q] = anext[u][0][q], acur[u][1][q] = anext[u][1][q];
+    }
+    if (PREFETCH && s + 1 < nsteps) load_step(s + 1);
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+#pragma unroll
+      for (int p = 0; p < KCH / 4; ++p) {  // k16 step p of the slice: the lane's elements 4p .. 4p+3
+        // Rows g and g+8 at the mma's k (2t, 2t+1) and (2t+8, 2t+9).
+        const unsigned a[4] = {acur[u][0][2 * p], acur[u][1][2 * p], acur[u][0][2 * p + 1], acur[u][1][2 * p + 1]};
+#pragma unroll
+        for (int j = 0; j < 8; ++j) Mma<T>::run(acc[j], a, word(bcur[u][j], 2 * p), word(bcur[u][j], 2 * p + 1));
+      }
+    }
+  }
+}
+
 // Hands the lane's accumulators to sink(row, column, values): column counted from the block's first,
-// values a float4 (register mainloop) or float2 (TMA mainloop) of consecutive columns.
-template <int STAGES, typename Sink>
+// values a float4 (the relabelled layout of the K x N register mainloop) or float2 (the natural
+// layout of the TMA and N x K mainloops) of consecutive columns.
+template <bool NATURAL, typename Sink>
 __device__ __forceinline__ void emit(const float (&acc)[8][4], int wn, Sink sink) {
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {  // row g, then g + 8
-    if constexpr (STAGES > 0) {
+    if constexpr (NATURAL) {
       // mma j's element e is row g + 8*(e / 2), column 8j + 2t + e % 2 of the warp's 64.
 #pragma unroll
       for (int j = 0; j < 8; ++j) sink(g + 8 * h, wn * 64 + 8 * j + 2 * t, make_float2(acc[j][2 * h], acc[j][2 * h + 1]));
@@ -317,15 +456,18 @@ template <int COLS> __device__ __forceinline__ int red_at(int row, int col) {
   return row * COLS + chunk * 4 + (col & 3);
 }
 
-template <typename T, int WN, int KW, int VEC, int UNROLL, int POLICY, int CLUSTER, int PREFETCH, int STAGES>
+template <typename T, bool B_NK, int WN, int KW, int VEC, int UNROLL, int POLICY, int CLUSTER, int PREFETCH,
+          int STAGES>
 __device__ __forceinline__ void skinny_tc_body(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
-                                               int M, int N, int K, float alpha, float beta,
-                                               float* __restrict__ workspace, unsigned int* __restrict__ counters) {
+                                               int M, int N, int K, int lda, int ldb, int ldc, float alpha,
+                                               float beta, float* __restrict__ workspace,
+                                               unsigned int* __restrict__ counters) {
   static_assert(sizeof(T) == 2, "tensor-core skinny GEMM is for 16-bit types");
   static_assert(VEC == 1 || VEC == 2 || VEC == 4 || VEC == 8, "1 to 8 elements per load");
   constexpr int BLOCK = WN * KW * 32;
   constexpr int COLS = WN * 64;            // columns of a block tile
-  constexpr int STEP = STAGES > 0 ? 64 : 16 * KW * UNROLL;  // rows of B a block reads per step
+  constexpr int SLICE = B_NK ? 4 * (VEC > 4 ? VEC : 4) : 16;  // k of a warp's slice (register mainloops)
+  constexpr int STEP = STAGES > 0 ? 64 : SLICE * KW * UNROLL;  // rows of K a block reads per step
   static_assert(BLOCK <= 1024, "at most 1024 threads");
 
   extern __shared__ __align__(16) float red[];
@@ -350,15 +492,19 @@ __device__ __forceinline__ void skinny_tc_body(const T* __restrict__ A, const T*
   // With a cluster, each block arrives once its shared memory may take the other blocks' pushes:
   // at once when B streams through registers, after the last stage with TMA.
   if constexpr (STAGES > 0) {
-    tma_mainloop<T, WN, KW, STAGES>(acc, red, workspace, kb, len, n0);
+    tma_mainloop<T, B_NK, WN, KW, STAGES>(acc, red, workspace, kb, len, n0);
     __syncthreads();  // every warp is done with the stages: the partial sums may reuse them
     if constexpr (CLUSTER > 1) at_cluster::arrive();
   } else {
     if constexpr (CLUSTER > 1) at_cluster::arrive_relaxed();
-    register_mainloop<T, WN, KW, VEC, UNROLL, POLICY, PREFETCH>(acc, A, B, M, N, K, kb, len, n0);
+    if constexpr (B_NK) {
+      register_mainloop_nt<T, WN, KW, VEC, UNROLL, POLICY, PREFETCH>(acc, A, B, M, N, lda, ldb, kb, len, n0);
+    } else {
+      register_mainloop<T, WN, KW, VEC, UNROLL, POLICY, PREFETCH>(acc, A, B, M, N, lda, ldb, kb, len, n0);
+    }
   }
   // red[wk] = this warp's partial sums; rows past M are not stored, nothing reads them.
-  emit<STAGES>(acc, wn, [&](int row, int col, auto v) {
+  emit<(STAGES > 0 || B_NK)>(acc, wn, [&](int row, int col, auto v) {
     if (row < rows) *reinterpret_cast<decltype(v)*>(red + wk * 16 * COLS + red_at<COLS>(row, col)) = v;
   });
   __syncthreads();
@@ -403,7 +549,7 @@ __device__ __forceinline__ void skinny_tc_body(const T* __restrict__ A, const T*
 #pragma unroll
       for (int from = 0; from < CLUSTER; ++from) sum += land[(from * 16 + r) * W + o % W];  // in rank order
       if (cn >= N - n0) continue;
-      const size_t at = (size_t)r * N + n0 + cn;
+      const size_t at = (size_t)r * ldc + n0 + cn;
       C[at] = finish<T>(sum, alpha, beta, C + at);
     }
     return;
@@ -417,11 +563,11 @@ __device__ __forceinline__ void skinny_tc_body(const T* __restrict__ A, const T*
     float sum = 0.0f;
 #pragma unroll
     for (int w = 0; w < KW; ++w) sum += red[w * 16 * COLS + red_at<COLS>(r, cn)];
-    const size_t at = (size_t)r * N + n0 + cn;
     if (splits == 1) {
+      const size_t at = (size_t)r * ldc + n0 + cn;
       C[at] = finish<T>(sum, alpha, beta, C + at);
     } else {
-      workspace[(size_t)blockIdx.y * mn + at] = sum;
+      workspace[(size_t)blockIdx.y * mn + (size_t)r * N + n0 + cn] = sum;
     }
   }
   if (splits == 1) return;
@@ -438,8 +584,8 @@ __device__ __forceinline__ void skinny_tc_body(const T* __restrict__ A, const T*
   for (int o = tid; o < outputs; o += BLOCK) {
     const int r = o / COLS, cn = o % COLS;
     if (cn >= N - n0) continue;
-    const size_t at = (size_t)r * N + n0 + cn;
-    const float sum = sum_partials(workspace + at, mn, 0, splits);
+    const float sum = sum_partials(workspace + (size_t)r * N + n0 + cn, mn, 0, splits);
+    const size_t at = (size_t)r * ldc + n0 + cn;
     C[at] = finish<T>(sum, alpha, beta, C + at);
   }
   if (tid == 0) counters[blockIdx.x] = 0u;
@@ -447,10 +593,11 @@ __device__ __forceinline__ void skinny_tc_body(const T* __restrict__ A, const T*
 
 }  // namespace at_skinny_tc
 
-// One instance, as the tuner generates it (see autotune/ops/gemm_skinny_tc.py):
+// One instance, as the tuner generates it (see autotune/ops/gemm/skinny_tc.py and
+// autotune/ops/gemm/shared.py's instance_source; B_NK true for a trans problem, name suffix _nt):
 //   extern "C" __global__ void __launch_bounds__(128) gemm_skinny_tc_<key>(const __half* A,
-//       const __half* B, __half* C, int M, int N, int K, float alpha, float beta, float* workspace,
-//       unsigned int* counters)
-//   { at_skinny_tc::skinny_tc_body<__half, 1, 4, 8, 2, 1, 1, 1, 0>(A, B, C, M, N, K, alpha, beta,
-//     workspace, counters); }
+//       const __half* B, __half* C, int M, int N, int K, int lda, int ldb, int ldc, float alpha,
+//       float beta, float* workspace, unsigned int* counters)
+//   { at_skinny_tc::skinny_tc_body<__half, false, 1, 4, 8, 2, 1, 1, 1, 0>(A, B, C, M, N, K, lda, ldb,
+//     ldc, alpha, beta, workspace, counters); }
 // with CLUSTER > 1 the declaration also carries __cluster_dims__(1, CLUSTER, 1).

@@ -1,9 +1,13 @@
 // Tensor-core GEMM for half and bfloat16 on Hopper (sm_90a: wgmma.mma_async, built for sm_90a only):
-// C = alpha * A B + beta * C, A row-major M x K, B row-major K x N, C row-major M x N, float32
-// accumulation through wgmma.m64nNk16 with both operands read from shared memory by descriptors.
+// C = alpha * A B + beta * C, A row-major M x K, B row-major K x N (or with B_NK N x K: an nn.Linear's
+// weight, C = A W^T), C row-major M x N, rows lda, ldb and ldc elements apart (runtime arguments);
+// float32 accumulation through wgmma.m64nNk16 with both operands read from shared memory by descriptors.
+// beta == 0: C is not read (it may hold NaN).
 //
 // Template parameters:
 //   T         __half or __nv_bfloat16
+//   B_NK      B is stored N x K (K contiguous), read as K-major: its stage is laid out like A's and
+//             wgmma reads it untransposed (imm-trans-b = 0); false: K x N, MN-major (see below)
 //   BM, BN    block tile (rows of C, columns of C); BN is also the N of every wgmma (64, 128, 256)
 //   BK        k-depth of a stage: 64 (A's rows are 128 bytes: 128-byte swizzle) or 32 (64-byte rows:
 //             64-byte swizzle; half the shared memory a stage, so twice the stages fit)
@@ -14,21 +18,26 @@
 //             the wgmma of the previous one may still be reading its own stage
 //   SWIZZLE   block rasterization: SWIZZLE consecutive tile rows are walked column by column, so the
 //             blocks resident at one time share a few A and B panels in L2 (1: plain row-major order)
-//   LAYOUT    how B's stage is laid out and described to wgmma (see LayoutB); the GPU check
-//             (scripts/check_wgmma.py) runs every variant, the tuner only the one expected correct
+//   LAYOUT    how a K x N B's stage is laid out and described to wgmma (see LayoutB); the GPU check
+//             (scripts/check_wgmma.py) runs every variant, the tuner only the one expected correct.
+//             B_NK needs 0 (its stage has the one layout, A's)
 //   TMA       how stages are filled: 0 by every thread's cp.async (16 bytes each), 1 by the tensor
 //             memory accelerator (cp.async.bulk.tensor, issued by one thread, completing on an
 //             mbarrier per stage); TMA needs LAYOUT 0, whose bytes are what its 128-byte swizzle writes
 //
-// Requirements the Python side checks (autotune/ops/gemm_wgmma.py): K % 8 == 0 and N % 8 == 0, and A and
-// B 16-byte aligned, so every 16-byte piece of a row of A or B is wholly inside or wholly outside the
-// matrix; pieces outside (M, N and K tails) are zero filled by cp.async (src-size 0), or by the TMA,
-// which fills every element outside the tensor with zeros. C needs nothing.
+// Requirements the Python side checks (autotune/ops/gemm/wgmma.py, and the launcher at run time): the
+// rows of A and B are 16-byte pieces, K % 8 == 0 and, for a K x N B, N % 8 == 0 (an N x K B's rows are
+// K long: any N); A and B 16-byte aligned with lda and ldb multiples of 8, so every 16-byte piece of a
+// row of A or B is wholly inside or wholly outside the matrix; pieces outside (M, N and K tails) are
+// zero filled by cp.async (src-size 0), or by the TMA, which fills every element outside the tensor
+// with zeros. C needs nothing (pairs of outputs become one 32-bit access where C and ldc allow it).
 //
 // TMA instances read two tensor maps (CUtensorMap, 128 bytes each, made on the host by
-// cuTensorMapEncodeTiled: autotune/tma.py) from global memory at `workspace`: A's (a box of BK x BM,
-// swizzled like A's stage) at byte 0 and B's (a box of 64 x BK, one 64-column atom) at byte 128. The
-// maps hold A's and B's addresses, so the caller writes them for the arrays it passes.
+// cuTensorMapEncodeTiled: autotune/ops/tma.py) from global memory at `workspace`: A's (a box of BK x BM,
+// swizzled like A's stage) at byte 0 and B's at byte 128: a box of 64 x BK (one 64-column atom) of a
+// K x N B, or of BK x BN (the whole stage, swizzled like A's) of an N x K B. The maps hold A's and B's
+// addresses and row pitches (lda, ldb), so the caller writes them for the arrays it passes; the kernel
+// itself reads lda and ldb only when copying with cp.async.
 //
 // Dynamic shared memory (the Python module mirrors it):
 //   SHARED_BYTES = STAGES * (BM * BK + BK * BN) * sizeof(T) + 1024 (+ 8 * STAGES with TMA: mbarriers)
@@ -42,11 +51,15 @@
 // (stride byte offset); the leading byte offset is unused because one wgmma reads 16 k (32 bytes),
 // inside one swizzled row. The k16 step kk starts 32 * kk bytes in.
 //
-// B's stage is MN-major (N contiguous, as B is in memory): wgmma reads it transposed (imm-trans-b = 1,
-// allowed for 16-bit types). LAYOUT 0 and 1 store it as the canonical 128-byte-swizzled MN-major layout:
-// BN / 64 column blocks ("atoms") of 64 columns, each BK k-rows of 128 bytes, chunk c of k-row r at
-// chunk c ^ (r % 8). LAYOUT 2 and 3 store it unswizzled ("interleaved"): core matrices of 8 k x 8 n
-// (128 contiguous bytes, k-row r % 8 at 16 * (r % 8)), n-groups 128 bytes apart, k-groups BN * 16.
+// An N x K B's stage (B_NK) is K-major like A's, with BN rows in place of BM: the same swizzle, chunk
+// placement, descriptor and k16 steps; its copies run along K (16-byte chunks of B's rows) as A's do.
+//
+// A K x N B's stage is MN-major (N contiguous, as B is in memory): wgmma reads it transposed
+// (imm-trans-b = 1, allowed for 16-bit types). LAYOUT 0 and 1 store it as the canonical
+// 128-byte-swizzled MN-major layout: BN / 64 column blocks ("atoms") of 64 columns, each BK k-rows of
+// 128 bytes, chunk c of k-row r at chunk c ^ (r % 8). LAYOUT 2 and 3 store it unswizzled
+// ("interleaved"): core matrices of 8 k x 8 n (128 contiguous bytes, k-row r % 8 at 16 * (r % 8)),
+// n-groups 128 bytes apart, k-groups BN * 16.
 // Which descriptor field holds which distance is where sources disagree in wording; see LayoutB.
 //
 // cp.async pipeline (TMA 0; one block per output tile, every thread both loads and multiplies):
@@ -100,7 +113,8 @@ template <> struct Convert<__nv_bfloat16> {
 };
 
 // ---------------------------------------------------------------------------------------------------
-// wgmma.mma_async.m64nNk16.f32 with A and B from shared memory (descriptors), B transposed (MN-major):
+// wgmma.mma_async.m64nNk16.f32 with A and B from shared memory (descriptors), A K-major, B MN-major
+// (imm-trans-b 1: TRANS_B, B stored K x N) or K-major like A (imm-trans-b 0: B stored N x K, B_NK):
 // d += A B when scale_d != 0, d = A B when it is 0. The accumulators are "+f" operands of every wgmma,
 // so the compiler keeps them in the same registers from the first wgmma to the last.
 #define AT_WGMMA_D8(i)                                                                              \
@@ -108,18 +122,18 @@ template <> struct Convert<__nv_bfloat16> {
       "+f"(d[(i) + 6]), "+f"(d[(i) + 7])
 
 // m64n64k16: 32 float accumulators a thread.
-#define AT_WGMMA_N64(PTX_AB)                                                            \
+#define AT_WGMMA_N64(PTX_AB, IMM_TRANS_B)                                                            \
   asm volatile(                                                                         \
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                    \
         "wgmma.mma_async.sync.aligned.m64n64k16.f32" PTX_AB " {"                        \
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "        \
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31" \
-        "}, %32, %33, p, 1, 1, 0, 1;\n}\n"                                              \
+        "}, %32, %33, p, 1, 1, 0, " IMM_TRANS_B ";\n}\n"                                              \
         : AT_WGMMA_D8(0), AT_WGMMA_D8(8), AT_WGMMA_D8(16), AT_WGMMA_D8(24)              \
         : "l"(desc_a), "l"(desc_b), "r"(scale_d))
 
 // m64n128k16: 64 float accumulators a thread.
-#define AT_WGMMA_N128(PTX_AB)                                                             \
+#define AT_WGMMA_N128(PTX_AB, IMM_TRANS_B)                                                             \
   asm volatile(                                                                           \
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                      \
         "wgmma.mma_async.sync.aligned.m64n128k16.f32" PTX_AB " {"                         \
@@ -127,13 +141,13 @@ template <> struct Convert<__nv_bfloat16> {
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
         "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
         "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"  \
-        "}, %64, %65, p, 1, 1, 0, 1;\n}\n"                                                \
+        "}, %64, %65, p, 1, 1, 0, " IMM_TRANS_B ";\n}\n"                                                \
         : AT_WGMMA_D8(0), AT_WGMMA_D8(8), AT_WGMMA_D8(16), AT_WGMMA_D8(24),               \
           AT_WGMMA_D8(32), AT_WGMMA_D8(40), AT_WGMMA_D8(48), AT_WGMMA_D8(56)              \
         : "l"(desc_a), "l"(desc_b), "r"(scale_d))
 
 // m64n256k16: 128 float accumulators a thread.
-#define AT_WGMMA_N256(PTX_AB)                                                                           \
+#define AT_WGMMA_N256(PTX_AB, IMM_TRANS_B)                                                                           \
   asm volatile(                                                                                         \
         "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                                                   \
         "wgmma.mma_async.sync.aligned.m64n256k16.f32" PTX_AB " {"                                       \
@@ -145,44 +159,31 @@ template <> struct Convert<__nv_bfloat16> {
         "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "              \
         "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "  \
         "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127" \
-        "}, %128, %129, p, 1, 1, 0, 1;\n}\n"                                                            \
+        "}, %128, %129, p, 1, 1, 0, " IMM_TRANS_B ";\n}\n"                                                            \
         : AT_WGMMA_D8(0), AT_WGMMA_D8(8), AT_WGMMA_D8(16), AT_WGMMA_D8(24),                             \
           AT_WGMMA_D8(32), AT_WGMMA_D8(40), AT_WGMMA_D8(48), AT_WGMMA_D8(56),                           \
           AT_WGMMA_D8(64), AT_WGMMA_D8(72), AT_WGMMA_D8(80), AT_WGMMA_D8(88),                           \
           AT_WGMMA_D8(96), AT_WGMMA_D8(104), AT_WGMMA_D8(112), AT_WGMMA_D8(120)                         \
         : "l"(desc_a), "l"(desc_b), "r"(scale_d))
 
-template <typename T, int N> struct Wgmma;
-template <> struct Wgmma<__half, 64> {
-  static __device__ __forceinline__ void run(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-    AT_WGMMA_N64(".f16.f16");
-  }
-};
-template <> struct Wgmma<__nv_bfloat16, 64> {
-  static __device__ __forceinline__ void run(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-    AT_WGMMA_N64(".bf16.bf16");
-  }
-};
-template <> struct Wgmma<__half, 128> {
-  static __device__ __forceinline__ void run(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-    AT_WGMMA_N128(".f16.f16");
-  }
-};
-template <> struct Wgmma<__nv_bfloat16, 128> {
-  static __device__ __forceinline__ void run(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-    AT_WGMMA_N128(".bf16.bf16");
-  }
-};
-template <> struct Wgmma<__half, 256> {
-  static __device__ __forceinline__ void run(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-    AT_WGMMA_N256(".f16.f16");
-  }
-};
-template <> struct Wgmma<__nv_bfloat16, 256> {
-  static __device__ __forceinline__ void run(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-    AT_WGMMA_N256(".bf16.bf16");
-  }
-};
+template <typename T, int N, bool TRANS_B> struct Wgmma;
+#define AT_WGMMA_RUN(CT, PTX_AB, N, MACRO)                                                    \
+  template <bool TRANS_B> struct Wgmma<CT, N, TRANS_B> {                                    \
+    static __device__ __forceinline__ void run(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, \
+                                               int scale_d) {                               \
+      if constexpr (TRANS_B)                                                                \
+        MACRO(PTX_AB, "1");                                                                 \
+      else                                                                                  \
+        MACRO(PTX_AB, "0");                                                                 \
+    }                                                                                       \
+  };
+AT_WGMMA_RUN(__half, ".f16.f16", 64, AT_WGMMA_N64)
+AT_WGMMA_RUN(__nv_bfloat16, ".bf16.bf16", 64, AT_WGMMA_N64)
+AT_WGMMA_RUN(__half, ".f16.f16", 128, AT_WGMMA_N128)
+AT_WGMMA_RUN(__nv_bfloat16, ".bf16.bf16", 128, AT_WGMMA_N128)
+AT_WGMMA_RUN(__half, ".f16.f16", 256, AT_WGMMA_N256)
+AT_WGMMA_RUN(__nv_bfloat16, ".bf16.bf16", 256, AT_WGMMA_N256)
+#undef AT_WGMMA_RUN
 #undef AT_WGMMA_N64
 #undef AT_WGMMA_N128
 #undef AT_WGMMA_N256
@@ -242,7 +243,7 @@ template <int BK> struct LayoutA {
   }
 };
 
-// B's stage: BK k-rows of BN elements, MN-major (N contiguous).
+// A K x N B's stage: BK k-rows of BN elements, MN-major (N contiguous). An N x K B's is LayoutA's.
 //  LAYOUT 0: 128-byte swizzle; leading byte offset = distance of 64-column atoms (BK * 128 bytes),
 //            stride byte offset = distance of 8-k-row groups (1024). This is the MN-major canonical
 //            layout of the PTX ISA's and CUTLASS's tables (cute make_gmma_desc<Major::MN>, SW128:
@@ -292,16 +293,18 @@ __device__ __forceinline__ void block_tile(int tiles_m, int tiles_n, int& tile_m
   tile_n = in_group / rows;
 }
 
-// Writes (row, col) and (row, col + 1) of C. col is even and N % 8 == 0, so both are inside when the
-// first is; `pairs` (C 4-byte aligned) makes them one 32-bit access.
-template <typename T>
-__device__ __forceinline__ void store_pair(T* __restrict__ C, int M, int N, int row, int col, float v0, float v1,
-                                           float alpha, float beta, bool pairs) {
+// Writes (row, col) and (row, col + 1) of C (rows ldc elements apart). col is even; with EVEN_N (N % 8
+// == 0, as a K x N B needs) both are inside when the first is, otherwise (an N x K B, any N) col + 1 may
+// be N and is then not written. `pairs` (C 4-byte aligned, ldc even) makes the two one 32-bit access.
+template <typename T, bool EVEN_N>
+__device__ __forceinline__ void store_pair(T* __restrict__ C, int M, int N, int ldc, int row, int col, float v0,
+                                           float v1, float alpha, float beta, bool pairs) {
   typedef Convert<T> P;
   if (row >= M || col >= N) return;
-  T* p = C + (size_t)row * N + col;
+  T* p = C + (size_t)row * ldc + col;
   float o0 = alpha * v0, o1 = alpha * v1;
-  if (pairs) {
+  const bool second = EVEN_N || col + 1 < N;
+  if (pairs && second) {
     typename P::pair* q = reinterpret_cast<typename P::pair*>(p);
     if (beta != 0.0f) {  // beta == 0: C is not read (it may hold NaN)
       const float2 old = P::to_float2(*q);
@@ -313,16 +316,17 @@ __device__ __forceinline__ void store_pair(T* __restrict__ C, int M, int N, int 
   }
   if (beta != 0.0f) {
     o0 = fmaf(beta, P::to_float(p[0]), o0);
-    o1 = fmaf(beta, P::to_float(p[1]), o1);
+    if (second) o1 = fmaf(beta, P::to_float(p[1]), o1);
   }
   p[0] = P::from_float(o0);
-  p[1] = P::from_float(o1);
+  if (second) p[1] = P::from_float(o1);
 }
 
-template <typename T, int BM, int BN, int BK, int WGS, int STAGES, int SWIZZLE, int LAYOUT, int TMA>
+template <typename T, bool B_NK, int BM, int BN, int BK, int WGS, int STAGES, int SWIZZLE, int LAYOUT, int TMA>
 __device__ __forceinline__ void gemm_wgmma_body(const T* __restrict__ A, const T* __restrict__ B,
-                                                T* __restrict__ C, int M, int N, int K, float alpha, float beta,
-                                                float* __restrict__ workspace, unsigned int* __restrict__ counters) {
+                                                T* __restrict__ C, int M, int N, int K, int lda, int ldb, int ldc,
+                                                float alpha, float beta, float* __restrict__ workspace,
+                                                unsigned int* __restrict__ counters) {
   static_assert(sizeof(T) == 2, "half or bfloat16");
   static_assert(WGS == 1 || WGS == 2, "one or two warpgroups");
   static_assert(BM % (64 * WGS) == 0, "each warpgroup owns whole m64 slices");
@@ -330,6 +334,7 @@ __device__ __forceinline__ void gemm_wgmma_body(const T* __restrict__ A, const T
   static_assert(STAGES >= 3, "one stage loading, one multiplied, one held by the wgmma in flight");
   static_assert(TMA == 0 || TMA == 1, "cp.async (0) or the tensor memory accelerator (1)");
   static_assert(TMA == 0 || LAYOUT == 0, "the TMA writes B's stage in LAYOUT 0 (128-byte swizzled atoms)");
+  static_assert(!B_NK || LAYOUT == 0, "an N x K B has one stage layout, A's (LAYOUT names K x N variants)");
   constexpr int THREADS = 128 * WGS;
   constexpr int WG_M = BM / WGS;  // rows of the tile a warpgroup owns
   constexpr int MT = WG_M / 64;   // its m64 slices
@@ -338,7 +343,8 @@ __device__ __forceinline__ void gemm_wgmma_body(const T* __restrict__ A, const T
   constexpr int A_STAGE_BYTES = BM * BK * (int)sizeof(T);
   constexpr int B_STAGE_BYTES = BK * BN * (int)sizeof(T);
   typedef LayoutA<BK> LA;
-  typedef LayoutB<BN, BK, LAYOUT> LB;
+  typedef LayoutB<BN, BK, LAYOUT> LB;  // B's stage when B is K x N; when N x K (B_NK) it is laid out as LA
+  constexpr uint32_t B_KSTEP_BYTES = B_NK ? 32 : LB::KSTEP_BYTES;  // one k16 step into B's stage
   (void)counters;
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -356,7 +362,8 @@ __device__ __forceinline__ void gemm_wgmma_body(const T* __restrict__ A, const T
   // 14-bit field cannot carry: shared addresses stay below 256 KiB).
   const int wg = tid / 128;
   const uint64_t desc_a0 = make_desc(sA + wg * WG_M * LA::ROW, LA::LEADING, LA::STRIDE, LA::SWIZZLE_MODE);
-  const uint64_t desc_b0 = make_desc(sB, LB::LEADING, LB::STRIDE, LB::SWIZZLE_MODE);
+  const uint64_t desc_b0 = B_NK ? make_desc(sB, LA::LEADING, LA::STRIDE, LA::SWIZZLE_MODE)
+                                : make_desc(sB, LB::LEADING, LB::STRIDE, LB::SWIZZLE_MODE);
 
   float acc[MT][NACC];
 #pragma unroll
@@ -372,8 +379,8 @@ __device__ __forceinline__ void gemm_wgmma_body(const T* __restrict__ A, const T
 #pragma unroll
       for (int i = 0; i < MT; ++i) {
         const uint32_t a_off = stage * A_STAGE_BYTES + i * 64 * LA::ROW + kk * 32;
-        const uint32_t b_off = stage * B_STAGE_BYTES + kk * LB::KSTEP_BYTES;
-        Wgmma<T, BN>::run(acc[i], desc_a0 + (a_off >> 4), desc_b0 + (b_off >> 4), 1);
+        const uint32_t b_off = stage * B_STAGE_BYTES + kk * B_KSTEP_BYTES;
+        Wgmma<T, BN, !B_NK>::run(acc[i], desc_a0 + (a_off >> 4), desc_b0 + (b_off >> 4), 1);
       }
     wgmma_commit();
     wgmma_wait<1>();
@@ -385,14 +392,19 @@ __device__ __forceinline__ void gemm_wgmma_body(const T* __restrict__ A, const T
     const uint32_t full = sB + STAGES * B_STAGE_BYTES;  // STAGES mbarriers of 8 bytes
     if (tid == 0) at_tma::start_pipeline<STAGES>(workspace, full);
     __syncthreads();
-    // Thread 0 only: tile kt into `stage`, A's box and B's BN / 64 atoms, all on the stage's mbarrier.
+    // Thread 0 only: tile kt into `stage`, A's box and B's (BN / 64 atoms of a K x N B, one BN x BK
+    // box of an N x K B), all on the stage's mbarrier.
     auto load_stage = [&](int stage, int kt) {
       const uint32_t bar = full + 8 * stage;
       mbarrier_arrive_expect_tx(bar, A_STAGE_BYTES + B_STAGE_BYTES);
       tma_load_2d(sA + stage * A_STAGE_BYTES, map_a, bar, kt * BK, m0);
+      if constexpr (B_NK) {
+        tma_load_2d(sB + stage * B_STAGE_BYTES, map_b, bar, kt * BK, n0);
+      } else {
 #pragma unroll
-      for (int j = 0; j < BN / 64; ++j)
-        tma_load_2d(sB + stage * B_STAGE_BYTES + j * LB::ATOM_STRIDE, map_b, bar, n0 + 64 * j, kt * BK);
+        for (int j = 0; j < BN / 64; ++j)
+          tma_load_2d(sB + stage * B_STAGE_BYTES + j * LB::ATOM_STRIDE, map_b, bar, n0 + 64 * j, kt * BK);
+      }
     };
     if (tid == 0)
       for (int s = 0; s < STAGES && s < k_tiles; ++s) load_stage(s, s);
@@ -416,17 +428,21 @@ __device__ __forceinline__ void gemm_wgmma_body(const T* __restrict__ A, const T
     for (int i = 0; i < MT; ++i) fence_registers(acc[i]);
   } else {
     // Copy plan: thread tid copies 16-byte chunk tid % CPR of rows tid / CPR + i * (THREADS / CPR),
-    // where a row has CPR chunks (A: BK / 8; B: BN / 8). CPR consecutive threads read one contiguous
-    // row segment of global memory; THREADS is a multiple of CPR, so a thread's chunk is fixed.
+    // where a row has CPR chunks (A: BK / 8; B: BN / 8 of a k-row, or with B_NK BK / 8 of an n-row, as
+    // A's). CPR consecutive threads read one contiguous row segment of global memory; THREADS is a
+    // multiple of CPR, so a thread's chunk is fixed.
+    constexpr int B_ROWS = B_NK ? BN : BK;  // rows of B's tile in memory order
     constexpr int A_CPR = BK / 8, A_RSTEP = THREADS / A_CPR, A_ITERS = BM / A_RSTEP;
-    constexpr int B_CPR = BN / 8, B_RSTEP = THREADS / B_CPR, B_ITERS = BK / B_RSTEP;
-    static_assert(THREADS % B_CPR == 0 && BM % A_RSTEP == 0 && BK % B_RSTEP == 0, "whole passes");
+    constexpr int B_CPR = B_NK ? BK / 8 : BN / 8, B_RSTEP = THREADS / B_CPR, B_ITERS = B_ROWS / B_RSTEP;
+    static_assert(THREADS % B_CPR == 0 && BM % A_RSTEP == 0 && B_ROWS % B_RSTEP == 0, "whole passes");
     const int a_c = tid % A_CPR, a_r0 = tid / A_CPR;
     const int b_c = tid % B_CPR, b_r0 = tid / B_CPR;
-    const T* a_src = A + (size_t)(m0 + a_r0) * K + a_c * 8;  // row a_r0, chunk a_c of k-tile 0
-    const T* b_src = B + (size_t)b_r0 * N + n0 + b_c * 8;    // k-row b_r0, chunk b_c of k-tile 0
-    const int a_rows_left = M - m0 - a_r0;                   // valid rows from a_r0 on
-    const bool b_col_ok = n0 + b_c * 8 < N;
+    const T* a_src = A + (size_t)(m0 + a_r0) * lda + a_c * 8;  // row a_r0, chunk a_c of k-tile 0
+    // K x N: k-row b_r0, chunk b_c of k-tile 0; N x K: n-row n0 + b_r0, chunk b_c of k-tile 0.
+    const T* b_src = B_NK ? B + (size_t)(n0 + b_r0) * ldb + b_c * 8 : B + (size_t)b_r0 * ldb + n0 + b_c * 8;
+    const int a_rows_left = M - m0 - a_r0;  // valid rows from a_r0 on
+    const int b_rows_left = N - n0 - b_r0;  // N x K: valid n-rows from b_r0 on
+    const bool b_col_ok = n0 + b_c * 8 < N;  // K x N
 
     auto load_stage = [&](int stage, int kt) {
       const int k0 = kt * BK;
@@ -436,14 +452,24 @@ __device__ __forceinline__ void gemm_wgmma_body(const T* __restrict__ A, const T
       for (int i = 0; i < A_ITERS; ++i) {
         const int r = a_r0 + i * A_RSTEP;
         const bool valid = a_k_ok && i * A_RSTEP < a_rows_left;
-        cp_async16(a_dst + LA::chunk_offset(r, a_c), valid ? a_src + (size_t)i * A_RSTEP * K + k0 : A, valid);
+        cp_async16(a_dst + LA::chunk_offset(r, a_c), valid ? a_src + (size_t)i * A_RSTEP * lda + k0 : A, valid);
       }
       const uint32_t b_dst = sB + stage * B_STAGE_BYTES;
+      if constexpr (B_NK) {
+        const bool b_k_ok = k0 + b_c * 8 < K;
 #pragma unroll
-      for (int i = 0; i < B_ITERS; ++i) {
-        const int k = b_r0 + i * B_RSTEP;
-        const bool valid = b_col_ok && k0 + k < K;
-        cp_async16(b_dst + LB::chunk_offset(k, b_c), valid ? b_src + (size_t)(k0 + i * B_RSTEP) * N : B, valid);
+        for (int i = 0; i < B_ITERS; ++i) {
+          const int r = b_r0 + i * B_RSTEP;
+          const bool valid = b_k_ok && i * B_RSTEP < b_rows_left;
+          cp_async16(b_dst + LA::chunk_offset(r, b_c), valid ? b_src + (size_t)i * B_RSTEP * ldb + k0 : B, valid);
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < B_ITERS; ++i) {
+          const int k = b_r0 + i * B_RSTEP;
+          const bool valid = b_col_ok && k0 + k < K;
+          cp_async16(b_dst + LB::chunk_offset(k, b_c), valid ? b_src + (size_t)(k0 + i * B_RSTEP) * ldb : B, valid);
+        }
       }
     };
 
@@ -479,21 +505,26 @@ __device__ __forceinline__ void gemm_wgmma_body(const T* __restrict__ A, const T
   const int lane = tid & 31, warp = (tid >> 5) & 3;
   const int row_base = m0 + wg * WG_M + warp * 16 + (lane >> 2);
   const int col_base = n0 + (lane & 3) * 2;
-  const bool pairs = (reinterpret_cast<uintptr_t>(C) & 3) == 0;
+  // Pairs as one 32-bit access: C 4-byte aligned and, for an N x K B (N, and so ldc, may be odd: the
+  // tuner measures rows ldc = N apart), ldc even. A K x N B comes with N % 8 == 0 and ldc % 8 == 0
+  // (the launcher runs this family only on 16-byte rows).
+  const bool pairs = (reinterpret_cast<uintptr_t>(C) & 3) == 0 && (!B_NK || (ldc & 1) == 0);
 #pragma unroll
   for (int i = 0; i < MT; ++i)
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        store_pair<T>(C, M, N, row_base + i * 64 + h * 8, col_base + j * 8, acc[i][4 * j + 2 * h],
-                      acc[i][4 * j + 2 * h + 1], alpha, beta, pairs);
+        store_pair<T, !B_NK>(C, M, N, ldc, row_base + i * 64 + h * 8, col_base + j * 8, acc[i][4 * j + 2 * h],
+                             acc[i][4 * j + 2 * h + 1], alpha, beta, pairs);
 }
 
 }  // namespace at_wgmma
 
-// One instance, as the tuner generates it (see autotune/ops/gemm_wgmma.py):
+// One instance, as the tuner generates it (see autotune/ops/gemm/wgmma.py; B_NK true and "_nt" at the
+// end of the name for an N x K B):
 //   extern "C" __global__ void __launch_bounds__(256, 1) gemm_wgmma_<key>(const __half* A, const __half* B,
-//       __half* C, int M, int N, int K, float alpha, float beta, float* workspace, unsigned int* counters)
-//   { at_wgmma::gemm_wgmma_body<__half, 128, 256, 64, 2, 4, 8, 0, 1>(A, B, C, M, N, K, alpha, beta,
-//                                                                    workspace, counters); }
+//       __half* C, int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta,
+//       float* workspace, unsigned int* counters)
+//   { at_wgmma::gemm_wgmma_body<__half, false, 128, 256, 64, 2, 4, 8, 0, 1>(A, B, C, M, N, K, lda, ldb, ldc,
+//                                                                           alpha, beta, workspace, counters); }

@@ -72,7 +72,8 @@ __device__ void at_reference(const T* A, const T* x, double* out, double* absout
 // it runs once per verification.
 #define AT_REF_TILE 64
 #define AT_REF_K 16
-template <typename T>
+// B_NK: B is stored N x K row-major (C = A Bᵀ of a K-contiguous B, an nn.Linear weight's layout).
+template <typename T, bool B_NK>
 __device__ void at_gemm_reference(const T* A, const T* B, double* out, double* absout, int M, int N, int K) {
   __shared__ double As[AT_REF_K][AT_REF_TILE + 1];
   __shared__ double Bs[AT_REF_K][AT_REF_TILE + 1];
@@ -86,7 +87,8 @@ __device__ void at_gemm_reference(const T* A, const T* B, double* out, double* a
       As[kk][r] = (gr < M && gk < K) ? at_load(A + (size_t)gr * K + gk) : 0.0;
       const int c = i % AT_REF_TILE, kb = i / AT_REF_TILE;  // B tile, read along n
       const int gc = col0 + c, gkb = k0 + kb;
-      Bs[kb][c] = (gc < N && gkb < K) ? at_load(B + (size_t)gkb * N + gc) : 0.0;
+      const size_t b_at = B_NK ? (size_t)gc * K + gkb : (size_t)gkb * N + gc;
+      Bs[kb][c] = (gc < N && gkb < K) ? at_load(B + b_at) : 0.0;
     }
     __syncthreads();
     for (int kk = 0; kk < AT_REF_K; ++kk) {
@@ -162,7 +164,11 @@ __device__ void at_compare(const T* got, const double* ref, const double* absref
   }                                                                                             \
   extern "C" __global__ void __launch_bounds__(256) at_gemm_reference_##NAME(                   \
       const T* A, const T* B, double* out, double* absout, int M, int N, int K) {               \
-    at_gemm_reference<T>(A, B, out, absout, M, N, K);                                           \
+    at_gemm_reference<T, false>(A, B, out, absout, M, N, K);                                    \
+  }                                                                                             \
+  extern "C" __global__ void __launch_bounds__(256) at_gemm_reference_nt_##NAME(                \
+      const T* A, const T* B, double* out, double* absout, int M, int N, int K) {               \
+    at_gemm_reference<T, true>(A, B, out, absout, M, N, K);                                     \
   }                                                                                             \
   extern "C" __global__ void at_compare_##NAME(const T* got, const double* ref, const double* absref, \
                                                const T* c0, double alpha, double beta,          \

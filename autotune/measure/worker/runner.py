@@ -94,7 +94,14 @@ class Runner:
         kernel = self._reference_kernel
         if kernel is not None and self._reference is not None:
             self._reference.prepared_async_call(
-                kernel.grid, kernel.block, None, *inputs, self._ref, self._absref, *self._operands.sizes
+                # the reference kernels take the first three sizes: (M, N, lda) or (M, N, K)
+                kernel.grid,
+                kernel.block,
+                None,
+                *inputs,
+                self._ref,
+                self._absref,
+                *self._operands.sizes[:3],
             )
             return
         host = []

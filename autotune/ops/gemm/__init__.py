@@ -1,5 +1,9 @@
 """GEMM (C = alpha*A*B + beta*C, all row-major): picks a kernel family per problem and delegates.
 
+B is stored K x N, or N x K (K contiguous: C = A Wᵀ with W an nn.Linear's weight) for a problem with
+`trans`; each layout is its own problem, tuned and stored apart. Every family serves both. The kernels
+take the leading dimensions lda, ldb, ldc at run time, so views with gaps between rows run in place.
+
 A problem is tuned within one family, chosen by dtype and shape. When A has at most 16 rows (batched
 decode: B is streamed once, memory-bound) that is `skinny_tc` (tensor cores) for float16/bfloat16 with
 M >= TC_MIN_M, else `skinny` (CUDA cores). Larger products go to `simt` for float32 (CUDA cores) and,
@@ -81,10 +85,12 @@ def family_compile_arch(module: ModuleType, arch: str) -> str:
 
 
 class Gemm(Op):
-    """C = alpha*A*B + beta*C, all row-major, in the family `family` picks for each problem, or in
-    one family throughout (`pinned`: tests, benchmarks, the stand-in for unaligned arrays)."""
+    """C = alpha*A*B + beta*C, all row-major (B N x K for a `trans` problem), in the family `family`
+    picks for each problem, or in one family throughout (`pinned`: tests, benchmarks, the stand-in
+    for unaligned arrays)."""
 
     name = NAME
+    transposable = True
     sizes = ("M", "N", "K")
     compute_bound = True
     arg_types = gemm_shared.ARG_TYPES
@@ -133,7 +139,16 @@ class Gemm(Op):
 
     def operands(self, problem: Problem) -> Operands:
         m, n, k = problem.m, problem.n, problem.k
-        return Operands(inputs=(m * k, k * n), output=m * n, sizes=(m, n, k))
+        return Operands(inputs=(m * k, k * n), output=m * n, sizes=gemm_shared.contiguous_sizes(problem))
+
+    def strided_sizes(self, problem: Problem, leading: tuple[int, ...]) -> tuple[int, ...]:
+        """The kernels' sizes for operands with leading dimensions (lda, ldb, ldc)."""
+        lda, ldb, ldc = leading
+        m, n, k, *least = gemm_shared.contiguous_sizes(problem)
+        for name, given, need in zip(("lda", "ldb", "ldc"), leading, least, strict=True):
+            if given < need:
+                raise AutotuneError(f"{name}={given} is below the row length {need}: rows would overlap")
+        return (m, n, k, lda, ldb, ldc)
 
     def device_reference(self, problem: Problem) -> DeviceReference:
         return gemm_shared.device_reference(problem)

@@ -1,4 +1,8 @@
-"""Tensor-core GEMM family "mma" (mma.sync, cp.async pipeline, half/bfloat16): space, geometry, source."""
+"""Tensor-core GEMM family "mma" (mma.sync, cp.async pipeline, half/bfloat16): space, geometry, source.
+
+B is K x N, or N x K for a trans=True problem (gemm_shared.b_is_n_by_k: the kernel's B_NK, named
+..._nt). The family is also the scalar-load (vec = 1) stand-in for wgmma problems whose arrays or
+leading dimensions are not 16-byte aligned, in both layouts."""
 
 from __future__ import annotations
 
@@ -14,7 +18,8 @@ from autotune.ops.geometry import Launch
 NAME = "mma"
 KERNEL_FILE = "gemm/gemm_mma.cu"  # under kernels/, beside this folder's mirror
 DTYPES = ("float16", "bfloat16")
-# Kernel arguments in PyCUDA's prepare() notation: A, B, C, M, N, K, alpha, beta, workspace, counters.
+# Kernel arguments in PyCUDA's prepare() notation: A, B, C, M, N, K, lda, ldb, ldc, alpha, beta,
+# workspace, counters.
 ARG_TYPES = gemm_shared.ARG_TYPES
 
 # Split-K pays for a second pass over C; it only helps while the output tiles leave SMs idle.
@@ -45,9 +50,23 @@ def _registers(config: Mapping[str, int]) -> int:
     return wm * wn // 32 + 2 * (wm // 16 * 4 + wn // 8 * 2) + 48
 
 
+def vec_reason(problem: Problem, vec: int) -> str | None:
+    """Why copies of `vec` elements do not fit the rows of A and B (of contiguous operands), or None.
+    The copies run along A's rows (K long) and B's: K long for N x K, N long for K x N; C is stored
+    in pairs wherever its rows allow, whatever vec."""
+    if vec == 1:
+        return None
+    if gemm_shared.b_is_n_by_k(problem):
+        return f"vec={vec} needs k divisible by {vec}" if problem.k % vec else None
+    if problem.k % vec or problem.n % vec:
+        return f"vec={vec} needs k and n divisible by {vec}"
+    return None
+
+
 def widest_vec(problem: Problem) -> int:
-    """The widest copy (elements) every row of A and B allows: K and N must be multiples of it."""
-    return next((v for v in _VECS if problem.k % v == 0 and problem.n % v == 0), 1)
+    """The widest copy (elements) every row of A and B allows (vec_reason): K, and for K x N also N,
+    must be multiples of it."""
+    return next((v for v in _VECS if vec_reason(problem, v) is None), 1)
 
 
 def _tile_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
@@ -67,8 +86,8 @@ def _schedule_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
     k_tiles = gemm_shared.tile_count(problem.k, c["bk"])
     if c["stages"] > max(2, k_tiles + 1):
         return f"{c['stages']} stages for {k_tiles} k-tiles"
-    if c["vec"] > 1 and (problem.k % c["vec"] or problem.n % c["vec"]):
-        return f"vec={c['vec']} needs k and n divisible by {c['vec']}"
+    if vec := vec_reason(problem, c["vec"]):
+        return vec
     tiles_m = gemm_shared.tile_count(problem.m, c["bm"])
     if swizzle := gemm_shared.swizzle_reason(c["swizzle"], tiles_m):
         return swizzle
@@ -105,7 +124,8 @@ def space(problem: Problem) -> Space:
 
 
 def default_config(problem: Problem) -> Config:
-    """Valid for every shape: 2-byte loads (no alignment assumed), tiles no larger than the output."""
+    """Valid for every shape and both layouts of B: 2-byte loads (no alignment assumed), tiles no
+    larger than the output."""
     bm = 128 if problem.m > 64 else 64
     bn = 128 if problem.n > 64 else 64
     return {
@@ -125,16 +145,19 @@ def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
     c = config
     return (
         f"gemm_mma_{problem.dtype}_{c['bm']}x{c['bn']}x{c['bk']}_w{c['wm']}x{c['wn']}"
-        f"_s{c['stages']}_v{c['vec']}_z{c['swizzle']}"
+        f"_s{c['stages']}_v{c['vec']}_z{c['swizzle']}{gemm_shared.layout_suffix(problem)}"
     )
 
 
 def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
-    """A translation unit with one extern "C" instance of the template (a stable, unmangled name)."""
+    """A translation unit with one extern "C" instance of the template (a stable, unmangled name),
+    B_NK where the problem stores B N x K."""
     c = config
     body = "at_gemm_mma::gemm_mma_body"
     args = [c[k] for k in ("bm", "bn", "bk", "wm", "wn", "stages", "vec", "swizzle")]
-    return gemm_shared.instance_source(KERNEL_FILE, kernel_name(problem, c), problem.dtype, str(threads(c)), body, args)
+    name = kernel_name(problem, c)
+    b_nk = gemm_shared.b_is_n_by_k(problem)
+    return gemm_shared.instance_source(KERNEL_FILE, name, problem.dtype, str(threads(c)), body, args, b_nk=b_nk)
 
 
 def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:

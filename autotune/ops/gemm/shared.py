@@ -13,18 +13,42 @@ from autotune.core.space import Config
 from autotune.ops.base import DeviceReference
 from autotune.ops.geometry import cluster_choices, cluster_declaration
 
-# Kernel arguments in PyCUDA's prepare() notation: A, B, C, M, N, K, alpha, beta, workspace, counters.
-ARG_TYPES = "PPPiiiffPP"
+# Kernel arguments in PyCUDA's prepare() notation: A, B, C, M, N, K, lda, ldb, ldc, alpha, beta,
+# workspace, counters. The leading dimensions are runtime arguments so that a view with gaps between
+# its rows (a slice of columns of a wider matrix) runs in place.
+ARG_TYPES = "PPPiiiiiiffPP"
+
+
+def b_is_n_by_k(problem: Problem) -> bool:
+    """Whether a GEMM problem stores B as N x K row-major (K contiguous: an nn.Linear's weight, C = A Wᵀ)
+    rather than K x N. A GEMM problem's `trans` names this layout."""
+    return problem.op == "gemm" and problem.trans
+
+
+def layout_suffix(problem: Problem) -> str:
+    """What a kernel name adds for B's layout: nothing for K x N, "_nt" for N x K."""
+    return "_nt" if b_is_n_by_k(problem) else ""
+
+
+def contiguous_sizes(problem: Problem) -> tuple[int, int, int, int, int, int]:
+    """The kernels' sizes (M, N, K, lda, ldb, ldc) of a problem whose matrices have no gaps between
+    their rows (what the tuner measures)."""
+    m, n, k = problem.m, problem.n, problem.k
+    return (m, n, k, k, k if b_is_n_by_k(problem) else n, n)
+
+
 REFERENCE_TILE = 64  # kernels/measure/support.cu: at_gemm_reference's tile of C
 
 
 def device_reference(problem: Problem) -> DeviceReference:
-    """at_gemm_reference: C (M x N) = A B in float64, a block per 64 x 64 tile of C."""
+    """at_gemm_reference: C (M x N) = A B in float64, a block per 64 x 64 tile of C; B is read N x K
+    where the problem stores it so (at_gemm_reference_nt)."""
     tiles_m = math.ceil(problem.m / REFERENCE_TILE)
     if tiles_m > MAX_GRID_Y:
         raise AutotuneError(f"{problem}: M={problem.m} is past what the float64 reference kernel covers")
     grid = (math.ceil(problem.n / REFERENCE_TILE), tiles_m, 1)
-    return DeviceReference(f"at_gemm_reference_{problem.dtype}", "PPPPiii", grid, (256, 1, 1))
+    kernel = "at_gemm_reference_nt" if b_is_n_by_k(problem) else "at_gemm_reference"
+    return DeviceReference(f"{kernel}_{problem.dtype}", "PPPPiii", grid, (256, 1, 1))
 
 
 def instance_source(
@@ -37,19 +61,21 @@ def instance_source(
     *,
     cluster: int = 1,
     split_k: bool = True,
+    b_nk: bool = False,
 ) -> str:
     """A translation unit with one extern "C" instance of a family's template (a stable, unmangled
-    name) taking the GEMM kernel arguments: it calls `body`<T, template_args...> (T: the dtype's CUDA
-    type) with them, the split-K workspace and counters left out where `split_k` is False. cluster > 1
+    name) taking the GEMM kernel arguments: it calls `body`<T, B_NK, template_args...> (T: the dtype's
+    CUDA type; B_NK: B is stored N x K, see b_is_n_by_k) with them, the split-K workspace and counters
+    left out where `split_k` is False. cluster > 1
     declares the kernel with thread-block clusters of that many blocks along the grid's y (the K
     splits), fixed at compile time so that a plain launch runs it in clusters."""
     t = CUDA_TYPE[dtype]
-    args = ", ".join([t, *map(str, template_args)])
-    call_args = "A, B, C, M, N, K, alpha, beta" + (", workspace, counters" if split_k else "")
+    args = ", ".join([t, "true" if b_nk else "false", *map(str, template_args)])
+    call_args = "A, B, C, M, N, K, lda, ldb, ldc, alpha, beta" + (", workspace, counters" if split_k else "")
     return (
         f'#include "{kernel_file}"\n'
         f'extern "C" __global__ void {cluster_declaration(cluster)}__launch_bounds__({launch_bounds})\n'
-        f"{name}(const {t}* A, const {t}* B, {t}* C, int M, int N, int K,\n"
+        f"{name}(const {t}* A, const {t}* B, {t}* C, int M, int N, int K, int lda, int ldb, int ldc,\n"
         f"    float alpha, float beta, float* workspace, unsigned int* counters) {{\n"
         f"  {body}<{args}>({call_args});\n"
         f"}}\n"

@@ -1,7 +1,11 @@
-"""SIMT GEMM (float32 on CUDA cores, C = alpha*A*B + beta*C): parameters, constraints, geometry, source."""
+"""SIMT GEMM (float32 on CUDA cores, C = alpha*A*B + beta*C): parameters, constraints, geometry, source.
+
+B is K x N or, for a `trans` problem (gemm_shared.b_is_n_by_k), N x K; both layouts have the same
+space, the N x K one with a padded, transposed B tile in shared memory (see shared_bytes)."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 
@@ -20,10 +24,12 @@ from autotune.ops.geometry import Launch
 NAME = "simt"
 KERNEL_FILE = "gemm/gemm_simt.cu"  # under kernels/, beside this folder's mirror
 DTYPES: tuple[str, ...] = ("float32",)
-# Kernel arguments in PyCUDA's prepare() notation: A, B, C, M, N, K, alpha, beta, workspace, counters.
+# Kernel arguments in PyCUDA's prepare() notation: A, B, C, M, N, K, lda, ldb, ldc, alpha, beta,
+# workspace, counters.
 ARG_TYPES = gemm_shared.ARG_TYPES
 
 A_PAD = 4  # floats of padding per k-row of the transposed A tile (mirrors the kernel)
+B_PAD_NK = 4  # the same for B's tile where B is N x K (stored transposed like A); K x N has none
 FLOAT_BYTES = 4
 # Registers a thread needs beside its accumulators, operand fragments and staged loads (indices, the
 # k loop, two base pointers); ptxas rematerializes everything else rather than spill.
@@ -63,9 +69,11 @@ def estimated_registers(c: Mapping[str, int]) -> int:
     return c["tm"] * c["tn"] + c["tm"] + c["tn"] + _staged_floats(c) + BASE_REGISTERS
 
 
-def shared_bytes(c: Mapping[str, int]) -> int:
-    """STAGES * (BK * (BM + A_PAD) + BK * BN) * sizeof(float), as in kernels/gemm/gemm_simt.cu."""
-    return c["stages"] * (c["bk"] * (c["bm"] + A_PAD) + c["bk"] * c["bn"]) * FLOAT_BYTES
+def shared_bytes(c: Mapping[str, int], b_nk: bool = False) -> int:
+    """STAGES * (BK * (BM + A_PAD) + BK * (BN + B_PAD)) * sizeof(float), B_PAD = 4 where B is N x K
+    (`b_nk`) and 0 where it is K x N, as in kernels/gemm/gemm_simt.cu."""
+    b_pad = B_PAD_NK if b_nk else 0
+    return c["stages"] * (c["bk"] * (c["bm"] + A_PAD) + c["bk"] * (c["bn"] + b_pad)) * FLOAT_BYTES
 
 
 def _tile_reason(c: Mapping[str, int]) -> str | None:
@@ -86,7 +94,7 @@ def register_cap(c: Mapping[str, int]) -> int:
     return min(MAX_REGISTERS_PER_THREAD, REGISTERS_PER_SM // (c["occ"] * _threads(c)) // 8 * 8)
 
 
-def _resource_reason(c: Mapping[str, int]) -> str | None:
+def _resource_reason(c: Mapping[str, int], b_nk: bool) -> str | None:
     threads = _threads(c)
     if not MIN_THREADS <= threads <= MAX_TILE_THREADS:
         return f"{threads} threads per block, outside {MIN_THREADS}..{MAX_TILE_THREADS}"
@@ -101,18 +109,22 @@ def _resource_reason(c: Mapping[str, int]) -> str | None:
         return f"about {registers} registers per thread, over the {register_cap(c)} that occ={c['occ']} allows"
     if c["tm"] * c["tn"] > 64 and registers > WIDE_TILE_MAX_ESTIMATE:
         return f"thread tile {c['tm']}x{c['tn']} with {_staged_floats(c)} staged floats spills"
-    if c["occ"] * shared_bytes(c) > MAX_SHARED_BYTES_OPT_IN:
-        return f"{c['occ']} x {shared_bytes(c)} bytes of shared memory, more than one SM's {MAX_SHARED_BYTES_OPT_IN}"
+    if c["occ"] * shared_bytes(c, b_nk) > MAX_SHARED_BYTES_OPT_IN:
+        smem = shared_bytes(c, b_nk)
+        return f"{c['occ']} x {smem} bytes of shared memory, more than one SM's {MAX_SHARED_BYTES_OPT_IN}"
     return None
 
 
-def constraint(c: Mapping[str, int]) -> str | None:
-    """Why a config cannot run (one line), or None. Problem-dependent parts live in the vec choices."""
-    return _tile_reason(c) or _resource_reason(c)
+def constraint(c: Mapping[str, int], b_nk: bool = False) -> str | None:
+    """Why a config cannot run (one line), or None, for B K x N or (`b_nk`) N x K. The other
+    problem-dependent parts live in the vec choices."""
+    return _tile_reason(c) or _resource_reason(c, b_nk)
 
 
 def vec_choices(problem: Problem) -> tuple[int, ...]:
-    """Vector widths whose loads and stores stay aligned: rows of A need K % VEC, rows of B and C N % VEC."""
+    """Vector widths whose loads and stores stay aligned, the same K % VEC == 0 and N % VEC == 0 for both
+    layouts: rows of A (along K) need K % VEC and rows of C N % VEC; B's rows need N % VEC where B is
+    K x N (loads along N) and K % VEC where it is N x K (loads along K)."""
     return tuple(v for v in _VECS if problem.k % v == 0 and problem.n % v == 0)
 
 
@@ -130,7 +142,7 @@ def space(problem: Problem) -> Space:
             Param("stages", (1, 2)),
             Param("occ", _OCCUPANCY),
         ),
-        constraint=constraint,
+        constraint=functools.partial(constraint, b_nk=gemm_shared.b_is_n_by_k(problem)),
     )
 
 
@@ -147,18 +159,20 @@ def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
     c = config
     return (
         f"gemm_simt_{problem.dtype}_b{c['bm']}x{c['bn']}x{c['bk']}_w{c['wm']}x{c['wn']}"
-        f"_t{c['tm']}x{c['tn']}_v{c['vec']}_s{c['stages']}_o{c['occ']}"
+        f"_t{c['tm']}x{c['tn']}_v{c['vec']}_s{c['stages']}_o{c['occ']}{gemm_shared.layout_suffix(problem)}"
     )
 
 
 def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
-    """A translation unit with one extern "C" instance of the template (a stable, unmangled name)."""
+    """A translation unit with one extern "C" instance of the template (a stable, unmangled name), for B's
+    layout of `problem`."""
     c = config
     body = "at_gemm_simt::gemm_simt_body"
     args = [c[k] for k in ("bm", "bn", "bk", "wm", "wn", "tm", "tn", "vec", "stages")]
     bounds = f"{_threads(c)}, {c['occ']}"  # at most this many threads, at least occ blocks per SM
     name = kernel_name(problem, c)
-    return gemm_shared.instance_source(KERNEL_FILE, name, problem.dtype, bounds, body, args, split_k=False)
+    b_nk = gemm_shared.b_is_n_by_k(problem)
+    return gemm_shared.instance_source(KERNEL_FILE, name, problem.dtype, bounds, body, args, split_k=False, b_nk=b_nk)
 
 
 def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
@@ -169,7 +183,7 @@ def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch
     return Launch(
         grid=(tiles_n, min(tiles_m, MAX_GRID_Y), 1),
         block=(_threads(c), 1, 1),
-        shared_bytes=shared_bytes(c),
+        shared_bytes=shared_bytes(c, gemm_shared.b_is_n_by_k(problem)),
         workspace_floats=0,
         counters=0,
     )

@@ -2,7 +2,12 @@
 geometry, source. The kernel (kernels/gemm/gemm_skinny_tc.cu) streams B once, like the CUDA-core `skinny`
 family, but multiplies with mma.sync, so its time stays flat as M grows from 2 to 16. B streams
 either straight into registers (`stages` = 0) or, on Hopper, through `stages` shared-memory stages
-filled by the TMA (one thread's bulk tensor copies instead of every thread's loads)."""
+filled by the TMA (one thread's bulk tensor copies instead of every thread's loads).
+
+B is K x N, or for a `trans` problem N x K (an nn.Linear weight, gemm_shared.b_is_n_by_k): then its
+vector loads run along K, so `vec` must divide K instead of N, a 16-byte load (`vec` 8) gives a
+warp's slice 32 rows of K instead of 16 (each lane holds 8 k of a row: two mma steps), and the TMA
+needs only K's rows to be 16-byte multiples."""
 
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ from autotune.ops.tma import Box, OperandMaps
 
 NAME = "skinny_tc"
 KERNEL_FILE = "gemm/gemm_skinny_tc.cu"  # under kernels/, beside this folder's mirror
+ARG_TYPES = gemm_shared.ARG_TYPES  # A, B, C, M, N, K, lda, ldb, ldc, alpha, beta, workspace, counters
 DTYPES = ("float16", "bfloat16")
 
 MAX_M = 16  # one mma tile of rows
@@ -33,7 +39,7 @@ MAX_SHARED_BYTES = MAX_SHARED_BYTES_OPT_IN - 1024  # the opt-in maximum less the
 _WNS = (1, 2, 4)  # warps along N
 _KWS = (1, 2, 4, 8, 16)  # warps along K
 _VECS = (1, 2, 4, 8)  # elements per load of B (8: 16 bytes)
-_UNROLLS = (1, 2, 4)  # 16-row slices per warp and step; the next step is always in flight too
+_UNROLLS = (1, 2, 4)  # slices of K (see slice_rows) per warp and step
 _POLICIES = (1, 2)  # load paths for B (see load_stream in kernels/common/common.cuh)
 _SPLITS = tuple(2**i for i in range(9))  # 1 .. 256
 # TMA stages (0: B streams into registers instead). A stage holds 64 rows of K: A's 16 x 64 box and
@@ -44,28 +50,40 @@ TMA_ALIGN_PAD = 1024  # the kernel rounds its stages up to 1024 bytes (the swizz
 TMA_MAX_KW = 4  # the warps along K share a stage's four k16 steps
 
 
+def _b_row_length(problem: Problem) -> int:
+    """Elements of a row of B, along which its vector loads run: N (K x N) or K (N x K)."""
+    return problem.k if gemm_shared.b_is_n_by_k(problem) else problem.n
+
+
 def _stage_choices(problem: Problem) -> tuple[int, ...]:
     """(0,) and, where the TMA can serve the problem, the stage counts: Hopper (or no GPU here, when
-    answers are for the H100/H200 records) and rows of A and B that are multiples of 16 bytes."""
-    tma_rows = problem.k % 8 == 0 and problem.n % 8 == 0
+    answers are for the H100/H200 records) and rows of A and B that are multiples of 16 bytes (K
+    and, for K x N, N; an N x K B's rows are K long)."""
+    tma_rows = problem.k % 8 == 0 and _b_row_length(problem) % 8 == 0
     return (0, *_STAGES) if tma_rows and geometry.clusters_run_here() else (0,)
 
 
 def _vec_choices(problem: Problem) -> tuple[int, ...]:
-    """The two widest loads N allows, and scalar loads: those are slower, but the launcher needs
-    them for arrays whose rows are not 16-byte aligned."""
-    fits = [v for v in _VECS if v == 1 or problem.n % v == 0]
+    """The two widest loads B's rows (N, or K for N x K) allow, and scalar loads: those are slower,
+    but the launcher needs them for arrays whose rows are not 16-byte aligned."""
+    fits = [v for v in _VECS if v == 1 or _b_row_length(problem) % v == 0]
     return tuple(sorted({1, *fits[-2:]}))
 
 
-def _step(c: Mapping[str, int]) -> int:
-    """Rows of B a block reads per step (a TMA stage: 64)."""
-    return TMA_ROWS if c["stages"] else MMA_K * c["kw"] * c["unroll"]
+def slice_rows(problem: Problem, c: Mapping[str, int]) -> int:
+    """Rows of K a warp's slice covers in the register mainloop: one mma step (16), except for an
+    N x K B loaded 16 bytes at a time, where each lane holds 8 k of a row: two steps (32)."""
+    return 2 * MMA_K if gemm_shared.b_is_n_by_k(problem) and c["vec"] == 8 else MMA_K
+
+
+def _step(problem: Problem, c: Mapping[str, int]) -> int:
+    """Rows of K a block reads per step (a TMA stage: 64)."""
+    return TMA_ROWS if c["stages"] else slice_rows(problem, c) * c["kw"] * c["unroll"]
 
 
 def _per_split(problem: Problem, c: Mapping[str, int]) -> int:
     """Rows of K per split, as the kernel computes them: a whole number of steps."""
-    return gemm_shared.rows_per_split(problem.k, c["split"], _step(c))
+    return gemm_shared.rows_per_split(problem.k, c["split"], _step(problem, c))
 
 
 def columns(c: Mapping[str, int]) -> int:
@@ -77,14 +95,18 @@ def threads(c: Mapping[str, int]) -> int:
     return 32 * c["wn"] * c["kw"]
 
 
-def registers(c: Mapping[str, int]) -> int:
+def registers(c: Mapping[str, int], b_nk: bool = False) -> int:
     """Registers per thread (errs high; ptxas -v for sm_90 said 106, 158 and 223 for unroll 1, 2, 4 at
-    vec 8): 32 accumulators, two steps of B (4 rows of 8 elements per slice: 16 words, more when
-    loaded in narrow pieces) and of A (4 words per slice) in flight, and about 48 for the rest."""
+    vec 8): 32 accumulators, two steps of B (K x N: 4 rows of 8 elements per slice, 16 words, more
+    when loaded in narrow pieces; N x K: 8 rows of 4 elements, or of 8 at vec 8, per slice) and of A
+    (4 words per slice, 8 for N x K at vec 8) in flight, and about 48 for the rest."""
     if c["stages"]:
         return 80  # ptxas -v: 56 (32 accumulators, fragments of A and B, addresses)
-    b_words = {1: 32, 2: 20}.get(c["vec"], 16)
-    return 48 + 32 + (1 + c["prefetch"]) * c["unroll"] * (b_words + 4)
+    if b_nk:
+        b_words, a_words = {1: 32, 8: 32}.get(c["vec"], 16), 8 if c["vec"] == 8 else 4
+    else:
+        b_words, a_words = {1: 32, 2: 20}.get(c["vec"], 16), 4
+    return 48 + 32 + (1 + c["prefetch"]) * c["unroll"] * (b_words + a_words)
 
 
 def stage_bytes(c: Mapping[str, int]) -> int:
@@ -111,22 +133,23 @@ def _shape_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
         return f"wn*kw={c['wn'] * c['kw']} warps: more than {MAX_THREADS_PER_BLOCK} threads"
     if c["wn"] > 1 and columns(c) // 2 >= problem.n:
         return f"wn={c['wn']}: half as many warps along N already cover n={problem.n}"
-    if c["kw"] * c["unroll"] > 1 and _step(c) > max(problem.k, MMA_K):
-        return f"16*kw*unroll={_step(c)} rows per step exceed k={problem.k}"
+    if c["kw"] * c["unroll"] > 1 and _step(problem, c) > max(problem.k, slice_rows(problem, c)):
+        return f"{slice_rows(problem, c)}*kw*unroll={_step(problem, c)} rows per step exceed k={problem.k}"
     return None
 
 
-def _resource_reason(c: Mapping[str, int]) -> str | None:
+def _resource_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
     cap = min(MAX_REGISTERS_PER_THREAD, REGISTERS_PER_SM // threads(c))
-    if registers(c) > cap:
-        return f"about {registers(c)} registers per thread, more than the {cap} a block of {threads(c)} gets: spills"
+    need = registers(c, gemm_shared.b_is_n_by_k(problem))
+    if need > cap:
+        return f"about {need} registers per thread, more than the {cap} a block of {threads(c)} gets: spills"
     if shared_bytes(c) > MAX_SHARED_BYTES:
         return f"{shared_bytes(c)} bytes of shared memory, more than {MAX_SHARED_BYTES}"
     return None
 
 
 def _split_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
-    return gemm_shared.split_k_reason(problem, c["split"], _step(c), column_tiles(problem, c), c["cluster"])
+    return gemm_shared.split_k_reason(problem, c["split"], _step(problem, c), column_tiles(problem, c), c["cluster"])
 
 
 def _tma_pinned(problem: Problem) -> dict[str, int]:
@@ -154,7 +177,12 @@ def _tma_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
 
 def space(problem: Problem) -> Space:
     def constraint(c: Mapping[str, int]) -> str | None:
-        return _shape_reason(problem, c) or _tma_reason(problem, c) or _resource_reason(c) or _split_reason(problem, c)
+        return (
+            _shape_reason(problem, c)
+            or _tma_reason(problem, c)
+            or _resource_reason(problem, c)
+            or _split_reason(problem, c)
+        )
 
     return Space(
         params=(
@@ -173,12 +201,15 @@ def space(problem: Problem) -> Space:
 
 
 def default_config(problem: Problem) -> Config:
-    """Valid for every m <= 16, n, k >= 1: one warp along N, up to four along K, no split."""
-    kw = 1 << (min(4, max(1, problem.k // MMA_K)).bit_length() - 1)
+    """Valid for every m <= 16, n, k >= 1 and both layouts of B: one warp along N, up to four along
+    K (no more slices than K has rows), no split."""
+    vec = _vec_choices(problem)[-1]
+    slices = problem.k // slice_rows(problem, {"vec": vec})
+    kw = 1 << (min(4, max(1, slices)).bit_length() - 1)
     return {
         "wn": 1,
         "kw": kw,
-        "vec": _vec_choices(problem)[-1],
+        "vec": vec,
         "unroll": 1,
         "policy": 1,
         "prefetch": 1,
@@ -190,6 +221,8 @@ def default_config(problem: Problem) -> Config:
 
 # Seed tilings (wn, kw, unroll, narrower, prefetch): `narrower` loads 8 bytes instead of 16, which
 # the H200 sweeps preferred on most goal shapes; without prefetch, 8 warps a block fit twice an SM.
+# These were tuned for K x N; for N x K a 16-byte load gives a slice twice the rows (slice_rows), so
+# there its unroll is halved (at least 1) to keep about the same bytes of B in flight per thread.
 _SEEDS = (
     (1, 4, 2, False, 1),
     (1, 8, 1, False, 1),
@@ -221,7 +254,8 @@ def seed_configs(problem: Problem) -> list[Config]:
     tilings = []
     for wn, kw, unroll, narrower, prefetch in _SEEDS:
         vec = gemm_shared.seed_vec(vecs, narrower)
-        base = {"wn": wn, "kw": kw, "vec": vec, "unroll": unroll, "policy": 1, "prefetch": prefetch}
+        rows = slice_rows(problem, {"vec": vec}) // MMA_K
+        base = {"wn": wn, "kw": kw, "vec": vec, "unroll": max(1, unroll // rows), "policy": 1, "prefetch": prefetch}
         base.update(cluster=1, split=1, stages=0)
         tilings.append((base, column_tiles(problem, base)))
     return gemm_shared.skinny_seeds(tilings, _SPLITS, space(problem).check) + _tma_seeds(problem)
@@ -251,7 +285,7 @@ def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
     c = config
     return (
         f"gemm_skinny_tc_{problem.dtype}_n{c['wn']}_k{c['kw']}_v{c['vec']}_u{c['unroll']}_p{c['policy']}"
-        f"_f{c['prefetch']}_c{c['cluster']}_s{c['stages']}"
+        f"_f{c['prefetch']}_c{c['cluster']}_s{c['stages']}{gemm_shared.layout_suffix(problem)}"
     )
 
 
@@ -261,7 +295,10 @@ def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
     body = "at_skinny_tc::skinny_tc_body"
     args = [c[k] for k in ("wn", "kw", "vec", "unroll", "policy", "cluster", "prefetch", "stages")]
     name, bounds = kernel_name(problem, c), str(threads(c))
-    return gemm_shared.instance_source(KERNEL_FILE, name, problem.dtype, bounds, body, args, cluster=c["cluster"])
+    b_nk = gemm_shared.b_is_n_by_k(problem)
+    return gemm_shared.instance_source(
+        KERNEL_FILE, name, problem.dtype, bounds, body, args, cluster=c["cluster"], b_nk=b_nk
+    )
 
 
 def column_tiles(problem: Problem, config: Mapping[str, int]) -> int:
@@ -279,13 +316,15 @@ def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch
         shared_bytes=shared_bytes(config),
         workspace_floats=split * problem.m * problem.n if global_split else 0,
         counters=tiles if global_split else 0,
-        operand_maps=operand_maps(config),
+        operand_maps=operand_maps(config, gemm_shared.b_is_n_by_k(problem)),
     )
 
 
-def operand_maps(config: Mapping[str, int]) -> OperandMaps | None:
+def operand_maps(config: Mapping[str, int], b_nk: bool = False) -> OperandMaps | None:
     """TMA configs' boxes: 16 rows of A (rows past M read as zeros) and one warp's 64 columns of B, 64
-    rows of K each, 128-byte swizzled as the kernel's ldmatrix addressing expects."""
+    rows of K each (for an N x K B, `b_nk`: its 64 rows, 64 elements of K each), 128-byte swizzled as
+    the kernel's ldmatrix addressing expects."""
     if not config["stages"]:
         return None
-    return OperandMaps(a=Box(16, TMA_ROWS, 128), b=Box(TMA_ROWS, WARP_COLS, 128))
+    b = Box(WARP_COLS, TMA_ROWS, 128) if b_nk else Box(TMA_ROWS, WARP_COLS, 128)
+    return OperandMaps(a=Box(16, TMA_ROWS, 128), b=b, b_nk=b_nk)

@@ -4,6 +4,9 @@ or by the tensor memory accelerator): space, geometry, source.
 Built for sm_90a only (ARCH_SUFFIX): wgmma exists on compute capability 9.0 alone, and such a cubin
 loads on no other GPU. The dispatcher (gemm.family) picks it for half-precision products with 16-byte
 rows on machines whose GPUs are all Hopper; scripts/check_wgmma.py checks its B layouts on a GPU.
+
+B is K x N or, for a trans=True problem (gemm_shared.b_is_n_by_k), N x K: then B's stage is K-major
+like A's (the kernel's B_NK), wgmma reads it untransposed, and a TMA box of B is BN rows of BK.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from autotune.ops.tma import Box, OperandMaps
 NAME = "wgmma"
 KERNEL_FILE = "gemm/gemm_wgmma.cu"  # under kernels/, beside this folder's mirror
 DTYPES = ("float16", "bfloat16")
-# Kernel arguments in PyCUDA's prepare() notation: A, B, C, M, N, K, alpha, beta, workspace, counters.
+# Kernel arguments in PyCUDA's prepare() notation: A, B, C, M, N, K, lda, ldb, ldc, alpha, beta,
+# workspace, counters.
 ARG_TYPES = gemm_shared.ARG_TYPES
 # The only GPU architecture this family compiles for, and the suffix nvcc needs for wgmma ("sm_90a").
 ARCH = "sm_90"
@@ -30,13 +34,14 @@ MAX_ACCUMULATORS = 128  # float accumulators a thread: more leaves too few of th
 # half the shared memory a stage, so twice the stages and a deeper prefetch fit).
 _BKS = (32, 64)
 ALIGN_PAD = 1024  # the kernel rounds its shared base up to 1024 bytes
-VEC = 8  # elements of one 16-byte cp.async: K and N must be multiples of it
+VEC = 8  # elements of one 16-byte cp.async: the rows of A and B (K, and N for a K x N B) multiples of it
 _TILES = (64, 128, 256)
 _WARPGROUPS = (1, 2)
 _STAGES = (3, 4, 5, 6, 7, 8, 9)
 _SWIZZLES = (1, 4, 8, 16)
-# Layouts of B's shared stage and its descriptor (see LayoutB in gemm_wgmma.cu). The GPU check runs all
-# of LAYOUTS; the tuner only those expected correct (TUNED_LAYOUTS) until the check says otherwise.
+# Layouts of a K x N B's shared stage and its descriptor (see LayoutB in gemm_wgmma.cu). The GPU check
+# runs all of LAYOUTS; the tuner only those expected correct (TUNED_LAYOUTS) until the check says
+# otherwise. An N x K B has one layout (A's): its configs name layout 0.
 LAYOUTS = (0, 1, 2, 3)
 TUNED_LAYOUTS = (0,)
 # How stages are filled: 0 every thread's cp.async, 1 the tensor memory accelerator (TMA: one thread
@@ -64,9 +69,17 @@ def shared_bytes(problem: Problem, config: Mapping[str, int]) -> int:
 
 
 def problem_reason(problem: Problem) -> str | None:
-    """Why this family cannot serve the problem at all, or None."""
+    """Why this family cannot serve the problem at all, or None. The rows of A and B must be whole
+    16-byte pieces: A's are K long, B's N (K x N) or K (N x K, a trans=True problem)."""
     if problem.dtype not in DTYPES:
         return f"the wgmma family serves {' and '.join(DTYPES)}, not {problem.dtype}"
+    if gemm_shared.b_is_n_by_k(problem):
+        if problem.k % VEC:
+            return (
+                f"the wgmma family needs k divisible by {VEC} (16-byte rows of A and of B stored n x k), "
+                f"got k={problem.k}"
+            )
+        return None
     if problem.k % VEC or problem.n % VEC:
         return (
             f"the wgmma family needs k and n divisible by {VEC} (16-byte rows of A and B), "
@@ -83,7 +96,9 @@ def _tile_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
     return gemm_shared.output_tile_reason(problem, c, shared_bytes(problem, c))
 
 
-def _loader_reason(c: Mapping[str, int]) -> str | None:
+def _loader_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
+    if gemm_shared.b_is_n_by_k(problem) and c["layout"] != 0:
+        return f"B stored n x k has one stage layout (A's, named 0), not layout {c['layout']}"
     if c["tma"] and c["layout"] != 0:
         return f"the TMA writes B's stage in layout 0 (128-byte swizzled atoms), not layout {c['layout']}"
     return None
@@ -99,7 +114,12 @@ def _schedule_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
 
 def space(problem: Problem) -> Space:
     def constraint(c: Mapping[str, int]) -> str | None:
-        return problem_reason(problem) or _tile_reason(problem, c) or _loader_reason(c) or _schedule_reason(problem, c)
+        return (
+            problem_reason(problem)
+            or _tile_reason(problem, c)
+            or _loader_reason(problem, c)
+            or _schedule_reason(problem, c)
+        )
 
     return Space(
         params=(
@@ -117,8 +137,9 @@ def space(problem: Problem) -> Space:
 
 
 def default_config(problem: Problem) -> Config:
-    """Valid for every problem the family serves (k and n multiples of 8): one warpgroup, tiles no
-    larger than the output, three stages filled by the TMA (faster than cp.async on the H200)."""
+    """Valid for every problem the family serves (k, and n for a K x N B, multiples of 8), in both
+    layouts: one warpgroup, tiles no larger than the output, three stages filled by the TMA (faster
+    than cp.async on the H200)."""
     return {
         "bm": 128 if problem.m > 64 else 64,
         "bn": 128 if problem.n > 64 else 64,
@@ -135,7 +156,7 @@ def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
     c = config
     tile = f"{c['bm']}x{c['bn']}x{c['bk']}"
     schedule = f"g{c['wgs']}_s{c['stages']}_z{c['swizzle']}_l{c['layout']}_t{c['tma']}"
-    return f"gemm_wgmma_{problem.dtype}_{tile}_{schedule}"
+    return f"gemm_wgmma_{problem.dtype}_{tile}_{schedule}{gemm_shared.layout_suffix(problem)}"
 
 
 def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
@@ -146,17 +167,23 @@ def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
     # One block a multiprocessor (its shared memory alone sees to that): ptxas may give a thread up to
     # 255 registers, which 128 accumulators need.
     bounds = f"{threads(c)}, 1"
-    return gemm_shared.instance_source(KERNEL_FILE, kernel_name(problem, c), problem.dtype, bounds, body, args)
+    return gemm_shared.instance_source(
+        KERNEL_FILE, kernel_name(problem, c), problem.dtype, bounds, body, args, b_nk=gemm_shared.b_is_n_by_k(problem)
+    )
 
 
-def operand_maps(config: Mapping[str, int]) -> OperandMaps | None:
+def operand_maps(problem: Problem, config: Mapping[str, int]) -> OperandMaps | None:
     """The TMA boxes of a stage (None for cp.async instances): A's BM x BK rows, swizzled over their
-    2 * BK bytes as A's stage is (LayoutA), and one 64-column atom of BK k-rows of B (LayoutB 0)."""
+    2 * BK bytes as A's stage is (LayoutA), and of a K x N B one 64-column atom of BK k-rows (LayoutB
+    0), of an N x K B its BN x BK rows, swizzled as A's (B's map is then of the N x K matrix)."""
     c = config
     if not c["tma"]:
         return None
     row_bytes = 2 * c["bk"]
-    return OperandMaps(a=Box(c["bm"], c["bk"], row_bytes), b=Box(c["bk"], B_ATOM_COLUMNS, 128))
+    a = Box(c["bm"], c["bk"], row_bytes)
+    if gemm_shared.b_is_n_by_k(problem):
+        return OperandMaps(a=a, b=Box(c["bn"], c["bk"], row_bytes), b_nk=True)
+    return OperandMaps(a=a, b=Box(c["bk"], B_ATOM_COLUMNS, 128))
 
 
 def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
@@ -170,7 +197,7 @@ def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch
         shared_bytes=shared_bytes(problem, c),
         workspace_floats=0,
         counters=0,
-        operand_maps=operand_maps(c),
+        operand_maps=operand_maps(problem, c),
     )
 
 

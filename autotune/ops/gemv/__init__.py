@@ -254,11 +254,12 @@ class Gemv(Op):
     def operands(self, problem: Problem) -> Operands:
         """A and x contiguous (lda == N: what the tuner measures)."""
         return Operands(
-            inputs=(problem.m * problem.n, problem.n), output=problem.m, sizes=self.strided_sizes(problem, problem.n)
+            inputs=(problem.m * problem.n, problem.n), output=problem.m, sizes=self.strided_sizes(problem, (problem.n,))
         )
 
-    def strided_sizes(self, problem: Problem, lda: int) -> tuple[int, ...]:
-        """M, N and A's row stride."""
+    def strided_sizes(self, problem: Problem, leading: tuple[int, ...]) -> tuple[int, ...]:
+        """M, N and A's row stride (leading = (lda,))."""
+        (lda,) = leading
         if lda < problem.n:
             raise AutotuneError(f"lda={lda} is below N={problem.n}: rows of A would overlap")
         return (problem.m, problem.n, lda)

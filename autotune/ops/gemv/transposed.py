@@ -2,7 +2,8 @@
 
 yᵀ = xᵀ A is C (1 x n) = A' (1 x m) · B (m x n), so the skinny GEMM family serves it: every
 thread streams whole 16-byte pieces of A's rows, which the usual GEMV kernels cannot do when they
-reduce along columns. Its kernels take (x, A, y, 1, n, m) in the GEMM argument order.
+reduce along columns. Its kernels take (x, A, y, 1, n, m, m, lda, n) in the GEMM argument order:
+A is the GEMM's B, so a view of some of a matrix's columns (lda > n) runs in place.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from autotune.core.errors import AutotuneError
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.core.space import Config, Space
 from autotune.ops.base import DeviceReference, Op, Operands
@@ -55,7 +57,16 @@ class GemvTransposed(Op):
 
     def operands(self, problem: Problem) -> Operands:
         # x is the one-row A' of the GEMM, A its B.
-        return Operands(inputs=(problem.m, problem.m * problem.n), output=problem.n, sizes=(1, problem.n, problem.m))
+        return Operands(
+            inputs=(problem.m, problem.m * problem.n), output=problem.n, sizes=self.strided_sizes(problem, (problem.n,))
+        )
+
+    def strided_sizes(self, problem: Problem, leading: tuple[int, ...]) -> tuple[int, ...]:
+        """The GEMM's sizes with A's row stride (leading = (lda,)) as B's."""
+        (lda,) = leading
+        if lda < problem.n:
+            raise AutotuneError(f"lda={lda} is below N={problem.n}: rows of A would overlap")
+        return (1, problem.n, problem.m, problem.m, lda, problem.n)
 
     def device_reference(self, problem: Problem) -> DeviceReference:
         return gemm_shared.device_reference(as_gemm(problem))
