@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch._dynamo.utils import counters
 
 import autotune
 import autotune.runtime.torch_ops  # registers torch.ops.autotune.linear
@@ -117,6 +118,10 @@ def measure(batch: int, layers: int, kv_len: int, dtype: torch.dtype, steps: int
             for _ in range(3):  # record the CUDA graph
                 compiled(h)
             row[f"{name}_compiled_us"] = step_us(functools.partial(compiled, h), steps)
+            skips = dict(counters["inductor"])  # cudagraph_skips counts compiled graphs run without CUDA graphs
+            if skips.get("cudagraph_skips"):
+                print(f"batch {batch}, {name}: compiled without CUDA graphs: {skips}", flush=True)
+            counters.clear()
     print(json.dumps(row), flush=True)
     return row
 

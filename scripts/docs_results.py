@@ -106,6 +106,23 @@ def gemm_headline(report: dict[str, Any]) -> str:
 # --- full tables (docs/results.md) -----------------------------------------------------------------
 
 
+def linear_table(report: dict[str, Any]) -> str:
+    """µs per decode step of scripts/bench_linear.py's stack, and torch's time over ours (above 1: we are faster)."""
+    lines = [
+        "| batch | layers | KV cache | torch eager µs | ours eager µs | eager: torch / ours "
+        "| torch compiled µs | ours compiled µs | compiled: torch / ours |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in report["rows"]:
+        lines.append(
+            f"| {r['batch']} | {r['layers']} | {r['kv_len']} | {r['torch_eager_us']:.0f} | {r['ours_eager_us']:.0f} | "
+            f"{r['torch_eager_us'] / r['ours_eager_us']:.2f} | {r['torch_compiled_us']:.0f} | "
+            f"{r['ours_compiled_us']:.0f} | {r['torch_compiled_us'] / r['ours_compiled_us']:.2f} |"
+        )
+    lines += ["", f"{report.get('dtype', 'float16')}, Llama-3-8B widths; `torch.compile(mode=\"reduce-overhead\")`."]
+    return "\n".join(lines)
+
+
 def untuned_table(report: dict[str, Any]) -> str:
     names = {
         "default": "safe default",
@@ -165,7 +182,9 @@ SECTIONS: list[tuple[str, str, Any]] = [
     ("gemv", "GEMV `y = alpha·A x + beta·y`", gemv_table),
     ("gemv_trans", "Transposed GEMV `y = alpha·Aᵀx + beta·y` (`--trans`)", gemv_table),
     ("gemm", "GEMM `C = alpha·A B + beta·C`", gemm_table),
+    ("gemm_nt", "GEMM with B stored N x K `C = alpha·A Wᵀ + beta·C` (`--trans`, nn.Linear's layout)", gemm_table),
     ("decode", "Decode steps (a model's GEMVs in sequence, eager and in a CUDA graph)", decode_table),
+    ("linear", "A decoder stack: its linears as `F.linear` against `autotune.linear`", linear_table),
     ("untuned", "Shapes no tuned config fits", untuned_table),
     ("tuning", "Tuning speed: seconds until the best config found is within 2% of the optimum", tuning_table),
     ("faults", "Fault drill: faults planted into a real sweep", faults_table),

@@ -104,7 +104,10 @@ def test_the_bundle_holds_every_tuned_problem_its_kernel_and_a_manifest(built: t
     made, folder = built
     manifest = json.loads((folder / bundle.MANIFEST).read_text())
     assert manifest["kind"] == bundle.KIND and manifest["gpu"]["name"] == H200 and manifest["gpu"]["arch"] == "sm_90"
-    assert len(manifest["entries"]) == len(made.entries) >= 100 and manifest["skipped"] == []
+    assert len(manifest["entries"]) == len(made.entries) >= 100
+    # Only the GEMMs with B stored N x K are left out: the header's rules are those of K x N.
+    assert manifest["skipped"] and all(s["op"] == "gemm" and s["trans"] for s in manifest["skipped"])
+    assert not [e for e in manifest["entries"] if e["op"] == "gemm" and e["trans"]]
     families = {entry["family"] for entry in manifest["entries"]}
     assert families == {"gemv", "skinny", "skinny_tc", "simt", "wgmma"}
     for entry in manifest["entries"]:

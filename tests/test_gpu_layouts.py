@@ -66,9 +66,9 @@ def test_gemm_with_b_stored_n_by_k_runs_in_place(dtype: str, shape: tuple[int, i
         _assert_gemm(out, X, W.t(), 0.5, -1.5, c0)
 
 
-def _views(torch: Any, kind: Any, m: int, n: int, k: int) -> list[tuple[str, Any, Any, Any]]:
-    """(name, A, B, C) with gaps between rows: slices of columns of wider matrices, 16-byte aligned
-    rows (vector loads) and not (the fitted scalar-load configs)."""
+def _views(torch: Any, kind: Any, m: int, n: int, k: int) -> list[tuple[str, Any, Any, Any, Any]]:
+    """(name, A, B, C, C's wider matrix) with gaps between rows: slices of columns of wider matrices,
+    16-byte aligned rows (vector loads) and not (the fitted scalar-load configs)."""
     wide = torch.randn(m, k + 24, device="cuda", dtype=kind)
     b_wide = torch.randn(k, n + 8, device="cuda", dtype=kind)
     w_wide = torch.randn(n, k + 8, device="cuda", dtype=kind)
@@ -76,12 +76,12 @@ def _views(torch: Any, kind: Any, m: int, n: int, k: int) -> list[tuple[str, Any
     c_wide = torch.full((m, n + 16), float("nan"), device="cuda", dtype=kind)
     c_odd = torch.full((m, n + 1), float("nan"), device="cuda", dtype=kind)
     return [
-        ("lda", wide[:, 8 : 8 + k], torch.randn(k, n, device="cuda", dtype=kind), None),
-        ("ldb", torch.randn(m, k, device="cuda", dtype=kind), b_wide[:, :n], None),
-        ("nt-ldb", torch.randn(m, k, device="cuda", dtype=kind), w_wide[:, :k].t(), None),
-        ("nt-odd-ldb", torch.randn(m, k, device="cuda", dtype=kind), w_odd[:, 1 : k + 1].t(), None),
-        ("ldc", wide[:, :k], w_wide[:, 8:].t(), c_wide[:, :n]),
-        ("odd-ldc", wide[:, 1 : k + 1], b_wide[:, :n], c_odd[:, 1:]),
+        ("lda", wide[:, 8 : 8 + k], torch.randn(k, n, device="cuda", dtype=kind), None, None),
+        ("ldb", torch.randn(m, k, device="cuda", dtype=kind), b_wide[:, :n], None, None),
+        ("nt-ldb", torch.randn(m, k, device="cuda", dtype=kind), w_wide[:, :k].t(), None, None),
+        ("nt-odd-ldb", torch.randn(m, k, device="cuda", dtype=kind), w_odd[:, 1 : k + 1].t(), None, None),
+        ("ldc", wide[:, :k], w_wide[:, 8:].t(), c_wide[:, :n], c_wide),
+        ("odd-ldc", wide[:, 1 : k + 1], b_wide[:, :n], c_odd[:, 1:], c_odd),
     ]
 
 
@@ -93,13 +93,13 @@ def test_gemm_leading_dimensions_run_in_place(dtype: str, shape: tuple[int, int,
     torch = _torch()
     kind = getattr(torch, dtype)
     m, n, k = shape
-    for name, A, B, C in _views(torch, kind, m, n, k):
+    for name, A, B, C, wider in _views(torch, kind, m, n, k):
         got = autotune.gemm(A, B, out=C) if C is not None else autotune.gemm(A, B)
         torch.cuda.synchronize()
         _assert_gemm(got, A, B)
-        if C is not None:
-            base = C.as_strided((m, C.stride(0)), (C.stride(0), 1))  # the rows of the wider matrix
-            outside = base[:, n:]
+        if wider is not None:  # C is wider[:, first : first + n]: the other columns stay NaN
+            first = C.storage_offset() - wider.storage_offset()
+            outside = torch.cat([wider[:, :first], wider[:, first + n :]], dim=1)
             assert bool(outside.isnan().all()), f"{name}: wrote past the view's columns"
 
 
