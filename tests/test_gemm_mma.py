@@ -15,6 +15,7 @@ from autotune.core.paths import kernels_dir
 from autotune.core.problem import Problem
 from autotune.core.space import Config, config_key
 from autotune.ops.gemm import mma as gemm_mma
+from tests import padded
 from tests.nvcc import compile_all
 
 SHAPES = [(1, 1, 1), (1000, 1001, 999), (7, 4096, 13), (4096, 4096, 4096)]
@@ -257,25 +258,10 @@ def test_results_match_float64_on_the_gpu(shape: tuple[int, int, int], trans: bo
     scale = np.abs(a).astype(np.float64) @ np.abs(b_kn).astype(np.float64)
 
     def device(x: np.ndarray, ld: int, offset: int) -> tuple[object, int]:
-        """x in rows `ld` elements apart, NaN in the gaps, starting `offset` elements into a fresh
-        allocation: (the allocation, x's address)."""
-        rows, cols = x.shape
-        padded = np.full((offset + rows * ld + 8,), np.nan, np.float32)
-        padded[offset : offset + rows * ld].reshape(rows, ld)[:, :cols] = x
-        if dtype == "float16":
-            raw = padded.astype(np.float16).view(np.uint16)
-        else:  # bfloat16: the top half of each float32 (the values are exact in bfloat16)
-            raw = (padded.view(np.uint32) >> 16).astype(np.uint16)
-        owner = cuda.to_device(raw)
-        return owner, int(owner) + 2 * offset
+        return padded.to_device(cuda, x, dtype, ld, offset)
 
     def from_device(address: int, rows: int, ld: int) -> np.ndarray:
-        """The rows x ld elements at `address`, in float64."""
-        raw = np.empty((rows * ld,), np.uint16)
-        cuda.memcpy_dtoh(raw, address)
-        if dtype == "float16":
-            return raw.view(np.float16).astype(np.float64).reshape(rows, ld)
-        return (raw.astype(np.uint32) << 16).view(np.float32).astype(np.float64).reshape(rows, ld)
+        return padded.from_device(cuda, address, dtype, rows, ld)
 
     depends = _depends()
     for config in _gpu_configs(problem):

@@ -18,6 +18,7 @@ from autotune.ops import gemm, source_hash, tma
 from autotune.ops.gemm import shared as gemm_shared
 from autotune.ops.gemm import skinny as gemm_skinny
 from autotune.ops.gemm import skinny_tc as tc
+from tests import padded
 from tests.limits import assert_within_limits, distinct_configs, sampled
 from tests.nvcc import compile_in_space, in_space_jobs
 
@@ -526,24 +527,10 @@ def test_results_are_exact_on_the_gpu(dtype: str, shape: tuple[int, int, int], t
     ulp = 2.0**-8 if dtype == "bfloat16" else 2.0**-11  # one rounding to the 16-bit output
 
     def device(x: np.ndarray, ld: int, offset: int) -> tuple[object, int]:
-        """x in rows `ld` elements apart, NaN in the gaps, starting `offset` elements into a fresh
-        allocation: (the allocation, x's address)."""
-        rows, cols = x.shape
-        padded = np.full((offset + rows * ld + 8,), np.nan, np.float32)
-        padded[offset : offset + rows * ld].reshape(rows, ld)[:, :cols] = x
-        if dtype == "float16":
-            raw = padded.astype(np.float16).view(np.uint16)
-        else:  # bfloat16: the top half of each float32 (small integers and NaN are exact there)
-            raw = (padded.view(np.uint32) >> 16).astype(np.uint16)
-        owner = cuda.to_device(raw)
-        return owner, int(owner) + 2 * offset
+        return padded.to_device(cuda, x, dtype, ld, offset)
 
     def from_device(address: int, rows: int, ld: int) -> np.ndarray:
-        raw = np.empty((rows * ld,), np.uint16)
-        cuda.memcpy_dtoh(raw, address)
-        if dtype == "float16":
-            return raw.view(np.float16).astype(np.float64).reshape(rows, ld)
-        return (raw.astype(np.uint32) << 16).view(np.float32).astype(np.float64).reshape(rows, ld)
+        return padded.from_device(cuda, address, dtype, rows, ld)
 
     configs = _gpu_configs(problem)
     with CompilePool() as pool:
