@@ -104,10 +104,8 @@ def test_the_bundle_holds_every_tuned_problem_its_kernel_and_a_manifest(built: t
     made, folder = built
     manifest = json.loads((folder / bundle.MANIFEST).read_text())
     assert manifest["kind"] == bundle.KIND and manifest["gpu"]["name"] == H200 and manifest["gpu"]["arch"] == "sm_90"
-    assert len(manifest["entries"]) == len(made.entries) >= 100
-    # Only the GEMMs with B stored N x K are left out: the header's rules are those of K x N.
-    assert manifest["skipped"] and all(s["op"] == "gemm" and s["trans"] for s in manifest["skipped"])
-    assert not [e for e in manifest["entries"] if e["op"] == "gemm" and e["trans"]]
+    assert len(manifest["entries"]) == len(made.entries) >= 100 and manifest["skipped"] == []
+    assert [e for e in manifest["entries"] if e["op"] == "gemm" and e["trans"]]  # B stored N x K too
     families = {entry["family"] for entry in manifest["entries"]}
     assert families == {"gemv", "skinny", "skinny_tc", "simt", "wgmma"}
     for entry in manifest["entries"]:
@@ -155,7 +153,7 @@ def test_exact_nearest_and_missing_answers(built: tuple[bundle.Bundle, Path], pr
             "find gemv float16 4096 8192 0 0",
             "find gemv float16 4000 8192 0 0",
             "find gemv float16 4096 8191 0 0",  # every tuned float16 GEMV loads 16 bytes: odd rows fit none
-            "find gemm float16 16 4096 4096 1",
+            "find gemm float32 16 4096 4096 1",  # no float32 GEMM with B stored N x K is tuned
             "find rowsum float16 16 4096 0 0",
         ],
     )
@@ -165,6 +163,8 @@ def test_exact_nearest_and_missing_answers(built: tuple[bundle.Bundle, Path], pr
     assert (nearest["op"], nearest["dtype"]) == ("gemv", "float16") and (nearest["m"], nearest["n"]) != (4000, 8192)
     assert bundle.find(made, "gemv", "float16", 4000, 8192, 0, False) == made.entries[int(near)]
     assert (miss, wrong_layout, unknown) == ("-1", "-1", "-1")
+    nt = entries[int(ask(programs["g++"], ["find gemm float16 16 4096 4096 1"])[0])]  # B stored N x K
+    assert (nt["op"], nt["m"], nt["n"], nt["k"], nt["trans"]) == ("gemm", 16, 4096, 4096, True)
 
 
 @needs_gcc
@@ -194,7 +194,7 @@ def test_kernel_arguments_follow_each_ops_parameter_layout(
     for entry, answer in zip(made.entries, answers, strict=True):
         p = entry.problem
         sizes = ops.for_problem(p).operands(p).sizes
-        order = "2 1 3" if p.trans else "1 2 3"
+        order = "2 1 3" if p.trans and p.op == "gemv" else "1 2 3"  # the transposed GEMV takes x first
         assert answer == f"{len(entry.arg_types)} {order} {' '.join(map(str, sizes))} 0.5 0.25 4 5"
 
 
@@ -233,6 +233,14 @@ SAMPLED = (
     Problem("gemm", "float32", 512, 512, 512),
     Problem("gemm", "float16", 1000, 1001, 999),
     Problem("gemm", "bfloat16", 1024, 1024, 1024),
+    # B stored N x K (trans): every family's rules for W's rows along K.
+    Problem("gemm", "float16", 4, 4096, 4096, trans=True),
+    Problem("gemm", "bfloat16", 12, 1001, 1000, trans=True),
+    Problem("gemm", "float32", 8, 1000, 2000, trans=True),
+    Problem("gemm", "float16", 1, 100, 4096, trans=True),
+    Problem("gemm", "float32", 512, 513, 512, trans=True),
+    Problem("gemm", "float16", 1000, 1001, 999, trans=True),
+    Problem("gemm", "bfloat16", 1024, 1001, 1024, trans=True),
 )
 CONFIGS_PER_PROBLEM = 40
 

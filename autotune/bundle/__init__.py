@@ -36,7 +36,6 @@ from autotune.core.errors import AutotuneError
 from autotune.core.problem import BLAS_PREFIX, Problem
 from autotune.core.space import Config
 from autotune.core.target import targeting
-from autotune.ops.gemm.shared import b_is_n_by_k
 from autotune.ops.geometry import Launch
 
 log = logging.getLogger(__name__)
@@ -55,8 +54,6 @@ NOT_COVERED = (
     "shapes no entry's config runs: autotune_find returns NULL (the Python selector would fit a config "
     "or take the op's default, whose kernels a bundle does not hold)",
     "cuBLAS: no entry runs cuBLAS yet; AUTOTUNE_BACKEND_CUBLAS is reserved for when autotune tunes it",
-    "GEMMs with B stored N x K (an nn.Linear weight): the header's shape rules and launch geometry are "
-    "those of B stored K x N; such problems are listed as left out",
     "leading dimensions: an entry runs matrices whose rows are contiguous (lda = K, ldb, ldc = N)",
 )
 
@@ -226,10 +223,6 @@ def build(gpu: str | None, op_names: Sequence[str] = (), db: str | None = None) 
         key=lambda p: (p.op, p.dtype, p.trans, p.shape),
     )
     for problem in problems:
-        if b_is_n_by_k(problem):
-            # The header's per-family rules and launch geometry are written for B stored K x N only.
-            _skip(bundle, problem, "bundles do not carry GEMMs with B stored N x K yet")
-            continue
         choice = selector.choose(problem, target.name)
         if choice.source != MEASURED:
             reason = "no correct measurement of the current kernel source that its space still allows"

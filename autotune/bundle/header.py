@@ -17,6 +17,7 @@ from autotune.core.limits import MAX_GRID_Y
 from autotune.ops import gemm, tma
 from autotune.ops import gemv as gemv_op
 from autotune.ops.gemm import mma
+from autotune.ops.gemm import skinny as gemm_skinny
 
 if TYPE_CHECKING:
     from autotune.bundle import Bundle, Entry
@@ -102,6 +103,7 @@ def _constants(bundle: Bundle) -> str:
         f"#define AUTOTUNE_ALIGNMENT {_int(bundle.alignment)}",
         "/* Limits the families' rules use (autotune/ops/). */",
         f"#define AUTOTUNE_SKINNY_MAX_M {_int(gemm.SKINNY_MAX_M)}",
+        f"#define AUTOTUNE_SKINNY_MIN_NT {_int(gemm_skinny.NT_CHOICES[0])}",
         f"#define AUTOTUNE_TC_MIN_M {_int(gemm.TC_MIN_M)}",
         f"#define AUTOTUNE_GEMV_MAX_SHARED_BYTES {_int(gemv_op.MAX_SHARED_BYTES)}",
         f"#define AUTOTUNE_MMA_SPLIT_MAX_TILES {_int(mma.SPLIT_MAX_TILES)}",

@@ -109,7 +109,8 @@ static inline int autotune_family_for(int gemm, int dtype_code, int64_t m, int64
     return m >= AUTOTUNE_TC_MIN_M && dtype_code != AUTOTUNE_FLOAT32 ? AUTOTUNE_FAMILY_SKINNY_TC : AUTOTUNE_FAMILY_SKINNY;
   }
   if (dtype_code == AUTOTUNE_FLOAT32) return AUTOTUNE_FAMILY_SIMT;
-  if (AUTOTUNE_BUNDLE_WGMMA && k % 8 == 0 && n % 8 == 0) return AUTOTUNE_FAMILY_WGMMA;
+  /* wgmma needs 16-byte rows of A and B: K long, and B's N long where it is stored K x N (trans: N x K). */
+  if (AUTOTUNE_BUNDLE_WGMMA && k % 8 == 0 && (trans || n % 8 == 0)) return AUTOTUNE_FAMILY_WGMMA;
   return AUTOTUNE_FAMILY_MMA;
 }
 
@@ -164,30 +165,46 @@ static inline int autotune_gemv_runs(const autotune_config *c, int64_t n, int64_
   return x_bytes + cluster_sums <= AUTOTUNE_GEMV_MAX_SHARED_BYTES;
 }
 
-static inline int autotune_skinny_runs(const autotune_config *c, int64_t m, int64_t n, int64_t k, int64_t itemsize) {
-  int64_t top = autotune_pow2_ceil(autotune_min64(m, AUTOTUNE_SKINNY_MAX_M)), step = (int64_t)c->kw * c->unroll;
-  int64_t tiles;
+/* A skinny tile's columns of C: nt*vec for B stored K x N, nt*unroll (rows of W) for N x K (b_nk). */
+static inline int64_t autotune_skinny_columns(const autotune_config *c, int b_nk) {
+  return (int64_t)c->nt * (b_nk ? c->unroll : c->vec);
+}
+
+static inline int autotune_skinny_runs(const autotune_config *c, int64_t m, int64_t n, int64_t k, int64_t itemsize,
+                                       int b_nk) {
+  int64_t top = autotune_pow2_ceil(autotune_min64(m, AUTOTUNE_SKINNY_MAX_M));
+  int64_t step = (int64_t)c->kw * (b_nk ? c->vec : c->unroll), half = c->nt / 2, tiles;
   if (m > AUTOTUNE_SKINNY_MAX_M) return 0;
-  if (!autotune_two_widest_ok(c->vec, n, itemsize, 16)) return 0;
+  if (!autotune_two_widest_ok(c->vec, b_nk ? k : n, itemsize, 16)) return 0;
   if (c->mt < top / 2 || c->mt > top) return 0;
+  if (b_nk) { /* skinny.py: _nk_shape_reason */
+    if (c->unroll > 1 && c->unroll / 2 >= n) return 0;
+    if (half >= AUTOTUNE_SKINNY_MIN_NT && half * c->kw >= 32 && half * c->unroll >= n) return 0;
+    if (step > k) return 0;
+    tiles = autotune_ceil_div(m, c->mt) * autotune_ceil_div(n, autotune_skinny_columns(c, 1));
+    return autotune_split_ok(m, k, itemsize, c->split, step, tiles, c->cluster);
+  }
   if (c->nt > 32 && (int64_t)(c->nt / 2) * c->vec >= n) return 0;
   if (c->nt < 32 && (int64_t)32 * c->vec <= n) return 0;
   if (step > k) return 0;
-  tiles = autotune_ceil_div(m, c->mt) * autotune_ceil_div(n, (int64_t)c->nt * c->vec);
+  tiles = autotune_ceil_div(m, c->mt) * autotune_ceil_div(n, autotune_skinny_columns(c, 0));
   return autotune_split_ok(m, k, itemsize, c->split, step, tiles, c->cluster);
 }
 
-static inline int autotune_skinny_tc_runs(const autotune_config *c, int64_t m, int64_t n, int64_t k, int64_t itemsize) {
-  int64_t columns = (int64_t)64 * c->wn;
-  int64_t step = c->stages ? 64 : (int64_t)16 * c->kw * c->unroll;
+static inline int autotune_skinny_tc_runs(const autotune_config *c, int64_t m, int64_t n, int64_t k, int64_t itemsize,
+                                          int b_nk) {
+  /* B's rows are N long (K x N) or K long (N x K, b_nk); a warp's slice covers 16 rows of K, 32 for
+   * N x K loaded 16 bytes at a time (skinny_tc.py: slice_rows). */
+  int64_t columns = (int64_t)64 * c->wn, row = b_nk ? k : n, slice = b_nk && c->vec == 8 ? 32 : 16;
+  int64_t step = c->stages ? 64 : slice * c->kw * c->unroll;
   if (m > AUTOTUNE_SKINNY_MAX_M) return 0;
-  if (!autotune_two_widest_ok(c->vec, n, itemsize, 16)) return 0;
-  if (c->stages && !(k % 8 == 0 && n % 8 == 0 && AUTOTUNE_BUNDLE_CLUSTERS)) return 0;
+  if (!autotune_two_widest_ok(c->vec, row, itemsize, 16)) return 0;
+  if (c->stages && !(k % 8 == 0 && row % 8 == 0 && AUTOTUNE_BUNDLE_CLUSTERS)) return 0;
   if (c->wn > 1 && columns / 2 >= n) return 0;
-  if ((int64_t)c->kw * c->unroll > 1 && step > autotune_max64(k, 16)) return 0;
+  if ((int64_t)c->kw * c->unroll > 1 && step > autotune_max64(k, slice)) return 0;
   if (c->stages) {
     int64_t tiles = autotune_ceil_div(autotune_rows_per_split(k, c->split, step), 64);
-    if (c->vec != autotune_widest_vec(n)) return 0;
+    if (c->vec != autotune_widest_vec(row)) return 0;
     if (c->stages > autotune_max64(2, tiles)) return 0;
   }
   return autotune_split_ok(m, k, itemsize, c->split, step, autotune_ceil_div(n, columns), c->cluster);
@@ -203,11 +220,12 @@ static inline int autotune_tiles_ok(const autotune_config *c, int64_t m, int64_t
   return !(c->swizzle > 1 && c->swizzle > autotune_pow2_ceil(autotune_ceil_div(m, c->bm)));
 }
 
-static inline int autotune_mma_runs(const autotune_config *c, int64_t m, int64_t n, int64_t k) {
-  int64_t k_tiles = autotune_ceil_div(k, c->bk), widest = 1;
-  if (k % 8 == 0 && n % 8 == 0) widest = 8;
-  else if (k % 4 == 0 && n % 4 == 0) widest = 4;
-  else if (k % 2 == 0 && n % 2 == 0) widest = 2;
+static inline int autotune_mma_runs(const autotune_config *c, int64_t m, int64_t n, int64_t k, int b_nk) {
+  /* Copies run along A's rows (K) and B's (N for K x N, K for N x K: b_nk). */
+  int64_t k_tiles = autotune_ceil_div(k, c->bk), widest = 1, row = b_nk ? k : n;
+  if (k % 8 == 0 && row % 8 == 0) widest = 8;
+  else if (k % 4 == 0 && row % 4 == 0) widest = 4;
+  else if (k % 2 == 0 && row % 2 == 0) widest = 2;
   if (!autotune_tiles_ok(c, m, n)) return 0;
   if (c->bk > autotune_max64(32, autotune_pow2_ceil(k))) return 0;
   if (c->stages > autotune_max64(2, k_tiles + 1)) return 0;
@@ -219,8 +237,8 @@ static inline int autotune_mma_runs(const autotune_config *c, int64_t m, int64_t
   return 1;
 }
 
-static inline int autotune_wgmma_runs(const autotune_config *c, int64_t m, int64_t n, int64_t k) {
-  if (k % 8 || n % 8) return 0;
+static inline int autotune_wgmma_runs(const autotune_config *c, int64_t m, int64_t n, int64_t k, int b_nk) {
+  if (k % 8 || (!b_nk && n % 8)) return 0;
   if (!autotune_tiles_ok(c, m, n)) return 0;
   return c->stages <= autotune_max64(3, autotune_ceil_div(k, c->bk) + 2);
 }
@@ -247,7 +265,7 @@ static inline int autotune_kernel_sizes(const autotune_entry *e, int64_t m, int6
 /* 1 where the entry's config runs the problem (e->op, e->dtype, e->trans) of this shape: the family
  * the GPU would pick for it is the entry's, and the config is a point of its parameter space there. */
 static inline int autotune_runs(const autotune_entry *e, int64_t m, int64_t n, int64_t k) {
-  int gemm = autotune_is_gemm(e);
+  int gemm = autotune_is_gemm(e), b_nk = gemm && e->trans; /* a GEMM's trans: B stored N x K */
   int64_t s[6], item = autotune_itemsize(e->dtype_code);
   const autotune_config *c = &e->config;
   if (e->backend != AUTOTUNE_BACKEND_KERNEL || m < 1 || n < 1 || (gemm ? k < 1 : k != 0)) return 0;
@@ -255,11 +273,11 @@ static inline int autotune_runs(const autotune_entry *e, int64_t m, int64_t n, i
   autotune_kernel_sizes(e, m, n, k, s);
   switch (e->family) {
     case AUTOTUNE_FAMILY_GEMV: return autotune_gemv_runs(c, n, item);
-    case AUTOTUNE_FAMILY_SKINNY: return autotune_skinny_runs(c, s[0], s[1], s[2], item);
-    case AUTOTUNE_FAMILY_SKINNY_TC: return autotune_skinny_tc_runs(c, m, n, k, item);
+    case AUTOTUNE_FAMILY_SKINNY: return autotune_skinny_runs(c, s[0], s[1], s[2], item, b_nk);
+    case AUTOTUNE_FAMILY_SKINNY_TC: return autotune_skinny_tc_runs(c, m, n, k, item, b_nk);
     case AUTOTUNE_FAMILY_SIMT: return autotune_simt_runs(c, n, k);
-    case AUTOTUNE_FAMILY_MMA: return autotune_mma_runs(c, m, n, k);
-    case AUTOTUNE_FAMILY_WGMMA: return autotune_wgmma_runs(c, m, n, k);
+    case AUTOTUNE_FAMILY_MMA: return autotune_mma_runs(c, m, n, k, b_nk);
+    case AUTOTUNE_FAMILY_WGMMA: return autotune_wgmma_runs(c, m, n, k, b_nk);
     default: return 0;
   }
 }
@@ -287,7 +305,7 @@ static inline int autotune_launch_for(const autotune_entry *e, int64_t m, int64_
       break;
     }
     case AUTOTUNE_FAMILY_SKINNY:
-      tiles = autotune_ceil_div(s[0], c->mt) * autotune_ceil_div(s[1], (int64_t)c->nt * c->vec);
+      tiles = autotune_ceil_div(s[0], c->mt) * autotune_ceil_div(s[1], autotune_skinny_columns(c, autotune_is_gemm(e) && e->trans));
       grid_x = tiles, grid_y = c->split, workspace = (int64_t)c->split * s[0] * s[1];
       break;
     case AUTOTUNE_FAMILY_SKINNY_TC:

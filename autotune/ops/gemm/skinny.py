@@ -32,7 +32,7 @@ DTYPES = ("float32", "float16", "bfloat16")
 
 MAX_M = 16
 MAX_SHARED_BYTES = MAX_SHARED_BYTES_OPT_IN - 1024  # the opt-in maximum less the kernel's static flag and slack
-_NTS = (8, 16, 32, 64, 128)  # threads along N
+NT_CHOICES = (8, 16, 32, 64, 128)  # threads along N
 _KWS = (1, 2, 4, 8, 16, 32)  # thread groups along K
 _VECS = (1, 2, 4, 8)
 _MTS = (1, 2, 4, 8, 16)
@@ -131,7 +131,7 @@ def _nk_shape_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
     if c["unroll"] > 1 and c["unroll"] // 2 >= problem.n:
         return f"unroll={c['unroll']}: half as many rows per group already cover n={problem.n}"
     half = c["nt"] // 2
-    if half >= _NTS[0] and half * c["kw"] >= 32 and half * c["unroll"] >= problem.n:
+    if half >= NT_CHOICES[0] and half * c["kw"] >= 32 and half * c["unroll"] >= problem.n:
         return f"nt={c['nt']}: half as many row groups already cover n={problem.n}"
     if _step(problem, c) > problem.k:
         return f"kw*vec={_step(problem, c)} elements per step exceed k={problem.k}"
@@ -161,7 +161,7 @@ def space(problem: Problem) -> Space:
 
     return Space(
         params=(
-            Param("nt", _NTS),
+            Param("nt", NT_CHOICES),
             Param("kw", _KWS),
             Param("vec", _vec_choices(problem)),
             Param("mt", _mt_choices(problem)),
@@ -206,8 +206,8 @@ def _nk_tiling(problem: Problem, kw: int, unroll: int, vec: int, block: int = 25
     rows per group, narrowed where the problem is small: kw*vec within k, unroll and nt within n."""
     kw = max(1, min(kw, 1 << ((problem.k // vec).bit_length() - 1)))
     unroll = max(1, min(unroll, gemm_shared.pow2_ceil(problem.n)))
-    nt = max(_NTS[0], min(_NTS[-1], block // kw))
-    while nt // 2 >= _NTS[0] and nt // 2 * kw >= 32 and nt // 2 * unroll >= problem.n:
+    nt = max(NT_CHOICES[0], min(NT_CHOICES[-1], block // kw))
+    while nt // 2 >= NT_CHOICES[0] and nt // 2 * kw >= 32 and nt // 2 * unroll >= problem.n:
         nt //= 2
     while nt * kw < 32:
         nt *= 2
