@@ -119,7 +119,7 @@ def linear_table(report: dict[str, Any]) -> str:
             f"{r['torch_eager_us'] / r['ours_eager_us']:.2f} | {r['torch_compiled_us']:.0f} | "
             f"{r['ours_compiled_us']:.0f} | {r['torch_compiled_us'] / r['ours_compiled_us']:.2f} |"
         )
-    lines += ["", f"{report.get('dtype', 'float16')}, Llama-3-8B widths; `torch.compile(mode=\"reduce-overhead\")`."]
+    lines += ["", f'{report.get("dtype", "float16")}, Llama-3-8B widths; `torch.compile(mode="reduce-overhead")`.']
     return "\n".join(lines)
 
 
