@@ -381,8 +381,10 @@ def linear(x: Any, weight: Any, bias: Any = None, *, db: str | None = None) -> A
     n = weight.shape[0]
     rows = x.numel() // k if k else 0
     out_shape = (*x.shape[:-1], n)
-    if rows == 0 or k == 0 or n == 0:
-        raise AutotuneError(f"linear of x {tuple(x.shape)} and W {tuple(weight.shape)} has an empty dimension")
+    sizes = (("K (x's and W's columns)", k), ("N (W's rows)", n), ("x's rows", rows))
+    empty = [name for name, size in sizes if not size]
+    if empty:
+        raise AutotuneError(f"linear of x {tuple(x.shape)} and W {tuple(weight.shape)}: {empty[0]} is empty")
     if rows == 1:
         vector = x.reshape(k)
         if bias is None:

@@ -206,3 +206,33 @@ def test_bad_gemm_operands_are_one_line_errors(a: CudaArray, b: CudaArray, out: 
     with pytest.raises(AutotuneError, match=words) as error:
         _gemm(a, b, out)
     assert "\n" not in str(error.value)
+
+
+class _Shaped:
+    """Just a shape, as far as linear()'s checks look (they run before anything reaches a GPU)."""
+
+    def __init__(self, *shape: int) -> None:
+        self.shape = shape
+
+    def numel(self) -> int:
+        count = 1
+        for size in self.shape:
+            count *= size
+        return count
+
+
+@pytest.mark.parametrize(
+    ("x", "w", "words"),
+    [
+        (_Shaped(4, 1000), _Shaped(3072, 1024), "x has 1000 features, W expects 1024"),
+        (_Shaped(4, 0), _Shaped(3072, 0), r"K \(x's and W's columns\) is empty"),
+        (_Shaped(4, 1024), _Shaped(0, 1024), r"N \(W's rows\) is empty"),
+        (_Shaped(0, 1024), _Shaped(3072, 1024), "x's rows is empty"),
+    ],
+)
+def test_linear_names_what_does_not_fit(x: _Shaped, w: _Shaped, words: str) -> None:
+    import autotune
+
+    with pytest.raises(AutotuneError, match=words) as error:
+        autotune.linear(x, w)
+    assert "\n" not in str(error.value)
