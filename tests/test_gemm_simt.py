@@ -180,6 +180,7 @@ def _nt_compile_jobs() -> list[CompileJob]:
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@pytest.mark.arch  # N x K instances: with the other architecture compiles, in .ci/run (time)
 @pytest.mark.nvcc(jobs=_nt_compile_jobs)
 def test_n_by_k_instances_compile_for_sm_90() -> None:
     compile_in_space(gemm_simt, [(_problem(4096, 4096, 4096, trans=True), config) for config in NT_SMALL])

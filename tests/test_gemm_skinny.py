@@ -374,6 +374,7 @@ def _nt_default_instances() -> list[tuple[Problem, Config]]:
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@pytest.mark.arch  # N x K instances: with the other architecture compiles, in .ci/run (time)
 @pytest.mark.nvcc(jobs=lambda: in_space_jobs(skinny, _nt_default_instances()))
 def test_nt_defaults_compile_for_sm_90() -> None:
     compile_in_space(skinny, _nt_default_instances())

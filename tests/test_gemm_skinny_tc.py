@@ -352,6 +352,7 @@ def _n_by_k_jobs() -> list[CompileJob]:
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@pytest.mark.arch  # N x K instances: with the other architecture compiles, in .ci/run (time)
 @pytest.mark.nvcc(jobs=_n_by_k_jobs)
 def test_n_by_k_defaults_compile_for_sm_90() -> None:
     compile_in_space(tc, _n_by_k_defaults())

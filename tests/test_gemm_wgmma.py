@@ -323,6 +323,7 @@ def _nt_default_jobs() -> list[CompileJob]:
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@pytest.mark.arch  # N x K instances: with the other architecture compiles, in .ci/run (time)
 @pytest.mark.nvcc(jobs=_nt_default_jobs)
 def test_nt_default_instances_compile_for_sm_90a() -> None:
     compile_all(_nt_default_jobs())
