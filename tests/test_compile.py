@@ -166,6 +166,7 @@ def _drill_jobs() -> list[CompileJob]:
     return jobs
 
 
+@pytest.mark.arch  # a compile of the fault drill's kernels: in .ci/run, beside the other compiles (time)
 @pytest.mark.nvcc(jobs=_drill_jobs)
 def test_every_planted_fault_of_the_drill_compiles() -> None:
     """The fault drill (scripts/fault_drill.py, GPU only) rewrites kernel sources: each rewrite must

@@ -154,7 +154,7 @@ def test_nt_split_never_leaves_a_split_empty() -> None:
 def test_nt_configs_give_sane_launches(dtype: str) -> None:
     for m, n, k in [(16, 8192, 8192), (1, 256, 131072), (13, 1000, 999), (3, 5, 2)]:
         problem = _nt(m, n, k, dtype)
-        for config in sampled(distinct_configs(skinny.space(problem), 40_000)):
+        for config in sampled(distinct_configs(skinny.space(problem), 20_000)):
             launch = skinny.launch(problem, config, sm_count=132)
             assert_within_limits(launch)
             m_tiles, n_tiles = skinny.tiles(problem, config)
@@ -172,10 +172,10 @@ def test_kernel_names_tell_the_layouts_apart() -> None:
     source = skinny.kernel_source(nt, config)
     assert "at_skinny::skinny_body<__half, true, 32, 8, 8, 1, 4, 0, 1, 1>" in source
     assert "int M, int N, int K, int lda, int ldb, int ldc," in source
-    for m, n, k in [(1, 4096, 4096), (16, 14336, 4096), (3, 1001, 999)]:
-        kn_names = {skinny.kernel_name(_problem(m, n, k), c) for c in skinny.space(_problem(m, n, k))}
-        nt_names = {skinny.kernel_name(_nt(m, n, k), c) for c in skinny.space(_nt(m, n, k))}
-        assert nt_names and not kn_names & nt_names
+    m, n, k = 3, 1001, 999  # every name of both spaces of one shape: no name serves both layouts
+    kn_names = {skinny.kernel_name(_problem(m, n, k), c) for c in skinny.space(_problem(m, n, k))}
+    nt_names = {skinny.kernel_name(_nt(m, n, k), c) for c in skinny.space(_nt(m, n, k))}
+    assert nt_names and not kn_names & nt_names
 
 
 def test_more_than_16_rows_is_refused_with_a_reason() -> None:
