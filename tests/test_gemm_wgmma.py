@@ -296,6 +296,7 @@ def _nt_ptxas_runs() -> list[NvccRun]:
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@pytest.mark.arch  # ptxas on every seed: with the other compiles, in .ci/run (time)
 @pytest.mark.nvcc(jobs=_ptxas_runs)
 def test_seed_kernels_do_not_spill() -> None:
     _assert_no_spills(SPILL_PROBLEM, run_nvcc(_ptxas_runs()))
