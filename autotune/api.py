@@ -375,7 +375,16 @@ def linear(x: Any, weight: Any, bias: Any = None, *, db: str | None = None) -> A
     One row of x (decode with batch 1) is the GEMV y = W x; more rows are the GEMM X Wᵀ with B
     stored N x K, which the skinny families serve up to 16 rows and the tiled ones beyond. W is read
     in place in both; the bias is the GEMM's C with beta = 1, read by the kernel, not added after."""
-    k = weight.shape[-1]
+    shape, k = x.shape, weight.shape[-1]
+    if bias is None and len(shape) == 2 == len(weight.shape) and shape[1] == k and shape[0] and k and weight.shape[0]:
+        # A model's usual call (rows of x, no bias) goes straight to the launch path: in eager mode a
+        # decoder step is bound by host time, and the reshapes below cost about as much as a launch.
+        # A (1, K) x gives the GEMV's (1, N) y (K > 1: a (1, 1) x is a vector of one); more rows are
+        # the GEMM X Wᵀ, already (rows, N).
+        if shape[0] > 1:
+            return _RUNTIME.gemm(x, weight.T, db=db)
+        if k > 1:
+            return _RUNTIME.gemv(weight, x, db=db)
     if x.shape[-1] != k:
         raise AutotuneError(f"x has {x.shape[-1]} features, W expects {k} (x: (..., K), W: (N, K))")
     n = weight.shape[0]

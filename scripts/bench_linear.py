@@ -7,23 +7,27 @@ layer RMSNorm, fused qkv projection, attention of the new token over a KV cache 
 output projection, RMSNorm, fused gate+up projection, SiLU gate, down projection, residuals. One
 step decodes one token for each of `batch` sequences. Both variants run the same module, weights and
 inputs; only the linear function differs. The step time is the median CUDA-event time of many steps
-(the weights, 0.4 GB per layer in float16, are cold in L2 by their size alone). Before timing, each
-variant's output is checked against the other's.
+(the weights, 0.4 GB per layer in float16, are cold in L2 by their size alone), taken in rounds in
+which the two variants take turns, after half a second of both running. Before timing, our output
+is checked against F.linear's.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import functools
 import json
 import statistics
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from bench_decode import median_event_ms
 from torch._dynamo.utils import counters
 
 import autotune
@@ -32,6 +36,7 @@ from autotune.core.fingerprint import slugify
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, MLP = 4096, 32, 8, 128, 14336
 Linear = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+WARM_S = 0.5  # seconds every variant runs before timing starts
 
 
 class Decoder(torch.nn.Module):
@@ -69,6 +74,12 @@ class Decoder(torch.nn.Module):
         return h
 
 
+def step_with(model: Decoder, linear: Linear, h: torch.Tensor) -> torch.Tensor:
+    """One eager step of `model` with its linears run by `linear`."""
+    model.linear = linear
+    return model(h)
+
+
 def torch_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return F.linear(x, weight)
 
@@ -81,20 +92,22 @@ def ours_op(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return torch.ops.autotune.linear(x, weight)
 
 
-def step_us(run: Callable[[], Any], steps: int) -> float:
-    """Median CUDA-event time of one step, in microseconds."""
-    for _ in range(5):
-        run()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(steps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        run()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(samples)
+def steps_in_turns_us(runs: Mapping[str, Callable[[], Any]], steps: int, rounds: int = 10) -> dict[str, float]:
+    """Median step time of each callable, in microseconds: each variant's per-round median over
+    `rounds` rounds of steps / rounds steps, the variants taking turns. The host's speed (an eager
+    step is bound by it) and the GPU's clocks drift within a run by more than the differences being
+    measured, so drift must weigh on all alike; and every variant first runs for WARM_S together, as
+    the clocks take tens of milliseconds from rest to settle (docs/method.md)."""
+    begin = time.perf_counter()
+    while time.perf_counter() - begin < WARM_S:
+        for run in runs.values():
+            run()
+        torch.cuda.synchronize()
+    medians: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            medians[name].append(median_event_ms(torch, run, max(1, steps // rounds)) * 1e3)
+    return {name: statistics.median(values) for name, values in medians.items()}
 
 
 def measure(batch: int, layers: int, kv_len: int, dtype: torch.dtype, steps: int) -> dict[str, Any]:
@@ -104,24 +117,31 @@ def measure(batch: int, layers: int, kv_len: int, dtype: torch.dtype, steps: int
     row: dict[str, Any] = {"batch": batch, "layers": layers, "kv_len": kv_len}
     with torch.no_grad():
         want = model(h).float()
-        for name, linear in (("torch", torch_linear), ("ours", ours_eager)):
-            model.linear = linear
-            got = model(h).float()
-            error = ((got - want).norm() / want.norm()).item()
-            if name == "ours" and not error < 2e-2:
-                raise SystemExit(f"batch {batch}: autotune.linear's stack differs from F.linear's by {error:.3g}")
-            row[f"{name}_eager_us"] = step_us(functools.partial(model, h), steps)
+        model.linear = ours_eager
+        got = model(h).float()
+        error = ((got - want).norm() / want.norm()).item()
+        if not error < 2e-2:
+            raise SystemExit(f"batch {batch}: autotune.linear's stack differs from F.linear's by {error:.3g}")
+        variants = {"torch": torch_linear, "ours": ours_eager}
+        runs = {name: functools.partial(step_with, model, linear, h) for name, linear in variants.items()}
+        eager = steps_in_turns_us(runs, steps)
+        row.update({f"{name}_eager_us": us for name, us in eager.items()})
+        # Both compiled variants coexist (one module each, sharing the weights), so that their steps
+        # can take turns like the eager ones.
+        torch._dynamo.reset()  # nothing compiled for another batch size stays in the caches
+        compiled = {}
         for name, linear in (("torch", torch_linear), ("ours", ours_op)):
-            model.linear = linear
-            torch._dynamo.reset()
-            compiled = torch.compile(model, mode="reduce-overhead", fullgraph=True)
+            variant = copy.copy(model)
+            variant.linear = linear
+            compiled[name] = torch.compile(variant, mode="reduce-overhead", fullgraph=True)
             for _ in range(3):  # record the CUDA graph
-                compiled(h)
-            row[f"{name}_compiled_us"] = step_us(functools.partial(compiled, h), steps)
-            skips = dict(counters["inductor"])  # cudagraph_skips counts compiled graphs run without CUDA graphs
-            if skips.get("cudagraph_skips"):
-                print(f"batch {batch}, {name}: compiled without CUDA graphs: {skips}", flush=True)
-            counters.clear()
+                compiled[name](h)
+        skips = dict(counters["inductor"])  # cudagraph_skips counts compiled graphs run without CUDA graphs
+        if skips.get("cudagraph_skips"):
+            print(f"batch {batch}: compiled without CUDA graphs: {skips}", flush=True)
+        counters.clear()
+        runs = {name: functools.partial(step, h) for name, step in compiled.items()}
+        row.update({f"{name}_compiled_us": us for name, us in steps_in_turns_us(runs, steps).items()})
     print(json.dumps(row), flush=True)
     return row
 
@@ -133,7 +153,7 @@ def main() -> int:
     parser.add_argument("--kv-len", type=int, default=1024)
     parser.add_argument("--batches", default="1,4")
     parser.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])
-    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--steps", type=int, default=200)
     args = parser.parse_args()
     dtype = getattr(torch, args.dtype)
     gpu = torch.cuda.get_device_name()

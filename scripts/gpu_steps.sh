@@ -108,11 +108,16 @@ sm__warps_active.avg.pct_of_peak_sustained_active python3 scripts/profile_vs_cub
       done ;;
     sweep-nt)
       # GEMM with B stored N x K (nn.Linear's weight): the standard GEMM shapes and the decoder
-      # stack's batch-4 projections (scripts/bench_linear.py), float16.
-      { cat autotune/ops/gemm/shapes.txt; printf '4 6144 4096\n4 28672 4096\n4 4096 14336\n'; } \
-        | grep -v '^#' | awk 'NF >= 3' > /tmp/nt.txt
+      # stack's batch-4 projections (scripts/bench_linear.py), float16; NT_SHAPES="4 6144 4096;..."
+      # tunes those rows only.
+      if [ -n "${NT_SHAPES:-}" ]; then
+        tr ';' '\n' <<< "$NT_SHAPES" > /tmp/nt.txt
+      else
+        { cat autotune/ops/gemm/shapes.txt; printf '4 6144 4096\n4 28672 4096\n4 4096 14336\n'; } \
+          | grep -v '^#' | awk 'NF >= 3' > /tmp/nt.txt
+      fi
       step "sweep-nt hgemm ($(wc -l < /tmp/nt.txt) shapes)"
-      sweep sweep-nt 24 --op hgemm --trans --shapes /tmp/nt.txt --trials "${GEMM_TRIALS:-40}" ;;
+      sweep sweep-nt 24 --op hgemm --trans --shapes /tmp/nt.txt --trials "${GEMM_TRIALS:-40}" ${PATIENCE:+--patience $PATIENCE} ;;
     linear)
       # A Llama-3-8B-wide decoder stack with F.linear against autotune.linear (docs/linear.md).
       step linear

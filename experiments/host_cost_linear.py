@@ -1,0 +1,56 @@
+"""Host time per call of autotune.linear against F.linear at the decoder stack's shapes (batch 1 and
+4), and a profile of where autotune.linear's host time goes. Run on the GPU machine:
+
+    python experiments/host_cost_linear.py
+"""
+
+from __future__ import annotations
+
+import cProfile
+import pstats
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from bench_decode import host_us_per_call
+
+import autotune
+import autotune.runtime.torch_ops
+
+SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}
+
+
+def main() -> None:
+    for batch in (1, 4):
+        for name, (n, k) in SHAPES.items():
+            W = torch.randn(n, k, device="cuda", dtype=torch.float16)
+            x = torch.randn(batch, k, device="cuda", dtype=torch.float16)
+            calls = {
+                "F.linear": lambda x=x, W=W: F.linear(x, W),
+                "autotune.linear": lambda x=x, W=W: autotune.linear(x, W),
+                "torch.ops.autotune.linear": lambda x=x, W=W: torch.ops.autotune.linear(x, W),
+                "bare": (lambda x=x, W=W, k=k: autotune.gemv(W, x.view(k)))
+                if batch == 1
+                else (lambda x=x, W=W: autotune.gemm(x, W.T)),
+            }
+            for call in calls.values():
+                call()
+            torch.cuda.synchronize()
+            got = host_us_per_call(torch, calls, rounds=15)
+            print(f"batch {batch} {name}: " + ", ".join(f"{c} {us:.1f} us" for c, us in got.items()), flush=True)
+        profile = cProfile.Profile()
+        profile.enable()
+        for _ in range(300):
+            torch.cuda._sleep(1_000_000)
+            for _ in range(10):
+                autotune.linear(x, W)
+        profile.disable()
+        torch.cuda.synchronize()
+        pstats.Stats(profile).sort_stats("tottime").print_stats(18)
+
+
+if __name__ == "__main__":
+    main()
