@@ -4,7 +4,7 @@
 for kernels that do not ship precompiled).
 """
 
-from autotune.api import best, gemm, gemv, linear, prepare, problems, store, sweep, warmup
+from autotune.api import best, gemm, gemv, linear, prepare, problems, store, sweep, wait_for_tuning, warmup
 from autotune.core import log as _log
 from autotune.core.errors import AutotuneError
 from autotune.select.choose import Choice
@@ -20,6 +20,7 @@ __all__ = [
     "problems",
     "store",
     "sweep",
+    "wait_for_tuning",
     "warmup",
 ]
 __version__ = "0.1.0"

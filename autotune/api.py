@@ -22,6 +22,7 @@ from autotune.core.gpus import described
 from autotune.core.log import show_on_stderr
 from autotune.core.problem import Problem, read_shapes_file
 from autotune.ops import make_problem, resolve_op, shape_dims, standard_shapes
+from autotune.runtime import tune_on_miss
 from autotune.runtime.launcher import Runtime
 from autotune.runtime.misses import Misses
 from autotune.select import table  # at import: its first use is a launch's first call
@@ -363,7 +364,31 @@ def _note_asked(db: str | None, gpu: str, asked: Mapping[Problem, Asked]) -> Non
         database.note_asked(gpu, asked)
 
 
-_RUNTIME = Runtime(_choose_on, Misses(_note_asked))
+def _forget_choices() -> None:
+    """Another process stored new measurements (tuning on a miss): later calls select again, from a
+    selection table or store read afresh."""
+    _table_selector.cache_clear()
+    _selector.cache_clear()
+    _RUNTIME.forget()
+
+
+_MISS_TUNER = tune_on_miss.MissTuner(_forget_choices)
+
+
+def _on_miss(choice: Choice, db: str | None) -> None:
+    """An untuned problem's first call (of a signature): tuned in the background where asked for."""
+    if tune_on_miss.enabled():
+        _MISS_TUNER.submit(choice.problem, db, choice.gpu)
+
+
+def wait_for_tuning(timeout: float | None = None) -> bool:
+    """Wait until every problem that AUTOTUNE_TUNE_ON_MISS=1 sent to background tuning so far is
+    tuned (or failed, which the `autotune` logger says): True unless `timeout` seconds ran out first.
+    The next call of each such problem then selects its new best config."""
+    return _MISS_TUNER.wait(timeout)
+
+
+_RUNTIME = Runtime(_choose_on, Misses(_note_asked, on_miss=_on_miss))
 gemv = _RUNTIME.gemv
 gemm = _RUNTIME.gemm
 

@@ -25,7 +25,7 @@ from autotune.runtime import device as device_module
 from autotune.runtime import driver
 from autotune.runtime import launcher as launcher_module
 from autotune.runtime.launcher import Runtime
-from autotune.runtime.misses import COUNT_ENV, Misses
+from autotune.runtime.misses import COUNT_ENV, Misses, OnMiss
 from autotune.select.choose import Choice
 
 H200 = GpuInfo("NVIDIA H200", "GPU-1", "9.0", 132, 60 << 20, 141 << 30, "580.159.04", "13.0")
@@ -577,12 +577,18 @@ def test_the_short_path_keeps_each_strided_signatures_lda_and_plan(
 
 
 def _counting_runtime(
-    monkeypatch: pytest.MonkeyPatch, choice: Choice, written: list[tuple[Any, ...]]
+    monkeypatch: pytest.MonkeyPatch,
+    choice: Choice,
+    written: list[tuple[Any, ...]],
+    on_miss: OnMiss | None = None,
+    choices: list[Choice] | None = None,
 ) -> tuple[Runtime, Misses]:
+    """A runtime over fake tensors that counts misses into `written`; with `choices`, it selects the
+    last of them at each selection and appends its problem to `choices`' caller's view."""
     from autotune.runtime import operands
 
-    misses = Misses(lambda db, gpu, asked: written.append((db, gpu, dict(asked))), every_s=3600)
-    runtime = Runtime(lambda problem, device, db: choice, misses)
+    misses = Misses(lambda db, gpu, asked: written.append((db, gpu, dict(asked))), every_s=3600, on_miss=on_miss)
+    runtime = Runtime(lambda problem, device, db: (choices or [choice])[-1], misses)
     runtime._tensor = FakeTensor
     runtime._raw_stream = lambda index: 0
     runtime._allocators[0] = lambda nbytes, index: (0, None)
@@ -634,6 +640,35 @@ def test_a_measured_problem_is_not_counted_and_counting_can_be_turned_off(
     runtime.gemv(A, x)
     misses.flush()
     assert written == []
+
+
+def test_tuning_on_a_miss_hears_of_each_untuned_signature_and_forget_makes_calls_select_again(
+    cuda: FakeCuda, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Misses tells its on_miss hook (tuning on a miss) of an untuned problem's signature once, also
+    with counting off; after Runtime.forget() (the background sweep stored a measurement) the next
+    call selects again and runs the new config, whose measured problem is not heard of."""
+    problem = Problem("gemv", "float16", 64, 128)
+    monkeypatch.setenv(COUNT_ENV, "0")
+    heard: list[tuple[Problem, str | None]] = []
+    choices = [Choice(problem, H200.name, gemv.DEFAULT_CONFIG, "estimate")]
+    runtime, _ = _counting_runtime(
+        monkeypatch, choices[0], [], on_miss=lambda choice, db: heard.append((choice.problem, db)), choices=choices
+    )
+    A, x = FakeTensor((64, 128), 1 << 20), FakeTensor((128,), 2 << 20)
+    for _ in range(3):
+        runtime.gemv(A, x, db="x.db")
+    assert heard == [(problem, "x.db")] and len(cuda.loaded) == 1
+    tuned = {**gemv.DEFAULT_CONFIG, "block": 128, "lanes": 32, "vec": 8}
+    choices.append(Choice(problem, H200.name, tuned, "measured"))
+    for _ in range(3):
+        runtime.gemv(A, x, db="x.db")
+    assert len(cuda.loaded) == 1  # the short path still runs the estimate: nothing told it
+    runtime.forget()
+    for _ in range(3):
+        runtime.gemv(A, x, db="x.db")
+    assert len(cuda.loaded) == 2 and cuda.loaded[-1].name != cuda.loaded[0].name  # the tuned config's kernel
+    assert heard == [(problem, "x.db")]
 
 
 def test_counts_a_write_failed_on_are_written_with_the_next_flush() -> None:

@@ -79,6 +79,24 @@ class Runtime:
         self._tensor: type[Any] = _NotATensor
         self._raw_stream: Callable[[int], int] = _no_stream
         self._allocators: dict[int, Allocator] = {}
+        self._generation = 0  # forget() calls so far: a signature chosen before one is not kept
+
+    def forget(self) -> None:
+        """Forget every call signature's choice (new measurements were stored: tuning on a miss), so
+        that the next call of each selects again; plans and loaded kernels stay. A call whose choice
+        was made before this does not keep its signature."""
+        with self._lock:
+            self._generation += 1
+            self._gemv = {}
+            self._gemm = {}
+
+    def _keep(
+        self, signatures: dict[tuple[Any, ...], Signature], key: tuple[Any, ...], sig: Signature, generation: int
+    ) -> None:
+        """Keep `sig` for the short path unless forget() ran since its choice was made."""
+        with self._lock:
+            if generation == self._generation:
+                signatures[key] = sig
 
     # -- devices and plans -------------------------------------------------------------------
 
@@ -239,6 +257,7 @@ class Runtime:
             out = opnd.empty_like(a, layout.out_shape, device.index)
             y = opnd.describe(out, "out")
         problem = make_problem("gemv", a.dtype, layout.m, layout.n, trans=layout.trans)
+        generation = self._generation
         choice = self._choose(problem, device, db)
         tally = self._tally(choice, db)
         handle = self._stream(stream, a, device)
@@ -257,7 +276,7 @@ class Runtime:
             sig.swap = layout.trans
             sig.tally = tally
             key = signature_key(A, x, out if given is not None else None, (trans, db))
-            self._gemv[key] = sig
+            self._keep(self._gemv, key, sig, generation)
         return out
 
     def gemm(
@@ -331,6 +350,7 @@ class Runtime:
             out = opnd.empty_like(a, (m, n), device.index)
             c = opnd.describe(out, "out")
         problem = make_problem("gemm", a.dtype, m, n, k, trans=layout.b_nk)
+        generation = self._generation
         choice = self._choose(problem, device, db)
         tally = self._tally(choice, db)
         handle = self._stream(stream, a, device)
@@ -346,7 +366,7 @@ class Runtime:
             sig.allocator = self._allocator(a, device)
             sig.tally = tally
             key = signature_key(A, B, out if given is not None else None, (db,))
-            self._gemm[key] = sig
+            self._keep(self._gemm, key, sig, generation)
         return out
 
     def signatures(self) -> list[Signature]:

@@ -30,6 +30,8 @@ def _utcnow() -> datetime:
 
 # Writes one database's counts of one GPU model: (db, gpu name, counts).
 Writer = Callable[[str | None, str, Mapping[Problem, Asked]], None]
+# Told of each new call signature of an untuned problem, counted or not (tuning on a miss).
+OnMiss = Callable[[Choice, str | None], None]
 
 
 @dataclass
@@ -42,8 +44,8 @@ class Tally:
 
 
 class Misses:
-    def __init__(self, write: Writer, every_s: float = FLUSH_S) -> None:
-        self._write, self._every = write, every_s
+    def __init__(self, write: Writer, every_s: float = FLUSH_S, on_miss: OnMiss | None = None) -> None:
+        self._write, self._every, self._on_miss = write, every_s, on_miss
         self._tallies: dict[tuple[str | None, str, Problem], Tally] = {}
         self._lock = threading.Lock()
         self._flushing = threading.Lock()  # the thread's flush and the exit hook's never overlap
@@ -55,8 +57,13 @@ class Misses:
         return os.environ.get(COUNT_ENV, "1").strip() != "0"
 
     def tally(self, choice: Choice, db: str | None) -> Tally | None:
-        """The tally to count `choice`'s calls on, or None for a measured problem (or counting off)."""
-        if choice.source == MEASURED or not self.enabled():
+        """The tally to count `choice`'s calls on, or None for a measured problem (or counting off).
+        Called once per call signature, off the short path: `on_miss` hears of the problem here."""
+        if choice.source == MEASURED:
+            return None
+        if self._on_miss is not None:
+            self._on_miss(choice, db)
+        if not self.enabled():
             return None
         key = (db, choice.gpu, choice.problem)
         with self._lock:
