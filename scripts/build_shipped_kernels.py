@@ -10,8 +10,11 @@ xz-compressed as db/kernels/<stem>.<cubin|fatbin>.xz; index.json maps the job ke
 architecture a file serves (autotune/build/compiler.py: job_key) to it, and manifest.json says what
 each file holds and one use that selects it.
 
-    python scripts/build_shipped_kernels.py           # rebuild db/kernels/ (nvcc on PATH)
+    python scripts/build_shipped_kernels.py           # bring db/kernels/ up to date (nvcc on PATH)
     python scripts/build_shipped_kernels.py --check   # only say whether db/kernels/ is current
+
+An instance db/kernels/ already holds (the same file name: the same kernel name, translation unit and
+included files) keeps its file; `--rebuild` compiles every instance again.
 """
 
 from __future__ import annotations
@@ -132,6 +135,26 @@ def build(instance: Instance) -> Built:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def already_built(instance: Instance, manifest: dict[str, dict[str, object]]) -> Built | None:
+    """The instance as db/kernels/ holds it already, where it does: its file is named by its job (name,
+    translation unit, included files' hash), so the same file name is the same kernel. nvcc writes a
+    few bytes that differ from run to run, so rebuilding it would rewrite a file for nothing."""
+    entry = manifest.get(instance.stem)
+    if entry is None or entry.get("name") != instance.job.name or entry.get("source_hash") != instance.job.depends_hash:
+        return None
+    kind = str(entry["kind"])
+    target = OUT / f"{instance.stem}.{kind}{shipped.SUFFIX}"
+    try:
+        image = lzma.decompress(target.read_bytes())
+    except (OSError, lzma.LZMAError):
+        return None
+    if hashlib.sha256(image).hexdigest() != entry.get("sha256"):
+        return None
+    sass, ptx, not_built = entry["sass"], entry["ptx"], entry["not_built"]
+    assert isinstance(sass, list) and isinstance(not_built, dict) and (ptx is None or isinstance(ptx, str))
+    return Built(instance, kind, image, [str(a) for a in sass], ptx, dict(not_built), 0.0)
+
+
 def keys_of(built: Built) -> list[str]:
     job = built.instance.job
     archs = [*built.sass, *([built.ptx] if built.ptx else [])]
@@ -158,6 +181,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="only say whether db/kernels/ is current")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="nvcc processes at once")
+    parser.add_argument("--rebuild", action="store_true", help="compile every instance, also those already built")
     args = parser.parse_args()
     started = time.perf_counter()
     with open_store("sqlite://", import_shipped=False) as store:
@@ -172,7 +196,14 @@ def main() -> None:
         sys.exit(1 if missing else 0)
     if shutil.which("nvcc") is None:
         raise SystemExit("nvcc is not on PATH: the shipped kernels are built with the CUDA toolkit")
-    results: list[Built] = []
+    try:
+        manifest = {} if args.rebuild else json.loads((OUT / shipped.MANIFEST).read_text())["kernels"]
+    except (OSError, ValueError, KeyError):
+        manifest = {}
+    results = [found for instance in todo if (found := already_built(instance, manifest)) is not None]
+    kept = {built.instance.stem for built in results}
+    todo = [instance for instance in todo if instance.stem not in kept]
+    print(f"{len(kept)} already built, {len(todo)} to compile", file=sys.stderr)
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         for done, result in enumerate(pool.map(build, todo), 1):
             results.append(result)
