@@ -176,6 +176,15 @@ sm__warps_active.avg.pct_of_peak_sustained_active python3 scripts/profile_vs_cub
       # The same benchmark where PyCUDA and nvcc are installed (tuning's environment).
       step first-call
       python3 scripts/bench_first_call.py --out "$OUT/with-toolkit" ${REPEATS:+--repeats $REPEATS} 2>&1 | tee "$OUT/first-call-toolkit.log" | tail -12 ;;
+    kernel-tuner)
+      # Tuning speed beside Kernel Tuner (scripts/bench_tuning_vs_kernel_tuner.py): Kernel Tuner and what
+      # it needs beyond the image's packages (.whl/kt/) go into /tmp/site too. KT_GPUS runs at once, one a
+      # GPU; KT_ARGS="--resume results/tuning_vs_kernel_tuner_runs.json" goes on with an earlier call's set.
+      step kernel-tuner
+      # No --upgrade: pip would replace /tmp/site/bin, which the first install filled, with theirs.
+      python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/kt/*.whl || exit 1
+      python3 scripts/bench_tuning_vs_kernel_tuner.py --out "$OUT" --gpus "${KT_GPUS:-1}" ${KT_ARGS:-} 2>&1 \
+        | tee "$OUT/kernel-tuner.log" | tail -40 ;;
     export)
       step export
       python3 -c "import sys; from pathlib import Path; from autotune.store import open_store; print(open_store(sys.argv[1], import_shipped=False).export_records('$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)', Path(sys.argv[2]), top=3, current_only=True), 'records')" "$DB" "$OUT/records.jsonl" ;;
