@@ -13,13 +13,21 @@ of autotune.gemv() or gemm() is synchronized. So it holds the config's selection
   an earlier process, as on a machine that has used autotune before.
 
 Each setting starts from an empty kernel cache (AUTOTUNE_CACHE_DIR of its own): the first process of a
-problem unpacks its shipped kernel, the later ones read the unpacked copy. The problems are taken from
-the shipped records of this GPU (one GEMV per dtype and a GEMM); nothing should compile.
+problem unpacks its shipped kernel and checks the records, the table and the database's change count
+in full, the later ones read the unpacked copy and trust those checks while the files are unchanged
+(autotune/select/stamps.py). The problems are taken from the shipped records of this GPU (one GEMV per
+dtype and a GEMM); nothing should compile.
+
+Without a GPU, `--cpu` times the selection alone (from the call to the Choice, the GPU named "NVIDIA
+H200" as the launcher would read it from the driver), the part of a first call that is Python work:
+
+    python scripts/bench_first_call.py --cpu --repeats 20
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import os
@@ -30,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -71,10 +80,12 @@ def child(op: str, dtype: str, m: int, n: int, k: int) -> dict[str, Any]:
         a, b = torch.randn(m, k, generator=gen, device="cuda"), torch.randn(k, n, generator=gen, device="cuda")
     a, b = a.to(kind), b.to(kind)
     torch.cuda.synchronize()  # the context exists and the operands are on the GPU
+    collections = garbage_collections()
     start = time.perf_counter()
     out = autotune.gemv(a, b) if op == "gemv" else autotune.gemm(a, b)
     torch.cuda.synchronize()
     ms = (time.perf_counter() - start) * 1e3
+    gc_ms, generations = collections()
     reference = a.double() @ b.double()
     error = float((out.double() - reference).abs().max() / reference.abs().max().clamp_min(1e-30))
     return {
@@ -83,10 +94,35 @@ def child(op: str, dtype: str, m: int, n: int, k: int) -> dict[str, Any]:
         "origin": origins[0][1] if origins else None,
         "selected_by": "store" if api._default_opened.is_set() else "table",
         "phases_ms": phases,
+        "gc_ms": gc_ms,  # Python's garbage collections during the call (inside the phases, not beside them)
+        "gc_generations": generations,
         "rel_error": error,
         "pycuda_loaded": "pycuda" in sys.modules,
         "sqlalchemy_loaded": "sqlalchemy" in sys.modules,
     }
+
+
+def garbage_collections() -> Callable[[], tuple[float, list[int]]]:
+    """Start noting Python's garbage collections; the function returned stops and gives their total
+    milliseconds and generations. Which call a collection lands in depends on what the process
+    allocated before; one of generation 1 took about 1 ms of a first call on the 2-core CPU of the
+    machine without a GPU (tests' driver doubles)."""
+    noted: list[tuple[int, float]] = []
+    started: list[float] = []
+
+    def note(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started.append(time.perf_counter())
+        elif started:
+            noted.append((info["generation"], (time.perf_counter() - started.pop()) * 1e3))
+
+    gc.callbacks.append(note)
+
+    def stop() -> tuple[float, list[int]]:
+        gc.callbacks.remove(note)
+        return sum(ms for _, ms in noted), [generation for generation, _ in noted]
+
+    return stop
 
 
 def phase_timers(api: Any) -> dict[str, float]:
@@ -113,6 +149,61 @@ def phase_timers(api: Any) -> dict[str, float]:
     clock(device.Device, "function", "load module")
     clock(launcher, "Device", "open device")
     return phases
+
+
+CPU_GPU = ("NVIDIA H200", "GPU-bench", "9.0", 132, 60 << 20, 141 << 30, "580.159.04", "13.0")
+
+
+def cpu_child(op: str, dtype: str, m: int, n: int, k: int) -> dict[str, Any]:
+    """The selection of one first call in this (fresh) process, the device faked as the CPU tests do."""
+    from types import SimpleNamespace
+
+    import autotune  # noqa: F401  (the clock starts after the import, as on the GPU)
+    from autotune import api
+    from autotune.core.fingerprint import GpuInfo
+    from autotune.ops import make_problem
+
+    problem = make_problem(op, dtype, m, n, k or None)
+    device = SimpleNamespace(gpu=GpuInfo(*CPU_GPU))
+    before = set(sys.modules)
+    collections = garbage_collections()
+    start = time.perf_counter()
+    choice = api._choose_on(problem, device, None)
+    ms = (time.perf_counter() - start) * 1e3
+    gc_ms, _ = collections()
+    imported = sorted({name.split(".")[0] for name in set(sys.modules) - before})
+    selected_by = "store" if api._default_opened.is_set() else "table"
+    return {"ms": ms, "gc_ms": gc_ms, "source": choice.source, "selected_by": selected_by, "imported": imported}
+
+
+def cpu_main(repeats: int) -> int:
+    """Medians of the selection's time in fresh processes, with and without a default database."""
+    problems = shipped_problems(CPU_GPU[0])
+    print(f"selection of a first call on this CPU ({CPU_GPU[0]} faked), {repeats} fresh processes each")
+    with tempfile.TemporaryDirectory(prefix="first-call-cpu-") as scratch:
+        for setting in ("no database", "database"):
+            folder = Path(scratch) / setting.replace(" ", "-")
+            env = {**os.environ, "XDG_DATA_HOME": str(folder / "data"), "AUTOTUNE_CACHE_DIR": str(folder / "cache")}
+            env.pop("AUTOTUNE_DB", None)
+            if setting == "database":
+                make_database(env)
+            for problem in problems:
+                command = [sys.executable, __file__, "--cpu-child", *map(str, problem)]
+                runs = []
+                for _ in range(repeats):
+                    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=True)
+                    runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+                times = [run["ms"] for run in runs]
+                op, dtype, m, n, k = problem
+                name = f"{dtype} {op} {m}x{n}" + (f"x{k}" if k else "")
+                chosen = ",".join(sorted({run["selected_by"] for run in runs}))
+                imported = ",".join(sorted({name for run in runs[1:] for name in run["imported"]})) or "nothing"
+                print(
+                    f"{setting:12} {name:28} median {statistics.median(times):6.2f} ms  first {times[0]:6.2f}"
+                    f"  max {max(times):6.2f}  {runs[0]['source']}, by {chosen}; later ones imported {imported}",
+                    flush=True,
+                )
+    return 0
 
 
 def shipped_problems(gpu: str) -> list[tuple[str, str, int, int, int]]:
@@ -142,24 +233,40 @@ def run_child(problem: tuple[str, str, int, int, int], env: dict[str, str]) -> d
 
 
 def make_database(env: dict[str, str]) -> None:
-    """The default database of `env`'s data folder, made and its selection table written."""
+    """The default database of `env`'s data folder, made and its selection table written, looked at
+    once by a process without the store (as a launch does: SQLite makes the write-ahead log's files)
+    and left alone until its files are older than the stamps' racy window, as on a machine that has
+    used autotune before."""
     code = (
         "from autotune import api; api.best('hgemv', 4096, 8192, gpu='NVIDIA H200'); "
         "from autotune.select import table; assert table.default_table() is not None"
     )
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=300)
+    code = "from autotune.select import table; assert table.default_table() is not None"
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=300)
+    from autotune.select import stamps
+
+    time.sleep(stamps.RACY_NS / 1e9 + 0.2)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("results"), help="folder for first_call_<gpu>.json")
     parser.add_argument("--repeats", type=int, default=5, help="fresh processes per problem and setting")
+    parser.add_argument("--cpu", action="store_true", help="time the selection alone, without a GPU")
     parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument("--cpu-child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         op, dtype, m, n, k = args.child
         print(json.dumps(child(op, dtype, int(m), int(n), int(k))))
         return 0
+    if args.cpu_child:
+        op, dtype, m, n, k = args.cpu_child
+        print(json.dumps(cpu_child(op, dtype, int(m), int(n), int(k))))
+        return 0
+    if args.cpu:
+        return cpu_main(args.repeats)
 
     import torch
 
@@ -235,7 +342,10 @@ def print_row(setting: str, row: dict[str, Any]) -> None:
     if later:
         steps = {label: statistics.median(p.get(label, 0.0) for p in later) for label in later[0]}
         steps["other"] = statistics.median(run["ms"] for run in runs[1:]) - sum(steps.values())
-        print(" " * 13 + ", ".join(f"{label} {ms:.2f}" for label, ms in steps.items()), flush=True)
+        collected = [run.get("gc_ms", 0.0) for run in runs[1:]]
+        hit = sum(1 for ms in collected if ms)
+        gc_note = f"; garbage collection in {hit} of {len(collected)} calls, up to {max(collected):.2f}"
+        print(" " * 13 + ", ".join(f"{label} {ms:.2f}" for label, ms in steps.items()) + gc_note, flush=True)
 
 
 if __name__ == "__main__":

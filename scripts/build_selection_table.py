@@ -34,7 +34,8 @@ def main() -> None:
     lines = build(args.records)
     table.write(args.out, lines)
     problems = len(table.read(args.out).table.problems())
-    print(f"{args.out}: {problems} problems in {len(lines) - 1} groups, {args.out.stat().st_size / 1024:.0f} KiB")
+    groups = (len(lines) - 1) // 2  # each group's line and its exact-hit line
+    print(f"{args.out}: {problems} problems in {groups} groups, {args.out.stat().st_size / 1024:.0f} KiB")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from autotune.core.fingerprint import GpuInfo
 from autotune.core.problem import Problem
 from autotune.ops import gemv, make_problem
 from autotune.runtime import shipset
-from autotune.select import table
+from autotune.select import stamps, table
 from autotune.select.choose import EVIDENCE_TOP, Choice, Selector
 from autotune.store import Store, open_store, queries
 from tests.fakes import ok, record
@@ -148,6 +148,25 @@ def test_a_database_with_old_kernels_and_bad_rows_answers_as_the_store(store: St
     assert best.config == MINE and best.source == "measured"
 
 
+def test_every_shipped_problem_is_answered_from_its_exact_hit_line_as_the_full_selector(records: Store) -> None:
+    """The first call's fast path: a problem the shipped records measured is answered from its
+    group's exact-hit line alone (no group parsed, no cost model), with the store's answer."""
+    shipped = table.read(REPO / "db" / table.SHIPPED_TABLE).table
+    held = shipped.problems()
+    full = Selector(records)
+    measured = 0
+    for gpu, problem in held:
+        fresh = shipped
+        fresh._parsed.clear()  # as in a new process: nothing parsed yet
+        fresh._exact.clear()
+        choice = Selector(fresh).choose(problem, gpu, "580.0", "12.8")
+        assert choice == full.choose(problem, gpu, "580.0", "12.8"), f"{problem} on {gpu}"
+        if choice.source == "measured":
+            measured += 1
+            assert not fresh._parsed, f"{problem} on {gpu}: a group was parsed"
+    assert {gpu for gpu, _ in held} == set(records.gpu_names()) and measured > 0.9 * len(held)
+
+
 def test_without_a_database_the_shipped_table_answers_and_no_database_is_made(resources: Path) -> None:
     choice = launch_choice()
     assert choice.source == "measured" and from_table()
@@ -224,7 +243,7 @@ def test_changed_shipped_records_stale_both_tables(resources: Path) -> None:
         lambda text: text[: len(text) // 2],
         lambda text: text.replace("block", "blocc", 1),  # a group that no longer matches the header's hash
         lambda text: "not json\n" + text.split("\n", 1)[1],
-        lambda text: text.replace('"format":1', '"format":99', 1),
+        lambda text: text.replace(f'"format":{table.FORMAT}', '"format":99', 1),
     ],
     ids=["empty", "cut", "edited", "header", "format"],
 )
@@ -359,3 +378,88 @@ def test_the_driver_version_is_read_as_nvidia_smi_shows_it(tmp_path: Path, monke
     assert fingerprint.kernel_driver_version() == "580.159.04"
     proc.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024\n")
     assert fingerprint.kernel_driver_version() == "550.54.15"
+
+
+@pytest.fixture
+def settled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files count as settled at once (stamps.py records what it checks however recently it changed)."""
+    monkeypatch.setattr(stamps, "RACY_NS", 0)
+
+
+def no_hashing(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refused(*args: Any) -> Any:
+        raise AssertionError("hashed again")
+
+    monkeypatch.setattr(table.hashlib, "sha256", refused)
+
+
+def test_what_an_earlier_process_checked_is_trusted_until_a_file_changes(
+    resources: Path, settled: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert table.default_table() is not None  # checked in full, stamps written
+    with monkeypatch.context() as patched:
+        no_hashing(patched)
+        assert table.default_table() is not None  # the records and the table: stat only
+    # A records file rewritten with as many bytes: its stat moves, so it is hashed again.
+    path = sorted((resources / "records").glob("*.jsonl"))[0]
+    text = path.read_text()
+    digit = next(i for i, c in enumerate(text) if c.isdigit() and c != "7")
+    path.write_text(text[:digit] + "7" + text[digit + 1 :])
+    assert table.default_table() is None
+    path.write_text(text)
+    assert table.default_table() is not None
+    # And so is the table, damaged in place.
+    shipped = resources / table.SHIPPED_TABLE
+    shipped.write_text(shipped.read_text().replace("block", "blocc", 1))
+    assert table.default_table() is None
+
+
+def test_files_changed_within_the_racy_window_are_not_recorded(resources: Path) -> None:
+    assert table.default_table() is not None
+    recorded = json.loads((table.paths.cache_home() / stamps.FILE).read_text())["digests"]
+    assert not [name for name in recorded if name.startswith(str(resources))]  # all copied just now
+
+
+def test_the_change_count_is_read_again_once_the_database_is_written(
+    resources: Path, settled: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shutil.rmtree(resources / "records")  # none to import: the default database is made at once
+    database().parent.mkdir(parents=True)
+    with open_store(str(database())) as mine:
+        record(mine, SHIPPED, MINE, ok(1.0), H200)
+        assert table.refresh(mine, database())  # the table beside it
+        assert table.default_table() is not None and table.default_table() is not None  # the count recorded
+        with monkeypatch.context() as patched:
+            patched.setattr(table, "read_changes", lambda database: pytest.fail("the count was read"))
+            assert table.default_table() is not None
+        with sqlite3.connect(database()) as connection:  # another program's write: the log grows
+            connection.execute("DELETE FROM trials")
+        assert table.default_table() is None
+
+
+def test_a_table_of_an_earlier_format_is_not_used_and_not_warned_about(
+    resources: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Written by an earlier autotune: the store answers (and rewrites a database's table, as for a
+    damaged one), without the warning a damaged table gets."""
+    shipped = resources / table.SHIPPED_TABLE
+    header, rest = shipped.read_text().split("\n", 1)
+    shipped.write_text(header.replace(f'"format":{table.FORMAT}', '"format":1', 1) + "\n" + rest)
+    with caplog.at_level(logging.DEBUG, logger="autotune"):
+        assert table.default_table() is None
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING] and "earlier autotune" in caplog.text
+
+
+def test_a_stamp_file_that_cannot_be_read_or_written_checks_in_full(tmp_path: Path) -> None:
+    path = tmp_path / stamps.FILE
+    path.write_text("{not json")
+    found = stamps.Stamps(path)
+    assert found.digest("/x", [1, 2, 3, 4, 5]) is None
+    found.record_digest("/x", [1, 2, 3, 4, 5], "ab", stamps.now_ns())
+    found.save()
+    assert stamps.Stamps(path).digest("/x", [1, 2, 3, 4, 5]) == "ab"
+    assert stamps.Stamps(path).digest("/x", [1, 2, 3, 4, 6]) is None
+    blocked = stamps.Stamps(tmp_path / "a-file" / stamps.FILE)
+    (tmp_path / "a-file").write_text("")
+    blocked.record_digest("/x", [1, 2, 3, 4, 5], "ab", stamps.now_ns())
+    blocked.save()  # no folder can be made there: nothing kept, no error

@@ -219,7 +219,6 @@ class Selector:
     def _choose(self, problem: Problem, gpu: str, local_driver: str | None, local_cuda: str | None) -> Choice:
         current = source_hash(problem)
         exact = self._store.best(gpu, problem, current)
-        tuned = self._store.tuned(gpu, problem.op, problem.dtype, current, trans=problem.trans)
         notes = []
         for what, was, here in (
             ("driver", exact.driver if exact else None, local_driver),
@@ -229,9 +228,12 @@ class Selector:
                 notes.append(
                     f"measured with {what} {was}, this machine has {here}: re-tune with `autotune sweep --stale`"
                 )
-        measured = exact is not None and ops.for_problem(problem).space(problem).check(exact.config) is None
-        model = None if measured else self._model(problem, gpu, current)
-        return choose(problem, gpu, exact, tuned, notes, model)
+        if exact is not None and ops.for_problem(problem).space(problem).check(exact.config) is None:
+            # A measured problem: choose() answers with its own trial, neither the other tuned shapes
+            # nor the cost model is looked at (a first call of a tuned problem reads nothing more).
+            return Choice(problem, gpu, dict(exact.config), MEASURED, exact.time_us, exact.gbs, notes=tuple(notes))
+        tuned = self._store.tuned(gpu, problem.op, problem.dtype, current, trans=problem.trans)
+        return choose(problem, gpu, exact, tuned, notes, self._model(problem, gpu, current))
 
     def forget(self) -> None:
         self._cache.clear()

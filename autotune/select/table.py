@@ -17,6 +17,12 @@ Two tables serve the default database (no `db=`, no $AUTOTUNE_DB):
 Either answers only while opening the store would import no shipped records file (each file's
 SHA-256 is in the table's stamp). Anything else (a stale, missing or damaged table, an older schema,
 a database that cannot be read without writing) gives None, and the caller opens the store.
+
+A first call must be cheap (docs/deploy.md, "A first call"): each group of the table comes with its
+exact-hit line, every problem's best trial per kernel source, so a tuned problem's answer is read
+without parsing the group's trials; and what an earlier process has checked (the records files'
+SHA-256, the table's, the database's change count) is trusted while the files are unchanged
+(stamps.py), so a fresh process neither hashes them again nor imports sqlite3.
 """
 
 from __future__ import annotations
@@ -29,17 +35,19 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, overload
 from urllib.parse import quote
 
 from autotune import ops
 from autotune.core import paths
 from autotune.core.errors import AutotuneError
 from autotune.core.problem import DTYPES, Problem
+from autotune.select import stamps as stamping
+from autotune.select.stamps import Stamps
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1
+FORMAT = 2  # 2: each group's exact-hit line follows the groups
 SHIPPED_TABLE = "selection.json"  # under db/
 BESIDE_DATABASE = "-selection.json"  # appended to the database file's name, as SQLite's -wal and -shm
 DATABASE_NAME = "autotune.db"  # the default database's file in the data folder (store/database.py)
@@ -132,13 +140,22 @@ GroupKey = tuple[str, str, str, bool]  # (GPU name, op, dtype, trans): every que
 class Table:
     """A table's rows, answering the selector's questions as the store does (autotune/store/store.py:
     gpus, best, tuned, problem_id, leaders), from memory. Each (GPU, op, dtype, layout) group is kept
-    as its JSON text until a question needs it: a first call parses only its own group."""
+    as its JSON text until a question needs it, and so is its exact-hit line: a first call of a tuned
+    problem parses only that line, one of another problem only its own group."""
 
-    def __init__(self, gpus: list[GpuRow], groups: list[GroupKey], texts: list[bytes]) -> None:
+    def __init__(
+        self,
+        gpus: list[GpuRow],
+        groups: list[GroupKey],
+        texts: Sequence[bytes],
+        exact: Sequence[bytes] | None = None,
+    ) -> None:
         self._gpus = gpus
         self._keys = {key: index for index, key in enumerate(groups)}
         self._texts = texts
+        self._exact_texts = exact
         self._parsed: dict[int, list[tuple[Problem, list[TrialRow]]]] = {}
+        self._exact: dict[int, dict[str, list[Any]]] = {}
 
     def gpus(self) -> list[GpuRow]:
         return list(self._gpus)
@@ -154,7 +171,16 @@ class Table:
         return None if found is None else found[0] << 20 | found[1]
 
     def best(self, gpu_name: str, problem: Problem, source_hash: str | None) -> TrialRow | None:
-        """The fastest usable OK trial of exactly this problem (of that kernel source when given)."""
+        """The fastest usable OK trial of exactly this problem (of that kernel source when given):
+        with a kernel source, from the group's exact-hit line, without parsing the group."""
+        if source_hash is not None and self._exact_texts is not None:
+            index = self._keys.get((gpu_name, problem.op, problem.dtype, problem.trans))
+            if index is None or not _known(problem):
+                return None
+            for values in self._exact_line(index).get(_shape_key(problem.m, problem.n, problem.k), ()):
+                if isinstance(values, list) and len(values) == 6 and values[3] == source_hash:
+                    return self._checked(gpu_name, problem, values)
+            return None
         found = self._find(gpu_name, problem)
         return None if found is None else _first_usable(*self._group(found[0])[found[1]], source_hash)
 
@@ -183,6 +209,32 @@ class Table:
             return None
         position = next((i for i, (p, _) in enumerate(self._group(index)) if p == problem), None)
         return None if position is None else (index, position)
+
+    def _exact_line(self, index: int) -> dict[str, list[Any]]:
+        found = self._exact.get(index)
+        if found is None:
+            assert self._exact_texts is not None
+            try:
+                found = json.loads(self._exact_texts[index])
+                if not isinstance(found, dict):
+                    raise TypeError("not an object")
+            except (ValueError, TypeError) as exc:
+                raise Damaged(
+                    f"a selection table holds a bad exact-hit line {self._name(index)} ({type(exc).__name__}: {exc})"
+                ) from None
+            self._exact[index] = found
+        return found
+
+    def _checked(self, gpu: str, problem: Problem, values: list[Any]) -> TrialRow | None:
+        try:
+            row = _trial(gpu, problem, values)
+        except (ValueError, TypeError) as exc:
+            raise Damaged(f"a selection table holds a bad trial of {problem} ({type(exc).__name__}: {exc})") from None
+        return row if _usable_config(row.config) else None
+
+    def _name(self, index: int) -> str:
+        gpu, op, dtype, trans = next(key for key, i in self._keys.items() if i == index)
+        return f"{gpu}/{op}/{dtype}" + ("/trans" if trans else "")
 
     def _group(self, index: int) -> list[tuple[Problem, list[TrialRow]]]:
         found = self._parsed.get(index)
@@ -216,17 +268,40 @@ def _known(problem: Problem) -> bool:
     return problem.op in ops.names() and problem.dtype in DTYPES
 
 
+def _shape_key(m: int, n: int, k: int) -> str:
+    return f"{m},{n},{k}"
+
+
+def _exact_trials(trials: list[list[Any]]) -> list[list[Any]]:
+    """A problem's exact-hit entry: for each kernel source, the trial `_first_usable` picks for it
+    (the first usable one of its PER_SOURCE fastest), in the order the sources first appear."""
+    seen: dict[Any, int] = {}
+    chosen: dict[Any, list[Any]] = {}
+    for values in trials:
+        source = values[3]
+        seen[source] = seen.get(source, 0) + 1
+        if source not in chosen and seen[source] <= PER_SOURCE and _usable_config(values[0]):
+            chosen[source] = values
+    return list(chosen.values())
+
+
 # --- the file -------------------------------------------------------------------------------------
 # A header line (format, stamp, GPUs, the groups in order, the SHA-256 of the rest), then one line of
-# JSON per group: [[m, n, k, [[config, time_us, gbs, source_hash, driver, cuda], ...]], ...].
+# JSON per group: [[m, n, k, [[config, time_us, gbs, source_hash, driver, cuda], ...]], ...], then
+# each group's exact-hit line, in the same order: {"m,n,k": [the trial picked per kernel source]}.
 
 
 def to_lines(snapshot: Snapshot, database: Path | None) -> list[str]:
     """The table file's lines for a snapshot of `database` (None: the shipped records alone)."""
     groups: dict[GroupKey, list[Any]] = {}
+    exact: dict[GroupKey, dict[str, list[Any]]] = {}
     for gpu, p, trials in snapshot.problems:  # the store's order: each group's problems together
-        groups.setdefault((gpu, p.op, p.dtype, p.trans), []).append([p.m, p.n, p.k, [_trial_json(t) for t in trials]])
+        values = [_trial_json(t) for t in trials]
+        groups.setdefault((gpu, p.op, p.dtype, p.trans), []).append([p.m, p.n, p.k, values])
+        # The first of a problem held twice answers, as Table._find takes it.
+        exact.setdefault((gpu, p.op, p.dtype, p.trans), {}).setdefault(_shape_key(p.m, p.n, p.k), _exact_trials(values))
     body = [json.dumps(problems, separators=(",", ":")) for problems in groups.values()]
+    body += [json.dumps(exact[key], separators=(",", ":")) for key in groups]
     header = {
         "format": FORMAT,
         "made_from": {
@@ -266,6 +341,10 @@ class Damaged(AutotuneError):
     """A table file that is not what `write` wrote (one line, naming the file)."""
 
 
+class Outdated(Damaged):
+    """A table file of an older format (written by an earlier autotune): not current, not damaged."""
+
+
 @dataclass(frozen=True)
 class Loaded:
     """A table file read back: what it was made from, and its rows."""
@@ -276,21 +355,68 @@ class Loaded:
     table: Table
 
 
-def read(path: Path) -> Loaded:
+class _Lines(Sequence[bytes]):
+    """Lines of a table file's body, each copied out of the file's bytes only when asked for."""
+
+    def __init__(self, data: bytes, spans: list[tuple[int, int]]) -> None:
+        self._data = data
+        self._spans = spans
+
+    def __len__(self) -> int:
+        return len(self._spans)
+
+    @overload
+    def __getitem__(self, index: int) -> bytes: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[bytes]: ...
+    def __getitem__(self, index: int | slice) -> bytes | list[bytes]:
+        if isinstance(index, slice):
+            return [self._data[a:b] for a, b in self._spans[index]]
+        a, b = self._spans[index]
+        return self._data[a:b]
+
+
+def _spans(data: bytes, start: int) -> list[tuple[int, int]]:
+    """Where each line from `start` on begins and ends (text after the last newline is no line, as
+    with bytes.split(b"\\n")[:-1])."""
+    found: list[tuple[int, int]] = []
+    end = data.find(b"\n", start)
+    while end >= 0:
+        found.append((start, end))
+        start = end + 1
+        end = data.find(b"\n", start)
+    return found
+
+
+def read(path: Path, stamps: Stamps | None = None) -> Loaded:
     """Read a table file: its header in full, the groups once a question needs them. Damaged where
-    it is not one (its groups are checked against the header's SHA-256), OSError where unreadable."""
-    data = path.read_bytes()
-    head, _, body = data.partition(b"\n")
+    it is not one (its groups are checked against the header's SHA-256, which `stamps` may hold for
+    the file as it is), Outdated where an earlier autotune wrote it, OSError where unreadable."""
+    with path.open("rb") as handle:
+        stat = stamping.stat_of(os.fstat(handle.fileno()))
+        taken = stamping.now_ns()
+        data = handle.read()
+    end = data.find(b"\n")
+    end = len(data) if end < 0 else end
     try:
-        header = json.loads(head)
-        if hashlib.sha256(body).hexdigest() != header["body"]:
+        header = json.loads(data[:end])
+        if type(header["format"]) is int and header["format"] < FORMAT:
+            raise Outdated(f"{path} was written by an earlier autotune (format {header['format']}, not {FORMAT})")
+        digest = stamps.digest(str(path), stat) if stamps is not None else None
+        if digest is None:
+            digest = hashlib.sha256(memoryview(data)[end + 1 :]).hexdigest()
+            if stamps is not None:
+                stamps.record_digest(str(path), stat, digest, taken)
+        if digest != header["body"]:
             raise ValueError("its groups do not match its header's SHA-256")
-        return _parse(header, body.split(b"\n")[:-1])
+        spans = _spans(data, end + 1)
+        half = len(spans) // 2  # the groups, then their exact-hit lines
+        return _parse(header, _Lines(data, spans[:half]), _Lines(data, spans[half:]))
     except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
         raise Damaged(f"{path} is not a selection table ({type(exc).__name__}: {exc})") from None
 
 
-def _parse(header: dict[str, Any], texts: list[bytes]) -> Loaded:
+def _parse(header: dict[str, Any], texts: Sequence[bytes], exact: Sequence[bytes]) -> Loaded:
     if header["format"] != FORMAT:
         raise ValueError(f"format {header['format']!r}, not {FORMAT}")
     made = header["made_from"]
@@ -301,9 +427,10 @@ def _parse(header: dict[str, Any], texts: list[bytes]) -> Loaded:
         raise ValueError("a bad list of shipped records files")
     gpus = [GpuRow(_text(name), _text(capability), _count(sm)) for name, capability, sm in header["gpus"]]
     groups = [(_text(gpu), _text(op), _text(dtype), _flag(trans)) for gpu, op, dtype, trans in header["groups"]]
-    if len(groups) != len(texts):
-        raise ValueError(f"{len(groups)} groups named, {len(texts)} held")
-    return Loaded(database, changes, dict(shipped), Table(gpus, groups, texts))
+    if not len(groups) == len(texts) == len(exact):
+        held = len(texts) + len(exact)
+        raise ValueError(f"{len(groups)} groups named, {held} lines held (a group and its exact hits each)")
+    return Loaded(database, changes, dict(shipped), Table(gpus, groups, texts, exact))
 
 
 def _trial(gpu: str, problem: Problem, values: list[Any]) -> TrialRow:
@@ -351,25 +478,46 @@ def beside(database: Path) -> Path:
     return database.with_name(database.name + BESIDE_DATABASE)
 
 
-def shipped_path() -> Path | None:
+def _db_dir() -> Path | None:
     try:
-        return paths.db_dir() / SHIPPED_TABLE
+        return paths.db_dir()
     except FileNotFoundError:
         return None
 
 
-def shipped_digests() -> dict[str, str]:
+def shipped_path(db: Path | None = None) -> Path | None:
+    """db/selection.json (`db`: db/ where already found)."""
+    db = db or _db_dir()
+    return None if db is None else db / SHIPPED_TABLE
+
+
+def shipped_digests(stamps: Stamps | None = None, db: Path | None = None) -> dict[str, str]:
     """SHA-256 of each shipped records file (db/records/*.jsonl), by name, as the store's import
-    compares them; {} where none ship."""
+    compares them; {} where none ship. `stamps` holds those of files unchanged since an earlier
+    process hashed them; `db`: db/ where already found."""
+    db = db or _db_dir()
+    if db is None:
+        return {}
     try:
-        folder = paths.db_dir() / "records"
-    except FileNotFoundError:
+        # os.scandir, not glob: a fresh process's first glob compiles its pattern (up to 4 ms of a first call).
+        listed = os.scandir(db / "records")
+        entries = sorted((entry.name, entry.path) for entry in listed if entry.name.endswith(".jsonl"))
+    except (FileNotFoundError, NotADirectoryError):
         return {}
-    if not folder.is_dir():
-        return {}
-    # os.scandir, not glob: a fresh process's first glob compiles its pattern (up to 4 ms of a first call).
-    names = sorted(entry.name for entry in os.scandir(folder) if entry.name.endswith(".jsonl"))
-    return {name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in names}
+    found: dict[str, str] = {}
+    for name, path in entries:
+        # Stat first, then read: a file changed in between is recorded with its earlier stat, so the
+        # next process hashes it again.
+        stat = stamping.stat_of(os.stat(path)) if stamps is not None else None
+        taken = stamping.now_ns()
+        digest = stamps.digest(path, stat) if stamps is not None and stat is not None else None
+        if digest is None:
+            with open(path, "rb") as handle:
+                digest = hashlib.sha256(handle.read()).hexdigest()
+            if stamps is not None and stat is not None:
+                stamps.record_digest(path, stat, digest, taken)
+        found[name] = digest
+    return found
 
 
 def default_table() -> Table | None:
@@ -377,21 +525,28 @@ def default_table() -> Table | None:
     database = default_database()
     if database is None:
         return None
+    stamps = Stamps()
     try:
-        return _current(database)
+        return _current(database, stamps)
+    except Outdated as exc:
+        log.debug("%s: the store answers", exc)
+        return None
     except (OSError, Damaged) as exc:
         log.warning("the selection table is not used (%s): the store answers", " ".join(str(exc).split()))
         return None
+    finally:
+        stamps.save()
 
 
-def _current(database: Path) -> Table | None:
-    digests = shipped_digests()
+def _current(database: Path, stamps: Stamps | None = None) -> Table | None:
+    db = _db_dir()
+    digests = shipped_digests(stamps, db)
     if not database.exists():
         # The store would create the database and import the shipped records: the shipped table.
-        path = shipped_path()
+        path = shipped_path(db)
         if path is None or not path.is_file():
             return None
-        loaded = read(path)
+        loaded = read(path, stamps)
         if loaded.database is None and loaded.shipped == digests:
             return loaded.table
         log.debug("the shipped selection table %s was made from other records files: the store answers", path)
@@ -399,16 +554,43 @@ def _current(database: Path) -> Table | None:
     path = beside(database)
     if not path.is_file():
         return None
-    loaded = read(path)
+    loaded = read(path, stamps)
     if loaded.database != str(database) or loaded.changes is None:
         return None
     # Opening the store imports a shipped records file that is new or changed since the database
     # imported it (a file gone from the records stays in the database: it changes nothing).
     if any(loaded.shipped.get(name) != digest for name, digest in digests.items()):
         return None
-    if read_changes(database) != loaded.changes:
+    if current_changes(database, stamps) != loaded.changes:
         return None
     return loaded.table
+
+
+def _stat_or_none(path: Path, *, ctime: bool = True) -> stamping.Stat | None:
+    try:
+        return stamping.stat_of(path.stat(), ctime=ctime)
+    except FileNotFoundError:
+        return None
+
+
+def current_changes(database: Path, stamps: Stamps | None = None) -> int | None:
+    """The database's change count (read_changes), or where `stamps` recorded it while the database
+    file and its write-ahead log were as they are now, that count: every commit writes to one of
+    the two, so the count cannot have moved (and sqlite3 is not imported)."""
+    if stamps is None or not _writable(database.parent):
+        return read_changes(database)
+    # Taken before the count is read: a commit after them changes one of them. (SQLite run as root
+    # gives the log its database's owner again at every open, a read's too: its status-change time moves.)
+    log_file = database.with_name(database.name + "-wal")
+    stats = [_stat_or_none(database), _stat_or_none(log_file, ctime=False)]
+    taken = stamping.now_ns()
+    found = stamps.changes(database, stats)
+    if found is not None:
+        return found
+    changes = read_changes(database)
+    if changes is not None:
+        stamps.record_changes(database, stats, changes, taken)
+    return changes
 
 
 def read_changes(database: Path) -> int | None:
