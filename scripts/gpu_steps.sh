@@ -100,7 +100,11 @@ sm__warps_active.avg.pct_of_peak_sustained_active python3 scripts/profile_vs_cub
       python3 scripts/bench_gemm.py --db "$DB" --out "$OUT" 2>&1 | tee "$OUT/bench-gemm.log" | tail -24 ;;
     bench-gemm-nt)
       step bench-gemm-nt
-      python3 scripts/bench_gemm.py --trans --db "$DB" --out "$OUT" 2>&1 | tee "$OUT/bench-gemm-nt.log" | tail -24 ;;
+      # The standard GEMM shapes and the decoder stack's batch-4 projections, as sweep-nt tunes them.
+      { cat autotune/ops/gemm/shapes.txt; printf '4 6144 4096\n4 28672 4096\n4 4096 14336\n'; } \
+        | grep -v '^#' | awk 'NF >= 3' > /tmp/nt-bench.txt
+      python3 scripts/bench_gemm.py --trans --shapes /tmp/nt-bench.txt --db "$DB" --out "$OUT" 2>&1 \
+        | tee "$OUT/bench-gemm-nt.log" | tail -28 ;;
     sweep-trans)
       for op in ${TRANS_OPS:-hgemv bgemv sgemv}; do
         step "sweep-trans $op"
