@@ -106,5 +106,9 @@ def test_close_stops_the_running_sweep_and_drops_the_rest() -> None:
     began = time.monotonic()
     tuner.close()
     assert child.wait(10) != 0 and time.monotonic() - began < 10
+    thread = tuner._thread
+    assert thread is not None
+    thread.join(10)
+    assert not thread.is_alive()  # the thread ends with the child, and reports nothing
     tuner.submit(Problem("gemv", "float32", 5, 5), None, "NVIDIA H200")  # closed: nothing more starts
     assert tuner.generation == 0

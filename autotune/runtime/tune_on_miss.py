@@ -154,6 +154,8 @@ class MissTuner:
         finally:
             with self._lock:
                 self._child = None
+        if self._closed:  # close() stopped it (the process is exiting): nothing to report
+            return
         if code != 0:
             last = (errors or "").strip().splitlines()[-1:] or [f"exit status {code}"]
             log.warning("the background tuning of %s failed: %s", problem, last[0])
