@@ -180,6 +180,15 @@ sm__warps_active.avg.pct_of_peak_sustained_active python3 scripts/profile_vs_cub
       # The same benchmark where PyCUDA and nvcc are installed (tuning's environment).
       step first-call
       python3 scripts/bench_first_call.py --out "$OUT/with-toolkit" ${REPEATS:+--repeats $REPEATS} 2>&1 | tee "$OUT/first-call-toolkit.log" | tail -12 ;;
+    select)
+      # The selector on shapes no record covers (scripts/bench_select.py): its pick beside cuBLAS and the
+      # best of a SELECT_TRIALS-trial sweep of each shape. SELECT_GPUS processes at once, one a GPU;
+      # SELECT_ONLY='gemv/*' runs those ids; SELECT_ARGS="--resume results/select_state.json" goes on
+      # with an earlier call's rows ($OUT/select_state.json, kept after every shape).
+      step select
+      # set -f: the ids' patterns reach the script unexpanded by the shell.
+      (set -f; python3 scripts/bench_select.py --out "$OUT" --gpus "${SELECT_GPUS:-1}" --trials "${SELECT_TRIALS:-40}" \
+        ${SELECT_ONLY:+--only $SELECT_ONLY} ${SELECT_ARGS:-}) 2>&1 | tee "$OUT/select.log" | tail -70 ;;
     kernel-tuner)
       # Tuning speed beside Kernel Tuner (scripts/bench_tuning_vs_kernel_tuner.py): Kernel Tuner and what
       # it needs beyond the image's packages (.whl/kt/) go into /tmp/site too. KT_GPUS runs at once, one a
