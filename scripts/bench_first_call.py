@@ -176,17 +176,24 @@ def cpu_child(op: str, dtype: str, m: int, n: int, k: int) -> dict[str, Any]:
     return {"ms": ms, "gc_ms": gc_ms, "source": choice.source, "selected_by": selected_by, "imported": imported}
 
 
+def setting_env(scratch: Path, setting: str) -> tuple[Path, dict[str, str]]:
+    """A folder of its own for one setting, and the environment of its processes: a data folder
+    (with a default database made in it for the "database" setting) and an empty kernel cache."""
+    folder = scratch / setting.replace(" ", "-")
+    env = {**os.environ, "XDG_DATA_HOME": str(folder / "data"), "AUTOTUNE_CACHE_DIR": str(folder / "cache")}
+    env.pop("AUTOTUNE_DB", None)
+    if setting == "database":
+        make_database(env)
+    return folder, env
+
+
 def cpu_main(repeats: int) -> int:
     """Medians of the selection's time in fresh processes, with and without a default database."""
     problems = shipped_problems(CPU_GPU[0])
     print(f"selection of a first call on this CPU ({CPU_GPU[0]} faked), {repeats} fresh processes each")
     with tempfile.TemporaryDirectory(prefix="first-call-cpu-") as scratch:
         for setting in ("no database", "database"):
-            folder = Path(scratch) / setting.replace(" ", "-")
-            env = {**os.environ, "XDG_DATA_HOME": str(folder / "data"), "AUTOTUNE_CACHE_DIR": str(folder / "cache")}
-            env.pop("AUTOTUNE_DB", None)
-            if setting == "database":
-                make_database(env)
+            _, env = setting_env(Path(scratch), setting)
             for problem in problems:
                 command = [sys.executable, __file__, "--cpu-child", *map(str, problem)]
                 runs = []
@@ -279,11 +286,8 @@ def main() -> int:
     settings: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="first-call-") as scratch:
         for setting in ("no database", "database"):
-            folder = Path(scratch) / setting.replace(" ", "-")
-            env = {**os.environ, "XDG_DATA_HOME": str(folder / "data"), "AUTOTUNE_CACHE_DIR": str(folder / "cache")}
-            env.pop("AUTOTUNE_DB", None)
+            folder, env = setting_env(Path(scratch), setting)
             if setting == "database":
-                make_database(env)
                 shutil.rmtree(folder / "cache", ignore_errors=True)  # the kernels still to unpack
             rows = settings.setdefault(setting, [])
             for problem in problems:
