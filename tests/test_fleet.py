@@ -215,7 +215,7 @@ def _check_every_problem_tuned_once(url: str, lines: list[str]) -> None:
     assert len(done) == len(PROBLEMS) and max(done.values()) == 1
 
 
-@pytest.mark.parametrize("mode", ["list", "pending"])
+@pytest.mark.parametrize("mode", ["list", pytest.param("pending", marks=pytest.mark.stress)])
 def test_three_sqlite_sweeps_one_killed_tune_every_problem_once(tmp_path: Path, mode: str) -> None:
     url = str(tmp_path / "fleet.db")
     with open_store(url, import_shipped=False) as store:
@@ -237,6 +237,7 @@ def pg() -> Iterator[postgres.Server]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.mark.stress
 def test_three_postgresql_sweeps_one_killed_tune_every_problem_once(pg: postgres.Server, tmp_path: Path) -> None:
     url = pg.new_database()
     open_store(url, import_shipped=False).close()  # migrations on the real server
@@ -245,6 +246,7 @@ def test_three_postgresql_sweeps_one_killed_tune_every_problem_once(pg: postgres
     _check_every_problem_tuned_once(url, lines)
 
 
+@pytest.mark.stress
 def test_the_store_stress_check_passes_on_postgresql(pg: postgres.Server, tmp_path: Path) -> None:
     """scripts/stress_store.py on the real server: two sweeps on overlapping problems, a reader
     (through the store and the command line) and an importer, writers SIGKILLed: nothing lost,
@@ -261,6 +263,7 @@ def test_the_store_stress_check_passes_on_postgresql(pg: postgres.Server, tmp_pa
     )
 
 
+@pytest.mark.stress
 def test_the_password_reaches_no_output_no_log_and_no_report(pg: postgres.Server, tmp_path: Path) -> None:
     url = pg.new_database()
     password = url.split("@")[0].rsplit(":", 1)[1]
