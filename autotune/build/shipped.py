@@ -57,9 +57,6 @@ class Index:
     keys: dict[str, str]  # job key -> file stem
     files: dict[str, dict[str, Any]]  # file stem -> {"kind": "cubin" | "fatbin", "sha256": ...}
 
-    def path(self, stem: str) -> Path:
-        return self.folder / f"{stem}.{self.files[stem]['kind']}{SUFFIX}"
-
 
 def folder() -> Path | None:
     """db/kernels/ of this installation (a checkout or the wheel's autotune/_data/), None without one."""
@@ -100,14 +97,22 @@ def _index_text(where: Path) -> str | None:
     return text if f'"format": {FORMAT},' in text else None
 
 
+def _searchable() -> tuple[Path, str] | None:
+    """(db/kernels/, its index's text) where both are there and of this format; else None, and the
+    parsed index() answers (or says why there is none)."""
+    where = folder()
+    text = _index_text(where) if where is not None else None
+    return (where, text) if where is not None and text is not None else None
+
+
 def _stem_of(key: str) -> str | None:
     """The file stem the index maps job `key` to ("<key>": "<stem>" in its keys: job keys are
     64-digit hex strings, found nowhere else), None where it maps none."""
-    where = folder()
-    text = _index_text(where) if where is not None else None
-    if text is None:
+    searchable = _searchable()
+    if searchable is None:
         found = index()
         return found.keys.get(key) if found is not None else None
+    text = searchable[1]
     marker = f'"{key}": "'
     at = text.find(marker)
     if at < 0:
@@ -118,11 +123,11 @@ def _stem_of(key: str) -> str | None:
 
 def _file_entry(stem: str) -> tuple[Path, dict[str, Any]] | None:
     """(db/kernels/, the index's entry of file `stem`: {"kind", "sha256"}), None where none ships."""
-    where = folder()
-    text = _index_text(where) if where is not None else None
-    if where is None or text is None:
+    searchable = _searchable()
+    if searchable is None:
         found = index()
         return (found.folder, found.files[stem]) if found is not None and stem in found.files else None
+    where, text = searchable
     at = text.find(f'"{stem}": {{')
     if at < 0:
         return None
