@@ -40,8 +40,9 @@ def _load(stem: str) -> dict[str, Any]:
 
 
 def _stems(prefix: str) -> list[str]:
-    """Stems of results/<prefix>_<gpu>.json, one per GPU (gemv_ does not take gemv_trans_)."""
-    pattern = re.compile(rf"^{prefix}_(?!trans_)[a-z0-9-]+$")
+    """Stems of results/<prefix>_<gpu>.json, one per GPU (gemv_ does not take gemv_trans_, nor a benchmark's
+    resume file such as tuning_vs_kernel_tuner_runs.json)."""
+    pattern = re.compile(rf"^{prefix}_(?!trans_)(?!(?:runs|state)$)[a-z0-9-]+$")
     return sorted(p.stem for p in RESULTS.glob(f"{prefix}_*.json") if pattern.match(p.stem))
 
 
@@ -178,6 +179,189 @@ def faults_table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _percent(fraction: float) -> str:
+    return f"{100 * fraction:.1f}%"
+
+
+def _select_shape(r: dict[str, Any]) -> str:
+    dims = [r["m"], r["n"]] + ([r["k"]] if r.get("k") is not None else [])
+    return TIMES.join(str(d) for d in dims)
+
+
+def _select_layout(r: dict[str, Any]) -> str:
+    if r["op"] == "gemv":
+        return "Aᵀx" if r["trans"] else "A x"
+    return {"kn": f"B K{TIMES}N", "nk": f"B N{TIMES}K"}.get(r.get("layout") or "", str(r.get("layout")))
+
+
+def select_summary(report: dict[str, Any], op: str) -> str:
+    """One op's line: regret and speed against cuBLAS over its shapes, and issue 30's goal, met or missed."""
+    rows = [r for r in report["rows"] if r["op"] == op]
+    goal = report["goal"]
+    floor = goal["none_below_cublas_fraction"]
+    regret = _geomean([1 + r["regret"] for r in rows]) - 1
+    worst = max(rows, key=lambda r: r["regret"])
+    below = [r for r in rows if r["cublas_us"] / r["pick_us"] < floor]
+    vs_cublas = [r["cublas_us"] / r["pick_us"] for r in rows]
+    sweeps = [r for r in rows if r.get("sweep_best_us") is not None]
+    sweep_wins = sum(1 for r in sweeps if r["sweep_best_us"] < r["cublas_us"])
+    sources: dict[str, int] = {}
+    for r in rows:
+        sources[r["source"]] = sources.get(r["source"], 0) + 1
+    wrong = sum(1 for r in rows if r.get("pick_correct") is False)
+    met = (
+        regret <= goal["regret_geomean_at_most"]
+        and worst["regret"] <= goal["worst_regret_at_most"]
+        and not below
+        and not wrong
+    )
+    return (
+        f"**{op.upper()}**, {len(rows)} shapes (picks from "
+        + ", ".join(f"`{source}` {count}" for source, count in sorted(sources.items()))
+        + f"): regret geometric mean {_percent(regret)}, worst {_percent(worst['regret'])} "
+        f"({worst['dtype']} {_select_shape(worst)}, {_select_layout(worst)}); "
+        f"{len(below)} of {len(rows)} below {floor:.2f}{TIMES} cuBLAS; "
+        f"cuBLAS / pick geometric mean {_geomean(vs_cublas):.3f} (worst {min(vs_cublas):.2f}); "
+        f"the sweep's best faster than cuBLAS on {sweep_wins} of {len(sweeps)}; "
+        f"{'every pick correct' if not wrong else f'{wrong} of {len(rows)} picks wrong'}. "
+        f"Goal (geometric mean ≤ {_percent(goal['regret_geomean_at_most'])}, worst ≤ "
+        f"{_percent(goal['worst_regret_at_most'])}, none below {floor:.2f}{TIMES} cuBLAS): "
+        f"**{'met' if met else 'missed'}**."
+    )
+
+
+def select_table(report: dict[str, Any]) -> str:
+    """scripts/bench_select.py: the selector's pick on held-out shapes beside a sweep of the shape and cuBLAS."""
+    ops = list(dict.fromkeys(r["op"] for r in report["rows"]))
+    lines = [
+        f"**pick**: the selector's answer from the shipped records alone (source `estimate`: the cost model's "
+        f"choice; `default`: the safe default config); **sweep**: the best of a {report['trials']}-trial sweep of "
+        f"the shape; **tuned**: the least of pick, sweep and cuBLAS; **regret**: pick / tuned {DASH} 1; "
+        "**cuBLAS / pick**: above 1, the pick is faster than cuBLAS.",
+        "",
+    ]
+    for op in ops:
+        lines += [select_summary(report, op), ""]
+    lines += [
+        "| op | dtype | shape | layout | source | pick µs | sweep µs | tuned µs | cuBLAS µs | regret | cuBLAS / pick |",
+        "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in report["rows"]:
+        sweep = f"{r['sweep_best_us']:.2f}" if r.get("sweep_best_us") is not None else DASH
+        lines.append(
+            f"| {r['op']} | {r['dtype']} | {_select_shape(r)} | {_select_layout(r)} | `{r['source']}` | "
+            f"{r['pick_us']:.2f} | {sweep} | {r['tuned_us']:.2f} | {r['cublas_us']:.2f} | {_percent(r['regret'])} | "
+            f"{r['cublas_us'] / r['pick_us']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+# Issue 32's goal: ours from an empty database in at most 1/2 of Kernel Tuner's better strategy's median
+# seconds to 2%, ours with other shapes' records in at most 1/3.
+KT_GOAL_EMPTY, KT_GOAL_RECORDS = 1 / 2, 1 / 3
+KT_EMPTY, KT_RECORDS = "autotune/tpe/none", "autotune/tpe/other_shapes"
+KT_NAMES = {
+    "kernel_tuner/random_sample": "Kernel Tuner `random_sample`",
+    "kernel_tuner/bayes_opt": "Kernel Tuner `bayes_opt`",
+    KT_EMPTY: "autotune (TPE), empty database",
+    KT_RECORDS: "autotune (TPE), other shapes' records",
+}
+
+
+def _kt_kind(r: dict[str, Any]) -> str:
+    """'kernel_tuner/bayes_opt', 'autotune/tpe/none', ...: as scripts/bench_tuning_vs_kernel_tuner.py names them."""
+    return "/".join(str(part) for part in (r["tool"], r["strategy"], r.get("records")) if part is not None)
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def kt_summary(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per shape (in the report's order): each kind of run's runs, runs within 2%, median seconds to 2% (a run
+    that never got there counts as the whole budget), median trials and best µs; Kernel Tuner's better strategy
+    and our two ratios against it."""
+    budget = report["budget_s"]
+    out: dict[str, dict[str, Any]] = {}
+    for shape in report["shapes"]:
+        key = f"{shape['m']}{TIMES}{shape['n']}"
+        rows = [r for r in report["rows"] if (r["m"], r["n"]) == (shape["m"], shape["n"])]
+        kinds: dict[str, dict[str, Any]] = {}
+        for kind in sorted({_kt_kind(r) for r in rows}):
+            mine = [r for r in rows if _kt_kind(r) == kind]
+            kinds[kind] = {
+                "runs": len(mine),
+                "reached": sum(1 for r in mine if r["seconds_to_2pct"] is not None),
+                "median_s": _median([budget if r["seconds_to_2pct"] is None else r["seconds_to_2pct"] for r in mine]),
+                "trials": _median([r["trials"] for r in mine]),
+                "best_us": _median([r["best_us"] for r in mine if r.get("best_us") is not None] or [math.nan]),
+            }
+        kt = {kind: line["median_s"] for kind, line in kinds.items() if kind.startswith("kernel_tuner/")}
+        better = min(kt, key=lambda kind: kt[kind]) if kt else None
+        ratios = {
+            ours: kinds[ours]["median_s"] / kt[better] if better is not None and ours in kinds else None
+            for ours in (KT_EMPTY, KT_RECORDS)
+        }
+        out[key] = {"optimum_us": shape.get("optimum_us"), "kinds": kinds, "better": better, "ratios": ratios}
+    return out
+
+
+def _kt_ratio(value: float | None, goal: float) -> str:
+    if value is None:
+        return DASH
+    return f"{value:.3f} ({'met' if value <= goal else 'missed'})"
+
+
+def _kt_median(kinds: dict[str, Any], kind: str) -> str:
+    return f"{kinds[kind]['median_s']:.1f} s" if kind in kinds else DASH
+
+
+def kt_table(report: dict[str, Any]) -> str:
+    """scripts/bench_tuning_vs_kernel_tuner.py: seconds to 2% of the optimum, ours against Kernel Tuner's."""
+    summary = kt_summary(report)
+    budget, tolerance = report["budget_s"], report["tolerance"]
+    lines = [
+        f"Kernel Tuner's better strategy is the one of smaller median; **ratio** is our median over it (goal "
+        f"≤ 1/2 from an empty database, ≤ 1/3 with other shapes' records). A run that never came within "
+        f"{100 * tolerance:.0f}% counts as its whole budget of {budget:.0f} s.",
+        "",
+        "| shape | optimum µs | Kernel Tuner's better | its median | ours, empty database | ratio "
+        "| ours, other shapes' records | ratio |",
+        "|---|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for key, line in summary.items():
+        kinds, better = line["kinds"], line["better"] or ""
+        optimum = f"{line['optimum_us']:.2f}" if line["optimum_us"] is not None else DASH
+        lines.append(
+            f"| {key} | {optimum} | {KT_NAMES.get(better, better or DASH)} | {_kt_median(kinds, better)} | "
+            f"{_kt_median(kinds, KT_EMPTY)} | {_kt_ratio(line['ratios'][KT_EMPTY], KT_GOAL_EMPTY)} | "
+            f"{_kt_median(kinds, KT_RECORDS)} | {_kt_ratio(line['ratios'][KT_RECORDS], KT_GOAL_RECORDS)} |"
+        )
+    lines += [
+        "",
+        f"| shape | runs of | within {100 * tolerance:.0f}% | median seconds to {100 * tolerance:.0f}% "
+        "| median trials per run | best found µs (median) |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for key, line in summary.items():
+        for kind, k in line["kinds"].items():
+            seconds = f"{k['median_s']:.1f} s" if k["reached"] else f"never ({budget:.0f} s)"
+            lines.append(
+                f"| {key} | {KT_NAMES.get(kind, kind)} | {k['reached']} of {k['runs']} | {seconds} | "
+                f"{k['trials']:.0f} | {k['best_us']:.2f} |"
+            )
+    dtypes = sorted({s.get("dtype", "float16") for s in report["shapes"]})
+    lines += [
+        "",
+        f"{', '.join(dtypes)} GEMV, the op's whole space for both tools; seconds from each run's start, building "
+        "the space and compiling included. Every time is autotune's worker's re-timing of the configs each run "
+        "held as its best.",
+    ]
+    return "\n".join(lines)
+
+
 SECTIONS: list[tuple[str, str, Any]] = [
     ("gemv", "GEMV `y = alpha·A x + beta·y`", gemv_table),
     ("gemv_trans", "Transposed GEMV `y = alpha·Aᵀx + beta·y` (`--trans`)", gemv_table),
@@ -186,7 +370,9 @@ SECTIONS: list[tuple[str, str, Any]] = [
     ("decode", "Decode steps (a model's GEMVs in sequence, eager and in a CUDA graph)", decode_table),
     ("linear", "A decoder stack: its linears as `F.linear` against `autotune.linear`", linear_table),
     ("untuned", "Shapes no tuned config fits", untuned_table),
+    ("select", "Selection on shapes never tuned", select_table),
     ("tuning", "Tuning speed: seconds until the best config found is within 2% of the optimum", tuning_table),
+    ("tuning_vs_kernel_tuner", "Tuning speed beside Kernel Tuner", kt_table),
     ("faults", "Fault drill: faults planted into a real sweep", faults_table),
 ]
 
