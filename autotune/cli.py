@@ -27,6 +27,7 @@ from autotune.core.outcome import Outcome
 from autotune.core.problem import Problem
 from autotune.select.choose import Choice
 from autotune.tune.search import StudyResult
+from autotune.vendor.mapping import is_vendor, rank_of
 
 if TYPE_CHECKING:
     from autotune.tune.tuner import SweepReport
@@ -115,6 +116,8 @@ def _config_text(config: dict[str, int] | None, problem: Problem) -> str:
     """Parameters in the order of the problem's space (records store them sorted)."""
     if not config:
         return "-"
+    if is_vendor(config):
+        return f"cuBLASLt algorithm {rank_of(config)} (the heuristic's answer of that rank)"
     return " ".join(f"{k}={v}" for k, v in ops.in_space_order(problem, config).items())
 
 
@@ -244,7 +247,10 @@ def sweep(
 
 def _print_sweep(report: SweepReport, title: str = "") -> None:
     table = Table(title=escape(f"{title}{report.gpu.name}  ({report.db_url})"))
-    headings = ("problem", "best us", "GB/s", "new", "stored", "failed", "confirmed", "stopped", "seconds", "config")
+    headings = ["problem", "best us", "GB/s", "new", "stored", "failed", "confirmed", "stopped", "seconds", "config"]
+    vendor = any(item.result.vendor_us is not None for item in report.problems)  # cuBLASLt timed beside
+    if vendor:
+        headings.insert(2, "cuBLAS us")
     for column in headings:
         table.add_column(column)
     for item in report.problems:
@@ -256,6 +262,7 @@ def _print_sweep(report: SweepReport, title: str = "") -> None:
         table.add_row(
             str(item.problem),
             _us(r.best_us),
+            *([_us(r.vendor_us)] if vendor else []),
             best_gbs,
             str(r.measured),
             str(r.reused),
@@ -413,6 +420,8 @@ def _short_config(config: dict[str, int] | None, problem: Problem) -> str:
     """A config in one short cell: its values in the space's order (`autotune show` names them)."""
     if not config:
         return "-"
+    if is_vendor(config):
+        return f"cuBLASLt algorithm {rank_of(config)} (the heuristic's answer of that rank)"
     return " ".join(str(v) for v in ops.in_space_order(problem, config).values())
 
 

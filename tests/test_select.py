@@ -137,6 +137,10 @@ class CountingStore:
         self.calls["best"] += 1
         return self._store.best(*args)
 
+    def vendor_best(self, *args: Any) -> Any:
+        self.calls["vendor_best"] += 1
+        return self._store.vendor_best(*args)
+
     def tuned(self, *args: Any, **kwargs: Any) -> Any:
         self.calls["tuned"] += 1
         return self._store.tuned(*args, **kwargs)

@@ -223,7 +223,7 @@ def build(gpu: str | None, op_names: Sequence[str] = (), db: str | None = None) 
         key=lambda p: (p.op, p.dtype, p.trans, p.shape),
     )
     for problem in problems:
-        choice = selector.choose(problem, target.name)
+        choice = selector.choose(problem, target.name, vendor=False)  # a bundle carries our kernels only
         if choice.source != MEASURED:
             reason = "no correct measurement of the current kernel source that its space still allows"
             _skip(bundle, problem, reason)

@@ -15,7 +15,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Union
 
 from autotune import ops
 from autotune.build.shipped import find_kernel
@@ -30,8 +30,14 @@ from autotune.runtime.device import Allocator, Device
 from autotune.runtime.misses import Misses, Tally
 from autotune.runtime.plan import LaunchPlan
 from autotune.select.choose import Choice
+from autotune.vendor.mapping import is_vendor, rank_of
+
+if TYPE_CHECKING:
+    from autotune.runtime.vendor_plan import VendorPlan
 
 log = logging.getLogger(__name__)
+# What runs a call: one of our kernels, or cuBLASLt where it was measured fastest (both have launch()).
+Plan = Union[LaunchPlan, "VendorPlan"]
 Chooser = Callable[[Problem, Device, "str | None"], Choice]
 # The leading dimensions of a call whose matrices have gaps between their rows, in the op's order
 # (GEMV: (lda,); GEMM: (lda, ldb, ldc)); None where every matrix is contiguous.
@@ -57,8 +63,8 @@ class Signature:
     # The plan for 16-byte aligned addresses: already the scalar-load one where a matrix's rows lie
     # further apart than its row length and that breaks 16-byte alignment (the strides are part of
     # the signature).
-    aligned: LaunchPlan
-    unaligned: LaunchPlan | None = None
+    aligned: Plan
+    unaligned: Plan | None = None
     leading: Leading = None  # the leading dimensions where a matrix has gaps between its rows
     allocator: Allocator | None = None
     swap: bool = False  # a transposed GEMV: its kernels take x before A
@@ -72,7 +78,7 @@ class Runtime:
         self._choose = chooser
         self._misses = misses
         self._devices: dict[int, Device] = {}
-        self._plans: dict[tuple[Problem, str, int, bool, Leading], LaunchPlan] = {}
+        self._plans: dict[tuple[Problem, str, int, bool, Leading], Plan] = {}
         self._gemv: dict[tuple[Any, ...], Signature] = {}
         self._gemm: dict[tuple[Any, ...], Signature] = {}
         self._lock = threading.RLock()
@@ -108,9 +114,7 @@ class Runtime:
                 self._devices[index] = found
         return found
 
-    def plan(
-        self, choice: Choice, device: Device, aligned: bool, stream: int = 0, leading: Leading = None
-    ) -> LaunchPlan:
+    def plan(self, choice: Choice, device: Device, aligned: bool, stream: int = 0, leading: Leading = None) -> Plan:
         """The plan that runs `choice` on `device`: its own config, or with `aligned` False the
         fitted config with scalar loads (the arrays, or their rows, are not 16-byte aligned). `leading`:
         the leading dimensions in elements (GEMV (lda,), GEMM (lda, ldb, ldc)) where a matrix has gaps
@@ -123,14 +127,19 @@ class Runtime:
                 self._plans[key] = found
         return found
 
-    def _build(self, choice: Choice, device: Device, aligned: bool, stream: int, leading: Leading) -> LaunchPlan:
+    def _build(self, choice: Choice, device: Device, aligned: bool, stream: int, leading: Leading) -> Plan:
         with targeting(device.gpu.compute_capability):  # the kernels of this device's GPU
             return self._build_for(choice, device, aligned, stream, leading)
 
-    def _build_for(self, choice: Choice, device: Device, aligned: bool, stream: int, leading: Leading) -> LaunchPlan:
+    def _build_for(self, choice: Choice, device: Device, aligned: bool, stream: int, leading: Leading) -> Plan:
         problem = choice.problem
-        op = ops.for_problem(problem)
         config = choice.config
+        if is_vendor(config):  # the `cublas` family's algorithm: no kernel of ours to find
+            from autotune.runtime.vendor_plan import VendorPlan
+
+            log.debug("%s on GPU %d: cuBLASLt %s (%s)", problem, device.index, config, choice.source)
+            return VendorPlan(device, problem, rank_of(config), aligned, leading)
+        op = ops.for_problem(problem)
         if not aligned:
             op, config = scalar_loads(problem, config)
         job = ops.compile_job(problem, config, device.gpu.arch, op)
@@ -378,11 +387,14 @@ class Runtime:
         scratch for `captures` launches captured into graphs later."""
         for aligned in (True, False) if rows_aligned(choice.problem, leading) else (False,):
             try:
-                geom = self.plan(choice, device, aligned, leading=leading).geom
+                plan = self.plan(choice, device, aligned, leading=leading)
             except AutotuneError:
                 continue
-            if geom.workspace_floats or geom.counters:
-                device.reserve(geom, captures)
+            if not isinstance(plan, LaunchPlan):
+                if plan.workspace_bytes:
+                    device.reserve_vendor(plan.workspace_bytes, captures)
+            elif plan.geom.workspace_floats or plan.geom.counters:
+                device.reserve(plan.geom, captures)
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -393,7 +405,7 @@ class Runtime:
             tally.count += 1
         return tally
 
-    def _unaligned(self, sig: Signature, stream: int) -> LaunchPlan:
+    def _unaligned(self, sig: Signature, stream: int) -> Plan:
         if sig.unaligned is None:
             sig.unaligned = self.plan(sig.choice, sig.device, False, stream, sig.leading)
         return sig.unaligned

@@ -100,7 +100,7 @@ def uses(store: Any) -> list[Use]:
     for name, capability in sorted({row.name: row.compute_capability for row in store.gpus()}.items()):
         stored = [row.problem for row in store.problems(name) if row.op in SHIPPED_OPS]
         for problem in [*stored, *standard]:
-            choice = selector.choose(problem, name)
+            choice = selector.choose(problem, name, vendor=False)  # our kernel, also where cuBLAS won
             chosen.append(Use(name, capability, problem, choice.config, choice.source, False))
     for capability in UNNAMED_CAPABILITIES:
         with targeting(capability):

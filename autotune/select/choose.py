@@ -66,6 +66,7 @@ class SelectionSource(Protocol):
     def tuned(
         self, gpu_name: str, op: str, dtype: str, source_hash: str | None, *, trans: bool = ...
     ) -> Sequence[TunedRow]: ...
+    def vendor_best(self, gpu_name: str, problem: Problem) -> TunedRow | None: ...
     def problem_id(self, problem: Problem, gpu_name: str, *, create: bool = ...) -> int | None: ...
     def leaders(self, problem_id: int, source_hash: str, top: int) -> Sequence[Timed]: ...
 
@@ -166,6 +167,13 @@ def predicted(problem: Problem, gpu: str, best: Prediction, candidates: int, not
     )
 
 
+def vendor_fingerprint() -> str | None:
+    """This machine's cuBLASLt as a vendor trial's source hash, None where it has none."""
+    from autotune.vendor import cublaslt
+
+    return cublaslt.fingerprint() if cublaslt.available() else None
+
+
 def _text(shape: Sequence[int]) -> str:
     return "x".join(map(str, shape))
 
@@ -175,20 +183,27 @@ class Selector:
 
     def __init__(self, store: SelectionSource) -> None:
         self._store = store
-        self._cache: dict[tuple[Problem, str, str | None, str | None], Choice] = {}
+        self._cache: dict[tuple[Problem, str, str | None, str | None, bool], Choice] = {}
         self._capabilities: dict[str, str | None] = {}
         self._models: dict[tuple[str, str, str, bool, str], CostModel] = {}
 
     def choose(
-        self, problem: Problem, gpu: str, local_driver: str | None = None, local_cuda: str | None = None
+        self,
+        problem: Problem,
+        gpu: str,
+        local_driver: str | None = None,
+        local_cuda: str | None = None,
+        *,
+        vendor: bool = True,
     ) -> Choice:
         """`local_driver` and `local_cuda` describe this machine when it has the GPU asked about:
-        a measurement taken under another driver or CUDA still answers, with a warning."""
-        key = (problem, gpu, local_driver, local_cuda)
+        a measurement taken under another driver or CUDA still answers, with a warning. With
+        `vendor` False, among our kernels only (what ships as kernels: cuBLAS ships with CUDA)."""
+        key = (problem, gpu, local_driver, local_cuda, vendor)
         if key not in self._cache:
             # The space and kernel family of the GPU asked about, not of this machine's GPU.
             with targeting(self._capability(gpu)):
-                self._cache[key] = self._choose(problem, gpu, local_driver, local_cuda)
+                self._cache[key] = self._choose(problem, gpu, local_driver, local_cuda, vendor)
         return self._cache[key]
 
     def _capability(self, gpu: str) -> str | None:
@@ -216,7 +231,9 @@ class Selector:
             self._models[key] = CostModel(stored, sm_count, roofline_from=others)
         return self._models[key]
 
-    def _choose(self, problem: Problem, gpu: str, local_driver: str | None, local_cuda: str | None) -> Choice:
+    def _choose(
+        self, problem: Problem, gpu: str, local_driver: str | None, local_cuda: str | None, vendor: bool
+    ) -> Choice:
         current = source_hash(problem)
         exact = self._store.best(gpu, problem, current)
         notes = []
@@ -228,12 +245,37 @@ class Selector:
                 notes.append(
                     f"measured with {what} {was}, this machine has {here}: re-tune with `autotune sweep --stale`"
                 )
+        if vendor:
+            row, why_not = self._vendor(problem, gpu, exact, local_driver)
+            if row is not None:
+                return Choice(problem, gpu, dict(row.config), MEASURED, row.time_us, row.gbs, notes=tuple(notes))
+            notes.extend(why_not)
         if exact is not None and ops.for_problem(problem).space(problem).check(exact.config) is None:
             # A measured problem: choose() answers with its own trial, neither the other tuned shapes
             # nor the cost model is looked at (a first call of a tuned problem reads nothing more).
             return Choice(problem, gpu, dict(exact.config), MEASURED, exact.time_us, exact.gbs, notes=tuple(notes))
         tuned = self._store.tuned(gpu, problem.op, problem.dtype, current, trans=problem.trans)
         return choose(problem, gpu, exact, tuned, notes, self._model(problem, gpu, current))
+
+    def _vendor(
+        self, problem: Problem, gpu: str, ours: TunedRow | None, local_driver: str | None
+    ) -> tuple[TunedRow | None, list[str]]:
+        """cuBLASLt's stored best where it beat ours (the `cublas` family's trials), with why it does
+        not answer where it cannot: on this machine's own GPU the library must be the version that
+        was timed (its algorithms are replayed by rank). The library is loaded only then."""
+        row = self._store.vendor_best(gpu, problem)
+        if row is None or (ours is not None and ours.time_us <= row.time_us):
+            return None, []
+        if local_driver is None:  # a question about another machine's GPU: its library answers
+            return row, []
+        here = vendor_fingerprint()
+        if here == row.source_hash:
+            return row, []
+        found = f"{here} here" if here else "no cuBLASLt here"
+        return None, [
+            f"{row.source_hash} measured {row.time_us:.2f} us, ahead of our kernels, but {found}: "
+            "re-tune with `autotune sweep` to time this library"
+        ]
 
     def forget(self) -> None:
         self._cache.clear()

@@ -44,6 +44,7 @@ from autotune.core.errors import AutotuneError
 from autotune.core.problem import DTYPES, Problem
 from autotune.select import stamps as stamping
 from autotune.select.stamps import Stamps
+from autotune.vendor.mapping import SOURCE_PREFIX as VENDOR_SOURCE_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -183,6 +184,28 @@ class Table:
             return None
         found = self._find(gpu_name, problem)
         return None if found is None else _first_usable(*self._group(found[0])[found[1]], source_hash)
+
+    def vendor_best(self, gpu_name: str, problem: Problem) -> TrialRow | None:
+        """The fastest usable cuBLASLt trial of exactly this problem, of any library version."""
+        if self._exact_texts is not None:
+            index = self._keys.get((gpu_name, problem.op, problem.dtype, problem.trans))
+            if index is None or not _known(problem):
+                return None
+            entries = self._exact_line(index).get(_shape_key(problem.m, problem.n, problem.k), ())
+            rows = [
+                self._checked(gpu_name, problem, values)
+                for values in entries
+                if isinstance(values, list) and len(values) == 6 and str(values[3]).startswith(VENDOR_SOURCE_PREFIX)
+            ]
+        else:
+            found = self._find(gpu_name, problem)
+            if found is None:
+                return None
+            problem, trials = self._group(found[0])[found[1]]
+            vendor = {t.source_hash for t in trials if t.source_hash.startswith(VENDOR_SOURCE_PREFIX)}
+            rows = [_first_usable(problem, trials, source) for source in vendor]
+        usable = [row for row in rows if row is not None]
+        return min(usable, key=lambda row: row.time_us) if usable else None
 
     def tuned(
         self, gpu_name: str, op: str, dtype: str, source_hash: str | None, *, trans: bool = False

@@ -49,6 +49,7 @@ from autotune.store.rows import (
     usable,
 )
 from autotune.store.sqlite import NoWritablePlace
+from autotune.vendor.mapping import SOURCE_PREFIX as VENDOR_SOURCE_PREFIX
 
 MEMORY = "sqlite://"  # an in-memory database: lives as long as its engine
 
@@ -339,6 +340,20 @@ class Store:
         """The fastest OK trial of exactly this problem (of that kernel source when given)."""
         rows = self._best_rows(gpu_name, source_hash, **orm.problem_columns(problem))
         return rows[0] if rows else None
+
+    def vendor_best(self, gpu_name: str, problem: Problem) -> BestRow | None:
+        """The fastest OK cuBLASLt trial of exactly this problem, of any library version."""
+        filters = [
+            *problem_filters(gpu_name=gpu_name, **orm.problem_columns(problem)),
+            orm.Trial.source_hash.startswith(VENDOR_SOURCE_PREFIX),
+        ]
+        with self.db.session_scope() as session:
+            found = first_usable(session, filters, None)
+            if not found:
+                return None
+            counts = final_counts(session, filters, None)
+            row, trial = found[0]
+            return best_row(row, trial, counts.get(row.id, (0, 0))[0])
 
     def tuned(
         self, gpu_name: str, op: str, dtype: str, source_hash: str | None, *, trans: bool = False

@@ -54,6 +54,7 @@ class StudyResult:
     stopped: str = ""  # why the study ended
     kicks: int = 0  # uniformly drawn configs measured because the sampler proposed nothing new
     confirmed: int = 0  # leaders measured again on fresh buffers (autotune/tune/confirm.py)
+    vendor_us: float | None = None  # cuBLASLt's best algorithm, timed beside (autotune/tune/vendor.py)
 
 
 class Measurer:

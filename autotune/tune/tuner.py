@@ -28,7 +28,7 @@ from autotune.ops.base import Op
 from autotune.select import choose as select
 from autotune.store.models import QUEUE
 from autotune.store.rows import Provenance, TrialRow
-from autotune.tune import fleet
+from autotune.tune import fleet, vendor
 from autotune.tune.confirm import confirm_leaders
 from autotune.tune.search import SAMPLERS, Budget, Measurer, Study, StudyResult
 
@@ -212,6 +212,7 @@ class Tuner:
         confirm: bool = True,
         on_trial: TrialHook | None = None,
         retime: float | None = None,
+        vendor: bool = True,
     ) -> None:
         if sampler not in SAMPLERS:
             raise AutotuneError(f"unknown sampler {sampler!r}: choose one of {', '.join(SAMPLERS)}")
@@ -228,6 +229,7 @@ class Tuner:
         # Re-time mode: after a kernel edit, a problem whose earlier best configs, measured again
         # under the new kernels, come within this fraction of their stored time is not re-swept.
         self._retime = retime
+        self._vendor = vendor  # time cuBLASLt's algorithms too (autotune/tune/vendor.py)
 
     def tune(self, problem: Problem, index: int = 0, total: int = 1, first: Sequence[Config] = ()) -> ProblemReport:
         """Tune one problem; `first` configs are measured before the sampler's own picks."""
@@ -277,7 +279,8 @@ class Tuner:
             total,
             study.result.reused,
         )
-        if study.result.reused < self._budget.trials:
+        needs_vendor = self._vendor and vendor.vendor_missing(self._store, problem, problem_id)
+        if study.result.reused < self._budget.trials or needs_vendor:
             try:
                 self._worker.setup(problem, seed=_fresh_seed())
             except (AutotuneError, WorkerLost) as exc:
@@ -285,7 +288,13 @@ class Tuner:
                 log.warning("%s: setup failed: %s", problem, exc)
             else:
                 try:
-                    if not retimed or not self._kept_after_retime(problem, study, retime_count, earlier_rows):
+                    if needs_vendor:
+                        study.result.vendor_us = vendor.time_vendor(
+                            self._store, self._worker, self.gpu, self._gpu_id, problem, problem_id
+                        )
+                    if study.result.reused >= self._budget.trials:
+                        study.result.stopped = "already tuned"
+                    elif not retimed or not self._kept_after_retime(problem, study, retime_count, earlier_rows):
                         if retimed:
                             study.warm_start([*first, *other_gpus, *variants, *neighbours, *known])
                         study.run(self._budget)

@@ -257,8 +257,23 @@ class Worker:
     def measure(self, cubin: Path, kernel: str, config: Mapping[str, int]) -> Outcome:
         """Verify and time one compiled config. Every failure of the worker or of its reply comes
         back as an Outcome; only a fresh worker's failed setup raises (SetupLost: no config ran)."""
+        return self._measured(cubin=str(cubin), kernel=kernel, config=dict(config))
+
+    def measure_vendor(self, config: Mapping[str, int]) -> Outcome:
+        """Verify and time one cuBLASLt algorithm of the set-up problem, as `measure` does a kernel."""
+        return self._measured(vendor=True, config=dict(config))
+
+    def vendor_algorithms(self) -> tuple[int, str]:
+        """(how many cuBLASLt algorithms the set-up problem has, the library's fingerprint)."""
+        result = self.request("vendor_algorithms", SETUP_TIMEOUT_S)
+        count, fingerprint = result.get("count"), result.get("fingerprint")
+        if not isinstance(count, int) or not isinstance(fingerprint, str):
+            raise AutotuneError(f"the GPU worker's vendor_algorithms reply is malformed: {result}")
+        return count, fingerprint
+
+    def _measured(self, **payload: Any) -> Outcome:
         try:
-            result = self.request("measure", self.measure_timeout, cubin=str(cubin), kernel=kernel, config=dict(config))
+            result = self.request("measure", self.measure_timeout, **payload)
         except WorkerLost as lost:
             return Outcome(lost.status, str(lost))
         except SetupLost:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,8 @@ from autotune.ops.geometry import Launch
 ACCUMULATION_TOL = 2.0**-12
 ROTATION_BYTES_PER_L2 = 4  # rotate inputs over 4x the L2 so every call reads them from DRAM
 MAX_COPIES = 256
+# One call of what is measured: (input copy, alpha, beta); our kernel or a cuBLASLt algorithm.
+Call = Callable[[int, float, float], None]
 ALPHA, BETA = 0.75, -1.25  # the second check's scalars: both in play, neither 1
 
 
@@ -56,6 +58,8 @@ class Runner:
         self._absref = cuda.mem_alloc(count * 8)
         self._result = cuda.mem_alloc(4 * 8)
         self._scratch = Scratch()
+        self._vendor: Any = None  # the cuBLASLt call of this problem, made on first use
+        self._vendor_workspace: Any = None
         dtype = problem.dtype
         self._random = RandomFill(kernels, support, dtype, gpu.sm_count, seed)
         self._reference = None
@@ -154,19 +158,20 @@ class Runner:
         cuda.memcpy_dtoh(host, int(self._out) + index * self._item)
         return float(decode(host, self.problem.dtype)[0])
 
-    def verify(self, fn: Any, geom: Launch) -> tuple[str | None, float]:
-        """Two checks on fresh data: beta = 0 into a NaN-poisoned output, then alpha and beta both in play."""
+    def verify(self, call: Call) -> tuple[str | None, float]:
+        """Two checks of `call` on fresh data: beta = 0 into a NaN-poisoned output, then alpha and beta
+        both in play."""
         cuda = driver()
         count = self._operands.output
         self._fresh_reference()
         cuda.memset_d8(self._out, 0xFF, count * self._item)  # all-ones bits are NaN in every dtype
-        self._launch(fn, geom, 0, 1.0, 0.0)
+        call(0, 1.0, 0.0)
         problem, rel_error = self._disagreement(1.0, 0.0, None)
         if problem:
             return f"alpha=1, beta=0: {problem}", rel_error
         self._random(self._out0, count)
         cuda.memcpy_dtod(self._out, self._out0, count * self._item)
-        self._launch(fn, geom, 0, ALPHA, BETA)
+        call(0, ALPHA, BETA)
         problem, _ = self._disagreement(ALPHA, BETA, self._out0)
         return (f"alpha={ALPHA}, beta={BETA}: {problem}" if problem else None), rel_error
 
@@ -176,11 +181,48 @@ class Runner:
         fn = self._kernels.function(cubin, name, self._op.arg_types, programmatic=programmatic)
         if geom.shared_bytes > DEFAULT_SHARED_LIMIT:
             opt_in_shared(fn, geom.shared_bytes)
-        problem, rel_error = self.verify(fn, geom)
+        return self._checked_and_timed(lambda copy, alpha, beta: self._launch(fn, geom, copy, alpha, beta))
+
+    def measure_vendor(self, config: Mapping[str, int]) -> Outcome:
+        """A cuBLASLt algorithm (the heuristic's answer of rank config["cublas_algo"] for this problem),
+        checked and timed exactly as our kernels are, on the same buffers."""
+        from autotune.vendor.mapping import rank_of
+
+        call = self._vendor_call()
+        rank = rank_of(config)
+        if rank >= len(call.algos):
+            return Outcome(Status.INVALID, f"cuBLASLt offers {len(call.algos)} algorithms for this problem")
+        call.choose(rank)
+        workspace = int(self._vendor_workspace)
+
+        def run(copy: int, alpha: float, beta: float) -> None:
+            pointers = [int(buffer) for buffer in self._inputs[copy]]
+            call.run((pointers[0], pointers[1], int(self._out)), alpha, beta, workspace, 0)
+
+        return self._checked_and_timed(run)
+
+    def vendor_algorithms(self) -> int:
+        """How many algorithms cuBLASLt's heuristic offers for this problem (0 where it has none)."""
+        return len(self._vendor_call().algos)
+
+    def _vendor_call(self) -> Any:
+        """This problem's cuBLASLt handle, descriptors and heuristic answer (16-byte aligned arrays, as
+        the launch path's aligned plans), and a workspace for the hungriest algorithm: made once."""
+        if self._vendor is None:
+            from autotune.vendor import cublaslt
+            from autotune.vendor.mapping import ALIGNED_BYTES, matmul_for
+
+            call = cublaslt.LtCall(cublaslt.create_handle(), matmul_for(self.problem), ALIGNED_BYTES)
+            self._vendor_workspace = driver().mem_alloc(max([1, *(a.workspace_size for a in call.algos)]))
+            self._vendor = call
+        return self._vendor
+
+    def _checked_and_timed(self, call: Call) -> Outcome:
+        problem, rel_error = self.verify(call)
         if problem:
             return Outcome(Status.WRONG_RESULT, problem, rel_error=rel_error)
         readings: list[Reading | None] = []
-        times = self._timer.measure(lambda i: self._launch(fn, geom, i % self.copies, 1.0, 0.0), readings=readings)
+        times = self._timer.measure(lambda i: call(i % self.copies, 1.0, 0.0), readings=readings)
         median = float(np.median(times))
         gbs = self._op.bytes_moved(self.problem) / (median * 1e-6) / 1e9
         return Outcome(Status.OK, "", time_us=median, times_us=times, gbs=gbs, rel_error=rel_error, **medians(readings))

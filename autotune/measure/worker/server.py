@@ -108,6 +108,8 @@ def _handle(state: _State, request: dict[str, Any]) -> dict[str, Any]:
         return state.setup(problem, int(request["seed"]), fresh_memory)
     if command == "measure":
         return _measure(state, request)
+    if command == "vendor_algorithms":
+        return _vendor_algorithms(state)
     raise AutotuneError(f"unknown worker command {command!r}")
 
 
@@ -119,13 +121,25 @@ def _measure(state: _State, request: dict[str, Any]) -> dict[str, Any]:
         raise AutotuneError("measure before setup")
     cuda = driver()
     try:
-        outcome = state.runner.measure(Path(request["cubin"]), request["kernel"], request["config"])
+        if request.get("vendor"):
+            outcome = state.runner.measure_vendor(request["config"])
+        else:
+            outcome = state.runner.measure(Path(request["cubin"]), request["kernel"], request["config"])
     except cuda.Error as exc:
         state.poisoned = _context_is_poisoned()
         outcome = Outcome(Status.LAUNCH_ERROR, f"{type(exc).__name__}: {exc}".strip())
     result = asdict(outcome)
     result["status"] = outcome.status.value
     return result
+
+
+def _vendor_algorithms(state: _State) -> dict[str, Any]:
+    """How many cuBLASLt algorithms the set-up problem has, and the library's fingerprint."""
+    from autotune.vendor import cublaslt
+
+    if state.runner is None:
+        raise AutotuneError("vendor_algorithms before setup")
+    return {"count": state.runner.vendor_algorithms(), "fingerprint": cublaslt.fingerprint()}
 
 
 def serve(device: int, requests: IO[str], replies: IO[str]) -> None:

@@ -1,0 +1,56 @@
+"""A launch plan that runs cuBLASLt: where the `cublas` family's stored best beat our kernels, the call
+goes to the algorithm of the stored rank, on the caller's stream, capturable, like a LaunchPlan.
+
+Everything is made once per (problem, leading dimensions, alignment, device): the descriptors, the
+heuristic's answer for the alignment the arrays have (16 bytes: the rank that was timed; less: the
+heuristic's first, since its answer for unaligned arrays is another list) and the chosen algorithm.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+from autotune.core.problem import Problem
+from autotune.runtime import driver
+from autotune.runtime.device import Allocator, Device
+from autotune.vendor import cublaslt
+from autotune.vendor.mapping import ALIGNED_BYTES, matmul_for
+
+
+class VendorPlan:
+    """One cuBLASLt algorithm ready to run on one device for one problem and layout."""
+
+    needs_scratch = False  # its workspace is its own (Device.vendor_workspace), never split-K scratch
+
+    def __init__(
+        self, device: Device, problem: Problem, rank: int, aligned: bool, leading: tuple[int, ...] | None
+    ) -> None:
+        from autotune.core.problem import ITEMSIZE
+
+        self.device = device
+        self.problem = problem
+        alignment = ALIGNED_BYTES if aligned else ITEMSIZE[problem.dtype]
+        handle = device.vendor_handle()
+        with driver.in_context(device.context):
+            self._call = cublaslt.LtCall(handle, matmul_for(problem, leading), alignment)
+        self._call.choose(rank if aligned else 0)
+        self.workspace_bytes = self._call.workspace_bytes
+        self._context = device.context
+        self._current = ctypes.c_void_p()
+        self._lock = threading.Lock()
+
+    def launch(
+        self, a: int, b: int, c: int, alpha: float, beta: float, stream: int, allocator: Allocator | None
+    ) -> None:
+        """Run on `stream` with arrays at a, b, c (in our kernels' order) from any thread."""
+        with self._lock:
+            workspace = 0
+            if self.workspace_bytes:
+                workspace = self.device.vendor_workspace(self.workspace_bytes, stream, allocator)
+            driver.lib()["cuCtxGetCurrent"](ctypes.byref(self._current))
+            if self._current.value == self._context:
+                self._call.run((a, b, c), alpha, beta, workspace, stream)
+            else:  # cuBLASLt runs in the context current on the calling thread: make it this GPU's
+                with driver.in_context(self._context):
+                    self._call.run((a, b, c), alpha, beta, workspace, stream)
