@@ -15,6 +15,7 @@ from autotune.core.space import Config
 from autotune.core.target import targeting
 from autotune.ops import source_hash
 from autotune.select.cost import CostModel, Prediction, Timed, shape_distance
+from autotune.vendor.mapping import OPS as VENDOR_OPS
 
 # Stored trials per tuned shape the cost model learns from: what the shipped records keep, and what
 # it was judged on (scripts/eval_cost_model.py).
@@ -255,7 +256,28 @@ class Selector:
             # nor the cost model is looked at (a first call of a tuned problem reads nothing more).
             return Choice(problem, gpu, dict(exact.config), MEASURED, exact.time_us, exact.gbs, notes=tuple(notes))
         tuned = self._store.tuned(gpu, problem.op, problem.dtype, current, trans=problem.trans)
-        return choose(problem, gpu, exact, tuned, notes, self._model(problem, gpu, current))
+        model = self._model(problem, gpu, current)
+        choice = choose(problem, gpu, exact, tuned, notes, model)
+        if vendor and choice.source != MEASURED:
+            return self._vendor_if_faster(problem, gpu, choice, model, local_driver) or choice
+        return choice
+
+    def _vendor_if_faster(
+        self, problem: Problem, gpu: str, ours: Choice, model: CostModel, local_driver: str | None
+    ) -> Choice | None:
+        """On a shape never tuned: cuBLASLt's own pick where the cost model predicts it ahead of our
+        candidate (or ours has no prediction), from cuBLASLt's times on the tuned shapes of this
+        library version (this machine's; on a question about another machine's GPU, none is known)."""
+        if local_driver is None or problem.op not in VENDOR_OPS:
+            return None
+        fingerprint = vendor_fingerprint()
+        if fingerprint is None:
+            return None
+        rows = self._store.tuned(gpu, problem.op, problem.dtype, fingerprint, trans=problem.trans)
+        prediction = model.predict_vendor(problem, {row.problem: row.time_us for row in rows})
+        if prediction is None or (ours.predicted_us is not None and ours.predicted_us <= prediction.time_us):
+            return None
+        return predicted(problem, gpu, prediction, len(model.candidates(problem)) + 1, ours.notes[:-1])
 
     def _vendor(
         self, problem: Problem, gpu: str, ours: TunedRow | None, local_driver: str | None

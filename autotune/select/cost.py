@@ -28,6 +28,7 @@ from typing import Protocol
 from autotune import ops
 from autotune.core.problem import Problem
 from autotune.core.space import Config, config_key
+from autotune.vendor.mapping import vendor_config
 
 # Width of the distance weighting in octaves (shape_distance): a tuned shape one octave further away
 # than the nearest weighs exp(-2), about a seventh, of it. Chosen by leave-one-shape-out on the
@@ -246,6 +247,28 @@ class CostModel:
             timed_on, len(shapes)
         )
         return Prediction(config, roof * correction, candidate, roof, correction, tuple(timed_on), basis)
+
+    def predict_vendor(self, problem: Problem, timed: Mapping[Problem, float]) -> Prediction | None:
+        """cuBLASLt's predicted time on `problem` from its best times on tuned shapes (`timed`): the
+        roofline times the distance-weighted correction those shapes show, as for our configs (the
+        library fills the GPU as it sees fit, so no grid share). None where nothing says."""
+        shapes = sorted(
+            (p for p in timed if p.shape != problem.shape), key=lambda p: shape_distance(p.shape, problem.shape)
+        )
+        if self.roofline is None or not shapes:
+            return None
+        closest = shape_distance(shapes[0].shape, problem.shape)
+        weighted, total = 0.0, 0.0
+        for shape in shapes:
+            weight = math.exp(-(shape_distance(shape.shape, problem.shape) ** 2 - closest**2) / (2 * self.sigma**2))
+            weighted += weight * math.log(timed[shape] / self.roofline.time_us(shape))
+            total += weight
+        roof = self.roofline.time_us(problem)
+        correction = math.exp(weighted / total)
+        candidate = Candidate(vendor_config(0), "cuBLASLt's own pick", shapes[0].shape)
+        evidence = _evidence([s.shape for s in shapes], len(shapes))
+        basis = f"cuBLASLt: roofline {roof:.2f} us ({self.roofline.text()}) x {correction:.2f} {evidence}"
+        return Prediction(vendor_config(0), roof * correction, candidate, roof, correction, (), basis)
 
     def rank(self, problem: Problem) -> list[Prediction]:
         """Every candidate with its prediction, fastest first (the candidates' order breaks ties)."""

@@ -15,6 +15,10 @@ from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import GpuInfo, slugify
 from autotune.core.problem import DTYPES, Problem, check_dim
 from autotune.store.rows import as_utc
+from autotune.vendor.mapping import CONFIG_KEY as VENDOR_CONFIG_KEY
+from autotune.vendor.mapping import OPS as VENDOR_OPS
+from autotune.vendor.mapping import SOURCE_PREFIX as VENDOR_SOURCE_PREFIX
+from autotune.vendor.mapping import is_vendor, rank_of
 
 _GPU_TYPES: dict[str, type] = {
     "name": str,
@@ -151,7 +155,21 @@ def _problem(values: dict[str, Any], line: dict[str, Any]) -> Problem:
     return Problem(op, dtype, values["m"], values["n"], k, trans)
 
 
-def _config(problem: Problem, config: dict[str, Any]) -> dict[str, int]:
+def _config(problem: Problem, config: dict[str, Any], source_hash: str) -> dict[str, int]:
+    """A config of the problem's space, or (a trial of the `cublas` family: its source hash names
+    the library) the rank of a cuBLASLt algorithm; nothing else, so no file reaches nvcc."""
+    if source_hash.startswith(VENDOR_SOURCE_PREFIX) or is_vendor(config):
+        if not source_hash.startswith(VENDOR_SOURCE_PREFIX) or set(config) != {VENDOR_CONFIG_KEY}:
+            raise BadLine(
+                f"a cuBLASLt trial has config {{{VENDOR_CONFIG_KEY!r}: rank}} and source {VENDOR_SOURCE_PREFIX}*"
+            )
+        if problem.op not in VENDOR_OPS:
+            raise BadLine(f"cuBLASLt does not serve {problem.op}")
+        try:
+            rank_of(config)
+        except AutotuneError as exc:
+            raise BadLine(str(exc)) from None
+        return config
     why = ops.for_problem(problem).space(problem).check(config)
     if why is not None:
         raise BadLine(f"config is not valid for {problem}: {why}")
@@ -166,7 +184,7 @@ def parse_trial(line: dict[str, Any]) -> dict[str, Any]:
     values["rounds"] = _optional_int(line, "rounds", 1, 1)
     for name, bound in CLOCK_FIELDS.items():
         values[name] = _optional_positive(line, name, bound)
-    values["config"] = _config(values["problem"], values["config"])
+    values["config"] = _config(values["problem"], values["config"], values["source_hash"])
     if not 0 < values["time_us"] < _MAX_TIME_US:
         raise BadLine(f"field 'time_us' must be a positive number of microseconds, got {values['time_us']!r}")
     samples = values["times_us"]

@@ -27,6 +27,7 @@ from autotune.store.database import Database
 from autotune.store.queries import get_or_create_problem, new_gpu, problem_filters, ranked_ok
 from autotune.store.record_lines import CLOCK_FIELDS, BadLine, parse_gpu, parse_line, parse_trial
 from autotune.store.rows import as_utc
+from autotune.vendor.mapping import SOURCE_PREFIX as VENDOR_SOURCE_PREFIX
 
 # --- export --------------------------------------------------------------------------------------
 
@@ -122,11 +123,19 @@ def record_lines(
         if current_only:
             current: dict[int, str] = {}  # problem id -> its current kernel source hash
             kept: dict[int, int] = {}
+            vendor_kept: set[tuple[int, str]] = set()
             for problem, trial in ranked_ok(session, filters, source_hash, top=_EVERY):
                 if problem.id not in current:
                     with targeting(gpu.compute_capability):  # that GPU's kernel family, not this machine's
                         current[problem.id] = ops.source_hash(_problem_of(problem))
-                if trial.source_hash == current[problem.id] and kept.get(problem.id, 0) < top:
+                if trial.source_hash.startswith(VENDOR_SOURCE_PREFIX):
+                    # cuBLASLt's best of each library version travels too: the selector sets it
+                    # against our kernels on a machine with that version.
+                    key = (problem.id, trial.source_hash)
+                    if key not in vendor_kept:
+                        vendor_kept.add(key)
+                        lines.append(_trial_line(problem, trial))
+                elif trial.source_hash == current[problem.id] and kept.get(problem.id, 0) < top:
                     kept[problem.id] = kept.get(problem.id, 0) + 1
                     lines.append(_trial_line(problem, trial))
         else:

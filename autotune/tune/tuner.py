@@ -354,13 +354,15 @@ def is_fresh(row: Any, gpu: GpuInfo) -> bool:
 
 
 def stale_problems(store: Any, gpu: GpuInfo, op: str | None, dtype: str | None) -> list[Problem]:
-    """Stored problems of this GPU without an OK measurement of the current source, driver and CUDA."""
+    """Stored problems of this GPU without an OK measurement of the current source, driver and CUDA,
+    or without a timing of this machine's cuBLASLt (a sweep of such a problem times only that)."""
     stale = []
     for summary in store.problems(gpu.name, op, dtype):
         problem = summary.problem
         problem_id = store.problem_id(problem, gpu.name, create=False)
         rows = store.completed_trials(problem_id, source_hash(problem))
-        if not any(row.status is Status.OK and is_fresh(row, gpu) for row in rows):
+        fresh = any(row.status is Status.OK and is_fresh(row, gpu) for row in rows)
+        if not fresh or vendor.vendor_missing(store, problem, problem_id):  # cuBLASLt here never timed
             stale.append(problem)
     return stale
 

@@ -15,10 +15,10 @@ from autotune.core.problem import Problem
 from autotune.core.space import config_key
 from autotune.measure.worker.client import Worker
 from autotune.store.rows import Provenance
+from autotune.vendor.mapping import OPS as VENDOR_OPS
 from autotune.vendor.mapping import vendor_config
 
 log = logging.getLogger(__name__)
-VENDOR_OPS = ("gemv", "gemm")  # the ops a cuBLASLt matmul computes (autotune/vendor/mapping.py)
 
 
 def local_fingerprint() -> str | None:

@@ -23,6 +23,7 @@ from autotune.core.errors import AutotuneError
 from autotune.core.problem import ITEMSIZE, Problem
 
 FAMILY = "cublas"
+OPS = ("gemv", "gemm")  # the ops one cuBLASLt matmul computes
 SOURCE_PREFIX = "cublasLt-"  # a vendor trial's source hash: this and the library's version
 CONFIG_KEY = "cublas_algo"  # a vendor config is {"cublas_algo": rank in the heuristic's answer}
 MAX_ALGOS = 8  # algorithms asked of the heuristic, each timed (PyTorch's TunableOp asks as many)

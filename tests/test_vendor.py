@@ -1,0 +1,90 @@
+"""cuBLASLt as a candidate, without a GPU: the row-major to column-major mapping, vendor trials in
+records files, the cost model's prediction for cuBLASLt and the selector's use of vendor rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from autotune.core.errors import AutotuneError
+from autotune.core.problem import Problem
+from autotune.select.cost import CostModel
+from autotune.store.record_lines import BadLine, parse_trial
+from autotune.vendor.mapping import OP_N, OP_T, Matrix, matmul_for, rank_of, required_alignment, vendor_config
+
+
+def test_gemm_is_the_transposed_product_in_column_major() -> None:
+    """C = A B row-major is Cᵀ = Bᵀ Aᵀ: cuBLASLt's A is our B (op N for K x N, op T for N x K)."""
+    kn = matmul_for(Problem("gemm", "float16", 8, 4096, 1024))
+    assert (kn.op_a, kn.a, kn.b, kn.d) == (OP_N, Matrix(4096, 1024, 4096), Matrix(1024, 8, 1024), Matrix(4096, 8, 4096))
+    assert (kn.a_arg, kn.b_arg, kn.d_arg) == (1, 0, 2)
+    nk = matmul_for(Problem("gemm", "float16", 8, 4096, 1024, trans=True), (2048, 1024, 5000))
+    assert (nk.op_a, nk.a, nk.b, nk.d) == (OP_T, Matrix(1024, 4096, 1024), Matrix(1024, 8, 2048), Matrix(4096, 8, 5000))
+
+
+def test_gemv_layouts_and_argument_order() -> None:
+    """y = A x reads A transposed; y = Aᵀ x reads it as it lies, and our kernels take (x, A, y)."""
+    plain = matmul_for(Problem("gemv", "float32", 300, 700), (1024,))
+    assert (plain.op_a, plain.a, plain.b, plain.d, plain.a_arg) == (
+        OP_T, Matrix(700, 300, 1024), Matrix(700, 1, 700), Matrix(300, 1, 300), 0,
+    )  # fmt: skip
+    trans = matmul_for(Problem("gemv", "float32", 300, 700, trans=True))
+    assert (trans.op_a, trans.a, trans.b, trans.d, trans.a_arg, trans.b_arg) == (
+        OP_N, Matrix(700, 300, 700), Matrix(300, 1, 300), Matrix(700, 1, 700), 1, 0,
+    )  # fmt: skip
+
+
+def test_alignment_and_ranks() -> None:
+    problem = Problem("gemm", "float16", 8, 64, 64)
+    assert required_alignment((0, 256, 4096), problem, None) == 16
+    assert required_alignment((2, 256, 4096), problem, None) == 2
+    assert required_alignment((0, 256, 4096), problem, (68, 64, 64)) == 2  # rows 136 bytes apart
+    assert rank_of(vendor_config(3)) == 3
+    for bad in ({"cublas_algo": 8}, {"cublas_algo": True}, {"cublas_algo": "1"}):
+        with pytest.raises(AutotuneError):
+            rank_of(bad)
+    with pytest.raises(AutotuneError, match="does not serve"):
+        matmul_for(Problem("rowsum", "float32", 4, 4))
+
+
+def _line(**changes: Any) -> dict[str, Any]:
+    line = {
+        "kind": "trial", "op": "gemm", "dtype": "float16", "m": 8, "n": 4096, "k": 4096,
+        "trans": False, "config": {"cublas_algo": 2}, "time_us": 20.5, "times_us": [20.5, 20.6], "gbs": 3000.0,
+        "rel_error": 1e-4, "source_hash": "cublasLt-130100", "nvcc": "13.0.88", "pycuda": "2026.1",
+        "driver": "580.159.04", "cuda": "13.0", "created_at": "2026-11-26T03:48:05+00:00",
+    }  # fmt: skip
+    return {**line, **changes}
+
+
+def test_records_carry_cublas_trials_and_nothing_else_of_the_kind() -> None:
+    values = parse_trial(_line())
+    assert values["config"] == {"cublas_algo": 2}
+    for bad, why in (
+        (_line(source_hash="abc123"), "cuBLASLt trial"),  # a vendor config under a kernel source
+        (_line(config={"cublas_algo": 2, "vec": 4}), "cuBLASLt trial"),
+        (_line(config={"block": 64}), "cuBLASLt trial"),  # a kernel config under the library's source
+        (_line(config={"cublas_algo": 9}), "cublas_algo"),
+    ):
+        with pytest.raises(BadLine, match=why):
+            parse_trial(bad)
+
+
+def test_the_cost_model_predicts_cublas_from_its_times_on_tuned_shapes() -> None:
+    """cuBLASLt at 2x the roofline on the tuned shapes is predicted at about 2x on a new one."""
+
+    class Row:
+        def __init__(self, time_us: float) -> None:
+            self.config, self.time_us = {"mt": 1}, time_us
+
+    shapes = [Problem("gemm", "float16", 8, n, 4096) for n in (1024, 2048, 4096, 8192)]
+    model = CostModel({p: [Row(2.0 + p.n * 4096 * 2 / 3e6)] for p in shapes}, 132)
+    assert model.roofline is not None
+    timed = {p: 2 * model.roofline.time_us(p) for p in shapes}
+    new = Problem("gemm", "float16", 8, 3000, 4096)
+    prediction = model.predict_vendor(new, timed)
+    assert prediction is not None and prediction.config == {"cublas_algo": 0}
+    assert prediction.time_us == pytest.approx(2 * model.roofline.time_us(new), rel=1e-6)
+    assert "cuBLASLt" in prediction.basis
+    assert model.predict_vendor(new, {}) is None
