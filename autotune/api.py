@@ -170,13 +170,16 @@ def best(
     dtype: str | None = None,
     gpu: str | None = None,
     db: str | None = None,
+    vendor: bool = True,
 ) -> Choice:
     """Which config for this problem on this GPU: measured, estimated from the nearest tuned shape,
-    or the safe default, and which of the three it is (Choice.source). GEMM needs `k`."""
+    or the safe default, and which of the three it is (Choice.source). GEMM needs `k`. With `vendor`
+    False, among our kernels only (a cuBLASLt algorithm is a config {"cublas_algo": rank})."""
     problem = _problem(op, dtype, m, n, k, trans)
     known = _open(db).gpu_names()
     gpu_name, local_driver = resolve_gpu(gpu, known)
-    choice = _selector(db).choose(problem, gpu_name, local_driver, cuda_release() if local_driver else None)
+    cuda = cuda_release() if local_driver else None
+    choice = _selector(db).choose(problem, gpu_name, local_driver, cuda, vendor=vendor)
     if gpu_name not in known:
         model = described().get(gpu_name)
         if model is not None:
@@ -496,7 +499,8 @@ def prepare(
     done = []
     for name, capability in targets:
         for problem in wanted:
-            choice = _selector(db).choose(problem, name)
+            # Our kernel, also where cuBLAS answers: it runs wherever that library is missing.
+            choice = _selector(db).choose(problem, name, vendor=False)
             use = Use(name, capability, problem, choice.config, choice.source, False)
             for each in (use, unaligned(use)):
                 if each is None:

@@ -49,7 +49,7 @@ def main() -> int:
     print(header, flush=True)
     for dtype in args.dtypes:
         for m, n in shapes:
-            choice = api.best("gemv", m, n, trans=args.trans, dtype=dtype, gpu=gpu, db=args.db)
+            choice = api.best("gemv", m, n, trans=args.trans, dtype=dtype, gpu=gpu, db=args.db, vendor=False)
             row = bench.compare(choice)
             if not args.no_floor:
                 row.set_floor(bench.read_floor(choice.problem.matrix_bytes))

@@ -59,7 +59,9 @@ def nearest_valid(problem: Problem, gpu: str, db: str | None) -> Choice | None:
 
 
 def candidates(problem: Problem, gpu: str, db: str | None) -> dict[str, Choice]:
-    selected = api.best("gemv", problem.m, problem.n, trans=problem.trans, dtype=problem.dtype, gpu=gpu, db=db)
+    selected = api.best(
+        "gemv", problem.m, problem.n, trans=problem.trans, dtype=problem.dtype, gpu=gpu, db=db, vendor=False
+    )
     found = {"fitted" if selected.source == "estimate" else selected.source: selected}
     valid = nearest_valid(problem, gpu, db)
     if valid is not None and valid.config != selected.config:
@@ -95,7 +97,14 @@ def main() -> int:
                 "gemv", problem.m, problem.n, trans=problem.trans, dtype=problem.dtype, trials=args.trials, db=args.db
             )
             tuned = api.best(
-                "gemv", problem.m, problem.n, trans=problem.trans, dtype=problem.dtype, gpu=gpu, db=args.db
+                "gemv",
+                problem.m,
+                problem.n,
+                trans=problem.trans,
+                dtype=problem.dtype,
+                gpu=gpu,
+                db=args.db,
+                vendor=False,
             )
             plans[problem]["tuned"] = replace(tuned, source="tuned")
     with CompilePool() as pool:  # every kernel built up front, in parallel

@@ -37,7 +37,7 @@ def main() -> int:
 
     bench = Bench()
     torch, gpu = bench.torch, bench.launcher.gpu
-    selected = api.best("gemm", args.m, args.n, args.k, dtype=args.dtype, gpu=gpu.name)
+    selected = api.best("gemm", args.m, args.n, args.k, dtype=args.dtype, gpu=gpu.name, vendor=False)
     problem = selected.problem
     configs = [json.loads(c) for c in args.config]
     with CompilePool() as pool:

@@ -43,7 +43,7 @@ def main() -> int:
 
     bench = Bench()
     gpu = bench.launcher.gpu
-    selected = api.best(args.op, args.m, args.n, args.k, trans=args.trans, gpu=gpu.name, db=args.db)
+    selected = api.best(args.op, args.m, args.n, args.k, trans=args.trans, gpu=gpu.name, db=args.db, vendor=False)
     problem = selected.problem
     op = ops.for_problem(problem)
     base = json.loads(args.base) if args.base else dict(selected.config)

@@ -109,6 +109,14 @@ def _no_shipped_records(
 
 
 @pytest.fixture(autouse=True)
+def _our_kernels_only(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """cuBLASLt stays out of sweeps and selection (the launch path's tests test our kernels) except
+    in tests marked `vendor`."""
+    if not request.node.get_closest_marker("vendor"):
+        monkeypatch.setenv("AUTOTUNE_VENDOR", "0")
+
+
+@pytest.fixture(autouse=True)
 def _isolated_user_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests never touch the real per-user database; the kernel cache is shared across tests only."""
     home = tmp_path_factory.mktemp("home")

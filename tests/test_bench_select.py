@@ -384,6 +384,7 @@ def test_dry_run_checks_the_set_and_prints_each_pick(
     assert list(tmp_path.iterdir()) == []  # it writes nothing
 
 
+@pytest.mark.stress
 @pytest.mark.shipped_records
 def test_a_run_keeps_its_rows_resumes_and_writes_the_report(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]

@@ -215,7 +215,8 @@ def _check_every_problem_tuned_once(url: str, lines: list[str]) -> None:
     assert len(done) == len(PROBLEMS) and max(done.values()) == 1
 
 
-@pytest.mark.parametrize("mode", ["list", pytest.param("pending", marks=pytest.mark.stress)])
+@pytest.mark.stress
+@pytest.mark.parametrize("mode", ["list", "pending"])
 def test_three_sqlite_sweeps_one_killed_tune_every_problem_once(tmp_path: Path, mode: str) -> None:
     url = str(tmp_path / "fleet.db")
     with open_store(url, import_shipped=False) as store:
@@ -326,6 +327,7 @@ def _device_lines(folder: Path) -> list[str]:
     return [line for path in sorted(folder.glob("gpu*.log")) for line in path.read_text().splitlines()]
 
 
+@pytest.mark.stress
 def test_a_killed_gpu_process_leaves_its_claim_to_the_other_gpu(tmp_path: Path) -> None:
     from autotune.tune.devices import run_on_devices
     from tests.fleet_sweeper import device_job
@@ -338,6 +340,7 @@ def test_a_killed_gpu_process_leaves_its_claim_to_the_other_gpu(tmp_path: Path) 
     _check_every_problem_tuned_once(url, _device_lines(tmp_path))
 
 
+@pytest.mark.stress
 def test_gpus_of_two_models_each_tune_every_problem_for_their_model(tmp_path: Path) -> None:
     from autotune.tune.devices import run_on_devices
     from tests.fleet_sweeper import device_job

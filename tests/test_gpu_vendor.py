@@ -18,7 +18,7 @@ from autotune.core.problem import Problem
 from autotune.select.choose import Choice
 from autotune.vendor.mapping import vendor_config
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.vendor]
 
 DTYPES = ("float32", "float16", "bfloat16")
 

@@ -88,3 +88,41 @@ def test_the_cost_model_predicts_cublas_from_its_times_on_tuned_shapes() -> None
     assert prediction.time_us == pytest.approx(2 * model.roofline.time_us(new), rel=1e-6)
     assert "cuBLASLt" in prediction.basis
     assert model.predict_vendor(new, {}) is None
+
+
+@pytest.mark.vendor
+def test_the_selector_prefers_cublas_to_our_safe_default_and_its_measured_best(monkeypatch: Any, store: Any) -> None:
+    """Where cuBLASLt was measured fastest on this very shape it answers; on a shape of a dtype
+    nothing of ours is tuned for, its own pick (rank 0) stands in for our safe default; on another
+    library version than the one timed, ours answers with a note."""
+    from autotune.core.fingerprint import GpuInfo, toolchain
+    from autotune.core.outcome import Outcome, Status
+    from autotune.ops import source_hash
+    from autotune.select import choose as choosing
+    from autotune.store.rows import Provenance
+
+    gpu = GpuInfo("NVIDIA H200", "GPU-1", "9.0", 132, 62914560, 150 * 2**30, "580.159.04", "13.0")
+    gpu_id = store.upsert_gpu(gpu)
+    problem = Problem("gemm", "bfloat16", 8, 4096, 4096)
+    pid = store.problem_id(problem, gpu.name)
+    ours = choosing.Selector(store).choose(problem, gpu.name)
+    assert ours.source == "default"
+    where = Provenance(pid, gpu_id, source_hash(problem), toolchain(), gpu.driver, gpu.cuda)
+    store.record_trial(where, ours.config, Outcome(Status.OK, "", time_us=40.0, times_us=[40.0]))
+    vendor = Provenance(pid, gpu_id, "cublasLt-130100", toolchain(), gpu.driver, gpu.cuda)
+    store.record_trial(vendor, {"cublas_algo": 1}, Outcome(Status.OK, "", time_us=12.0, times_us=[12.0]))
+    monkeypatch.setattr(choosing, "vendor_fingerprint", lambda: "cublasLt-130100")
+    exact = choosing.Selector(store).choose(problem, gpu.name, gpu.driver, gpu.cuda)
+    assert (exact.config, exact.source, exact.time_us) == ({"cublas_algo": 1}, "measured", 12.0)
+    assert choosing.Selector(store).choose(problem, gpu.name, vendor=False).config == ours.config
+    untuned = Problem("gemm", "bfloat16", 8, 2048, 2048, trans=True)  # no shape of this layout tuned
+    guess = choosing.Selector(store).choose(untuned, gpu.name)
+    assert (guess.config, guess.source) == ({"cublas_algo": 0}, "default")
+    assert "cuBLASLt's own pick" in guess.notes[-1]
+    monkeypatch.setenv("AUTOTUNE_VENDOR", "0")  # switched off: ours everywhere
+    assert choosing.Selector(store).choose(problem, gpu.name, gpu.driver, gpu.cuda).config == ours.config
+    assert choosing.Selector(store).choose(untuned, gpu.name).config != {"cublas_algo": 0}
+    monkeypatch.delenv("AUTOTUNE_VENDOR")
+    monkeypatch.setattr(choosing, "vendor_fingerprint", lambda: "cublasLt-140000")
+    other = choosing.Selector(store).choose(problem, gpu.name, gpu.driver, gpu.cuda)
+    assert other.config == ours.config and "cublasLt-130100 measured 12.00 us" in other.notes[-1]

@@ -15,7 +15,9 @@ from autotune.core.space import Config
 from autotune.core.target import targeting
 from autotune.ops import source_hash
 from autotune.select.cost import CostModel, Prediction, Timed, shape_distance
+from autotune.vendor import enabled as vendor_enabled
 from autotune.vendor.mapping import OPS as VENDOR_OPS
+from autotune.vendor.mapping import vendor_config
 
 # Stored trials per tuned shape the cost model learns from: what the shipped records keep, and what
 # it was judged on (scripts/eval_cost_model.py).
@@ -246,6 +248,7 @@ class Selector:
                 notes.append(
                     f"measured with {what} {was}, this machine has {here}: re-tune with `autotune sweep --stale`"
                 )
+        vendor = vendor and vendor_enabled()
         if vendor:
             row, why_not = self._vendor(problem, gpu, exact, local_driver)
             if row is not None:
@@ -259,23 +262,29 @@ class Selector:
         model = self._model(problem, gpu, current)
         choice = choose(problem, gpu, exact, tuned, notes, model)
         if vendor and choice.source != MEASURED:
-            return self._vendor_if_faster(problem, gpu, choice, model, local_driver) or choice
+            return self._vendor_if_faster(problem, gpu, choice, model) or choice
         return choice
 
-    def _vendor_if_faster(
-        self, problem: Problem, gpu: str, ours: Choice, model: CostModel, local_driver: str | None
-    ) -> Choice | None:
+    def _vendor_if_faster(self, problem: Problem, gpu: str, ours: Choice, model: CostModel) -> Choice | None:
         """On a shape never tuned: cuBLASLt's own pick where the cost model predicts it ahead of our
         candidate (or ours has no prediction), from cuBLASLt's times on the tuned shapes of this
-        library version (this machine's; on a question about another machine's GPU, none is known)."""
-        if local_driver is None or problem.op not in VENDOR_OPS:
+        machine's library version (none where it has no cuBLASLt)."""
+        if problem.op not in VENDOR_OPS:
             return None
         fingerprint = vendor_fingerprint()
         if fingerprint is None:
             return None
         rows = self._store.tuned(gpu, problem.op, problem.dtype, fingerprint, trans=problem.trans)
         prediction = model.predict_vendor(problem, {row.problem: row.time_us for row in rows})
-        if prediction is None or (ours.predicted_us is not None and ours.predicted_us <= prediction.time_us):
+        if prediction is None:
+            if ours.source != DEFAULT:
+                return None
+            # Nothing of ours is known for this dtype and layout, so ours would be the safe default
+            # config: cuBLASLt's heuristic, made for every shape, is the better guess (it beat our
+            # default on 14 of the 15 held-out GEMMs that got it: docs/findings.md).
+            note = f"nothing tuned near {_text(problem.shape)} in {problem.dtype}: cuBLASLt's own pick ({fingerprint})"
+            return Choice(problem, gpu, vendor_config(0), DEFAULT, notes=(*ours.notes[:-1], note))
+        if ours.predicted_us is not None and ours.predicted_us <= prediction.time_us:
             return None
         return predicted(problem, gpu, prediction, len(model.candidates(problem)) + 1, ours.notes[:-1])
 

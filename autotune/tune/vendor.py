@@ -23,9 +23,10 @@ log = logging.getLogger(__name__)
 
 def local_fingerprint() -> str | None:
     """The cuBLASLt version this machine's worker will load, without a CUDA context; None without one."""
+    from autotune import vendor
     from autotune.vendor import cublaslt
 
-    return cublaslt.fingerprint() if cublaslt.available() else None
+    return cublaslt.fingerprint() if vendor.enabled() and cublaslt.available() else None
 
 
 def vendor_missing(store: Any, problem: Problem, problem_id: int) -> bool:

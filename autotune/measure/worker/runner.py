@@ -9,6 +9,7 @@ element come back, however large the output.
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from collections.abc import Callable, Mapping
@@ -212,7 +213,7 @@ class Runner:
             from autotune.vendor import cublaslt
             from autotune.vendor.mapping import ALIGNED_BYTES, matmul_for
 
-            call = cublaslt.LtCall(cublaslt.create_handle(), matmul_for(self.problem), ALIGNED_BYTES)
+            call = cublaslt.LtCall(_vendor_handle(), matmul_for(self.problem), ALIGNED_BYTES)
             self._vendor_workspace = driver().mem_alloc(max([1, *(a.workspace_size for a in call.algos)]))
             self._vendor = call
         return self._vendor
@@ -226,3 +227,11 @@ class Runner:
         median = float(np.median(times))
         gbs = self._op.bytes_moved(self.problem) / (median * 1e-6) / 1e9
         return Outcome(Status.OK, "", time_us=median, times_us=times, gbs=gbs, rel_error=rel_error, **medians(readings))
+
+
+@functools.cache
+def _vendor_handle() -> int:
+    """The worker's one cuBLASLt handle (its one CUDA context), made on first use."""
+    from autotune.vendor import cublaslt
+
+    return cublaslt.create_handle()
