@@ -17,6 +17,7 @@ from autotune.ops import source_hash
 from autotune.select.cost import CostModel, Prediction, Timed, shape_distance
 from autotune.vendor import enabled as vendor_enabled
 from autotune.vendor.mapping import OPS as VENDOR_OPS
+from autotune.vendor.mapping import SOURCE_PREFIX as VENDOR_SOURCE_PREFIX
 from autotune.vendor.mapping import vendor_config
 
 # Stored trials per tuned shape the cost model learns from: what the shipped records keep, and what
@@ -222,7 +223,7 @@ class Selector:
         key = (gpu, problem.op, problem.dtype, problem.trans, current)
         if key not in self._models:
             stored, others = {}, []
-            for row in self._store.tuned(gpu, problem.op, problem.dtype, None, trans=problem.trans):
+            for row in self._ours(self._store.tuned(gpu, problem.op, problem.dtype, None, trans=problem.trans), gpu):
                 if row.source_hash == current:
                     pid = self._store.problem_id(row.problem, gpu, create=False)
                     if pid is not None:  # a row of a stored problem: it has an id
@@ -233,6 +234,19 @@ class Selector:
             sm_count = sm_counts.pop() if len(sm_counts) == 1 else None
             self._models[key] = CostModel(stored, sm_count, roofline_from=others)
         return self._models[key]
+
+    def _ours(self, rows: Sequence[TunedRow], gpu: str) -> list[TunedRow]:
+        """The tuned problems' best rows of our kernels: where cuBLASLt was fastest, our kernels' best
+        of the problem's current source in its place (the cost model learns our kernels from them)."""
+        found = []
+        for row in rows:
+            if row.source_hash.startswith(VENDOR_SOURCE_PREFIX):
+                ours = self._store.best(gpu, row.problem, source_hash(row.problem))
+                if ours is None:
+                    continue
+                row = ours
+            found.append(row)
+        return found
 
     def _choose(
         self, problem: Problem, gpu: str, local_driver: str | None, local_cuda: str | None, vendor: bool
