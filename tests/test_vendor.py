@@ -126,3 +126,29 @@ def test_the_selector_prefers_cublas_to_our_safe_default_and_its_measured_best(m
     monkeypatch.setattr(choosing, "vendor_fingerprint", lambda: "cublasLt-140000")
     other = choosing.Selector(store).choose(problem, gpu.name, gpu.driver, gpu.cuda)
     assert other.config == ours.config and "cublasLt-130100 measured 12.00 us" in other.notes[-1]
+
+
+@pytest.mark.vendor
+def test_shapes_cublas_led_still_teach_the_model_of_our_kernels(store: Any) -> None:
+    """A tuned shape where cuBLASLt was fastest still holds our kernels' trials: the cost model of
+    our kernels learns from them (they had dropped out of its evidence)."""
+    from autotune.core.fingerprint import GpuInfo, toolchain
+    from autotune.core.outcome import Outcome, Status
+    from autotune.ops import source_hash
+    from autotune.select import choose as choosing
+    from autotune.store.rows import Provenance
+
+    gpu = GpuInfo("NVIDIA H200", "GPU-1", "9.0", 132, 62914560, 150 * 2**30, "580.159.04", "13.0")
+    gpu_id = store.upsert_gpu(gpu)
+    tuned = [Problem("gemv", "float16", 4096, n, trans=True) for n in (2048, 4096, 8192)]
+    for problem in tuned:
+        pid = store.problem_id(problem, gpu.name)
+        ours = Provenance(pid, gpu_id, source_hash(problem), toolchain(), gpu.driver, gpu.cuda)
+        config = choosing.Selector(store).choose(problem, gpu.name, vendor=False).config
+        store.record_trial(ours, config, Outcome(Status.OK, "", time_us=10.0, times_us=[10.0]))
+        vendor = Provenance(pid, gpu_id, "cublasLt-130100", toolchain(), gpu.driver, gpu.cuda)
+        store.record_trial(vendor, {"cublas_algo": 0}, Outcome(Status.OK, "", time_us=9.0, times_us=[9.0]))
+    hidden = Problem("gemv", "float16", 4096, 6000, trans=True)
+    selector = choosing.Selector(store)
+    model = selector._model(hidden, gpu.name, source_hash(hidden))
+    assert {s.problem for s in model.shapes} == set(tuned)
