@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes
 import threading
 
-from autotune.core.problem import Problem
+from autotune.core.problem import ITEMSIZE, Problem
 from autotune.runtime import driver
 from autotune.runtime.device import Allocator, Device
 from autotune.vendor import cublaslt
@@ -26,18 +26,20 @@ class VendorPlan:
     def __init__(
         self, device: Device, problem: Problem, rank: int, aligned: bool, leading: tuple[int, ...] | None
     ) -> None:
-        from autotune.core.problem import ITEMSIZE
-
         self.device = device
         self.problem = problem
         alignment = ALIGNED_BYTES if aligned else ITEMSIZE[problem.dtype]
         handle = device.vendor_handle()
         with driver.in_context(device.context):
             self._call = cublaslt.LtCall(handle, matmul_for(problem, leading), alignment)
-        self._call.choose(rank if aligned else 0)
+        # The timed rank where the heuristic's list can be the one that was timed; a view with other
+        # leading dimensions may get a shorter list, and then the heuristic's first serves too.
+        self._call.choose(rank if aligned and rank < len(self._call.algos) else 0)
         self.workspace_bytes = self._call.workspace_bytes
         self._context = device.context
         self._current = ctypes.c_void_p()
+        self._current_ref = ctypes.byref(self._current)
+        self._get_context = driver.lib()["cuCtxGetCurrent"]  # made once, as LaunchPlan's driver calls
         self._lock = threading.Lock()
 
     def launch(
@@ -48,7 +50,7 @@ class VendorPlan:
             workspace = 0
             if self.workspace_bytes:
                 workspace = self.device.vendor_workspace(self.workspace_bytes, stream, allocator)
-            driver.lib()["cuCtxGetCurrent"](ctypes.byref(self._current))
+            self._get_context(self._current_ref)
             if self._current.value == self._context:
                 self._call.run((a, b, c), alpha, beta, workspace, stream)
             else:  # cuBLASLt runs in the context current on the calling thread: make it this GPU's
