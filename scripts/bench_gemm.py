@@ -26,6 +26,7 @@ from autotune.core.problem import DTYPES, read_shapes_file
 from autotune.measure.bench import Bench, GemmRow
 from autotune.ops import standard_shapes
 from autotune.ops.gemm import SKINNY_MAX_M
+from autotune.vendor.mapping import is_vendor
 
 
 def plan(
@@ -54,15 +55,22 @@ def main() -> int:
     bench = Bench()
     gpu = bench.launcher.gpu.name
     print(f"{gpu}", flush=True)
-    print(f"{'dtype':9} {'M':>6} {'N':>6} {'K':>6} {'ours us':>9} {'cuBLAS us':>9} {'ratio':>6} {'TFLOP/s':>8} source")
+    print(
+        f"{'dtype':9} {'M':>6} {'N':>6} {'K':>6} {'ours us':>9} {'cuBLAS us':>9} {'ratio':>6} {'TFLOP/s':>8} "
+        f"{'pick us':>8} source"
+    )
     rows: list[GemmRow] = []
     for dtype, (m, n, k) in plan(args.dtypes, shapes, args.skinny_dtypes):
+        # `ours_us` times our kernels; the selector's own answer (cuBLASLt where it was measured
+        # faster) is timed beside them as `pick_us`.
         choice = api.best("gemm", m, n, k, trans=args.trans, dtype=dtype, gpu=gpu, db=args.db, vendor=False)
-        row = bench.compare_gemm(choice)
+        pick = api.best("gemm", m, n, k, trans=args.trans, dtype=dtype, gpu=gpu, db=args.db)
+        row = bench.compare_gemm(choice, pick=pick)
         rows.append(row)
+        which = "cublas" if is_vendor(row.pick_config or {}) else "ours"
         print(
             f"{dtype:9} {m:6} {n:6} {k:6} {row.ours_us:9.2f} {row.cublas_us:9.2f} {row.ratio:6.2f} "
-            f"{row.ours_tflops:8.1f} {row.source}",
+            f"{row.ours_tflops:8.1f} {row.pick_us or 0:8.2f} {row.source} (pick: {which})",
             flush=True,
         )
     args.out.mkdir(parents=True, exist_ok=True)

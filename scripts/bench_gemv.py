@@ -23,6 +23,7 @@ from autotune.core.fingerprint import slugify
 from autotune.core.problem import DTYPES, read_shapes_file
 from autotune.measure.bench import Bench, as_json
 from autotune.ops import standard_shapes
+from autotune.vendor.mapping import is_vendor
 
 
 def main() -> int:
@@ -44,20 +45,24 @@ def main() -> int:
     rows = []
     header = (
         f"{'dtype':9} {'M':>7} {'N':>7} {'ours us':>9} {'cuBLAS us':>9} {'speedup':>7} {'GB/s':>6} {'%copy':>6} "
-        f"{'floor us':>8} {'bound':>6} source"
+        f"{'floor us':>8} {'bound':>6} {'pick us':>8} source"
     )
     print(header, flush=True)
     for dtype in args.dtypes:
         for m, n in shapes:
+            # `ours_us` times our kernels; the selector's own answer (cuBLASLt where it was measured
+            # faster) is timed beside them as `pick_us`.
             choice = api.best("gemv", m, n, trans=args.trans, dtype=dtype, gpu=gpu, db=args.db, vendor=False)
-            row = bench.compare(choice)
+            pick = api.best("gemv", m, n, trans=args.trans, dtype=dtype, gpu=gpu, db=args.db)
+            row = bench.compare(choice, pick=pick)
             if not args.no_floor:
                 row.set_floor(bench.read_floor(choice.problem.matrix_bytes))
             rows.append(row)
             read_floor = f"{row.floor_us:8.2f} {row.bound:6.2f}" if row.bound is not None else f"{'-':>8} {'-':>6}"
             print(
                 f"{dtype:9} {m:7} {n:7} {row.ours_us:9.2f} {row.cublas_us:9.2f} {row.speedup:7.2f} "
-                f"{row.ours_gbs:6.0f} {100 * row.ours_gbs / copy_gbs:6.1f} {read_floor} {row.source}",
+                f"{row.ours_gbs:6.0f} {100 * row.ours_gbs / copy_gbs:6.1f} {read_floor} {row.pick_us or 0:8.2f} "
+                f"{row.source} (pick: {'cublas' if is_vendor(row.pick_config or {}) else 'ours'})",
                 flush=True,
             )
     report = as_json(gpu, copy_gbs, launch_us, rows)

@@ -47,6 +47,11 @@ class BenchRow:
     floor_us: float | None = None
     floor_kernel: str = ""
     bound: float | None = None
+    # The selector's pick where it is not our kernel (cuBLASLt measured faster), timed in the same turns;
+    # else ours again. `ours_us` stays our kernels' time.
+    pick_us: float | None = None
+    pick_source: str = ""
+    pick_config: dict[str, int] | None = None
 
     def set_floor(self, floor: ReadFloor) -> None:
         self.floor_us, self.floor_kernel = floor.us, floor.kernel
@@ -74,6 +79,9 @@ class GemmRow:
     source: str  # measured, estimate or default
     config: dict[str, int]
     trans: bool = False  # B stored N x K (C = A Wᵀ, cuBLAS's NT: torch.mm(A, W.t()))
+    pick_us: float | None = None  # as BenchRow's
+    pick_source: str = ""
+    pick_config: dict[str, int] | None = None
 
 
 def _torch() -> Any:
@@ -143,8 +151,9 @@ class Bench:
     def _copies(self, operand_bytes: int) -> int:
         return max(1, min(256, math.ceil(ROTATION_BYTES_PER_L2 * self.launcher.gpu.l2_bytes / operand_bytes)))
 
-    def compare(self, choice: Choice, reps: int = 7) -> BenchRow:
-        """One GEMV (either layout) timed beside cuBLAS on the same rotating buffers."""
+    def compare(self, choice: Choice, reps: int = 7, pick: Choice | None = None) -> BenchRow:
+        """One GEMV (either layout) timed beside cuBLAS on the same rotating buffers; `pick`, the
+        selector's answer where it is not `choice` (cuBLASLt), in the same turns."""
         torch = self.torch
         problem: Problem = choice.problem
         kind = getattr(torch, problem.dtype)
@@ -158,10 +167,18 @@ class Bench:
         def ours(i: int) -> None:
             self.launcher.gemv(choice, da[i % copies], dx[i % copies], dy, 1.0, 0.0)
 
-        ours(0)
-        torch.cuda.synchronize()
+        def picked(i: int) -> None:
+            assert pick is not None
+            self.launcher.gemv(pick, da[i % copies], dx[i % copies], dy, 1.0, 0.0)
+
         a64, x64 = (a[0].double().t() if problem.trans else a[0].double()), x[0].double()
-        max_error = _max_error(y.double(), a64 @ x64, a64.abs() @ x64.abs())
+        errors = []
+        for call in (ours, picked) if _differs(pick, choice) else (ours,):
+            y.fill_(float("nan"))
+            call(0)
+            torch.cuda.synchronize()
+            errors.append(_max_error(y.double(), a64 @ x64, a64.abs() @ x64.abs()))
+        max_error = max(errors)
         if problem.trans:  # cuBLAS on the transposed view, both ways torch offers it
             candidates = [
                 lambda i: torch.mv(a[i % copies].t(), x[i % copies], out=y),
@@ -172,9 +189,11 @@ class Bench:
                 lambda i: torch.mv(a[i % copies], x[i % copies], out=y),
                 lambda i: torch.nn.functional.linear(x[i % copies], a[i % copies]),
             ]
-        ours_samples, *cublas_samples = self.timer.measure_interleaved([ours, *candidates], reps=reps)
+        extra = [picked] if _differs(pick, choice) else []
+        ours_samples, *others = self.timer.measure_interleaved([ours, *extra, *candidates], reps=reps)
         ours_us = statistics.median(ours_samples)
-        cublas_us = min(statistics.median(samples) for samples in cublas_samples)
+        pick_us = statistics.median(others.pop(0)) if extra else ours_us
+        cublas_us = min(statistics.median(samples) for samples in others)
         moved = gemv.OP.bytes_moved(problem)
         return BenchRow(
             problem.dtype,
@@ -189,9 +208,10 @@ class Bench:
             max_error,
             choice.source,
             ops.in_space_order(choice.problem, choice.config),
+            **_pick_fields(pick or choice, pick_us),
         )
 
-    def compare_gemm(self, choice: Choice, reps: int = 7) -> GemmRow:
+    def compare_gemm(self, choice: Choice, reps: int = 7, pick: Choice | None = None) -> GemmRow:
         """One GEMM timed beside torch.mm (cuBLAS, TF32 off) on the same rotating buffers; for a
         problem with B stored N x K both run on W.t() of the same row-major N x K matrices."""
         torch = self.torch
@@ -209,17 +229,27 @@ class Bench:
         def ours(i: int) -> None:
             self.launcher.gemm(choice, da[i % copies], db[i % copies], dc, 1.0, 0.0)
 
-        ours(0)
-        torch.cuda.synchronize()
+        def picked(i: int) -> None:
+            assert pick is not None
+            self.launcher.gemm(pick, da[i % copies], db[i % copies], dc, 1.0, 0.0)
+
         a64, b64 = a[0].double(), b[0].double()
-        max_error = _max_error(c.double(), a64 @ b64, a64.abs() @ b64.abs())
+        errors = []
+        for call in (ours, picked) if _differs(pick, choice) else (ours,):
+            c.fill_(float("nan"))
+            call(0)
+            torch.cuda.synchronize()
+            errors.append(_max_error(c.double(), a64 @ b64, a64.abs() @ b64.abs()))
+        max_error = max(errors)
         del a64, b64
 
         def cublas(i: int) -> None:
             torch.mm(a[i % copies], b[i % copies], out=c)
 
-        ours_samples, cublas_samples = self.timer.measure_interleaved([ours, cublas], reps=reps)
-        ours_us, cublas_us = statistics.median(ours_samples), statistics.median(cublas_samples)
+        extra = [picked] if _differs(pick, choice) else []
+        ours_samples, *others = self.timer.measure_interleaved([ours, *extra, cublas], reps=reps)
+        ours_us, cublas_us = statistics.median(ours_samples), statistics.median(others[-1])
+        pick_us = statistics.median(others[0]) if extra else ours_us
         flops = gemm.OP.flops(p)
         return GemmRow(
             p.dtype,
@@ -235,11 +265,20 @@ class Bench:
             choice.source,
             ops.in_space_order(choice.problem, choice.config),
             p.trans,
+            **_pick_fields(pick or choice, pick_us),
         )
 
 
 def _read_call(kernels: ReadKernels, variant: ReadKernel, buffers: list[Any], words: int, out: int, i: int) -> None:
     kernels.launch(variant, buffers[i % len(buffers)].data_ptr(), words, out)
+
+
+def _differs(pick: Choice | None, choice: Choice) -> bool:
+    return pick is not None and dict(pick.config) != dict(choice.config)
+
+
+def _pick_fields(pick: Choice, pick_us: float) -> dict[str, Any]:
+    return {"pick_us": pick_us, "pick_source": pick.source, "pick_config": dict(pick.config)}
 
 
 def _max_error(got: Any, want: Any, scale: Any) -> float:
