@@ -122,6 +122,17 @@ sm__warps_active.avg.pct_of_peak_sustained_active python3 scripts/profile_vs_cub
       fi
       step "sweep-nt hgemm ($(wc -l < /tmp/nt.txt) shapes)"
       sweep sweep-nt 24 --op hgemm --trans --shapes /tmp/nt.txt --trials "${GEMM_TRIALS:-40}" ${PATIENCE:+--patience $PATIENCE} ;;
+    sweep-llm)
+      # Issue 30's GEMM coverage set (autotune/ops/gemm/llm_shapes.txt: M 2..4096 x the Llama-3-8B and
+      # Qwen2-7B projections, B stored N x K) on every GPU at once, one op after another
+      # (LLM_OPS="hgemm bgemm sgemm"); LLM_M="2 8" keeps those rows only. Export after it.
+      awk -v keep="${LLM_M:-}" 'BEGIN { n = split(keep, m, " "); for (i = 1; i <= n; i++) want[m[i]] = 1 }
+        /^#/ || NF < 3 { next } n == 0 || ($1 in want)' autotune/ops/gemm/llm_shapes.txt > /tmp/llm.txt
+      for op in ${LLM_OPS:-hgemm bgemm sgemm}; do
+        step "sweep-llm $op ($(wc -l < /tmp/llm.txt) shapes)"
+        sweep sweep-llm-$op 12 --op "$op" --trans --shapes /tmp/llm.txt --devices all \
+          --trials "${GEMM_TRIALS:-40}" ${PATIENCE:+--patience $PATIENCE}
+      done ;;
     linear)
       # A Llama-3-8B-wide decoder stack with F.linear against autotune.linear (docs/linear.md).
       step linear
