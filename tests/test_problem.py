@@ -74,3 +74,15 @@ def test_missing_shapes_file(tmp_path: Path) -> None:
 def test_standard_shapes_ship_with_the_package() -> None:
     shapes = standard_shapes()
     assert (4096, 8192) in shapes and (256, 131072) in shapes and len(shapes) == 19
+
+
+def test_the_llm_gemm_set_is_every_projection_at_every_batch() -> None:
+    """Issue 30's coverage set: M in {2, 8, 32, 128, 4096} x the qkv, o, gate_up and down projections of
+    Llama-3-8B and Qwen2-7B (N, K), each once, all valid GEMMs."""
+    path = Path(__file__).resolve().parents[1] / "autotune" / "ops" / "gemm" / "llm_shapes.txt"
+    shapes = read_shapes_file(path, ("M", "N", "K"))
+    projections = {(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)}
+    projections |= {(4608, 3584), (3584, 3584), (37888, 3584), (3584, 18944)}
+    assert sorted(shapes) == sorted((m, n, k) for m in (2, 8, 32, 128, 4096) for n, k in projections)
+    for m, n, k in shapes:
+        make_problem("gemm", "bfloat16", m, n, k, trans=True)
