@@ -152,3 +152,30 @@ def test_shapes_cublas_led_still_teach_the_model_of_our_kernels(store: Any) -> N
     selector = choosing.Selector(store)
     model = selector._model(hidden, gpu.name, source_hash(hidden))
     assert {s.problem for s in model.shapes} == set(tuned)
+
+
+@pytest.mark.vendor
+def test_a_shape_far_from_every_tuned_one_gets_cublas(monkeypatch: Any, store: Any) -> None:
+    """Beyond EXTRAPOLATION_OCTAVES from every tuned shape the cost model has learned nothing: cuBLASLt's
+    own pick answers (where the library is there); near the tuned shapes, ours."""
+    from autotune.core.fingerprint import GpuInfo, toolchain
+    from autotune.core.outcome import Outcome, Status
+    from autotune.ops import source_hash
+    from autotune.select import choose as choosing
+    from autotune.store.rows import Provenance
+
+    gpu = GpuInfo("NVIDIA H200", "GPU-1", "9.0", 132, 62914560, 150 * 2**30, "580.159.04", "13.0")
+    gpu_id = store.upsert_gpu(gpu)
+    for n in (2048, 4096, 8192):
+        problem = Problem("gemv", "float16", 4096, n)
+        pid = store.problem_id(problem, gpu.name)
+        ours = Provenance(pid, gpu_id, source_hash(problem), toolchain(), gpu.driver, gpu.cuda)
+        config = choosing.Selector(store).choose(problem, gpu.name, vendor=False).config
+        store.record_trial(ours, config, Outcome(Status.OK, "", time_us=10.0 * n / 4096, times_us=[10.0]))
+    monkeypatch.setattr(choosing, "vendor_fingerprint", lambda: "cublasLt-130100")
+    far = choosing.Selector(store).choose(Problem("gemv", "float16", 3, 100003), gpu.name)
+    assert far.config == {"cublas_algo": 0} and "octaves from every tuned shape" in far.notes[-1]
+    near = choosing.Selector(store).choose(Problem("gemv", "float16", 4000, 6000), gpu.name)
+    assert near.config != {"cublas_algo": 0}
+    monkeypatch.setattr(choosing, "vendor_fingerprint", lambda: None)  # no cuBLASLt here: ours
+    assert choosing.Selector(store).choose(Problem("gemv", "float16", 3, 100003), gpu.name).config != far.config

@@ -25,6 +25,11 @@ from autotune.vendor.mapping import vendor_config
 EVIDENCE_TOP = 3
 
 MEASURED, ESTIMATE, DEFAULT = "measured", "estimate", "default"
+# Further than this (shape_distance, octaves) from every tuned shape of its kernel family, a shape gets
+# cuBLASLt's own pick where the library is there: the cost model's corrections are learned among the
+# tuned shapes (its weights fall off with a width of 0.5 octaves). On the held-out GEMVs 5.1-9.4 octaves
+# out its picks ran 0.41-1.53x cuBLAS, 8 of 12 slower (docs/findings.md).
+EXTRAPOLATION_OCTAVES = 4.0
 
 
 class TunedRow(Protocol):
@@ -288,6 +293,13 @@ class Selector:
         fingerprint = vendor_fingerprint()
         if fingerprint is None:
             return None
+        nearest = min((shape_distance(s.problem.shape, problem.shape) for s in model.shapes), default=None)
+        if nearest is not None and nearest > EXTRAPOLATION_OCTAVES:
+            note = (
+                f"{_text(problem.shape)} lies {nearest:.1f} octaves from every tuned shape, beyond what the cost "
+                f"model learned: cuBLASLt's own pick ({fingerprint})"
+            )
+            return Choice(problem, gpu, vendor_config(0), ESTIMATE, notes=(*ours.notes[:-1], note))
         rows = self._store.tuned(gpu, problem.op, problem.dtype, fingerprint, trans=problem.trans)
         prediction = model.predict_vendor(problem, {row.problem: row.time_us for row in rows})
         if prediction is None:
