@@ -119,7 +119,9 @@ def lib() -> Any:
     )
 
 
+@functools.cache
 def available() -> bool:
+    """Whether the library loads here (asked once a process: a miss of the selector asks too)."""
     try:
         lib()
     except AutotuneError:
