@@ -271,6 +271,8 @@ class Selector:
         if vendor:
             row, why_not = self._vendor(problem, gpu, exact, local_driver)
             if row is not None:
+                ours = f"our kernels' best {exact.time_us:.2f} us" if exact else "our kernels not measured"
+                notes.append(f"{row.source_hash} measured fastest ({ours})")
                 return Choice(problem, gpu, dict(row.config), MEASURED, row.time_us, row.gbs, notes=tuple(notes))
             notes.extend(why_not)
         if exact is not None and ops.for_problem(problem).space(problem).check(exact.config) is None:
