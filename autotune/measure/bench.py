@@ -172,13 +172,8 @@ class Bench:
             self.launcher.gemv(pick, da[i % copies], dx[i % copies], dy, 1.0, 0.0)
 
         a64, x64 = (a[0].double().t() if problem.trans else a[0].double()), x[0].double()
-        errors = []
-        for call in (ours, picked) if _differs(pick, choice) else (ours,):
-            y.fill_(float("nan"))
-            call(0)
-            torch.cuda.synchronize()
-            errors.append(_max_error(y.double(), a64 @ x64, a64.abs() @ x64.abs()))
-        max_error = max(errors)
+        extra = [picked] if _differs(pick, choice) else []
+        max_error = _worst_error(torch, [ours, *extra], y, a64 @ x64, a64.abs() @ x64.abs())
         if problem.trans:  # cuBLAS on the transposed view, both ways torch offers it
             candidates = [
                 lambda i: torch.mv(a[i % copies].t(), x[i % copies], out=y),
@@ -189,7 +184,6 @@ class Bench:
                 lambda i: torch.mv(a[i % copies], x[i % copies], out=y),
                 lambda i: torch.nn.functional.linear(x[i % copies], a[i % copies]),
             ]
-        extra = [picked] if _differs(pick, choice) else []
         ours_samples, *others = self.timer.measure_interleaved([ours, *extra, *candidates], reps=reps)
         ours_us = statistics.median(ours_samples)
         pick_us = statistics.median(others.pop(0)) if extra else ours_us
@@ -234,19 +228,13 @@ class Bench:
             self.launcher.gemm(pick, da[i % copies], db[i % copies], dc, 1.0, 0.0)
 
         a64, b64 = a[0].double(), b[0].double()
-        errors = []
-        for call in (ours, picked) if _differs(pick, choice) else (ours,):
-            c.fill_(float("nan"))
-            call(0)
-            torch.cuda.synchronize()
-            errors.append(_max_error(c.double(), a64 @ b64, a64.abs() @ b64.abs()))
-        max_error = max(errors)
+        extra = [picked] if _differs(pick, choice) else []
+        max_error = _worst_error(torch, [ours, *extra], c, a64 @ b64, a64.abs() @ b64.abs())
         del a64, b64
 
         def cublas(i: int) -> None:
             torch.mm(a[i % copies], b[i % copies], out=c)
 
-        extra = [picked] if _differs(pick, choice) else []
         ours_samples, *others = self.timer.measure_interleaved([ours, *extra, cublas], reps=reps)
         ours_us, cublas_us = statistics.median(ours_samples), statistics.median(others[-1])
         pick_us = statistics.median(others[0]) if extra else ours_us
@@ -279,6 +267,18 @@ def _differs(pick: Choice | None, choice: Choice) -> bool:
 
 def _pick_fields(pick: Choice, pick_us: float) -> dict[str, Any]:
     return {"pick_us": pick_us, "pick_source": pick.source, "pick_config": dict(pick.config)}
+
+
+def _worst_error(torch: Any, calls: list[Callable[[int], None]], out: Any, want: Any, scale: Any) -> float:
+    """The worst `_max_error` of the calls, each run alone into `out` poisoned with NaN first (NaN if
+    any left one)."""
+    errors = []
+    for call in calls:
+        out.fill_(float("nan"))
+        call(0)
+        torch.cuda.synchronize()
+        errors.append(_max_error(out.double(), want, scale))
+    return math.nan if any(math.isnan(e) for e in errors) else max(errors)
 
 
 def _max_error(got: Any, want: Any, scale: Any) -> float:
