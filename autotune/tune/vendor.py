@@ -50,18 +50,21 @@ def time_vendor(
         log.info("%s: cuBLASLt not timed: %s", problem, exc)
         return None
     where = Provenance(problem_id, gpu_id, fingerprint, toolchain(), gpu.driver, gpu.cuda)
-    done = {row.config_key: row for row in store.completed_trials(problem_id, fingerprint)}
+    done = store.completed_trials(problem_id, fingerprint)
+    times = [row.time_us for row in done if row.status is Status.OK and row.time_us]
+    measured = {row.config_key for row in done}
     for rank in range(count):
         config = vendor_config(rank)
-        if config_key(config) in done:
+        if config_key(config) in measured:
             continue
         worker.ready()
         trial_id = store.start_trial(where, config)
         outcome = worker.measure_vendor(config)
         store.finish_trial(trial_id, outcome)
-        if outcome.status is not Status.OK:
+        if outcome.status is Status.OK and outcome.time_us:
+            times.append(outcome.time_us)
+        else:
             log.warning("%s: cuBLASLt algorithm %d: %s %s", problem, rank, outcome.status.value, outcome.message)
-    times = [r.time_us for r in store.completed_trials(problem_id, fingerprint) if r.status is Status.OK and r.time_us]
     best = min(times, default=None)
     log.info("%s: %s, %d algorithms, best %s", problem, fingerprint, count, f"{best:.2f} us" if best else "none")
     return best
