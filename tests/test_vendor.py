@@ -129,6 +129,32 @@ def test_the_selector_prefers_cublas_to_our_safe_default_and_its_measured_best(m
 
 
 @pytest.mark.vendor
+def test_a_tie_within_the_margin_goes_to_our_kernel(monkeypatch: Any, store: Any) -> None:
+    """cuBLASLt 1% faster than our stored best is a tie under measurement noise: ours answers; 3%
+    faster, cuBLASLt does."""
+    from autotune.core.fingerprint import GpuInfo, toolchain
+    from autotune.core.outcome import Outcome, Status
+    from autotune.ops import source_hash
+    from autotune.select import choose as choosing
+    from autotune.store.rows import Provenance
+
+    assert choosing.VENDOR_MARGIN == 0.02
+    gpu = GpuInfo("NVIDIA H200", "GPU-1", "9.0", 132, 62914560, 150 * 2**30, "580.159.04", "13.0")
+    gpu_id = store.upsert_gpu(gpu)
+    monkeypatch.setattr(choosing, "vendor_fingerprint", lambda: "cublasLt-130100")
+    for n, vendor_us, answer in ((4096, 99.0, "ours"), (8192, 97.0, "cublas")):
+        problem = Problem("gemm", "float16", 8, n, 4096)
+        pid = store.problem_id(problem, gpu.name)
+        ours = choosing.Selector(store).choose(problem, gpu.name, vendor=False).config
+        where = Provenance(pid, gpu_id, source_hash(problem), toolchain(), gpu.driver, gpu.cuda)
+        store.record_trial(where, ours, Outcome(Status.OK, "", time_us=100.0, times_us=[100.0]))
+        vendor = Provenance(pid, gpu_id, "cublasLt-130100", toolchain(), gpu.driver, gpu.cuda)
+        store.record_trial(vendor, {"cublas_algo": 3}, Outcome(Status.OK, "", time_us=vendor_us, times_us=[vendor_us]))
+        choice = choosing.Selector(store).choose(problem, gpu.name, gpu.driver, gpu.cuda)
+        assert choice.config == ({"cublas_algo": 3} if answer == "cublas" else ours), (n, choice)
+
+
+@pytest.mark.vendor
 def test_shapes_cublas_led_still_teach_the_model_of_our_kernels(store: Any) -> None:
     """A tuned shape where cuBLASLt was fastest still holds our kernels' trials: the cost model of
     our kernels learns from them (they had dropped out of its evidence)."""
