@@ -362,6 +362,28 @@ def kt_table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def pick_line(report: dict[str, Any]) -> str:
+    """Under a GEMV or GEMM benchmark's table: how the selector's own answer (`pick_us`, timed in the same
+    turns: our kernel, or cuBLASLt where it was measured faster) compares with cuBLAS; empty without it."""
+    rows = [r for r in report.get("rows", []) if r.get("pick_us") and r.get("cublas_us") and r.get("ours_us")]
+    if not rows:
+        return ""
+    ratios = [r["cublas_us"] / r["pick_us"] for r in rows]
+    worst = min(range(len(rows)), key=ratios.__getitem__)
+    below = [_bench_shape(r) for r, q in zip(rows, ratios, strict=True) if q < 0.98]
+    vendor = sum(1 for r in rows if r.get("pick_source") == "cublas" or "cublas_algo" in (r.get("pick_config") or {}))
+    return (
+        f"\n**The selector's pick** (`pick_us`; cuBLASLt on {vendor} of {len(rows)} shapes): cuBLAS / pick "
+        f"geometric mean {_geomean(ratios):.3f}, worst {ratios[worst]:.2f} ({_bench_shape(rows[worst])}); "
+        + (f"below 0.98x cuBLAS: {', '.join(below)}.\n" if below else "none below 0.98x cuBLAS.\n")
+    )
+
+
+def _bench_shape(r: dict[str, Any]) -> str:
+    shape = TIMES.join(str(r[d]) for d in ("m", "n", "k") if r.get(d))
+    return f"{r['dtype']} {shape}"
+
+
 SECTIONS: list[tuple[str, str, Any]] = [
     ("gemv", "GEMV `y = alpha·A x + beta·y`", gemv_table),
     ("gemv_trans", "Transposed GEMV `y = alpha·Aᵀx + beta·y` (`--trans`)", gemv_table),
@@ -401,7 +423,7 @@ def results_doc() -> str:
             report = _load(stem)
             parts.append(f"### {report.get('gpu', stem)}\n")
             parts.append(f"Data: [`results/{stem}.json`](../results/{stem}.json).\n")
-            parts.append(_image(stem, "../results/") + render(report) + "\n")
+            parts.append(_image(stem, "../results/") + render(report) + pick_line(report) + "\n")
     return "\n".join(parts)
 
 

@@ -192,3 +192,22 @@ def test_select_summary_agrees_with_the_benchmarks_own() -> None:
         assert f"{theirs['below_098_cublas']} of {theirs['shapes']} below" in line
         assert f"cuBLAS / pick geometric mean {theirs['vs_cublas_geomean']:.3f}" in line
         assert line.endswith("**met**." if theirs["goal_met"] else "**missed**.")
+
+
+def test_pick_line_counts_cublas_picks_and_the_shapes_below_cublas() -> None:
+    """Under a GEMM benchmark's table: cuBLAS / pick, its worst shape and those below 0.98x cuBLAS;
+    nothing for a report without pick times (an older file) or for bench_select's rows."""
+    rows = [
+        {"dtype": "float16", "m": 4, "n": 4096, "k": 4096, "ours_us": 10.0, "cublas_us": 11.0, "pick_us": 10.0,
+         "pick_source": "measured", "pick_config": {"vec": 8}},
+        {"dtype": "float16", "m": 4, "n": 28672, "k": 4096, "ours_us": 60.0, "cublas_us": 57.0, "pick_us": 59.0,
+         "pick_source": "measured", "pick_config": {"cublas_algo": 1}},
+    ]  # fmt: skip
+    line = docs.pick_line({"rows": rows})
+    assert "cuBLASLt on 1 of 2 shapes" in line
+    assert f"worst 0.97 (float16 4{X}28672{X}4096)" in line
+    assert f"below 0.98x cuBLAS: float16 4{X}28672{X}4096." in line
+    rows[1]["cublas_us"] = 59.0
+    assert "none below 0.98x cuBLAS" in docs.pick_line({"rows": rows})
+    assert docs.pick_line({"rows": [{k: v for k, v in r.items() if k != "pick_us"} for r in rows]}) == ""
+    assert docs.pick_line(_select_report([_select_row("gemm", 8, 4096, 4096, 10.0, 9.0, 11.0)])) == ""
