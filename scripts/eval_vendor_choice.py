@@ -100,7 +100,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "results")
     parser.add_argument("--no-write", action="store_true", help="print the table only")
     args = parser.parse_args()
-    groups = []
+    groups: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         store = open_store(str(Path(tmp) / "records.db"))
         seen = set()
