@@ -152,6 +152,7 @@ def test_a_tie_within_the_margin_goes_to_our_kernel(monkeypatch: Any, store: Any
         store.record_trial(vendor, {"cublas_algo": 3}, Outcome(Status.OK, "", time_us=vendor_us, times_us=[vendor_us]))
         choice = choosing.Selector(store).choose(problem, gpu.name, gpu.driver, gpu.cuda)
         assert choice.config == ({"cublas_algo": 3} if answer == "cublas" else ours), (n, choice)
+        assert ("a tie, which ours takes" in choice.notes[-1]) == (answer == "ours")
 
 
 @pytest.mark.vendor

@@ -329,8 +329,13 @@ class Selector:
         must be the version that was timed (its algorithms are replayed by rank). The library is
         loaded only then."""
         row = self._store.vendor_best(gpu, problem)
-        if row is None or (ours is not None and ours.time_us <= row.time_us * (1 + VENDOR_MARGIN)):
+        if row is None or (ours is not None and ours.time_us <= row.time_us):
             return None, []
+        if ours is not None and ours.time_us <= row.time_us * (1 + VENDOR_MARGIN):
+            return None, [
+                f"{row.source_hash} measured {row.time_us:.2f} us, within {VENDOR_MARGIN:.0%} of our kernel: "
+                "a tie, which ours takes"
+            ]
         if local_driver is None:  # a question about another machine's GPU: its library answers
             return row, []
         here = vendor_fingerprint()
