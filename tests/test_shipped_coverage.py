@@ -1,0 +1,64 @@
+"""What the shipped records cover (issue 30): the LLM GEMM set (autotune/ops/gemm/llm_shapes.txt, B
+stored N x K) tuned on the H200 in three dtypes and on the H100 in float16, and cuBLASLt timed on
+every shipped problem of both cards, so the selector can set it against our kernels everywhere."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDS = ROOT / "db" / "records"
+LLM_SHAPES = ROOT / "autotune" / "ops" / "gemm" / "llm_shapes.txt"
+CARDS = {"nvidia-h200": ("float16", "bfloat16", "float32"), "nvidia-h100-80gb-hbm3": ("float16",)}
+
+Key = tuple[str, str, int, int, int, bool]
+
+
+def _trials(slug: str) -> tuple[dict[Key, int], set[Key]]:
+    """(our trials per problem, the problems with a cuBLASLt trial) of one card's records files."""
+    ours: dict[Key, int] = {}
+    vendor: set[Key] = set()
+    for path in sorted(RECORDS.glob(f"{slug}*.jsonl")):
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            if row.get("kind") != "trial":
+                continue
+            key = (row["op"], row["dtype"], row["m"], row["n"], row["k"], bool(row["trans"]))
+            if row["source_hash"].startswith("cublasLt-"):
+                vendor.add(key)
+            else:
+                ours[key] = ours.get(key, 0) + 1
+    return ours, vendor
+
+
+def _llm_shapes() -> list[tuple[int, int, int]]:
+    rows = [line.split() for line in LLM_SHAPES.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    return [(int(m), int(n), int(k)) for m, n, k, *_ in rows]
+
+
+def test_the_llm_set_lists_five_batch_sizes_of_eight_projections() -> None:
+    shapes = _llm_shapes()
+    assert len(shapes) == len(set(shapes)) == 40
+    assert sorted({m for m, _, _ in shapes}) == [2, 8, 32, 128, 4096]
+
+
+@pytest.mark.parametrize("slug", sorted(CARDS))
+def test_the_llm_set_is_tuned_and_cublas_timed_on_each_card(slug: str) -> None:
+    ours, vendor = _trials(slug)
+    missing = [
+        (dtype, shape)
+        for dtype in CARDS[slug]
+        for shape in _llm_shapes()
+        if ours.get(("gemm", dtype, *shape, True), 0) < 3 or ("gemm", dtype, *shape, True) not in vendor
+    ]
+    assert not missing, f"{slug}: {len(missing)} LLM problems without 3 trials of ours and cuBLASLt's: {missing[:4]}"
+
+
+@pytest.mark.parametrize("slug", sorted(CARDS))
+def test_cublas_is_timed_on_every_shipped_problem(slug: str) -> None:
+    ours, vendor = _trials(slug)
+    assert ours, f"no records for {slug}"
+    assert sorted(set(ours) - vendor) == []
