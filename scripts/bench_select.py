@@ -54,6 +54,7 @@ from typing import Any
 
 from bench_tuning_vs_kernel_tuner import gpu_names, save_json, visible_devices
 from bench_untuned import MAX_ERROR
+from plotting import plot_or_say_why_not
 
 from autotune import api
 from autotune.core import paths
@@ -965,10 +966,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if report["errors"]:
         say(f"{len(report['errors'])} shapes failed: {sorted(report['errors'])}")
     if report["rows"] and not args.no_plot:
-        try:
-            say(f"wrote {plot(report, path)}")
-        except ImportError as exc:
-            say(f"no plot: {exc}")
+        plot_or_say_why_not(plot, report, path, say)
     return 0
 
 

@@ -1320,10 +1320,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{line['ratio_other_shapes_vs_kernel_tuner']}"
         )
     if report["rows"]:
-        try:
-            say(f"wrote {plot(report, path.with_suffix('.png'))}")
-        except ImportError as exc:
-            say(f"no plot: {exc}")
+        from plotting import plot_or_say_why_not  # beside this script, as `python scripts/...` runs it
+
+        plot_or_say_why_not(plot, report, path.with_suffix(".png"), say)
     return 0
 
 

@@ -3,7 +3,7 @@ cuBLAS's, and the figure written beside the report it draws."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,3 +32,14 @@ def save_beside(fig: Any, report: Path) -> Path:
     out = report.with_suffix(".png")
     fig.savefig(out, dpi=110)
     return out
+
+
+def plot_or_say_why_not(
+    draw: Callable[[Mapping[str, Any], Path], Path], report: Mapping[str, Any], path: Path, say: Callable[[str], None]
+) -> None:
+    """A benchmark's last step: draw its plot and say where it went, or say why there is none (no
+    matplotlib on the GPU machine is no reason to lose the JSON written before)."""
+    try:
+        say(f"wrote {draw(report, path)}")
+    except ImportError as exc:
+        say(f"no plot: {exc}")

@@ -188,6 +188,7 @@ class CostModel:
         self.roofline = fit_roofline([*best, *roofline_from], sm_count)
         self.sigma, self.absent_margin, self.neighbours = sigma, absent_margin, neighbours
         self._fitted: dict[Problem, dict[str, dict[Problem, float]]] = {}
+        self._candidates: dict[Problem, list[Candidate]] = {}
 
     def nearest(self, problem: Problem) -> list[_Shape]:
         """Tuned shapes from the nearest outwards, the problem's own shape left out."""
@@ -196,7 +197,13 @@ class CostModel:
 
     def candidates(self, problem: Problem) -> list[Candidate]:
         """The stored configs of the nearest tuned shapes (fitted onto this one), the op's seeds and its
-        default, each once, with where it came from."""
+        default, each once, with where it came from (listed once per problem: rank() and the
+        selector's note on cuBLASLt both count them)."""
+        if problem not in self._candidates:
+            self._candidates[problem] = self._list_candidates(problem)
+        return list(self._candidates[problem])
+
+    def _list_candidates(self, problem: Problem) -> list[Candidate]:
         op = ops.for_problem(problem)
         space = op.space(problem)
         found: dict[str, Candidate] = {}
