@@ -153,7 +153,7 @@ def test_exact_nearest_and_missing_answers(built: tuple[bundle.Bundle, Path], pr
             "find gemv float16 4096 8192 0 0",
             "find gemv float16 4000 8192 0 0",
             "find gemv float16 4096 8191 0 0",  # every tuned float16 GEMV loads 16 bytes: odd rows fit none
-            "find gemm float32 16 4096 4096 1",  # no float32 GEMM with B stored N x K is tuned
+            "find gemm bfloat16 16 4096 4096 0",  # no bfloat16 GEMM with B stored K x N is tuned
             "find rowsum float16 16 4096 0 0",
         ],
     )
