@@ -437,6 +437,24 @@ def test_export_import_round_trip(store: Store, tmp_path: Path) -> None:
         assert again.read_text() == exported.read_text()  # deterministic, and nothing lost
 
 
+def test_a_problem_another_process_inserted_first_is_found_not_doubled(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The import inserts its new problems in one savepoint; where one of them appeared meanwhile (here:
+    the read of the known problems misses it), each is looked up instead and nothing is doubled."""
+    from autotune.store import records
+
+    fill(store)
+    exported = tmp_path / "nvidia-h200.jsonl"
+    store.export_records(H200.name, exported, top=2)
+    with open_store(str(tmp_path / "fresh.db"), import_shipped=False) as fresh:
+        pid = fresh.problem_id(SHAPE, H200.name)  # there before the import
+        monkeypatch.setattr(records, "_known_problems", lambda session, gpu_name: {})
+        assert fresh.import_records(exported) == 3
+        assert fresh.problem_id(SHAPE, H200.name, create=False) == pid
+        assert len(fresh.problems(H200.name)) == 2
+
+
 def test_records_carry_the_rounds(store: Store, tmp_path: Path) -> None:
     pid = fill(store)
     store.add_round(store.leaders(pid, SRC, 1)[0].id, ok(3.5))

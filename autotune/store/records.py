@@ -11,7 +11,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, insert, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from autotune import ops
@@ -187,8 +188,9 @@ def _gpu_id(session: Session, info: GpuInfo) -> int:
     return gpu.id
 
 
-def _new_trial(problem_id: int, gpu_id: int, values: dict[str, Any], origin: str) -> orm.Trial:
-    return orm.Trial(
+def _new_trial(problem_id: int, gpu_id: int, values: dict[str, Any], origin: str) -> dict[str, Any]:
+    """The columns of a trial row for one records line (inserted together with the file's others)."""
+    return dict(
         problem_id=problem_id,
         gpu_id=gpu_id,
         config_key=config_key(values["config"]),
@@ -209,6 +211,7 @@ def _new_trial(problem_id: int, gpu_id: int, values: dict[str, Any], origin: str
         origin=origin,
         created_at=values["created_at"],
         finished_at=values["created_at"],
+        owner=None,
     )
 
 
@@ -243,18 +246,26 @@ def _import_into(session: Session, info: GpuInfo, trials: list[dict[str, Any]], 
     held for as short a time as the inserts take."""
     gpu_id = _gpu_id(session, info)
     problem_ids = _known_problems(session, info.name)
-    for problem in {values["problem"] for values in trials} - set(problem_ids):
-        problem_ids[problem] = get_or_create_problem(session, problem, info.name).id
+    missing = list({values["problem"] for values in trials} - set(problem_ids))
+    rows = [orm.Problem(gpu_name=info.name, **orm.problem_columns(problem)) for problem in missing]
+    try:
+        # The new problems in one savepoint, not one each (the shipped records hold hundreds); on a
+        # server database another process may insert one of them first, and then each is looked up.
+        with session.begin_nested():
+            session.add_all(rows)
+    except IntegrityError:
+        rows = [get_or_create_problem(session, problem, info.name) for problem in missing]
+    problem_ids.update({problem: row.id for problem, row in zip(missing, rows, strict=True)})
     known = _known_keys(session, sorted({problem_ids[values["problem"]] for values in trials}))
-    added = 0
+    new_trials = []
     for values in trials:
         key = (problem_ids[values["problem"]], config_key(values["config"]), values["source_hash"])
         if key not in known:
             known.add(key)
-            session.add(_new_trial(key[0], gpu_id, values, origin))
-            added += 1
-    session.flush()
-    return added
+            new_trials.append(_new_trial(key[0], gpu_id, values, origin))
+    if new_trials:  # one executemany: the shipped records are thousands of lines, each an ORM object was slow
+        session.execute(insert(orm.Trial), new_trials)
+    return len(new_trials)
 
 
 def _read(path: Path) -> bytes:
