@@ -58,6 +58,13 @@ def records() -> Iterator[Store]:
         yield store
 
 
+@pytest.fixture(scope="module")
+def uses(records: Store) -> list[shipset.Use]:
+    """Every (problem, config) use the shipped records can select, worked out once for the module
+    (a few seconds over the 460 shipped problems)."""
+    return list(shipset.uses(records))
+
+
 def manifest() -> dict[str, Any]:
     data: dict[str, Any] = json.loads((KERNELS / shipped.MANIFEST).read_text())
     return data
@@ -99,11 +106,10 @@ def test_a_kernel_edit_makes_the_shipped_kernels_stale(tmp_path: Path, monkeypat
     assert stale and all("gemv" in line for line in stale)
 
 
-def test_every_config_the_shipped_records_can_select_ships(records: Store) -> None:
+def test_every_config_the_shipped_records_can_select_ships(uses: list[shipset.Use]) -> None:
     index = shipped.index()
     assert index is not None, f"db/kernels/ holds no index: {REBUILD}"
     kernels = manifest()["kernels"]
-    uses = shipset.uses(records)
     sources = {use.source for use in uses}
     assert {"measured", "default"} <= sources and any(use.unaligned for use in uses)
     missing = []
@@ -118,9 +124,9 @@ def test_every_config_the_shipped_records_can_select_ships(records: Store) -> No
     assert not missing, f"{len(missing)} selectable configs do not ship ({missing[0]}): {REBUILD}"
 
 
-def test_every_hopper_kernel_of_the_records_ships_as_machine_code(records: Store) -> None:
+def test_every_hopper_kernel_of_the_records_ships_as_machine_code(uses: list[shipset.Use]) -> None:
     """On the records' GPUs (compute capability 9.0) nothing is compiled, not even PTX by the driver."""
-    for use in shipset.uses(records):
+    for use in uses:
         if use.capability == "9.0":
             job = use.job()
             assert shipped.index().keys.get(job_key(job)), (use.problem, job.name)  # type: ignore[union-attr]
@@ -131,8 +137,8 @@ def test_the_shipped_kernels_stay_small() -> None:
     assert total < 25 * 2**20
 
 
-def test_a_newer_gpu_gets_the_ptx_and_an_older_one_nothing(records: Store) -> None:
-    use = next(u for u in shipset.uses(records) if u.capability == "9.0" and not u.job().arch.endswith("a"))
+def test_a_newer_gpu_gets_the_ptx_and_an_older_one_nothing(uses: list[shipset.Use]) -> None:
+    use = next(u for u in uses if u.capability == "9.0" and not u.job().arch.endswith("a"))
     job = use.job()
     fat = shipped.lookup(job)
     assert fat is not None
