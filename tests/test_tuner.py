@@ -364,6 +364,7 @@ def wait_for(condition: Callable[[], bool], process: subprocess.Popen[str], seco
         time.sleep(0.01)
 
 
+@pytest.mark.stress  # a child process killed mid-sweep and run again: seconds, so with the other kills
 def test_a_killed_sweep_resumes_without_loss_or_repeats(tmp_path: Path, db_path: Path) -> None:
     script = tmp_path / "child.py"
     code = CHILD.replace("GPU_FIELDS", repr(tuple(H200.to_dict().values()))).replace("TRIALS", str(KILL_TRIALS))
