@@ -229,24 +229,19 @@ class CostModel:
             candidate = Candidate(dict(candidate), "")
         config = candidate.config
         stored = self._stored_as(problem).get(config_key(config), {})
-        weighted, total, timed_on = 0.0, 0.0, []
+        times, timed_on = [], []
         shapes = self.nearest(problem)
-        closest = shape_distance(shapes[0].problem.shape, problem.shape) if shapes else 0.0
         for shape in shapes:
-            distance = shape_distance(shape.problem.shape, problem.shape)
-            # Relative to the nearest shape, so that far shapes do not all underflow to zero.
-            weight = math.exp(-(distance**2 - closest**2) / (2 * self.sigma**2))
             there = stored.get(shape.problem)
             if there is None:
                 there = shape.slowest_us * math.exp(self.absent_margin)
             else:
                 timed_on.append(shape.problem.shape)
-            weighted += weight * math.log(there / self.roofline.time_us(shape.problem))
-            total += weight
+            times.append((shape.problem, there))
         # The stored configs fill the GPU where they were timed (a tuned leader does); where this one
         # would not fill it on this shape, it can use only its share of the SMs.
         roof = self.roofline.time_us(problem, self.roofline.fill(problem, config))
-        correction = math.exp(weighted / total) if total else 1.0
+        correction = self._correction(self.roofline, problem, times) if times else 1.0
         if not shapes:
             basis = "nothing of this kernel family tuned: ranked by how much of the GPU its grid fills"
             return Prediction(config, roof, candidate, roof, 1.0, (), basis, rated=False)
@@ -264,18 +259,24 @@ class CostModel:
         )
         if self.roofline is None or not shapes:
             return None
-        closest = shape_distance(shapes[0].shape, problem.shape)
-        weighted, total = 0.0, 0.0
-        for shape in shapes:
-            weight = math.exp(-(shape_distance(shape.shape, problem.shape) ** 2 - closest**2) / (2 * self.sigma**2))
-            weighted += weight * math.log(timed[shape] / self.roofline.time_us(shape))
-            total += weight
         roof = self.roofline.time_us(problem)
-        correction = math.exp(weighted / total)
+        correction = self._correction(self.roofline, problem, [(shape, timed[shape]) for shape in shapes])
         candidate = Candidate(vendor_config(0), "cuBLASLt's own pick", shapes[0].shape)
         evidence = _evidence([s.shape for s in shapes], len(shapes))
         basis = f"cuBLASLt: roofline {roof:.2f} us ({self.roofline.text()}) x {correction:.2f} {evidence}"
         return Prediction(vendor_config(0), roof * correction, candidate, roof, correction, (), basis)
+
+    def _correction(self, roofline: Roofline, problem: Problem, times: Sequence[tuple[Problem, float]]) -> float:
+        """How far above the roofline `problem` should run: the geometric mean of time / roofline over
+        tuned shapes' times, weighted by a Gaussian of their distance (SIGMA) relative to the nearest,
+        so that far shapes do not all underflow to zero. Our configs' and cuBLASLt's alike."""
+        closest = min(shape_distance(shape.shape, problem.shape) for shape, _ in times)
+        weighted, total = 0.0, 0.0
+        for shape, time_us in times:
+            weight = math.exp(-(shape_distance(shape.shape, problem.shape) ** 2 - closest**2) / (2 * self.sigma**2))
+            weighted += weight * math.log(time_us / roofline.time_us(shape))
+            total += weight
+        return math.exp(weighted / total)
 
     def rank(self, problem: Problem) -> list[Prediction]:
         """Every candidate with its prediction, fastest first (the candidates' order breaks ties)."""
