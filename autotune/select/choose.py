@@ -188,6 +188,11 @@ def vendor_fingerprint() -> str | None:
     return cublaslt.fingerprint() if cublaslt.available() else None
 
 
+def _clearly_faster(vendor: TunedRow, ours: TunedRow | None) -> bool:
+    """Whether cuBLASLt's stored time beats our kernels' by more than VENDOR_MARGIN (or ours has none)."""
+    return ours is None or vendor.time_us * (1 + VENDOR_MARGIN) < ours.time_us
+
+
 def _text(shape: Sequence[int]) -> str:
     return "x".join(map(str, shape))
 
@@ -331,7 +336,7 @@ class Selector:
         row = self._store.vendor_best(gpu, problem)
         if row is None or (ours is not None and ours.time_us <= row.time_us):
             return None, []
-        if ours is not None and ours.time_us <= row.time_us * (1 + VENDOR_MARGIN):
+        if not _clearly_faster(row, ours):
             return None, [
                 f"{row.source_hash} measured {row.time_us:.2f} us, within {VENDOR_MARGIN:.0%} of our kernel: "
                 "a tie, which ours takes"
@@ -342,7 +347,7 @@ class Selector:
         if here == row.source_hash:
             return row, []
         mine = self._store.best(gpu, problem, here) if here else None  # this version, timed too?
-        if mine is not None and (ours is None or mine.time_us * (1 + VENDOR_MARGIN) < ours.time_us):
+        if mine is not None and _clearly_faster(mine, ours):
             return mine, []
         found = f"{here} here" if here else "no cuBLASLt here"
         return None, [
