@@ -102,6 +102,25 @@ def test_every_family_is_correct(worker: Worker, shape: tuple[int, int], dtype: 
             assert outcome.time_us is not None and outcome.time_us > 0
 
 
+@pytest.mark.parametrize("shape", [(65536, 1), (1, 262144)], ids=["65536x1", "1x262144/t"])
+def test_results_too_small_for_a_normal_float16_pass(worker: Worker, shape: tuple[int, int]) -> None:
+    """Sums of one term (each y a single product of two inputs in [-1, 1)): of 65536 or 262144 such
+    products some fall below float16's smallest normal number (6.1e-5), where storing them costs an
+    absolute error no relative tolerance covers. Before the check's subnormal floor every config and
+    every cuBLASLt algorithm failed these shapes."""
+    m, n = shape
+    problem = Problem("gemv", "float16", m, n, trans=m == 1)
+    gpu = worker.hello()
+    worker.setup(problem, seed=13)
+    config = ops.for_problem(problem).default_config(problem)
+    with CompilePool() as pool:
+        compiled = pool.submit(ops.compile_job(problem, config, gpu.arch)).result()
+    assert compiled.cubin is not None, compiled.message
+    for _ in range(3):  # fresh data each time: each check draws new inputs
+        outcome = worker.measure(compiled.cubin, compiled.job.name, config)
+        assert outcome.status is Status.OK, outcome.message
+
+
 def test_a_timing_records_the_clocks_and_power_it_ran_at(worker: Worker) -> None:
     pytest.importorskip("pynvml", reason="nvidia-ml-py is not installed")
     problem = Problem("gemv", "float16", 8192, 8192)

@@ -10,6 +10,10 @@ HOST_STORAGE = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uin
 CUDA_TYPE = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
 # Unit roundoff of each dtype (round to nearest): the error of storing a float32 result in it.
 UNIT_ROUNDOFF = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+# The spacing of each dtype's subnormals: a result too small for a normal number (float16 below
+# 6.1e-5) is stored with up to half of it as absolute error, once for each rounding to the dtype
+# (alpha times the sum, then plus beta times C), which no relative tolerance covers.
+SUBNORMAL_SPACING = {"float32": 2.0**-149, "float16": 2.0**-24, "bfloat16": 2.0**-133}
 
 
 def encode(values: np.ndarray, dtype: str) -> np.ndarray:

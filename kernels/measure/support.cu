@@ -115,12 +115,14 @@ __device__ void at_gemm_reference(const T* A, const T* B, double* out, double* a
 }
 
 // Compares got (n values of T) with want = alpha * ref + beta * c0 (c0 may be null when beta = 0):
-// an element fails when it is not finite or |got - want| > unit * |want| + acc_tol * scale, with
-// scale = |alpha| absref + |beta| |c0|. result: [0] failures, [1] the worst (error / tolerance as
+// an element fails when it is not finite or |got - want| > unit * |want| + acc_tol * scale + abs_floor,
+// with scale = |alpha| absref + |beta| |c0|. abs_floor is the spacing of T's subnormals: a result
+// that small (float16 below 6.1e-5, say the product of two small inputs where the sum has one term)
+// is stored with up to half of it as absolute error however it was computed, far above unit * |want|. result: [0] failures, [1] the worst (error / tolerance as
 // float bits << 32 | index), [2] sum of (got - ref)^2 and [3] sum of ref^2, as double bits.
 template <typename T>
 __device__ void at_compare(const T* got, const double* ref, const double* absref, const T* c0, double alpha,
-                           double beta, unsigned long long n, double unit, double acc_tol,
+                           double beta, unsigned long long n, double unit, double acc_tol, double abs_floor,
                            unsigned long long* result) {
   const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
   unsigned long long failures = 0, worst = 0;
@@ -129,7 +131,7 @@ __device__ void at_compare(const T* got, const double* ref, const double* absref
     const double g = at_load(got + i);
     const double c = c0 ? at_load(c0 + i) : 0.0;
     const double want = alpha * ref[i] + beta * c;
-    const double tol = unit * fabs(want) + acc_tol * (fabs(alpha) * absref[i] + fabs(beta) * fabs(c)) + 1e-30;
+    const double tol = unit * fabs(want) + acc_tol * (fabs(alpha) * absref[i] + fabs(beta) * fabs(c)) + abs_floor;
     const float ratio = isfinite(g) ? (float)(fabs(g - want) / tol) : __int_as_float(0x7f800000);
     if (!(ratio <= 1.0f)) ++failures;
     const unsigned long long key = ((unsigned long long)__float_as_uint(ratio) << 32) | (i & 0xffffffffull);
@@ -173,8 +175,8 @@ __device__ void at_compare(const T* got, const double* ref, const double* absref
   extern "C" __global__ void at_compare_##NAME(const T* got, const double* ref, const double* absref, \
                                                const T* c0, double alpha, double beta,          \
                                                unsigned long long n, double unit, double acc_tol, \
-                                               unsigned long long* result) {                    \
-    at_compare<T>(got, ref, absref, c0, alpha, beta, n, unit, acc_tol, result);                 \
+                                               double abs_floor, unsigned long long* result) {  \
+    at_compare<T>(got, ref, absref, c0, alpha, beta, n, unit, acc_tol, abs_floor, result);      \
   }
 
 AT_SUPPORT(float32, float)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from autotune import ops
-from autotune.core.dtypes import HOST_STORAGE, UNIT_ROUNDOFF, decode
+from autotune.core.dtypes import HOST_STORAGE, SUBNORMAL_SPACING, UNIT_ROUNDOFF, decode
 from autotune.core.fingerprint import GpuInfo
 from autotune.core.outcome import Outcome, Status
 from autotune.core.problem import ITEMSIZE, Problem
@@ -66,7 +66,7 @@ class Runner:
         self._reference = None
         if self._reference_kernel is not None:
             self._reference = kernels.function(support, self._reference_kernel.kernel, self._reference_kernel.arg_types)
-        self._compare = kernels.function(support, f"at_compare_{dtype}", "PPPPddQddP")
+        self._compare = kernels.function(support, f"at_compare_{dtype}", "PPPPddQdddP")
         for buffers in self._inputs:
             for buffer, elements in zip(buffers, self._operands.inputs, strict=True):
                 self._random(buffer, elements)
@@ -137,6 +137,7 @@ class Runner:
             count,
             UNIT_ROUNDOFF[dtype],
             ACCUMULATION_TOL,
+            SUBNORMAL_SPACING[dtype],
             self._result,
         )
         raw = np.empty(4, dtype=np.uint64)
