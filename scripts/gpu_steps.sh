@@ -17,11 +17,12 @@ DB=${DB:-/tmp/autotune-tuning.db}
 TRIALS=${TRIALS:-64}
 
 step() { echo "=== $1 ($(date +%T))"; }
-# sweep LOG LINES ARGS...: `autotune sweep ARGS` on $DB, logged to $OUT/LOG.log, its last LINES shown.
+# sweep LOG LINES ARGS...: `autotune sweep ARGS` on $DB, logged to $OUT/LOG.log (appended: $OUT brings
+# back at most 8 files), its last LINES shown.
 sweep() {
   local log=$1 lines=$2
   shift 2
-  python3 -m autotune sweep "$@" --db "$DB" 2>&1 | tee "$OUT/$log.log" | tail -"$lines"
+  python3 -m autotune sweep "$@" --db "$DB" 2>&1 | tee -a "$OUT/$log.log" | tail -"$lines"
 }
 for name in "$@"; do
   case "$name" in
@@ -131,6 +132,30 @@ sm__warps_active.avg.pct_of_peak_sustained_active python3 scripts/profile_vs_cub
       for op in ${LLM_OPS:-hgemm bgemm sgemm}; do
         step "sweep-llm $op ($(wc -l < /tmp/llm.txt) shapes)"
         sweep sweep-llm-$op 12 --op "$op" --trans --shapes /tmp/llm.txt --devices all \
+          --trials "${GEMM_TRIALS:-40}" ${PATIENCE:+--patience $PATIENCE}
+      done ;;
+    sweep-edge)
+      # Issue 30's edge shapes (autotune/ops/gemv/edge_shapes.txt, autotune/ops/gemm/edge_shapes.txt)
+      # in three dtypes and both layouts, and the standard GEMM set in bfloat16 and float32 (K x N),
+      # on every GPU at once; the N x K rows the LLM set already holds are left out. EDGE_DEADLINE_S
+      # (default 470) starts no job after that many seconds, so that the export after it still runs.
+      grep -v '^#' autotune/ops/gemv/edge_shapes.txt | awk 'NF >= 2' > /tmp/edge-gemv.txt
+      grep -v '^#' autotune/ops/gemm/edge_shapes.txt | awk 'NF >= 3' > /tmp/edge-gemm.txt
+      awk 'NR == FNR { if (!/^#/ && NF >= 3) seen[$1 " " $2 " " $3] = 1; next } !(($1 " " $2 " " $3) in seen)' \
+        autotune/ops/gemm/llm_shapes.txt /tmp/edge-gemm.txt > /tmp/edge-gemm-nk.txt
+      # The float32 K x N squares ship already.
+      grep -v '^#' autotune/ops/gemm/shapes.txt | awk 'NF >= 3 && $1 <= 16' > /tmp/std-skinny.txt
+      grep -v '^#' autotune/ops/gemm/shapes.txt | awk 'NF >= 3' > /tmp/std-gemm.txt
+      jobs=("sgemm:/tmp/std-skinny.txt:")
+      for op in hgemm bgemm sgemm; do jobs+=("$op:/tmp/edge-gemm.txt:" "$op:/tmp/edge-gemm-nk.txt:--trans"); done
+      for op in hgemv bgemv sgemv; do jobs+=("$op:/tmp/edge-gemv.txt:" "$op:/tmp/edge-gemv.txt:--trans"); done
+      jobs+=("bgemm:/tmp/std-gemm.txt:")
+      start=$SECONDS
+      for job in "${jobs[@]}"; do
+        IFS=: read -r op shapes trans <<< "$job"
+        if (( SECONDS - start > ${EDGE_DEADLINE_S:-470} )); then echo "past the deadline: $job not started"; continue; fi
+        step "sweep-edge $op $trans ($(wc -l < "$shapes") shapes)"
+        sweep sweep-edge 2 --op "$op" $trans --shapes "$shapes" --devices all \
           --trials "${GEMM_TRIALS:-40}" ${PATIENCE:+--patience $PATIENCE}
       done ;;
     linear)

@@ -1,0 +1,135 @@
+"""Add a GPU run's exported records to the shipped records in db/records.
+
+A tuning run on the GPU machine ends with an export (`scripts/gpu_steps.sh export`: the top trials
+of every problem measured with today's kernel sources, and cuBLASLt's best). This adds to the
+shipped files the problems they do not hold yet, each trial into the file of its kind (our trials and
+cuBLASLt's count apart: a problem shipped with cuBLASLt's trials alone still gets ours), the files
+named after the GPU (its slug, as `autotune export` names them):
+
+    <slug>.jsonl             GEMV, y = A x             <slug>-gemv-trans.jsonl   GEMV, y = Aᵀx
+    <slug>-gemm.jsonl        GEMM, B stored K x N      <slug>-gemm-nt.jsonl      GEMM, B stored N x K
+    <slug>-cublas.jsonl      cuBLASLt's trials, every op
+
+Problems the shipped files hold already keep their rows: a run re-measures them only when asked to
+(`sweep --stale`, `--retime`), and such a run's rows are merged by hand. --only-finished LOG keeps
+only the problems the sweep log reports finished ("best ... after"), for a run cut short mid-problem.
+Every file is checked by parsing it back before it is written; nothing is written on --dry-run.
+
+    python scripts/merge_records.py EXPORT.jsonl [--only-finished sweep.log] [--dry-run]
+
+Then: scripts/build_selection_table.py, scripts/build_shipped_kernels.py, scripts/docs_results.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from autotune.core.errors import AutotuneError
+from autotune.core.fingerprint import slugify
+from autotune.core.paths import db_dir
+from autotune.store.records import parse_records, write_lines
+from autotune.vendor.mapping import SOURCE_PREFIX as VENDOR_SOURCE_PREFIX
+
+ProblemKey = tuple[str, str, int, int, int | None, bool]
+# The sweep's log line for a finished problem: "sgemm 2x6144x4096 (B stored N x K): best 26.94 us after"
+_FINISHED = re.compile(r"\b([shb])(gemv|gemm) (\d+)x(\d+)(?:x(\d+))?( \([^)]*\))?: best .* after ")
+_DTYPES = {"s": "float32", "h": "float16", "b": "bfloat16"}
+SUFFIXES = ("", "-gemv-trans", "-gemm", "-gemm-nt", "-cublas")
+
+
+def problem_key(trial: dict[str, Any]) -> ProblemKey:
+    # A GEMV's records line carries k = 0, its log line no K at all: both are None here.
+    return (trial["op"], trial["dtype"], trial["m"], trial["n"], trial.get("k") or None, bool(trial.get("trans")))
+
+
+def file_suffix(trial: dict[str, Any]) -> str:
+    """Which shipped file of the GPU a trial belongs in."""
+    if str(trial["source_hash"]).startswith(VENDOR_SOURCE_PREFIX):
+        return "-cublas"
+    if trial["op"] == "gemv":
+        return "-gemv-trans" if trial.get("trans") else ""
+    return "-gemm-nt" if trial.get("trans") else "-gemm"
+
+
+def finished_problems(log: str) -> set[ProblemKey]:
+    """The problems a sweep log reports finished."""
+    keys = set()
+    for match in _FINISHED.finditer(log):
+        prefix, op, m, n, k, layout = match.groups()
+        trans = layout is not None and ("N x K" in layout or "Aᵀ" in layout or "trans" in layout)
+        keys.add((op, _DTYPES[prefix], int(m), int(n), int(k) if k else None, trans))
+    return keys
+
+
+def read_lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(raw) for raw in path.read_text().splitlines() if raw.strip()]
+
+
+def merge(export: Path, records_dir: Path, *, only: set[ProblemKey] | None = None, write: bool = True) -> Counter[str]:
+    """Add the export's new problems to the GPU's shipped files; returns the trials added per file."""
+    lines = read_lines(export)
+    if not lines or lines[0].get("kind") != "gpu":
+        raise AutotuneError(f"{export}: expected a GPU line first")
+    gpu_line, trials = lines[0], [line for line in lines[1:] if line.get("kind") == "trial"]
+    slug = slugify(gpu_line["name"])
+    shipped: set[tuple[str, ProblemKey]] = set()  # (file suffix, problem)
+    files = {suffix: records_dir / f"{slug}{suffix}.jsonl" for suffix in SUFFIXES}
+    contents: dict[str, list[dict[str, Any]]] = {}
+    for suffix, path in files.items():
+        contents[suffix] = read_lines(path) if path.exists() else [gpu_line]
+        shipped.update((suffix, problem_key(t)) for t in contents[suffix][1:] if t.get("kind") == "trial")
+    added: Counter[str] = Counter()
+    for trial in trials:
+        key, suffix = problem_key(trial), file_suffix(trial)
+        if (suffix, key) in shipped or (only is not None and key not in only):
+            continue
+        contents[suffix].append(trial)
+        added[files[suffix].name] += 1
+    changed = [suffix for suffix, path in files.items() if added[path.name]]
+    for suffix in changed:  # every file checked before any is written: a bad line changes none
+        text = "".join(json.dumps(line, sort_keys=True, allow_nan=False) + "\n" for line in contents[suffix])
+        parse_records(files[suffix], text)
+    if write:
+        for suffix in changed:
+            write_lines(files[suffix], contents[suffix])
+    return added
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("export", type=Path, help="records file a GPU run exported")
+    parser.add_argument(
+        "--only-finished",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="LOG",
+        help="keep only the problems this sweep log reports finished (repeatable)",
+    )
+    parser.add_argument("--records", type=Path, default=db_dir() / "records", help="the shipped records folder")
+    parser.add_argument("--dry-run", action="store_true", help="say what would be added, write nothing")
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    try:
+        only = None
+        if args.only_finished:
+            only = set().union(*(finished_problems(log.read_text()) for log in args.only_finished))
+        added = merge(args.export, args.records, only=only, write=not args.dry_run)
+    except (AutotuneError, OSError, ValueError, KeyError) as exc:
+        print(f"merge_records: {exc}", file=sys.stderr)
+        return 1
+    for name, count in sorted(added.items()):
+        print(f"{name}: {count} trials {'would be ' if args.dry_run else ''}added")
+    if not added:
+        print("nothing new to add")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

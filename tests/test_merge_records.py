@@ -1,0 +1,90 @@
+"""scripts/merge_records.py: a GPU run's export adds its new problems to the shipped records, each
+trial in the file of its kind, and leaves the problems already shipped as they are."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = REPO / "scripts"
+if str(SCRIPTS) not in sys.path:
+    sys.path.insert(0, str(SCRIPTS))
+
+import merge_records  # noqa: E402
+
+SHIPPED = REPO / "db" / "records"
+
+
+def _first(path: Path, **want: Any) -> dict[str, Any]:
+    """The first trial line of a shipped file with these values."""
+    for raw in path.read_text().splitlines()[1:]:
+        line = json.loads(raw)
+        if all(line.get(key) == value for key, value in want.items()):
+            return line
+    raise AssertionError(f"no line with {want} in {path}")
+
+
+def _write(path: Path, lines: list[dict[str, Any]]) -> None:
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> dict[str, Any]:
+    gpu = json.loads((SHIPPED / "nvidia-h200.jsonl").read_text().splitlines()[0])
+    gemv = _first(SHIPPED / "nvidia-h200.jsonl", dtype="float16")
+    trans = _first(SHIPPED / "nvidia-h200-gemv-trans.jsonl", dtype="float32")
+    vendor = _first(SHIPPED / "nvidia-h200-cublas.jsonl", op="gemm", trans=True)
+    records = tmp_path / "records"
+    records.mkdir()
+    _write(records / "nvidia-h200.jsonl", [gpu, gemv])  # the GEMV is shipped already
+    export = tmp_path / "export.jsonl"
+    _write(export, [gpu, {**gemv, "time_us": 0.5}, trans, vendor])
+    return {"records": records, "export": export, "gemv": gemv, "trans": trans, "vendor": vendor}
+
+
+def test_new_problems_go_to_the_file_of_their_kind(run: dict[str, Any]) -> None:
+    added = merge_records.merge(run["export"], run["records"])
+    assert dict(added) == {"nvidia-h200-gemv-trans.jsonl": 1, "nvidia-h200-cublas.jsonl": 1}
+    shipped = [json.loads(raw) for raw in (run["records"] / "nvidia-h200.jsonl").read_text().splitlines()]
+    assert shipped[1]["time_us"] == run["gemv"]["time_us"]  # a shipped problem keeps its rows
+    cublas = (run["records"] / "nvidia-h200-cublas.jsonl").read_text().splitlines()
+    assert json.loads(cublas[0])["kind"] == "gpu" and json.loads(cublas[1]) == run["vendor"]
+
+
+def test_our_trials_join_a_problem_shipped_with_cublas_trials_alone(run: dict[str, Any]) -> None:
+    vendor = run["vendor"]
+    same = {key: vendor[key] for key in ("m", "n", "k", "dtype")}
+    ours = _first(SHIPPED / "nvidia-h200-gemm-nt.jsonl", **same)
+    gpu = json.loads(run["export"].read_text().splitlines()[0])
+    _write(run["records"] / "nvidia-h200-cublas.jsonl", [gpu, vendor])
+    _write(run["export"], [gpu, vendor, ours])
+    assert dict(merge_records.merge(run["export"], run["records"])) == {"nvidia-h200-gemm-nt.jsonl": 1}
+
+
+def test_only_the_problems_a_sweep_log_finished(run: dict[str, Any], tmp_path: Path) -> None:
+    trans = run["trans"]
+    log = tmp_path / "sweep.log"
+    log.write_text(
+        f"12:00:01 GPU 0 INFO autotune.tune.tuner: sgemv {trans['m']}x{trans['n']} (transposed): "
+        "best 5.00 us after 3.1 s (40 measured, budget reached)\n"
+    )
+    only = merge_records.finished_problems(log.read_text())
+    added = merge_records.merge(run["export"], run["records"], only=only)
+    assert dict(added) == {"nvidia-h200-gemv-trans.jsonl": 1}
+
+
+def test_a_damaged_export_writes_nothing(run: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    # The vendor's line, whose file comes last, is the bad one: the GEMV file before it stays as it was.
+    lines = run["export"].read_text().splitlines()
+    bad = json.loads(lines[3])
+    bad["config"] = {"no_such_parameter": 1}
+    run["export"].write_text("\n".join([*lines[:3], json.dumps(bad)]) + "\n")
+    before = sorted(p.name for p in run["records"].iterdir())
+    assert merge_records.main([str(run["export"]), "--records", str(run["records"])]) == 1
+    assert "merge_records:" in capsys.readouterr().err
+    assert sorted(p.name for p in run["records"].iterdir()) == before
