@@ -107,7 +107,7 @@ def test_the_bundle_holds_every_tuned_problem_its_kernel_and_a_manifest(built: t
     assert len(manifest["entries"]) == len(made.entries) >= 100 and manifest["skipped"] == []
     assert [e for e in manifest["entries"] if e["op"] == "gemm" and e["trans"]]  # B stored N x K too
     families = {entry["family"] for entry in manifest["entries"]}
-    assert families == {"gemv", "skinny", "skinny_tc", "simt", "wgmma"}
+    assert families == {"gemv", "skinny", "skinny_tc", "simt", "mma", "wgmma"}
     for entry in manifest["entries"]:
         assert (folder / entry["kernel_file"]).is_file() and entry["backend"] == "kernel"
     files = {kernel["file"] for kernel in manifest["kernels"]}
@@ -147,13 +147,13 @@ def test_the_nearest_tuned_problem_answers_as_the_python_reference(
 def test_exact_nearest_and_missing_answers(built: tuple[bundle.Bundle, Path], programs: dict[str, Path]) -> None:
     made, folder = built
     entries = json.loads((folder / bundle.MANIFEST).read_text())["entries"]
-    exact, near, miss, wrong_layout, unknown = ask(
+    exact, near, miss, odd_nk, unknown = ask(
         programs["g++"],
         [
             "find gemv float16 4096 8192 0 0",
             "find gemv float16 4000 8192 0 0",
-            "find gemv float16 4096 8191 0 0",  # every tuned float16 GEMV loads 16 bytes: odd rows fit none
-            "find gemm bfloat16 16 4096 4096 0",  # no bfloat16 GEMM with B stored K x N is tuned
+            "find gemm float16 5000 5001 7 0",  # K = 7 and an odd N: no tuned config fits
+            "find gemm bfloat16 3000 5001 2001 1",  # odd N and K at M = 3000, B stored N x K: none fits
             "find rowsum float16 16 4096 0 0",
         ],
     )
@@ -162,7 +162,7 @@ def test_exact_nearest_and_missing_answers(built: tuple[bundle.Bundle, Path], pr
     nearest = entries[int(near)]
     assert (nearest["op"], nearest["dtype"]) == ("gemv", "float16") and (nearest["m"], nearest["n"]) != (4000, 8192)
     assert bundle.find(made, "gemv", "float16", 4000, 8192, 0, False) == made.entries[int(near)]
-    assert (miss, wrong_layout, unknown) == ("-1", "-1", "-1")
+    assert (miss, odd_nk, unknown) == ("-1", "-1", "-1")
     nt = entries[int(ask(programs["g++"], ["find gemm float16 16 4096 4096 1"])[0])]  # B stored N x K
     assert (nt["op"], nt["m"], nt["n"], nt["k"], nt["trans"]) == ("gemm", 16, 4096, 4096, True)
 

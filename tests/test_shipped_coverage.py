@@ -1,6 +1,7 @@
 """What the shipped records cover (issue 30): the LLM GEMM set (autotune/ops/gemm/llm_shapes.txt, B
-stored N x K) tuned on the H200 in three dtypes and on the H100 in float16, and cuBLASLt timed on
-every shipped problem of both cards, so the selector can set it against our kernels everywhere."""
+stored N x K) tuned on the H200 and the H100 in three dtypes, the edge shapes (autotune/ops/*/
+edge_shapes.txt) on the H200 in three dtypes and both layouts, and cuBLASLt timed on every shipped
+problem of both cards, so the selector can set it against our kernels everywhere."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "db" / "records"
 LLM_SHAPES = ROOT / "autotune" / "ops" / "gemm" / "llm_shapes.txt"
-CARDS = {"nvidia-h200": ("float16", "bfloat16", "float32"), "nvidia-h100-80gb-hbm3": ("float16",)}
+EDGE_SHAPES = {op: ROOT / "autotune" / "ops" / op / "edge_shapes.txt" for op in ("gemv", "gemm")}
+DTYPES = ("float16", "bfloat16", "float32")
+CARDS = {"nvidia-h200": DTYPES, "nvidia-h100-80gb-hbm3": DTYPES}
 
 Key = tuple[str, str, int, int, int, bool]
 
@@ -34,9 +37,13 @@ def _trials(slug: str) -> tuple[dict[Key, int], set[Key]]:
     return ours, vendor
 
 
+def _shapes(path: Path) -> list[tuple[int, ...]]:
+    rows = [line.split() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    return [tuple(int(size) for size in row) for row in rows]
+
+
 def _llm_shapes() -> list[tuple[int, int, int]]:
-    rows = [line.split() for line in LLM_SHAPES.read_text().splitlines() if line.strip() and not line.startswith("#")]
-    return [(int(m), int(n), int(k)) for m, n, k, *_ in rows]
+    return [(m, n, k) for m, n, k in _shapes(LLM_SHAPES)]
 
 
 def test_the_llm_set_lists_five_batch_sizes_of_eight_projections() -> None:
@@ -62,3 +69,17 @@ def test_cublas_is_timed_on_every_shipped_problem(slug: str) -> None:
     ours, vendor = _trials(slug)
     assert ours, f"no records for {slug}"
     assert sorted(set(ours) - vendor) == []
+
+
+def test_the_edge_shapes_are_tuned_on_the_h200_both_ways_in_three_dtypes() -> None:
+    ours, _ = _trials("nvidia-h200")
+    wanted: list[Key] = [
+        (op, dtype, shape[0], shape[1], shape[2] if op == "gemm" else 0, trans)
+        for op, path in EDGE_SHAPES.items()
+        for shape in _shapes(path)
+        for dtype in DTYPES
+        for trans in (False, True)
+    ]
+    assert len(wanted) == 6 * (14 + 6)
+    missing = [key for key in wanted if ours.get(key, 0) < 1]
+    assert not missing, f"{len(missing)} edge problems without a trial of ours: {missing[:4]}"
