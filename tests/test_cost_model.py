@@ -12,7 +12,7 @@ from autotune.core.fingerprint import GpuInfo
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.ops import gemv
 from autotune.select.choose import DEFAULT, ESTIMATE, Choice, Selector, choose
-from autotune.select.cost import CostModel, fit_roofline
+from autotune.select.cost import LATENCY_SHARE, CostModel, fit_roofline
 from autotune.store import Store
 from tests.fakes import ok, record
 
@@ -96,6 +96,29 @@ def test_a_config_no_tuned_shape_holds_is_predicted_slower_than_the_stored_ones(
     assert held is not None and unknown is not None
     assert unknown.time_us > held.time_us and unknown.timed_on == ()
     assert "not among the stored trials" in unknown.basis
+
+
+def test_a_latency_above_the_fastest_call_is_held_below_it_not_dropped() -> None:
+    """Shapes of a few kilobytes run at the launch cost alone: the least-squares latency comes out above
+    the fastest call, and is held at LATENCY_SHARE of it, so a tiny shape is not predicted at nothing."""
+    sizes = [(8192, 1), (65536, 1), (4096, 4096), (8192, 8192), (16384, 16384)]
+    # A launch cost of 1.5 us: the fit finds it, above 0.9 of the fastest call (8192x1, 1.504 us).
+    best = [(gemv16(m, n), roofline_us(gemv16(m, n)) - 0.5) for m, n in sizes]
+    roof = fit_roofline(best, SMS)
+    assert roof is not None and roof.latency_us == pytest.approx(LATENCY_SHARE * min(t for _, t in best))
+    assert roof.time_us(gemv16(4096, 1)) > 1.3
+
+
+def test_a_trial_is_evidence_for_the_config_it_timed_only() -> None:
+    """N = 4095 runs A with vec=1: A's 16-byte-load times on the tuned shapes say nothing of that."""
+    model = CostModel(every_shape_prefers(A, B), SMS)
+    odd = gemv16(4096, 4095)
+    fitted = {**A, "vec": 1}
+    assert gemv.OP.space(odd).check(fitted) is None
+    prediction = model.predict(odd, fitted)
+    assert prediction is not None and prediction.timed_on == ()
+    aligned = model.predict(gemv16(4096, 4096 + 8), A)
+    assert aligned is not None and aligned.timed_on  # the same config unchanged: timed there
 
 
 def test_a_grid_that_leaves_most_sms_idle_is_predicted_slower() -> None:

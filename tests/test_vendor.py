@@ -206,3 +206,32 @@ def test_a_shape_far_from_every_tuned_one_gets_cublas(monkeypatch: Any, store: A
     assert near.config != {"cublas_algo": 0}
     monkeypatch.setattr(choosing, "vendor_fingerprint", lambda: None)  # no cuBLASLt here: ours
     assert choosing.Selector(store).choose(Problem("gemv", "float16", 3, 100003), gpu.name).config != far.config
+
+
+@pytest.mark.vendor
+def test_a_pick_of_ours_never_timed_as_it_would_run_gets_cublas(monkeypatch: Any, store: Any) -> None:
+    """An odd row length makes the tuned shapes' leaders drop to scalar loads: no tuned shape holds the
+    config that would run, so the model's prediction rests on other configs' times and cuBLASLt's own
+    pick answers; on an aligned shape near them, ours."""
+    from autotune.core.fingerprint import GpuInfo, toolchain
+    from autotune.core.outcome import Outcome, Status
+    from autotune.ops import gemv, source_hash
+    from autotune.select import choose as choosing
+    from autotune.store.rows import Provenance
+
+    gpu = GpuInfo("NVIDIA H200", "GPU-1", "9.0", 132, 62914560, 150 * 2**30, "580.159.04", "13.0")
+    gpu_id = store.upsert_gpu(gpu)
+    wide = {**gemv.DEFAULT_CONFIG, "block": 128, "lanes": 128, "vec": 8, "rows": 2, "policy": 1}
+    for n in (2048, 4096, 8192):
+        problem = Problem("gemv", "float16", 4096, n)
+        pid = store.problem_id(problem, gpu.name)
+        ours = Provenance(pid, gpu_id, source_hash(problem), toolchain(), gpu.driver, gpu.cuda)
+        store.record_trial(ours, wide, Outcome(Status.OK, "", time_us=10.0 * n / 4096, times_us=[10.0]))
+    monkeypatch.setattr(choosing, "vendor_fingerprint", lambda: "cublasLt-130100")
+    odd = choosing.Selector(store).choose(Problem("gemv", "float16", 4096, 6001), gpu.name)
+    assert odd.config == {"cublas_algo": 0} and "never timed as it would run here" in odd.notes[-1]
+    aligned = choosing.Selector(store).choose(Problem("gemv", "float16", 4096, 6000), gpu.name)
+    assert aligned.config == wide
+    monkeypatch.setattr(choosing, "vendor_fingerprint", lambda: None)  # no cuBLASLt here: ours, fitted
+    mine = choosing.Selector(store).choose(Problem("gemv", "float16", 4096, 6001), gpu.name).config
+    assert mine["vec"] == 1

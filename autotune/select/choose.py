@@ -193,6 +193,12 @@ def _clearly_faster(vendor: TunedRow, ours: TunedRow | None) -> bool:
     return ours is None or vendor.time_us * (1 + VENDOR_MARGIN) < ours.time_us
 
 
+def _untimed(model: CostModel, problem: Problem, config: Config) -> bool:
+    """Whether no tuned shape holds this config among its stored trials, as it would run here."""
+    prediction = model.predict(problem, config)
+    return prediction is not None and prediction.rated and not prediction.timed_on
+
+
 def _text(shape: Sequence[int]) -> str:
     return "x".join(map(str, shape))
 
@@ -310,6 +316,14 @@ class Selector:
             note = (
                 f"{_text(problem.shape)} lies {nearest:.1f} octaves from every tuned shape, beyond what the cost "
                 f"model learned: cuBLASLt's own pick ({fingerprint})"
+            )
+            return Choice(problem, gpu, vendor_config(0), ESTIMATE, notes=(*ours.notes[:-1], note))
+        if ours.predicted_us is not None and _untimed(model, problem, ours.config):
+            # Its prediction rests on other configs' times alone (a neighbour's leader moved onto
+            # scalar loads, say): on the held-out short-and-wide GEMVs such picks ran 0.67-0.84x cuBLAS.
+            note = (
+                f"the cost model's pick for {_text(problem.shape)} was never timed as it would run here: "
+                f"cuBLASLt's own pick ({fingerprint})"
             )
             return Choice(problem, gpu, vendor_config(0), ESTIMATE, notes=(*ours.notes[:-1], note))
         rows = self._store.tuned(gpu, problem.op, problem.dtype, fingerprint, trans=problem.trans)
