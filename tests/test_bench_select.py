@@ -369,6 +369,7 @@ def test_timing_checks_ours_and_takes_the_faster_cublas_call(shape: Any, monkeyp
 # -- dry run --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.stress  # the selector on all 51 held-out shapes from the shipped records: 8 s
 @pytest.mark.shipped_records
 def test_dry_run_checks_the_set_and_prints_each_pick(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
