@@ -201,7 +201,7 @@ class CostModel:
         best = [(s.problem, s.trials[0][1]) for s in self.shapes]
         self.roofline = fit_roofline([*best, *roofline_from], sm_count)
         self.sigma, self.absent_margin, self.neighbours = sigma, absent_margin, neighbours
-        self._fitted: dict[Problem, dict[str, dict[Problem, float]]] = {}
+        self._runs_here: dict[Problem, dict[str, dict[Problem, float]]] = {}
         self._candidates: dict[Problem, list[Candidate]] = {}
 
     def nearest(self, problem: Problem) -> list[_Shape]:
@@ -300,18 +300,17 @@ class CostModel:
         return sorted(found, key=lambda p: (p.time_us, order[id(p)]))
 
     def _stored_as(self, problem: Problem) -> dict[str, dict[Problem, float]]:
-        """The stored trials whose config runs on this problem as it is (Space.fit leaves it alone):
-        config key -> tuned shape -> its stored time there."""
-        if problem not in self._fitted:
+        """The stored trials whose config runs on this problem as it is: config key -> tuned shape ->
+        its stored time there."""
+        if problem not in self._runs_here:
             space = ops.for_problem(problem).space(problem)
             found: dict[str, dict[Problem, float]] = {}
             for shape in self.shapes:
                 for config, time_us in reversed(shape.trials):  # fastest last, so it stays
-                    fitted = space.fit(config)
-                    if fitted is not None and config_key(fitted) == config_key(config):
+                    if space.check(config) is None:
                         found.setdefault(config_key(config), {})[shape.problem] = time_us
-            self._fitted[problem] = found
-        return self._fitted[problem]
+            self._runs_here[problem] = found
+        return self._runs_here[problem]
 
 
 def _fitted(config: Mapping[str, int], fitted: Mapping[str, int]) -> str:
