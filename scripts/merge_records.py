@@ -63,8 +63,8 @@ def finished_problems(log: str) -> set[ProblemKey]:
     keys = set()
     for match in _FINISHED.finditer(log):
         prefix, op, m, n, k, layout = match.groups()
-        trans = layout is not None and ("N x K" in layout or "Aᵀ" in layout or "trans" in layout)
-        keys.add((op, _DTYPES[prefix], int(m), int(n), int(k) if k else None, trans))
+        # Problem.__str__ adds "(B stored N x K)" or "(transposed)" to a trans problem only.
+        keys.add((op, _DTYPES[prefix], int(m), int(n), int(k) if k else None, layout is not None))
     return keys
 
 
