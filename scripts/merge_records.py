@@ -10,12 +10,14 @@ named after the GPU (its slug, as `autotune export` names them):
     <slug>-gemm.jsonl        GEMM, B stored K x N      <slug>-gemm-nt.jsonl      GEMM, B stored N x K
     <slug>-cublas.jsonl      cuBLASLt's trials, every op
 
-Problems the shipped files hold already keep their rows: a run re-measures them only when asked to
-(`sweep --stale`, `--retime`), and such a run's rows are merged by hand. --only-finished LOG keeps
+Problems the shipped files hold already keep their rows, except with --replace-stale: after a kernel
+edit, a `sweep --stale` run re-tunes the problems whose family's source changed, and its rows replace
+the shipped rows of each problem that none of them measured with the export's kernel source (the
+other problems' rows, already current, are left alone). --only-finished LOG keeps
 only the problems the sweep log reports finished ("best ... after"), for a run cut short mid-problem.
 Every file is checked by parsing it back before it is written; nothing is written on --dry-run.
 
-    python scripts/merge_records.py EXPORT.jsonl [--only-finished sweep.log] [--dry-run]
+    python scripts/merge_records.py EXPORT.jsonl [--only-finished sweep.log] [--replace-stale] [--dry-run]
 
 Then: scripts/build_selection_table.py, scripts/build_shipped_kernels.py, scripts/docs_results.py.
 """
@@ -28,6 +30,7 @@ import re
 import sys
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -72,8 +75,22 @@ def read_lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(raw) for raw in path.read_text().splitlines() if raw.strip()]
 
 
-def merge(export: Path, records_dir: Path, *, only: set[ProblemKey] | None = None, write: bool = True) -> Counter[str]:
-    """Add the export's new problems to the GPU's shipped files; returns the trials added per file."""
+@dataclass
+class Merged:
+    added: Counter[str] = field(default_factory=Counter)  # trials added per file
+    replaced: Counter[str] = field(default_factory=Counter)  # stale trials taken out per file
+
+
+def merge(
+    export: Path,
+    records_dir: Path,
+    *,
+    only: set[ProblemKey] | None = None,
+    replace_stale: bool = False,
+    write: bool = True,
+) -> Merged:
+    """Add the export's new problems to the GPU's shipped files, and with `replace_stale` put its rows
+    in place of a shipped problem's rows of another kernel source."""
     lines = read_lines(export)
     if not lines or lines[0].get("kind") != "gpu":
         raise AutotuneError(f"{export}: expected a GPU line first")
@@ -85,21 +102,33 @@ def merge(export: Path, records_dir: Path, *, only: set[ProblemKey] | None = Non
     for suffix, path in files.items():
         contents[suffix] = read_lines(path) if path.exists() else [gpu_line]
         shipped.update((suffix, problem_key(t)) for t in contents[suffix][1:] if t.get("kind") == "trial")
-    added: Counter[str] = Counter()
+    merged = Merged()
+    added = merged.added
+    if replace_stale:
+        exported = {(file_suffix(t), problem_key(t)) for t in trials if only is None or problem_key(t) in only}
+        for suffix, key in exported & shipped:
+            hashes = {t["source_hash"] for t in trials if (file_suffix(t), problem_key(t)) == (suffix, key)}
+            rows = [t for t in contents[suffix][1:] if t.get("kind") == "trial" and problem_key(t) == key]
+            if hashes.isdisjoint(t["source_hash"] for t in rows):
+                contents[suffix] = [
+                    t for t in contents[suffix] if not (t.get("kind") == "trial" and problem_key(t) == key)
+                ]
+                shipped.discard((suffix, key))
+                merged.replaced[files[suffix].name] += len(rows)
     for trial in trials:
         key, suffix = problem_key(trial), file_suffix(trial)
         if (suffix, key) in shipped or (only is not None and key not in only):
             continue
         contents[suffix].append(trial)
         added[files[suffix].name] += 1
-    changed = [suffix for suffix, path in files.items() if added[path.name]]
+    changed = [suffix for suffix, path in files.items() if added[path.name] or merged.replaced[path.name]]
     for suffix in changed:  # every file checked before any is written: a bad line changes none
         text = "".join(json.dumps(line, sort_keys=True, allow_nan=False) + "\n" for line in contents[suffix])
         parse_records(files[suffix], text)
     if write:
         for suffix in changed:
             write_lines(files[suffix], contents[suffix])
-    return added
+    return merged
 
 
 def main(argv: Iterable[str] | None = None) -> int:
@@ -114,19 +143,27 @@ def main(argv: Iterable[str] | None = None) -> int:
         help="keep only the problems this sweep log reports finished (repeatable)",
     )
     parser.add_argument("--records", type=Path, default=db_dir() / "records", help="the shipped records folder")
+    parser.add_argument(
+        "--replace-stale",
+        action="store_true",
+        help="replace a shipped problem's rows where the export measured it with another kernel source",
+    )
     parser.add_argument("--dry-run", action="store_true", help="say what would be added, write nothing")
     args = parser.parse_args(list(argv) if argv is not None else None)
     try:
         only = None
         if args.only_finished:
             only = set().union(*(finished_problems(log.read_text()) for log in args.only_finished))
-        added = merge(args.export, args.records, only=only, write=not args.dry_run)
+        merged = merge(args.export, args.records, only=only, replace_stale=args.replace_stale, write=not args.dry_run)
     except (AutotuneError, OSError, ValueError, KeyError) as exc:
         print(f"merge_records: {exc}", file=sys.stderr)
         return 1
-    for name, count in sorted(added.items()):
-        print(f"{name}: {count} trials {'would be ' if args.dry_run else ''}added")
-    if not added:
+    would = "would be " if args.dry_run else ""
+    for name, count in sorted(merged.replaced.items()):
+        print(f"{name}: {count} stale trials {would}replaced")
+    for name, count in sorted(merged.added.items()):
+        print(f"{name}: {count} trials {would}added")
+    if not merged.added:
         print("nothing new to add")
     return 0
 

@@ -48,7 +48,7 @@ def run(tmp_path: Path) -> dict[str, Any]:
 
 
 def test_new_problems_go_to_the_file_of_their_kind(run: dict[str, Any]) -> None:
-    added = merge_records.merge(run["export"], run["records"])
+    added = merge_records.merge(run["export"], run["records"]).added
     assert dict(added) == {"nvidia-h200-gemv-trans.jsonl": 1, "nvidia-h200-cublas.jsonl": 1}
     shipped = [json.loads(raw) for raw in (run["records"] / "nvidia-h200.jsonl").read_text().splitlines()]
     assert shipped[1]["time_us"] == run["gemv"]["time_us"]  # a shipped problem keeps its rows
@@ -63,7 +63,7 @@ def test_our_trials_join_a_problem_shipped_with_cublas_trials_alone(run: dict[st
     gpu = json.loads(run["export"].read_text().splitlines()[0])
     _write(run["records"] / "nvidia-h200-cublas.jsonl", [gpu, vendor])
     _write(run["export"], [gpu, vendor, ours])
-    assert dict(merge_records.merge(run["export"], run["records"])) == {"nvidia-h200-gemm-nt.jsonl": 1}
+    assert dict(merge_records.merge(run["export"], run["records"]).added) == {"nvidia-h200-gemm-nt.jsonl": 1}
 
 
 def test_only_the_problems_a_sweep_log_finished(run: dict[str, Any], tmp_path: Path) -> None:
@@ -74,8 +74,21 @@ def test_only_the_problems_a_sweep_log_finished(run: dict[str, Any], tmp_path: P
         "best 5.00 us after 3.1 s (40 measured, budget reached)\n"
     )
     only = merge_records.finished_problems(log.read_text())
-    added = merge_records.merge(run["export"], run["records"], only=only)
+    added = merge_records.merge(run["export"], run["records"], only=only).added
     assert dict(added) == {"nvidia-h200-gemv-trans.jsonl": 1}
+
+
+def test_a_stale_problem_is_replaced_and_a_current_one_kept(run: dict[str, Any]) -> None:
+    gpu, gemv = json.loads(run["export"].read_text().splitlines()[0]), run["gemv"]
+    resized = {**gemv, "m": gemv["m"] + 1}  # another shipped problem, its rows of today's source
+    _write(run["records"] / "nvidia-h200.jsonl", [gpu, gemv, resized])
+    edited = {**gemv, "source_hash": "0123456789abcdef", "time_us": 0.5}  # re-tuned after a kernel edit
+    _write(run["export"], [gpu, edited, {**resized, "time_us": 0.25}])
+    assert dict(merge_records.merge(run["export"], run["records"]).added) == {}  # without the option
+    merged = merge_records.merge(run["export"], run["records"], replace_stale=True)
+    assert dict(merged.added) == dict(merged.replaced) == {"nvidia-h200.jsonl": 1}
+    lines = [json.loads(raw) for raw in (run["records"] / "nvidia-h200.jsonl").read_text().splitlines()]
+    assert lines == [gpu, resized, edited]
 
 
 def test_a_damaged_export_writes_nothing(run: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
