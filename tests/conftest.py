@@ -1,7 +1,8 @@
 """Shared test setup: GPU tests (marker `gpu`) skip cleanly where there is no GPU or no PyCUDA (those
 marked `gpu(driver=True)` need the CUDA driver only, as the launch path does); one
-kernel cache serves the whole run, and what the tests marked `nvcc` compile is built in the
-background while the other tests run (tests/nvcc.py)."""
+kernel cache serves the whole run, what the tests marked `nvcc` compile is built in the
+background while the other tests run (tests/nvcc.py), and the shipped records are imported once
+into each kind of new database, then copied (tests/shipped_copies.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from autotune.core.fingerprint import nvcc_version
-from autotune.store import Store, open_store
-from tests import nvcc
+from autotune.store import Store, open_store, records
+from tests import nvcc, shipped_copies
 
 # The run's kernel cache (AUTOTUNE_CACHE_DIR of every test): cubins/ and nvcc-runs/.
 KERNELS = Path(tempfile.mkdtemp(prefix="autotune-test-kernels-"))
@@ -91,6 +92,15 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     nvcc.stop_background()
     shutil.rmtree(KERNELS, ignore_errors=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shipped_records_copied() -> Iterator[None]:
+    """The shipped records imported once per run into each kind of new database, then copied
+    (tests/shipped_copies.py): dozens of tests import them, about a second each."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(records, "import_shipped", shipped_copies.wrap(records.import_shipped))
+        yield
 
 
 @pytest.fixture(autouse=True)

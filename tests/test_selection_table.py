@@ -360,12 +360,17 @@ def test_nvcc_version_is_read_from_the_toolkit_without_running_nvcc(
     nvcc.write_text("#!/bin/sh\nexit 3\n")  # running it would give no version
     nvcc.chmod(0o755)
     (toolkit / "version.json").write_text(json.dumps({"cuda_nvcc": {"name": "CUDA NVCC", "version": "12.8.93"}}))
-    monkeypatch.setenv("PATH", str(toolkit / "bin"))
-    fingerprint.nvcc_version.cache_clear()
     try:
-        assert fingerprint.nvcc_version() == "12.8.93" and fingerprint.cuda_release() == "12.8"
+        with monkeypatch.context() as patched:
+            patched.setenv("PATH", str(toolkit / "bin"))
+            fingerprint.nvcc_version.cache_clear()
+            assert fingerprint.nvcc_version() == "12.8.93" and fingerprint.cuda_release() == "12.8"
     finally:
+        # Taken again on the real PATH, as conftest.py took it: it is part of every cubin's cache key,
+        # and left unset a later test with a fake nvcc first on PATH would set it, missing every cubin
+        # the background compiled for the tests marked `nvcc`.
         fingerprint.nvcc_version.cache_clear()
+        fingerprint.nvcc_version()
 
 
 def test_the_driver_version_is_read_as_nvidia_smi_shows_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
