@@ -50,6 +50,14 @@ for name in "$@"; do
         step "sweep-shapes $op"
         sweep sweep-shapes-$op 6 --op "$op" --shapes /tmp/shapes.txt --trials "$TRIALS" ${PATIENCE:+--patience $PATIENCE}
       done ;;
+    sweep-stale)
+      # After a kernel edit: every stored problem (the shipped records included) without a measurement
+      # of today's kernel source, re-tuned, for OPS (default: all six). Then `export`, and on the
+      # development machine `scripts/merge_records.py records.jsonl --replace-stale`.
+      for op in ${OPS:-sgemv hgemv bgemv sgemm hgemm bgemm}; do
+        step "sweep-stale $op"
+        sweep sweep-stale-$op 40 --op "$op" --stale --trials "${GEMM_TRIALS:-40}" ${PATIENCE:+--patience $PATIENCE}
+      done ;;
     confirm)
       # A budget the shipped records already fill: nothing new is tuned, each problem's leaders are
       # measured again on this machine's fresh buffers (autotune/tune/confirm.py).
