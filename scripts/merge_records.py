@@ -103,18 +103,20 @@ def merge(
         contents[suffix] = read_lines(path) if path.exists() else [gpu_line]
         shipped.update((suffix, problem_key(t)) for t in contents[suffix][1:] if t.get("kind") == "trial")
     merged = Merged()
-    added = merged.added
     if replace_stale:
-        exported = {(file_suffix(t), problem_key(t)) for t in trials if only is None or problem_key(t) in only}
-        for suffix, key in exported & shipped:
-            hashes = {t["source_hash"] for t in trials if (file_suffix(t), problem_key(t)) == (suffix, key)}
+        exported: dict[tuple[str, ProblemKey], set[str]] = {}  # the kernel sources each problem was measured with
+        for t in trials:
+            if only is None or problem_key(t) in only:
+                exported.setdefault((file_suffix(t), problem_key(t)), set()).add(t["source_hash"])
+        for suffix, key in exported.keys() & shipped:
             rows = [t for t in contents[suffix][1:] if t.get("kind") == "trial" and problem_key(t) == key]
-            if hashes.isdisjoint(t["source_hash"] for t in rows):
+            if exported[suffix, key].isdisjoint(t["source_hash"] for t in rows):
                 contents[suffix] = [
                     t for t in contents[suffix] if not (t.get("kind") == "trial" and problem_key(t) == key)
                 ]
                 shipped.discard((suffix, key))
                 merged.replaced[files[suffix].name] += len(rows)
+    added = merged.added
     for trial in trials:
         key, suffix = problem_key(trial), file_suffix(trial)
         if (suffix, key) in shipped or (only is not None and key not in only):

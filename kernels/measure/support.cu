@@ -118,8 +118,9 @@ __device__ void at_gemm_reference(const T* A, const T* B, double* out, double* a
 // an element fails when it is not finite or |got - want| > unit * |want| + acc_tol * scale + abs_floor,
 // with scale = |alpha| absref + |beta| |c0|. abs_floor is the spacing of T's subnormals: a result
 // that small (float16 below 6.1e-5, say the product of two small inputs where the sum has one term)
-// is stored with up to half of it as absolute error however it was computed, far above unit * |want|. result: [0] failures, [1] the worst (error / tolerance as
-// float bits << 32 | index), [2] sum of (got - ref)^2 and [3] sum of ref^2, as double bits.
+// is stored with up to half of it as absolute error however it was computed, far above unit * |want|.
+// result: [0] failures, [1] the worst (error / tolerance as float bits << 32 | index), [2] sum of
+// (got - ref)^2 and [3] sum of ref^2, as double bits.
 template <typename T>
 __device__ void at_compare(const T* got, const double* ref, const double* absref, const T* c0, double alpha,
                            double beta, unsigned long long n, double unit, double acc_tol, double abs_floor,
