@@ -5,10 +5,17 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 
 def _reply(out: dict[str, object]) -> None:
     sys.stdout.write(json.dumps(out) + "\n")
+    sys.stdout.flush()
+
+
+def _reply_nested(request_id: int) -> None:
+    # 0.8 MB of brackets, under the client's line limit: enough to exhaust a recursive parser.
+    sys.stdout.write(f'{{"id": {request_id}, "result": ' + "[" * 400_000 + "]" * 400_000 + "}\n")
     sys.stdout.flush()
 
 
@@ -44,6 +51,17 @@ def _measure(mode: str, request_id: int, config: dict[str, int]) -> None:
         _reply({"id": request_id, "result": good, "error": "both"})
     elif mode == "future-id":
         _reply({"id": request_id + 1, "result": good})
+    elif mode == "deep":
+        _reply_nested(request_id)
+    elif mode == "close-stdout":  # alive, but no reply can ever come
+        os.close(sys.stdout.fileno())
+        time.sleep(60)
+    elif mode == "bad-samples":
+        _reply({"id": request_id, "result": {**good, "times_us": [float("nan"), float("inf"), -1.0]}})
+    elif mode == "zero-samples":
+        _reply({"id": request_id, "result": {**good, "times_us": [-5.0, 0.0]}})
+    elif mode == "tiny-time":
+        _reply({"id": request_id, "result": {**good, "time_us": 1e-200, "times_us": []}})
     elif mode == "extra":  # every answer sent twice: the second copy must not be taken for the next
         _reply({"id": request_id, "result": good})
         _reply({"id": request_id, "result": {**good, "time_us": 999.0}})
@@ -53,9 +71,13 @@ def _measure(mode: str, request_id: int, config: dict[str, int]) -> None:
 
 def main() -> None:
     mode = sys.argv[1]
+    if mode == "deaf":  # never reads a request: a large one fills the pipe and blocks its writer
+        time.sleep(60)
     for line in sys.stdin:
         request = json.loads(line)
-        if request["cmd"] == "measure":
+        if request["cmd"] == "hello" and mode == "deep":
+            _reply_nested(request["id"])
+        elif request["cmd"] == "measure":
             _measure(mode, request["id"], request["config"])
         elif request["cmd"] == "setup" and mode == "setup-dies":
             os._exit(5)

@@ -6,6 +6,7 @@ import io
 import json
 import os
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,15 @@ import pytest
 
 from autotune.core.errors import AutotuneError
 from autotune.core.outcome import Status
-from autotune.measure.worker.client import SetupLost, Worker, WorkerLost, outcome_from_reply, worker_command
+from autotune.measure.worker.client import (
+    EXIT_GRACE_S,
+    SetupLost,
+    Worker,
+    WorkerLost,
+    outcome_from_reply,
+    worker_command,
+)
+from autotune.measure.worker.replies import parse_envelope
 from autotune.measure.worker.server import serve
 
 MISBEHAVING = Path(__file__).with_name("misbehaving_worker.py")
@@ -97,6 +106,9 @@ BROKEN = [
     "extra-key",
     "result-and-error",
     "future-id",
+    "deep",
+    "bad-samples",
+    "zero-samples",
 ]
 
 
@@ -127,6 +139,64 @@ def test_an_extra_reply_never_shifts_a_result_onto_the_next_config() -> None:
 def test_a_malformed_hello_is_a_one_line_error() -> None:
     with _misbehaving("fine") as worker, pytest.raises(AutotuneError, match="hello is malformed"):
         worker.hello()
+
+
+def test_a_deeply_nested_hello_is_a_one_line_error() -> None:
+    with _misbehaving("deep") as worker, pytest.raises(AutotuneError, match="nested deeper than") as error:
+        worker.hello()
+    assert "\n" not in str(error.value) and not worker.alive
+
+
+def test_brackets_inside_a_text_are_no_nesting() -> None:
+    line = json.dumps({"id": 3, "error": '[[[[[[{{{{"\\' * 100}) + "\n"
+    assert parse_envelope(line, 3) == json.loads(line)
+
+
+@pytest.mark.parametrize(
+    ("mode", "sample"), [("bad-samples", "times_us[0] is 'nan'"), ("zero-samples", "times_us[0] is '-5.0'")]
+)
+def test_an_implausible_sample_is_never_an_ok_time(mode: str, sample: str) -> None:
+    with _misbehaving(mode) as worker:
+        outcome = worker.measure(Path("k.cubin"), "k", {"x": 3})
+    assert outcome.status is Status.CRASHED and sample in outcome.message and outcome.time_us is None
+
+
+def test_a_time_below_the_floor_is_a_wrong_result() -> None:
+    with _misbehaving("tiny-time") as worker:
+        outcome = worker.measure(Path("k.cubin"), "k", {"x": 3})
+    assert outcome.status is Status.WRONG_RESULT and outcome.time_us is None, outcome
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_a_worker_that_closes_its_output_and_lives_on_is_killed_in_bounded_time() -> None:
+    with _misbehaving("close-stdout", measure_timeout=5) as worker:
+        worker.ready()
+        pid = worker.pid
+        assert pid is not None
+        start = time.monotonic()
+        outcome = worker.measure(Path("k.cubin"), "k", {"x": 3})
+        assert time.monotonic() - start < 5 + EXIT_GRACE_S
+        assert outcome.status is Status.CRASHED and "did not exit" in outcome.message, outcome
+        assert _gone(pid)
+
+
+def test_a_worker_that_stops_reading_is_killed_at_the_deadline() -> None:
+    with _misbehaving("deaf") as worker:
+        worker.ready()
+        pid = worker.pid
+        assert pid is not None
+        start = time.monotonic()
+        with pytest.raises(WorkerLost, match="did not read its request") as lost:
+            worker.request("ping", 1.0, blob="x" * (1 << 20))  # far more than a pipe holds
+        assert time.monotonic() - start < 1.0 + EXIT_GRACE_S
+        assert lost.value.status is Status.TIMEOUT and _gone(pid)
 
 
 def test_a_failed_setup_replay_raises_setup_lost_instead_of_charging_the_config() -> None:

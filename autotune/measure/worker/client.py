@@ -41,6 +41,10 @@ SETUP_TIMEOUT_S = 300.0
 # up (the OOM killer, a user, the fault drill) is not a problem that cannot be set up.
 SETUP_ATTEMPTS = 3
 MEASURE_TIMEOUT_S = 60.0
+# How long a worker whose output has ended gets to exit: a dying process exits at once, one that
+# closed its output and lives on would otherwise be waited for without end. Also how long a killed
+# worker is waited for before it is left to the system (one stuck in the GPU driver may not die).
+EXIT_GRACE_S = 2.0
 
 
 log = logging.getLogger(__name__)
@@ -65,6 +69,16 @@ def _pump(stream: IO[str], sink: queue.Queue[str | None]) -> None:
     while line := stream.readline(MAX_REPLY_CHARS):
         sink.put(line)
     sink.put(None)  # end of stream: the process is gone
+
+
+def _kill(process: subprocess.Popen[str]) -> None:
+    """Kill `process` and reap it, waiting a bounded time: one stuck in the kernel (a GPU driver
+    call) may not die at once, and the sweep goes on without it."""
+    process.kill()
+    try:
+        process.wait(timeout=EXIT_GRACE_S)
+    except subprocess.TimeoutExpired:
+        log.warning("worker %d did not exit within %g s of being killed; left behind", process.pid, EXIT_GRACE_S)
 
 
 def worker_command(device: int) -> list[str]:
@@ -128,19 +142,17 @@ class Worker:
 
     def kill(self) -> None:
         if self._process is not None:
-            self._process.kill()
-            self._process.wait()
+            _kill(self._process)
             self._process = None
 
     def close(self) -> None:
         if self._process is not None:
-            if self._process.stdin:
-                self._process.stdin.close()
             try:
+                if self._process.stdin:
+                    self._process.stdin.close()
                 self._process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
+            except (OSError, subprocess.TimeoutExpired):
+                _kill(self._process)
             self._process = None
 
     def __enter__(self) -> Worker:
@@ -198,23 +210,53 @@ class Worker:
             self.kill()
             raise WorkerLost(Status.TIMEOUT, f"no answer within {timeout:g} s; worker killed") from None
         if line is None:
-            code = self._process.wait()
-            self._process = None
-            raise WorkerLost(Status.CRASHED, f"worker died (exit {code}) {self._stderr_tail()}".strip())
+            raise self._output_ended()
         if not line.endswith("\n"):
             raise self._broken(f"a reply cut off after {len(line)} characters")
         return line
 
+    def _output_ended(self) -> WorkerLost:
+        """The worker's output ended: it died, or it closed its output and lives on, which no
+        reply can come from; that one is killed."""
+        assert self._process is not None
+        try:
+            code = self._process.wait(timeout=EXIT_GRACE_S)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return WorkerLost(Status.CRASHED, "the worker closed its output but did not exit; worker killed")
+        self._process = None
+        return WorkerLost(Status.CRASHED, f"worker died (exit {code}) {self._stderr_tail()}".strip())
+
+    def _write(self, request: dict[str, Any], timeout: float) -> None:
+        """Send one request line. A worker that stops reading its input fills the pipe and the write
+        blocks: past `timeout` it is killed, which ends the write."""
+        process = self._process
+        assert process is not None and process.stdin is not None
+        stuck = threading.Event()
+
+        def stop() -> None:
+            stuck.set()
+            process.kill()
+
+        watchdog = threading.Timer(timeout, stop)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            process.stdin.write(json.dumps(request) + "\n")
+            process.stdin.flush()
+        except OSError:
+            pass  # it died (BrokenPipeError), or was killed here; either is reported below
+        finally:
+            watchdog.cancel()
+        if stuck.is_set():
+            self.kill()
+            raise WorkerLost(Status.TIMEOUT, f"the worker did not read its request within {timeout:g} s; worker killed")
+
     def _send(self, request: dict[str, Any], timeout: float) -> dict[str, Any]:
-        assert self._process is not None and self._process.stdin is not None
         request_id = next(self._ids)
         request["id"] = request_id
-        try:
-            self._process.stdin.write(json.dumps(request) + "\n")
-            self._process.stdin.flush()
-        except (BrokenPipeError, OSError):
-            pass  # it died; the reader reports that below
         deadline = time.monotonic() + timeout
+        self._write(request, timeout)
         reply = None
         while reply is None:  # replies to earlier requests are skipped: ids tie each answer to its request
             line = self._next_line(deadline, timeout)
