@@ -233,3 +233,28 @@ def test_rows_an_older_autotune_let_in_are_not_handed_out(run: Cli, tmp_path: Pa
         assert all(
             "passwd" not in json.dumps(t.config) for t in store.leaders(pid, store.trials(pid)[0].source_hash, 5)
         )
+
+
+@pytest.mark.parametrize(
+    ("column", "text"),
+    [("config", '{"block": #28, "lanes": 128}'), ("config", "not json at all"), ("times_us", "[4.0, 4.")],
+)
+def test_a_row_whose_json_is_damaged_is_skipped(run: Cli, tmp_path: Path, column: str, text: str) -> None:
+    # SQLite keeps JSON as text and checks nothing: a byte changed in the file passes integrity_check.
+    db = tuned_db(tmp_path / "tuned.db")
+    with sqlite3.connect(db) as connection:
+        connection.execute(f"UPDATE trials SET {column} = ? WHERE time_us = 4.0", (text,))
+        assert connection.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    connection.close()
+    shape = ["--m", "4096", "--n", "8192", "--gpu", "h200", "--db", str(db)]
+    listed = run("list", "--db", str(db))
+    assert listed.code == 0 and "9.00" in listed.out and "4.00" not in listed.out, listed
+    _answers(run("best", *shape), "measured 9.00 us")  # the damaged 4 us row is skipped, not chosen
+    shown = run("show", *shape)
+    assert shown.code == 0 and "9.00" in shown.out and "4.00" not in shown.out, shown
+    for fmt in ("jsonl", "csv"):
+        exported = run("export", "-o", str(tmp_path / f"out.{fmt}"), "--format", fmt, "--db", str(db))
+        assert exported.code == 0, exported
+        assert "#28" not in (tmp_path / f"out.{fmt}").read_text()
+    reported = run("report", "-o", str(tmp_path / "r.html"), "--db", str(db))
+    assert reported.code == 0 and "Traceback" not in reported.text, reported

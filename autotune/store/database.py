@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
 from alembic import command
 from alembic.config import Config
@@ -92,8 +94,19 @@ def _on_sqlite_begin(connection: Connection) -> None:
     connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
+def _lenient_json(text: str) -> Any:
+    """A JSON column's value, or None where the stored text is not JSON (a byte changed in the file,
+    a row written straight in): SQLite keeps JSON as text and checks nothing. None is no config and
+    no list of times, so the row checks (rows.usable) skip the row instead of the whole command
+    failing on it; on PostgreSQL the server checks JSON, so this never happens there."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
 def make_engine(url: str, *, read_only: bool = False) -> Engine:
-    engine = create_engine(url)
+    engine = create_engine(url, json_deserializer=_lenient_json)
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", lambda connection, _record: sqlite.on_connect(connection, read_only=read_only))
         event.listen(engine, "begin", _on_sqlite_begin)

@@ -149,8 +149,15 @@ def usable(trial: orm.Trial | None, problem: orm.Problem | None = None) -> bool:
         return False
     if trial is None:
         return True
-    config = trial.config
-    return isinstance(config, dict) and all(isinstance(k, str) and type(v) is int for k, v in config.items())
+    return readable(trial) and all(isinstance(k, str) and type(v) is int for k, v in trial.config.items())
+
+
+def readable(trial: orm.Trial) -> bool:
+    """Whether the row's JSON columns hold a config object and a list of times. Stored text that is
+    not JSON (a byte changed in a SQLite file) reads as None (database._lenient_json): the damaged
+    row is skipped, as a foreign row is, instead of failing every command that reads it."""
+    times = trial.times_us
+    return isinstance(trial.config, dict) and isinstance(times, list) and all(type(t) in (int, float) for t in times)
 
 
 def trial_row(trial: orm.Trial) -> TrialRow:

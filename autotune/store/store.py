@@ -45,6 +45,7 @@ from autotune.store.rows import (
     as_utc,
     best_row,
     gpu_row,
+    readable,
     trial_row,
     usable,
 )
@@ -387,7 +388,7 @@ class Store:
         """All trials of a problem, best first: OK ones by time, then the rest in the order they ran."""
         with self.db.session_scope() as session:
             found = session.scalars(select(orm.Trial).where(orm.Trial.problem_id == problem_id))
-            rows = [trial_row(t) for t in found]
+            rows = [trial_row(t) for t in found if readable(t)]
         return sorted(rows, key=_best_first)
 
     def selection_rows(self, per_source: int) -> SelectionRows:
