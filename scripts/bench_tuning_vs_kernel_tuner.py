@@ -1016,13 +1016,16 @@ def _retime_shape(
 
 def gather_cubins(work: Path, into: Path) -> None:
     """The cubins autotune's runs compiled, into the re-timing's kernel cache (same keys): what a run
-    built is not built again."""
+    built is not built again. Each goes with its digest file, without which the cache rebuilds it."""
+    from autotune.build.compiler import digest_path
+
     into.mkdir(parents=True, exist_ok=True)
     for cubin in work.glob("*/cache/cubins/*/*.cubin"):
         target = into / cubin.parent.name / cubin.name
         if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
             with contextlib.suppress(OSError):
+                shutil.copyfile(digest_path(cubin), digest_path(target))
                 shutil.copyfile(cubin, target)
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import shutil
+import struct
 import threading
 from pathlib import Path
 
@@ -142,6 +144,65 @@ def test_one_kernel_compiled_by_two_threads_at_once(tmp_path: Path, monkeypatch:
     assert all(r.ok and not r.cached for r in results)
     assert results[0].cubin == results[1].cubin and results[0].cubin is not None and results[0].cubin.is_file()
     assert not list(tmp_path.rglob("*.tmp*"))
+
+
+def _text_section(cubin: bytes) -> tuple[int, int]:
+    """(offset, size) of the kernel's code: the first section named .text.*."""
+    (shoff,) = struct.unpack_from("<Q", cubin, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
+    (names,) = struct.unpack_from("<Q", cubin, shoff + shstrndx * shentsize + 0x18)
+    for index in range(shnum):
+        header = shoff + index * shentsize
+        (name_at,) = struct.unpack_from("<I", cubin, header)
+        offset, size = struct.unpack_from("<QQ", cubin, header + 0x18)
+        if cubin[names + name_at :].split(b"\0")[0].startswith(b".text."):
+            return offset, size
+    raise AssertionError("no .text section")
+
+
+def test_a_cubin_damaged_inside_its_code_is_rebuilt_not_served(tmp_path: Path) -> None:
+    first = compile_kernel(TINY, tmp_path)
+    assert first.cubin is not None, first.message
+    data = bytearray(first.cubin.read_bytes())
+    offset, size = _text_section(bytes(data))
+    damage = slice(offset + size // 4, offset + size // 4 + min(64, size // 2))
+    data[damage] = b"\xff" * (damage.stop - damage.start)
+    first.cubin.write_bytes(bytes(data))
+    assert compiler.cubin_is_sound(first.cubin)  # the ELF is whole: only the digest sees the damage
+    again = compile_kernel(TINY, tmp_path)
+    assert again.ok and not again.cached and again.cubin == first.cubin
+    assert first.cubin.read_bytes()[damage] != bytes(data[damage])
+    assert compile_kernel(TINY, tmp_path).cached
+
+
+def test_a_cubin_without_its_digest_is_rebuilt_once(tmp_path: Path) -> None:
+    first = compile_kernel(TINY, tmp_path)
+    assert first.cubin is not None, first.message
+    compiler.digest_path(first.cubin).unlink()  # as an older autotune left its cache
+    assert not compile_kernel(TINY, tmp_path).cached
+    assert compiler.digest_path(first.cubin).is_file() and compile_kernel(TINY, tmp_path).cached
+
+
+def test_a_cached_cubin_is_hashed_once_per_process_while_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cubin = compile_kernel(TINY, tmp_path).cubin
+    assert cubin is not None
+    compiler._CHECKED.clear()
+    hashes: list[int] = []
+    real = hashlib.sha256
+
+    def counted(data: bytes = b"") -> hashlib._Hash:
+        hashes.append(len(data))
+        return real(data)
+
+    monkeypatch.setattr(compiler.hashlib, "sha256", counted)
+    assert compiler.cached_cubin_is_whole(cubin) and compiler.cached_cubin_is_whole(cubin)
+    assert len(hashes) == 1
+    data = bytearray(cubin.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    cubin.write_bytes(bytes(data))  # changed in place: checked again, and refused
+    assert not compiler.cached_cubin_is_whole(cubin) and len(hashes) == 2
 
 
 def test_compile_error_keeps_the_command_line(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ an external process, so a thread pool keeps every core busy without pickling any
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
 import stat
@@ -27,6 +28,8 @@ from autotune.core.paths import cache_home, kernels_dir
 
 NVCC_OPTIONS = ("-O3", "-lineinfo")
 COMPILE_TIMEOUT_S = 300
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -99,20 +102,68 @@ def cubin_is_sound(path: Path) -> bool:
     """Whether `path` is a regular file (not a link) holding a whole CUDA ELF: its header, and its
     section and program header tables and every section's bytes inside the file. A truncated copy
     (nvcc puts the program headers last) or garbage fails; the cache then rebuilds it."""
+    read = _read_regular(path)
+    return read is not None and _elf_is_whole(read[0])
+
+
+def _read_regular(path: Path, limit: int = -1) -> tuple[bytes, os.stat_result] | None:
+    """The bytes (at most `limit`) and the status of `path` where it is a regular file, not a link."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except OSError:
-        return False
+        return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return False
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            return None
         with os.fdopen(fd, "rb", closefd=False) as handle:
-            data = handle.read()
+            return handle.read(limit), status
     except OSError:
-        return False
+        return None
     finally:
         os.close(fd)
-    return _elf_is_whole(data)
+
+
+# The cache keeps each cubin's SHA-256 beside it (<key>.cubin.sha256), written when it is published:
+# the ELF check sees a cut or a garbage file, the digest any byte changed inside a section. A cubin
+# whose digest is missing (a cache of an older autotune) or differs is rebuilt.
+DIGEST_SUFFIX = ".sha256"
+# Cubins of this process already checked, by path, with the file status they were checked at: the
+# launch path pays for one hash per file and process, however often it asks.
+_CHECKED: dict[str, tuple[int, int, int, int, int]] = {}
+
+
+def digest_path(cubin: Path) -> Path:
+    return cubin.with_name(cubin.name + DIGEST_SUFFIX)
+
+
+def _identity(status: os.stat_result) -> tuple[int, int, int, int, int]:
+    return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
+
+
+def cached_cubin_is_whole(cubin: Path) -> bool:
+    """Whether the cache's `cubin` is sound and its bytes are the ones published (its digest file
+    agrees). Checked once per process while the file stays the same one, unchanged."""
+    try:
+        if _CHECKED.get(str(cubin)) == _identity(os.lstat(cubin)):
+            return True
+    except OSError:
+        return False
+    read = _read_regular(cubin)
+    if read is None:
+        return False
+    data, status = read
+    recorded = _read_regular(digest_path(cubin), limit=128)
+    whole = (
+        recorded is not None
+        and _elf_is_whole(data)
+        and recorded[0].decode("ascii", "replace").strip() == hashlib.sha256(data).hexdigest()
+    )
+    if whole:
+        _CHECKED[str(cubin)] = _identity(status)
+    elif data:
+        log.debug("the cached kernel %s does not match its recorded digest (or has none): rebuilt", cubin)
+    return whole
 
 
 def _elf_is_whole(data: bytes) -> bool:
@@ -145,7 +196,7 @@ def compile_kernel(job: CompileJob, cache_dir: Path | None = None, *, owner: obj
     folder = cache_dir or cubin_cache_dir()
     key = cache_key(job)
     target = folder / key[:2] / f"{key}.cubin"
-    if cubin_is_sound(target):
+    if cached_cubin_is_whole(target):
         return CompileResult(job, target, "", time.perf_counter() - start, cached=True)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -194,7 +245,14 @@ def _stage(data: bytes, folder: Path, key: str) -> str:
 
 def _publish(data: bytes, target: Path, key: str) -> None:
     """Atomic publish: a reader sees either no file or the whole cubin, even across processes.
-    Whatever else stands at the target (a folder, a link, a damaged cubin) is replaced."""
+    Whatever else stands at the target (a folder, a link, a damaged cubin) is replaced. The digest
+    goes first: a reader between the two renames sees a digest that does not match and rebuilds,
+    never an unchecked cubin."""
+    _replace(hashlib.sha256(data).hexdigest().encode() + b"\n", digest_path(target), key)
+    _replace(data, target, key)
+
+
+def _replace(data: bytes, target: Path, key: str) -> None:
     staged = _stage(data, target.parent, key)
     try:
         try:
