@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import sqlite3
 import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -155,3 +158,71 @@ def test_a_final_row_measured_again_keeps_its_outcome_until_replaced(db_path: Pa
         again = c.start_trial(where(c), {"cfg": 1})
         c.finish_trial(again, Outcome(Status.OK, time_us=4.2))
     assert rows(db_path) == {first: ('{"cfg":1}', "ok", 4.2)}
+
+
+# --- pid spaces: containers with host networking share the host name, not their pids ------------
+
+
+def test_an_owner_of_another_pid_namespace_or_boot_falls_under_the_lease(live_pid: int) -> None:
+    me = owners.this_process()
+    hostname, here = me.hostname, owners.this_space()
+    assert me.host == here
+    if os.path.exists("/proc/self/ns/pid"):  # Linux: the owner names its pid namespace
+        assert here.endswith("/" + os.readlink("/proc/self/ns/pid")[len("pid:[") : -1])
+    start = owners._start_time(live_pid) or "-"
+    now = utcnow()
+    for space in (
+        owners.pid_space(hostname, "another-boot", "4026531836"),
+        owners.pid_space(hostname, here.split("/")[1] if "/" in here else "-", "4026599999"),
+        hostname,  # written before the boot and namespace were recorded: nothing to compare
+    ):
+        if space == here:
+            continue  # a platform that tells neither: the bare host name is this space
+        # A dead pid of that space, and a live pid of ours that may be another program there.
+        for pid in (live_pid, 2**22 + 1):
+            owner = f"{space} {pid} {start} t"
+            assert not owners.gone_here(owner), owner
+            assert not owners.is_gone(owner, now - timedelta(minutes=5), now), owner
+            assert owners.is_gone(owner, now - owners.LEASE - timedelta(minutes=1), now), owner
+    assert owners.gone_here(f"{here} {2**22 + 1} {start} t")  # no such pid here: gone at once
+
+
+def _can_unshare_pid() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "-p", "-f", "--mount-proc", "true"], capture_output=True, check=False)
+    return probe.returncode == 0
+
+
+# Starts one trial in the database given, says so, and finishes it once its stdin closes.
+_TRIAL_IN_ANOTHER_NAMESPACE = """
+import sys
+from autotune.core.outcome import Outcome, Status
+from autotune.store import open_store
+from tests.test_store_owner import where
+with open_store(sys.argv[1], import_shipped=False) as store:
+    trial = store.start_trial(where(store), {"cfg": 1})
+    print(trial, flush=True)
+    sys.stdin.read()
+    store.finish_trial(trial, Outcome(Status.OK, time_us=3.0))
+"""
+
+
+@pytest.mark.skipif(not _can_unshare_pid(), reason="no permission to make a pid namespace (unshare -p)")
+def test_a_live_trial_in_another_pid_namespace_is_not_dropped(db_path: Path) -> None:
+    open_store(str(db_path), import_shipped=False).close()
+    root = Path(__file__).parents[1]
+    command = ["unshare", "-p", "-f", "--mount-proc", sys.executable, "-c", _TRIAL_IN_ANOTHER_NAMESPACE, str(db_path)]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=root)
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        trial = int(child.stdout.readline())
+        with open_store(str(db_path), import_shipped=False) as other:
+            assert other.drop_unfinished() == 0  # its pid means nothing here: only the lease could
+        child.stdin.close()
+        assert child.wait(timeout=30) == 0
+    finally:
+        child.kill()
+        child.wait()
+    assert rows(db_path)[trial] == ('{"cfg":1}', "ok", 3.0)

@@ -49,8 +49,42 @@ def _alive(pid: int) -> bool:
     return not (fields and fields[0] in ("Z", "X"))
 
 
+def _first_line(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii", errors="replace") as file:
+            return file.readline().strip() or None
+    except OSError:
+        return None
+
+
+def _pid_namespace() -> str | None:
+    """The inode of this process's pid namespace (Linux), "4026531836" for the host's own."""
+    try:
+        link = os.readlink("/proc/self/ns/pid")  # "pid:[4026531836]"
+    except OSError:
+        return None
+    return link[link.find("[") + 1 : link.rfind("]")] or None
+
+
+def pid_space(hostname: str, boot_id: str | None, namespace: str | None) -> str:
+    """The name of the space this process's pid means something in: the host name, and where
+    Linux tells them, the boot and the pid namespace. Containers with host networking share the host
+    name but not their pids, and a reboot reuses pids: a pid of another space proves nothing here."""
+    if boot_id is None and namespace is None:
+        return hostname
+    return f"{hostname}/{boot_id or '-'}/{namespace or '-'}"
+
+
+def this_space() -> str:
+    hostname = socket.gethostname() or "-"
+    return pid_space(hostname, _first_line("/proc/sys/kernel/random/boot_id"), _pid_namespace())
+
+
 @dataclass(frozen=True)
 class Owner:
+    # this_space(): "host/boot-id/pid-namespace", or the bare host name where those are unknown.
+    # Rows written before the boot and namespace were recorded hold the bare host name; they count as
+    # of another space, which only their lease can tell gone.
     host: str
     pid: int
     started: str  # "-" where the platform does not tell
@@ -58,6 +92,10 @@ class Owner:
 
     def text(self) -> str:
         return f"{self.host} {self.pid} {self.started} {self.token}"
+
+    @property
+    def hostname(self) -> str:
+        return self.host.split("/", 1)[0]
 
     @classmethod
     def parse(cls, text: str | None) -> Owner | None:
@@ -70,7 +108,7 @@ class Owner:
 def this_process() -> Owner:
     """A new owner identity for this process (a fresh token each call), live until release()."""
     pid = os.getpid()
-    owner = Owner(socket.gethostname() or "-", pid, _start_time(pid) or "-", uuid.uuid4().hex[:12])
+    owner = Owner(this_space(), pid, _start_time(pid) or "-", uuid.uuid4().hex[:12])
     _OPEN_TOKENS.add(owner.token)
     return owner
 
@@ -81,23 +119,23 @@ def release(owner: Owner) -> None:
 
 
 def is_gone(owner_text: str | None, started_at: datetime, now: datetime) -> bool:
-    """Whether the process that owns a running row is provably gone: on this host its pid is not
-    running or runs another program (a different start time); elsewhere its lease has run out. A row
-    with no owner (written before owners were recorded) counts as gone."""
+    """Whether the process that owns a running row is provably gone: in this pid space (this_space())
+    its pid is not running or runs another program (a different start time); elsewhere its lease has
+    run out. A row with no owner (written before owners were recorded) counts as gone."""
     owner = Owner.parse(owner_text)
-    if owner is not None and owner.host != (socket.gethostname() or "-"):
+    if owner is not None and owner.host != this_space():
         return now - started_at > LEASE
     return gone_here(owner_text)
 
 
 def gone_here(owner_text: str | None) -> bool:
-    """Whether the owner is provably gone on this host: no owner at all, or a process of this host
-    that ended (or whose pid now runs another program). An owner on another host never is: only
-    the lease the row carries can tell that it died."""
+    """Whether the owner is provably gone here: no owner at all, or a process of this pid space
+    (this host, boot and pid namespace) that ended (or whose pid now runs another program). An owner
+    of another host, boot or container never is: only the lease the row carries can tell it died."""
     owner = Owner.parse(owner_text)
     if owner is None:
         return True
-    if owner.host != (socket.gethostname() or "-"):
+    if owner.host != this_space():
         return False
     if owner.pid == os.getpid() and owner.started == (_start_time(owner.pid) or "-"):
         return owner.token not in _OPEN_TOKENS

@@ -1,7 +1,8 @@
 """The queue of problems to tune, shared through the database by every machine of a fleet.
 
 A machine claims one problem at a time for a lease it renews while it tunes; a claim whose lease ran
-out (its machine died) or whose owner is provably gone on this host is taken over by the next claim.
+out (its machine died) or whose owner is provably gone on this host (in the same boot and pid
+namespace: autotune/store/owner.py) is taken over by the next claim.
 PostgreSQL locks the rows a claim looks at with `FOR UPDATE SKIP LOCKED`, so two machines never
 claim the same row; SQLite's write transactions take the database's write lock up front, which
 serializes claims just the same."""
@@ -222,4 +223,4 @@ def rows(session: Session, gpu_name: str | None = None) -> list[QueueRow]:
 
 def _host_and_pid(owner_text: str | None) -> str | None:
     owner = owners.Owner.parse(owner_text)
-    return None if owner is None else f"{owner.host} {owner.pid}"
+    return None if owner is None else f"{owner.hostname} {owner.pid}"
