@@ -189,7 +189,7 @@ def sweep(
     ] = False,
     lease: Annotated[
         float | None,
-        typer.Option("--lease", help="seconds a claim on a problem lasts unless renewed (default 120)"),
+        typer.Option("--lease", help="seconds a claim on a problem lasts unless renewed (default 120; 1 to a week)"),
     ] = None,
     devices: Annotated[
         str | None,
@@ -217,6 +217,9 @@ def sweep(
     if devices is not None:
         if device != 0:
             raise AutotuneError("give --device or --devices, not both")
+        from autotune.tune.fleet import lease as claim_lease
+
+        claim_lease(lease)  # a bad lease refused once, not by every GPU's process
         began = time.perf_counter()
         level = logging.getLogger("autotune").getEffectiveLevel()
         results = api.sweep_devices(devices, log_level=min(level, logging.INFO), op=op, m=m, n=n, k=k, **options)

@@ -20,11 +20,13 @@ from subprocess import PIPE
 import pytest
 
 from autotune.core.asked import Asked
+from autotune.core.errors import AutotuneError
 from autotune.core.problem import Problem
 from autotune.store import Store, open_store
 from autotune.store.models import QUEUE, utcnow
 from autotune.tune import fleet
 from tests import postgres
+from tests.fakes import run_cli
 from tests.fleet_sweeper import PROBLEMS
 
 GPU = "Fleet GPU"
@@ -160,11 +162,44 @@ def test_lease_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(fleet.LEASE_ENV, "7.5")
     assert fleet.lease() == timedelta(seconds=7.5)
     assert fleet.lease(3) == timedelta(seconds=3)
-    monkeypatch.setenv(fleet.LEASE_ENV, "soon")
-    with pytest.raises(Exception, match="AUTOTUNE_LEASE_S must be a number"):
+    assert fleet.lease(fleet.MIN_LEASE_S) == timedelta(seconds=1)
+    assert fleet.lease(fleet.MAX_LEASE_S) == timedelta(days=7)
+    monkeypatch.delenv(fleet.LEASE_ENV)
+    assert fleet.lease() == timedelta(seconds=fleet.DEFAULT_LEASE_S)
+
+
+# Under a second the heartbeat cannot renew in time (1e-9 s was timedelta(0): every machine tuned
+# every problem); inf and 1e20 overflowed timedelta in a traceback.
+BAD_LEASES = ["1e-9", "0", "-1", "nan", "inf", "1e20", "abc"]
+
+
+@pytest.mark.parametrize("text", BAD_LEASES)
+def test_a_lease_out_of_range_is_refused_in_one_line(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(fleet.LEASE_ENV, text)
+    with pytest.raises(AutotuneError, match=r"from 1 to 604800 \(a week\), got AUTOTUNE_LEASE_S=") as caught:
         fleet.lease()
-    with pytest.raises(Exception, match="positive"):
-        fleet.lease(0)
+    assert "\n" not in str(caught.value)
+    if text != "abc":
+        with pytest.raises(AutotuneError, match=r"from 1 to 604800 \(a week\), got --lease "):
+            fleet.lease(float(text))
+    with pytest.raises(AutotuneError, match="from 1 to 604800"):
+        fleet.lease(text)  # type: ignore[arg-type]  # the API given a string
+
+
+@pytest.mark.parametrize("text", BAD_LEASES)
+@pytest.mark.parametrize("where", ["--lease", "AUTOTUNE_LEASE_S", "--devices"])
+def test_the_cli_refuses_a_bad_lease_in_one_line(
+    text: str, where: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["sweep", "--op", "hgemv", "--m", "64", "--n", "64"]
+    if where == "AUTOTUNE_LEASE_S":
+        monkeypatch.setenv(fleet.LEASE_ENV, text)
+    else:
+        args += ["--lease", text] + (["--devices", "all"] if where == "--devices" else [])
+    code, _, err = run_cli(monkeypatch, capsys, *args)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "lease" in lines[0]  # not PyCUDA's absence, nor the GPUs': the lease is refused first
 
 
 # --- a fleet of processes ------------------------------------------------------------------------

@@ -6,6 +6,7 @@ one that dies leaves a claim whose lease runs out, and the next claim takes it o
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -23,6 +24,11 @@ LEASE_ENV = "AUTOTUNE_LEASE_S"
 # Long enough that a busy database or a slow compile never lets a live claim lapse (it is renewed
 # every third of it), short enough that a dead machine's problem is taken over within minutes.
 DEFAULT_LEASE_S = 120.0
+# The heartbeat renews every third of the lease with one write; under a second, one write that waits
+# on the database for a moment lets a live claim lapse and another machine tunes the same problem.
+MIN_LEASE_S = 1.0
+# A dead machine's claim blocks its problem for this long: a week is past any wait worth having.
+MAX_LEASE_S = 7 * 24 * 3600.0
 # How often a sweep that has nothing to claim looks again while other machines hold its problems.
 MAX_POLL_S = 5.0
 
@@ -30,15 +36,23 @@ log = logging.getLogger(__name__)
 
 
 def lease(seconds: float | None = None) -> timedelta:
-    """The claim lease: `seconds`, else $AUTOTUNE_LEASE_S, else two minutes."""
+    """The claim lease: `seconds` (--lease), else $AUTOTUNE_LEASE_S, else two minutes. Anything but a
+    number of seconds from MIN_LEASE_S to MAX_LEASE_S (nan and inf too) is refused in one line."""
+    given = f"--lease {seconds!r}"
     if seconds is None:
-        text = os.environ.get(LEASE_ENV)
+        text = os.environ.get(LEASE_ENV, "").strip()
+        given = f"{LEASE_ENV}={text!r}"
         try:
             seconds = float(text) if text else DEFAULT_LEASE_S
         except ValueError:
-            raise AutotuneError(f"{LEASE_ENV} must be a number of seconds, got {text!r}") from None
-    if not seconds > 0:
-        raise AutotuneError(f"the claim lease must be a positive number of seconds, got {seconds!r}")
+            seconds = math.nan  # refused below, with the range
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        seconds = math.nan  # from the API: a string or True is no number of seconds
+    if not MIN_LEASE_S <= seconds <= MAX_LEASE_S:  # false for nan
+        raise AutotuneError(
+            f"the claim lease must be a positive number of seconds from {MIN_LEASE_S:g} to {MAX_LEASE_S:g} "
+            f"(a week), got {given}"
+        )
     return timedelta(seconds=seconds)
 
 
