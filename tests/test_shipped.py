@@ -223,6 +223,62 @@ def test_a_damaged_unpacked_copy_is_unpacked_again(tmp_path: Path, monkeypatch: 
     assert shipped.image(stem) == good and copy.read_bytes() == good
 
 
+# -- a damaged index ----------------------------------------------------------------------------------
+def _drop_sha256(data: dict[str, Any], stem: str) -> None:
+    del data["files"][stem]["sha256"]
+
+
+def _short_sha256(data: dict[str, Any], stem: str) -> None:
+    data["files"][stem]["sha256"] = "abc"
+
+
+def _kind_a_path(data: dict[str, Any], stem: str) -> None:
+    data["files"][stem]["kind"] = "../../outside"
+
+
+def _entry_a_list(data: dict[str, Any], stem: str) -> None:
+    data["files"][stem] = [data["files"][stem]["kind"], data["files"][stem]["sha256"]]
+
+
+def _key_to_a_path(data: dict[str, Any], stem: str) -> None:
+    data["keys"] = {key: ("../" + stem if value == stem else value) for key, value in data["keys"].items()}
+
+
+ENTRY_DAMAGE = [_drop_sha256, _short_sha256, _kind_a_path, _entry_a_list, _key_to_a_path]
+
+
+def _job_of(stem: str) -> Any:
+    """A job the index maps to file `stem`: its instance, for the first architecture it holds."""
+    kernel = manifest()["kernels"][stem]
+    return replace(shipset.Use.from_dict(kernel["use"]).job(), arch=(kernel["sass"] or [kernel["ptx"]])[0])
+
+
+@pytest.mark.parametrize("searched", [True, False], ids=["searched", "parsed"])
+@pytest.mark.parametrize("damage", ENTRY_DAMAGE, ids=[damage.__name__.strip("_") for damage in ENTRY_DAMAGE])
+def test_a_damaged_index_entry_is_dropped_with_one_warning(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    damage: Any,
+    searched: bool,
+) -> None:
+    data = json.loads((KERNELS / shipped.INDEX).read_text())
+    damaged, sound = sorted(data["files"])[:2]
+    damage(data, damaged)
+    # The builder's layout is searched as text; any other spacing is parsed whole.
+    text = json.dumps(data, sort_keys=True) if searched else json.dumps(data, separators=(",", ":"))
+    (tmp_path / shipped.INDEX).write_text(text)
+    sound_file = f"{sound}.{data['files'][sound]['kind']}{shipped.SUFFIX}"
+    shutil.copyfile(KERNELS / sound_file, tmp_path / sound_file)
+    monkeypatch.setattr(shipped, "folder", lambda: tmp_path)
+    monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    with caplog.at_level("WARNING", logger=shipped.__name__):
+        assert shipped.lookup(_job_of(damaged)) is None and shipped.lookup(_job_of(damaged)) is None
+        assert shipped.lookup(_job_of(sound)) == sound and shipped.image(sound)[:4] == FATBIN_MAGIC
+    warnings = [record.getMessage() for record in caplog.records]
+    assert len(warnings) == 1 and "damaged" in warnings[0] and "compiled instead" in warnings[0], warnings
+
+
 # An nvcc that writes a small but whole CUDA ELF wherever -o says, and logs each compile.
 FAKE_NVCC = """\
 #!/bin/sh
@@ -309,6 +365,24 @@ def test_warmup_of_the_stored_problems(
     out = warmup(capsys, monkeypatch, "--stored", "--op", "sgemv", "--gpu", "h100", "--db", str(tmp_path / "t.db"))
     assert compiles(fake_nvcc) == 0 and " shipped, 0 cached, 0 compiled" in out
     assert "sgemv" in out and "hgemv" not in out
+
+
+def _no_digests(data: dict[str, Any]) -> None:
+    for entry in data["files"].values():
+        del entry["sha256"]
+
+
+def test_warmup_with_index_entries_without_their_digest_compiles_them(
+    fake_nvcc: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = json.loads((KERNELS / shipped.INDEX).read_text())
+    _no_digests(data)
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / shipped.INDEX).write_text(json.dumps(data, sort_keys=True))
+    monkeypatch.setattr(shipped, "folder", lambda: tmp_path / "kernels")
+    shape = ("--m", "4096", "--n", "8192")
+    out = warmup(capsys, monkeypatch, "--gpu", "NVIDIA H200", *shape, "--db", str(tmp_path / "t.db"))
+    assert " 0 shipped" in out and compiles(fake_nvcc) >= 1
 
 
 def test_without_nvcc_a_kernel_that_does_not_ship_is_one_line(

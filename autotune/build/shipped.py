@@ -13,6 +13,7 @@ find_kernel() is the launch path's order: shipped, else the kernel cache, else n
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -77,13 +78,54 @@ def index() -> Index | None:
 def _read_index(where: Path) -> Index | None:
     try:
         data = json.loads((where / INDEX).read_text())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         log.warning("the shipped kernels' index %s cannot be read (%s): kernels are compiled instead", where, exc)
         return None
-    if data.get("format") != FORMAT:
-        log.warning("the shipped kernels' index %s has format %r, not %d: ignored", where, data.get("format"), FORMAT)
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        found = data.get("format") if isinstance(data, dict) else type(data).__name__
+        log.warning("the shipped kernels' index %s has format %r, not %d: ignored", where, found, FORMAT)
         return None
-    return Index(where, dict(data["keys"]), dict(data["files"]))
+    keys, files = data.get("keys"), data.get("files")
+    if not isinstance(keys, dict) or not isinstance(files, dict):
+        log.warning("the shipped kernels' index %s lacks its keys or files: kernels are compiled instead", where)
+        return None
+    good_keys = {key: stem for key, stem in keys.items() if _is_stem(stem)}
+    good_files = {stem: entry for stem, entry in files.items() if _entry_fault(stem, entry) is None}
+    if len(good_keys) < len(keys) or len(good_files) < len(files):
+        bad = next(((stem, entry) for stem, entry in files.items() if stem not in good_files), None)
+        why = _entry_fault(*bad) if bad is not None else "a key maps to no file name"
+        _warn_damaged(where, f"{len(keys) - len(good_keys) + len(files) - len(good_files)} entries dropped ({why})")
+    return Index(where, good_keys, good_files)
+
+
+# What an index entry must hold: a file stem that names a file inside db/kernels/ (no separator, no
+# dot: it is joined into a path), the image's kind and the SHA-256 it is checked against.
+_STEM = re.compile(r"[0-9A-Za-z_-]{1,128}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+KINDS = ("cubin", "fatbin")
+
+
+def _is_stem(stem: object) -> bool:
+    return isinstance(stem, str) and _STEM.fullmatch(stem) is not None
+
+
+def _entry_fault(stem: object, entry: object) -> str | None:
+    """What is wrong with the index's entry of file `stem`, None where it is usable."""
+    if not _is_stem(stem):
+        return f"file name {str(stem)[:80]!r}"
+    if not isinstance(entry, dict) or set(entry) != {"kind", "sha256"}:
+        return f"{stem} needs exactly a kind and a sha256"
+    if entry["kind"] not in KINDS:
+        return f"{stem} has kind {str(entry['kind'])[:80]!r}"
+    if not isinstance(entry["sha256"], str) or _SHA256.fullmatch(entry["sha256"]) is None:
+        return f"{stem} has no SHA-256 of 64 hex digits"
+    return None
+
+
+@functools.cache
+def _warn_damaged(where: Path, why: str) -> None:
+    """One warning per index and kind of damage: the launch path meets it on every lookup."""
+    log.warning("the shipped kernels' index %s is damaged (%s): those kernels are compiled instead", where, why)
 
 
 @functools.cache
@@ -112,27 +154,41 @@ def _stem_of(key: str) -> str | None:
     if searchable is None:
         found = index()
         return found.keys.get(key) if found is not None else None
-    text = searchable[1]
+    where, text = searchable
     marker = f'"{key}": "'
     at = text.find(marker)
     if at < 0:
         return None
     start = at + len(marker)
-    return text[start : text.index('"', start)]
+    end = text.find('"', start)
+    stem = text[start:end] if end >= 0 else None
+    if not _is_stem(stem):
+        _warn_damaged(where, f"key {key} maps to no file name")
+        return None
+    return stem
 
 
 def _file_entry(stem: str) -> tuple[Path, dict[str, Any]] | None:
-    """(db/kernels/, the index's entry of file `stem`: {"kind", "sha256"}), None where none ships."""
+    """(db/kernels/, the index's entry of file `stem`: {"kind", "sha256"}), None where none ships
+    or its entry is damaged (warned once; the kernel is then compiled)."""
     searchable = _searchable()
     if searchable is None:
         found = index()
         return (found.folder, found.files[stem]) if found is not None and stem in found.files else None
     where, text = searchable
-    at = text.find(f'"{stem}": {{')
+    marker = f'"{stem}": '  # a file name followed by a colon: only the files map has those
+    at = text.find(marker)
     if at < 0:
         return None
-    start = text.index("{", at)
-    entry: dict[str, Any] = json.loads(text[start : text.index("}", start) + 1])
+    start = at + len(marker)
+    end = text.find("}", start) if text.startswith("{", start) else -1
+    entry: Any = None  # no object there, or one cut short: damaged, as below
+    with contextlib.suppress(ValueError):
+        entry = json.loads(text[start : end + 1]) if end >= 0 else None
+    fault = _entry_fault(stem, entry)
+    if fault is not None:
+        _warn_damaged(where, fault)
+        return None
     return where, entry
 
 
@@ -146,10 +202,11 @@ def lookup(job: CompileJob) -> str | None:
     the PTX's, for an instance not tied to one architecture) the PTX the driver compiles."""
     stem = _stem_of(job_key(job))
     if stem is not None:
-        return stem
+        return stem if _file_entry(stem) is not None else None
     number, ptx = _arch_number(job.arch), _arch_number(PTX_ARCH)
     if number is not None and ptx is not None and number > ptx:
-        return _stem_of(job_key(replace(job, arch=PTX_ARCH)))
+        stem = _stem_of(job_key(replace(job, arch=PTX_ARCH)))
+        return stem if stem is not None and _file_entry(stem) is not None else None
     return None
 
 
