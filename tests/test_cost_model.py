@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -11,10 +13,11 @@ from autotune import cli
 from autotune.core.fingerprint import GpuInfo
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.ops import gemv
+from autotune.select import table
 from autotune.select.choose import DEFAULT, ESTIMATE, Choice, Selector, choose
 from autotune.select.cost import LATENCY_SHARE, CostModel, fit_roofline
 from autotune.store import Store
-from tests.fakes import ok, record
+from tests.fakes import ok, record, run_cli
 
 GPU = "NVIDIA H200"
 H200 = GpuInfo(GPU, "GPU-1111", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
@@ -240,3 +243,58 @@ def test_best_text_shows_the_predicted_time_not_a_neighbours(
     out = capsys.readouterr().out
     assert f"[estimate]: predicted {untuned_choice.predicted_us:.2f} us" in out
     assert "predicted from: roofline" in out and "measured on" not in out
+
+
+# --- times no kernel call takes ----------------------------------------------------------------------
+
+# Positive and finite, yet 1/t^2 of them is 0 or overflows; and the ones an older store let in.
+NO_CALL_TAKES = [5e-324, 1e-200, 1e-160, 0.05, 0.0, -1.0, float("nan"), float("inf")]
+
+
+@pytest.mark.parametrize("time_us", NO_CALL_TAKES)
+def test_a_time_no_kernel_call_takes_is_no_evidence(time_us: float) -> None:
+    trials = every_shape_prefers(A, B)
+    damaged = gemv16(2048, 2048)
+    clean = CostModel(trials, SMS)
+    model = CostModel({**trials, damaged: [Trial(C, time_us), *trials[damaged]]}, SMS)
+    assert model.roofline == clean.roofline
+    problem = gemv16(3000, 3000)
+    assert [(p.config, p.time_us) for p in model.rank(problem)] == [(p.config, p.time_us) for p in clean.rank(problem)]
+    best = [(shape, roofline_us(shape)) for shape in trials]
+    assert fit_roofline([(damaged, time_us), *best], SMS) == fit_roofline(best, SMS)
+    assert fit_roofline([(damaged, time_us)], SMS) is None
+    vendor = {shape: 1.1 * roofline_us(shape) for shape in trials if shape != damaged}
+    assert model.predict_vendor(problem, {**vendor, damaged: time_us}) == model.predict_vendor(problem, vendor)
+
+
+@pytest.mark.parametrize("time_us", [5e-324, 1e-200, 1e-160, 0.0])
+def test_a_tiny_time_written_into_the_database_leaves_best_and_the_launch_path_answering(
+    store: Store,
+    db_path: Path,
+    tmp_path: Path,
+    time_us: float,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Such a trial wins its shape and was the roofline's fastest: `best` of every untuned shape of
+    the GPU, op and dtype, and the launch path's selector, divided by its square."""
+    for problem, trials in every_shape_prefers(A, B).items():
+        for trial in trials:
+            pid = record(store, problem, trial.config, ok(trial.time_us), H200)
+            if problem == gemv16(2048, 2048):
+                damaged = pid
+    untuned = gemv16(3000, 3000)
+    before = Selector(store).choose(untuned, GPU)
+    record(store, gemv16(2048, 2048), C, ok(5.0), H200)
+    with sqlite3.connect(db_path) as connection:
+        changed = connection.execute(
+            "UPDATE trials SET time_us = ? WHERE problem_id = ? AND time_us = 5.0", (time_us, damaged)
+        ).rowcount
+    assert changed == 1
+    assert Selector(store).choose(untuned, GPU) == before
+    lines = table.to_lines(store.selection_rows(table.PER_SOURCE), None)  # the launch path's table
+    table.write(tmp_path / "t.json", lines)
+    assert Selector(table.read(tmp_path / "t.json").table).choose(untuned, GPU) == before
+    args = ("best", "--db", str(db_path), "--gpu", "H200", "--op", "hgemv", "--m", "3000", "--n", "3000")
+    code, out, err = run_cli(monkeypatch, capsys, *args)
+    assert (code, err) == (0, "") and "[estimate]: predicted" in out

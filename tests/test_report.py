@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import sqlite3
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -133,6 +134,34 @@ def test_one_gpu_and_an_empty_database(db: str, tmp_path: Path) -> None:
     html = render(gather(db=str(empty)))
     assert "holds no tuned problem yet" in html
     assert expected_plots(html) == 0
+
+
+@pytest.mark.parametrize("time_us", [5e-324, 1e-200, 0.0, -3.0])
+def test_a_time_no_kernel_call_takes_written_into_the_database_is_not_charted(db: str, time_us: float) -> None:
+    """The planted GPU's only OK trial (all its charts would show), the 1024x1024's only one and the
+    read floor, written straight in: the page is written, without them in its charts."""
+    with sqlite3.connect(db) as connection:
+        connection.execute("UPDATE trials SET time_us = ? WHERE status = 'ok' AND time_us IN (3.0, 5.0)", (time_us,))
+        connection.execute("UPDATE read_floors SET time_us = ?", (time_us,))
+    data = gather(db=db)
+    small, big = data.gpus[1].groups[1].shapes
+    assert small.ok_times() == [] and small.best_so_far() == [] and small.tflops is None
+    assert big.floor_ratio is None and sorted(big.ok_times()) == [4.0, 6.0, 9.0]
+    html = render(data)
+    assert expected_plots(html) == plot_count(html) == 2 * 2 + 2 * (1 + 2)
+
+
+def test_a_chart_leaves_out_what_no_axis_holds() -> None:
+    for tiny in (5e-324, 1e-200, 0.0, -1.0, float("nan"), float("inf")):
+        scatter = svg.scatter_chart(
+            [(1, tiny)], best=[(1, tiny, "x")], floors=[(1, tiny)], columns=1, title="t", x_label="x", y_label="y"
+        )
+        assert 'class="mark note"' in scatter, tiny
+        line = svg.line_chart([("a", [(1, tiny), (2, 3.0)])], title="t", x_label="x", y_label="y", log_y=True)
+        assert line.count('class="mark"') == 1 and "nan" not in line and "inf" not in line, tiny
+    dots = svg.dots_chart([("a", [(1.0, float("inf")), (1e308, 2.0), (1.0, 2.0)])], title="t", x_label="x", y_label="y")
+    assert dots.count('class="mark"') == 1 and "nan" not in dots and "inf" not in dots
+    assert svg.Scale(2.0, 2.0, 0.0, 10.0)(2.0) == 5.0  # one value, no range: the middle, not 0 / 0
 
 
 def test_charts_draw_and_say_when_there_is_nothing() -> None:

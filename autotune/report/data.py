@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 
 from autotune import api, ops
 from autotune.core.errors import AutotuneError
+from autotune.core.limits import plausible_time_us
 from autotune.core.outcome import Status
 from autotune.core.problem import Problem
 from autotune.store import ProblemSummary, Store, TrialRow
@@ -36,15 +37,17 @@ class Shape:
     @property
     def floor_ratio(self) -> float | None:
         """Best time over the read floor: 1 is as fast as only reading the matrix."""
-        if self.floor_us is None or self.summary.best_us is None:
-            return None
-        return self.summary.best_us / self.floor_us
+        floor, best = self.floor_us, self.summary.best_us
+        if floor is None or best is None or not (plausible_time_us(floor) and plausible_time_us(best)):
+            return None  # nothing to compare, or a time no kernel call takes (0 us written by hand)
+        return best / floor
 
     @property
     def tflops(self) -> float | None:
-        if self.summary.best_us is None:
+        best = self.summary.best_us
+        if best is None or not plausible_time_us(best):
             return None
-        return ops.for_problem(self.problem).flops(self.problem) / self.summary.best_us / 1e6
+        return ops.for_problem(self.problem).flops(self.problem) / best / 1e6
 
     @property
     def config_text(self) -> str:
@@ -55,18 +58,27 @@ class Shape:
         return " ".join(f"{k}={v}" for k, v in ops.in_space_order(self.problem, config).items())
 
     def ok_times(self) -> list[float]:
-        return [t.time_us for t in self.trials if t.status is Status.OK and t.time_us is not None]
+        return [time for time in map(_ok_time, self.trials) if time is not None]
 
     def best_so_far(self) -> list[tuple[int, float]]:
         """(trial number, fastest OK time up to it), from the first OK trial on."""
         points: list[tuple[int, float]] = []
         best: float | None = None
         for number, trial in enumerate(self.trials, start=1):
-            if trial.status is Status.OK and trial.time_us is not None and (best is None or trial.time_us < best):
-                best = trial.time_us
+            time = _ok_time(trial)
+            if time is not None and (best is None or time < best):
+                best = time
             if best is not None:
                 points.append((number, best))
         return points
+
+
+def _ok_time(trial: TrialRow) -> float | None:
+    """The time of an OK trial where a kernel call can take it: one of 1e-200 us, in a database
+    written by hand or by an older autotune, is no measurement to chart."""
+    if trial.status is Status.OK and trial.time_us is not None and plausible_time_us(trial.time_us):
+        return trial.time_us
+    return None
 
 
 @dataclass(frozen=True)

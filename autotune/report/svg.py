@@ -13,6 +13,10 @@ from html import escape
 
 WIDTH, HEIGHT = 560, 300
 LEFT, RIGHT, TOP, BOTTOM = 64, 16, 28, 46
+# The values a chart draws: finite, at most LIMIT from zero and, on a log axis, at least 1 / LIMIT.
+# Others (a time of 1e-300 us written straight into a database) are left out: padding an axis of
+# them underflows to 0 or overflows, and 0 has no logarithm.
+LIMIT = 1e100
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 
 
@@ -29,7 +33,24 @@ class Scale:
     def __call__(self, value: float) -> float:
         at = math.log10 if self.log else float
         lo, hi, v = at(self.lo), at(self.hi), at(value)
+        if hi == lo:  # one value, no range: the middle
+            return (self.start + self.end) / 2
         return self.start + (v - lo) / (hi - lo) * (self.end - self.start)
+
+
+def drawable(value: float, log: bool = False) -> bool:
+    """Whether `value` can sit on an axis (LIMIT)."""
+    if not math.isfinite(value) or abs(value) > LIMIT:
+        return False
+    return value >= 1 / LIMIT if log else True
+
+
+def _drawn(
+    series: Sequence[tuple[str, Sequence[tuple[float, float]]]], log_y: bool
+) -> list[tuple[str, list[tuple[float, float]]]]:
+    """The named series with their undrawable points left out; a series left with none is dropped."""
+    kept = [(name, [(x, y) for x, y in points if drawable(x) and drawable(y, log_y)]) for name, points in series]
+    return [(name, points) for name, points in kept if points]
 
 
 def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
@@ -152,7 +173,7 @@ def line_chart(
     empty: str = "nothing to plot",
 ) -> str:
     """One step line per named series of (x, y) points; hovering a line shows its name."""
-    drawn = [(name, points) for name, points in series if points]
+    drawn = _drawn(series, log_y)
     if not drawn:
         return _empty(title, subject, empty)
     xs = [px for _, points in drawn for px, _ in points]
@@ -196,6 +217,9 @@ def scatter_chart(
 ) -> str:
     """Dots of (column, value) on a log axis, columns 1..`columns`; `best` marks one dot per column
     (with a hover text), `floors` a dash per column."""
+    points = [(c, v) for c, v in points if drawable(v, log=True)]
+    best = [(c, v, text) for c, v, text in best if drawable(v, log=True)]
+    floors = [(c, v) for c, v in floors if drawable(v, log=True)]
     if not points:
         return _empty(title, subject, empty)
     ys = [v for _, v in points] + [v for _, v in floors]
@@ -226,7 +250,7 @@ def dots_chart(
     empty: str = "nothing to plot",
 ) -> str:
     """Dots of (x, y) on linear axes, one color per named series (hovering a dot shows its series)."""
-    drawn = [(name, points) for name, points in series if points]
+    drawn = _drawn(series, log_y=False)
     if not drawn:
         return _empty(title, subject, empty)
     xs = [px for _, points in drawn for px, _ in points]
