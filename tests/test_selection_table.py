@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
+from contextlib import closing, suppress
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -94,11 +97,12 @@ def test_the_shipped_table_is_made_from_the_shipped_records(records: Store) -> N
 def test_the_table_keeps_what_the_selector_reads(store: Store, db_path: Path) -> None:
     assert max(queries._RANKED, EVIDENCE_TOP) <= table.PER_SOURCE
     # Every trigger the table relies on exists at the schema's head, and each watched write counts.
-    before = table.read_changes(db_path)
+    assert table.new_identity(db_path)
+    before = table.read_version(db_path)
     assert before is not None
     record(store, SHIPPED, MINE, ok(1.0), H200)  # a GPU, a problem, a trial started, then finished
-    after = table.read_changes(db_path)
-    assert after is not None and after >= before + 4
+    after = table.read_version(db_path)
+    assert after is not None and after.changes >= before.changes + 4 and after.identity == before.identity
 
 
 def every_question(store: Store) -> list[tuple[Problem, str]]:
@@ -218,7 +222,7 @@ def test_a_database_whose_counter_cannot_be_trusted_is_asked_directly(resources:
     assert table.default_table() is not None
     with sqlite3.connect(database()) as connection:
         connection.execute(f"DROP TRIGGER {table.TRIGGERS[4]}")
-    assert table.read_changes(database()) is None and table.default_table() is None
+    assert table.read_version(database()) is None and table.default_table() is None
 
 
 def test_changed_shipped_records_stale_both_tables(resources: Path) -> None:
@@ -282,7 +286,7 @@ def test_a_read_only_folder_keeps_no_table_and_is_asked_directly(
     api.store()
     forget()
     monkeypatch.setattr(table, "_writable", lambda folder: False)
-    assert table.read_changes(database()) is None
+    assert table.read_version(database()) is None
     assert launch_choice().source == "measured" and not from_table()
 
 
@@ -435,7 +439,7 @@ def test_the_change_count_is_read_again_once_the_database_is_written(
         assert table.refresh(mine, database())  # the table beside it
         assert table.default_table() is not None and table.default_table() is not None  # the count recorded
         with monkeypatch.context() as patched:
-            patched.setattr(table, "read_changes", lambda database: pytest.fail("the count was read"))
+            patched.setattr(table, "read_version", lambda database: pytest.fail("the count was read"))
             assert table.default_table() is not None
         with sqlite3.connect(database()) as connection:  # another program's write: the log grows
             connection.execute("DELETE FROM trials")
@@ -468,3 +472,129 @@ def test_a_stamp_file_that_cannot_be_read_or_written_checks_in_full(tmp_path: Pa
     (tmp_path / "a-file").write_text("")
     blocked.record_digest("/x", [1, 2, 3, 4, 5], "ab", stamps.now_ns())
     blocked.save()  # no folder can be made there: nothing kept, no error
+
+
+# --- databases rebuilt or replaced outside the store, and what else may sit at a file's place -------
+
+BEST_TRIAL = (
+    "SELECT t.id FROM trials t JOIN problems p ON p.id = t.problem_id WHERE p.gpu_name = ? AND p.op = 'gemv'"
+    " AND p.dtype = 'float16' AND p.m = 4096 AND p.n = 8192 AND p.trans = 0 AND t.time_us = ?"
+)
+
+
+def counted(path: Path) -> int:
+    with closing(sqlite3.connect(path)) as connection:
+        return int(connection.execute(f"SELECT changes FROM {table.COUNTER_TABLE}").fetchone()[0])
+
+
+def a_table_answering(resources: Path) -> Choice:
+    """The default database made, its table written by the store and answering the launch path."""
+    api.store()
+    forget()
+    launch_choice()
+    forget()
+    answered = launch_choice()
+    assert from_table() and answered.source == "measured"
+    return answered
+
+
+def test_a_database_rebuilt_from_a_dump_is_asked_and_its_table_written_again(resources: Path) -> None:
+    """The usual way to remove a row by hand: dump, edit, reload into a new file, move it into place.
+    The dump carries the change count (and creates the triggers after its inserts), so the count
+    alone would call the old table current; the rebuilt file's identity does not match it."""
+    removed = a_table_answering(resources)
+    with closing(sqlite3.connect(database())) as connection:
+        (trial,) = connection.execute(BEST_TRIAL, (H200.name, removed.time_us)).fetchone()
+        dump = list(connection.iterdump())
+    edited = [line for line in dump if not line.startswith(f'INSERT INTO "trials" VALUES({trial},')]
+    assert len(edited) == len(dump) - 1
+    rebuilt = database().with_name("rebuilt.db")
+    with closing(sqlite3.connect(rebuilt)) as connection:
+        connection.executescript("\n".join(edited))
+    assert counted(rebuilt) == counted(database())  # what made the old table look current
+    for suffix in ("-wal", "-shm"):
+        database().with_name(database().name + suffix).unlink(missing_ok=True)
+    rebuilt.replace(database())
+    forget()
+    answered = launch_choice()
+    assert not from_table() and answered.source == "measured" and answered.time_us > removed.time_us
+    assert answered == Selector(open_store(str(database()))).choose(SHIPPED, H200.name, H200.driver, H200.cuda)
+    forget()
+    assert launch_choice() == answered and from_table()  # the table was written again
+
+
+def test_a_copy_restored_in_place_that_went_another_way_is_asked(resources: Path) -> None:
+    """A copy of the database taken while its table was current, changed since, then restored over
+    the database's own file (same inode) after the database was changed as often: the counts are
+    equal, the content is not. Every table written gives the database a new id, so the copy's is old."""
+    a_table_answering(resources)
+    copy = database().with_name("copy.db")
+    with closing(sqlite3.connect(database())) as source, closing(sqlite3.connect(copy)) as target:
+        source.backup(target)
+    with closing(sqlite3.connect(copy)) as connection, connection:
+        connection.execute("UPDATE trials SET time_us = time_us * 2")  # a change of one statement
+    with closing(sqlite3.connect(database())) as connection, connection:
+        connection.execute("DELETE FROM trials WHERE id = (SELECT max(id) FROM trials)")
+    forget()
+    launch_choice()  # the store: the table is written for the database as it is now
+    forget()
+    launch_choice()
+    assert from_table()
+    with closing(sqlite3.connect(copy)) as source, closing(sqlite3.connect(database())) as target:
+        source.backup(target)
+    assert counted(database()) == counted(copy)
+    forget()
+    answered = launch_choice()
+    assert not from_table() and answered.time_us is not None
+    with closing(sqlite3.connect(database())) as connection:
+        assert connection.execute(BEST_TRIAL, (H200.name, answered.time_us)).fetchone() is not None
+
+
+def unblock(fifo: Path) -> None:
+    """Open the pipe's other end where something still waits on it, so that it ends."""
+    with suppress(OSError):
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+
+def within(seconds: float, call: Any, fifo: Path) -> Any:
+    """`call()`'s result, failing where it blocks for `seconds` (it is then released)."""
+    found: list[Any] = []
+    worker = threading.Thread(target=lambda: found.append(call()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        unblock(fifo)
+        worker.join(seconds)
+        pytest.fail(f"blocked on the named pipe {fifo}")
+    assert found
+    return found[0]
+
+
+def test_a_named_pipe_at_the_stamp_file_is_ignored(resources: Path) -> None:
+    pipe = table.paths.cache_home() / stamps.FILE
+    pipe.parent.mkdir(parents=True, exist_ok=True)
+    pipe.unlink(missing_ok=True)
+    os.mkfifo(pipe)
+    try:
+        assert within(5, table.default_table, pipe) is not None  # checked in full
+        assert within(5, lambda: stamps.Stamps(pipe).digest("/x", [1, 2, 3, 4, 5]), pipe) is None
+        with pytest.raises(OSError, match="not a regular file"):
+            stamps.read_regular(pipe)
+    finally:
+        pipe.unlink()
+
+
+def test_a_named_pipe_at_a_table_or_the_database_leaves_the_store_to_answer(resources: Path) -> None:
+    a_table_answering(resources)
+    beside = table.beside(database())
+    beside.unlink()
+    os.mkfifo(beside)
+    forget()
+    assert within(5, table.default_table, beside) is None
+    with pytest.raises(OSError, match="not a regular file"):
+        table.read(beside)
+    beside.unlink()
+    moved = database().with_name("moved.db")
+    database().replace(moved)
+    os.mkfifo(database())
+    assert within(5, lambda: table.read_version(database()), database()) is None

@@ -1,15 +1,16 @@
 """What an earlier process already checked on the way to a first call's selection, trusted while the
 files it looked at are unchanged: the SHA-256 of the shipped records files and of the selection
-tables' groups, and the default database's change count. A fresh process then compares a few
-`stat` results with one small file in the kernel cache (selection-stamps.json) instead of hashing
-0.65 MB of records, hashing the table and importing `sqlite3` to read the count.
+tables' groups, and the default database's identity and change count. A fresh process then compares
+a few `stat` results with one small file in the kernel cache (selection-stamps.json) instead of
+hashing 0.65 MB of records, hashing the table and importing `sqlite3` to read the count.
 
 A file counts as unchanged while its size, modification and status-change times (in nanoseconds),
 inode and device are those recorded. As git does with its index ("racy git"), nothing is recorded of
 a file changed less than `RACY_NS` before it was looked at: a later write within the timestamps'
 granularity could otherwise leave all of them as they were. A database's count is recorded with the
 stat of the database file and its write-ahead log taken before the count was read: every commit
-writes one of the two, so while both are unchanged, the count is too. The log's status-change time
+writes one of the two, so while both are unchanged, the count is too (and so is the identity kept
+with it, written by a commit as well). The log's status-change time
 is not compared: SQLite, run as root, gives the log its database's owner again whenever it opens
 it, a read as much as a write, which moves that time but neither its modification time nor its size.
 
@@ -19,9 +20,11 @@ everything is checked in full, as before, and the stamps are written again where
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -32,7 +35,7 @@ from autotune.core import paths
 log = logging.getLogger(__name__)
 
 FILE = "selection-stamps.json"  # in the kernel cache folder (paths.cache_home())
-FORMAT = 1
+FORMAT = 2  # 2: a database's identity is kept with its change count
 RACY_NS = 2_000_000_000  # a file changed this recently is checked in full, and not recorded
 Stat = list[int]  # size, mtime_ns, ctime_ns, inode, device
 
@@ -64,7 +67,7 @@ class Stamps:
         try:
             if self.path is None:
                 raise FileNotFoundError
-            data = json.loads(self.path.read_bytes())
+            data = json.loads(read_regular(self.path)[0])
             if data["format"] == FORMAT and isinstance(data["digests"], dict) and isinstance(data["databases"], dict):
                 self._digests, self._databases = data["digests"], data["databases"]
         except (OSError, ValueError, TypeError, KeyError):
@@ -83,17 +86,19 @@ class Stamps:
             self._digests[path] = [stat, digest]
             self._changed = True
 
-    def changes(self, database: Path, stats: list[Stat | None]) -> int | None:
-        """The change count recorded for `database` while it and its log have these stats, else None."""
+    def version(self, database: Path, stats: list[Stat | None]) -> tuple[str, int] | None:
+        """The identity and change count recorded for `database` while it and its log have these
+        stats, else None."""
         found = self._databases.get(str(database))
-        if isinstance(found, list) and len(found) == 2 and found[0] == stats and type(found[1]) is int:
-            return found[1]
+        if isinstance(found, list) and len(found) == 2 and found[0] == stats and _version(found[1]):
+            return found[1][0], found[1][1]
         return None
 
-    def record_changes(self, database: Path, stats: list[Stat | None], changes: int, now_ns: int) -> None:
-        """Record the count read after taking these stats of `database` and its log (at `now_ns`)."""
-        if all(_settled(stat, now_ns) for stat in stats) and self._databases.get(str(database)) != [stats, changes]:
-            self._databases[str(database)] = [stats, changes]
+    def record_version(self, database: Path, stats: list[Stat | None], version: tuple[str, int], now_ns: int) -> None:
+        """Record the identity and count read after taking these stats of `database` and its log (at `now_ns`)."""
+        entry = [stats, list(version)]
+        if all(_settled(stat, now_ns) for stat in stats) and self._databases.get(str(database)) != entry:
+            self._databases[str(database)] = entry
             self._changed = True
 
     def save(self) -> None:
@@ -117,5 +122,28 @@ class Stamps:
             log.debug("cannot keep the selection stamps at %s: %s", self.path, exc)
 
 
+def _version(found: Any) -> bool:
+    return isinstance(found, list) and len(found) == 2 and isinstance(found[0], str) and type(found[1]) is int
+
+
 def now_ns() -> int:
     return time.time_ns()
+
+
+def read_regular(path: Path | str) -> tuple[bytes, os.stat_result]:
+    """A regular file's bytes, with its stat as opened; OSError for anything else at its place.
+
+    The files the launch path reads sit in folders that others may write (a shared kernel cache):
+    a named pipe put there would block a plain open or read for good, a device would never end.
+    Opened without blocking, then checked on the descriptor itself, so that nothing swapped in
+    between a check and the open is read."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        found = os.fstat(descriptor)
+        if not stat.S_ISREG(found.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        os.set_blocking(descriptor, True)
+        with os.fdopen(descriptor, "rb", closefd=False) as handle:
+            return handle.read(), found
+    finally:
+        os.close(descriptor)

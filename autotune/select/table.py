@@ -10,9 +10,16 @@ Two tables serve the default database (no `db=`, no $AUTOTUNE_DB):
   what a new database holds once the store has imported the shipped records, so it answers while the
   default database does not exist yet: a deployed machine never creates one.
 - the database's own, beside it (autotune.db-selection.json), written by a process that opened the
-  store to select (`refresh`). It answers while the database's change count still equals the one it
-  was made at: SQLite triggers (migration 0008) count every insert, update and delete of the gpus,
-  problems, trials and shipped_imports rows, by autotune or any other program.
+  store to select (`refresh`). It answers while the database's version (its identity and change
+  count) still equals the one it was made at: SQLite triggers (migration 0008) count every insert,
+  update and delete of the gpus, problems, trials and shipped_imports rows, by autotune or any other
+  program. The count is a row like any other, and a copy of the data carries it: `sqlite3 .dump`
+  writes it out and the reload puts it back, creating the triggers after the inserts, so the count
+  of a database edited through a dump (or rescued with `.recover`, or overwritten with another
+  database's file) may equal the old one. The identity tells those apart: a random id that `refresh`
+  writes into the database's header (PRAGMA user_version, which a dump does not write) whenever it
+  writes a table, the header's schema cookie (moved by every CREATE and DROP, as a reload in place
+  does) and the file's device and inode (a rebuilt file moved into place is another inode).
 
 Either answers only while opening the store would import no shipped records file (each file's
 SHA-256 is in the table's stamp). Anything else (a stale, missing or damaged table, an older schema,
@@ -31,11 +38,13 @@ import hashlib
 import json
 import logging
 import os
+import secrets
+import stat as stat_module
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, overload
+from typing import Any, NamedTuple, Protocol, overload
 from urllib.parse import quote
 
 from autotune import ops
@@ -63,6 +72,17 @@ WATCHED = ("gpus", "problems", "trials", "shipped_imports")
 TRIGGERS = tuple(f"change_counter_{table}_{event}" for table in WATCHED for event in ("insert", "update", "delete"))
 # How long reading the count waits for a writer's lock (a rollback-journal database): past it, the store.
 LOCK_WAIT_S = 1.0
+# The header field that holds the id `refresh` writes (0, SQLite's default, is no id).
+ID_PRAGMA = "user_version"
+LARGEST_ID = 2**31 - 1  # the field is a signed 32-bit integer
+
+
+class Version(NamedTuple):
+    """What a database's table is current for: the database's identity (its header id and schema
+    cookie, the file's device and inode) and its change count."""
+
+    identity: str
+    changes: int
 
 
 class _Ranked(Protocol):
@@ -314,8 +334,9 @@ def _exact_trials(trials: list[list[Any]]) -> list[list[Any]]:
 # each group's exact-hit line, in the same order: {"m,n,k": [the trial picked per kernel source]}.
 
 
-def to_lines(snapshot: Snapshot, database: Path | None) -> list[str]:
-    """The table file's lines for a snapshot of `database` (None: the shipped records alone)."""
+def to_lines(snapshot: Snapshot, database: Path | None, identity: str | None = None) -> list[str]:
+    """The table file's lines for a snapshot of `database` (None: the shipped records alone), whose
+    identity (Version.identity) was `identity` while the snapshot was read."""
     groups: dict[GroupKey, list[Any]] = {}
     exact: dict[GroupKey, dict[str, list[Any]]] = {}
     for gpu, p, trials in snapshot.problems:  # the store's order: each group's problems together
@@ -330,6 +351,7 @@ def to_lines(snapshot: Snapshot, database: Path | None) -> list[str]:
         "made_from": {
             "database": None if database is None else str(database),
             "changes": None if database is None else snapshot.changes,
+            **({"identity": identity} if database is not None and identity is not None else {}),
             "shipped": dict(sorted(snapshot.shipped.items())),
         },
         "gpus": [list(gpu) for gpu in snapshot.gpus],
@@ -374,6 +396,7 @@ class Loaded:
 
     database: str | None
     changes: int | None
+    identity: str | None  # None: a shipped table, or one written before identities were kept
     shipped: dict[str, str]
     table: Table
 
@@ -415,10 +438,9 @@ def read(path: Path, stamps: Stamps | None = None) -> Loaded:
     """Read a table file: its header in full, the groups once a question needs them. Damaged where
     it is not one (its groups are checked against the header's SHA-256, which `stamps` may hold for
     the file as it is), Outdated where an earlier autotune wrote it, OSError where unreadable."""
-    with path.open("rb") as handle:
-        stat = stamping.stat_of(os.fstat(handle.fileno()))
-        taken = stamping.now_ns()
-        data = handle.read()
+    data, opened = stamping.read_regular(path)
+    stat = stamping.stat_of(opened)
+    taken = stamping.now_ns()
     end = data.find(b"\n")
     end = len(data) if end < 0 else end
     try:
@@ -444,8 +466,11 @@ def _parse(header: dict[str, Any], texts: Sequence[bytes], exact: Sequence[bytes
         raise ValueError(f"format {header['format']!r}, not {FORMAT}")
     made = header["made_from"]
     database, changes, shipped = made["database"], made["changes"], made["shipped"]
+    identity = made.get("identity")
     if not (database is None or isinstance(database, str)) or not (changes is None or type(changes) is int):
         raise ValueError("a bad stamp")
+    if not (identity is None or isinstance(identity, str)):
+        raise ValueError("a bad identity")
     if not isinstance(shipped, dict) or not all(isinstance(v, str) for v in shipped.values()):
         raise ValueError("a bad list of shipped records files")
     gpus = [GpuRow(_text(name), _text(capability), _count(sm)) for name, capability, sm in header["gpus"]]
@@ -453,7 +478,7 @@ def _parse(header: dict[str, Any], texts: Sequence[bytes], exact: Sequence[bytes
     if not len(groups) == len(texts) == len(exact):
         held = len(texts) + len(exact)
         raise ValueError(f"{len(groups)} groups named, {held} lines held (a group and its exact hits each)")
-    return Loaded(database, changes, dict(shipped), Table(gpus, groups, texts, exact))
+    return Loaded(database, changes, identity, dict(shipped), Table(gpus, groups, texts, exact))
 
 
 def _trial(gpu: str, problem: Problem, values: list[Any]) -> TrialRow:
@@ -535,8 +560,7 @@ def shipped_digests(stamps: Stamps | None = None, db: Path | None = None) -> dic
         taken = stamping.now_ns()
         digest = stamps.digest(path, stat) if stamps is not None and stat is not None else None
         if digest is None:
-            with open(path, "rb") as handle:
-                digest = hashlib.sha256(handle.read()).hexdigest()
+            digest = hashlib.sha256(stamping.read_regular(path)[0]).hexdigest()
             if stamps is not None and stat is not None:
                 stamps.record_digest(path, stat, digest, taken)
         found[name] = digest
@@ -578,13 +602,13 @@ def _current(database: Path, stamps: Stamps | None = None) -> Table | None:
     if not path.is_file():
         return None
     loaded = read(path, stamps)
-    if loaded.database != str(database) or loaded.changes is None:
+    if loaded.database != str(database) or loaded.changes is None or loaded.identity is None:
         return None
     # Opening the store imports a shipped records file that is new or changed since the database
     # imported it (a file gone from the records stays in the database: it changes nothing).
     if any(loaded.shipped.get(name) != digest for name, digest in digests.items()):
         return None
-    if current_changes(database, stamps) != loaded.changes:
+    if current_version(database, stamps) != Version(loaded.identity, loaded.changes):
         return None
     return loaded.table
 
@@ -596,29 +620,31 @@ def _stat_or_none(path: Path, *, ctime: bool = True) -> stamping.Stat | None:
         return None
 
 
-def current_changes(database: Path, stamps: Stamps | None = None) -> int | None:
-    """The database's change count (read_changes), or where `stamps` recorded it while the database
-    file and its write-ahead log were as they are now, that count: every commit writes to one of
-    the two, so the count cannot have moved (and sqlite3 is not imported)."""
+def current_version(database: Path, stamps: Stamps | None = None) -> Version | None:
+    """The database's version (read_version), or where `stamps` recorded it while the database file
+    and its write-ahead log were as they are now, that version: every commit writes to one of the
+    two, so it cannot have moved (and sqlite3 is not imported)."""
     if stamps is None or not _writable(database.parent):
-        return read_changes(database)
-    # Taken before the count is read: a commit after them changes one of them. (SQLite run as root
+        return read_version(database)
+    # Taken before the version is read: a commit after them changes one of them. (SQLite run as root
     # gives the log its database's owner again at every open, a read's too: its status-change time moves.)
     log_file = database.with_name(database.name + "-wal")
     stats = [_stat_or_none(database), _stat_or_none(log_file, ctime=False)]
     taken = stamping.now_ns()
-    found = stamps.changes(database, stats)
+    found = stamps.version(database, stats)
     if found is not None:
-        return found
-    changes = read_changes(database)
-    if changes is not None:
-        stamps.record_changes(database, stats, changes, taken)
-    return changes
+        return Version(*found)
+    version = read_version(database)
+    if version is not None:
+        stamps.record_version(database, stats, version, taken)
+    return version
 
 
-def read_changes(database: Path) -> int | None:
-    """The database's change count, read with the standard library's sqlite3 (read-only, no
-    SQLAlchemy); None where it cannot be read or any trigger that keeps it is missing."""
+def read_version(database: Path) -> Version | None:
+    """The database's identity and change count, read with the standard library's sqlite3
+    (read-only, no SQLAlchemy); None where they cannot be read, where `refresh` has written no id
+    into the database (a new one, or one rebuilt from a dump), or where any trigger that keeps the
+    count is missing."""
     import sqlite3  # only where a database exists: a deployed machine without one never loads it
 
     if not _writable(database.parent):
@@ -628,20 +654,55 @@ def read_changes(database: Path) -> int | None:
     names = ", ".join(f"'{name}'" for name in TRIGGERS)
     query = (
         f"SELECT (SELECT changes FROM {COUNTER_TABLE} WHERE id = 1), "
-        f"(SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name IN ({names}))"
+        f"(SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name IN ({names})), "
+        f"(SELECT {ID_PRAGMA} FROM pragma_{ID_PRAGMA}), (SELECT schema_version FROM pragma_schema_version)"
     )
     try:
+        # The file as it is before and after the query: one that was replaced meanwhile has no version.
+        before = _file_of(database)
+        if before is None:
+            return None
         connection = sqlite3.connect(f"file:{quote(str(database))}?mode=ro", uri=True, timeout=LOCK_WAIT_S)
         try:
-            changes, triggers = connection.execute(query).fetchone()
+            changes, triggers, header_id, schema = connection.execute(query).fetchone()
+        finally:
+            connection.close()
+        if _file_of(database) != before:
+            return None
+    except (sqlite3.Error, OSError) as exc:
+        log.debug("the change count of %s cannot be read (%s): the store answers", database, exc)
+        return None
+    if triggers != len(TRIGGERS) or type(changes) is not int or not header_id:
+        return None
+    return Version(f"{header_id}.{schema}@{before}", changes)
+
+
+def _file_of(database: Path) -> str | None:
+    """The device and inode of the database's file; None for anything but a regular file (SQLite
+    would block opening a named pipe)."""
+    found = database.stat()
+    return f"{found.st_dev}:{found.st_ino}" if stat_module.S_ISREG(found.st_mode) else None
+
+
+def new_identity(database: Path) -> bool:
+    """Write a new random id into the database's header (ID_PRAGMA), which its change count does not
+    see: a table stamped with it is current only for this file as it is now, or copies of it at
+    this change count, never for a copy made earlier that went another way since. False where the
+    database cannot be written."""
+    import sqlite3
+
+    try:
+        connection = sqlite3.connect(
+            f"file:{quote(str(database))}?mode=rw", uri=True, timeout=LOCK_WAIT_S, isolation_level=None
+        )
+        try:
+            connection.execute(f"PRAGMA {ID_PRAGMA} = {secrets.randbelow(LARGEST_ID) + 1}")
         finally:
             connection.close()
     except sqlite3.Error as exc:
-        log.debug("the change count of %s cannot be read (%s): the store answers", database, exc)
-        return None
-    if triggers != len(TRIGGERS) or type(changes) is not int:
-        return None
-    return changes
+        log.debug("cannot write an id into %s (%s): no selection table", database, exc)
+        return False
+    return True
 
 
 def _writable(folder: Path) -> bool:
@@ -650,18 +711,25 @@ def _writable(folder: Path) -> bool:
 
 def refresh(store: SnapshotSource, database: Path) -> bool:
     """Write `database`'s table from `store` (that database, open) where the one beside it is not
-    current; True where the table is current afterwards. A database that cannot be written beside
-    (a read-only folder) keeps no table: the store answers there."""
+    current, stamped with a new id written into the database first; True where the table is current
+    afterwards. A database that cannot be written, or written beside (a read-only folder), keeps no
+    table: the store answers there."""
     try:
         if _current(database) is not None:
             return True
     except (OSError, Damaged):
         pass  # rewritten below
+    if not _writable(database.parent) or not new_identity(database):
+        return False
+    identity = read_version(database)
     snapshot = store.selection_rows(PER_SOURCE)
-    if snapshot.changes is None:
+    if identity is None or snapshot.changes is None:
+        return False
+    if read_version(database) != Version(identity.identity, snapshot.changes):
+        log.debug("%s changed while its selection table was read: the store answers", database)
         return False
     try:
-        write(beside(database), to_lines(snapshot, database))
+        write(beside(database), to_lines(snapshot, database, identity.identity))
     except OSError as exc:
         log.debug("cannot write the selection table beside %s: %s", database, exc)
         return False
