@@ -15,21 +15,29 @@ import atexit
 import logging
 import os
 import subprocess
-import sys
 import threading
+import warnings
 from collections import deque
 from collections.abc import Callable
 
+from autotune.core.errors import AutotuneWarning
+from autotune.core.interpreter import module_command
 from autotune.core.problem import Problem
+from autotune.core.redact import mask_url
 
 ENV = "AUTOTUNE_TUNE_ON_MISS"  # "1": tune untuned problems in the background
 TRIALS_ENV = "AUTOTUNE_TUNE_ON_MISS_TRIALS"
 DEFAULT_TRIALS = 32
+# More trials than any problem's sweep is worth in the background of a program (hours of GPU time).
+MAX_TRIALS = 4096
+DB_ENV = "AUTOTUNE_DB"  # how the sweep is told its database: never on its command line
 
 log = logging.getLogger(__name__)
 
-# The command that tunes one problem: (problem, db, device index, trials) -> argv.
-Command = Callable[[Problem, str | None, int, int], list[str]]
+# The command that tunes one problem: (problem, device index, trials) -> argv. The database goes to
+# the child in its environment: a command line is readable by every local user (/proc/PID/cmdline)
+# and a server URL holds a password.
+Command = Callable[[Problem, int, int], list[str]]
 # The index of a local GPU of a model (a name), to tune on.
 Locate = Callable[[str], int]
 
@@ -39,10 +47,26 @@ def enabled() -> bool:
 
 
 def trials() -> int:
-    try:
-        return max(1, int(os.environ.get(TRIALS_ENV, DEFAULT_TRIALS)))
-    except ValueError:
+    """$AUTOTUNE_TUNE_ON_MISS_TRIALS, a whole number from 1 to MAX_TRIALS. Read on the launch path's
+    background thread, where an error would reach no one: a value that is not a whole number is
+    warned about and the default used; one out of range is warned about and brought into range."""
+    text = os.environ.get(TRIALS_ENV, "").strip()
+    if not text:
         return DEFAULT_TRIALS
+    try:
+        asked = int(text)
+    except ValueError:
+        _warn(f"{TRIALS_ENV}={text!r} is not a whole number of trials; using {DEFAULT_TRIALS}")
+        return DEFAULT_TRIALS
+    used = min(max(asked, 1), MAX_TRIALS)
+    if used != asked:
+        _warn(f"{TRIALS_ENV}={text!r} is not from 1 to {MAX_TRIALS}; using {used}")
+    return used
+
+
+def _warn(message: str) -> None:
+    # Python's warning filter shows each message once per process: once per value set.
+    warnings.warn(message, AutotuneWarning, stacklevel=3)
 
 
 def first_of_model(name: str) -> int:
@@ -52,14 +76,23 @@ def first_of_model(name: str) -> int:
     return next((index for index, gpu in enumerate(local_gpus()) if gpu.name == name), 0)
 
 
-def sweep_command(problem: Problem, db: str | None, device: int, budget: int) -> list[str]:
-    """`autotune sweep` of this one problem, as the CLI takes it."""
-    argv = [sys.executable, "-m", "autotune", "-q", "sweep", "--op", problem.op, "--dtype", problem.dtype]
-    argv += ["--m", str(problem.m), "--n", str(problem.n)]
-    argv += ["--k", str(problem.k)] if problem.op == "gemm" else []
-    argv += ["--trans"] if problem.trans else []
-    argv += ["--trials", str(budget), "--device", str(device)]
-    return argv + (["--db", db] if db is not None else [])
+def sweep_command(problem: Problem, device: int, budget: int) -> list[str]:
+    """`autotune sweep` of this one problem, as the CLI takes it, run from the installed package
+    (module_command: never an `autotune/` folder in the caller's current folder)."""
+    args = ["-q", "sweep", "--op", problem.op, "--dtype", problem.dtype, "--m", str(problem.m), "--n", str(problem.n)]
+    args += ["--k", str(problem.k)] if problem.op == "gemm" else []
+    args += ["--trans"] if problem.trans else []
+    args += ["--trials", str(budget), "--device", str(device)]
+    return module_command("autotune", *args)
+
+
+def sweep_environment(db: str | None) -> dict[str, str]:
+    """The sweep's environment: the caller's, without the switch (a sweep does not tune its own
+    misses), and with the database in AUTOTUNE_DB where one was given."""
+    env = {key: value for key, value in os.environ.items() if key != ENV}
+    if db is not None:
+        env[DB_ENV] = db
+    return env
 
 
 class MissTuner:
@@ -131,9 +164,10 @@ class MissTuner:
                 self._tune(*item)
 
     def _tune(self, problem: Problem, db: str | None, gpu: str) -> None:
-        argv = self._command(problem, db, self._locate(gpu), trials())
-        env = {key: value for key, value in os.environ.items() if key != ENV}
-        log.info("tuning %s in the background (%s)", problem, " ".join(argv[1:]))
+        argv = self._command(problem, self._locate(gpu), trials())
+        env = sweep_environment(db)
+        into = f" into {mask_url(db)}" if db is not None else ""
+        log.info("tuning %s in the background%s (%s)", problem, into, " ".join(argv[1:]))
         try:
             with self._lock:
                 if self._closed:

@@ -9,7 +9,6 @@ import logging
 import os
 import queue
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -19,6 +18,7 @@ from typing import IO, Any
 from autotune import ops
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import GpuInfo
+from autotune.core.interpreter import module_command
 from autotune.core.outcome import Outcome, Status
 from autotune.core.problem import Problem
 from autotune.measure.worker.replies import (
@@ -83,18 +83,8 @@ def _kill(process: subprocess.Popen[str]) -> None:
 
 def worker_command(device: int) -> list[str]:
     """How the worker is started: with no current directory on its module path, so an `autotune/`
-    folder wherever the sweep runs can never stand in for the installed package. PYTHONPATH is still
-    read (a source checkout put there keeps working). -P exists from Python 3.11; below, the worker
-    is run from -c, whose first sys.path entry is always the current directory, removed first."""
-    if sys.version_info >= (3, 11):
-        return [sys.executable, "-P", "-m", "autotune.measure.worker", "--device", str(device)]
-    bootstrap = (
-        "import runpy, sys\n"
-        "if sys.path[:1] == ['']:\n"
-        "    del sys.path[0]\n"
-        "runpy.run_module('autotune.measure.worker', run_name='__main__')\n"
-    )
-    return [sys.executable, "-c", bootstrap, "--device", str(device)]
+    folder wherever the sweep runs can never stand in for the installed package (module_command)."""
+    return module_command("autotune.measure.worker", "--device", str(device))
 
 
 class Worker:
