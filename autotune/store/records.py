@@ -27,7 +27,7 @@ from autotune.store import models as orm
 from autotune.store.database import Database
 from autotune.store.queries import get_or_create_problem, new_gpu, problem_filters, ranked_ok
 from autotune.store.record_lines import CLOCK_FIELDS, BadLine, parse_gpu, parse_line, parse_trial
-from autotune.store.rows import as_utc
+from autotune.store.rows import as_utc, usable
 from autotune.vendor.mapping import SOURCE_PREFIX as VENDOR_SOURCE_PREFIX
 
 # --- export --------------------------------------------------------------------------------------
@@ -67,6 +67,12 @@ def _write_atomically(path: Path, text: str) -> None:
     temporary: Path | None = None
     try:
         handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+def _usable(ranked: list[tuple[orm.Problem, orm.Trial]]) -> list[tuple[orm.Problem, orm.Trial]]:
+    # As every other read of the store: a row import would refuse (a size of -5, a string in a
+    # config) is never written into a records file.
+    return [(problem, trial) for problem, trial in ranked if usable(trial, problem)]
+
+
         temporary = Path(name)
         os.fchmod(handle, 0o644)  # a records file others may read, as before (mkstemp makes 0600)
         with os.fdopen(handle, "w", encoding="utf-8") as staged:
@@ -125,7 +131,7 @@ def record_lines(
             current: dict[int, str] = {}  # problem id -> its current kernel source hash
             kept: dict[int, int] = {}
             vendor_kept: set[tuple[int, str]] = set()
-            for problem, trial in ranked_ok(session, filters, source_hash, top=_EVERY):
+            for problem, trial in _usable(ranked_ok(session, filters, source_hash, top=_EVERY)):
                 if problem.id not in current:
                     with targeting(gpu.compute_capability):  # that GPU's kernel family, not this machine's
                         current[problem.id] = ops.source_hash(_problem_of(problem))
@@ -141,7 +147,7 @@ def record_lines(
                     lines.append(_trial_line(problem, trial))
         else:
             ranked = ranked_ok(session, filters, source_hash, top=top)
-            lines += [_trial_line(problem, trial) for problem, trial in ranked]
+            lines += [_trial_line(problem, trial) for problem, trial in _usable(ranked)]
     return lines
 
 

@@ -8,9 +8,10 @@ from datetime import datetime, timezone
 from typing import Any
 
 from autotune import ops
+from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import Toolchain
 from autotune.core.outcome import Status
-from autotune.core.problem import DTYPES, Problem
+from autotune.core.problem import DTYPES, Problem, check_dim
 from autotune.store import models as orm
 
 
@@ -142,10 +143,10 @@ class SelectionRows:
 
 
 def usable(trial: orm.Trial | None, problem: orm.Problem | None = None) -> bool:
-    """A row fit to hand out: a known op and dtype, a config of integers only. Imports check far
-    more; this keeps rows an older autotune let in (a string config value, an unknown dtype) from
-    reaching the selector, a listing or nvcc."""
-    if problem is not None and (problem.op not in ops.names() or problem.dtype not in DTYPES):
+    """A row fit to hand out: a problem a records file could hold, a config of integers only.
+    Imports check far more; this keeps rows an older autotune let in (a string config value, an
+    unknown dtype) or written straight in (a size of -5) from reaching the selector, a listing or nvcc."""
+    if problem is not None and stored_problem(problem) is None:
         return False
     if trial is None:
         return True
@@ -158,6 +159,23 @@ def readable(trial: orm.Trial) -> bool:
     row is skipped, as a foreign row is, instead of failing every command that reads it."""
     times = trial.times_us
     return isinstance(trial.config, dict) and isinstance(times, list) and all(type(t) in (int, float) for t in times)
+
+
+def stored_problem(row: orm.Problem) -> Problem | None:
+    """The core Problem a problems row names, or None where a records file could not hold it (an
+    unknown op or dtype, a size that is not a positive 32-bit count, a K or a transposed layout its
+    op lacks): a row written straight into the database never reaches a kernel's arithmetic or nvcc."""
+    if row.op not in ops.names() or row.dtype not in DTYPES:
+        return None
+    kind = ops.get(row.op)
+    if (row.trans and not kind.transposable) or ("K" not in kind.sizes and row.k != 0):
+        return None
+    try:
+        for dim in kind.sizes:
+            check_dim(dim, getattr(row, dim.lower()))
+    except AutotuneError:
+        return None
+    return Problem(row.op, row.dtype, row.m, row.n, row.k, bool(row.trans))
 
 
 def trial_row(trial: orm.Trial) -> TrialRow:

@@ -46,6 +46,7 @@ from autotune.store.rows import (
     best_row,
     gpu_row,
     readable,
+    stored_problem,
     trial_row,
     usable,
 )
@@ -401,7 +402,10 @@ class Store:
             problems: dict[int, tuple[str, Problem, list[RankedTrial]]] = {}
             for problem, trial in ranked_by_source(session, per_source):
                 if problem.id not in problems:
-                    problems[problem.id] = (problem.gpu_name, Problem(**orm.problem_columns(problem)), [])
+                    core = stored_problem(problem)
+                    if core is None:
+                        continue
+                    problems[problem.id] = (problem.gpu_name, core, [])
                 assert trial.time_us is not None  # only OK trials with a time are ranked
                 problems[problem.id][2].append(
                     RankedTrial(trial.config, trial.time_us, trial.gbs, trial.source_hash, trial.driver, trial.cuda)

@@ -1,0 +1,66 @@
+"""What enters the store and what the store hands out: a user's records file beside the shipped
+ones, commands that only write refusing the in-memory fallback, and problem rows written straight
+into the database kept from every reader."""
+
+# The CLI fixtures (run, shipped) come from test_cli; ruff takes their use as arguments for redefinitions.
+# ruff: noqa: F811
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from autotune.store import open_store
+from tests.test_cli import FAST, H200, SHAPE, Cli, _fresh_api, run, shipped  # noqa: F401
+from tests.test_store import GPU_LINE, trial_line, write_records
+
+# --- problem rows written straight into the database -----------------------------------------------
+
+
+def _add_bad_problem(db: Path, gpu_name: str, op: str, dtype: str) -> None:
+    with sqlite3.connect(db) as connection:
+        connection.execute(
+            "INSERT INTO problems (gpu_name, op, dtype, m, n, k, trans, created_at)"
+            " VALUES (?, ?, ?, -5, 0, 0, 0, '2026-01-01 00:00:00')",
+            [gpu_name, op, dtype],
+        )
+
+
+@pytest.mark.shipped_records
+def test_a_stored_problem_of_bad_sizes_is_skipped_by_warmup_and_the_bundle(run: Cli, tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    open_store(str(db)).close()
+    _add_bad_problem(db, "NVIDIA H100 80GB HBM3", "gemv", "float32")
+    warmed = run("warmup", "--stored", "--op", "sgemv", "--gpu", "h100", "--db", str(db))
+    assert warmed.code == 0 and "Traceback" not in warmed.text, warmed
+    assert "-5" not in warmed.out and " shipped, 0 cached, 0 compiled" in warmed.out
+    bundle = run(
+        "export", "--format", "bundle", "--op", "sgemv", "--gpu", "h100", "-o", str(tmp_path / "b"), "--db", str(db)
+    )
+    assert bundle.code == 0 and "Traceback" not in bundle.text, bundle
+    assert "-5" not in (tmp_path / "b" / "manifest.json").read_text()
+
+
+def test_every_reader_skips_a_stored_problem_of_bad_sizes(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    mine = tmp_path / "mine.jsonl"
+    write_records(mine, [GPU_LINE, trial_line(5.0, 64)])
+    with open_store(str(db), import_shipped=False) as store:
+        store.import_records(mine)
+    _add_bad_problem(db, H200.name, "gemv", "float16")
+    with sqlite3.connect(db) as connection:  # a trial of it too, copied from the good one
+        bad_id = connection.execute("SELECT id FROM problems WHERE m = -5").fetchone()[0]
+        connection.execute(
+            "INSERT INTO trials (problem_id, gpu_id, config_key, config, status, time_us, times_us, message,"
+            " source_hash, nvcc, pycuda, driver, cuda, origin, created_at, rounds)"
+            " SELECT ?, gpu_id, config_key, config, status, 1.0, times_us, message, source_hash, nvcc, pycuda,"
+            " driver, cuda, origin, created_at, rounds FROM trials",
+            [bad_id],
+        )
+    with open_store(str(db), import_shipped=False) as store:
+        assert [(p.m, p.n) for p in store.problems()] == [(4096, 4096)]
+        assert [(row.m, row.n) for row in store.tuned(H200.name, "gemv", "float16", None)] == [(4096, 4096)]
+        assert [problem.m for _, problem, _ in store.selection_rows(4).problems] == [4096]
+        assert store.export_records(H200.name, tmp_path / "out.jsonl") == 1
