@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -11,12 +14,16 @@ import pytest
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import GpuInfo
 from autotune.core.problem import Problem
-from autotune.ops import gemv
-from autotune.store import Store
+from autotune.core.target import target_capabilities, targeting
+from autotune.ops import gemm, gemv
+from autotune.store import Store, open_store
+from tests import postgres
+from tests.fakes import ok, record, run_cli
 
 H200 = GpuInfo("NVIDIA H200", "GPU-1111", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
 SHAPE = Problem("gemv", "float16", 4096, 4096)
 CONFIG = gemv.OP.default_config(SHAPE)
+GEMM_CONFIG = gemm.OP.default_config(Problem("gemm", "float16", 1, 1, 2**31 - 1))
 GPU_LINE: dict[str, Any] = {"kind": "gpu", **{k: v for k, v in H200.to_dict().items() if k != "uuid"}}
 INJECTED = '0\n#ifndef ONCE\nextern "C" __global__ void injected_kernel() {}\n#endif'
 
@@ -82,21 +89,39 @@ BAD_TRIALS: dict[str, tuple[dict[str, Any], str]] = {
     "m bool": (trial(m=True), "field 'm' must be a int"),
     "n string": (trial(n="4096"), "field 'n' must be a int"),
     "k for gemv": (trial(k=64), "field 'k' must be 0 for gemv"),
-    "k negative": (trial(k=-1), "field 'k' must be an integer of at least 0"),
+    "k negative": (trial(k=-1), "field 'k' must be an integer from 0 to"),
     "trans not bool": (trial(trans=1), "field 'trans' must be true or false"),
     "gemm without k": (trial(op="gemm", k=DROP), "K must be a positive integer"),
-    "time zero": (trial(time_us=0), "field 'time_us' must be a positive number"),
-    "time negative": (trial(time_us=-1.0), "field 'time_us' must be a positive number"),
-    "time absurd": (trial(time_us=1e30), "field 'time_us' must be a positive number"),
+    "time zero": (trial(time_us=0), "field 'time_us' must be a time from 0.1 to 1e+09 microseconds"),
+    "time negative": (trial(time_us=-1.0), "field 'time_us' must be a time from 0.1"),
+    "time absurd": (trial(time_us=1e30), "field 'time_us' must be a time from 0.1"),
+    # Positive and finite, but faster than any launch: the cost model's 1/t^2 underflowed to 0.
+    "time subnormal": (trial(time_us=5e-324, times_us=[5e-324]), "field 'time_us' must be a time from 0.1"),
+    "time tiny": (trial(time_us=1e-200, times_us=[1e-200]), "got 1e-200"),
+    "time under a launch": (trial(time_us=0.09), "field 'time_us' must be a time from 0.1"),
+    "sample tiny": (trial(times_us=[10.0, 1e-160]), "field 'times_us' must hold times from 0.1"),
+    "sample huge": (trial(times_us=[1e9]), "field 'times_us' must hold times from 0.1"),
+    "gbs absurd": (trial(gbs=1e300), "field 'gbs' must be a bandwidth from 0 to"),
+    "gbs negative": (trial(gbs=-1.0), "field 'gbs' must be a bandwidth from 0 to"),
+    "error negative": (trial(rel_error=-0.5), "field 'rel_error' must be a relative error of at least 0"),
     "time string": (trial(time_us="fast"), "field 'time_us' must be a float"),
     "time missing": (trial(time_us=DROP), "missing field 'time_us'"),
-    "samples of strings": (trial(times_us=["1"]), "field 'times_us' must be a list"),
-    "sample of true": (trial(times_us=[True]), "field 'times_us' must be a list"),
+    "samples of strings": (trial(times_us=["1"]), "field 'times_us' must hold times"),
+    "sample of true": (trial(times_us=[True]), "field 'times_us' must hold times"),
+    "too many samples": (trial(times_us=[10.0] * 10_001), "field 'times_us' holds more than 10000 samples"),
     "samples not a list": (trial(times_us=1.0), "field 'times_us' must be a list"),
     "gbs string": (trial(gbs="1"), "field 'gbs' must be a float"),
-    "rounds zero": (trial(rounds=0), "field 'rounds' must be an integer of at least 1"),
-    "rounds float": (trial(rounds=2.0), "field 'rounds' must be an integer of at least 1"),
-    "bad date": (trial(created_at="yesterday"), "field 'created_at' is not an ISO date"),
+    "rounds zero": (trial(rounds=0), "field 'rounds' must be an integer from 1 to 1000000"),
+    "rounds float": (trial(rounds=2.0), "field 'rounds' must be an integer from 1"),
+    # PostgreSQL's INTEGER column refused these where SQLite stored them: both refuse them now.
+    "rounds past an INTEGER": (trial(rounds=2**62), "field 'rounds' must be an integer from 1 to 1000000"),
+    "k past an INTEGER": (trial(op="gemm", k=2**31), "field 'k' must be an integer from 0 to 2147483647"),
+    "bad date": (trial(created_at="yesterday"), "field 'created_at': not an ISO date"),
+    # Valid ISO text that is no datetime once moved to UTC: OverflowError, not ValueError.
+    "date before year 1 in UTC": (trial(created_at="0001-01-01T00:00:00+05:00"), "field 'created_at': not an ISO"),
+    "date after 9999 in UTC": (trial(created_at="9999-12-31T23:59:59-05:00"), "field 'created_at': not an ISO"),
+    "date before CUDA": (trial(created_at="1969-12-31T23:59:59+00:00"), "is not between 1970-01-01 and 9999-01-01"),
+    "date at the end of time": (trial(created_at="9999-06-01T00:00:00"), "is not between 1970-01-01 and 9999-01-01"),
     "source hash not text": (trial(source_hash=5), "field 'source_hash' must be a str"),
     "escape codes in a version": (trial(nvcc="13\x1b[2J"), "field 'nvcc' holds control characters"),
     "huge text": (trial(driver="x" * 1000), "field 'driver' is longer than 200 characters"),
@@ -126,7 +151,15 @@ BAD_FILES: dict[str, tuple[list[Any], str]] = {
     "empty": ([], "is empty"),
     "gpu line missing": ([trial()], "line 1: expected kind 'gpu'"),
     "gpu name with escapes": ([{**GPU_LINE, "name": "H200\x1b]0;owned\x07"}], "line 1: field 'name' holds control"),
-    "gpu count negative": ([{**GPU_LINE, "sm_count": -1}], "line 1: field 'sm_count' must be a positive count"),
+    "gpu count negative": ([{**GPU_LINE, "sm_count": -1}], "line 1: field 'sm_count' must be a count from 1 to 1024"),
+    # PostgreSQL's INTEGER column refused this where SQLite stored it: both refuse it now.
+    "gpu count past an INTEGER": ([{**GPU_LINE, "sm_count": 2**40}], "line 1: field 'sm_count' must be a count from 1"),
+    "gpu count no GPU has": ([{**GPU_LINE, "sm_count": 1025}], "line 1: field 'sm_count' must be a count from 1"),
+    "gpu memory past 2**48": ([{**GPU_LINE, "memory_bytes": 2**48 + 1}], "field 'memory_bytes' must be a count"),
+    "gpu capability a word": ([{**GPU_LINE, "compute_capability": "abc"}], "line 1: field 'compute_capability'"),
+    "gpu capability with a flag": ([{**GPU_LINE, "compute_capability": "9.0 -Xcompiler"}], "is not a CUDA one"),
+    "gpu capability with a newline": ([{**GPU_LINE, "compute_capability": "9.0\n"}], "line 1: field 'compute_cap"),
+    "gpu capability major only": ([{**GPU_LINE, "compute_capability": "9"}], "line 1: field 'compute_capability'"),
     "gpu count bool": ([{**GPU_LINE, "sm_count": True}], "line 1: field 'sm_count' must be a int"),
     "gpu uuid a number": ([{**GPU_LINE, "uuid": 7}], "line 1: field 'uuid' must be a str"),
     "gpu unknown field": ([{**GPU_LINE, "x": 1}], "line 1: unknown field 'x'"),
@@ -189,3 +222,57 @@ def test_space_check_wants_exact_integers(value: object) -> None:
     assert why is not None and "block must be an integer" in why
     assert space.check({**CONFIG, "order": True}) is not None
     assert space.check(CONFIG) is None
+
+
+@pytest.mark.parametrize("capability", ["abc", "9.0 -Xcompiler", "9", "9.0.1", " 9.0", "9.0\n", "٩.0", ""])
+def test_a_compute_capability_cuda_would_not_write_steers_nothing(capability: str) -> None:
+    with pytest.raises(AutotuneError, match="is not a CUDA one"), targeting(capability):
+        pass
+
+
+@pytest.mark.parametrize("capability", ["8.0", "9.0", "10.0", "12.1"])
+def test_every_compute_capability_cuda_writes_is_one(capability: str) -> None:
+    with targeting(capability):
+        assert target_capabilities() == (capability,)
+
+
+def test_a_gpu_row_written_straight_in_with_a_bad_capability_is_one_line(
+    store: Store, db_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its major number was an int() and its text an nvcc architecture; the records check refuses such
+    a GPU line, and a row that did not come through it reaches neither."""
+    record(store, SHAPE, CONFIG, ok(10.0), dataclasses.replace(H200, compute_capability="9.0 -Xcompiler"))
+    code, out, err = run_cli(
+        monkeypatch,
+        capsys,
+        "best",
+        "--db",
+        str(db_path),
+        "--gpu",
+        "H200",
+        "--op",
+        "hgemv",
+        "--m",
+        "4096",
+        "--n",
+        "4096",
+    )
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "compute capability '9.0 -Xcompiler' is not a CUDA one" in err
+
+
+@pytest.mark.stress
+def test_the_largest_values_a_records_file_may_hold_are_stored_by_postgresql_too(tmp_path: Path) -> None:
+    """Each integer field is bounded below its column's type: PostgreSQL's INTEGER refused an sm_count
+    of 2**40 and rounds of 2**62 that SQLite kept, naming no line. A real server, so under stress."""
+    largest_gpu = {**GPU_LINE, "sm_count": 1024, "l2_bytes": 2**48, "memory_bytes": 2**48}
+    largest = trial(op="gemm", m=1, n=1, k=2**31 - 1, config=GEMM_CONFIG, rounds=10**6, time_us=1e9 - 1)
+    records = write(tmp_path / "largest.jsonl", [largest_gpu, largest])
+    folder = Path(tempfile.mkdtemp(prefix="autotune-pg-"))  # pytest's tmp_path is closed to the server's user
+    try:
+        with postgres.server(folder) as server, open_store(server.new_database(), import_shipped=False) as pg:
+            assert pg.import_records(records) == 1
+            [stored] = pg.gpus()
+            assert (stored.sm_count, stored.memory_bytes) == (1024, 2**48)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

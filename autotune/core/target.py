@@ -8,11 +8,18 @@ machine's GPUs, or, on a machine without one, for the GPUs the shipped records c
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
 from autotune.core import fingerprint
+from autotune.core.errors import AutotuneError
+
+# How CUDA writes a compute capability ("9.0", "12.1"): the major number becomes an int and the
+# whole an nvcc architecture (sm_90), so nothing else (a records file's "abc", "9.0 -Xcompiler")
+# may steer a space, a kernel family or a compile.
+_CAPABILITY = re.compile(r"[0-9]{1,2}\.[0-9]{1,2}")
 
 _TARGET: ContextVar[tuple[str, ...] | None] = ContextVar("autotune_target", default=None)
 
@@ -31,8 +38,18 @@ def targeting(capability: str | None) -> Iterator[None]:
     if capability is None:
         yield
         return
+    check_capability(capability)
     token = _TARGET.set((capability,))
     try:
         yield
     finally:
         _TARGET.reset(token)
+
+
+def check_capability(capability: object) -> str:
+    """`capability` where it is a compute capability as CUDA writes it; AutotuneError otherwise (a GPU
+    row of a damaged database or a records file)."""
+    if not isinstance(capability, str) or _CAPABILITY.fullmatch(capability) is None:
+        shown = repr(capability) if len(repr(capability)) <= 40 else repr(capability)[:37] + "..."
+        raise AutotuneError(f'compute capability {shown} is not a CUDA one (major.minor, as "9.0")')
+    return capability

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import datetime
 from typing import Any
 
 from autotune import ops
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import GpuInfo, slugify
-from autotune.core.problem import DTYPES, Problem, check_dim
-from autotune.store.rows import as_utc
+from autotune.core.limits import MAX_TIME_US, MIN_TIME_US, plausible_time_us
+from autotune.core.problem import DTYPES, MAX_DIM, Problem, check_dim
+from autotune.core.target import check_capability
+from autotune.store.rows import parse_utc
 from autotune.vendor.mapping import CONFIG_KEY as VENDOR_CONFIG_KEY
 from autotune.vendor.mapping import OPS as VENDOR_OPS
 from autotune.vendor.mapping import SOURCE_PREFIX as VENDOR_SOURCE_PREFIX
@@ -54,9 +55,14 @@ CLOCK_FIELDS = {"sm_mhz": 1e5, "mem_mhz": 1e5, "power_w": 1e5}
 _TRIAL_OPTIONAL = frozenset({"kind", "k", "trans", "rounds", *CLOCK_FIELDS})
 _NULLABLE = frozenset({"gbs", "rel_error"})
 _MAX_TEXT = 200  # any text field: names, versions, hashes, dates
-_MAX_TIME_US = 1e9  # a kernel call of more than a quarter hour is no measurement
 _MAX_SAMPLES = 10_000
-_MAX_COUNT = 2**48  # SMs, bytes of L2 or memory
+# Each integer field's bounds, inclusive: what a GPU can have or a measurement can take, and always
+# within its column (INTEGER for sm_count and rounds, BIGINT for bytes), so that SQLite and
+# PostgreSQL give a file the same verdict. A GPU of today has under 200 SMs; confirm.py measures
+# a handful of rounds.
+_COUNTS = {"sm_count": 1024, "l2_bytes": 2**48, "memory_bytes": 2**48}
+_MAX_ROUNDS = 10**6
+_MAX_GBS = 1e7  # GB/s: a thousand times any memory's bandwidth, so no time that passes gives more
 
 
 class BadLine(Exception):
@@ -103,9 +109,13 @@ def _no_unknown(line: dict[str, Any], known: set[str] | frozenset[str]) -> None:
 def parse_gpu(line: dict[str, Any]) -> GpuInfo:
     _no_unknown(line, set(_GPU_TYPES) | _GPU_OPTIONAL)
     values = {name: _typed(line, name, kind) for name, kind in _GPU_TYPES.items()}
-    for name in ("sm_count", "l2_bytes", "memory_bytes"):
-        if not 0 < values[name] < _MAX_COUNT:
-            raise BadLine(f"field {name!r} must be a positive count, got {values[name]}")
+    for name, most in _COUNTS.items():
+        if not 0 < values[name] <= most:
+            raise BadLine(f"field {name!r} must be a count from 1 to {most}, got {values[name]}")
+    try:
+        check_capability(values["compute_capability"])
+    except AutotuneError as exc:
+        raise BadLine(f"field 'compute_capability': {exc}") from None
     if not values["name"].strip():
         raise BadLine("field 'name' is empty")
     # Records without a real uuid share one stand-in row per GPU model.
@@ -115,10 +125,10 @@ def parse_gpu(line: dict[str, Any]) -> GpuInfo:
     return GpuInfo(uuid=_text("uuid", uuid), **values)
 
 
-def _optional_int(line: dict[str, Any], name: str, default: int, least: int) -> int:
+def _optional_int(line: dict[str, Any], name: str, default: int, least: int, most: int) -> int:
     value = line.get(name, default)
-    if not isinstance(value, int) or isinstance(value, bool) or value < least:
-        raise BadLine(f"field {name!r} must be an integer of at least {least}, got {_show(value)}")
+    if not isinstance(value, int) or isinstance(value, bool) or not least <= value <= most:
+        raise BadLine(f"field {name!r} must be an integer from {least} to {most}, got {_show(value)}")
     return value
 
 
@@ -138,7 +148,7 @@ def _problem(values: dict[str, Any], line: dict[str, Any]) -> Problem:
     if dtype not in DTYPES:
         raise BadLine(f"unknown dtype {_show(dtype)}: expected one of {', '.join(DTYPES)}")
     kind = ops.get(op)
-    k = _optional_int(line, "k", 0, 0)
+    k = _optional_int(line, "k", 0, 0, MAX_DIM)
     trans = line.get("trans", False)
     if not isinstance(trans, bool):
         raise BadLine(f"field 'trans' must be true or false, got {_show(trans)}")
@@ -181,22 +191,35 @@ def parse_trial(line: dict[str, Any]) -> dict[str, Any]:
     _no_unknown(line, set(_TRIAL_TYPES) | _TRIAL_OPTIONAL)
     values = {name: _typed(line, name, kind, name in _NULLABLE) for name, kind in _TRIAL_TYPES.items()}
     values["problem"] = _problem(values, line)
-    values["rounds"] = _optional_int(line, "rounds", 1, 1)
+    values["rounds"] = _optional_int(line, "rounds", 1, 1, _MAX_ROUNDS)
     for name, bound in CLOCK_FIELDS.items():
         values[name] = _optional_positive(line, name, bound)
     values["config"] = _config(values["problem"], values["config"], values["source_hash"])
-    if not 0 < values["time_us"] < _MAX_TIME_US:
-        raise BadLine(f"field 'time_us' must be a positive number of microseconds, got {values['time_us']!r}")
-    samples = values["times_us"]
-    if len(samples) > _MAX_SAMPLES or not all(
-        isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t > 0 for t in samples
-    ):
-        raise BadLine(f"field 'times_us' must be a list of at most {_MAX_SAMPLES} positive numbers")
+    _check_times(values)
     try:
-        values["created_at"] = as_utc(datetime.fromisoformat(values["created_at"]))
-    except ValueError:
-        raise BadLine(f"field 'created_at' is not an ISO date and time: {_show(values['created_at'])}") from None
+        values["created_at"] = parse_utc(values["created_at"])
+    except ValueError as exc:
+        raise BadLine(f"field 'created_at': {exc}") from None
     return values
+
+
+_TIME_RANGE = f"from {MIN_TIME_US:g} to {MAX_TIME_US:g} microseconds (no kernel call is faster than its launch)"
+
+
+def _check_times(values: dict[str, Any]) -> None:
+    """Every time a kernel call can take (core/limits.py), and a bandwidth and error that go with one."""
+    if not plausible_time_us(values["time_us"]):
+        raise BadLine(f"field 'time_us' must be a time {_TIME_RANGE}, got {values['time_us']!r}")
+    samples = values["times_us"]
+    if len(samples) > _MAX_SAMPLES:
+        raise BadLine(f"field 'times_us' holds more than {_MAX_SAMPLES} samples")
+    for sample in samples:
+        if not plausible_time_us(sample):
+            raise BadLine(f"field 'times_us' must hold times {_TIME_RANGE}, got {_show(sample)}")
+    if values["gbs"] is not None and not 0 <= values["gbs"] < _MAX_GBS:
+        raise BadLine(f"field 'gbs' must be a bandwidth from 0 to {_MAX_GBS:g} GB/s or null, got {values['gbs']!r}")
+    if values["rel_error"] is not None and values["rel_error"] < 0:
+        raise BadLine(f"field 'rel_error' must be a relative error of at least 0 or null, got {values['rel_error']!r}")
 
 
 def parse_line(raw: str, number: int) -> dict[str, Any]:

@@ -35,6 +35,25 @@ def as_utc(moment: datetime) -> datetime:
     return moment.astimezone(timezone.utc)
 
 
+# The moments a time read from a file may name, in UTC: none is older than CUDA, and the latest
+# leaves a year before datetime's end for whatever is added to it (a lease, a time zone).
+EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
+LATEST = datetime(9999, 1, 1, tzinfo=timezone.utc)
+
+
+def parse_utc(text: str) -> datetime:
+    """An ISO date and time (one without a zone taken as UTC) in UTC, or ValueError saying why: text
+    that is none, or a moment outside [EARLIEST, LATEST) once converted (year 1 at +05:00 is not a
+    datetime in UTC at all)."""
+    try:
+        moment = as_utc(datetime.fromisoformat(text))
+    except (ValueError, OverflowError):
+        raise ValueError(f"not an ISO date and time: {text!r}") from None
+    if not EARLIEST <= moment < LATEST:
+        raise ValueError(f"{text!r} is not between {EARLIEST:%Y-%m-%d} and {LATEST:%Y-%m-%d} in UTC")
+    return moment
+
+
 @dataclass(frozen=True)
 class TrialRow:
     id: int
