@@ -8,13 +8,59 @@ into the database kept from every reader."""
 from __future__ import annotations
 
 import sqlite3
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+from autotune.core.errors import AutotuneError
 from autotune.store import open_store
 from tests.test_cli import FAST, H200, SHAPE, Cli, _fresh_api, run, shipped  # noqa: F401
 from tests.test_store import GPU_LINE, trial_line, write_records
+
+# --- commands that only write refuse the in-memory fallback -----------------------------------------
+
+
+@pytest.fixture
+def unusable_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """HOME is a file: the default database cannot be created, the store falls back to memory."""
+    home = tmp_path / "home-file"
+    home.write_text("not a folder")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_DATA_HOME")
+
+
+def _refused(result: object, action: str) -> None:
+    assert getattr(result, "code", None) == 2, result
+    text = getattr(result, "out", "") + getattr(result, "err", "")
+    lines = getattr(result, "err", "").splitlines()
+    assert "Traceback" not in text and lines[-1].startswith(f"error: cannot {action}"), text
+    assert "keeps nothing" in lines[-1] and "--db" in lines[-1] and "AUTOTUNE_DB" in lines[-1]
+
+
+def test_import_and_queue_add_refuse_the_in_memory_fallback(
+    run: Cli, shipped: Path, unusable_home: None, tmp_path: Path
+) -> None:
+    records = tmp_path / "resources" / "records" / "nvidia-h200.jsonl"
+    _refused(run("import", str(records)), "import")
+    _refused(run("queue", "--add", "--gpu", "h200", "--m", "64", "--n", "64"), "queue problems")
+    answered = run("best", "--m", "4096", "--n", "8192", "--gpu", "h200")  # reading still answers
+    assert answered.code == 0 and "measured 4.00 us" in answered.out
+    assert run("import", str(records), "--db", str(tmp_path / "given.db")).code == 0  # a place given is used
+
+
+def test_a_sweep_refuses_the_in_memory_fallback_before_it_tunes(
+    shipped: Path, unusable_home: None, recwarn: pytest.WarningsRecorder
+) -> None:
+    with open_store() as store:
+        assert store.fallback is not None
+        with pytest.raises(AutotuneError, match=r"cannot queue problems: .*keeps nothing"):
+            store.enqueue(H200.name, [SHAPE])  # a sweep of problems given queues them first
+        with pytest.raises(AutotuneError, match=r"cannot tune: .*keeps nothing"):
+            store.claim_next(H200.name, timedelta(minutes=5))  # sweep --pending claims from the queue
+    with open_store(str(shipped)) as given:
+        assert given.fallback is None and given.enqueue(H200.name, [SHAPE])
+
 
 # --- problem rows written straight into the database -----------------------------------------------
 

@@ -59,8 +59,11 @@ MEMORY = "sqlite://"  # an in-memory database: lives as long as its engine
 class Store:
     """Tuning results in one database (SQLite file or server)."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, *, fallback: str | None = None) -> None:
         self.db = db
+        # Why the default database could not be opened, where this store is the in-memory stand-in
+        # open_store falls back to: what a command writes here is gone when the process ends.
+        self.fallback = fallback
         self._owner = owners.this_process()
         self._me = self._owner.text()
         # Trials this store started, id -> config key: finish_trial writes only to these.
@@ -79,6 +82,15 @@ class Store:
         if url.get_backend_name() != "sqlite" or not url.database or url.database.startswith("file:"):
             return None
         return Path(url.database)
+
+    def require_saving(self, action: str) -> None:
+        """Refuse (AutotuneError) a command whose only purpose is to write, where this store is the
+        in-memory fallback: it would report success and keep nothing."""
+        if self.fallback is not None:
+            raise AutotuneError(
+                f"cannot {action}: {self.fallback}, and the in-memory database answering instead keeps"
+                " nothing; give --db or set AUTOTUNE_DB to a database you can write"
+            )
 
     def close(self) -> None:
         owners.release(self._owner)
@@ -303,6 +315,7 @@ class Store:
 
     def enqueue(self, gpu_name: str, problems: Sequence[Problem]) -> list[int]:
         """Queue the problems for GPUs of this name; returns their problem ids in the order given."""
+        self.require_saving("queue problems")  # a sweep's queue too: its measurements would be lost
         with self.db.session_scope(write=True) as session:
             return queue.enqueue(session, gpu_name, problems)
 
@@ -321,6 +334,7 @@ class Store:
         since: datetime | None = None,
     ) -> queue.Look:
         """Claim the next problem to tune on GPUs of this name (autotune/store/queue.py)."""
+        self.require_saving("tune")
         with self.db.session_scope(write=True, serialize=False) as session:
             return queue.claim_next(session, gpu_name, self._me, lease, among=among, since=since)
 
@@ -430,6 +444,7 @@ class Store:
 
     def import_records(self, path: Path) -> int:
         """Import a records file in one transaction; returns how many trials were new."""
+        self.require_saving(f"import {path}")
         return records.import_records(self.db, path)
 
     def import_shipped(self, records_dir: Path | None = None) -> int:
@@ -460,7 +475,9 @@ def open_store(url: str | None = None, *, import_shipped: bool = True) -> Store:
 
     A read-only database is served as it is. Where the default location can be neither created nor
     opened (a read-only container, an unusable HOME), the shipped records are held in memory
-    instead, with a warning: `best` and the launch API still answer, and nothing is saved."""
+    instead, with a warning: `best` and the launch API still answer, and nothing is saved; what
+    only writes (import, queue --add, a sweep) is refused (Store.require_saving)."""
+    fallback = None
     try:
         db = open_database(url)
     except NoWritablePlace as exc:
@@ -469,8 +486,8 @@ def open_store(url: str | None = None, *, import_shipped: bool = True) -> Store:
             AutotuneWarning,
             stacklevel=2,
         )
-        db = open_database(MEMORY)
-    store = Store(db)
+        db, fallback = open_database(MEMORY), str(exc)
+    store = Store(db, fallback=fallback)
     if import_shipped and not db.read_only:
         try:
             store.import_shipped()
