@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from autotune.core import paths
 from autotune.core.errors import AutotuneError
+from autotune.core.redact import mask_url, scrub
 from autotune.store import sqlite
 from autotune.store.sqlite import NoWritablePlace
 
@@ -32,9 +33,21 @@ _IMMEDIATE = "autotune_immediate"
 _WRITER_LOCK = 0x6175746F74756E65  # "autotune"
 
 
+# A value that begins like a URL whose "://" is mistyped: a scheme name, then ":" or "//".
+_URL_LIKE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*(:|//)")
+
+
 def _as_url(db: str) -> str:
+    """A URL (it holds "://") as given; any other value is a SQLite file path, except one that
+    begins like a URL (a scheme name, then ":" or "//"): taken as a path, a mistyped server URL
+    would become a new file named after the password, and the error would print it."""
     if "://" in db:
         return db
+    if _URL_LIKE.match(db):
+        raise AutotuneError(
+            f"database {mask_url(db)} looks like a URL without its '://': write scheme://user@host/name "
+            "(for a file whose name begins like that, start it with ./)"
+        )
     # A plain path: only the default location gets its folder created, never a user-given one.
     return str(URL.create("sqlite", database=str(Path(db).expanduser().absolute())))
 
@@ -55,12 +68,20 @@ def resolve_url(db: str | None = None) -> str:
     return _as_url(str(home / "autotune.db"))
 
 
-def _mask(url: str) -> str:
-    """A URL fit to print: the password hidden, even when SQLAlchemy cannot parse the URL."""
+def _parse(url: str) -> URL:
+    """The parsed URL, or a one-line error naming what is wrong with it (never its password)."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        parsed = make_url(url)
     except ArgumentError:
-        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+        raise AutotuneError(f"cannot open database {mask_url(url)}: it is not a database URL") from None
+    except ValueError:  # SQLAlchemy converts the port with int()
+        raise AutotuneError(f"cannot open database {mask_url(url)}: its port is not a number") from None
+    if parsed.host and "@" in parsed.host:
+        raise AutotuneError(
+            f"cannot open database {mask_url(url)}: its password holds an '@' that is not percent-encoded "
+            "(write it as %40)"
+        )
+    return parsed
 
 
 def _one_line(text: str) -> str:
@@ -207,7 +228,8 @@ class Database:
         except SQLAlchemyError as exc:
             with suppress(SQLAlchemyError):
                 session.rollback()
-            raise AutotuneError(sqlite.describe(_cause(_first(exc)), self.url)) from None
+            cause = scrub(_cause(_first(exc)), self.engine.url.render_as_string(hide_password=False))
+            raise AutotuneError(sqlite.describe(cause, self.url)) from None
         except BaseException:
             with suppress(SQLAlchemyError):
                 session.rollback()
@@ -224,16 +246,17 @@ def check_url(db: str | None = None) -> str:
     """Resolve and parse the URL and load its driver, touching no database; returns the masked URL.
 
     Lets a sweep reject a bad --db in one line before it spends minutes on the GPU."""
-    engine = _engine(resolve_url(db))
-    engine.dispose()
-    return engine.url.render_as_string(hide_password=True)
+    url = resolve_url(db)
+    _engine(url).dispose()
+    return mask_url(url)
 
 
 def _engine(url: str, *, read_only: bool = False) -> Engine:
+    _parse(url)
     try:
         return make_engine(url, read_only=read_only)
     except (ArgumentError, NoSuchModuleError, ImportError) as exc:
-        raise AutotuneError(f"cannot open database {_mask(url)}: {_cause(exc)}") from None
+        raise AutotuneError(f"cannot open database {mask_url(url)}: {scrub(_cause(exc), url)}") from None
 
 
 def open_database(db: str | None = None) -> Database:
@@ -243,8 +266,9 @@ def open_database(db: str | None = None) -> Database:
     nothing is written to it, not even its journal mode. NoWritablePlace: the default location
     (no `db`, no $AUTOTUNE_DB) can be neither created nor opened."""
     url = resolve_url(db)
-    masked = _mask(url)
-    path = sqlite.file_path(url) if "://" in url else None
+    masked = mask_url(url)
+    _parse(url)  # a URL SQLAlchemy cannot parse is one line here, before anything reads it
+    path = sqlite.file_path(url)
     found = sqlite.Access()
     if path is not None:
         found = sqlite.access(path, masked, default=not (db or os.environ.get(ENV_VAR)))
@@ -258,5 +282,6 @@ def open_database(db: str | None = None) -> Database:
         raise
     except (SQLAlchemyError, CommandError, ImportError, OSError) as exc:
         engine.dispose()
-        raise AutotuneError(f"cannot open database {masked}: {sqlite.lock_hint(_cause(exc))}") from None
+        cause = sqlite.lock_hint(scrub(_cause(exc), url))
+        raise AutotuneError(f"cannot open database {masked}: {cause}") from None
     return Database(engine, masked, read_only=found.read_only)
