@@ -581,7 +581,8 @@ def import_(
     from autotune import exports
 
     count = exports.import_file(path, db=db)
-    err.print(f"imported {count} new trials from {path}", markup=False)
+    replacing = f" ({count.replaced} replacing a shipped row's time)" if count.replaced else ""
+    err.print(f"imported {count} {'trial' if count == 1 else 'trials'}{replacing} from {path}", markup=False)
 
 
 @app.command()

@@ -15,7 +15,7 @@ from typing import Any
 from autotune import api, ops
 from autotune.core.errors import AutotuneError
 from autotune.core.problem import Problem
-from autotune.store.records import record_lines, write_lines
+from autotune.store.records import Imported, record_lines, write_lines
 
 FORMATS = ("jsonl", "csv", "bundle")
 CSV_COLUMNS = (
@@ -115,7 +115,8 @@ def _write_text(path: Path, text: str) -> None:
         raise AutotuneError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-def import_file(path: Path, db: str | None = None) -> int:
-    """Import a records file (validated whole first; all or nothing); returns how many trials were new."""
-    count: int = api.store(db).import_records(path)
+def import_file(path: Path, db: str | None = None) -> Imported:
+    """Import a records file (validated whole first; all or nothing); returns how many trials were
+    stored, and how many of them replaced a shipped row's time."""
+    count: Imported = api.store(db).import_records(path)
     return count

@@ -210,19 +210,32 @@ TRIALS = 10
 LEASE_S = 6.0
 
 
-def _start(url: str, journal: Path, mode: str) -> subprocess.Popen[bytes]:
+# Each machine in a pid namespace of its own, as containers with host networking: one host name,
+# pids that mean nothing to the others. Killing `unshare` kills the sweep inside with it.
+OWN_PID_NAMESPACE = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
+
+
+def _can_unshare_pid() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    return subprocess.run([*OWN_PID_NAMESPACE, "true"], capture_output=True, check=False).returncode == 0
+
+
+def _start(url: str, journal: Path, mode: str, namespaces: bool = False) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(SWEEPER.parents[1])}
     command = [sys.executable, str(SWEEPER), url, str(journal), str(LEASE_S), str(TRIALS), mode]
+    if namespaces:
+        command = [*OWN_PID_NAMESPACE, *command]
     return subprocess.Popen(command, env=env, stderr=journal.with_suffix(".err").open("wb"))
 
 
-def _run_fleet(url: str, folder: Path, mode: str) -> tuple[list[str], int]:
+def _run_fleet(url: str, folder: Path, mode: str, namespaces: bool = False) -> tuple[list[str], int]:
     """Three claiming sweeps; one is killed once it has finished a few trials. Returns every
     journal line of all three and the victim's exit code."""
     journals = [folder / f"machine{i}.log" for i in range(3)]
     for journal in journals:
         journal.touch()
-    machines = [_start(url, journal, mode) for journal in journals]
+    machines = [_start(url, journal, mode, namespaces) for journal in journals]
     deadline = time.monotonic() + 60
     while len(journals[0].read_text().splitlines()) < 3:
         assert time.monotonic() < deadline, "the first machine never measured"
@@ -263,6 +276,20 @@ def test_three_sqlite_sweeps_one_killed_tune_every_problem_once(tmp_path: Path, 
     _check_every_problem_tuned_once(url, lines)
 
 
+@pytest.mark.stress
+@pytest.mark.skipif(not _can_unshare_pid(), reason="no permission to make a pid namespace (unshare -p)")
+def test_three_sweeps_in_their_own_pid_namespaces_tune_every_problem_once(tmp_path: Path) -> None:
+    # Judged by pids of another namespace, each sweep took the others for dead: all tuned everything.
+    url = str(tmp_path / "fleet.db")
+    open_store(url, import_shipped=False).close()
+    began = time.monotonic()
+    lines, victim = _run_fleet(url, tmp_path, "list", namespaces=True)
+    assert victim == -signal.SIGKILL
+    _check_every_problem_tuned_once(url, lines)
+    # No one here can see the killed sweep's pid: its claim was taken over when its lease ran out.
+    assert time.monotonic() - began > LEASE_S
+
+
 @pytest.fixture(scope="module")
 def pg() -> Iterator[postgres.Server]:
     folder = Path(tempfile.mkdtemp(prefix="autotune-pg-"))
@@ -285,8 +312,8 @@ def test_three_postgresql_sweeps_one_killed_tune_every_problem_once(pg: postgres
 @pytest.mark.stress
 def test_the_store_stress_check_passes_on_postgresql(pg: postgres.Server, tmp_path: Path) -> None:
     """scripts/stress_store.py on the real server: two sweeps on overlapping problems, a reader
-    (through the store and the command line) and an importer, writers SIGKILLed: nothing lost,
-    mixed or duplicated, and no process failed."""
+    (through the store and the command line), an importer and a fleet of claiming sweeps, writers
+    SIGKILLed: nothing lost, mixed or duplicated, nothing measured twice, and no process failed."""
     out = tmp_path / "stress.json"
     script = Path(__file__).parents[1] / "scripts" / "stress_store.py"
     command = [sys.executable, str(script), "--url", pg.new_database(), "--seconds", "8", "--writers", "2"]
@@ -297,6 +324,9 @@ def test_the_store_stress_check_passes_on_postgresql(pg: postgres.Server, tmp_pa
     assert {key: report[key] for key in ("lost", "mixed", "duplicates", "errors")} == dict.fromkeys(
         ("lost", "mixed", "duplicates", "errors"), 0
     )
+    fleet_ = report["fleet"]  # the claiming sweepers beside them, one killed
+    assert fleet_["killed"] == 1 and fleet_["problems_done"] == fleet_["problems"] == len(PROBLEMS)
+    assert fleet_["measured_twice"] == fleet_["tuned_twice"] == fleet_["problems_short_of_trials"] == 0
 
 
 @pytest.mark.stress

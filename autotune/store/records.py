@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -226,34 +226,84 @@ def _known_problems(session: Session, gpu_name: str) -> dict[Problem, int]:
     return {_problem_of(row): row.id for row in rows}
 
 
-def _known_keys(session: Session, problem_ids: list[int]) -> set[tuple[int, str, str]]:
+TrialKey = tuple[int, str, str]  # (problem id, config key, source hash): one trial row each
+
+
+def _shipped_rows(session: Session, problem_ids: list[int]) -> dict[TrialKey, tuple[int, float | None, list[float]]]:
+    """key -> (id, time, samples) of the rows a shipped records file wrote, which a user's own
+    measurement of the same key takes over."""
+    stmt = select(
+        orm.Trial.id,
+        orm.Trial.problem_id,
+        orm.Trial.config_key,
+        orm.Trial.source_hash,
+        orm.Trial.time_us,
+        orm.Trial.times_us,
+    ).where(orm.Trial.problem_id.in_(problem_ids), orm.Trial.origin.startswith(SHIPPED_PREFIX))
+    return {(pid, key, src): (row_id, time, samples) for row_id, pid, key, src, time, samples in session.execute(stmt)}
+
+
+def _remeasured(shipped: tuple[int, float | None, list[float]], values: dict[str, Any]) -> bool:
+    # A line repeating the shipped row's measurement (a file exported from a database holding the
+    # shipped records) is the shipped row, not the user's own: it stays the shipped file's.
+    _, time_us, samples = shipped
+    return (time_us, samples) != (values["time_us"], [float(t) for t in values["times_us"]])
+
+
+def _trial_key(problem_ids: dict[Problem, int], values: dict[str, Any]) -> TrialKey:
+    return problem_ids[values["problem"]], config_key(values["config"]), values["source_hash"]
+
+
+class Imported(int):
+    """How many trials an import stored: new keys, and `replaced` keys a shipped row held before,
+    now holding the user's own measurement of that config instead."""
+
+    replaced: int
+
+    def __new__(cls, stored: int, replaced: int = 0) -> Imported:
+        imported = super().__new__(cls, stored)
+        imported.replaced = replaced
+        return imported
+
+
+def _known_keys(session: Session, problem_ids: list[int]) -> set[TrialKey]:
     stmt = select(orm.Trial.problem_id, orm.Trial.config_key, orm.Trial.source_hash)
     return {(pid, key, src) for pid, key, src in session.execute(stmt.where(orm.Trial.problem_id.in_(problem_ids)))}
 
 
 def _nothing_new(session: Session, info: GpuInfo, trials: list[dict[str, Any]]) -> bool:
-    """Whether the database holds the file's GPU and every trial key already: a file imported
-    before is then done with no write lock, which a running sweep would wait for."""
+    """Whether the database holds the file's GPU and every trial key already, none of them in a
+    shipped row the file re-measures: a file imported before is then done with no write lock,
+    which a running sweep would wait for."""
     if session.scalars(select(orm.Gpu.id).where(orm.Gpu.uuid == info.uuid)).first() is None:
         return False
     problem_ids = _known_problems(session, info.name)
     if any(values["problem"] not in problem_ids for values in trials):
         return False
-    known = _known_keys(session, sorted({problem_ids[values["problem"]] for values in trials}))
-    return all(
-        (problem_ids[values["problem"]], config_key(values["config"]), values["source_hash"]) in known
-        for values in trials
-    )
+    ids = sorted({problem_ids[values["problem"]] for values in trials})
+    known, shipped = _known_keys(session, ids), _shipped_rows(session, ids)
+    for values in trials:
+        key = _trial_key(problem_ids, values)
+        if key not in known or (key in shipped and _remeasured(shipped[key], values)):
+            return False
+    return True
 
 
-def _import_into(session: Session, info: GpuInfo, trials: list[dict[str, Any]], origin: str) -> int:
-    """Add the trials of a parsed records file whose key is not in the database yet; returns how
-    many. Existing problems and keys are read in two queries, not one per line: the write lock is
-    held for as short a time as the inserts take."""
+def _import_into(
+    session: Session, info: GpuInfo, trials: list[dict[str, Any]], origin: str, *, over_shipped: bool = False
+) -> Imported:
+    """Add the trials of a parsed records file whose key is not in the database yet; with
+    `over_shipped` (a user's file), a line re-measuring a key a shipped row holds takes that row
+    over, so that the user's time is kept and no later shipped file deletes it. Existing problems
+    and keys are read in a few queries, not one per line: the write lock is held for as short a
+    time as the writes take."""
     gpu_id = _gpu_id(session, info)
     problem_ids = _known_problems(session, info.name)
     missing = list({values["problem"] for values in trials} - set(problem_ids))
     rows = [orm.Problem(gpu_name=info.name, **orm.problem_columns(problem)) for problem in missing]
+        elif key in shipped and _remeasured(shipped[key], values):
+            row_id, _, _ = shipped.pop(key)  # popped: a second line of the key in the file is not applied
+            replacing.append({"id": row_id, **_new_trial(key[0], gpu_id, values, origin)})
     try:
         # The new problems in one savepoint, not one each (the shipped records hold hundreds); on a
         # server database another process may insert one of them first, and then each is looked up.
@@ -262,16 +312,23 @@ def _import_into(session: Session, info: GpuInfo, trials: list[dict[str, Any]], 
     except IntegrityError:
         rows = [get_or_create_problem(session, problem, info.name) for problem in missing]
     problem_ids.update({problem: row.id for problem, row in zip(missing, rows, strict=True)})
-    known = _known_keys(session, sorted({problem_ids[values["problem"]] for values in trials}))
-    new_trials = []
+    ids = sorted({problem_ids[values["problem"]] for values in trials})
+    known = _known_keys(session, ids)
+    shipped = _shipped_rows(session, ids) if over_shipped else {}
+    new_trials, replacing = [], []
     for values in trials:
-        key = (problem_ids[values["problem"]], config_key(values["config"]), values["source_hash"])
+        key = _trial_key(problem_ids, values)
         if key not in known:
             known.add(key)
             new_trials.append(_new_trial(key[0], gpu_id, values, origin))
     if new_trials:  # one executemany: the shipped records are thousands of lines, each an ORM object was slow
         session.execute(insert(orm.Trial), new_trials)
-    return len(new_trials)
+    if replacing:  # by primary key: the row keeps its id, its key now the user's
+        session.execute(update(orm.Trial), replacing)
+SHIPPED_PREFIX = "shipped:"
+
+
+    return Imported(len(new_trials) + len(replacing), len(replacing))
 
 
 def _read(path: Path) -> bytes:
@@ -289,7 +346,7 @@ def _decode(path: Path, data: bytes) -> str:
 
 
 def shipped_origin(path: Path) -> str:
-    return f"shipped:{path.name}"
+    return f"{SHIPPED_PREFIX}{path.name}"
 
 
 def user_origin(path: Path) -> str:
@@ -298,15 +355,16 @@ def user_origin(path: Path) -> str:
     return f"imported:{path.expanduser().absolute()}"
 
 
-def import_records(db: Database, path: Path) -> int:
-    """Import a user's records file in one transaction (all or nothing); returns how many trials were new."""
+def import_records(db: Database, path: Path) -> Imported:
+    """Import a user's records file in one transaction (all or nothing); returns how many trials
+    were stored: new keys, and keys whose shipped row the file's own measurement replaced."""
     # Read and checked before any lock is taken: a bad file never makes a sweep wait.
     info, trials = parse_records(path, _decode(path, _read(path)))
     with db.session_scope() as session:
         if _nothing_new(session, info, trials):
-            return 0
+            return Imported(0)
     with db.session_scope(write=True) as session:
-        return _import_into(session, info, trials, user_origin(path))
+        return _import_into(session, info, trials, user_origin(path), over_shipped=True)
 
 
 def _shipped_dir() -> Path | None:

@@ -442,8 +442,9 @@ class Store:
             self.db, gpu_name, path, top=top, source_hash=source_hash, current_only=current_only
         )
 
-    def import_records(self, path: Path) -> int:
-        """Import a records file in one transaction; returns how many trials were new."""
+    def import_records(self, path: Path) -> records.Imported:
+        """Import a records file in one transaction; returns how many trials were stored (new, and
+        `replaced`: the file's own measurement of a key a shipped row held)."""
         self.require_saving(f"import {path}")
         return records.import_records(self.db, path)
 
