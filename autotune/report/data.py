@@ -10,9 +10,9 @@ from datetime import datetime, timezone
 
 from autotune import api, ops
 from autotune.core.errors import AutotuneError
-from autotune.core.limits import plausible_time_us
 from autotune.core.outcome import Status
 from autotune.core.problem import Problem
+from autotune.core.timing_bounds import is_plausible_time_us
 from autotune.store import ProblemSummary, Store, TrialRow
 
 MESSAGE_CHARS = 240  # a failure's message is shown as its last line, cut to this many characters
@@ -38,14 +38,14 @@ class Shape:
     def floor_ratio(self) -> float | None:
         """Best time over the read floor: 1 is as fast as only reading the matrix."""
         floor, best = self.floor_us, self.summary.best_us
-        if floor is None or best is None or not (plausible_time_us(floor) and plausible_time_us(best)):
+        if floor is None or best is None or not (is_plausible_time_us(floor) and is_plausible_time_us(best)):
             return None  # nothing to compare, or a time no kernel call takes (0 us written by hand)
         return best / floor
 
     @property
     def tflops(self) -> float | None:
         best = self.summary.best_us
-        if best is None or not plausible_time_us(best):
+        if best is None or not is_plausible_time_us(best):
             return None
         return ops.for_problem(self.problem).flops(self.problem) / best / 1e6
 
@@ -76,7 +76,7 @@ class Shape:
 def _ok_time(trial: TrialRow) -> float | None:
     """The time of an OK trial where a kernel call can take it: one of 1e-200 us, in a database
     written by hand or by an older autotune, is no measurement to chart."""
-    if trial.status is Status.OK and trial.time_us is not None and plausible_time_us(trial.time_us):
+    if trial.status is Status.OK and trial.time_us is not None and is_plausible_time_us(trial.time_us):
         return trial.time_us
     return None
 

@@ -19,7 +19,7 @@ change to run on the new shape (vec=8 to vec=1 on an odd N) is a candidate, but 
 loads says nothing of its time with scalar ones. On issue 30's held-out shapes, counting it did: the
 float32 12x4099x1021 N x K GEMM was predicted at 12 us from vec=4 leaders and ran at 40.
 
-Only times a kernel call can take (autotune/core/limits.py) are evidence: the store refuses others,
+Only times a kernel call can take (autotune/core/timing_bounds.py) are evidence: the store refuses others,
 but a database written by hand or by an older autotune may hold one, and a time of 1e-200 us squared
 is 0 in the least-squares fit.
 """
@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from autotune import ops
-from autotune.core.limits import plausible_time_us
 from autotune.core.problem import Problem
 from autotune.core.space import Config, config_key
+from autotune.core.timing_bounds import is_plausible_time_us
 from autotune.vendor.mapping import vendor_config
 
 # Width of the distance weighting in octaves (shape_distance): a tuned shape one octave further away
@@ -108,7 +108,7 @@ class Roofline:
 def fit_roofline(best: Sequence[tuple[Problem, float]], sm_count: int | None) -> Roofline | None:
     """The ceilings are the best rates any tuned shape reached; latency and scale are fitted by least
     squares in relative error over the tuned shapes' best times (latency >= 0). None without data."""
-    best = [(problem, time) for problem, time in best if plausible_time_us(time)]
+    best = [(problem, time) for problem, time in best if is_plausible_time_us(time)]
     if not best:
         return None
     op = ops.for_problem(best[0][0])
@@ -200,7 +200,7 @@ class CostModel:
         and layout served by other kernel families, which only help fit the roofline."""
         shapes = []
         for problem, rows in stored.items():
-            timed = [(dict(r.config), float(r.time_us)) for r in rows if r.time_us and plausible_time_us(r.time_us)]
+            timed = [(dict(r.config), float(r.time_us)) for r in rows if r.time_us and is_plausible_time_us(r.time_us)]
             trials = sorted(timed, key=lambda x: x[1])
             if trials:
                 shapes.append(_Shape(problem, tuple(trials)))
@@ -276,7 +276,7 @@ class CostModel:
         roofline times the distance-weighted correction those shapes show, as for our configs (the
         library fills the GPU as it sees fit, so no grid share). None where nothing says."""
         shapes = sorted(
-            (p for p, time in timed.items() if p.shape != problem.shape and plausible_time_us(time)),
+            (p for p, time in timed.items() if p.shape != problem.shape and is_plausible_time_us(time)),
             key=lambda p: shape_distance(p.shape, problem.shape),
         )
         if self.roofline is None or not shapes:

@@ -12,9 +12,9 @@ from typing import Any
 from autotune import ops
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import GpuInfo, slugify
-from autotune.core.limits import MAX_TIME_US, MIN_TIME_US, plausible_time_us
 from autotune.core.problem import DTYPES, MAX_DIM, Problem, check_dim
 from autotune.core.target import check_capability
+from autotune.core.timing_bounds import MAX_TIME_US, MIN_TIME_US, is_plausible_time_us
 from autotune.store.rows import parse_utc
 from autotune.vendor.mapping import CONFIG_KEY as VENDOR_CONFIG_KEY
 from autotune.vendor.mapping import OPS as VENDOR_OPS
@@ -207,14 +207,14 @@ _TIME_RANGE = f"from {MIN_TIME_US:g} to {MAX_TIME_US:g} microseconds (no kernel 
 
 
 def _check_times(values: dict[str, Any]) -> None:
-    """Every time a kernel call can take (core/limits.py), and a bandwidth and error that go with one."""
-    if not plausible_time_us(values["time_us"]):
+    """Every time a kernel call can take (core/timing_bounds.py), and a bandwidth and error that go with one."""
+    if not is_plausible_time_us(values["time_us"]):
         raise BadLine(f"field 'time_us' must be a time {_TIME_RANGE}, got {values['time_us']!r}")
     samples = values["times_us"]
     if len(samples) > _MAX_SAMPLES:
         raise BadLine(f"field 'times_us' holds more than {_MAX_SAMPLES} samples")
     for sample in samples:
-        if not plausible_time_us(sample):
+        if not is_plausible_time_us(sample):
             raise BadLine(f"field 'times_us' must hold times {_TIME_RANGE}, got {_show(sample)}")
     if values["gbs"] is not None and not 0 <= values["gbs"] < _MAX_GBS:
         raise BadLine(f"field 'gbs' must be a bandwidth from 0 to {_MAX_GBS:g} GB/s or null, got {values['gbs']!r}")
