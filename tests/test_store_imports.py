@@ -7,6 +7,7 @@ into the database kept from every reader."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from datetime import timedelta
 from pathlib import Path
@@ -14,9 +15,83 @@ from pathlib import Path
 import pytest
 
 from autotune.core.errors import AutotuneError
-from autotune.store import open_store
-from tests.test_cli import FAST, H200, SHAPE, Cli, _fresh_api, run, shipped  # noqa: F401
-from tests.test_store import GPU_LINE, trial_line, write_records
+from autotune.store import Store, config_key, open_store
+from tests.test_cli import H200, SHAPE, Cli, _fresh_api, run, shipped  # noqa: F401
+from tests.test_store import GPU_LINE, cfg, trial_line, write_records
+from tests.test_store import SHAPE as RECORDED  # the problem test_store's trial_line names
+
+# --- a user's measurement of a key a shipped row holds --------------------------------------------
+
+
+def _ship(folder: Path, *trials: dict[str, object]) -> None:
+    folder.mkdir(exist_ok=True)
+    write_records(folder / "nvidia-h200.jsonl", [GPU_LINE, *trials])
+
+
+def _rows_of(store: Store, block: int) -> list[tuple[str, float | None]]:
+    pid = store.problem_id(RECORDED, H200.name, create=False)
+    assert pid is not None
+    return [(t.origin, t.time_us) for t in store.trials(pid) if t.config == cfg(block)]
+
+
+def test_a_user_time_of_a_shipped_key_is_stored_and_outlives_the_shipped_file(tmp_path: Path) -> None:
+    ships = tmp_path / "records"
+    _ship(ships, trial_line(5.0, 64), trial_line(6.0, 128))
+    mine = tmp_path / "mine.jsonl"
+    write_records(mine, [GPU_LINE, trial_line(99.0, 64)])  # the user's own time of a shipped config
+    with open_store(str(tmp_path / "t.db"), import_shipped=False) as store:
+        assert store.import_shipped(ships) == 2
+        imported = store.import_records(mine)
+        assert (imported, imported.replaced) == (1, 1)
+        assert _rows_of(store, 64) == [(f"imported:{mine}", 99.0)]  # one row per key: the user's
+        again = store.import_records(mine)
+        assert (again, again.replaced) == (0, 0)
+        _ship(ships, trial_line(6.0, 128))  # a new autotune ships the file without that line
+        assert store.import_shipped(ships) == 1
+        assert _rows_of(store, 64) == [(f"imported:{mine}", 99.0)]
+        assert [origin for origin, _ in _rows_of(store, 128)] == ["shipped:nvidia-h200.jsonl"]
+
+
+def test_a_user_file_repeating_the_shipped_measurement_leaves_it_shipped(tmp_path: Path) -> None:
+    ships = tmp_path / "records"
+    _ship(ships, trial_line(5.0, 64))
+    copy = tmp_path / "export.jsonl"
+    write_records(copy, [GPU_LINE, trial_line(5.0, 64)])  # an export of a database holding the shipped row
+    with open_store(str(tmp_path / "t.db"), import_shipped=False) as store:
+        store.import_shipped(ships)
+        assert store.import_records(copy) == 0
+        assert _rows_of(store, 64) == [("shipped:nvidia-h200.jsonl", 5.0)]
+
+
+def test_a_measured_row_is_not_replaced_by_an_import(tmp_path: Path) -> None:
+    mine = tmp_path / "mine.jsonl"
+    write_records(mine, [GPU_LINE, trial_line(99.0, 64)])
+    other = tmp_path / "other.jsonl"
+    write_records(other, [GPU_LINE, trial_line(50.0, 64)])
+    with open_store(str(tmp_path / "t.db"), import_shipped=False) as store:
+        assert store.import_records(mine) == 1
+        assert store.import_records(other) == 0  # only a shipped row gives way: the first import's stays
+        assert _rows_of(store, 64) == [(f"imported:{mine}", 99.0)]
+
+
+def test_the_review_reproduction_through_the_cli(run: Cli, shipped: Path, tmp_path: Path) -> None:
+    shipped_file = tmp_path / "resources" / "records" / "nvidia-h200.jsonl"
+    gpu, first, second = shipped_file.read_text().splitlines()
+    line = json.loads(first)
+    mine = tmp_path / "mine.jsonl"
+    mine.write_text(gpu + "\n" + json.dumps({**line, "time_us": 99.0}) + "\n")
+    result = run("import", str(mine), "--db", str(shipped))
+    assert result.code == 0, result
+    assert f"imported 1 trial (1 replacing a shipped row's time) from {mine}" in result.err
+    assert "imported 0 trials" in run("import", str(mine), "--db", str(shipped)).err
+    shipped_file.write_text(gpu + "\n" + second + "\n")  # the shipped file no longer holds that line
+    assert run("list", "--db", str(shipped)).code == 0
+    with sqlite3.connect(shipped) as db:
+        kept = db.execute(
+            "SELECT origin, time_us FROM trials WHERE config_key = ?", [config_key(line["config"])]
+        ).fetchall()
+    assert kept == [(f"imported:{mine}", 99.0)]
+
 
 # --- commands that only write refuse the in-memory fallback -----------------------------------------
 

@@ -67,12 +67,6 @@ def _write_atomically(path: Path, text: str) -> None:
     temporary: Path | None = None
     try:
         handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-def _usable(ranked: list[tuple[orm.Problem, orm.Trial]]) -> list[tuple[orm.Problem, orm.Trial]]:
-    # As every other read of the store: a row import would refuse (a size of -5, a string in a
-    # config) is never written into a records file.
-    return [(problem, trial) for problem, trial in ranked if usable(trial, problem)]
-
-
         temporary = Path(name)
         os.fchmod(handle, 0o644)  # a records file others may read, as before (mkstemp makes 0600)
         with os.fdopen(handle, "w", encoding="utf-8") as staged:
@@ -89,6 +83,12 @@ _EVERY = 2**31 - 1  # a rank limit that keeps every trial
 
 def _problem_of(row: orm.Problem) -> Problem:
     return Problem(**orm.problem_columns(row))
+
+
+def _usable(ranked: list[tuple[orm.Problem, orm.Trial]]) -> list[tuple[orm.Problem, orm.Trial]]:
+    # As every other read of the store: a row import would refuse (a size of -5, a string in a
+    # config) is never written into a records file.
+    return [(problem, trial) for problem, trial in ranked if usable(trial, problem)]
 
 
 def export_records(
@@ -229,6 +229,23 @@ def _known_problems(session: Session, gpu_name: str) -> dict[Problem, int]:
 TrialKey = tuple[int, str, str]  # (problem id, config key, source hash): one trial row each
 
 
+class Imported(int):
+    """How many trials an import stored: new keys, and `replaced` keys a shipped row held before,
+    now holding the user's own measurement of that config instead."""
+
+    replaced: int
+
+    def __new__(cls, stored: int, replaced: int = 0) -> Imported:
+        imported = super().__new__(cls, stored)
+        imported.replaced = replaced
+        return imported
+
+
+def _known_keys(session: Session, problem_ids: list[int]) -> set[TrialKey]:
+    stmt = select(orm.Trial.problem_id, orm.Trial.config_key, orm.Trial.source_hash)
+    return {(pid, key, src) for pid, key, src in session.execute(stmt.where(orm.Trial.problem_id.in_(problem_ids)))}
+
+
 def _shipped_rows(session: Session, problem_ids: list[int]) -> dict[TrialKey, tuple[int, float | None, list[float]]]:
     """key -> (id, time, samples) of the rows a shipped records file wrote, which a user's own
     measurement of the same key takes over."""
@@ -252,23 +269,6 @@ def _remeasured(shipped: tuple[int, float | None, list[float]], values: dict[str
 
 def _trial_key(problem_ids: dict[Problem, int], values: dict[str, Any]) -> TrialKey:
     return problem_ids[values["problem"]], config_key(values["config"]), values["source_hash"]
-
-
-class Imported(int):
-    """How many trials an import stored: new keys, and `replaced` keys a shipped row held before,
-    now holding the user's own measurement of that config instead."""
-
-    replaced: int
-
-    def __new__(cls, stored: int, replaced: int = 0) -> Imported:
-        imported = super().__new__(cls, stored)
-        imported.replaced = replaced
-        return imported
-
-
-def _known_keys(session: Session, problem_ids: list[int]) -> set[TrialKey]:
-    stmt = select(orm.Trial.problem_id, orm.Trial.config_key, orm.Trial.source_hash)
-    return {(pid, key, src) for pid, key, src in session.execute(stmt.where(orm.Trial.problem_id.in_(problem_ids)))}
 
 
 def _nothing_new(session: Session, info: GpuInfo, trials: list[dict[str, Any]]) -> bool:
@@ -301,9 +301,6 @@ def _import_into(
     problem_ids = _known_problems(session, info.name)
     missing = list({values["problem"] for values in trials} - set(problem_ids))
     rows = [orm.Problem(gpu_name=info.name, **orm.problem_columns(problem)) for problem in missing]
-        elif key in shipped and _remeasured(shipped[key], values):
-            row_id, _, _ = shipped.pop(key)  # popped: a second line of the key in the file is not applied
-            replacing.append({"id": row_id, **_new_trial(key[0], gpu_id, values, origin)})
     try:
         # The new problems in one savepoint, not one each (the shipped records hold hundreds); on a
         # server database another process may insert one of them first, and then each is looked up.
@@ -321,13 +318,13 @@ def _import_into(
         if key not in known:
             known.add(key)
             new_trials.append(_new_trial(key[0], gpu_id, values, origin))
+        elif key in shipped and _remeasured(shipped[key], values):
+            row_id, _, _ = shipped.pop(key)  # popped: a second line of the key in the file is not applied
+            replacing.append({"id": row_id, **_new_trial(key[0], gpu_id, values, origin)})
     if new_trials:  # one executemany: the shipped records are thousands of lines, each an ORM object was slow
         session.execute(insert(orm.Trial), new_trials)
     if replacing:  # by primary key: the row keeps its id, its key now the user's
         session.execute(update(orm.Trial), replacing)
-SHIPPED_PREFIX = "shipped:"
-
-
     return Imported(len(new_trials) + len(replacing), len(replacing))
 
 
@@ -343,6 +340,9 @@ def _decode(path: Path, data: bytes) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         raise AutotuneError(f"records file {path} is not UTF-8 text") from None
+
+
+SHIPPED_PREFIX = "shipped:"
 
 
 def shipped_origin(path: Path) -> str:
