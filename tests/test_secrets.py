@@ -6,6 +6,8 @@ written: as user:password@, as ?password=, with an unencoded "@", mistyped, or w
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -112,3 +114,28 @@ def test_a_secret_query_parameter_stays_out_of_doctor_and_the_report(
     reported = run("report", "-o", str(page), "--db", url)
     assert reported.code == 0 and SECRET not in reported.text, reported
     assert SECRET not in page.read_text() and "password=***" in page.read_text()
+
+
+@pytest.mark.stress
+def test_a_password_as_query_parameter_stays_out_of_a_real_servers_doctor_and_report(
+    run: Cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """On PostgreSQL, where libpq takes ?password= and the database opens."""
+    from tests import postgres
+
+    monkeypatch.setenv("COLUMNS", "300")
+    folder = Path(tempfile.mkdtemp(prefix="autotune-pg-"))  # the server's user must reach it
+    with postgres.server(folder) as server:
+        url = server.new_database()
+        head, _, rest = url.partition("://")
+        user_password, _, where = rest.partition("@")
+        user, _, password = user_password.partition(":")
+        as_parameter = f"{head}://{user}@{where}?password={password}"
+        doctor = run("doctor", "--db", as_parameter)
+        assert "ok  database" in doctor.out and "password=***" in doctor.out, doctor
+        page = tmp_path / "report.html"
+        reported = run("report", "-o", str(page), "--db", as_parameter)
+        assert reported.code == 0, reported
+        for said in (doctor.text, reported.text, page.read_text()):
+            assert password not in said
+    shutil.rmtree(folder, ignore_errors=True)
