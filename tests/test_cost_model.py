@@ -298,3 +298,14 @@ def test_a_tiny_time_written_into_the_database_leaves_best_and_the_launch_path_a
     args = ("best", "--db", str(db_path), "--gpu", "H200", "--op", "hgemv", "--m", "3000", "--n", "3000")
     code, out, err = run_cli(monkeypatch, capsys, *args)
     assert (code, err) == (0, "") and "[estimate]: predicted" in out
+
+
+@pytest.mark.parametrize("sm_count", [-5, 0, 10**12, None])
+def test_an_sm_count_no_gpu_has_counts_as_unknown(sm_count: int | None) -> None:
+    """A GPU row written straight in: -5 SMs made every prediction a third of the roofline, 10**12 a
+    quarter hour."""
+    trials = every_shape_prefers(A, B)
+    problem = gemv16(3000, 3000)
+    unknown = [(p.config, p.time_us) for p in CostModel(trials, None).rank(problem)]
+    assert [(p.config, p.time_us) for p in CostModel(trials, sm_count).rank(problem)] == unknown
+    assert unknown[0] == (A, pytest.approx(roofline_us(problem), rel=0.02))

@@ -14,3 +14,6 @@ MAX_REGISTERS_PER_THREAD = 255  # the most ptxas gives one thread; past this it 
 DEFAULT_SHARED_BYTES = 48 * 1024  # dynamic shared memory a block gets without opting in
 MAX_SHARED_BYTES_OPT_IN = 227 * 1024  # the most dynamic shared memory one block may opt in to on sm_90
 MAX_GRID_Y = 65535  # blocks along grid.y (and grid.z)
+# The most SMs a GPU may report: today's largest have under 200, so a count above this (or below 1)
+# is a damaged record, not a GPU.
+MAX_SM_COUNT = 1024

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from autotune import ops
+from autotune.core.limits import MAX_SM_COUNT
 from autotune.core.problem import Problem
 from autotune.core.space import Config, config_key
 from autotune.core.timing_bounds import is_plausible_time_us
@@ -86,8 +87,9 @@ class Roofline:
         return self.scale * work
 
     def fill(self, problem: Problem, config: Mapping[str, int]) -> float:
-        """The share of the SMs the config's grid occupies at once (1 where the SM count is unknown)."""
-        if not self.sm_count:
+        """The share of the SMs the config's grid occupies at once (1 where the SM count is unknown, or
+        is none a GPU has: a GPU row written straight into the database)."""
+        if self.sm_count is None or not 1 <= self.sm_count <= MAX_SM_COUNT:
             return 1.0
         try:
             grid = ops.for_problem(problem).launch(problem, config, self.sm_count).grid

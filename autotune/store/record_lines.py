@@ -12,6 +12,7 @@ from typing import Any
 from autotune import ops
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import GpuInfo, slugify
+from autotune.core.limits import MAX_SM_COUNT
 from autotune.core.problem import DTYPES, MAX_DIM, Problem, check_dim
 from autotune.core.target import check_capability
 from autotune.core.timing_bounds import MAX_TIME_US, MIN_TIME_US, is_plausible_time_us
@@ -58,9 +59,8 @@ _MAX_TEXT = 200  # any text field: names, versions, hashes, dates
 _MAX_SAMPLES = 10_000
 # Each integer field's bounds, inclusive: what a GPU can have or a measurement can take, and always
 # within its column (INTEGER for sm_count and rounds, BIGINT for bytes), so that SQLite and
-# PostgreSQL give a file the same verdict. A GPU of today has under 200 SMs; confirm.py measures
-# a handful of rounds.
-_COUNTS = {"sm_count": 1024, "l2_bytes": 2**48, "memory_bytes": 2**48}
+# PostgreSQL give a file the same verdict. confirm.py measures a handful of rounds.
+_COUNTS = {"sm_count": MAX_SM_COUNT, "l2_bytes": 2**48, "memory_bytes": 2**48}
 _MAX_ROUNDS = 10**6
 _MAX_GBS = 1e7  # GB/s: a thousand times any memory's bandwidth, so no time that passes gives more
 
