@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import queue as queues
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,18 +56,36 @@ def _child(job: Callable[..., Any], device: int, kwargs: dict[str, Any], results
         results.put((device, None, "interrupted"))
 
 
+@contextmanager
+def _no_current_folder_on_module_path() -> Iterator[None]:
+    """While processes are spawned (the GPUs' and multiprocessing's resource tracker): a spawned
+    process starts as `python -c`, whose module path begins with the current folder, so a
+    `multiprocessing/` folder there would run in it. PYTHONSAFEPATH (Python 3.11+, as -P) leaves
+    the folder out; set only meanwhile, so the caller's own later children are as they were."""
+    before = os.environ.get("PYTHONSAFEPATH")
+    os.environ["PYTHONSAFEPATH"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONSAFEPATH", None)
+        else:
+            os.environ["PYTHONSAFEPATH"] = before
+
+
 def run_on_devices(devices: Sequence[int], job: Callable[..., Any], **kwargs: Any) -> list[DeviceResult]:
     """Run `job(device=i, **kwargs)` in a process of its own for each GPU index, all at once; each
     process's result (or why it has none), in the order of `devices`. `job` and its arguments cross
     into a fresh interpreter (spawned: CUDA does not survive a fork), so they must pickle."""
     context = multiprocessing.get_context("spawn")
-    results = context.Queue()
-    processes = {
-        device: context.Process(target=_child, args=(job, device, kwargs, results), name=f"autotune GPU {device}")
-        for device in devices
-    }
-    for process in processes.values():
-        process.start()
+    with _no_current_folder_on_module_path():  # the queue's lock starts multiprocessing's tracker process
+        results = context.Queue()
+        processes = {
+            device: context.Process(target=_child, args=(job, device, kwargs, results), name=f"autotune GPU {device}")
+            for device in devices
+        }
+        for process in processes.values():
+            process.start()
     found: dict[int, DeviceResult] = {}
     try:
         while len(found) < len(processes):
