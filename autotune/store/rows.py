@@ -46,10 +46,14 @@ def parse_utc(text: str) -> datetime:
     that is none, or a moment outside [EARLIEST, LATEST) once converted (year 1 at +05:00 is not a
     datetime in UTC at all)."""
     try:
-        moment = as_utc(datetime.fromisoformat(text))
-    except (ValueError, OverflowError):
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
         raise ValueError(f"not an ISO date and time: {text!r}") from None
-    if not EARLIEST <= moment < LATEST:
+    try:
+        moment: datetime | None = as_utc(parsed)
+    except OverflowError:  # year 1 at +05:00 is before year 1 in UTC: no datetime at all
+        moment = None
+    if moment is None or not EARLIEST <= moment < LATEST:
         raise ValueError(f"{text!r} is not between {EARLIEST:%Y-%m-%d} and {LATEST:%Y-%m-%d} in UTC")
     return moment
 
