@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import time
-import unicodedata
 import warnings
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -15,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.highlighter import JSONHighlighter
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -24,6 +23,7 @@ from autotune import api, ops
 from autotune.core.errors import AutotuneError
 from autotune.core.log import cli_level, show_on_stderr
 from autotune.core.outcome import Outcome
+from autotune.core.output import json_text, printable
 from autotune.core.problem import Problem
 from autotune.select.choose import Choice
 from autotune.tune.search import StudyResult
@@ -70,17 +70,6 @@ def _options(
     show_on_stderr(cli_level(verbose, quiet))  # AUTOTUNE_LOG sets the level when neither is given
 
 
-def printable(text: str) -> str:
-    """`text` with its control characters (a terminal's escape sequences, bidirectional overrides)
-    written out as visible escapes: a GPU name, a records file or a kernel's message may hold any."""
-    return "".join(
-        ch.encode("unicode_escape").decode("ascii")
-        if ch not in "\n\t" and unicodedata.category(ch) in ("Cc", "Cf")
-        else ch
-        for ch in text
-    )
-
-
 class _Console(Console):
     """Every string printed, table cells and titles included, passes through printable(); the
     console's own styling is added after, so it still reaches the terminal."""
@@ -91,6 +80,16 @@ class _Console(Console):
 
 out = _Console(highlight=False, soft_wrap=True)
 err = _Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _print_json(value: Any) -> None:
+    """`value` as indented JSON on stdout, coloured as rich colours it, with control and format
+    characters (U+202E from a GPU name in the database) as \\u escapes: rich's print_json would
+    parse the JSON and write them raw again."""
+    text = JSONHighlighter()(json_text(value, indent=2))
+    text.no_wrap = True
+    out.print(text, soft_wrap=True)
+
 
 Op = Annotated[
     str | None,
@@ -304,7 +303,7 @@ def best(
     if as_json:
         # One answer is an object; the answers for every stored GPU are a list, however many there are.
         dicts = [choice.to_dict() for choice in choices]
-        out.print_json(json.dumps(dicts if every_gpu else dicts[0]))
+        _print_json(dicts if every_gpu else dicts[0])
         return
     for choice in choices:
         _print_choice(choice)
@@ -387,7 +386,7 @@ def list_(
     """What the database holds: one line per tuned problem."""
     rows = api.list_problems(gpu=gpu, op=op, dtype=dtype, db=db)
     if as_json:
-        out.print_json(json.dumps([_summary_dict(r) for r in rows]))
+        _print_json([_summary_dict(r) for r in rows])
         return
     cells = [
         [
@@ -504,7 +503,7 @@ def queue(
         return
     rows = api.queued(gpu=gpu, db=db)
     if as_json:
-        out.print_json(json.dumps([_queue_dict(row) for row in rows]))
+        _print_json([_queue_dict(row) for row in rows])
         return
     table = Table(box=None, pad_edge=False)
     for column in ("gpu", "op", "shape", "state", "asked", "claims", "by", "lease left"):

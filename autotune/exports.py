@@ -8,14 +8,20 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from autotune import api, ops
 from autotune.core.errors import AutotuneError
+from autotune.core.output import printable, write_atomically
 from autotune.core.problem import Problem
+from autotune.core.target import targeting
+from autotune.store.record_lines import BadLine, parse_gpu, parse_trial
 from autotune.store.records import Imported, record_lines, write_lines
+
+log = logging.getLogger(__name__)
 
 FORMATS = ("jsonl", "csv", "bundle")
 CSV_COLUMNS = (
@@ -66,15 +72,53 @@ def export(
         if len(names) > 1:
             raise AutotuneError(f"a records file holds one GPU: give --gpu, one of {', '.join(names)}")
         lines = record_lines(database, names[0], top=top, current_only=True)
-        write_lines(output, lines)
-        return len(lines) - 1
+        _check_gpu_line(lines[0])
+        trials = _importable(lines[0], lines[1:])
+        _warn_left_out(len(lines) - 1 - len(trials))
+        write_lines(output, [lines[0], *trials])
+        return len(trials)
     rows: list[dict[str, Any]] = []
+    left_out = 0
     for name in names:
         ranks: dict[Problem, int] = {}
-        for line in record_lines(database, name, top=top, current_only=True)[1:]:
-            rows.append(_csv_row(name, line, ranks))
-    _write_text(output, _csv_text(rows))
+        lines = record_lines(database, name, top=top, current_only=True)
+        trials = _importable(lines[0], lines[1:])
+        left_out += len(lines) - 1 - len(trials)
+        rows += [_csv_row(name, line, ranks) for line in trials]
+    _warn_left_out(left_out)
+    write_atomically(output, _csv_text(rows), what="CSV file")
     return len(rows)
+
+
+def _check_gpu_line(line: dict[str, Any]) -> None:
+    """Refuse a records file whose GPU line `import` would refuse (a name with control characters,
+    written straight into the database): a file that cannot be read back is no export."""
+    try:
+        parse_gpu(line)
+    except BadLine as exc:
+        raise AutotuneError(
+            f"cannot export GPU {line.get('name')!r}: import would refuse its records file: {exc}"
+        ) from None
+
+
+def _importable(gpu_line: dict[str, Any], lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The trial lines `import` accepts, checked by its own parser, so that an export reads back;
+    a row it would refuse (one an older autotune or a hand let into the database: a config outside
+    its space, a time of zero) is left out."""
+    kept = []
+    with targeting(str(gpu_line["compute_capability"])):  # configs are checked against that GPU's spaces
+        for line in lines:
+            try:
+                parse_trial(line)
+            except BadLine:
+                continue
+            kept.append(line)
+    return kept
+
+
+def _warn_left_out(count: int) -> None:
+    if count:
+        log.warning("left out %d stored trials that `autotune import` would refuse", count)
 
 
 def _csv_row(gpu: str, line: dict[str, Any], ranks: dict[Problem, int]) -> dict[str, Any]:
@@ -104,15 +148,10 @@ def _csv_text(rows: list[dict[str, Any]]) -> str:
     text = io.StringIO()
     writer = csv.DictWriter(text, fieldnames=CSV_COLUMNS, lineterminator="\n")
     writer.writeheader()
-    writer.writerows(rows)
+    # A CSV file is read in terminals and spreadsheets, never imported: a control character
+    # (a GPU name written straight into the database) is shown as an escape, not replayed.
+    writer.writerows({column: printable(v) if isinstance(v, str) else v for column, v in row.items()} for row in rows)
     return text.getvalue()
-
-
-def _write_text(path: Path, text: str) -> None:
-    try:
-        path.write_text(text)
-    except OSError as exc:
-        raise AutotuneError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def import_file(path: Path, db: str | None = None) -> Imported:

@@ -362,6 +362,36 @@ def test_escape_codes_in_stored_text_and_in_errors_are_never_printed_raw(run: Cl
     assert "EVIL\\x1b" in run("gpus", "--db", str(db)).out
 
 
+def test_control_characters_in_json_csv_and_html_outputs_are_escapes(run: Cli, tmp_path: Path) -> None:
+    # A right-to-left override (U+202E, category Cf), DEL and a C1 control (U+009B, a terminal's
+    # CSI) pass json.dumps raw; ESC passes html.escape and csv raw.
+    hostile = HOSTILE + "\x7f\x9b2J"
+    db = tmp_path / "hostile.db"
+    gpu = GpuInfo(hostile, "GPU-2222", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
+    with open_store(str(db), import_shipped=False) as store:
+        record(store, SHAPE, FAST, ok(4.0), gpu)
+        store.enqueue(hostile, [SHAPE])
+    for command in ("list", "queue"):
+        result = run(command, "--json", "--db", str(db))
+        assert result.code == 0 and result.out.isascii(), result  # every character above ~ is an escape
+        assert json.loads(result.out)[0]["gpu"] == hostile  # and reads back as stored
+    assert "\\u202e" in result.out and "\\u009b" in result.out and "\\u007f" in result.out
+    for args, name in ((["export", "--format", "csv"], "out.csv"), (["report"], "out.html")):
+        result = run(*args, "-o", str(tmp_path / name), "--db", str(db))
+        assert result.code == 0, result
+        text = (tmp_path / name).read_text(encoding="utf-8")
+        assert not any(ch in text for ch in "\x1b\x07\x7f\x9b\u202e"), name
+        assert "EVIL\\x1b[2J\\x1b]0;pwned\\x07\\u202eGPU" in text, name
+
+
+def test_json_output_keeps_readable_text_readable() -> None:
+    from autotune.core.output import json_text
+
+    text = json_text({"gpu": "Grafikkarte µ 显卡\u202e\u2028"})
+    assert "µ 显卡" in text and "\\u202e\\u2028" in text
+    assert json.loads(text) == {"gpu": "Grafikkarte µ 显卡\u202e\u2028"}
+
+
 def test_show_prints_messages_verbatim(run: Cli, tmp_path: Path) -> None:
     db = tuned_db(tmp_path / "tuned.db")
     message = "detected during instantiation [with T=__half, BLOCK=256]"

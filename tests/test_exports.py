@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
+import os
+import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,3 +90,88 @@ def test_a_damaged_file_imports_nothing(db: str, tmp_path: Path) -> None:
         exports.import_file(damaged, db=fresh)
     assert "\n" not in str(error.value)
     assert api.store(fresh).best(H200.name, SHAPE, None) is None  # all or nothing
+
+
+# --- rows the store skips, written straight into the database -----------------------------------------
+
+EVIL = {**FAST, "block": "128 -DEVIL=1"}  # a string nvcc would read as a flag
+OFF_SPACE = {**FAST, "block": 7}  # integers only, but no point of the space: import refuses it
+
+
+def insert(connection: sqlite3.Connection, table: str, values: dict[str, Any]) -> int:
+    names = ", ".join(values)
+    cursor = connection.execute(
+        f"INSERT INTO {table} ({names}) VALUES ({', '.join('?' * len(values))})", [*values.values()]
+    )
+    assert cursor.lastrowid is not None
+    return cursor.lastrowid
+
+
+def plant(db: str) -> None:
+    """Beside the 5 us FAST trial: faster copies of it with a string config and with a config
+    outside the space, and an op autotune does not know ('conv') with a trial of its own."""
+    with sqlite3.connect(db) as connection:
+        connection.row_factory = sqlite3.Row
+        fast = dict(connection.execute("SELECT * FROM trials WHERE time_us = 5.0").fetchone())
+        problem = dict(connection.execute("SELECT * FROM problems WHERE id = ?", (fast["problem_id"],)).fetchone())
+        conv = insert(connection, "problems", {**problem, "id": None, "op": "conv"})
+        for changes in (
+            {"config_key": "evil", "config": json.dumps(EVIL), "time_us": 1.0},
+            {"config_key": "off", "config": json.dumps(OFF_SPACE), "time_us": 2.0},
+            {"problem_id": conv, "time_us": 0.5},
+        ):
+            insert(connection, "trials", {**fast, "id": None, **changes})
+    connection.close()
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_rows_import_would_refuse_are_left_out_of_an_export(
+    db: str, tmp_path: Path, fmt: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    plant(db)
+    out = tmp_path / f"h200.{fmt}"
+    with caplog.at_level(logging.WARNING):
+        assert exports.export(out, fmt=fmt, gpu="h200", top=3, db=db) == 2  # FAST and SLOW
+    assert "left out 1 stored trials that `autotune import` would refuse" in caplog.text  # the config outside
+    if fmt == "csv":
+        rows = list(csv.DictReader(out.open()))
+        assert [(r["op"], r["rank"], json.loads(r["config"])) for r in rows] == [
+            ("hgemv", "1", FAST),
+            ("hgemv", "2", SLOW),
+        ]
+        return
+    fresh = str(tmp_path / "fresh.db")
+    api._open.cache_clear()
+    assert exports.import_file(out, db=fresh) == 2
+    best = api.store(fresh).best(H200.name, SHAPE, None)
+    assert best is not None and (best.config, best.time_us) == (FAST, 5.0)
+
+
+def test_a_records_file_import_would_refuse_is_not_written(db: str, tmp_path: Path) -> None:
+    with sqlite3.connect(db) as connection:
+        connection.execute("UPDATE gpus SET name = ? WHERE uuid = ?", ("NVIDIA H200\x1b[2J", H200.uuid))
+        connection.execute("UPDATE problems SET gpu_name = ? WHERE gpu_name = ?", ("NVIDIA H200\x1b[2J", H200.name))
+    connection.close()
+    with pytest.raises(AutotuneError, match=r"import would refuse its records file: .*control characters") as error:
+        exports.export(tmp_path / "h200.jsonl", gpu="NVIDIA H200\x1b[2J", db=db)
+    assert "\n" not in str(error.value) and not (tmp_path / "h200.jsonl").exists()
+
+
+# --- output paths ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_a_link_planted_at_the_output_is_replaced_not_followed(db: str, tmp_path: Path, fmt: str) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("untouched\n")
+    out = tmp_path / f"out.{fmt}"
+    out.symlink_to(victim)
+    old = os.umask(0o027)
+    try:
+        exports.export(out, fmt=fmt, gpu="h200", db=db)
+    finally:
+        os.umask(old)
+    assert victim.read_text() == "untouched\n"
+    assert not out.is_symlink() and out.read_text().count("\n") == 2
+    assert oct(out.stat().st_mode & 0o777) == oct(0o640)  # a new file's mode under that umask, not mkstemp's 0600
+    assert not list(tmp_path.glob(".*.tmp"))  # no staging file left behind

@@ -4,6 +4,7 @@ headless Chromium with every chart drawn and no console message."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sqlite3
@@ -124,6 +125,31 @@ def test_every_string_from_the_database_is_escaped(db: str) -> None:
     text = "".join(page.text)
     assert f"{PLANTED} GPU" in text  # the GPU's name, shown as text
     assert PLANTED in text.replace(f"{PLANTED} GPU", "")  # and the failure's message
+
+
+def test_control_characters_from_the_database_are_shown_as_escapes(db: str) -> None:
+    # html.escape leaves ESC, BEL and U+202E as they are: `cat` of the page would replay them.
+    with open_store(db, import_shipped=False) as store:
+        measure(store, SMALL, {**FAST, "block": 64}, Outcome(Status.LAUNCH_ERROR, "\x1b]0;pwned\x07\u202eoops"))
+    html = render(gather(db=db))
+    assert not any(ch in html for ch in "\x1b\x07\u202e")
+    assert "\\x1b]0;pwned\\x07\\u202eoops" in html
+
+
+def test_a_link_planted_at_the_output_is_replaced_not_followed(db: str, tmp_path: Path) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("untouched\n")
+    page = tmp_path / "report.html"
+    page.symlink_to(victim)
+    old = os.umask(0o022)
+    try:
+        write_report(page, db=db)
+    finally:
+        os.umask(old)
+    assert victim.read_text() == "untouched\n"
+    assert not page.is_symlink() and page.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    assert oct(page.stat().st_mode & 0o777) == oct(0o644)  # a new file's mode, not mkstemp's 0600
+    assert not list(tmp_path.glob(".*.tmp"))
 
 
 def test_one_gpu_and_an_empty_database(db: str, tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autotune.core.errors import AutotuneError
+from autotune.core.output import write_atomically
 from autotune.report.data import ReportData, gather
 from autotune.report.page import render
 
@@ -16,9 +16,5 @@ __all__ = ["ReportData", "gather", "render", "write_report"]
 def write_report(path: Path, *, gpu: str | None = None, db: str | None = None) -> ReportData:
     """Write the report of the database `db` (of one GPU, `--gpu` matching) to `path`; returns what it shows."""
     data = gather(gpu, db)
-    html = render(data)
-    try:
-        path.write_text(html, encoding="utf-8")
-    except OSError as exc:
-        raise AutotuneError(f"cannot write the report to {path}: {exc.strerror or exc}") from None
+    write_atomically(path, render(data), what="the report")
     return data

@@ -1,6 +1,6 @@
 """The report as one HTML page: styles, charts and its one script inline, nothing fetched when it is
 viewed (its Content-Security-Policy forbids any request). Every string from the database is escaped
-where it is written into the page."""
+where it is written into the page, and its control characters are shown as escapes."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from html import escape
 
 from autotune import __version__
 from autotune.core.outcome import Status
+from autotune.core.output import printable
 from autotune.report import svg
 from autotune.report.data import GpuReport, OpGroup, ReportData
 
@@ -269,7 +270,9 @@ def render(data: ReportData) -> str:
         body.append("<p>The database holds no tuned problem yet: run <code>autotune sweep</code>.</p>")
     body.append("</header>")
     body.extend(_gpu(gpu, number) for number, gpu in enumerate(data.gpus, start=1))
-    main = "".join(body)
+    # A control character of the database's strings (ESC in a GPU name) is shown as an escape:
+    # html.escape leaves it as it is, and `cat` of the file would replay it.
+    main = printable("".join(body))
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{POLICY}">'

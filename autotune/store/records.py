@@ -6,8 +6,6 @@ import hashlib
 import json
 import logging
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +18,7 @@ from autotune.core import paths
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import GpuInfo
 from autotune.core.outcome import Status
+from autotune.core.output import write_atomically
 from autotune.core.problem import Problem
 from autotune.core.space import config_key
 from autotune.core.target import targeting
@@ -59,23 +58,6 @@ def _trial_line(problem: orm.Problem, trial: orm.Trial) -> dict[str, Any]:
         # Only where measured: records of GPUs timed without NVML stay as they were.
         **{name: value for name in CLOCK_FIELDS if (value := orm.finite(getattr(trial, name))) is not None},
     }
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    # A reader (or a crash) never sees half a records file. The staging file is made by mkstemp
-    # (a new name, created exclusively): a link planted beside the target is never followed.
-    temporary: Path | None = None
-    try:
-        handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        temporary = Path(name)
-        os.fchmod(handle, 0o644)  # a records file others may read, as before (mkstemp makes 0600)
-        with os.fdopen(handle, "w", encoding="utf-8") as staged:
-            staged.write(text)
-        os.replace(temporary, path)
-    except OSError as exc:
-        if temporary is not None:
-            temporary.unlink(missing_ok=True)
-        raise AutotuneError(f"cannot write records file {path}: {exc.strerror or exc}") from None
 
 
 _EVERY = 2**31 - 1  # a rank limit that keeps every trial
@@ -154,7 +136,8 @@ def record_lines(
 def write_lines(path: Path, lines: list[dict[str, Any]]) -> None:
     """A records file as export_records writes it: one JSON object a line, keys sorted, written
     atomically (scripts/rehash_records.py rewrites shipped files through it too)."""
-    _write_atomically(path, "".join(json.dumps(line, sort_keys=True, allow_nan=False) + "\n" for line in lines))
+    text = "".join(json.dumps(line, sort_keys=True, allow_nan=False) + "\n" for line in lines)
+    write_atomically(path, text, what="records file")
 
 
 # --- parsing -------------------------------------------------------------------------------------

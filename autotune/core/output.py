@@ -1,0 +1,76 @@
+"""What autotune writes for people and other programs, made safe to read: text with its control
+characters shown as escapes, JSON with them as \\u escapes, and files written whole through a new
+file renamed into place. Any string of a database may hold a terminal's escape sequences or a
+bidirectional override (a GPU name, a driver version, a kernel's message), and an output path may
+be a link someone planted."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import unicodedata
+from pathlib import Path
+from typing import Any
+
+from autotune.core.errors import AutotuneError
+
+# Controls (C0, DEL, C1), format characters (bidirectional overrides and isolates, zero-width
+# ones) and the line and paragraph separators, which a terminal or an editor acts on.
+_HIDDEN = frozenset({"Cc", "Cf", "Zl", "Zp"})
+
+
+def _hidden(ch: str) -> bool:
+    return unicodedata.category(ch) in _HIDDEN
+
+
+def printable(text: str) -> str:
+    """`text` with its control and format characters written out as visible escapes (ESC as
+    \\x1b, U+202E as \\u202e); newlines and tabs stay, every other character too."""
+    return "".join(
+        ch.encode("unicode_escape").decode("ascii") if ch not in "\n\t" and _hidden(ch) else ch for ch in text
+    )
+
+
+def json_text(value: Any, *, indent: int | None = None) -> str:
+    """`value` as JSON whose control and format characters are \\u escapes and whose other
+    characters (a GPU name in another script) stay readable: json.dumps escapes C0 controls inside
+    strings, not DEL, C1 or U+202E. Outside strings JSON is ASCII, so each one met is in a string."""
+    text = json.dumps(value, indent=indent, ensure_ascii=False)
+    return "".join(json.dumps(ch)[1:-1] if ord(ch) > 0x7E and _hidden(ch) else ch for ch in text)
+
+
+def write_atomically(path: Path, text: str, *, what: str) -> None:
+    """Write `text` to `path` whole or not at all, replacing whatever is there: a reader or a crash
+    never sees half a file, and a symbolic link planted at `path` is replaced, not written through.
+    The staging file beside it comes from mkstemp (a new name, created exclusively), so no link
+    planted there is followed either. It gets the mode a plain open() gives (0o666 less the umask).
+    `what` names the file in the one-line error."""
+    temporary: Path | None = None
+    try:
+        handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        temporary = Path(name)
+        with os.fdopen(handle, "w", encoding="utf-8") as staged:
+            os.fchmod(staged.fileno(), 0o666 & ~umask())
+            staged.write(text)
+            staged.flush()
+            os.fsync(staged.fileno())
+        os.replace(temporary, path)
+    except OSError as exc:
+        if temporary is not None:
+            temporary.unlink(missing_ok=True)
+        raise AutotuneError(f"cannot write {what} {path}: {exc.strerror or exc}") from None
+
+
+def umask() -> int:
+    """This process's umask. Read from /proc where it can be: setting the umask to learn it
+    changes it, for a moment, for every thread of the process."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    current = os.umask(0o077)
+    os.umask(current)
+    return current
