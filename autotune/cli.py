@@ -559,6 +559,12 @@ def export(
     op: Annotated[
         list[str] | None, typer.Option("--op", help="bundle: only this op (gemv, gemm or hgemv, sgemm...), repeatable")
     ] = None,
+    allow_partial: Annotated[
+        bool,
+        typer.Option(
+            "--allow-partial", help="bundle: write it also where problems must be left out (the manifest lists them)"
+        ),
+    ] = False,
     db: Db = None,
 ) -> None:
     """The best configs per problem, measured with the current kernels: a records file that `import`
@@ -566,7 +572,7 @@ def export(
     C++ program loads with the CUDA driver API (docs/deploy.md)."""
     from autotune import exports
 
-    count = exports.export(output, fmt=fmt, gpu=gpu, top=top, db=db, op=op or ())
+    count = exports.export(output, fmt=fmt, gpu=gpu, top=top, db=db, op=op or (), allow_partial=allow_partial)
     what = "entries" if fmt == "bundle" else "rows"
     err.print(f"wrote {count} {what} to {printable(str(output))}", markup=False)
 

@@ -51,11 +51,13 @@ def export(
     top: int = 1,
     db: str | None = None,
     op: Sequence[str] = (),
+    allow_partial: bool = False,
 ) -> int:
     """Write the `top` fastest configs of every problem (measured with the current kernels) of one GPU,
     or of every GPU for CSV; returns how many rows. A records file holds one GPU: give `gpu` where
     the database holds several. A bundle (a folder) holds the best config of each problem of one
-    GPU, of the ops `op` names (every op without), and returns how many entries."""
+    GPU, of the ops `op` names (every op without), and returns how many entries; one that would
+    leave a problem out is refused unless `allow_partial`."""
     if fmt not in FORMATS:
         raise AutotuneError(f"unknown export format {fmt!r}: choose one of {', '.join(FORMATS)}")
     if fmt == "bundle":
@@ -63,9 +65,11 @@ def export(
 
         if top != 1:
             raise AutotuneError("--top applies to jsonl and csv: a bundle holds each problem's best config")
-        return len(bundle.export_bundle(output, gpu, op, db).entries)
+        return len(bundle.export_bundle(output, gpu, op, db, allow_partial=allow_partial).entries)
     if op:
         raise AutotuneError("--op applies to --format bundle: jsonl and csv hold every op")
+    if allow_partial:
+        raise AutotuneError("--allow-partial applies to --format bundle: jsonl and csv leave no problem out")
     names = _gpu_names(gpu, db)
     database = api.store(db).db
     if fmt == "jsonl":

@@ -7,6 +7,8 @@ escaped; bad input is one line and leaves no folder behind."""
 from __future__ import annotations
 
 import json
+import logging
+import os
 import random
 import shutil
 import subprocess
@@ -404,6 +406,61 @@ def test_a_bundle_is_replaced_whole_and_a_failed_write_leaves_the_old_one(
         exports.export(out, fmt="bundle", gpu="h200", db=tuned)
     assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle", "store"]
+
+
+def test_a_replacing_bundle_gets_a_new_folders_mode(tuned: str, fake_kernels: None, tmp_path: Path) -> None:
+    # mkdtemp stages it at 0700, which another account deploying the bundle could not read.
+    out = tmp_path / "bundle"
+    old = os.umask(0o022)
+    try:
+        for _ in range(2):  # new, then replacing the earlier one
+            exports.export(out, fmt="bundle", gpu="h200", db=tuned)
+            assert oct(out.stat().st_mode & 0o777) == oct(0o755)
+    finally:
+        os.umask(old)
+
+
+def test_a_bundle_leaving_problems_out_is_refused_unless_partial_is_allowed(
+    tuned: str, fake_kernels: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    damaged = Problem("gemv", "float16", 1024, 1024)
+    h200 = GpuInfo(H200, "GPU-1111", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
+    with open_store(tuned, import_shipped=False) as store:
+        record(store, damaged, gemv.DEFAULT_CONFIG, ok(3.0), h200)
+    with targeting("9.0"):
+        broken = ops.compile_job(damaged, gemv.DEFAULT_CONFIG, "sm_90").name
+    packed = tmp_path / "site-packages" / "db" / "kernels" / "gemv_f16.fatbin.xz"  # a path of the build machine
+    whole = bundle._kernel_image
+
+    def image(job: Any) -> tuple[bytes, str]:
+        if job.name == broken:
+            raise AutotuneError(f"the shipped kernel {packed} is damaged: reinstall autotune-kernels")
+        return whole(job)
+
+    monkeypatch.setattr(bundle, "_kernel_image", image)
+    # The CLI's log handler writes to the stderr of the first test that ran the CLI: a fresh one
+    # writes to this test's, where the warnings are read.
+    monkeypatch.setattr(logging.getLogger("autotune"), "handlers", [])
+    out = tmp_path / "bundle"
+    args = ("export", "--format", "bundle", "-o", str(out), "--gpu", "h200", "--db", tuned)
+    code, text = cli_run(monkeypatch, capsys, *args)
+    errors = [line for line in text.splitlines() if line.startswith("error: ")]
+    assert code == 2 and "Traceback" not in text, text
+    assert "hgemv 1024x1024 is left out of the bundle" in text  # each one warned, with its path here
+    assert errors == [
+        "error: 1 problem cannot be bundled (the first, hgemv 1024x1024: no kernel: the shipped kernel "
+        "gemv_f16.fatbin.xz is damaged: reinstall autotune-kernels); nothing written: --allow-partial writes the "
+        "bundle without them, listed in its manifest"
+    ]
+    assert not out.exists()
+    code, text = cli_run(monkeypatch, capsys, *args, "--allow-partial")
+    assert code == 0 and "wrote 1 entries" in text, text
+    written = (out / bundle.MANIFEST).read_text()
+    assert str(tmp_path) not in written  # the manifest travels: no folder of the machine that built it
+    skipped = json.loads(written)["skipped"]
+    assert [(s["m"], s["reason"]) for s in skipped] == [
+        (1024, "no kernel: the shipped kernel gemv_f16.fatbin.xz is damaged: reinstall autotune-kernels")
+    ]
 
 
 def test_op_filters_take_blas_names_and_families(tuned: str, fake_kernels: None, tmp_path: Path) -> None:

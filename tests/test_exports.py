@@ -70,6 +70,7 @@ def test_csv_has_a_row_per_config_and_problem_of_every_gpu(db: str, tmp_path: Pa
         ({"fmt": "xml"}, "unknown export format"),
         ({}, "a records file holds one GPU"),
         ({"gpu": "NVIDIA A100"}, "nothing stored for GPU"),
+        ({"allow_partial": True}, "--allow-partial applies to --format bundle"),
     ],
 )
 def test_export_errors_are_one_line(db: str, tmp_path: Path, kwargs: dict[str, str], words: str) -> None:

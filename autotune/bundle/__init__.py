@@ -22,6 +22,7 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -33,6 +34,7 @@ from autotune import __version__, api, ops
 from autotune.build import shipped
 from autotune.build.compiler import CompileJob
 from autotune.core.errors import AutotuneError
+from autotune.core.output import umask
 from autotune.core.problem import BLAS_PREFIX, Problem
 from autotune.core.space import Config
 from autotune.core.target import targeting
@@ -204,9 +206,14 @@ def make_entry(target: BundleGpu, index: int, problem: Problem, config: Config, 
         )
 
 
+# An absolute path in a reason (the shipped kernel's file, nvcc's source): the folders are the
+# build machine's, which the manifest travels without; the file's name says which.
+_FOLDERS = re.compile(r"(?<![\w.~])/(?:[^\s/]+/)+")
+
+
 def _skip(bundle: Bundle, problem: Problem, reason: str) -> None:
     log.warning("%s is left out of the bundle: %s", problem, reason)
-    bundle.skipped.append({**_problem_dict(problem), "reason": reason})
+    bundle.skipped.append({**_problem_dict(problem), "reason": _FOLDERS.sub("", reason)})
 
 
 def build(gpu: str | None, op_names: Sequence[str] = (), db: str | None = None) -> Bundle:
@@ -320,6 +327,9 @@ def write(bundle: Bundle, output: Path) -> None:
     try:
         parent.mkdir(parents=True, exist_ok=True)
         staged = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".tmp", dir=parent))
+        # mkdtemp makes it 0700: the bundle gets a new folder's usual mode, for the accounts
+        # that deploy it to read.
+        os.chmod(staged, 0o777 & ~umask())
     except OSError as exc:
         raise AutotuneError(f"cannot write into {parent}: {exc.strerror or exc}") from None
     try:
@@ -352,12 +362,28 @@ def _replace(staged: Path, output: Path) -> None:
         shutil.rmtree(retired, ignore_errors=True)
 
 
-def export_bundle(output: Path, gpu: str | None, op_names: Sequence[str] = (), db: str | None = None) -> Bundle:
-    """Build the bundle of `gpu` and write it into the folder `output`; returns it."""
+def export_bundle(
+    output: Path, gpu: str | None, op_names: Sequence[str] = (), db: str | None = None, *, allow_partial: bool = False
+) -> Bundle:
+    """Build the bundle of `gpu` and write it into the folder `output`; returns it. A bundle that
+    would leave problems out is refused, nothing written, unless `allow_partial`: a deployment
+    should not find out from a missing entry that its kernel was damaged."""
     _check_output(output)
     bundle = build(gpu, op_names, db)
+    if bundle.skipped and not allow_partial:
+        count, first = len(bundle.skipped), bundle.skipped[0]
+        raise AutotuneError(
+            f"{count} problem{'s' if count > 1 else ''} cannot be bundled (the first, {_problem_text(first)}: "
+            f"{first['reason']}); nothing written: --allow-partial writes the bundle without them, "
+            "listed in its manifest"
+        )
     write(bundle, output)
     return bundle
+
+
+def _problem_text(skipped: dict[str, Any]) -> str:
+    fields = ("op", "dtype", "m", "n", "k", "trans")
+    return str(Problem(*(skipped[name] for name in fields)))
 
 
 # -- the look-up the header implements ----------------------------------------------------------
