@@ -8,7 +8,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -17,11 +16,8 @@ from autotune import api, ops
 from autotune.core.errors import AutotuneError
 from autotune.core.output import printable, write_atomically
 from autotune.core.problem import Problem
-from autotune.core.target import targeting
-from autotune.store.record_lines import BadLine, parse_gpu, parse_trial
+from autotune.store.record_lines import BadLine, parse_gpu
 from autotune.store.records import Imported, record_lines, write_lines
-
-log = logging.getLogger(__name__)
 
 FORMATS = ("jsonl", "csv", "bundle")
 CSV_COLUMNS = (
@@ -77,19 +73,12 @@ def export(
             raise AutotuneError(f"a records file holds one GPU: give --gpu, one of {', '.join(names)}")
         lines = record_lines(database, names[0], top=top, current_only=True)
         _check_gpu_line(lines[0])
-        trials = _importable(lines[0], lines[1:])
-        _warn_left_out(len(lines) - 1 - len(trials))
-        write_lines(output, [lines[0], *trials])
-        return len(trials)
+        write_lines(output, lines)
+        return len(lines) - 1
     rows: list[dict[str, Any]] = []
-    left_out = 0
     for name in names:
         ranks: dict[Problem, int] = {}
-        lines = record_lines(database, name, top=top, current_only=True)
-        trials = _importable(lines[0], lines[1:])
-        left_out += len(lines) - 1 - len(trials)
-        rows += [_csv_row(name, line, ranks) for line in trials]
-    _warn_left_out(left_out)
+        rows += [_csv_row(name, line, ranks) for line in record_lines(database, name, top=top, current_only=True)[1:]]
     write_atomically(output, _csv_text(rows), what="CSV file")
     return len(rows)
 
@@ -103,26 +92,6 @@ def _check_gpu_line(line: dict[str, Any]) -> None:
         raise AutotuneError(
             f"cannot export GPU {line.get('name')!r}: import would refuse its records file: {exc}"
         ) from None
-
-
-def _importable(gpu_line: dict[str, Any], lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The trial lines `import` accepts, checked by its own parser, so that an export reads back;
-    a row it would refuse (one an older autotune or a hand let into the database: a config outside
-    its space, a time of zero) is left out."""
-    kept = []
-    with targeting(str(gpu_line["compute_capability"])):  # configs are checked against that GPU's spaces
-        for line in lines:
-            try:
-                parse_trial(line)
-            except BadLine:
-                continue
-            kept.append(line)
-    return kept
-
-
-def _warn_left_out(count: int) -> None:
-    if count:
-        log.warning("left out %d stored trials that `autotune import` would refuse", count)
 
 
 def _csv_row(gpu: str, line: dict[str, Any], ranks: dict[Problem, int]) -> dict[str, Any]:

@@ -98,7 +98,9 @@ def record_lines(
     source_hash: str | None = None,
     current_only: bool = False,
 ) -> list[dict[str, Any]]:
-    """The lines export_records writes: the GPU line, then the trial lines."""
+    """The lines export_records writes: the GPU line, then the trial lines. Only lines `import`
+    accepts, checked by its own parser: a stored row it would refuse is left out (one warning with
+    the count) and the next fastest takes its place."""
     if top < 1:
         raise AutotuneError(f"--top must be at least 1, got {top}")
     with db.session_scope() as session:
@@ -108,29 +110,55 @@ def record_lines(
         if gpu is None:
             raise AutotuneError(f"no GPU named {gpu_name!r} in {db.url}")
         lines = [_gpu_line(gpu)]
+        refused = 0
+
+        def take(problem: orm.Problem, trial: orm.Trial) -> bool:
+            # A line `import` would refuse (a config outside its space, a time of zero, written
+            # straight into the database) is left out, and the next one ranks in its place.
+            nonlocal refused
+            line = _trial_line(problem, trial)
+            if not _importable(line, gpu.compute_capability):
+                refused += 1
+                return False
+            lines.append(line)
+            return True
+
+        current: dict[int, str] = {}  # problem id -> its current kernel source hash
+
+        def is_current(problem: orm.Problem, trial: orm.Trial) -> bool:
+            if problem.id not in current:
+                with targeting(gpu.compute_capability):  # that GPU's kernel family, not this machine's
+                    current[problem.id] = ops.source_hash(_problem_of(problem))
+            return trial.source_hash == current[problem.id]
+
+        kept: dict[int, int] = {}  # problem id -> lines of our kernels written
+        vendor_kept: set[tuple[int, str]] = set()
         filters = problem_filters(gpu_name=gpu_name)
-        if current_only:
-            current: dict[int, str] = {}  # problem id -> its current kernel source hash
-            kept: dict[int, int] = {}
-            vendor_kept: set[tuple[int, str]] = set()
-            for problem, trial in _usable(ranked_ok(session, filters, source_hash, top=_EVERY)):
-                if problem.id not in current:
-                    with targeting(gpu.compute_capability):  # that GPU's kernel family, not this machine's
-                        current[problem.id] = ops.source_hash(_problem_of(problem))
-                if trial.source_hash.startswith(VENDOR_SOURCE_PREFIX):
-                    # cuBLASLt's best of each library version travels too: the selector sets it
-                    # against our kernels on a machine with that version.
-                    key = (problem.id, trial.source_hash)
-                    if key not in vendor_kept:
-                        vendor_kept.add(key)
-                        lines.append(_trial_line(problem, trial))
-                elif trial.source_hash == current[problem.id] and kept.get(problem.id, 0) < top:
-                    kept[problem.id] = kept.get(problem.id, 0) + 1
-                    lines.append(_trial_line(problem, trial))
-        else:
-            ranked = ranked_ok(session, filters, source_hash, top=top)
-            lines += [_trial_line(problem, trial) for problem, trial in _usable(ranked)]
+        for problem, trial in _usable(ranked_ok(session, filters, source_hash, top=_EVERY)):
+            if current_only and trial.source_hash.startswith(VENDOR_SOURCE_PREFIX):
+                # cuBLASLt's best of each library version travels too: the selector sets it
+                # against our kernels on a machine with that version.
+                key = (problem.id, trial.source_hash)
+                if key not in vendor_kept and take(problem, trial):
+                    vendor_kept.add(key)
+            elif (
+                kept.get(problem.id, 0) < top
+                and (not current_only or is_current(problem, trial))
+                and take(problem, trial)
+            ):
+                kept[problem.id] = kept.get(problem.id, 0) + 1
+    if refused:
+        log.warning("left out %d stored trials of %s that `autotune import` would refuse", refused, gpu_name)
     return lines
+
+
+def _importable(line: dict[str, Any], compute_capability: str) -> bool:
+    try:
+        with targeting(compute_capability):  # configs are checked against that GPU's spaces
+            parse_trial(line)
+    except BadLine:
+        return False
+    return True
 
 
 def write_lines(path: Path, lines: list[dict[str, Any]]) -> None:
