@@ -14,11 +14,13 @@ from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import GpuInfo, Toolchain
 from autotune.core.outcome import Outcome, Status
 from autotune.core.problem import Problem
+from autotune.ops import gemv
 from autotune.store import Provenance, open_store
 from autotune.store.database import alembic_config
 
 H200 = GpuInfo("NVIDIA H200", "GPU-1111", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
 SHAPE = Problem("gemv", "float16", 4096, 4096)
+RUNS = gemv.DEFAULT_CONFIG  # a config of SHAPE's space: only such a row is a problem's best
 WHEN = "2025-01-01 00:00:00"
 
 
@@ -87,11 +89,11 @@ def test_upgrade_keeps_every_row(db_path: Path, revision: str) -> None:
         # The running row an older autotune left has no owner: it counts as abandoned.
         assert store.drop_unfinished(pid) == 1
         where = Provenance(pid, 1, "src", Toolchain("n", "p", "a"), "13.0", "13.0")
-        new = store.start_trial(where, {"a": 4})
+        new = store.start_trial(where, RUNS)
         assert new > 7  # the dropped row's id is not handed out again
         store.finish_trial(new, Outcome(Status.OK, time_us=2.0))
         best = store.best(H200.name, SHAPE, "src")
-        assert best is not None and best.config == {"a": 4}
+        assert best is not None and best.config == RUNS
     with sqlite3.connect(db_path) as connection:
         assert connection.execute("PRAGMA foreign_key_check").fetchall() == []
         assert connection.execute("SELECT file_name FROM shipped_imports").fetchall() == [("nvidia-h200.jsonl",)]

@@ -291,6 +291,8 @@ class Selector:
                 notes.append(f"{row.source_hash} measured fastest ({ours})")
                 return Choice(problem, gpu, dict(row.config), MEASURED, row.time_us, row.gbs, notes=tuple(notes))
             notes.extend(why_not)
+        # The store and the table hand out only rows whose config is in their problem's space
+        # (store/queries.py's Admission); a table written under another version's space may not.
         if exact is not None and ops.for_problem(problem).space(problem).check(exact.config) is None:
             # A measured problem: choose() answers with its own trial, neither the other tuned shapes
             # nor the cost model is looked at (a first call of a tuned problem reads nothing more).

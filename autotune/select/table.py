@@ -1,5 +1,5 @@
 """The selection table: what the selector reads of a database (GPUs, and each problem's fastest OK
-trials per kernel source), kept in a JSON file, so that the launch path picks a config without
+trials per kernel source that the store admits), kept in a JSON file, so that the launch path picks a config without
 SQLAlchemy and without opening the store. `Table` serves those rows to `choose.Selector`, whose rules
 are the same whichever it reads from.
 
@@ -238,8 +238,8 @@ class Table:
         return [row for row in rows if row is not None]
 
     def leaders(self, problem_id: int, source_hash: str, top: int) -> list[TrialRow]:
-        """The `top` fastest OK trials with that kernel source, fastest first (unusable ones dropped
-        after the cut, as the store does)."""
+        """The `top` fastest OK trials with that kernel source, fastest first: the table holds the
+        trials the store admits (store/queries.py's Admission), ranked as the store ranks them."""
         if top > PER_SOURCE:
             raise ValueError(f"a selection table keeps {PER_SOURCE} trials per kernel source, not {top}")
         problem, trials = self._group(problem_id >> 20)[problem_id & 0xFFFFF]

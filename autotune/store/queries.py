@@ -1,18 +1,33 @@
-"""Queries shared by the store and the records files: lookups by natural key, fastest OK trials, counts."""
+"""Queries shared by the store and the records files: lookups by natural key, fastest OK trials, counts.
+
+A stored trial answers (as a problem's best, as a leader the cost model learns from, in the
+selection table) only where it is admitted: a usable row (rows.usable) whose config, for our
+kernels, is a point of its problem's space. A row written by another program, or one a later
+version's narrower space no longer holds, is passed over, and the next row answers: the ranking
+looks further down a problem's trials until it finds as many admitted ones as it was asked for.
+"""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from sqlalchemy import ColumnElement, case, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from autotune import ops
+from autotune.core import gpus
+from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import GpuInfo
 from autotune.core.outcome import Status
 from autotune.core.problem import Problem
+from autotune.core.space import Space
+from autotune.core.target import targeting
 from autotune.store import models as orm
 from autotune.store.rows import usable
+from autotune.vendor.mapping import SOURCE_PREFIX as VENDOR_SOURCE_PREFIX
 
 PROBLEM_ORDER = (
     orm.Problem.gpu_name,
@@ -45,9 +60,15 @@ def ranked_ok(
 
 
 def ranked_by_source(session: Session, top: int) -> list[tuple[orm.Problem, orm.Trial]]:
-    """The `top` fastest OK trials of every problem and kernel source, problem by problem and each
-    problem's fastest first over all its sources."""
-    return _top_ok(session, (orm.Trial.problem_id, orm.Trial.source_hash), [], top, by_rank=False)
+    """The `top` fastest admitted OK trials of every problem and kernel source, problem by problem
+    and each problem's fastest first over all its sources."""
+    partition = (orm.Trial.problem_id, orm.Trial.source_hash)
+    return _admitted(
+        session,
+        lambda depth: _top_ok(session, partition, [], depth, by_rank=False),
+        lambda problem, trial: (problem.id, trial.source_hash),
+        top,
+    )
 
 
 def _top_ok(
@@ -73,22 +94,103 @@ def _top_ok(
     return [(problem, trial) for problem, trial in session.execute(stmt)]
 
 
-# Ranked OK trials looked at per problem for its best: a few rows an older autotune let in (see
-# rows.usable) must not hide the problem's usable best behind them.
+# Ranked OK trials first looked at per problem for its best; where none of them is admitted, the
+# ranking looks DEEPER times as far, and so on until it finds one or the problem has no more.
 _RANKED = 8
+DEEPER = 8
 
 
 def first_usable(
     session: Session, filters: list[ColumnElement[bool]], source_hash: str | None
 ) -> list[tuple[orm.Problem, orm.Trial]]:
-    """The fastest usable OK trial of every problem matching `filters`."""
-    seen: set[int] = set()
-    found = []
-    for problem, trial in ranked_ok(session, filters, source_hash, top=_RANKED):
-        if problem.id not in seen and usable(trial, problem):
-            seen.add(problem.id)
-            found.append((problem, trial))
-    return found
+    """The fastest admitted OK trial of every problem matching `filters`."""
+    return _admitted(
+        session,
+        lambda depth: ranked_ok(session, filters, source_hash, top=depth),
+        lambda problem, trial: problem.id,
+        1,
+        depth=_RANKED,
+    )
+
+
+def leading_trials(session: Session, problem_id: int, source_hash: str, top: int) -> list[orm.Trial]:
+    """The `top` fastest admitted OK trials of the problem with that kernel source, fastest first."""
+    ranked = _admitted(
+        session,
+        lambda depth: ranked_ok(session, [orm.Trial.problem_id == problem_id], source_hash, top=depth),
+        lambda problem, trial: problem.id,
+        top,
+    )
+    return [trial for _, trial in ranked]
+
+
+Ranked = list[tuple[orm.Problem, orm.Trial]]
+
+
+def _admitted(
+    session: Session,
+    ranked: Callable[[int], Ranked],
+    partition: Callable[[orm.Problem, orm.Trial], Hashable],
+    top: int,
+    *,
+    depth: int | None = None,
+) -> Ranked:
+    """The first `top` admitted rows of each partition of `ranked(depth)` (the `depth` fastest OK
+    trials of each partition, in its order), asked again DEEPER times as deep while a partition
+    filled its `depth` rows without `top` admitted ones: nothing admitted hides behind rows that are not."""
+    admits = Admission(session)
+    depth = max(top, depth or top)
+    while True:
+        rows = ranked(depth)
+        held: Counter[Hashable] = Counter(partition(problem, trial) for problem, trial in rows)
+        taken: Counter[Hashable] = Counter()
+        found = []
+        for problem, trial in rows:
+            key = partition(problem, trial)
+            if taken[key] < top and admits(problem, trial):
+                taken[key] += 1
+                found.append((problem, trial))
+        if all(held[key] < depth or taken[key] >= top for key in held):
+            return found
+        depth *= DEEPER
+
+
+class Admission:
+    """Whether a stored OK trial may answer: a usable row (rows.usable) and, for our kernels, a config
+    its problem's space holds, that space built for the compute capability the selector targets for
+    the problem's GPU (choose.Selector._capability). cuBLASLt's configs name an algorithm of the
+    library, not a point of our spaces: usable is all they need."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._spaces: dict[int, Space | None] = {}
+        self._capabilities: dict[str, str | None] = {}
+
+    def __call__(self, problem: orm.Problem, trial: orm.Trial) -> bool:
+        if not usable(trial, problem):
+            return False
+        if trial.source_hash.startswith(VENDOR_SOURCE_PREFIX):
+            return True
+        space = self._space(problem)
+        return space is not None and space.check(trial.config) is None
+
+    def _space(self, problem: orm.Problem) -> Space | None:
+        if problem.id not in self._spaces:
+            try:
+                core = Problem(**orm.problem_columns(problem))
+                with targeting(self._capability(problem.gpu_name)):
+                    self._spaces[problem.id] = ops.for_problem(core).space(core)
+            except (AutotuneError, ValueError, TypeError):  # a problem no kernel of ours serves
+                self._spaces[problem.id] = None
+        return self._spaces[problem.id]
+
+    def _capability(self, gpu_name: str) -> str | None:
+        """The one compute capability stored for GPUs of this name, else the described model's."""
+        if gpu_name not in self._capabilities:
+            stmt = select(orm.Gpu.compute_capability).where(orm.Gpu.name == gpu_name).distinct()
+            found = set(self._session.scalars(stmt))
+            self._capabilities[gpu_name] = found.pop() if len(found) == 1 else gpus.capability(gpu_name)
+        return self._capabilities[gpu_name]
 
 
 def final_counts(

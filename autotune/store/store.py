@@ -30,6 +30,7 @@ from autotune.store.queries import (
     find_trial,
     first_usable,
     get_or_create_problem,
+    leading_trials,
     new_gpu,
     problem_filters,
     ranked_by_source,
@@ -244,16 +245,10 @@ class Store:
             return trial.id
 
     def leaders(self, problem_id: int, source_hash: str, top: int) -> list[TrialRow]:
-        """The `top` fastest OK trials of the problem with that kernel source, fastest first."""
-        stmt = (
-            select(orm.Trial)
-            .where(orm.Trial.problem_id == problem_id, orm.Trial.source_hash == source_hash)
-            .where(orm.Trial.status == Status.OK, orm.Trial.time_us.is_not(None))
-            .order_by(*TRIAL_ORDER)
-            .limit(top)
-        )
+        """The `top` fastest admitted OK trials (queries.Admission) of the problem with that kernel
+        source, fastest first."""
         with self.db.session_scope() as session:
-            return [trial_row(t) for t in session.scalars(stmt) if usable(t)]
+            return [trial_row(t) for t in leading_trials(session, problem_id, source_hash, top)]
 
     def add_round(self, trial_id: int, outcome: Outcome) -> None:
         """One more measurement of an OK trial on another set of buffers. Every sample is kept and
