@@ -498,23 +498,34 @@ def a_table_answering(resources: Path) -> Choice:
     return answered
 
 
-def test_a_database_rebuilt_from_a_dump_is_asked_and_its_table_written_again(resources: Path) -> None:
-    """The usual way to remove a row by hand: dump, edit, reload into a new file, move it into place.
-    The dump carries the change count (and creates the triggers after its inserts), so the count
-    alone would call the old table current; the rebuilt file's identity does not match it."""
+@pytest.mark.parametrize("place", ["moved", "in place"])
+def test_a_database_rebuilt_from_a_dump_is_asked_and_its_table_written_again(resources: Path, place: str) -> None:
+    """The usual way to remove a row by hand: dump, edit, reload into a new file, move it into place
+    (or empty the file and reload it there). The dump carries the change count (and creates the
+    triggers after its inserts), so the count alone would call the old table current; the rebuilt
+    file's identity (another inode, or the same file's header id with a moved schema cookie) does not
+    match it."""
     removed = a_table_answering(resources)
     with closing(sqlite3.connect(database())) as connection:
         (trial,) = connection.execute(BEST_TRIAL, (H200.name, removed.time_us)).fetchone()
         dump = list(connection.iterdump())
     edited = [line for line in dump if not line.startswith(f'INSERT INTO "trials" VALUES({trial},')]
     assert len(edited) == len(dump) - 1
-    rebuilt = database().with_name("rebuilt.db")
-    with closing(sqlite3.connect(rebuilt)) as connection:
-        connection.executescript("\n".join(edited))
-    assert counted(rebuilt) == counted(database())  # what made the old table look current
-    for suffix in ("-wal", "-shm"):
-        database().with_name(database().name + suffix).unlink(missing_ok=True)
-    rebuilt.replace(database())
+    count = counted(database())
+    if place == "moved":
+        rebuilt = database().with_name("rebuilt.db")
+        with closing(sqlite3.connect(rebuilt)) as connection:
+            connection.executescript("\n".join(edited))
+        for suffix in ("-wal", "-shm"):
+            database().with_name(database().name + suffix).unlink(missing_ok=True)
+        rebuilt.replace(database())
+    else:
+        with closing(sqlite3.connect(database())) as connection:
+            tables = connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+            ours = [name for (name,) in tables if not name.startswith("sqlite_")]
+            connection.executescript("".join(f'DROP TABLE "{name}";' for name in ours))
+            connection.executescript("\n".join(edited))
+    assert counted(database()) == count  # what made the old table look current
     forget()
     answered = launch_choice()
     assert not from_table() and answered.source == "measured" and answered.time_us > removed.time_us

@@ -62,8 +62,8 @@ SHIPPED_TABLE = "selection.json"  # under db/
 BESIDE_DATABASE = "-selection.json"  # appended to the database file's name, as SQLite's -wal and -shm
 DATABASE_NAME = "autotune.db"  # the default database's file in the data folder (store/database.py)
 DATABASE_VAR = "AUTOTUNE_DB"  # names another database: the table never answers for it
-# Trials kept per problem and kernel source: the store looks at the 8 fastest for a problem's best
-# (store/queries.py) and the cost model at the 3 fastest (choose.EVIDENCE_TOP).
+# Admitted trials kept per problem and kernel source: the store first looks at the 8 fastest for a
+# problem's best (store/queries.py) and the cost model at the 3 fastest (choose.EVIDENCE_TOP).
 PER_SOURCE = 8
 # The count and the triggers that keep it (db/migrations/versions/0008_change_counter.py): a table of
 # a database that lacks one of them is never taken as current.
