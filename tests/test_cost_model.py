@@ -298,6 +298,10 @@ def test_a_tiny_time_written_into_the_database_leaves_best_and_the_launch_path_a
     args = ("best", "--db", str(db_path), "--gpu", "H200", "--op", "hgemv", "--m", "3000", "--n", "3000")
     code, out, err = run_cli(monkeypatch, capsys, *args)
     assert (code, err) == (0, "") and "[estimate]: predicted" in out
+    # The damaged shape itself answers its fastest plausible row, not "measured 0.00 us".
+    args = ("best", "--db", str(db_path), "--gpu", "H200", "--op", "hgemv", "--m", "2048", "--n", "2048")
+    code, out, err = run_cli(monkeypatch, capsys, *args)
+    assert (code, err) == (0, "") and "[measured]" in out and "0.00 us" not in out
 
 
 @pytest.mark.parametrize("sm_count", [-5, 0, 10**12, None])

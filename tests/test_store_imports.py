@@ -185,3 +185,19 @@ def test_every_reader_skips_a_stored_problem_of_bad_sizes(tmp_path: Path) -> Non
         assert [(row.m, row.n) for row in store.tuned(H200.name, "gemv", "float16", None)] == [(4096, 4096)]
         assert [problem.m for _, problem, _ in store.selection_rows(4).problems] == [4096]
         assert store.export_records(H200.name, tmp_path / "out.jsonl") == 1
+
+
+def test_a_queued_problem_of_bad_sizes_is_neither_claimed_nor_listed(tmp_path: Path) -> None:
+    """A queued problem whose row was changed straight in to M = -5: a sweep that claimed it would
+    meet its sizes; the next sound problem is claimed instead."""
+    db = tmp_path / "t.db"
+    good, damaged = RECORDED, RECORDED.__class__(RECORDED.op, RECORDED.dtype, 2048, 2048)
+    with open_store(str(db), import_shipped=False) as store:
+        store.enqueue(H200.name, [damaged, good])
+    with sqlite3.connect(db) as connection:
+        connection.execute("UPDATE problems SET m = -5 WHERE m = 2048")
+    with open_store(str(db), import_shipped=False) as store:
+        assert [row.problem for row in store.queue_rows()] == [good]
+        first = store.claim_next(H200.name, timedelta(seconds=60))
+        assert first.claim is not None and first.claim.problem == good
+        assert store.claim_next(H200.name, timedelta(seconds=60)).claim is None

@@ -26,7 +26,7 @@ from autotune.core.problem import Problem
 from autotune.core.space import Space
 from autotune.core.target import targeting
 from autotune.store import models as orm
-from autotune.store.rows import usable
+from autotune.store.rows import sound_capability, usable
 from autotune.vendor.mapping import SOURCE_PREFIX as VENDOR_SOURCE_PREFIX
 
 PROBLEM_ORDER = (
@@ -188,7 +188,7 @@ class Admission:
         """The one compute capability stored for GPUs of this name, else the described model's."""
         if gpu_name not in self._capabilities:
             stmt = select(orm.Gpu.compute_capability).where(orm.Gpu.name == gpu_name).distinct()
-            found = set(self._session.scalars(stmt))
+            found = {capability for capability in self._session.scalars(stmt) if sound_capability(capability)}
             self._capabilities[gpu_name] = found.pop() if len(found) == 1 else gpus.capability(gpu_name)
         return self._capabilities[gpu_name]
 

@@ -22,7 +22,7 @@ from autotune.core.problem import Problem
 from autotune.store import models as orm
 from autotune.store import owner as owners
 from autotune.store.queries import PROBLEM_ORDER, get_or_create_problem, problem_filters
-from autotune.store.rows import as_utc
+from autotune.store.rows import as_utc, stored_problem
 
 QUEUE = orm.QUEUE
 
@@ -58,8 +58,10 @@ class Look:
     held_by_others: int
 
 
-def _problem(row: orm.Problem) -> Problem:
-    return Problem(**orm.problem_columns(row))
+def _problem(row: orm.Problem) -> Problem | None:
+    """The row's problem, None where a records file could not hold it (a row written straight in):
+    such a problem is neither claimed nor listed, so no sweep meets its sizes."""
+    return stored_problem(row)
 
 
 def _queue_row(session: Session, problem_id: int) -> orm.Queued | None:
@@ -155,7 +157,10 @@ def claim_next(
         found.sort(key=lambda pair: (-pair[0].asked, pair[0].problem_id))
     now = orm.utcnow()
     held = 0
-    for queued, problem in found:
+    for queued, row in found:
+        problem = _problem(row)
+        if problem is None:
+            continue
         verdict = _claimable(queued, now, since)
         if verdict is None:
             held += 1
@@ -163,7 +168,7 @@ def claim_next(
             queued.state, queued.owner = QUEUE.CLAIMED, me
             queued.lease_until = now + lease
             queued.claims += 1
-            return Look(Claim(_problem(problem), problem.id, gpu_name, me), held)
+            return Look(Claim(problem, row.id, gpu_name, me), held)
     return Look(None, held)
 
 
@@ -205,10 +210,11 @@ def rows(session: Session, gpu_name: str | None = None) -> list[QueueRow]:
         .where(*problem_filters(gpu_name=gpu_name))
         .order_by(*PROBLEM_ORDER)
     )
+    listed = [(queued, row, _problem(row)) for queued, row in session.execute(stmt)]
     return [
         QueueRow(
-            gpu_name=problem.gpu_name,
-            problem=_problem(problem),
+            gpu_name=row.gpu_name,
+            problem=problem,
             state=queued.state,
             asked=queued.asked,
             owner=_host_and_pid(queued.owner),
@@ -217,7 +223,8 @@ def rows(session: Session, gpu_name: str | None = None) -> list[QueueRow]:
             queued_at=as_utc(queued.queued_at),
             done_at=None if queued.done_at is None else as_utc(queued.done_at),
         )
-        for queued, problem in session.execute(stmt)
+        for queued, row, problem in listed
+        if problem is not None
     ]
 
 

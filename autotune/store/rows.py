@@ -12,6 +12,8 @@ from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import Toolchain
 from autotune.core.outcome import Status
 from autotune.core.problem import DTYPES, Problem, check_dim
+from autotune.core.target import check_capability
+from autotune.core.timing_bounds import is_plausible_time_us
 from autotune.store import models as orm
 
 
@@ -173,7 +175,19 @@ def usable(trial: orm.Trial | None, problem: orm.Problem | None = None) -> bool:
         return False
     if trial is None:
         return True
+    if trial.status == Status.OK and not is_plausible_time_us(trial.time_us):
+        return False  # a time no kernel call takes (1e-200 us written straight in) would win every pick
     return readable(trial) and all(isinstance(k, str) and type(v) is int for k, v in trial.config.items())
+
+
+def sound_capability(capability: object) -> bool:
+    """Whether a stored GPU row's compute capability is one CUDA writes ("9.0"): a row written
+    straight in with "abc" is passed over like any other foreign row, never steering a space."""
+    try:
+        check_capability(capability)
+    except AutotuneError:
+        return False
+    return True
 
 
 def readable(trial: orm.Trial) -> bool:

@@ -18,6 +18,7 @@ from autotune.core.fingerprint import GpuInfo
 from autotune.core.outcome import Outcome, Status
 from autotune.core.problem import Problem
 from autotune.core.space import config_key
+from autotune.core.timing_bounds import MAX_TIME_US, MIN_TIME_US, is_plausible_time_us
 from autotune.store import models as orm
 from autotune.store import owner as owners
 from autotune.store import queue, records, trials
@@ -47,6 +48,7 @@ from autotune.store.rows import (
     best_row,
     gpu_row,
     readable,
+    sound_capability,
     stored_problem,
     trial_row,
     usable,
@@ -145,14 +147,20 @@ class Store:
             .order_by(orm.Gpu.name, orm.Gpu.id)
         )
         with self.db.session_scope() as session:
-            return [gpu_row(gpu, int(n)) for gpu, n in session.execute(stmt)]
+            # A GPU row whose capability CUDA would not write (stored straight in) is passed over.
+            return [
+                gpu_row(gpu, int(n)) for gpu, n in session.execute(stmt) if sound_capability(gpu.compute_capability)
+            ]
 
     # --- read floors ----------------------------------------------------------------------------
 
     def record_read_floor(self, info: GpuInfo, nbytes: int, time_us: float, kernel: str) -> None:
         """Store the least time this GPU took to only read `nbytes` (the read floor of that size)."""
-        if not (math.isfinite(time_us) and time_us > 0 and nbytes > 0):
-            raise AutotuneError(f"a read floor needs a positive size and time, got {nbytes} bytes in {time_us} us")
+        if not (is_plausible_time_us(time_us) and nbytes > 0):
+            raise AutotuneError(
+                f"a read floor needs a positive size and a time of {MIN_TIME_US} to {MAX_TIME_US:g} us,"
+                f" got {nbytes} bytes in {time_us} us"
+            )
         gpu_id = self.upsert_gpu(info)
         with self.db.session_scope(write=True) as session:
             session.add(
@@ -167,6 +175,8 @@ class Store:
             select(func.min(orm.ReadFloor.time_us))
             .join(orm.Gpu, orm.Gpu.id == orm.ReadFloor.gpu_id)
             .where(orm.Gpu.name == gpu_name, orm.ReadFloor.nbytes == nbytes)
+            # A time no read takes (written straight in) would make every kernel look slow beside it.
+            .where(orm.ReadFloor.time_us >= MIN_TIME_US, orm.ReadFloor.time_us <= MAX_TIME_US)
         )
         with self.db.session_scope() as session:
             found = session.scalar(stmt)
