@@ -7,7 +7,6 @@ escaped; bad input is one line and leaves no folder behind."""
 from __future__ import annotations
 
 import json
-import logging
 import os
 import random
 import shutil
@@ -438,9 +437,6 @@ def test_a_bundle_leaving_problems_out_is_refused_unless_partial_is_allowed(
         return whole(job)
 
     monkeypatch.setattr(bundle, "_kernel_image", image)
-    # The CLI's log handler writes to the stderr of the first test that ran the CLI: a fresh one
-    # writes to this test's, where the warnings are read.
-    monkeypatch.setattr(logging.getLogger("autotune"), "handlers", [])
     out = tmp_path / "bundle"
     args = ("export", "--format", "bundle", "-o", str(out), "--gpu", "h200", "--db", tuned)
     code, text = cli_run(monkeypatch, capsys, *args)

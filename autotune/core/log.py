@@ -16,6 +16,16 @@ LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 _HANDLER_NAME = "autotune-stderr"
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes each record to sys.stderr as it is then, not as it was when the handler was installed:
+    a program (or a test) that swaps sys.stderr, or closes the old one, still gets autotune's lines
+    instead of a "Logging error" on a closed stream."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr  # emit runs under the handler's lock, so the swap is safe
+        super().emit(record)
+
+
 def env_level() -> int | None:
     """The level AUTOTUNE_LOG names, or None where it is unset or empty."""
     value = os.environ.get(LOG_VAR, "").strip().upper()
@@ -32,7 +42,7 @@ def show_on_stderr(level: int, prefix: str = "") -> None:
     logger = logging.getLogger(LOGGER)
     logger.setLevel(level)
     if not any(handler.get_name() == _HANDLER_NAME for handler in logger.handlers):
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _StderrHandler(sys.stderr)
         handler.set_name(_HANDLER_NAME)
         form = f"%(asctime)s {prefix}%(levelname)s %(name)s: %(message)s"
         handler.setFormatter(logging.Formatter(form, "%H:%M:%S"))
