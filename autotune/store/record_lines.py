@@ -13,10 +13,10 @@ from autotune import ops
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import GpuInfo, slugify
 from autotune.core.limits import MAX_SM_COUNT
-from autotune.core.problem import DTYPES, MAX_DIM, Problem, check_dim
+from autotune.core.problem import MAX_DIM, Problem
 from autotune.core.target import check_capability
 from autotune.core.timing_bounds import MAX_TIME_US, MIN_TIME_US, is_plausible_time_us
-from autotune.store.rows import parse_utc
+from autotune.store.rows import parse_utc, problem_or_fault
 from autotune.vendor.mapping import CONFIG_KEY as VENDOR_CONFIG_KEY
 from autotune.vendor.mapping import OPS as VENDOR_OPS
 from autotune.vendor.mapping import SOURCE_PREFIX as VENDOR_SOURCE_PREFIX
@@ -142,27 +142,14 @@ def _optional_positive(line: dict[str, Any], name: str, bound: float) -> float |
 
 
 def _problem(values: dict[str, Any], line: dict[str, Any]) -> Problem:
-    op, dtype = values["op"], values["dtype"]
-    if op not in ops.names():
-        raise BadLine(f"unknown op {_show(op)}: expected one of {', '.join(map(repr, ops.names()))}")
-    if dtype not in DTYPES:
-        raise BadLine(f"unknown dtype {_show(dtype)}: expected one of {', '.join(DTYPES)}")
-    kind = ops.get(op)
     k = _optional_int(line, "k", 0, 0, MAX_DIM)
     trans = line.get("trans", False)
     if not isinstance(trans, bool):
         raise BadLine(f"field 'trans' must be true or false, got {_show(trans)}")
-    if trans and not kind.transposable:
-        raise BadLine(f"field 'trans' must be false for {op}")
-    if "K" not in kind.sizes and k != 0:
-        raise BadLine(f"field 'k' must be 0 for {op}, got {k}")
-    for dim in kind.sizes:
-        value = k if dim == "K" else values[dim.lower()]
-        try:
-            check_dim(dim, value)
-        except AutotuneError as exc:
-            raise BadLine(str(exc)) from None
-    return Problem(op, dtype, values["m"], values["n"], k, trans)
+    found = problem_or_fault(values["op"], values["dtype"], values["m"], values["n"], k, trans)
+    if isinstance(found, str):
+        raise BadLine(found)
+    return found
 
 
 def _config(problem: Problem, config: dict[str, Any], source_hash: str) -> dict[str, int]:

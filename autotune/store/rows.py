@@ -198,21 +198,39 @@ def readable(trial: orm.Trial) -> bool:
     return isinstance(trial.config, dict) and isinstance(times, list) and all(type(t) in (int, float) for t in times)
 
 
-def stored_problem(row: orm.Problem) -> Problem | None:
-    """The core Problem a problems row names, or None where a records file could not hold it (an
-    unknown op or dtype, a size that is not a positive 32-bit count, a K or a transposed layout its
-    op lacks): a row written straight into the database never reaches a kernel's arithmetic or nvcc."""
-    if row.op not in ops.names() or row.dtype not in DTYPES:
-        return None
-    kind = ops.get(row.op)
-    if (row.trans and not kind.transposable) or ("K" not in kind.sizes and row.k != 0):
-        return None
+def problem_or_fault(op: object, dtype: object, m: int, n: int, k: int, trans: bool) -> Problem | str:
+    """The Problem these values name, or why a records file could not hold it (an unknown op or
+    dtype, a size that is not a positive 32-bit count, a K or a transposed layout its op lacks). One
+    rule for a records line and for a row already stored."""
+    if op not in ops.names():
+        return f"unknown op {_show(op)}: expected one of {', '.join(map(repr, ops.names()))}"
+    if dtype not in DTYPES:
+        return f"unknown dtype {_show(dtype)}: expected one of {', '.join(DTYPES)}"
+    assert isinstance(op, str) and isinstance(dtype, str)
+    kind = ops.get(op)
+    if trans and not kind.transposable:
+        return f"field 'trans' must be false for {op}"
+    if "K" not in kind.sizes and k != 0:
+        return f"field 'k' must be 0 for {op}, got {k}"
     try:
-        for dim in kind.sizes:
-            check_dim(dim, getattr(row, dim.lower()))
-    except AutotuneError:
-        return None
-    return Problem(row.op, row.dtype, row.m, row.n, row.k, bool(row.trans))
+        for dim, value in (("M", m), ("N", n), ("K", k)):
+            if dim in kind.sizes:
+                check_dim(dim, value)
+    except AutotuneError as exc:
+        return str(exc)
+    return Problem(op, dtype, m, n, k, trans)
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def stored_problem(row: orm.Problem) -> Problem | None:
+    """The core Problem a problems row names, or None where a records file could not hold it: a row
+    written straight into the database never reaches a kernel's arithmetic or nvcc."""
+    found = problem_or_fault(row.op, row.dtype, row.m, row.n, row.k, bool(row.trans))
+    return found if isinstance(found, Problem) else None
 
 
 def trial_row(trial: orm.Trial) -> TrialRow:
