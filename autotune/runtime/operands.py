@@ -34,7 +34,7 @@ def describe(obj: Any, name: str) -> DeviceArray:
     if module.startswith("torch"):  # torch's array interface cannot express bfloat16
         dtype = _TORCH_DTYPES.get(str(obj.dtype))
         if dtype is None or not obj.is_cuda:
-            raise AutotuneError(f"{name} must be a CUDA tensor of float32, float16 or bfloat16, got {obj.dtype}")
+            raise AutotuneError(_torch_refusal(obj, name, dtype is not None))
         return DeviceArray(obj, obj.data_ptr(), tuple(obj.shape), tuple(obj.stride()), dtype, "torch", obj.get_device())
     if hasattr(obj, "gpudata") and hasattr(obj, "shape"):
         dtype = _TYPESTR.get(obj.dtype.str)
@@ -59,6 +59,22 @@ def describe(obj: Any, name: str) -> DeviceArray:
     return DeviceArray(
         obj, pointer, tuple(interface["shape"]), element_strides, dtype, "cupy" if cupy else "cai", device
     )
+
+
+def _torch_refusal(tensor: Any, name: str, dtype_ok: bool) -> str:
+    """Why a torch tensor cannot be launched on, naming what is wrong: its device, its dtype or both
+    (a CPU float16 tensor's dtype is fine, and an error blaming it sends the user the wrong way)."""
+    wrong = []
+    if not tensor.is_cuda:
+        where = getattr(tensor, "device", None)
+        kind = getattr(where, "type", str(where))
+        wrong.append("on the CPU" if kind == "cpu" else f"on device {str(where)!r}")
+    if not dtype_ok:
+        wrong.append(f"of dtype {tensor.dtype}")
+    fix = [] if tensor.is_cuda else ["move it to the GPU with .cuda()"]
+    if not dtype_ok:
+        fix.append("use float32, float16 or bfloat16")
+    return f"{name} is a tensor {' and '.join(wrong)}: {' and '.join(fix)}"
 
 
 def device_of(arrays: list[DeviceArray]) -> int:
