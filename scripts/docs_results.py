@@ -1,11 +1,12 @@
 """Write docs/results.md and the README's headline tables from results/*.json, so no figure is typed by hand.
 
-python scripts/docs_results.py            # rewrites docs/results.md and the marked blocks of README.md
-python scripts/docs_results.py --check    # exits 1 if either file differs from what the JSON files give
+python scripts/docs_results.py            # rewrites docs/results.md, the README's marked blocks and FIGURES
+python scripts/docs_results.py --check    # exits 1 if any of them differs from what the sources give
 
 The README's headline tables sit between `<!-- results:NAME -->` and `<!-- /results:NAME -->` lines, where
 NAME is a results file's stem (gemv_nvidia-h200, gemm_nvidia-h200, ...); everything else in the README is
-left as it is.
+left as it is. FIGURES are the figures in running text (README.md, docs/*.md) that come from a results file
+or the shipped kernels: each is found by the sentence around it and rewritten or checked in place.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import json
 import math
 import re
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +31,9 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results"
 DOC = ROOT / "docs" / "results.md"
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+KERNEL_INDEX = ROOT / "db" / "kernels" / "index.json"
+KERNELS_SOURCE = "db/kernels/index.json"
 
 BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 DASH, TIMES = "\u2013", "\u00d7"  # en dash and multiplication sign, as the docs write ranges and shapes
@@ -441,12 +447,111 @@ def readme_with_headlines(text: str) -> str:
     return re.sub(r"<!-- results:([\w.-]+) -->\n.*?<!-- /results:\1 -->", block, text, flags=re.S)
 
 
+# --- figures in running text ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Figure:
+    """Figures in a doc's prose: `pattern` finds the sentence, each of its named groups is a figure, and
+    `compute` gives what the source says for each group (as the doc writes it)."""
+
+    path: Path
+    pattern: str
+    compute: Callable[[], dict[str, str]]
+    source: str  # where the figures come from, for the message
+
+
+def _span(values: list[float], digits: int = 1) -> str:
+    return f"{min(values):.{digits}f}-{max(values):.{digits}f}"
+
+
+def host_cost() -> dict[str, str]:
+    """Host time of a call, ours with `out=` and torch.mv's, over every results/decode_*.json row."""
+    rows = [r for stem in _stems("decode") for r in _load(stem)["rows"]]
+    return {
+        "ours": _span([r["host_us_per_call"]["ours"] for r in rows]),
+        "torch": _span([r["host_us_per_call"]["torch"] for r in rows]),
+    }
+
+
+def shipped_kernels() -> dict[str, str]:
+    """How many kernel instances ship precompiled (db/kernels/index.json)."""
+    return {"count": str(len(json.loads(KERNEL_INDEX.read_text())["files"]))}
+
+
+def cost_model_over_records() -> dict[str, str]:
+    """The cost model against the nearest rule over every group of results/cost_model_loso.json: shapes,
+    groups, hits of the stored top 3, and the lower-bound regret's geometric mean over all shapes."""
+    groups = [g["summary"] for g in _load("cost_model_loso")["groups"]]
+    shapes = sum(g["shapes"] for g in groups)
+
+    def regret(rule: str) -> str:
+        logs = sum(g["shapes"] * math.log(g[rule]["regret_geomean_at_least"]) for g in groups)
+        return f"{100 * (math.exp(logs / shapes) - 1):.1f}"
+
+    return {
+        "shapes": str(shapes),
+        "groups": str(len(groups)),
+        "model_hits": str(sum(g["new"]["in_stored_top3"] for g in groups)),
+        "nearest_hits": str(sum(g["old"]["in_stored_top3"] for g in groups)),
+        "model_regret": regret("new"),
+        "nearest_regret": regret("old"),
+    }
+
+
+FIGURES = [
+    Figure(
+        README,
+        r"cost (?P<ours>[\d.]+-[\d.]+) µs of host time with `out=`\s+against\s+torch\.mv's\s+"
+        r"(?P<torch>[\d.]+-[\d.]+) µs",
+        host_cost,
+        "results/decode_*.json",
+    ),
+    Figure(DOCS / "development.md", r"`--rebuild` compiles all (?P<count>\d+)", shipped_kernels, KERNELS_SOURCE),
+    Figure(DOCS / "deploy.md", r"shipped kernels \((?P<count>\d+) instances", shipped_kernels, KERNELS_SOURCE),
+    Figure(
+        DOCS / "findings.md",
+        r"\((?P<shapes>\d+) shapes in (?P<groups>\d+) groups of GPU.*?on (?P<model_hits>\d+)\s+shapes against the "
+        r"nearest rule's (?P<nearest_hits>\d+), lower-bound regret geometric mean (?P<model_regret>[\d.]+)% "
+        r"against\s+(?P<nearest_regret>[\d.]+)%",
+        cost_model_over_records,
+        "results/cost_model_loso.json",
+    ),
+]
+
+
+def with_figures(path: Path, text: str, differences: list[str], missing: list[str]) -> str:
+    """`text` (the file `path`) with each of its FIGURES as the source gives it; a figure that differs is
+    described in `differences`, a sentence no longer found in `missing`."""
+    for figure in (f for f in FIGURES if f.path == path):
+        match = re.search(figure.pattern, text, flags=re.S)
+        name = path.relative_to(ROOT)
+        if match is None:
+            missing.append(f"{name}: no sentence matches {figure.pattern!r} (reworded? update FIGURES)")
+            continue
+        wanted = figure.compute()
+        for group in sorted(wanted, key=match.start, reverse=True):  # from the end: earlier spans stay valid
+            if match.group(group) != wanted[group]:
+                differences.append(f"{name}: {group} is {match.group(group)}, {figure.source} gives {wanted[group]}")
+                text = text[: match.start(group)] + wanted[group] + text[match.end(group) :]
+    return text
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="only check that both files are up to date")
+    parser.add_argument("--check", action="store_true", help="only check that every generated text is up to date")
     args = parser.parse_args()
+    differences: list[str] = []
+    missing: list[str] = []
     wanted = {DOC: results_doc(), README: readme_with_headlines(README.read_text())}
+    wanted[README] = with_figures(README, wanted[README], differences, missing)
+    for path in sorted({f.path for f in FIGURES} - {README}):
+        wanted[path] = with_figures(path, path.read_text(), differences, missing)
     stale = [path for path, text in wanted.items() if not path.is_file() or path.read_text() != text]
+    for line in differences + missing:
+        print(line)
+    if missing:  # a figure whose sentence was reworded is neither checked nor rewritten: say so and fail
+        return 1
     if args.check:
         for path in stale:
             print(f"{path.relative_to(ROOT)} is out of date: run python scripts/docs_results.py")
