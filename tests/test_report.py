@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from autotune.ops import gemv
 from autotune.report import gather, render, svg, write_report
 from autotune.report.page import plot_count
 from autotune.store import Store, open_store
+from autotune.vendor.mapping import vendor_config
 from tests.fakes import ok, record, run_cli
 
 H200 = GpuInfo("NVIDIA H200", "GPU-1111", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
@@ -35,8 +37,15 @@ GEMM = Problem("gemm", "float16", 64, 128, 256)
 FAST = {**gemv.DEFAULT_CONFIG, "block": 256, "vec": 8}
 
 
-def measure(store: Store, problem: Problem, config: dict[str, int], outcome: Outcome, gpu: GpuInfo = H200) -> None:
-    record(store, problem, config, outcome, gpu)
+def measure(
+    store: Store,
+    problem: Problem,
+    config: dict[str, int],
+    outcome: Outcome,
+    gpu: GpuInfo = H200,
+    src: str | None = None,
+) -> None:
+    record(store, problem, config, outcome, gpu, src)
 
 
 def fill(store: Store) -> None:
@@ -67,17 +76,29 @@ def db(db_path: Path) -> Iterator[str]:
 
 
 class _Page(HTMLParser):
-    """The page's text, its script elements and its tags."""
+    """The page's text, its script elements, its tags, the ids of its elements (by tag) and its links."""
 
     def __init__(self) -> None:
         super().__init__()
         self.text: list[str] = []
         self.scripts = 0
         self.tags: list[str] = []
+        self.ids: dict[str, bool] = {}  # id -> whether a <details> holds its element
+        self.links: list[str] = []
+        self.details = 0  # <details> open around the parser's position
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         self.tags.append(tag)
         self.scripts += tag == "script"
+        values = dict(attrs)
+        if values.get("id"):
+            self.ids[str(values["id"])] = self.details > 0
+        if tag == "a" and values.get("href"):
+            self.links.append(str(values["href"]))
+        self.details += tag == "details"
+
+    def handle_endtag(self, tag: str) -> None:
+        self.details -= tag == "details"
 
     def handle_data(self, data: str) -> None:
         self.text.append(data)
@@ -107,13 +128,70 @@ def test_report_shows_best_floor_and_counts_per_gpu_and_op(db: str) -> None:
     assert h200.statuses() == {"ok": 5, "wrong_result": 1}
     html = render(data)
     text = " ".join(parse(html).text)
-    assert "cuBLAS times are not stored yet" in text
     for cells in ("4096x8192 3/4 4.00 250 3.50 1.14", "1024x1024 1/1 3.00 333 - -"):
         assert cells in re.sub(r"\s+", " ", text)  # shape, ok/trials, best us, GB/s, floor, best/floor
     assert "TFLOP/s" in text and "block=256" in text
     assert "wrong_result" in text and "max error 0.5" in text
     # Per GPU a failures chart and the clocks, per op a convergence chart and a scatter.
     assert expected_plots(html) == plot_count(html) == 2 * 2 + 2 * (1 + 2)
+
+
+def banner_text(html: str) -> str:
+    found = re.search(r'<p class="note">(.*?)</p>', html)
+    assert found
+    return unescape(found.group(1))
+
+
+def test_the_banner_counts_what_the_database_holds(db: str) -> None:
+    """No cuBLASLt trial and one read floor; then a cuBLASLt algorithm the fastest on one problem, one
+    problem holding only imported (kept) trials, and no floor."""
+    html = render(gather(db=db))
+    assert banner_text(html) == (
+        "No cuBLASLt time is stored for these 4 problems: 'best' is among autotune's own kernels only (a "
+        "sweep times cuBLASLt where it finds the library). Read floors (the time to only read the matrix) "
+        "are stored for 1 of 4 problems."
+    )
+    assert "read floor µs" in " ".join(parse(html).text)
+    with open_store(db, import_shipped=False) as store:
+        measure(store, SMALL, vendor_config(0), ok(2.0), src="cublasLt-130000")
+        measure(store, GEMM, vendor_config(1), ok(30.0), src="cublasLt-130000")
+    with sqlite3.connect(db) as connection:
+        connection.execute("DELETE FROM read_floors")
+        connection.execute("UPDATE trials SET origin = 'shipped:h200.jsonl' WHERE time_us IN (20.0, 30.0)")
+    data = gather(db=db)
+    hgemm = data.gpus[1].groups[0]
+    assert [s.kept_only for s in hgemm.shapes] == [True] and hgemm.shapes[0].kept_ratios() == [(1, 1.0), (2, 1.5)]
+    html = render(data)
+    assert banner_text(html) == (
+        "cuBLASLt's algorithms are stored for 2 of 4 problems and take part in 'best' (config "
+        "cublas_algo=rank): cuBLASLt is the fastest for 1. No read floor is stored (autotune bench measures "
+        "one), so the tables have no floor columns. 1 of 4 problems hold only the fastest configs a records "
+        "file kept, not the tuning run that found them; their charts show those kept leaders."
+    )
+    text = re.sub(r"\s+", " ", " ".join(parse(html).text))
+    assert "read floor" not in text.replace(banner_text(html), "") and "best/floor" not in text
+    assert "1024x1024 2/2 2.00 500 cuBLASLt cublas_algo=0" in text
+    assert "The 2 fastest configs kept per problem" in text and "cuBLASLt best for 1" in text
+    # The kept hgemm draws its kept leaders instead of a convergence chart: the plot count stays.
+    assert expected_plots(html) == plot_count(html) == 2 * 2 + 2 * (1 + 2)
+
+
+def test_contents_link_to_collapsed_groups_and_the_clocks_have_a_legend(db: str) -> None:
+    with sqlite3.connect(db) as connection:
+        connection.execute("UPDATE trials SET power_w = 300 + time_us, sm_mhz = 1980 WHERE status = 'ok'")
+    html = render(gather(db=db))
+    page = parse(html)
+    targets = [link.removeprefix("#") for link in page.links if link.startswith("#")]
+    assert len(targets) == len(page.links) == 2 * 3 + 3  # per GPU: itself, failures, clocks; 3 op groups
+    assert all(target in page.ids for target in targets), set(targets) - set(page.ids)
+    # A link into a closed <details> opens it: each op group's link leads inside its group.
+    groups = [target for target in targets if re.fullmatch(r"gpu-\d+-\d+", target)]
+    assert len(groups) == 3 and all(page.ids[group] for group in groups)
+    assert not any(page.ids[target] for target in targets if target not in groups)
+    assert html.count('<details class="group">') == 3 and page.details == 0
+    legend = re.findall(r'<g class="legend"><circle [^>]*fill="(#[0-9a-f]+)"/><text [^>]*>([^<]*)</text>', html)
+    # The H200's clocks name its two op groups in their colors; the planted GPU's its one.
+    assert legend == [(svg.COLORS[0], "hgemv"), (svg.COLORS[0], "hgemm"), (svg.COLORS[1], "hgemv")]
 
 
 def test_every_string_from_the_database_is_escaped(db: str) -> None:
@@ -201,9 +279,33 @@ def test_charts_draw_and_say_when_there_is_nothing() -> None:
     assert 'class="mark note"' in empty and "no failed trial" in empty and "<t>" not in empty
 
 
+DOC = Path(__file__).resolve().parents[1] / "docs" / "report.md"
+STATED = re.compile(
+    r"For the shipped records \(([\d,]+) trials of\s+([\d,]+) problems on (\w+) GPUs\) it is written in a few"
+    r"\s+seconds \(under (\d+)\), weighs under (\d+) MB and opens under\s+([\d,]+) px tall at (\d+) px wide"
+)
+
+
+def stated() -> dict[str, int]:
+    """The figures docs/report.md states of the shipped records' report, which the tests check."""
+    found = STATED.search(DOC.read_text(encoding="utf-8"))
+    assert found, "docs/report.md no longer states the shipped report's figures in the form this test checks"
+    words = {"one": 1, "two": 2, "three": 3, "four": 4}
+    trials, problems, gpus, seconds, megabytes, height, width = found.groups()
+    number = {k: int(v.replace(",", "")) for k, v in (("trials", trials), ("problems", problems))}
+    return {
+        **number,
+        "gpus": words[gpus],
+        "seconds": int(seconds),
+        "bytes": int(megabytes) * 10**6,
+        "height": int(height.replace(",", "")),
+        "width": int(width),
+    }
+
+
 @pytest.mark.shipped_records
 def test_report_of_the_shipped_records(tmp_path: Path) -> None:
-    """The records that ship (~800 trials of ~270 problems on two GPUs): quick to write, small to keep."""
+    """The records that ship: the counts docs/report.md states, written within its time, its size."""
     api._open.cache_clear()
     url = str(tmp_path / "shipped.db")
     open_store(url).close()  # the import, which every first open does, is not the report's time
@@ -212,9 +314,13 @@ def test_report_of_the_shipped_records(tmp_path: Path) -> None:
     seconds = time.perf_counter() - start
     api._open.cache_clear()
     html = (tmp_path / "report.html").read_text(encoding="utf-8")
-    assert len(data.gpus) == 2 and sum(len(g.shapes) for g in data.gpus) > 200
-    assert seconds < 10 and len(html.encode()) < 3 * 2**20, (seconds, len(html))
+    held, doc = data.holdings(), stated()
+    assert (len(data.gpus), held.problems, held.trials) == (doc["gpus"], doc["problems"], doc["trials"])
+    assert seconds < doc["seconds"] and len(html.encode()) < doc["bytes"], (seconds, len(html))
     assert expected_plots(html) == plot_count(html)
+    # Every shipped problem holds imported leaders only, none a floor: the banner says so, no table has a floor column.
+    assert held.kept_only == held.problems and held.floors == 0 and "read floor µs" not in html
+    assert f"cuBLASLt is the fastest for {held.vendor_best}." in banner_text(html) and held.vendor_best > 0
 
 
 # --- the command --------------------------------------------------------------------------------------
@@ -240,7 +346,7 @@ def test_report_command(
     code, out, err = run("report", "-o", str(tmp_path / "h200.html"), "--gpu", "nvidia-h200", "--db", db)
     assert code == 0 and "(3 problems on 1 GPU)" in out and (tmp_path / "h200.html").exists()
     for args, words in (
-        (["--gpu", "a100"], ["nothing stored for GPU 'a100'", "NVIDIA H200"]),
+        (["--gpu", "a100"], ["GPU 'a100'", "NVIDIA H200"]),  # what it names, and what the database holds
         (["-o", str(tmp_path / "no" / "such" / "r.html")], ["cannot write the report"]),
     ):
         code, out, err = run("report", *args, "--db", db)
@@ -259,8 +365,9 @@ CONSOLE = re.compile(r":CONSOLE[:(]")  # how Chromium's log writes the page's co
 @pytest.mark.shipped_records
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not on PATH (apt-get install chromium; .ci/run does)")
 def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
-    """The shipped records plus the planted strings: Chromium draws every chart, logs nothing to the
-    console (no script error, nothing the page's policy refused) and takes a screenshot."""
+    """The shipped records plus the planted strings: Chromium draws every chart (those of closed groups
+    too), the page opens as short as docs/report.md says, logs nothing to the console (no script error,
+    nothing the page's policy refused) and takes a screenshot."""
     assert CHROMIUM is not None
     api._open.cache_clear()
     url = str(tmp_path / "shipped.db")
@@ -272,14 +379,16 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     expected = expected_plots(page.read_text(encoding="utf-8"))
     assert expected > 30
     common = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'profile'}"]
+    doc = stated()
     dom = subprocess.run(
         [
             *common,
+            f"--window-size={doc['width']},900",
             "--enable-logging=stderr",
             "--log-level=0",
             "--virtual-time-budget=5000",
             "--dump-dom",
-            page.as_uri(),
+            page.as_uri() + "#gpu-2-1",  # a link of the contents to an op group, which opens it
         ],
         capture_output=True,
         text=True,
@@ -287,9 +396,12 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     )
     assert dom.returncode == 0, dom.stderr[-2000:]
     assert f'data-plots="{expected}"' in dom.stdout, re.findall(r"data-plots[-a-z]*=\"\d*\"", dom.stdout)
+    height = re.search(r'data-height="(\d+)"', dom.stdout)
+    assert height and 1000 < int(height.group(1)) < doc["height"], height  # the contents, groups collapsed
     console = [line for line in dom.stderr.splitlines() if CONSOLE.search(line)]
     assert not console, console
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom.stdout
+    assert dom.stdout.count('<details class="group" open') == 1, "following a group's link opens it, only it"
     shot = tmp_path / "report.png"
     taken = subprocess.run(
         [*common, f"--screenshot={shot}", "--window-size=1280,2000", page.as_uri()],

@@ -1,6 +1,8 @@
-"""`autotune report`: one self-contained HTML page of what the database holds, per GPU and op: the
-best time per shape beside the stored read floor, tuning convergence, every config's time per shape,
-and failures by kind. data.py gathers, svg.py draws the charts, page.py writes the page."""
+"""`autotune report`: one self-contained HTML page of what the database holds, per GPU and op: a
+banner counted from the data (cuBLASLt trials, read floors, imported problems), contents, failures by
+kind, clocks, and per op a collapsed group with the best time per shape (beside the read floor where
+one is stored), tuning convergence or the kept leaders, and every config's time per shape. data.py
+gathers, svg.py draws the charts, page.py writes the page."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """What the report shows, gathered through the calls `autotune list` and `autotune show` use: the
-problem summaries, each problem's stored trials and the stored read floor of its matrix."""
+problem summaries, each problem's stored trials and the stored read floor of its matrix; and what
+the whole database holds (`Holdings`), from which the page's banner is written."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from autotune.core.outcome import Status
 from autotune.core.problem import Problem
 from autotune.core.timing_bounds import is_plausible_time_us
 from autotune.store import ProblemSummary, Store, TrialRow
+from autotune.store.trials import MEASURED
+from autotune.vendor.mapping import is_vendor
 
 MESSAGE_CHARS = 240  # a failure's message is shown as its last line, cut to this many characters
 
@@ -50,21 +53,45 @@ class Shape:
         return ops.for_problem(self.problem).flops(self.problem) / best / 1e6
 
     @property
+    def best_is_vendor(self) -> bool:
+        """Whether the best stored config is a cuBLASLt algorithm rather than one of our kernels."""
+        return is_vendor(self.summary.best_config or {})
+
+    @property
+    def vendor_stored(self) -> bool:
+        """Whether a cuBLASLt algorithm was timed on this problem (it then takes part in 'best')."""
+        return any(is_vendor(trial.config) for trial in self.trials)
+
+    @property
+    def kept_only(self) -> bool:
+        """Whether every trial of the problem was imported: then they are the leaders a records file
+        kept (the few fastest configs per problem), not the run that found them."""
+        return bool(self.trials) and all(trial.origin != MEASURED for trial in self.trials)
+
+    @property
     def config_text(self) -> str:
         """The best config as `autotune show` writes it: its parameters in the space's order."""
         config = self.summary.best_config
         if not config:
             return "-"
-        return " ".join(f"{k}={v}" for k, v in ops.in_space_order(self.problem, config).items())
+        text = " ".join(f"{k}={v}" for k, v in ops.in_space_order(self.problem, config).items())
+        return f"cuBLASLt {text}" if self.best_is_vendor else text
 
     def ok_times(self) -> list[float]:
         return [time for time in map(_ok_time, self.trials) if time is not None]
 
+    def kept_ratios(self) -> list[tuple[int, float]]:
+        """(rank, OK time over the fastest), fastest first: how far behind the runners-up are."""
+        times = sorted(self.ok_times())
+        return [(rank, time / times[0]) for rank, time in enumerate(times, start=1)]
+
     def best_so_far(self) -> list[tuple[int, float]]:
-        """(trial number, fastest OK time up to it), from the first OK trial on."""
+        """(trial number, fastest OK time up to it), from the first OK trial on, over the trials this
+        database's sweeps measured: imported ones did not run here, nor in the order a sweep tried them."""
         points: list[tuple[int, float]] = []
         best: float | None = None
-        for number, trial in enumerate(self.trials, start=1):
+        measured = [trial for trial in self.trials if trial.origin == MEASURED]
+        for number, trial in enumerate(measured, start=1):
             time = _ok_time(trial)
             if time is not None and (best is None or time < best):
                 best = time
@@ -130,12 +157,35 @@ class GpuReport:
 
 
 @dataclass(frozen=True)
+class Holdings:
+    """What the report's problems hold, counted for the banner: nothing it says is assumed."""
+
+    problems: int
+    trials: int
+    vendor_timed: int  # problems with a cuBLASLt algorithm among their trials
+    vendor_best: int  # problems whose best config is a cuBLASLt algorithm
+    floors: int  # problems whose matrix has a stored read floor
+    kept_only: int  # problems holding only the kept leaders of a records file
+
+
+@dataclass(frozen=True)
 class ReportData:
     db_url: str
     generated_at: datetime
     gpu_filter: str | None
     gpus: tuple[GpuReport, ...]
     known_gpus: tuple[str, ...]  # every GPU the database holds
+
+    def holdings(self) -> Holdings:
+        shapes = [shape for gpu in self.gpus for shape in gpu.shapes]
+        return Holdings(
+            problems=len(shapes),
+            trials=sum(len(shape.trials) for shape in shapes),
+            vendor_timed=sum(shape.vendor_stored for shape in shapes),
+            vendor_best=sum(shape.best_is_vendor for shape in shapes),
+            floors=sum(shape.floor_us is not None for shape in shapes),
+            kept_only=sum(shape.kept_only for shape in shapes),
+        )
 
 
 def message_line(message: str) -> str:

@@ -13,14 +13,19 @@ from autotune import __version__
 from autotune.core.outcome import Status
 from autotune.core.output import printable
 from autotune.report import svg
-from autotune.report.data import GpuReport, OpGroup, ReportData
+from autotune.report.data import GpuReport, Holdings, OpGroup, ReportData, Shape
 
 FAILURE_ROWS = 20  # message kinds listed per GPU; the chart counts them all
 
-# Counts the charts that drew something (a mark with a size) into <body data-plots>, which the
-# browser test compares with data-plots-expected.
+# Writes the page's height as it opens (groups collapsed) into <body data-height>, then counts the
+# charts that drew something (a mark with a size) into <body data-plots>, which the browser test
+# compares with data-plots-expected. A chart in a closed <details> has no size, so each closed one is
+# opened for the count and closed again before the page is painted.
 CHECK_SCRIPT = """
 (function () {
+  document.body.dataset.height = String(document.documentElement.scrollHeight);
+  var closed = Array.prototype.filter.call(document.querySelectorAll("details"), function (d) { return !d.open; });
+  closed.forEach(function (d) { d.open = true; });
   var plots = document.querySelectorAll("svg.plot");
   var drawn = 0;
   for (var i = 0; i < plots.length; i++) {
@@ -33,6 +38,7 @@ CHECK_SCRIPT = """
     }
     if (box.width > 0 && box.height > 0 && shown) drawn++;
   }
+  closed.forEach(function (d) { d.open = false; });
   document.body.dataset.plots = String(drawn);
 })();
 """
@@ -41,7 +47,11 @@ STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; color: #222; margin: 24px auto; max-width: 1180px; padding: 0 16px; }
 h1 { margin-bottom: 4px; } h2 { margin-top: 40px; border-bottom: 2px solid #ccc; } h3 { margin-top: 28px; }
 .meta, .caption { color: #555; } .note { background: #fff7e0; border-left: 4px solid #e0a800; padding: 6px 10px; }
-nav li { margin: 2px 0; }
+nav li { margin: 2px 0; } nav a { white-space: nowrap; }
+details.group { margin-top: 10px; border: 1px solid #e4e4e4; border-radius: 4px; padding: 4px 10px; }
+details.group[open] { padding-bottom: 10px; } summary { cursor: pointer; }
+.anchor { display: block; scroll-margin-top: 48px; }
+summary h3 { display: inline; margin: 0; font-size: 15px; } summary .meta { margin-left: 8px; }
 .charts { display: flex; flex-wrap: wrap; gap: 12px; }
 figure { margin: 0; } figcaption { color: #555; max-width: 560px; font-size: 12px; }
 table { border-collapse: collapse; margin: 8px 0; font-size: 13px; }
@@ -83,10 +93,9 @@ def _figure(chart: str, caption: str) -> str:
     return f"<figure>{chart}<figcaption>{escape(caption)}</figcaption></figure>"
 
 
-def _group(gpu: GpuReport, group: OpGroup, anchor: str) -> str:
-    shapes = group.shapes
-    where = f"{gpu.name}, {group.title}"
-    convergence = svg.line_chart(
+def _convergence(shapes: Sequence[Shape], where: str) -> str:
+    """The tuning runs this database's sweeps measured: best so far after each trial, per shape."""
+    chart = svg.line_chart(
         [
             (f"{shape.label}: best {_us(shape.summary.best_us)} us", [(n, t / best) for n, t in points])
             for shape in shapes
@@ -99,7 +108,36 @@ def _group(gpu: GpuReport, group: OpGroup, anchor: str) -> str:
         log_y=True,
         empty="no trial finished OK",
     )
-    scatter = svg.scatter_chart(
+    return _figure(
+        chart,
+        "The fastest time so far over the shape's final best, after each trial a sweep of this database "
+        "measured, one line per shape (hover a line for its shape). A line that reaches 1 early found its "
+        "best early.",
+    )
+
+
+def _kept_leaders(shapes: Sequence[Shape], where: str) -> str:
+    """Imported problems hold only the fastest configs a records file kept: how close those are."""
+    most = max((len(shape.ok_times()) for shape in shapes), default=0)
+    chart = svg.line_chart(
+        [(f"{shape.label}: best {_us(shape.summary.best_us)} us", shape.kept_ratios()) for shape in shapes],
+        title=f"The {most} fastest configs kept per problem",
+        subject=where,
+        x_label="rank among the kept configs (1: the fastest)",
+        y_label="time / the fastest",
+        steps=False,
+        empty="no kept trial is OK",
+    )
+    return _figure(
+        chart,
+        f"{len(shapes)} of these shapes hold only the leaders a records file kept, not the tuning run "
+        "that found them: each line is one shape's kept configs, fastest first, over its fastest (hover "
+        "a line for its shape). A flat line: the runners-up are as fast.",
+    )
+
+
+def _scatter(shapes: Sequence[Shape], where: str, floors: bool) -> str:
+    chart = svg.scatter_chart(
         [(index, time) for index, shape in enumerate(shapes, start=1) for time in shape.ok_times()],
         best=[
             (index, shape.summary.best_us, f"#{index} {shape.label}: best {_us(shape.summary.best_us)} us")
@@ -108,55 +146,72 @@ def _group(gpu: GpuReport, group: OpGroup, anchor: str) -> str:
         ],
         floors=[(index, shape.floor_us) for index, shape in enumerate(shapes, start=1) if shape.floor_us is not None],
         columns=len(shapes),
-        title="Every config's time per shape",
+        title="Every stored config's time per shape",
         subject=where,
         x_label="shape (# in the table below)",
         y_label="time (us, log scale)",
         empty="no trial finished OK",
     )
+    floor = ", a red dash the stored read floor of its matrix" if floors else ""
+    return _figure(chart, f"Every stored OK trial's time, one column per shape; the orange dot is its best{floor}.")
+
+
+def _shape_row(index: int, shape: Shape, compute_bound: bool, floors: bool) -> list[tuple[str, str]]:
+    s = shape.summary
+    row = [
+        ("", str(index)),
+        ("text", shape.label),
+        ("", f"{s.ok}/{s.trials}"),
+        ("", _us(s.best_us)),
+        ("", f"{s.best_gbs:.0f}" if s.best_gbs else "-"),
+    ]
+    if compute_bound:
+        tflops = shape.tflops
+        row.append(("", f"{tflops:.1f}" if tflops is not None else "-"))
+    if floors:
+        ratio = shape.floor_ratio
+        row += [("", _us(shape.floor_us)), ("", f"{ratio:.2f}" if ratio is not None else "-")]
+    row.append(("config", shape.config_text))
+    return row
+
+
+def _shapes_table(group: OpGroup) -> str:
+    """One row per shape; the read-floor columns only where a floor of the group's sizes is stored."""
+    floors = any(shape.floor_us is not None for shape in group.shapes)
     head = [("", "#"), ("text", "shape"), ("", "ok/trials"), ("", "best µs"), ("", "GB/s")]
     if group.compute_bound:
         head.append(("", "TFLOP/s"))
-    head += [("", "read floor µs"), ("", "best/floor"), ("text", "best config")]
-    rows = []
-    for index, shape in enumerate(shapes, start=1):
-        s = shape.summary
-        row = [
-            ("", str(index)),
-            ("text", shape.label),
-            ("", f"{s.ok}/{s.trials}"),
-            ("", _us(s.best_us)),
-            ("", f"{s.best_gbs:.0f}" if s.best_gbs else "-"),
-        ]
-        if group.compute_bound:
-            tflops = shape.tflops
-            row.append(("", f"{tflops:.1f}" if tflops is not None else "-"))
-        ratio = shape.floor_ratio
-        row += [("", _us(shape.floor_us)), ("", f"{ratio:.2f}" if ratio is not None else "-")]
-        row.append(("config", shape.config_text))
-        rows.append(row)
-    floors = sum(shape.floor_us is not None for shape in shapes)
-    floor_note = (
-        f"A read floor is stored for {floors} of {len(shapes)} sizes"
+    if floors:
+        head += [("", "read floor µs"), ("", "best/floor")]
+    head.append(("text", "best config"))
+    rows = [_shape_row(i, shape, group.compute_bound, floors) for i, shape in enumerate(group.shapes, start=1)]
+    stored = sum(shape.floor_us is not None for shape in group.shapes)
+    note = (
+        f"A read floor is stored for {stored} of {len(group.shapes)} sizes; best/floor is the best time over "
+        "it (1: as fast as only reading the matrix). "
         if floors
-        else "No read floor is stored for these sizes (autotune bench measures and stores one)"
+        else ""
     )
+    caption = note + "GB/s counts the bytes a kernel must move."
+    return f'<p class="caption">{escape(caption)}</p>' + _table(head, rows)
+
+
+def _group(gpu: GpuReport, group: OpGroup, anchor: str) -> str:
+    """One op group, collapsed: its summary line names it, opening it shows its charts and table."""
+    shapes = group.shapes
+    where = f"{gpu.name}, {group.title}"
+    tuned = [shape for shape in shapes if not shape.kept_only]
+    kept = [shape for shape in shapes if shape.kept_only]
+    charts = ([_convergence(tuned, where)] if tuned else []) + ([_kept_leaders(kept, where)] if kept else [])
+    charts.append(_scatter(shapes, where, any(shape.floor_us is not None for shape in shapes)))
+    vendor = sum(shape.best_is_vendor for shape in shapes)
+    count = f"{len(shapes)} shape{'s' * (len(shapes) != 1)}" + (f", cuBLASLt best for {vendor}" if vendor else "")
+    # The link target sits inside the group: following a link to it opens the group (one to the
+    # <details> itself would only scroll to its summary, closed).
     return (
-        f'<section id="{anchor}"><h3>{escape(where)}</h3>'
-        '<div class="charts">'
-        + _figure(
-            convergence,
-            "The fastest time so far over the shape's final best, after each trial, one line per shape "
-            "(hover a line for its shape). A line that reaches 1 early found its best early.",
-        )
-        + _figure(
-            scatter,
-            "Every OK trial's time, one column per shape; the orange dot is its best, a red dash the "
-            "stored read floor of its matrix.",
-        )
-        + "</div>"
-        + f'<p class="caption">{escape(floor_note)}; best/floor is the best time over it (1: as fast as '
-        "only reading the matrix). GB/s counts the bytes a kernel must move.</p>" + _table(head, rows) + "</section>"
+        f'<details class="group"><summary><h3>{escape(where)}</h3>'
+        f'<span class="meta">{escape(count)}</span></summary><span class="anchor" id="{anchor}"></span>'
+        f'<div class="charts">{"".join(charts)}</div>' + _shapes_table(group) + "</details>"
     )
 
 
@@ -183,10 +238,16 @@ def _failures(gpu: GpuReport) -> str:
             ]
             for f in kinds[:FAILURE_ROWS]
         ]
-        parts.append(_table(head, rows))
-        if len(kinds) > FAILURE_ROWS:
-            more = len(kinds) - FAILURE_ROWS
-            parts.append(f'<p class="caption">{more} more kinds of failure; autotune show lists every trial.</p>')
+        more = len(kinds) - FAILURE_ROWS
+        rest = f"{more} more kinds of failure; autotune show lists every trial." if more > 0 else ""
+        rest = f'<p class="caption">{rest}</p>' if rest else ""
+        listed = min(len(kinds), FAILURE_ROWS)
+        parts.append(
+            f"<details><summary>Failures by status and message ({listed} kind{'s' * (listed != 1)})</summary>"
+            + _table(head, rows)
+            + rest
+            + "</details>"
+        )
     return "".join(parts)
 
 
@@ -213,7 +274,7 @@ def _clocks(gpu: GpuReport) -> str:
         empty="no clocks recorded: install nvidia-ml-py where the sweeps run",
     )
     caption = (
-        "Every OK trial's SM clock and power draw as it was timed (NVML), one color per op. Trials at the "
+        "Every OK trial's SM clock and power draw as it was timed (NVML), one color per op (the legend). Trials at the "
         "card's power limit that run below its top clock are power-bound."
     )
     return _figure(chart, caption)
@@ -231,23 +292,54 @@ def _gpu(gpu: GpuReport, number: int) -> str:
         f'<h3 id="gpu-{number}-clocks">Clocks and power</h3>',
         _clocks(gpu),
     ]
+    parts.append(f'<h3 id="gpu-{number}-shapes">Shapes per op</h3>')
+    parts.append('<p class="caption">Each op group opens on a click.</p>')
     parts.extend(_group(gpu, group, f"gpu-{number}-{index}") for index, group in enumerate(gpu.groups, start=1))
     parts.append("</section>")
     return "".join(parts)
 
 
 def _contents(data: ReportData) -> str:
+    """Links to each GPU's failures, clocks and op groups (a closed group opens when its link is followed:
+    the link's target is inside it)."""
     items = []
     for number, gpu in enumerate(data.gpus, start=1):
-        groups = "".join(
-            f'<a href="#gpu-{number}-{index}">{escape(group.title)}</a> ({len(group.shapes)}) '
+        groups = ", ".join(
+            f'<a href="#gpu-{number}-{index}">{escape(group.title)}</a> ({len(group.shapes)})'
             for index, group in enumerate(gpu.groups, start=1)
         )
         items.append(
-            f'<li><a href="#gpu-{number}">{escape(gpu.name)}</a>: '
-            f'<a href="#gpu-{number}-failures">failures</a>, <a href="#gpu-{number}-clocks">clocks</a>, {groups}</li>'
+            f'<li><a href="#gpu-{number}"><b>{escape(gpu.name)}</b></a>: '
+            f'<a href="#gpu-{number}-failures">failures</a>, <a href="#gpu-{number}-clocks">clocks</a>; '
+            f"shapes per op: {groups}</li>"
         )
     return "<nav><ul>" + "".join(items) + "</ul></nav>"
+
+
+def banner(held: Holdings) -> list[str]:
+    """What the page compares, in sentences counted from the database rather than assumed."""
+    problems = f"{held.problems} problem{'s' * (held.problems != 1)}"
+    if held.vendor_timed:
+        vendor = (
+            f"cuBLASLt's algorithms are stored for {held.vendor_timed} of {problems} and take part in 'best' "
+            f"(config cublas_algo=rank): cuBLASLt is the fastest for {held.vendor_best}."
+        )
+    else:
+        vendor = (
+            f"No cuBLASLt time is stored for these {problems}: 'best' is among autotune's own kernels "
+            "only (a sweep times cuBLASLt where it finds the library)."
+        )
+    if held.floors:
+        floors = f"Read floors (the time to only read the matrix) are stored for {held.floors} of {problems}."
+    else:
+        floors = "No read floor is stored (autotune bench measures one), so the tables have no floor columns."
+    sentences = [vendor, floors]
+    if held.kept_only:
+        sentences.append(
+            f"{held.kept_only} of {problems} hold only the fastest configs a records file kept, not "
+            "the tuning run that found them; their charts show those kept leaders."
+        )
+    return sentences
 
 
 def plot_count(html: str) -> int:
@@ -261,8 +353,7 @@ def render(data: ReportData) -> str:
     body = [
         "<header><h1>autotune report</h1>",
         f'<p class="meta">{escape(data.db_url)}, {escape(scope)}; written {when} by autotune {__version__}.</p>',
-        '<p class="note">cuBLAS times are not stored yet, so this page sets our times against the stored '
-        "read floor only; the benchmark runs beside cuBLAS are in docs/results.md.</p>",
+        f'<p class="note">{escape(" ".join(banner(data.holdings())))}</p>',
     ]
     if data.gpus:
         body.append(_contents(data))

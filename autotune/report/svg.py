@@ -1,8 +1,8 @@
 """Small inline SVG charts (lines, scatters, dots, bars) with plain axes, written as text: the report needs
 no plotting library and no script to draw them. Every text that reaches a chart is escaped here.
 
-Each chart is an `<svg class="plot">`; what it draws (lines, dots, bars, or the text that says there
-is nothing to draw) carries the class `mark`, which the page's check counts."""
+Each chart is an `<svg class="plot">`; what it draws (lines, groups of dots, bars, or the text that
+says there is nothing to draw) carries the class `mark`, which the page's check counts."""
 
 from __future__ import annotations
 
@@ -17,7 +17,12 @@ LEFT, RIGHT, TOP, BOTTOM = 64, 16, 28, 46
 # Others (a time of 1e-300 us written straight into a database) are left out: padding an axis of
 # them underflows to 0 or overflows, and 0 has no logarithm.
 LIMIT = 1e100
-COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+LEGEND_WIDTH, LEGEND_ROW = 170, 16  # a legend's column right of the plot, and its rows' height
+# The twelve op groups of one GPU (GEMV and GEMM, both layouts, three dtypes) each get a color of their own.
+COLORS = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+    "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -111,9 +116,11 @@ def _frame(
     x_label: str,
     y_label: str,
     body: Sequence[str],
+    legend: Sequence[tuple[str, str]] = (),
 ) -> str:
-    """A chart: title, grid, both axes with their ticks and labels, then `body` (the marks)."""
-    parts = [_start(title, subject, HEIGHT)]
+    """A chart: title, grid, both axes with their ticks and labels, then `body` (the marks), and where
+    `legend` names (name, color) pairs, a legend right of the plot."""
+    parts = [_start(title, subject, HEIGHT, WIDTH + LEGEND_WIDTH if legend else WIDTH)]
     top, bottom, left, right = TOP, HEIGHT - BOTTOM, LEFT, WIDTH - RIGHT
     for value in log_ticks(y.lo, y.hi) if y.log else nice_ticks(y.lo, y.hi):
         py = y(value)
@@ -133,8 +140,21 @@ def _frame(
         f'text-anchor="middle">{escape(y_label)}</text>'
     )
     parts.extend(body)
+    parts.extend(_legend(legend))
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _legend(entries: Sequence[tuple[str, str]]) -> list[str]:
+    """One row per (name, color): a dot of the color and the name, right of the plot's frame."""
+    parts = []
+    for index, (name, color) in enumerate(entries):
+        y = TOP + 8 + index * LEGEND_ROW
+        parts.append(
+            f'<g class="legend"><circle cx="{WIDTH + 6}" cy="{y}" r="4" fill="{color}"/>'
+            f'<text class="label" x="{WIDTH + 16}" y="{y + 4}">{escape(name)}</text></g>'
+        )
+    return parts
 
 
 def _x_ticks(lo: int, hi: int, most: int = 12) -> list[tuple[float, str]]:
@@ -143,12 +163,12 @@ def _x_ticks(lo: int, hi: int, most: int = 12) -> list[tuple[float, str]]:
     return [(float(v), str(v)) for v in range(lo, hi + 1, step)]
 
 
-def _start(title: str, subject: str, height: int) -> str:
+def _start(title: str, subject: str, height: int, width: int = WIDTH) -> str:
     """A chart's opening: the visible `title`, and for hovering and screen readers, what it is about."""
     about = escape(f"{title}: {subject}" if subject else title)
     return (
-        f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
-        f'viewBox="0 0 {WIDTH} {height}" role="img" aria-label="{about}"><title>{about}</title>'
+        f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="{about}"><title>{about}</title>'
         f'<text class="title" x="{LEFT}" y="18">{escape(title)}</text>'
     )
 
@@ -170,9 +190,11 @@ def line_chart(
     x_label: str,
     y_label: str,
     log_y: bool = False,
+    steps: bool = True,
     empty: str = "nothing to plot",
 ) -> str:
-    """One step line per named series of (x, y) points; hovering a line shows its name."""
+    """One line per named series of (x, y) points, a step line with `steps` (each value holds until
+    the next); hovering a line shows its name."""
     drawn = _drawn(series, log_y)
     if not drawn:
         return _empty(title, subject, empty)
@@ -184,10 +206,9 @@ def line_chart(
     body = []
     for index, (name, points) in enumerate(drawn):
         color = COLORS[index % len(COLORS)]
-        # Best so far holds until the next improvement: a step line.
         coords: list[str] = []
         for number_, (px, py) in enumerate(points):
-            if number_:
+            if number_ and steps:
                 coords.append(f"{x(px):.1f},{y(points[number_ - 1][1]):.1f}")
             coords.append(f"{x(px):.1f},{y(py):.1f}")
         if len(points) == 1:
@@ -225,8 +246,9 @@ def scatter_chart(
     ys = [v for _, v in points] + [v for _, v in floors]
     x = Scale(0.5, columns + 0.5, LEFT, WIDTH - RIGHT)
     y = Scale(*_padded(min(ys), max(ys), True), HEIGHT - BOTTOM, TOP, True)
-    body = ['<g class="dots">']
-    body.extend(f'<circle class="mark" cx="{x(c):.1f}" cy="{y(v):.1f}" r="2.2"/>' for c, v in points)
+    # Thousands of dots: the group is the mark (its box is theirs), not each dot, to keep the page small.
+    body = ['<g class="mark dots">']
+    body.extend(f'<circle cx="{x(c):.1f}" cy="{y(v):.1f}" r="2.2"/>' for c, v in points)
     body.append("</g>")
     half = max(2.0, min(8.0, (WIDTH - LEFT - RIGHT) / columns / 3))
     for column, value in floors:
@@ -249,7 +271,8 @@ def dots_chart(
     y_label: str,
     empty: str = "nothing to plot",
 ) -> str:
-    """Dots of (x, y) on linear axes, one color per named series (hovering a dot shows its series)."""
+    """Dots of (x, y) on linear axes, one color per named series, named in a legend (and on hovering
+    a dot)."""
     drawn = _drawn(series, log_y=False)
     if not drawn:
         return _empty(title, subject, empty)
@@ -258,13 +281,15 @@ def dots_chart(
     x = Scale(*_padded(min(xs), max(xs), False), LEFT, WIDTH - RIGHT)
     y = Scale(*_padded(min(ys), max(ys), False), HEIGHT - BOTTOM, TOP)
     body = []
+    legend = []
     for index, (name, points) in enumerate(drawn):
         color = COLORS[index % len(COLORS)]
-        body.append(f'<g fill="{color}"><title>{escape(name)}</title>')
-        body.extend(f'<circle class="mark" cx="{x(px):.1f}" cy="{y(py):.1f}" r="2.4"/>' for px, py in points)
+        legend.append((name, color))
+        body.append(f'<g class="mark" fill="{color}"><title>{escape(name)}</title>')
+        body.extend(f'<circle cx="{x(px):.1f}" cy="{y(py):.1f}" r="2.4"/>' for px, py in points)
         body.append("</g>")
     ticks = [(value, number(value)) for value in nice_ticks(x.lo, x.hi)]
-    return _frame(title, subject, x, y, ticks, x_label, y_label, body)
+    return _frame(title, subject, x, y, ticks, x_label, y_label, body, legend)
 
 
 def bar_chart(bars: Sequence[tuple[str, int]], *, title: str, subject: str = "", empty: str = "nothing to plot") -> str:
