@@ -19,8 +19,20 @@ from autotune.core.fingerprint import nvcc_version
 from autotune.store import Store, open_store, records
 from tests import nvcc, shipped_copies
 
-# The run's kernel cache (AUTOTUNE_CACHE_DIR of every test): cubins/ and nvcc-runs/.
-KERNELS = Path(tempfile.mkdtemp(prefix="autotune-test-kernels-"))
+# Where the run's kernel cache is kept on its config (made in pytest_configure, removed in pytest_unconfigure).
+_KERNELS = pytest.StashKey[Path]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The run's kernel cache (AUTOTUNE_CACHE_DIR of every test): cubins/ and nvcc-runs/. Made here, not
+    at import, so that nothing is made by importing this module and the folder removed is the one made."""
+    config.stash[_KERNELS] = Path(tempfile.mkdtemp(prefix="autotune-test-kernels-"))
+
+
+@pytest.fixture(scope="session")
+def kernel_cache(pytestconfig: pytest.Config) -> Path:
+    """The run's kernel cache, for a module-scoped fixture that runs before _isolated_user_dirs sets it."""
+    return pytestconfig.stash[_KERNELS]
 
 
 @functools.cache
@@ -86,12 +98,15 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             jobs.update(dict.fromkeys(make()))
     # The real nvcc's version is part of every cache key: take it before a test puts a fake nvcc on PATH.
     nvcc_version()
-    nvcc.start_background(list(jobs), KERNELS / "cubins", KERNELS / "nvcc-runs")
+    kernels = session.config.stash[_KERNELS]
+    nvcc.start_background(list(jobs), kernels / "cubins", kernels / "nvcc-runs")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     nvcc.stop_background()
-    shutil.rmtree(KERNELS, ignore_errors=True)
+    kernels = config.stash.get(_KERNELS, None)
+    if kernels is not None:
+        shutil.rmtree(kernels, ignore_errors=True)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -127,9 +142,11 @@ def _our_kernels_only(request: pytest.FixtureRequest, monkeypatch: pytest.Monkey
 
 
 @pytest.fixture(autouse=True)
-def _isolated_user_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+def _isolated_user_dirs(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, kernel_cache: Path
+) -> None:
     """Tests never touch the real per-user database; the kernel cache is shared across tests only."""
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("XDG_DATA_HOME", str(home / "data"))
     monkeypatch.delenv("AUTOTUNE_DB", raising=False)
-    monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(KERNELS))
+    monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(kernel_cache))

@@ -25,7 +25,6 @@ from autotune.core.problem import Problem
 from autotune.core.target import targeting
 from autotune.ops import gemv, tma
 from autotune.store import open_store
-from tests import conftest
 from tests.fakes import ok, record, run_cli
 
 QUERY_SOURCE = Path(__file__).with_name("bundle_query.c")
@@ -37,11 +36,11 @@ needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("g++"
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[bundle.Bundle, Path]]:
+def built(tmp_path_factory: pytest.TempPathFactory, kernel_cache: Path) -> Iterator[tuple[bundle.Bundle, Path]]:
     """The H200's bundle from the shipped records (and shipped kernels), written once for the module."""
     folder = tmp_path_factory.mktemp("bundle")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("AUTOTUNE_CACHE_DIR", str(conftest.KERNELS))
+        patch.setenv("AUTOTUNE_CACHE_DIR", str(kernel_cache))
         patch.setenv("XDG_DATA_HOME", str(folder / "data"))
         api._open.cache_clear()
         made = bundle.export_bundle(folder / "h200", "h200", db=str(folder / "shipped.db"))
@@ -348,8 +347,7 @@ def cli_run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 @pytest.mark.parametrize(
     ("args", "words"),
     [
-        (["--gpu", "NVIDIA A100"], "nothing stored for GPU 'NVIDIA A100'"),
-        ([], "a bundle holds one GPU: give --gpu"),
+        (["--gpu", "NVIDIA A100"], "unknown GPU 'NVIDIA A100': the database holds"),
         (["--gpu", "h200", "--op", "foo"], "unknown op 'foo'"),
         (["--gpu", "h200", "--op", "sgemm"], "nothing to bundle: no problem of float32 gemm"),
         (["--gpu", "h200", "--top", "2"], "--top applies to jsonl and csv"),

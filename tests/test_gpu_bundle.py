@@ -18,7 +18,6 @@ from autotune import api, bundle
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import local_gpus
 from autotune.core.problem import Problem
-from tests import conftest
 
 pytestmark = pytest.mark.gpu
 
@@ -27,7 +26,7 @@ EXAMPLE = REPO / "examples" / "cpp" / "bundle_example.cpp"
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[bundle.Bundle, Path]]:
+def exported(tmp_path_factory: pytest.TempPathFactory, kernel_cache: Path) -> Iterator[tuple[bundle.Bundle, Path]]:
     if shutil.which("nvcc") is None:
         pytest.skip("building the example needs nvcc")
     gpus = local_gpus()
@@ -35,7 +34,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[bundle.
         pytest.skip("no NVIDIA GPU listed by nvidia-smi")
     folder = tmp_path_factory.mktemp("gpu-bundle")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("AUTOTUNE_CACHE_DIR", str(conftest.KERNELS))
+        patch.setenv("AUTOTUNE_CACHE_DIR", str(kernel_cache))
         patch.setenv("XDG_DATA_HOME", str(folder / "data"))
         api._open.cache_clear()
         try:
