@@ -52,11 +52,11 @@ def _nvcc() -> Check:
 
 # What building PyCUDA (the `cuda` extra; read from PyCUDA 2026.1's setup.py and src/cpp/*.hpp) needs:
 # g++ compiles src/cpp against cuda.h, cudaProfiler.h and curand.h (cuRAND is on by default; curand.h
-# brings cuda_runtime.h and crt/host_config.h) and links
-# -lcuda -lcurand. The build looks only in CUDA_ROOT/include and CUDA_ROOT/{lib,lib64}[/stubs], besides
-# the compiler's own folders and CPATH / LIBRARY_PATH. CUDA_ROOT is the folder above the `nvcc` found on
-# PATH, taken as written (a wrapper script or a symlink in /usr/local/bin gives /usr/local), or what
-# ~/.aksetup-defaults.py or /etc/aksetup-defaults.py set; PyCUDA reads no CUDA_ROOT environment variable.
+# brings cuda_runtime.h and crt/host_config.h) and links -lcuda -lcurand. The build looks only in
+# CUDA_ROOT/include and CUDA_ROOT/{lib,lib64}[/stubs], besides the compiler's own folders and CPATH /
+# LIBRARY_PATH. CUDA_ROOT is the folder above the `nvcc` found on PATH, taken as written (a wrapper
+# script or a symlink in /usr/local/bin gives /usr/local), or what ~/.aksetup-defaults.py or
+# /etc/aksetup-defaults.py set; PyCUDA reads no CUDA_ROOT environment variable.
 
 
 @dataclass(frozen=True)
