@@ -47,11 +47,15 @@ RETIME_TOLERANCE = 0.02
 _default_opened = threading.Event()
 
 
+# The databases (by URL, None: the default one) this process opens without the shipped records.
+_WITHOUT_SHIPPED: set[str | None] = set()
+
+
 @functools.cache
 def _open(url: str | None) -> Any:
     from autotune.store import open_store
 
-    opened = open_store(url)
+    opened = open_store(url, decline_shipped=url in _WITHOUT_SHIPPED)
     if url is None:
         _default_opened.set()
     return opened
@@ -100,6 +104,13 @@ def store(db: str | None = None) -> Any:
     return _open(db)
 
 
+def without_shipped(db: str | None = None) -> None:
+    """Open the database, when this process first opens it, as one that never takes the shipped
+    records (--no-shipped): a new one starts empty and stays without them in every later process;
+    one that holds them already is refused. Not opened here: bad input found first creates nothing."""
+    _WITHOUT_SHIPPED.add(db)
+
+
 def match_gpu(wanted: str, known: Sequence[str]) -> str:
     """`--gpu` matching: the full name or its slug ('nvidia-h200'), any case, or a unique part of it."""
     key = slugify(wanted)
@@ -112,6 +123,20 @@ def match_gpu(wanted: str, known: Sequence[str]) -> str:
     if len(partial) > 1:
         raise AutotuneError(f"--gpu {wanted!r} is ambiguous: it matches {', '.join(partial)}")
     return wanted  # a GPU nothing was tuned for: the selector answers with the default config
+
+
+def unknown_gpu(gpu: str, known: Sequence[str]) -> str:
+    """The one message for a `--gpu` that names no GPU the database holds, in every command."""
+    return f"unknown GPU {gpu!r}: the database holds {', '.join(known) or 'no GPU yet'}"
+
+
+def stored_gpu(gpu: str, known: Sequence[str]) -> str:
+    """The stored GPU `gpu` names (match_gpu's matching), for the commands that show what the
+    database holds (list, show, report, export): any other name is refused with the list."""
+    name = match_gpu(gpu, known)
+    if name not in known:
+        raise AutotuneError(unknown_gpu(gpu, known))
+    return name
 
 
 def _local_gpu() -> LocalGpu | None:
@@ -150,13 +175,13 @@ def resolve_gpu(gpu: str | None, known: Sequence[str], *, answerable: bool = Tru
         if name in wordwise:
             return name, None
         raise AutotuneError(
-            f"unknown GPU {gpu!r}: measured: {', '.join(known) or 'none yet'}; described without "
-            f"measurements: {', '.join(n for n in described() if n not in known)}"
+            f"{unknown_gpu(gpu, known)}; described without measurements: "
+            f"{', '.join(n for n in described() if n not in known)}"
         )
     local = _local_gpu()
     if local is None:
         tuned = ", ".join(known) if known else "none yet"
-        raise AutotuneError(f"no NVIDIA GPU on this machine: name one with gpu= or --gpu (tuned GPUs: {tuned})")
+        raise AutotuneError(f"no NVIDIA GPU on this machine: name one with --gpu (tuned GPUs: {tuned})")
     return local.name, local.driver
 
 
@@ -209,7 +234,7 @@ def best_on_every_gpu(
     problem = _problem(op, dtype, m, n, k, trans)
     known = _open(db).gpu_names()
     if not known:
-        raise AutotuneError("no NVIDIA GPU on this machine and nothing tuned yet: name a GPU with gpu= or --gpu")
+        raise AutotuneError("no NVIDIA GPU on this machine and nothing tuned yet: name a GPU with --gpu")
     return [_selector(db).choose(problem, name) for name in known]
 
 
@@ -275,6 +300,7 @@ def sweep(
     retime: bool = False,
     lease: float | None = None,
     on_trial: TrialHook | None = None,
+    shipped: bool = True,
 ) -> SweepReport:
     """Tune each problem on this machine's GPU and store every measurement. With `stale`, re-tune
     instead every stored problem of this GPU (of `op`/`dtype` when given) that has no measurement
@@ -284,7 +310,8 @@ def sweep(
     on several machines sharing a database splits the work. With `retime` (after a kernel edit), the
     stale problems' earlier best configs are measured first under the current kernels, and a problem
     is re-swept only where they come out more than 2% slower than stored.
-    `on_trial(problem, config, outcome)` is called after every trial."""
+    `on_trial(problem, config, outcome)` is called after every trial. Without `shipped`, a new
+    database is made without the shipped records (without_shipped)."""
     given = m is not None or n is not None or k is not None or shapes_file is not None
     if sum((stale, pending, retime)) > 1:
         raise AutotuneError("--stale, --retime and --pending are different sweeps: give one of them")
@@ -313,6 +340,8 @@ def sweep(
     from autotune.tune.tuner import run_sweep
 
     check_url(db)
+    if not shipped:
+        without_shipped(db)
     held_for = claim_lease(lease)
     report = run_sweep(
         problems,
@@ -495,7 +524,7 @@ def prepare(
     elif capabilities:
         targets = sorted(capabilities.items())
     else:
-        raise AutotuneError("no NVIDIA GPU on this machine and none in the database: name one with gpu= or --gpu")
+        raise AutotuneError("no NVIDIA GPU on this machine and none in the database: name one with --gpu")
     done = []
     for name, capability in targets:
         for problem in wanted:
@@ -567,7 +596,7 @@ def list_problems(
     """One summary per tuned problem, optionally for one GPU, op or dtype."""
     name, kind = _filters(op, dtype)
     database = _open(db)
-    gpu_name = match_gpu(gpu, database.gpu_names()) if gpu else None
+    gpu_name = stored_gpu(gpu, database.gpu_names()) if gpu is not None else None
     rows: list[Any] = database.problems(gpu_name, name, kind)
     return rows
 
@@ -612,13 +641,25 @@ def problem_trials(
     dtype: str | None = None,
     gpu: str | None = None,
     db: str | None = None,
-) -> tuple[Problem, str, list[Any]]:
-    """Every stored trial of one problem, fastest first."""
+) -> tuple[Problem, list[tuple[str, list[Any]]]]:
+    """Every stored trial of one problem, fastest first, per GPU: of the GPU named (one the database
+    holds), else of this machine's GPU, else (as `best` answers) of every GPU the database holds."""
     problem = _problem(op, dtype, m, n, k, trans)
     database = _open(db)
-    gpu_name, _ = resolve_gpu(gpu, database.gpu_names(), answerable=False)
-    problem_id = database.problem_id(problem, gpu_name, create=False)
-    return problem, gpu_name, ([] if problem_id is None else list(database.trials(problem_id)))
+    known = database.gpu_names()
+    if gpu is not None:
+        names = [stored_gpu(gpu, known)]
+    elif (local := local_gpu_name()) is not None:
+        names = [local]
+    elif known:
+        names = known
+    else:
+        raise AutotuneError("no NVIDIA GPU on this machine and nothing tuned yet: name a GPU with --gpu")
+    found = []
+    for name in names:
+        problem_id = database.problem_id(problem, name, create=False)
+        found.append((name, [] if problem_id is None else list(database.trials(problem_id))))
+    return problem, found
 
 
 def bench(

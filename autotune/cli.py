@@ -109,6 +109,12 @@ Db = Annotated[
     str | None, typer.Option("--db", help="SQLAlchemy URL or SQLite file (default: AUTOTUNE_DB, then a per-user file)")
 ]
 Gpu = Annotated[str | None, typer.Option("--gpu", help="GPU name, e.g. 'NVIDIA H200' (default: this machine's)")]
+NoShipped = Annotated[
+    bool,
+    typer.Option(
+        "--no-shipped", help="a new database starts empty: the shipped H100/H200 records are never imported into it"
+    ),
+]
 
 
 def _config_text(config: dict[str, int] | None, problem: Problem) -> str:
@@ -118,6 +124,11 @@ def _config_text(config: dict[str, int] | None, problem: Problem) -> str:
     if is_vendor(config):
         return f"cuBLASLt algorithm {rank_of(config)} (the heuristic's answer of that rank)"
     return " ".join(f"{k}={v}" for k, v in ops.in_space_order(problem, config).items())
+
+
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """'1 trial', '2 trials': a count with its noun in the right number, in every message."""
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"
 
 
 def _us(value: float | None) -> str:
@@ -195,10 +206,12 @@ def sweep(
         typer.Option("--devices", help="several GPUs at once: 'all' or indices such as 0,1 (one process each)"),
     ] = None,
     db: Db = None,
+    no_shipped: NoShipped = False,
 ) -> None:
     """Tune shapes on this machine's GPU; every measurement goes into the database. Sweeps on several
     machines sharing one database (--db) split the problems between them."""
     options: dict[str, Any] = dict(
+        shipped=not no_shipped,
         trans=trans,
         dtype=dtype,
         shapes_file=shapes,
@@ -225,7 +238,7 @@ def sweep(
         for result in results:
             if result.report is not None:
                 _print_sweep(result.report, f"GPU {result.device}: ")
-        err.print(f"{len(results)} GPUs, {time.perf_counter() - began:.1f} s", markup=False)
+        err.print(f"{counted(len(results), 'GPU')}, {time.perf_counter() - began:.1f} s", markup=False)
         failed = [f"GPU {r.device}: {r.error}" for r in results if r.error is not None]
         if failed:
             raise AutotuneError("; ".join(failed))
@@ -411,9 +424,8 @@ def list_(
         table.add_row(*(escape(cell) for cell in row))
     if rows:
         out.print(table)
-    elif gpu is not None:
-        known = api.store(db).gpu_names()
-        out.print(f"nothing tuned for {gpu!r}; the database holds: {', '.join(known) or 'no GPU yet'}", markup=False)
+    elif gpu is not None:  # a GPU the database holds (api.stored_gpu refused any other), none of it asked for
+        out.print(f"nothing tuned for {gpu!r}{' of that op' if op or dtype else ''}", markup=False)
     else:
         out.print("nothing tuned yet: run `autotune sweep`")
 
@@ -455,8 +467,14 @@ def show(
     limit: Annotated[int, typer.Option("--limit", min=0, help="rows to show (0: all)")] = 20,
     db: Db = None,
 ) -> None:
-    """Every trial stored for one problem, fastest first, failures with their reason."""
-    problem, gpu_name, trials = api.problem_trials(op, m, n, k, trans=trans, dtype=dtype, gpu=gpu, db=db)
+    """Every trial stored for one problem, fastest first, failures with their reason; on a machine
+    without a GPU and without --gpu, for every GPU the database holds."""
+    problem, found = api.problem_trials(op, m, n, k, trans=trans, dtype=dtype, gpu=gpu, db=db)
+    for gpu_name, trials in found:
+        _print_trials(problem, gpu_name, trials, limit)
+
+
+def _print_trials(problem: Problem, gpu_name: str, trials: list[Any], limit: int) -> None:
     table = Table(title=escape(f"{problem} on {gpu_name}"))
     for column in ("status", "us", "GB/s", "rounds", "SM MHz", "mem MHz", "W", "config", "message"):
         table.add_column(column)
@@ -492,14 +510,17 @@ def queue(
     dtype: Dtype = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     db: Db = None,
+    no_shipped: NoShipped = False,
 ) -> None:
     """The problems queued for tuning, which `sweep --pending` claims: asked for by the launch path,
     or added with --add for the machines of a GPU model to share."""
+    if no_shipped:
+        api.without_shipped(db)
     if add:
         if gpu is None:
             raise AutotuneError("queue --add needs --gpu: the GPU model whose machines will tune the problems")
         count = api.enqueue(gpu, op, m, n, k, trans=trans, dtype=dtype, shapes_file=shapes, db=db)
-        err.print(f"queued {count} problems for {gpu}", markup=False)
+        err.print(f"queued {counted(count, 'problem')} for {gpu}", markup=False)
         return
     rows = api.queued(gpu=gpu, db=db)
     if as_json:
@@ -573,21 +594,33 @@ def export(
     from autotune import exports
 
     count = exports.export(output, fmt=fmt, gpu=gpu, top=top, db=db, op=op or (), allow_partial=allow_partial)
-    what = "entries" if fmt == "bundle" else "rows"
-    err.print(f"wrote {count} {what} to {printable(str(output))}", markup=False)
+    what = counted(count, "entry", "entries") if fmt == "bundle" else counted(count, "row")
+    err.print(f"wrote {what} to {printable(str(output))}", markup=False)
 
 
 @app.command("import")
 def import_(
     path: Annotated[Path, typer.Argument(help="a records file (autotune export --format jsonl)")],
     db: Db = None,
+    no_shipped: NoShipped = False,
 ) -> None:
     """Add a records file's trials to the database, checked line by line first; all or nothing."""
     from autotune import exports
 
-    count = exports.import_file(path, db=db)
+    count = exports.import_file(path, db=db, shipped=not no_shipped)
+    err.print(_import_summary(count, path), markup=False)
+
+
+def _import_summary(count: Any, path: Path) -> str:
+    """What an import did, out of what it compared: 'imported 0 trials from x.jsonl (1367 in the
+    file, all stored already)' for a re-import, or an export of the shipped records."""
     replacing = f" ({count.replaced} replacing a shipped row's time)" if count.replaced else ""
-    err.print(f"imported {count} {'trial' if count == 1 else 'trials'}{replacing} from {path}", markup=False)
+    done = f"imported {counted(int(count), 'trial')}{replacing} from {printable(str(path))}"
+    if not count.already:
+        return done
+    if not count:
+        return f"{done} ({count.compared} in the file, {'it' if count.compared == 1 else 'all'} stored already)"
+    return f"{done} ({count.compared} in the file; {count.already} stored already)"
 
 
 @app.command()

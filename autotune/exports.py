@@ -17,7 +17,7 @@ from autotune.core.errors import AutotuneError
 from autotune.core.output import printable, write_atomically
 from autotune.core.problem import Problem
 from autotune.store.record_lines import BadLine, parse_gpu
-from autotune.store.records import Imported, record_lines, write_lines
+from autotune.store.records import Imported, read_records, record_lines, write_lines
 
 FORMATS = ("jsonl", "csv", "bundle")
 CSV_COLUMNS = (
@@ -27,16 +27,26 @@ CSV_COLUMNS = (
 
 
 def _gpu_names(gpu: str | None, db: str | None) -> list[str]:
+    """The stored GPU `gpu` names, or every stored GPU."""
     store = api.store(db)
     known = store.gpu_names()
-    if gpu is None:
-        if not known:
-            raise AutotuneError(f"nothing to export: {store.url} holds no GPU yet")
-        return list(known)
-    name = api.match_gpu(gpu, known)
-    if name not in known:
-        raise AutotuneError(f"nothing stored for GPU {gpu!r}; the database holds: {', '.join(known) or 'no GPU yet'}")
-    return [name]
+    if gpu is not None:
+        return [api.stored_gpu(gpu, known)]
+    if not known:
+        raise AutotuneError(f"nothing to export: {store.url} holds no GPU yet")
+    return list(known)
+
+
+def _one_gpu(gpu: str | None, db: str | None, what: str) -> str:
+    """The GPU of a records file or a bundle (`what`), which hold one: the one named, else the only
+    one stored, else this machine's GPU where the database holds it; else `--gpu` is needed."""
+    names = _gpu_names(gpu, db)
+    if len(names) == 1:
+        return names[0]
+    local = api.local_gpu_name()
+    if local in names:
+        return local
+    raise AutotuneError(f"{what} holds one GPU: give --gpu, one of {', '.join(names)}")
 
 
 def export(
@@ -50,10 +60,11 @@ def export(
     allow_partial: bool = False,
 ) -> int:
     """Write the `top` fastest configs of every problem (measured with the current kernels) of one GPU,
-    or of every GPU for CSV; returns how many rows. A records file holds one GPU: give `gpu` where
-    the database holds several. A bundle (a folder) holds the best config of each problem of one
-    GPU, of the ops `op` names (every op without), and returns how many entries; one that would
-    leave a problem out is refused unless `allow_partial`."""
+    or of every GPU for CSV; returns how many rows. A records file holds one GPU: `gpu`, else the
+    only GPU stored or this machine's; where the database holds several and none is this machine's,
+    `gpu` is needed. A bundle (a folder) holds the best config of each problem of one GPU (chosen
+    the same way), of the ops `op` names (every op without), and returns how many entries; one that
+    would leave a problem out is refused unless `allow_partial`."""
     if fmt not in FORMATS:
         raise AutotuneError(f"unknown export format {fmt!r}: choose one of {', '.join(FORMATS)}")
     if fmt == "bundle":
@@ -61,22 +72,20 @@ def export(
 
         if top != 1:
             raise AutotuneError("--top applies to jsonl and csv: a bundle holds each problem's best config")
-        return len(bundle.export_bundle(output, gpu, op, db, allow_partial=allow_partial).entries)
+        name = _one_gpu(gpu, db, "a bundle")
+        return len(bundle.export_bundle(output, name, op, db, allow_partial=allow_partial).entries)
     if op:
         raise AutotuneError("--op applies to --format bundle: jsonl and csv hold every op")
     if allow_partial:
         raise AutotuneError("--allow-partial applies to --format bundle: jsonl and csv leave no problem out")
-    names = _gpu_names(gpu, db)
     database = api.store(db).db
     if fmt == "jsonl":
-        if len(names) > 1:
-            raise AutotuneError(f"a records file holds one GPU: give --gpu, one of {', '.join(names)}")
-        lines = record_lines(database, names[0], top=top, current_only=True)
+        lines = record_lines(database, _one_gpu(gpu, db, "a records file"), top=top, current_only=True)
         _check_gpu_line(lines[0])
         write_lines(output, lines)
         return len(lines) - 1
     rows: list[dict[str, Any]] = []
-    for name in names:
+    for name in _gpu_names(gpu, db):
         ranks: dict[Problem, int] = {}
         rows += [_csv_row(name, line, ranks) for line in record_lines(database, name, top=top, current_only=True)[1:]]
     write_atomically(output, _csv_text(rows), what="CSV file")
@@ -127,8 +136,13 @@ def _csv_text(rows: list[dict[str, Any]]) -> str:
     return text.getvalue()
 
 
-def import_file(path: Path, db: str | None = None) -> Imported:
+def import_file(path: Path, db: str | None = None, *, shipped: bool = True) -> Imported:
     """Import a records file (validated whole first; all or nothing); returns how many trials were
-    stored, and how many of them replaced a shipped row's time."""
-    count: Imported = api.store(db).import_records(path)
+    stored, how many of them replaced a shipped row's time, and how many the file holds. The file
+    is read and checked before the database is opened: a bad file creates no database. Without
+    `shipped`, the database is one that never takes the shipped records (api.without_shipped)."""
+    parsed = read_records(path)
+    if not shipped:
+        api.without_shipped(db)
+    count: Imported = api.store(db).import_records(path, parsed)
     return count

@@ -13,12 +13,13 @@ from typing import Any
 import pytest
 
 from autotune import api, exports
+from autotune.core import paths
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import GpuInfo
 from autotune.core.problem import Problem
 from autotune.ops import gemv
 from autotune.store import open_store
-from tests.fakes import ok, record
+from tests.fakes import ok, record, run_cli
 
 H200 = GpuInfo("NVIDIA H200", "GPU-1111", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
 H100 = GpuInfo("NVIDIA H100 80GB HBM3", "GPU-2222", "9.0", 132, 50 * 2**20, 80 * 2**30, "13.0", "13.0")
@@ -69,7 +70,7 @@ def test_csv_has_a_row_per_config_and_problem_of_every_gpu(db: str, tmp_path: Pa
     [
         ({"fmt": "xml"}, "unknown export format"),
         ({}, "a records file holds one GPU"),
-        ({"gpu": "NVIDIA A100"}, "nothing stored for GPU"),
+        ({"gpu": "NVIDIA A100"}, "unknown GPU 'NVIDIA A100': the database holds"),
         ({"allow_partial": True}, "--allow-partial applies to --format bundle"),
     ],
 )
@@ -178,3 +179,79 @@ def test_a_link_planted_at_the_output_is_replaced_not_followed(db: str, tmp_path
     assert not out.is_symlink() and out.read_text().count("\n") == 2
     assert oct(out.stat().st_mode & 0o777) == oct(0o640)  # a new file's mode under that umask, not mkstemp's 0600
     assert not list(tmp_path.glob(".*.tmp"))  # no staging file left behind
+
+
+# --- defaults, counts and an empty database -------------------------------------------------------------
+
+
+def test_a_records_file_or_bundle_takes_the_only_gpu_stored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(api, "local_gpu_name", lambda: None)
+    api._open.cache_clear()
+    one = str(tmp_path / "one.db")
+    with open_store(one, import_shipped=False) as store:
+        record(store, SHAPE, FAST, ok(5.0), H200)
+    assert exports.export(tmp_path / "h200.jsonl", db=one) == 1  # no --gpu needed
+    assert json.loads((tmp_path / "h200.jsonl").read_text().splitlines()[0])["name"] == H200.name
+
+
+def test_several_gpus_take_this_machines_else_need_gpu(
+    db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(api, "local_gpu_name", lambda: None)
+    for fmt, what in (("jsonl", "a records file"), ("bundle", "a bundle")):
+        with pytest.raises(AutotuneError, match=f"{what} holds one GPU: give --gpu, one of {H100.name}, {H200.name}"):
+            exports.export(tmp_path / "out", fmt=fmt, db=db)
+    monkeypatch.setattr(api, "local_gpu_name", lambda: H100.name)
+    assert exports.export(tmp_path / "here.jsonl", db=db) == 1
+    assert json.loads((tmp_path / "here.jsonl").read_text().splitlines()[0])["name"] == H100.name
+
+
+def test_an_import_counts_what_it_compared(
+    db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "h200.jsonl"
+    exports.export(out, gpu="h200", top=2, db=db)
+    fresh = str(tmp_path / "fresh.db")
+    first = run_cli(monkeypatch, capsys, "import", str(out), "--db", fresh)
+    assert first == (0, "", f"imported 2 trials from {out}\n")
+    again = run_cli(monkeypatch, capsys, "import", str(out), "--db", fresh)
+    assert again == (0, "", f"imported 0 trials from {out} (2 in the file, all stored already)\n")
+    lines = out.read_text().splitlines()
+    one_more = tmp_path / "one_more.jsonl"
+    one_more.write_text("\n".join([*lines, lines[1].replace('"m": 4096', '"m": 4000')]) + "\n")
+    third = run_cli(monkeypatch, capsys, "import", str(one_more), "--db", fresh)
+    assert third == (0, "", f"imported 1 trial from {one_more} (3 in the file; 2 stored already)\n")
+
+
+def test_a_failed_import_creates_no_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "x.csv"
+    bad.write_text("gpu,op\nH200,hgemv\n")
+    target = tmp_path / "new2.db"
+    code, _, err = run_cli(monkeypatch, capsys, "import", str(bad), "--db", str(target))
+    assert code == 2 and "x.csv line 1: not JSON" in err
+    code, _, err = run_cli(monkeypatch, capsys, "import", str(tmp_path / "missing.jsonl"), "--db", str(target))
+    assert code == 2 and "cannot read records file" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.csv"]
+
+
+def test_no_shipped_makes_a_database_that_never_takes_the_shipped_records(
+    db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shipped = paths.db_dir() / "records" / "h100.jsonl"  # the tests' own shipped records folder
+    exports.export(shipped, gpu="h100", db=db)
+    mine = tmp_path / "h200.jsonl"
+    exports.export(mine, gpu="h200", db=db)
+    api._open.cache_clear()
+    empty = str(tmp_path / "empty.db")
+    code, _, err = run_cli(monkeypatch, capsys, "import", str(mine), "--db", empty, "--no-shipped")
+    assert (code, err) == (0, f"imported 1 trial from {mine}\n")
+    api._open.cache_clear()  # a later process, without the option: still no shipped records
+    assert api.store(empty).gpu_names() == [H200.name]
+    with_shipped = str(tmp_path / "with.db")
+    assert H100.name in api.store(with_shipped).gpu_names()
+    api._open.cache_clear()  # a later process
+    queue = ("queue", "--add", "--gpu", "h200", "--m", "64", "--n", "64", "--db", with_shipped, "--no-shipped")
+    code, _, err = run_cli(monkeypatch, capsys, *queue)
+    assert code == 2 and "--no-shipped applies to a new database" in err

@@ -84,6 +84,9 @@ def _parse(url: str) -> URL:
     return parsed
 
 
+POSTGRES_HINT = "pip install 'autotune-kernels[postgres]'"
+
+
 def _one_line(text: str) -> str:
     return " ".join(text.split())
 
@@ -95,7 +98,9 @@ def _cause(exc: BaseException) -> str:
     if isinstance(exc, NoSuchModuleError):
         return f"unknown database driver ({_one_line(str(exc))})"
     if isinstance(exc, ImportError):
-        return f"the database driver is not installed ({exc})"
+        # psycopg, the PostgreSQL driver, comes with the package's `postgres` extra.
+        install = f": {POSTGRES_HINT}" if "psycopg" in str(exc) else ""
+        return f"the database driver is not installed ({exc}){install}"
     first = str(exc).strip().splitlines()
     return _one_line(first[0]) if first else type(exc).__name__
 

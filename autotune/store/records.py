@@ -242,14 +242,22 @@ TrialKey = tuple[int, str, str]  # (problem id, config key, source hash): one tr
 
 class Imported(int):
     """How many trials an import stored: new keys, and `replaced` keys a shipped row held before,
-    now holding the user's own measurement of that config instead."""
+    now holding the user's own measurement of that config instead; `compared`: how many trials the
+    file holds, so that the rest (`already`) are the ones the database held as they are."""
 
     replaced: int
+    compared: int
 
-    def __new__(cls, stored: int, replaced: int = 0) -> Imported:
+    def __new__(cls, stored: int, replaced: int = 0, compared: int = 0) -> Imported:
         imported = super().__new__(cls, stored)
         imported.replaced = replaced
+        imported.compared = max(compared, stored)
         return imported
+
+    @property
+    def already(self) -> int:
+        """The file's trials the database held already (a key repeated in the file counted too)."""
+        return self.compared - int(self)
 
 
 def _known_keys(session: Session, problem_ids: list[int]) -> set[TrialKey]:
@@ -336,7 +344,7 @@ def _import_into(
         session.execute(insert(orm.Trial), new_trials)
     if replacing:  # by primary key: the row keeps its id, its key now the user's
         session.execute(update(orm.Trial), replacing)
-    return Imported(len(new_trials) + len(replacing), len(replacing))
+    return Imported(len(new_trials) + len(replacing), len(replacing), len(trials))
 
 
 def _read(path: Path) -> bytes:
@@ -366,14 +374,23 @@ def user_origin(path: Path) -> str:
     return f"imported:{path.expanduser().absolute()}"
 
 
-def import_records(db: Database, path: Path) -> Imported:
-    """Import a user's records file in one transaction (all or nothing); returns how many trials
-    were stored: new keys, and keys whose shipped row the file's own measurement replaced."""
-    # Read and checked before any lock is taken: a bad file never makes a sweep wait.
-    info, trials = parse_records(path, _decode(path, _read(path)))
+Parsed = tuple[GpuInfo, list[dict[str, Any]]]  # a records file's GPU and trials, checked
+
+
+def read_records(path: Path) -> Parsed:
+    """A records file read and checked whole (AutotuneError naming its first bad line), before any
+    database is opened: a bad file neither creates one nor makes a sweep wait for a lock."""
+    return parse_records(path, _decode(path, _read(path)))
+
+
+def import_records(db: Database, path: Path, parsed: Parsed | None = None) -> Imported:
+    """Import a user's records file (`parsed`: read_records' answer, where already read) in one
+    transaction (all or nothing); returns how many trials were stored: new keys, and keys whose
+    shipped row the file's own measurement replaced."""
+    info, trials = parsed if parsed is not None else read_records(path)
     with db.session_scope() as session:
         if _nothing_new(session, info, trials):
-            return Imported(0)
+            return Imported(0, compared=len(trials))
     with db.session_scope(write=True) as session:
         return _import_into(session, info, trials, user_origin(path), over_shipped=True)
 
@@ -399,8 +416,25 @@ def _import_shipped_file(db: Database, path: Path, data: bytes, digest: str) -> 
         return added
 
 
+# A shipped_imports row no records file can be named: the database was made without the shipped
+# records (--no-shipped), and no later open imports them.
+DECLINED = "*"
+
+
+def decline_shipped(db: Database) -> None:
+    """Mark a database that holds no shipped records as one that never will (--no-shipped); one
+    holding them already is refused, since declining would not take them out."""
+    with db.session_scope(write=True) as session:
+        if session.get(orm.ShippedImport, DECLINED) is not None:
+            return
+        if session.scalars(select(orm.ShippedImport.file_name)).first() is not None:
+            raise AutotuneError(f"--no-shipped applies to a new database: {db.url} holds the shipped records already")
+        session.add(orm.ShippedImport(file_name=DECLINED, sha256="declined", imported_at=orm.utcnow()))
+
+
 def import_shipped(db: Database, records_dir: Path | None = None) -> int:
-    """Import every records file (default db/records/*.jsonl) new or changed since its last import."""
+    """Import every records file (default db/records/*.jsonl) new or changed since its last import,
+    unless the database declined them (decline_shipped)."""
     folder = records_dir if records_dir is not None else _shipped_dir()
     if folder is None or not folder.is_dir():
         return 0
@@ -411,6 +445,8 @@ def import_shipped(db: Database, records_dir: Path | None = None) -> int:
     with db.session_scope() as session:
         stmt = select(orm.ShippedImport.file_name, orm.ShippedImport.sha256)
         done = {name: digest for name, digest in session.execute(stmt)}
+    if DECLINED in done:
+        return 0
     # Checked before taking the write lock: opening a store must not wait on a running sweep.
     added = sum(
         _import_shipped_file(db, path, data, digests[path])

@@ -447,11 +447,12 @@ class Store:
             self.db, gpu_name, path, top=top, source_hash=source_hash, current_only=current_only
         )
 
-    def import_records(self, path: Path) -> records.Imported:
-        """Import a records file in one transaction; returns how many trials were stored (new, and
-        `replaced`: the file's own measurement of a key a shipped row held)."""
+    def import_records(self, path: Path, parsed: records.Parsed | None = None) -> records.Imported:
+        """Import a records file (`parsed`: records.read_records' answer, where already read) in one
+        transaction; returns how many trials were stored (new, and `replaced`: the file's own
+        measurement of a key a shipped row held) out of how many the file holds."""
         self.require_saving(f"import {path}")
-        return records.import_records(self.db, path)
+        return records.import_records(self.db, path, parsed)
 
     def import_shipped(self, records_dir: Path | None = None) -> int:
         """Import the shipped records files (db/records/*.jsonl) not yet imported in their current form."""
@@ -476,8 +477,11 @@ def _best_first(row: TrialRow) -> tuple[int, float, int]:
     return (1, 0.0, row.id)
 
 
-def open_store(url: str | None = None, *, import_shipped: bool = True) -> Store:
+def open_store(url: str | None = None, *, import_shipped: bool = True, decline_shipped: bool = False) -> Store:
     """Open (creating and migrating as needed) the database at `url`, $AUTOTUNE_DB or the default file.
+
+    With `decline_shipped` (--no-shipped), a new database is marked as one the shipped records are
+    never imported into: it holds what is imported or measured into it, nothing else.
 
     A read-only database is served as it is. Where the default location can be neither created nor
     opened (a read-only container, an unusable HOME), the shipped records are held in memory
@@ -494,10 +498,12 @@ def open_store(url: str | None = None, *, import_shipped: bool = True) -> Store:
         )
         db, fallback = open_database(MEMORY), str(exc)
     store = Store(db, fallback=fallback)
-    if import_shipped and not db.read_only:
-        try:
+    try:
+        if decline_shipped:
+            records.decline_shipped(db)  # before any import: declining cannot take records out
+        elif import_shipped and not db.read_only:
             store.import_shipped()
-        except BaseException:
-            store.close()
-            raise
+    except BaseException:
+        store.close()
+        raise
     return store
