@@ -612,7 +612,7 @@ def import_(
 
 
 def _import_summary(count: Any, path: Path) -> str:
-    """What an import did, out of what it compared: 'imported 0 trials from x.jsonl (1367 in the
+    """What an import did, out of what it compared: 'imported 0 trials from x.jsonl (N in the
     file, all stored already)' for a re-import, or an export of the shipped records."""
     replacing = f" ({count.replaced} replacing a shipped row's time)" if count.replaced else ""
     done = f"imported {counted(int(count), 'trial')}{replacing} from {printable(str(path))}"
