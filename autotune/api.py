@@ -601,6 +601,21 @@ def list_problems(
     return rows
 
 
+def listed_choices(rows: Sequence[Any], db: str | None = None) -> list[Choice]:
+    """`best`'s answer for each row of list_problems(), from the same Selector (so where cuBLASLt's
+    time ties ours within choose.VENDOR_MARGIN, ours, as `best` says), over one snapshot of the
+    database held as a selection table: one read, where asking the store takes two queries a problem.
+    This machine's GPU is asked about with its driver and CUDA, as `best` without --gpu asks."""
+    selector = Selector(table.in_memory(_open(db).selection_rows(table.PER_SOURCE)))
+    local = _local_gpu()
+    cuda = cuda_release() if local is not None else None
+
+    def here(gpu_name: str) -> tuple[str | None, str | None]:
+        return (local.driver, cuda) if local is not None and gpu_name == local.name else (None, None)
+
+    return [selector.choose(r.problem, r.gpu_name, *here(r.gpu_name)) for r in rows]
+
+
 def queued(gpu: str | None = None, db: str | None = None) -> list[Any]:
     """The queue a fleet shares: every queued problem (of one GPU model) with its state and counts."""
     database = _open(db)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 import warnings
@@ -19,7 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from autotune import api, ops
+from autotune import api, display, ops
 from autotune.core.errors import AutotuneError
 from autotune.core.log import cli_level, show_on_stderr
 from autotune.core.outcome import Outcome
@@ -27,7 +28,6 @@ from autotune.core.output import json_text, printable
 from autotune.core.problem import Problem
 from autotune.select.choose import Choice
 from autotune.tune.search import StudyResult
-from autotune.vendor.mapping import is_vendor, rank_of
 
 if TYPE_CHECKING:
     from autotune.tune.tuner import SweepReport
@@ -119,11 +119,28 @@ NoShipped = Annotated[
 
 def _config_text(config: dict[str, int] | None, problem: Problem) -> str:
     """Parameters in the order of the problem's space (records store them sorted)."""
-    if not config:
-        return "-"
-    if is_vendor(config):
-        return f"cuBLASLt algorithm {rank_of(config)} (the heuristic's answer of that rank)"
-    return " ".join(f"{k}={v}" for k, v in ops.in_space_order(problem, config).items())
+    return " ".join(display.config_items(config, problem))
+
+
+Wide = Annotated[
+    bool, typer.Option("--wide", help="one line per row, nothing wrapped or cut (for a wide terminal, grep)")
+]
+
+
+def _width(wide: bool = False) -> int | None:
+    """The width output wraps at: the terminal's (COLUMNS where set), or none with --wide."""
+    return None if wide else _columns(out)
+
+
+def _columns(console: Console) -> int:
+    """COLUMNS as it is now, else the console's width: rich reads COLUMNS once, when a console is
+    made (at import), and a program that sets it later (a test, an embedding shell) means it."""
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) > 0 else console.width
+
+
+def _print_lines(lines: list[str]) -> None:
+    out.print("\n".join(lines), markup=False)
 
 
 def counted(count: int, noun: str, plural: str | None = None) -> str:
@@ -346,12 +363,15 @@ def _print_choice(choice: Choice) -> None:
                 m, n, *k = choice.from_shape
                 timed = replace(timed, m=m, n=n, k=k[0] if k else 0)
             timing += f", {op.rate(timed, choice.time_us)}"
-    out.print(f"{choice.problem} on {choice.gpu} [{choice.source}]{timing}", markup=False)
-    out.print(f"config: {_config_text(choice.config, choice.problem)}", markup=False)
+    # Each line wraps at spaces to the terminal's width, its continuation lines indented under it.
+    width = _width()
+    lines = display.wrap(f"{choice.problem} on {choice.gpu} [{choice.source}]{timing}", width, "  ")
+    lines += display.hanging("config: ", _config_text(choice.config, choice.problem), width)
     if choice.basis:
-        out.print(f"predicted from: {choice.basis}", markup=False)
+        lines += display.hanging("predicted from: ", choice.basis, width)
     for note in choice.notes:
-        out.print(f"note: {note}", markup=False)
+        lines += display.hanging("note: ", note, width)
+    _print_lines(lines)
 
 
 @app.command()
@@ -394,52 +414,55 @@ def list_(
     op: Annotated[str | None, typer.Option("--op", help="only this op")] = None,
     dtype: Dtype = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON, configs in full")] = False,
+    wide: Wide = False,
     db: Db = None,
 ) -> None:
-    """What the database holds: one line per tuned problem."""
+    """What the database holds: each tuned problem with its trial counts and the config `autotune
+    best` answers for it (a table per GPU, the config wrapped by key; --wide: one line a problem)."""
     rows = api.list_problems(gpu=gpu, op=op, dtype=dtype, db=db)
+    listed = list(zip(rows, api.listed_choices(rows, db), strict=True))
     if as_json:
-        _print_json([_summary_dict(r) for r in rows])
+        _print_json([_summary_dict(r, choice) for r, choice in listed])
         return
-    cells = [
-        [
-            api.short_gpu_name(r.gpu_name),
-            r.problem.blas_name + ("ᵀ" if r.trans else ""),
-            "x".join(map(str, r.problem.shape)),
-            f"{r.ok}/{r.trials}",
-            _us(r.best_us),
-            _gbs(r.best_gbs),
-            _short_config(r.best_config, r.problem),
-        ]
-        for r in rows
-    ]
-    table = Table(box=None, pad_edge=False)
-    headers = ("gpu", "op", "shape", "ok/trials", "best us", "GB/s", "config")
-    for index, column in enumerate(headers):
-        # Every column but the config keeps its width; the config is cut short at the terminal's edge.
-        width = max([len(column), *(len(row[index]) for row in cells)])
-        last = index == len(headers) - 1
-        table.add_column(column, no_wrap=True, overflow="ellipsis", min_width=None if last else width)
-    for row in cells:
-        table.add_row(*(escape(cell) for cell in row))
     if rows:
-        out.print(table)
+        _print_lines(_listing_lines(listed, wide))
     elif gpu is not None:  # a GPU the database holds (api.stored_gpu refused any other), none of it asked for
         out.print(f"nothing tuned for {gpu!r}{' of that op' if op or dtype else ''}", markup=False)
     else:
         out.print("nothing tuned yet: run `autotune sweep`")
 
 
-def _short_config(config: dict[str, int] | None, problem: Problem) -> str:
-    """A config in one short cell: its values in the space's order (`autotune show` names them)."""
-    if not config:
-        return "-"
-    if is_vendor(config):
-        return f"cuBLASLt algorithm {rank_of(config)} (the heuristic's answer of that rank)"
-    return " ".join(str(v) for v in ops.in_space_order(problem, config).values())
+def _listing_lines(listed: list[tuple[Any, Choice]], wide: bool) -> list[str]:
+    """`list`'s tables: one per GPU under its name, or with --wide one table, a line a problem."""
+    headers = ["op", "shape", "ok/trials", "best us", "GB/s", "best config"]
+    if wide:
+        rows = [display.Row([api.short_gpu_name(r.gpu_name), *_listing_cells(r, c)]) for r, c in listed]
+        return display.table_lines(["gpu", *headers], rows, None, right=(4, 5))
+    lines: list[str] = []
+    for gpu_name in dict.fromkeys(r.gpu_name for r, _ in listed):
+        rows = [display.Row(_listing_cells(r, c)) for r, c in listed if r.gpu_name == gpu_name]
+        lines += ([""] if lines else []) + [gpu_name]
+        lines += display.table_lines(headers, rows, _width(), right=(3, 4))
+    return lines
 
 
-def _summary_dict(r: Any) -> dict[str, Any]:
+def _listing_cells(r: Any, choice: Choice) -> list[str]:
+    """A listed problem's cells: its counts, and what `best` answers (a cuBLASLt time that ties
+    ours answers ours, so its time and config are ours)."""
+    config = " ".join(display.config_items(choice.config, r.problem, brief=True))
+    if choice.source != "measured":  # no trial of the current kernels: what best estimates
+        config = f"[{choice.source}] {config}"
+    return [
+        r.problem.blas_name + ("ᵀ" if r.trans else ""),
+        "x".join(map(str, r.problem.shape)),
+        f"{r.ok}/{r.trials}",
+        _us(choice.time_us),
+        _gbs(choice.gbs),
+        config,
+    ]
+
+
+def _summary_dict(r: Any, choice: Choice) -> dict[str, Any]:
     return {
         "gpu": r.gpu_name,
         "op": r.problem.blas_name,
@@ -449,9 +472,11 @@ def _summary_dict(r: Any) -> dict[str, Any]:
         **({"k": r.k} if r.k else {}),
         "trials": r.trials,
         "ok": r.ok,
-        "best_us": r.best_us,
-        "best_gbs": r.best_gbs,
-        "config": r.best_config,
+        # What `best` answers, as the table shows it.
+        "best_us": choice.time_us,
+        "best_gbs": choice.gbs,
+        "config": choice.config,
+        "source": choice.source,
     }
 
 
@@ -465,34 +490,43 @@ def show(
     dtype: Dtype = None,
     gpu: Gpu = None,
     limit: Annotated[int, typer.Option("--limit", min=0, help="rows to show (0: all)")] = 20,
+    wide: Wide = False,
     db: Db = None,
 ) -> None:
     """Every trial stored for one problem, fastest first, failures with their reason; on a machine
     without a GPU and without --gpu, for every GPU the database holds."""
     problem, found = api.problem_trials(op, m, n, k, trans=trans, dtype=dtype, gpu=gpu, db=db)
     for gpu_name, trials in found:
-        _print_trials(problem, gpu_name, trials, limit)
+        _print_trials(problem, gpu_name, trials, limit, wide)
 
 
-def _print_trials(problem: Problem, gpu_name: str, trials: list[Any], limit: int) -> None:
-    table = Table(title=escape(f"{problem} on {gpu_name}"))
-    for column in ("status", "us", "GB/s", "rounds", "SM MHz", "mem MHz", "W", "config", "message"):
-        table.add_column(column)
+def _print_trials(problem: Problem, gpu_name: str, trials: list[Any], limit: int, wide: bool) -> None:
+    """A table of the trials: each config in full, key by key, wrapped in its column or on lines
+    under its row where the terminal leaves too little room; a failure's message on a line under
+    it. With --wide a line a trial, the message as a last column (where any trial has one)."""
     shown = trials if limit == 0 else trials[:limit]
+    if not trials:
+        out.print(f"no trials stored for {problem} on {gpu_name}", markup=False)
+    headers = ["status", "us", "GB/s", "rounds", "SM MHz", "mem MHz", "W", "config"]
+    rows = []
     for t in shown:
-        table.add_row(
+        message = (t.message.splitlines() or [""])[-1]
+        cells = [
             t.status.value,
             _us(t.time_us),
             _gbs(t.gbs),
             str(t.rounds),
             *(_whole(value) for value in (t.sm_mhz, t.mem_mhz, t.power_w)),
             _config_text(t.config, problem),
-            escape((t.message.splitlines() or [""])[-1][:80]),
-        )
-    if trials:
-        out.print(table)
-    else:
-        out.print(f"no trials stored for {problem} on {gpu_name}", markup=False)
+        ]
+        rows.append(display.Row(cells, [f"message: {message}"] if message and not wide else []))
+    if wide and any(t.message.strip() for t in shown):
+        headers.append("message")
+        for row, t in zip(rows, shown, strict=True):
+            row.cells = [*row.cells, (t.message.splitlines() or [""])[-1]]
+    if shown:
+        right = range(1, 7)  # the numbers
+        _print_lines([f"{problem} on {gpu_name}", *display.table_lines(headers, rows, _width(wide), right)])
     if len(shown) < len(trials):
         out.print(f"({len(trials) - len(shown)} more; --limit 0 shows all)")
 
@@ -660,9 +694,8 @@ def report(
     from autotune.report import write_report
 
     data = write_report(output, gpu=gpu, db=db)
-    problems = sum(len(g.shapes) for g in data.gpus)
-    cards = f"{len(data.gpus)} GPU" + ("" if len(data.gpus) == 1 else "s")
-    out.print(f"report written to {output.resolve()} ({problems} problems on {cards})", markup=False)
+    problems = counted(sum(len(g.shapes) for g in data.gpus), "problem")
+    out.print(f"report written to {output.resolve()} ({problems} on {counted(len(data.gpus), 'GPU')})", markup=False)
 
 
 @app.command()
@@ -681,6 +714,7 @@ def warmup(
         str | None, typer.Option("--gpu", help="for this GPU of the database (default: this machine's, else all)")
     ] = None,
     device: Annotated[int, typer.Option("--device", help="GPU index")] = 0,
+    wide: Wide = False,
     db: Db = None,
 ) -> None:
     """Ready every kernel these problems run (shipped ones unpacked, others compiled into the cache),
@@ -692,24 +726,30 @@ def warmup(
     else:
         wanted = api.problems(op, m, n, k, trans=trans, dtype=dtype, shapes_file=shapes)
     prepared = api.prepare(wanted, gpu=gpu, device=device, db=db)
-    table = Table(box=None, pad_edge=False)
-    for column in ("gpu", "problem", "config", "kernel", "arch", "found"):
-        table.add_column(column)
-    for item in prepared:
-        what = f"{item.source}{', unaligned' if item.unaligned else ''}"
-        table.add_row(
-            escape(api.short_gpu_name(item.gpu)), escape(str(item.problem)), what, item.kernel, item.arch, item.origin
+    rows = [
+        display.Row(
+            [
+                api.short_gpu_name(item.gpu),
+                str(item.problem),
+                f"{item.source}{', unaligned' if item.unaligned else ''}",
+                item.arch,
+                item.origin,
+                item.kernel,  # the longest cell, last: on a line of its own where the terminal is narrow
+            ]
         )
-    if not _QUIET:
-        out.print(table)
+        for item in prepared
+    ]
+    if not _QUIET and rows:
+        _print_lines(display.table_lines(["gpu", "problem", "config", "arch", "found", "kernel"], rows, _width(wide)))
     counts = {origin: sum(p.origin == origin for p in prepared) for origin in ("shipped", "cached", "compiled")}
-    summary = f"{len(prepared)} kernels: " + ", ".join(f"{count} {origin}" for origin, count in counts.items())
+    found = ", ".join(f"{count} {origin}" for origin, count in counts.items())
+    summary = f"{counted(len(prepared), 'kernel')}: {found}"
     if gpu is None and api.local_gpu_name() is not None:
         api.warmup(problems=wanted, device=device, db=db)
         summary += f"; loaded on GPU {device}"
     else:
         summary += "; none loaded (no GPU here, or --gpu names another)"
-    out.print(summary, markup=False)
+    _print_lines(display.wrap(summary, _width(wide), "  "))
 
 
 @app.command()
@@ -719,19 +759,24 @@ def doctor(db: Db = None) -> None:
     from autotune import doctor as checkup
 
     found = checkup.checks(db)
-    table = Table(box=None, pad_edge=False)
-    for column in ("", "check", "found", "to do"):
-        table.add_column(column, overflow="fold")
-    for check in found:
-        table.add_row("ok" if check.ok else "--", check.name, escape(printable(check.found)), escape(check.fix))
-    out.print(table)
+    # What is found wraps at spaces (a path after a '/'), what to do goes on a line of its own.
+    rows = [display.Row(["ok" if c.ok else "--", c.name, c.found], [f"to do: {c.fix}"] if c.fix else []) for c in found]
+    lines = display.table_lines(["", "check", "found"], rows, _width())
     for what, can in checkup.abilities(found):
-        out.print(f"{'yes' if can else 'no ':3}  {what}", markup=False)
+        lines += display.wrap(f"{'yes' if can else 'no ':3}  {what}", _width(), " " * 5)
+    _print_lines(lines)
 
 
 def _warn(message: Warning | str, category: type[Warning], *_: object, **__: object) -> None:
-    # Warnings as one line, without Python's file and source line.
-    err.print(f"warning: {message}", markup=False)
+    # Warnings without Python's file and source line.
+    _say_on_stderr(f"warning: {message}")
+
+
+def _say_on_stderr(line: str) -> None:
+    """An error or a warning: one line, as a log or a program reading stderr wants it; on a terminal
+    wrapped at spaces to its width, continuation lines indented, so that no word is cut in two."""
+    width = _columns(err) if err.is_terminal else None
+    err.print("\n".join(display.wrap(line, width, "  ")), markup=False)
 
 
 def main() -> None:
@@ -740,7 +785,7 @@ def main() -> None:
     try:
         app(standalone_mode=False)
     except AutotuneError as exc:
-        err.print(f"error: {exc}", markup=False)
+        _say_on_stderr(f"error: {exc}")
         sys.exit(2)
     except KeyboardInterrupt:
         _interrupted()
@@ -755,7 +800,7 @@ def main() -> None:
         if name == "NoArgsIsHelpError":
             out.print(exc.format_message(), markup=False)
             sys.exit(0)
-        err.print(f"error: {exc.format_message()}", markup=False)
+        _say_on_stderr(f"error: {exc.format_message()}")
         sys.exit(2)
 
 

@@ -424,10 +424,11 @@ def test_list_prints_the_tuned_problems(run: Cli, tmp_path: Path) -> None:
     db = str(tuned_db(tmp_path / "tuned.db"))
     result = run("list", "--db", db)
     assert result.code == 0 and result.err == ""
-    [line] = [line for line in result.out.splitlines() if line.startswith("H200")]
+    assert result.out.splitlines()[0] == "NVIDIA H200"  # a table per GPU, under its name
+    [line] = [line for line in result.out.splitlines() if line.startswith("hgemv")]
     cells = line.split()
-    assert cells[:6] == ["H200", "hgemv", "4096x8192", "2/3", "4.00", "250"]
-    assert " ".join(cells[6:]) == " ".join(str(v) for v in FAST.values())  # the config's values, in one cell
+    assert cells[:5] == ["hgemv", "4096x8192", "2/3", "4.00", "250"]
+    assert " ".join(cells[5:]) == FAST_TEXT  # the config, every value named
     assert "nothing tuned" in run("list", "--op", "sgemv", "--db", db).out
     unknown = run("list", "--gpu", "NVIDIA A100", "--db", db)
     assert_one_error(unknown, "unknown GPU 'NVIDIA A100': the database holds NVIDIA H200")  # as report and best
@@ -447,7 +448,11 @@ def test_list_fits_80_columns(run: Cli, tmp_path: Path, monkeypatch: pytest.Monk
     db = str(tuned_db(tmp_path / "tuned.db"))
     lines = run("list", "--db", db).out.splitlines()
     assert lines and all(len(line) <= 80 for line in lines)
-    assert len([line for line in lines if line.startswith("H200")]) == 1  # one line a problem
+    assert len([line for line in lines if line.startswith("hgemv")]) == 1 and FAST_TEXT in " ".join(
+        " ".join(lines).split()
+    )
+    wide = run("list", "--wide", "--db", db).out.splitlines()
+    assert len(wide) == 2 and wide[1].startswith("H200") and wide[1].endswith(FAST_TEXT)  # one line a problem
 
 
 def test_show_prints_every_trial_fastest_first(run: Cli, tmp_path: Path) -> None:
@@ -456,7 +461,9 @@ def test_show_prints_every_trial_fastest_first(run: Cli, tmp_path: Path) -> None
     assert result.code == 0 and "hgemv 4096x8192 on NVIDIA H200" in result.out
     rows = [line for line in result.out.splitlines() if "block=" in line]
     assert len(rows) == 3
-    assert "4.00" in rows[0] and "9.00" in rows[1] and "wrong_result" in rows[2] and "max error 0.5" in rows[2]
+    assert "4.00" in rows[0] and "9.00" in rows[1] and "wrong_result" in rows[2]
+    lines = result.out.splitlines()
+    assert lines[lines.index(rows[2]) + 1].split(maxsplit=1) == ["message:", "max error 0.5"]  # under its trial
     limited = run("show", "--m", "4096", "--n", "8192", "--gpu", "h200", "--limit", "1", "--db", db)
     assert len([line for line in limited.out.splitlines() if "block=" in line]) == 1
     assert "(2 more; --limit 0 shows all)" in limited.out

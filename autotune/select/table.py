@@ -361,6 +361,15 @@ def to_lines(snapshot: Snapshot, database: Path | None, identity: str | None = N
     return [json.dumps(header, separators=(",", ":")), *body]
 
 
+def in_memory(snapshot: Snapshot) -> Table:
+    """A table of `snapshot` that is never written: the selector's rows for every problem from one
+    read (`autotune list` asks it what `autotune best` answers, without two queries a problem)."""
+    header, *body = to_lines(snapshot, None)
+    texts = [line.encode() for line in body]
+    half = len(texts) // 2  # the groups, then their exact-hit lines, as read() splits a file
+    return _parse(json.loads(header), texts[:half], texts[half:]).table
+
+
 def _joined(lines: list[str]) -> bytes:
     return "".join(line + "\n" for line in lines).encode()
 
