@@ -43,7 +43,8 @@ class Space:
     def check(self, config: Mapping[str, int]) -> str | None:
         """Why `config` is not a point of this space, or None when it is valid."""
         missing = [p.name for p in self.params if p.name not in config]
-        unknown = [name for name in config if name not in self.names]
+        names = set(self.names)
+        unknown = [name for name in config if name not in names]
         if missing or unknown:
             return f"config keys differ from the space (missing {missing}, unknown {unknown})"
         for p in self.params:
@@ -89,8 +90,9 @@ class Space:
 
     def __iter__(self) -> Iterator[Config]:
         """Every valid config, in a fixed order."""
+        names = self.names  # once: spaces run to hundreds of thousands of points
         for values in itertools.product(*(p.choices for p in self.params)):
-            config = dict(zip(self.names, values, strict=True))
+            config = dict(zip(names, values, strict=True))
             if self.constraint(config) is None:
                 yield config
 
