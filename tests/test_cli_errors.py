@@ -179,3 +179,15 @@ def test_a_missing_postgres_driver_names_the_extra(monkeypatch: pytest.MonkeyPat
     with pytest.raises(AutotuneError) as error:
         open_database("postgresql+psycopg://autotune@127.0.0.1:1/tuning")
     assert "pip install 'autotune-kernels[postgres]'" in str(error.value)
+
+
+def test_no_shipped_creates_nothing_before_the_input_is_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    api._open.cache_clear()
+    target = tmp_path / "sweep.db"
+    sweep = ("sweep", "--m", "0", "--n", "64", "--trials", "2", "--no-shipped", "--db", str(target))
+    assert run_cli(monkeypatch, capsys, *sweep)[0] == 2
+    queue = ("queue", "--add", "--gpu", "h200", "--m", "0", "--n", "64", "--no-shipped", "--db", str(target))
+    assert run_cli(monkeypatch, capsys, *queue)[0] == 2
+    assert list(tmp_path.iterdir()) == []
