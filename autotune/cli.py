@@ -453,13 +453,18 @@ def _listing_cells(r: Any, choice: Choice) -> list[str]:
     if choice.source != "measured":  # no trial of the current kernels: what best estimates
         config = f"[{choice.source}] {config}"
     return [
-        r.problem.blas_name + ("ᵀ" if r.trans else ""),
-        "x".join(map(str, r.problem.shape)),
+        *_op_and_shape(r.problem),
         f"{r.ok}/{r.trials}",
         _us(choice.time_us),
         _gbs(choice.gbs),
         config,
     ]
+
+
+def _op_and_shape(problem: Problem) -> list[str]:
+    """A problem in two short cells, 'hgemmᵀ' marking the transposed layout (B stored N x K for a GEMM,
+    y = Aᵀx for a GEMV), for tables that must fit a terminal."""
+    return [problem.blas_name + ("ᵀ" if problem.trans else ""), "x".join(map(str, problem.shape))]
 
 
 def _summary_dict(r: Any, choice: Choice) -> dict[str, Any]:
@@ -730,7 +735,7 @@ def warmup(
         display.Row(
             [
                 api.short_gpu_name(item.gpu),
-                str(item.problem),
+                *_op_and_shape(item.problem),
                 f"{item.source}{', unaligned' if item.unaligned else ''}",
                 item.arch,
                 item.origin,
@@ -740,7 +745,9 @@ def warmup(
         for item in prepared
     ]
     if not _QUIET and rows:
-        _print_lines(display.table_lines(["gpu", "problem", "config", "arch", "found", "kernel"], rows, _width(wide)))
+        _print_lines(
+            display.table_lines(["gpu", "op", "shape", "config", "arch", "found", "kernel"], rows, _width(wide))
+        )
     counts = {origin: sum(p.origin == origin for p in prepared) for origin in ("shipped", "cached", "compiled")}
     found = ", ".join(f"{count} {origin}" for origin, count in counts.items())
     summary = f"{counted(len(prepared), 'kernel')}: {found}"

@@ -123,8 +123,11 @@ def test_best_fits_and_its_config_reads_whole(
 
 
 def test_warmup_fits(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], db: str) -> None:
-    lines = printed(monkeypatch, capsys, "warmup", "--gpu", "h200", "--m", "4096", "--n", "8192", "--db", db)
-    assert "2 kernels: 2 shipped" in " ".join(lines) and sum(line.startswith("    gemv_") for line in lines) == 2
+    """The widest row the shipped records hold: a GEMM with B stored N x K, its kernel's long name."""
+    shape = ("--m", "4096", "--n", "4096", "--k", "14336", "--trans")
+    lines = printed(monkeypatch, capsys, "warmup", "--gpu", "h200", "--op", "sgemm", *shape, "--db", db)
+    assert "2 kernels: 2 shipped" in " ".join(lines) and sum(line.startswith("    gemm_") for line in lines) == 2
+    assert sum(line.split()[1:3] == ["sgemmᵀ", "4096x4096x14336"] for line in lines) == 2
 
 
 def test_doctor_fits_and_breaks_a_path_between_folders(
