@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
@@ -33,19 +34,23 @@ class Space:
     params: tuple[Param, ...]
     constraint: Constraint
 
-    @property
+    # Cached: check() and __iter__ run once per point, and spaces run to millions of points.
+    @functools.cached_property
     def names(self) -> tuple[str, ...]:
         return tuple(p.name for p in self.params)
+
+    @functools.cached_property
+    def _name_set(self) -> frozenset[str]:
+        return frozenset(self.names)
 
     def choices(self) -> dict[str, tuple[int, ...]]:
         return {p.name: p.choices for p in self.params}
 
     def check(self, config: Mapping[str, int]) -> str | None:
         """Why `config` is not a point of this space, or None when it is valid."""
-        missing = [p.name for p in self.params if p.name not in config]
-        names = set(self.names)
-        unknown = [name for name in config if name not in names]
-        if missing or unknown:
+        if config.keys() != self._name_set:
+            missing = [name for name in self.names if name not in config]
+            unknown = [name for name in config if name not in self._name_set]
             return f"config keys differ from the space (missing {missing}, unknown {unknown})"
         for p in self.params:
             value = config[p.name]
@@ -90,9 +95,8 @@ class Space:
 
     def __iter__(self) -> Iterator[Config]:
         """Every valid config, in a fixed order."""
-        names = self.names  # once: spaces run to hundreds of thousands of points
         for values in itertools.product(*(p.choices for p in self.params)):
-            config = dict(zip(names, values, strict=True))
+            config = dict(zip(self.names, values, strict=True))
             if self.constraint(config) is None:
                 yield config
 
