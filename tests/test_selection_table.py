@@ -116,20 +116,29 @@ def every_question(store: Store) -> list[tuple[Problem, str]]:
     return [*stored, *((problem, gpu) for gpu in gpus for problem in problems), *described]
 
 
-def assert_same_answers(store: Store, lines: list[str], tmp_path: Path) -> int:
+def assert_same_answers(store: Store, lines: list[str], tmp_path: Path, every: int = 1) -> int:
+    """Ask the store and the table the same questions (every `every`-th of them); returns how many."""
     path = tmp_path / "t.json"
     table.write(path, lines)
     from_store, from_file = Selector(store), Selector(table.read(path).table)
-    questions = every_question(store)
+    questions = every_question(store)[::every]
     for problem, gpu in questions:
         expected = from_store.choose(problem, gpu, "580.0", "12.8")
         assert from_file.choose(problem, gpu, "580.0", "12.8") == expected, f"{problem} on {gpu}"
     return len(questions)
 
 
+def test_the_shipped_table_answers_as_the_store(records: Store, tmp_path: Path) -> None:
+    """Every fourth question of every kind: the cost model's estimates make the whole set 11 s, so it
+    runs whole under -m stress (.ci/run), below."""
+    asked = assert_same_answers(records, table.to_lines(records.selection_rows(table.PER_SOURCE), None), tmp_path, 4)
+    assert asked > 200
+
+
+@pytest.mark.stress
 def test_the_shipped_table_answers_every_question_as_the_store(records: Store, tmp_path: Path) -> None:
     asked = assert_same_answers(records, table.to_lines(records.selection_rows(table.PER_SOURCE), None), tmp_path)
-    assert asked > 500
+    assert asked > 800
 
 
 def test_a_database_with_old_kernels_and_bad_rows_answers_as_the_store(store: Store, tmp_path: Path) -> None:
