@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -215,23 +216,29 @@ def _providers(need: BuildFile) -> str:
     return f"Debian: apt install {need.debian}, or pip install {need.wheel}"
 
 
+def _found(
+    name: str, searched: Sequence[Path], others: Sequence[Path], variable: str, present: Callable[[Path], bool]
+) -> Check | None:
+    """The check of a file the build looks for in `searched`: found there, or found in one of
+    `others` with the export of `variable` that makes the build see it; None where neither holds it."""
+    for folder in searched:
+        if present(folder / name):
+            return Check(name, True, str(folder / name))
+    for folder in others:
+        if present(folder / name):
+            return Check(name, False, str(folder / name), f"{_UNSEARCHED}: export {variable}={folder}")
+    return None
+
+
 def _header_check(need: BuildFile, search: BuildSearch) -> Check:
-    for folder in search.include_dirs:
-        if (folder / need.name).is_file():
-            return Check(need.name, True, str(folder / need.name))
-    for folder in search.other_include_dirs:
-        if (folder / need.name).is_file():
-            return Check(need.name, False, str(folder / need.name), f"{_UNSEARCHED}: export CPATH={folder}")
-    return Check(need.name, False, "missing", f"the PyCUDA build needs it: {_providers(need)}")
+    found = _found(need.name, search.include_dirs, search.other_include_dirs, "CPATH", Path.is_file)
+    return found or Check(need.name, False, "missing", f"the PyCUDA build needs it: {_providers(need)}")
 
 
 def _library_check(need: BuildFile, search: BuildSearch) -> Check:
-    for folder in search.library_dirs:
-        if (folder / need.name).exists():
-            return Check(need.name, True, str(folder / need.name))
-    for folder in search.other_library_dirs:
-        if (folder / need.name).exists():
-            return Check(need.name, False, str(folder / need.name), f"{_UNSEARCHED}: export LIBRARY_PATH={folder}")
+    found = _found(need.name, search.library_dirs, search.other_library_dirs, "LIBRARY_PATH", Path.exists)
+    if found is not None:
+        return found
     # A runtime copy only (libcurand.so.10, as NVIDIA's wheel and Debian's libcurand10 ship it): the
     # linker's -lcurand needs the unversioned name.
     for folder in [*search.library_dirs, *search.other_library_dirs]:
