@@ -5,7 +5,6 @@ show, best, warmup, doctor or an error is wider, configs name every value and no
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,22 +12,16 @@ import pytest
 from autotune import api, cli
 from autotune.vendor.mapping import is_vendor
 from tests.fakes import run_cli
+from tests.test_cli import _fresh_api  # noqa: F401  (a fixture, used by name)
 
 pytestmark = pytest.mark.shipped_records
 WIDTH = 80
 
 
 @pytest.fixture(autouse=True)
-def _eighty_columns(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """No GPU on this machine, whatever it has; a terminal of 80 columns; nothing cached by another test."""
-    api._open.cache_clear()
-    api._selector.cache_clear()
-    monkeypatch.setattr("autotune.api.local_gpus", list)
-    monkeypatch.setattr("autotune.core.fingerprint.local_gpus", list)
+def _eighty_columns(_fresh_api: None, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811 (the fixture)
+    """test_cli's fresh API (no GPU, nothing cached by another test) in a terminal of 80 columns."""
     monkeypatch.setenv("COLUMNS", str(WIDTH))
-    yield
-    api._open.cache_clear()
-    api._selector.cache_clear()
 
 
 @pytest.fixture
