@@ -9,14 +9,11 @@ from typing import Any
 import pytest
 
 from autotune.core.errors import AutotuneError
-from autotune.runtime.operands import (
-    GemmLayout,
-    GemvLayout,
-    check_gemm_operands,
-    check_gemv_operands,
-    describe,
-    stream_handle,
-)
+from autotune.ops.gemm.call import GemmLayout
+from autotune.ops.gemm.call import check_operands as check_gemm_operands
+from autotune.ops.gemv.call import GemvLayout
+from autotune.ops.gemv.call import check_operands as check_gemv_operands
+from autotune.runtime.operands import describe, stream_handle
 
 
 class CudaArray:

@@ -174,8 +174,9 @@ def test_the_transposed_gemv_passes_x_first_and_its_one_row_sizes(cuda: FakeCuda
     config = gemv_t.TRANSPOSED.default_config(problem)
     cuda.arg_types = "PPPiiiffPP"  # a one-row GEMM's arguments
     runtime = _runtime(Choice(problem, H200.name, config, "default"))
+    # The call's order (A, x, y); the kernel's (x, A, y)
     runtime.run(Choice(problem, H200.name, config, "default"), runtime.device(0), (16, 32, 48), 1.0, 0.0)
-    assert cuda.launches[0].args[:6] == [16, 32, 48, 1, 500, 300]
+    assert cuda.launches[0].args[:6] == [32, 16, 48, 1, 500, 300]
 
 
 def test_split_k_scratch_belongs_to_one_stream(cuda: FakeCuda) -> None:

@@ -15,13 +15,16 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
+from autotune.core.arrays import DeviceArray
 from autotune.core.errors import AutotuneError
+from autotune.core.fingerprint import GpuInfo
 from autotune.core.problem import Problem
 from autotune.core.space import Config, Space
+from autotune.ops.call import Bound, KernelCall, Leading, Reroute
 from autotune.ops.geometry import Launch
 
 
@@ -53,12 +56,10 @@ class Op(ABC):
     name: ClassVar[str]  # the op in a Problem and in the database: "gemv"
     sizes: ClassVar[tuple[str, ...]] = ("M", "N")  # the sizes a problem of this op gives
     transposable: ClassVar[bool] = False  # whether a problem may ask for y = Aᵀx
-    compute_bound: ClassVar[bool] = False  # rates in TFLOP/s (else GB/s)
-    arg_types: ClassVar[str]  # the kernel's arguments in PyCUDA's prepare() notation
-    # Every kernel waits for the kernel before it in the stream (griddepcontrol.wait) before reading
-    # anything, so launchers may use programmatic dependent launch on sm_90+.
-    programmatic_launch: ClassVar[bool] = False
-    shapes_file: ClassVar[Path | None] = None  # the standard shapes `autotune sweep` tunes by default
+    # What a Python call passes (Runtime.call): its input arrays' names, in the call's order, and
+    # the output's (error messages name them).
+    input_names: ClassVar[tuple[str, ...]] = ("A",)
+    output_name: ClassVar[str] = "out"
 
     def serving(self, problem: Problem) -> Op:
         """The op whose kernels run `problem`: this one, or a variant (the transposed GEMV's)."""
@@ -118,6 +119,31 @@ class Op(ABC):
         by ops whose kernels take leading dimensions, so that a view of some of a matrix's columns
         runs in place."""
         raise AutotuneError(f"the kernels of {problem} read A's rows contiguous only (copy it, e.g. A.contiguous())")
+
+    def input_order(self, problem: Problem) -> tuple[int, ...]:
+        """Which call input each of the kernel's input arrays is: the call's order unless the
+        kernels take them otherwise."""
+        return tuple(range(len(self.input_names)))
+
+    # -- how it is called from Python (Runtime.call) ------------------------------------------
+
+    def bind(self, arrays: Sequence[DeviceArray], out: DeviceArray | None, options: tuple[Any, ...]) -> Bound | Reroute:
+        """Check a call's arrays (in input_names' order) and `out`, and bind them to a problem: one
+        line errors for shapes, layouts and dtypes the kernels cannot run. `options`: the op's own
+        call options (the GEMV's (trans,))."""
+        raise AutotuneError(f"{self.name} cannot be called from Python: it binds no arrays")
+
+    def plan(self, problem: Problem, config: Mapping[str, int], gpu: GpuInfo, leading: Leading = None) -> KernelCall:
+        """What a launch of `config` on `gpu` takes besides its addresses (this op serves `problem`:
+        see serving), for operands with these leading dimensions (None: contiguous)."""
+        sizes = self.operands(problem).sizes if leading is None else self.strided_sizes(problem, leading)
+        return KernelCall(
+            self.launch(problem, config, gpu.sm_count),
+            sizes,
+            self.arg_types,
+            self.input_order(problem),
+            self.programmatic_launch,
+        )
 
     # -- how it is checked and rated ----------------------------------------------------------
 

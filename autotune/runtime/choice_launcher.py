@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from autotune.core.arrays import DeviceArray, leading_dimension
 from autotune.core.errors import AutotuneError
 from autotune.core.problem import Problem
-from autotune.runtime import operands as opnd
+from autotune.ops.gemm import call as gemm_call
 from autotune.runtime.device import Device
 from autotune.runtime.launcher import Runtime
 from autotune.select.choose import Choice
@@ -20,27 +21,23 @@ class ChoiceLauncher:
         self.gpu = self.device.gpu
         self.stream = stream
 
-    def gemv(
-        self, choice: Choice, a: opnd.DeviceArray, x: opnd.DeviceArray, y: opnd.DeviceArray, alpha: float, beta: float
-    ) -> None:
+    def gemv(self, choice: Choice, a: DeviceArray, x: DeviceArray, y: DeviceArray, alpha: float, beta: float) -> None:
         """y = alpha*A x + beta*y (Aᵀx for a transposed problem) with A as described: a row-major
         M x N matrix whose rows may lie further apart (a slice of columns)."""
         problem = choice.problem
-        pointers = (x.pointer, a.pointer, y.pointer) if problem.trans else (a.pointer, x.pointer, y.pointer)
+        pointers = (a.pointer, x.pointer, y.pointer)
         lda = None
         if len(a.shape) == 2 and a.strides is not None:
-            lda = opnd.leading_dimension(a.shape[0], a.shape[1], a.strides)
+            lda = leading_dimension(a.shape[0], a.shape[1], a.strides)
             if lda is None:
                 raise AutotuneError(f"A (shape {a.shape}, strides {a.strides}) is not a row-major matrix")
         leading = (lda,) if lda is not None and lda != problem.n else None
         self.runtime.run(choice, self.device, pointers, alpha, beta, self.stream, leading=leading)
 
-    def gemm(
-        self, choice: Choice, a: opnd.DeviceArray, b: opnd.DeviceArray, c: opnd.DeviceArray, alpha: float, beta: float
-    ) -> None:
+    def gemm(self, choice: Choice, a: DeviceArray, b: DeviceArray, c: DeviceArray, alpha: float, beta: float) -> None:
         """C = alpha*A B + beta*C with the operands as described (B K x N, or the transpose of an
         N x K matrix for a transposed problem; rows may lie further apart)."""
-        layout = opnd.check_gemm_operands(a, b, c)
+        layout = gemm_call.check_operands(a, b, c)
         if layout.b_nk != choice.problem.trans:
             raise AutotuneError(f"B's layout does not match {choice.problem}")
         pointers = (a.pointer, b.pointer, c.pointer)

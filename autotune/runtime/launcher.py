@@ -1,30 +1,36 @@
-"""autotune.gemv() and gemm() in the caller's process: select, build and cache a launch plan per call
-signature, then launch on the caller's stream and the operands' own GPU.
+"""Runtime.call in the caller's process: bind the arrays through their op, select, build and cache
+a launch plan per call signature, then launch on the caller's stream and the operands' own GPU.
+gemv(), gemm() (and autotune.linear) are thin wrappers with their public signatures.
 
-The first call of a signature (op, shapes, strides, dtype, device) checks the operands in full,
-selects the config, finds its kernel (shipped with autotune, else cached, else compiled by nvcc:
-autotune/build/shipped.py), loads it into the device's context and binds a LaunchPlan (one per
-leading dimension: a GEMV's A may be a view with gaps between its rows). Later calls of torch tensors
-take a short path: a dictionary look-up keyed by what the checks depended on, three data_ptr()s, the
-current stream, one driver call.
+The first call of a signature (op, its options, each array's shape, strides, dtype and device)
+checks the operands in full (the op's bind: autotune/ops/<op>/call.py), selects the config, finds
+its kernel (shipped with autotune, else cached, else compiled by nvcc: autotune/build/shipped.py),
+loads it into the device's context and binds a LaunchPlan (one per leading dimensions: a GEMV's A
+may be a view with gaps between its rows). Later calls of torch tensors take a short path: a
+dictionary look-up keyed by what the checks depended on, the data_ptr()s, the current stream, one
+driver call.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import operator
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Union
 
 from autotune import ops
 from autotune.build.shipped import find_kernel
+from autotune.core.arrays import DeviceArray
 from autotune.core.errors import AutotuneError
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.core.space import Config, config_key
 from autotune.core.target import targeting
-from autotune.ops import make_problem
 from autotune.ops.base import Op
+from autotune.ops.call import Leading, Reroute
+from autotune.runtime import driver
 from autotune.runtime import operands as opnd
 from autotune.runtime.device import Allocator, Device
 from autotune.runtime.misses import Misses, Tally
@@ -39,9 +45,9 @@ log = logging.getLogger(__name__)
 # What runs a call: one of our kernels, or cuBLASLt where it was measured fastest (both have launch()).
 Plan = Union[LaunchPlan, "VendorPlan"]
 Chooser = Callable[[Problem, Device, "str | None"], Choice]
-# The leading dimensions of a call whose matrices have gaps between their rows, in the op's order
-# (GEMV: (lda,); GEMM: (lda, ldb, ldc)); None where every matrix is contiguous.
-Leading = tuple[int, ...] | None
+GEMV = ops.get("gemv")
+GEMM = ops.get("gemm")
+_PLAIN, _TRANSPOSED = (False,), (True,)  # the GEMV's options, made once
 
 
 def _no_stream(index: int) -> int:
@@ -67,7 +73,6 @@ class Signature:
     unaligned: Plan | None = None
     leading: Leading = None  # the leading dimensions where a matrix has gaps between its rows
     allocator: Allocator | None = None
-    swap: bool = False  # a transposed GEMV: its kernels take x before A
     tally: Tally | None = None  # an untuned problem's call count (autotune/runtime/misses.py)
 
 
@@ -79,8 +84,7 @@ class Runtime:
         self._misses = misses
         self._devices: dict[int, Device] = {}
         self._plans: dict[tuple[Problem, str, int, bool, Leading], Plan] = {}
-        self._gemv: dict[tuple[Any, ...], Signature] = {}
-        self._gemm: dict[tuple[Any, ...], Signature] = {}
+        self._signatures: dict[tuple[Any, ...], Signature] = {}
         self._lock = threading.RLock()
         self._tensor: type[Any] = _NotATensor
         self._raw_stream: Callable[[int], int] = _no_stream
@@ -93,16 +97,13 @@ class Runtime:
         was made before this does not keep its signature."""
         with self._lock:
             self._generation += 1
-            self._gemv = {}
-            self._gemm = {}
+            self._signatures = {}
 
-    def _keep(
-        self, signatures: dict[tuple[Any, ...], Signature], key: tuple[Any, ...], sig: Signature, generation: int
-    ) -> None:
+    def _keep(self, key: tuple[Any, ...], sig: Signature, generation: int) -> None:
         """Keep `sig` for the short path unless forget() ran since its choice was made."""
         with self._lock:
             if generation == self._generation:
-                signatures[key] = sig
+                self._signatures[key] = sig
 
     # -- devices and plans -------------------------------------------------------------------
 
@@ -134,44 +135,230 @@ class Runtime:
     def _build_for(self, choice: Choice, device: Device, aligned: bool, stream: int, leading: Leading) -> Plan:
         problem = choice.problem
         config = choice.config
+        op = ops.for_problem(problem)
         if is_vendor(config):  # the `cublas` family's algorithm: no kernel of ours to find
             from autotune.runtime.vendor_plan import VendorPlan
 
             log.debug("%s on GPU %d: cuBLASLt %s (%s)", problem, device.index, config, choice.source)
-            return VendorPlan(device, problem, rank_of(config), aligned, leading)
-        op = ops.for_problem(problem)
+            return VendorPlan(device, problem, rank_of(config), aligned, leading, op.input_order(problem))
         if not aligned:
             op, config = scalar_loads(problem, config)
         job = ops.compile_job(problem, config, device.gpu.arch, op)
         kernel = find_kernel(job)  # shipped, else the kernel cache, else nvcc
         log.debug("%s on GPU %d: %s (%s config), %s", problem, device.index, job.name, choice.source, kernel.origin)
-        geom = op.launch(problem, config, device.gpu.sm_count)
-        function = device.function(kernel.image, kernel.key, job.name, geom.shared_bytes)
-        sizes = op.operands(problem).sizes if leading is None else op.strided_sizes(problem, leading)
-        programmatic = op.programmatic_launch and device.programmatic
-        if geom.operand_maps is not None:
-            device.prepare_capture_maps(geom.operand_maps.nbytes, stream)
-        return LaunchPlan(device, function, op.arg_types, geom, sizes, problem.dtype, programmatic)
+        call = op.plan(problem, config, device.gpu, leading)
+        function = device.function(kernel.image, kernel.key, job.name, call.geom.shared_bytes)
+        if call.geom.operand_maps is not None:
+            device.prepare_capture_maps(call.geom.operand_maps.nbytes, stream)
+        return LaunchPlan(device, function, call, problem.dtype, call.programmatic and device.programmatic)
 
     def run(
         self,
         choice: Choice,
         device: Device,
-        pointers: tuple[int, int, int],
+        pointers: tuple[int, ...],
         alpha: float,
         beta: float,
         stream: int = 0,
         allocator: Allocator | None = None,
         leading: Leading = None,
     ) -> None:
-        """Launch `choice` on arrays at `pointers` (in the kernel's order) on `stream`; `leading`: the
-        leading dimensions where a matrix has gaps between its rows. Vector loads need 16-byte aligned
-        arrays and rows."""
-        aligned = not (pointers[0] | pointers[1] | pointers[2]) & 15 and rows_aligned(choice.problem, leading)
+        """Launch `choice` on arrays at `pointers` (the call's inputs, then the output) on `stream`;
+        `leading`: the leading dimensions where a matrix has gaps between its rows. Vector loads need
+        16-byte aligned arrays and rows."""
+        aligned = not functools.reduce(operator.or_, pointers) & 15 and rows_aligned(choice.problem, leading)
         plan = self.plan(choice, device, aligned, stream, leading)
-        plan.launch(*pointers, alpha, beta, stream, allocator)
+        plan.launch(pointers, alpha, beta, stream, allocator)
 
     # -- the library calls ------------------------------------------------------------------
+
+    def call(
+        self,
+        op: Op,
+        *arrays: Any,
+        out: Any = None,
+        alpha: float = 1.0,
+        beta: float = 0.0,
+        stream: Any = None,
+        db: str | None = None,
+        options: tuple[Any, ...] = (),
+    ) -> Any:
+        """out = alpha * op(arrays) + beta * out with the tuned kernel for the arrays' problem on
+        their GPU; returns out (`out`, or a new array). Runs on `stream` (an integer handle, a torch,
+        cupy or PyCUDA stream), by default the caller's current stream (torch's or cupy's), also while
+        it captures a CUDA graph. `options`: the op's own (the GEMV's (trans,))."""
+        return self._call(op, arrays, out, alpha, beta, stream, db, options)
+
+    def _call(
+        self,
+        op: Op,
+        arrays: tuple[Any, ...],
+        out: Any,
+        alpha: float,
+        beta: float,
+        stream: Any,
+        db: str | None,
+        options: tuple[Any, ...],
+    ) -> Any:
+        """call() with every argument in place: what gemv() and gemm() call, as positional arguments
+        cost less to pass than keywords."""
+        # The short path: torch tensors of a signature seen before. The key holds everything the
+        # full checks depended on, so a hit needs no check at all. For two inputs (GEMV, GEMM) it
+        # is signature_key()'s tuple and the plan's launch written out here: a function call would
+        # cost ~0.1 us on every launch.
+        if len(arrays) == 2 and isinstance(arrays[0], self._tensor):
+            first, second = arrays
+            if out is None:
+                key: tuple[Any, ...] = (
+                    op,
+                    options,
+                    db,
+                    first.dtype,
+                    first.shape,
+                    first.stride(),
+                    first.get_device(),
+                    second.dtype,
+                    second.shape,
+                    second.stride(),
+                    second.get_device(),
+                )
+            elif isinstance(out, self._tensor):
+                key = (
+                    op,
+                    options,
+                    db,
+                    first.dtype,
+                    first.shape,
+                    first.stride(),
+                    first.get_device(),
+                    second.dtype,
+                    second.shape,
+                    second.stride(),
+                    second.get_device(),
+                    out.dtype,
+                    out.shape,
+                    out.stride(),
+                    out.get_device(),
+                )
+            else:
+                key = ()
+            sig = self._signatures.get(key)
+            if sig is not None:
+                if out is None:
+                    if beta != 0.0:
+                        raise AutotuneError(f"beta != 0 reads {op.output_name}: pass it as out=")
+                    out = first.new_empty(sig.out_shape)
+                handle = self._raw_stream(sig.index) if stream is None else self._given(stream, sig.device)
+                a, b, c = first.data_ptr(), second.data_ptr(), out.data_ptr()
+                plan = sig.aligned if not (a | b | c) & 15 else self._unaligned(sig, handle)
+                if isinstance(plan, LaunchPlan) and plan.direct:
+                    with plan.lock:
+                        args = plan.args
+                        args.p0, args.p1, args.p2, args.alpha, args.beta = a, b, c, alpha, beta
+                        plan.config.stream = handle
+                        result = plan.launch_driver(plan.config_ref, plan.function, plan.params, None)
+                        if result:
+                            result = plan.relaunch(result)
+                    if result:
+                        driver.check(result, "launching the kernel (cuLaunchKernelEx)")
+                else:
+                    plan.launch((a, b, c), alpha, beta, handle, sig.allocator)
+                if sig.tally is not None:
+                    sig.tally.count += 1
+                return out
+        elif arrays and isinstance(arrays[0], self._tensor) and (out is None or isinstance(out, self._tensor)):
+            sig = self._signatures.get(signature_key(op, options, db, arrays, out))
+            if sig is not None:
+                return self._launch_seen(sig, op, arrays, out, alpha, beta, stream)
+        return self._call_checked(op, arrays, out, alpha, beta, stream, db, options)
+
+    def _launch_seen(
+        self, sig: Signature, op: Op, arrays: Sequence[Any], out: Any, alpha: float, beta: float, stream: Any
+    ) -> Any:
+        """The short path for any number of inputs (call() writes out the one for two)."""
+        if out is None:
+            if beta != 0.0:
+                raise AutotuneError(f"beta != 0 reads {op.output_name}: pass it as out=")
+            out = arrays[0].new_empty(sig.out_shape)
+        handle = self._raw_stream(sig.index) if stream is None else self._given(stream, sig.device)
+        pointers = (*(array.data_ptr() for array in arrays), out.data_ptr())
+        plan = sig.aligned if not functools.reduce(operator.or_, pointers) & 15 else self._unaligned(sig, handle)
+        plan.launch(pointers, alpha, beta, handle, sig.allocator)
+        if sig.tally is not None:
+            sig.tally.count += 1
+        return out
+
+    def _call_checked(
+        self,
+        op: Op,
+        arrays: Sequence[Any],
+        out: Any,
+        alpha: float,
+        beta: float,
+        stream: Any,
+        db: str | None,
+        options: tuple[Any, ...],
+    ) -> Any:
+        names = op.input_names
+        if len(arrays) != len(names):
+            takes = f"{len(names)} array{'s' if len(names) != 1 else ''} ({', '.join(names)})"
+            raise AutotuneError(f"{op.name} takes {takes}, got {len(arrays)}")
+        described = [opnd.describe(array, name) for array, name in zip(arrays, names, strict=True)]
+        given = opnd.describe(out, "out") if out is not None else None
+        bound = op.bind(described, given, options)
+        if isinstance(bound, Reroute):
+            return self._reroute(bound, out, given, alpha, beta, stream, db)
+        if given is None and beta != 0.0:
+            raise AutotuneError(f"beta != 0 reads {op.output_name}: pass it as out=")
+        device = self.device(opnd.device_of(described + ([given] if given else [])))
+        written = given or opnd.describe(out := opnd.empty_like(described[0], bound.out_shape, device.index), "out")
+        problem = bound.problem
+        generation = self._generation
+        choice = self._choose(problem, device, db)
+        tally = self._tally(choice, db)
+        handle = self._stream(stream, described[0], device)
+        allocator = self._allocator(described[0], device)
+        pointers = (*(array.pointer for array in described), written.pointer)
+        self.run(choice, device, pointers, float(alpha), float(beta), handle, allocator, bound.leading)
+        if all(array.kind == "torch" for array in described) and (given is None or given.kind == "torch"):
+            # The strides are in the key: where a matrix's rows break 16-byte alignment, every call of
+            # the signature runs scalar loads, so the short path's check of the addresses stays as it is.
+            vector_rows = rows_aligned(problem, bound.leading)
+            plan = self.plan(choice, device, vector_rows, handle, bound.leading)
+            sig = Signature(choice, device, device.index, bound.out_shape, plan, None if vector_rows else plan)
+            sig.leading, sig.allocator, sig.tally = bound.leading, allocator, tally
+            self._keep(signature_key(op, options, db, arrays, out if given is not None else None), sig, generation)
+        return out
+
+    def _reroute(
+        self,
+        route: Reroute,
+        out: Any,
+        given: DeviceArray | None,
+        alpha: float,
+        beta: float,
+        stream: Any,
+        db: str | None,
+    ) -> Any:
+        """Compute a call as `route` says: another op, or the same through contiguous copies."""
+        target = ops.get(route.op)
+        arrays = list(route.arrays)
+        for index in route.copy_inputs:
+            arrays[index] = opnd.contiguous_copy(opnd.describe(arrays[index], target.input_names[index]))
+        if route.copy_out and given is not None:  # out's values in, the result back out
+            result = self.call(
+                target,
+                *arrays,
+                out=opnd.contiguous_copy(given),
+                alpha=alpha,
+                beta=beta,
+                stream=stream,
+                db=db,
+                options=route.options,
+            )
+            opnd.copy_into(given, result)
+            return out
+        return self.call(target, *arrays, out=out, alpha=alpha, beta=beta, stream=stream, db=db, options=route.options)
 
     def gemv(
         self,
@@ -189,104 +376,7 @@ class Runtime:
         on A's GPU; returns y (`out`, or a new array). Runs on `stream` (an integer handle, a torch, cupy
         or PyCUDA stream), by default the caller's current stream (torch's or cupy's), also while it
         captures a CUDA graph."""
-        # The short path: torch tensors of a signature seen before. The key holds everything the
-        # full checks depended on, so a hit needs no check at all. It is signature_key()'s tuple,
-        # written out here and in gemm(): a function call would cost ~0.1 us on every launch.
-        if isinstance(A, self._tensor):
-            if out is None:
-                key: tuple[Any, ...] = (
-                    A.dtype,
-                    A.shape,
-                    A.stride(),
-                    A.get_device(),
-                    x.dtype,
-                    x.shape,
-                    x.stride(),
-                    x.get_device(),
-                    trans,
-                    db,
-                )
-            elif isinstance(out, self._tensor):
-                key = (
-                    A.dtype,
-                    A.shape,
-                    A.stride(),
-                    A.get_device(),
-                    x.dtype,
-                    x.shape,
-                    x.stride(),
-                    x.get_device(),
-                    trans,
-                    db,
-                    out.dtype,
-                    out.shape,
-                    out.stride(),
-                    out.get_device(),
-                )
-            else:
-                key = ()
-            sig = self._gemv.get(key)
-            if sig is not None:
-                if out is None:
-                    if beta != 0.0:
-                        raise AutotuneError("beta != 0 reads y: pass it as out=")
-                    out = A.new_empty(sig.out_shape)
-                handle = self._raw_stream(sig.index) if stream is None else self._given(stream, sig.device)
-                a, v, y = A.data_ptr(), x.data_ptr(), out.data_ptr()
-                plan = sig.aligned if not (a | v | y) & 15 else self._unaligned(sig, handle)
-                if sig.swap:
-                    plan.launch(v, a, y, alpha, beta, handle, sig.allocator)
-                else:
-                    plan.launch(a, v, y, alpha, beta, handle, sig.allocator)
-                if sig.tally is not None:
-                    sig.tally.count += 1
-                return out
-        return self._gemv_checked(A, x, out, alpha, beta, trans, stream, db)
-
-    def _gemv_checked(
-        self, A: Any, x: Any, out: Any, alpha: float, beta: float, trans: bool, stream: Any, db: str | None
-    ) -> Any:
-        a, xv = opnd.describe(A, "A"), opnd.describe(x, "x")
-        y = given = opnd.describe(out, "out") if out is not None else None
-        if len(xv.shape) == 2 and xv.shape[0] > 1 and xv.shape[1] > 1 and len(a.shape) == 2:
-            # A batch of B vectors as the rows of x (B x N): Y = X Aᵀ (X A with `trans`), a GEMM whose
-            # B operand is A itself (the N x K layout for A x), never a copy of A.
-            return self.gemm(x, A if trans else A.T, out, alpha, beta, stream=stream, db=db)
-        if opnd.strided_vector(xv):  # incx != 1
-            return self._gemv_checked(A, opnd.contiguous_copy(xv), out, alpha, beta, trans, stream, db)
-        if y is not None and opnd.strided_vector(y):  # incy != 1: y's values in, the result back out
-            result = self._gemv_checked(A, x, opnd.contiguous_copy(y), alpha, beta, trans, stream, db)
-            opnd.copy_into(y, result)
-            return out
-        layout = opnd.check_gemv_operands(a, xv, y, trans)
-        if y is None and beta != 0.0:
-            raise AutotuneError("beta != 0 reads y: pass it as out=")
-        device = self.device(opnd.device_of([a, xv] + ([y] if y else [])))
-        if y is None:
-            out = opnd.empty_like(a, layout.out_shape, device.index)
-            y = opnd.describe(out, "out")
-        problem = make_problem("gemv", a.dtype, layout.m, layout.n, trans=layout.trans)
-        generation = self._generation
-        choice = self._choose(problem, device, db)
-        tally = self._tally(choice, db)
-        handle = self._stream(stream, a, device)
-        # The transposed GEMV's kernels take (x, A, y): yᵀ = xᵀ A is a one-row GEMM.
-        pointers = (xv.pointer, a.pointer, y.pointer) if layout.trans else (a.pointer, xv.pointer, y.pointer)
-        leading = (layout.lda,) if layout.strided else None
-        self.run(choice, device, pointers, float(alpha), float(beta), handle, self._allocator(a, device), leading)
-        if a.kind == xv.kind == "torch" and (given is None or given.kind == "torch"):
-            # A's strides are in the key: where its rows break 16-byte alignment, every call of the
-            # signature runs scalar loads, so the short path's check of the addresses stays as it is.
-            vector_rows = rows_aligned(problem, leading)
-            plan = self.plan(choice, device, vector_rows, handle, leading)
-            unaligned = None if vector_rows else plan
-            sig = Signature(choice, device, device.index, layout.out_shape, plan, unaligned=unaligned, leading=leading)
-            sig.allocator = self._allocator(a, device)
-            sig.swap = layout.trans
-            sig.tally = tally
-            key = signature_key(A, x, out if given is not None else None, (trans, db))
-            self._keep(self._gemv, key, sig, generation)
-        return out
+        return self._call(GEMV, (A, x), out, alpha, beta, stream, db, _TRANSPOSED if trans else _PLAIN)
 
     def gemm(
         self,
@@ -301,86 +391,11 @@ class Runtime:
     ) -> Any:
         """C = alpha*A@B + beta*C (row-major) with the tuned kernel for this shape on A's GPU; returns C
         (`out`, or a new array). Streams and graphs as for gemv()."""
-        if isinstance(A, self._tensor):  # the short path, as in gemv()
-            if out is None:
-                key: tuple[Any, ...] = (
-                    A.dtype,
-                    A.shape,
-                    A.stride(),
-                    A.get_device(),
-                    B.dtype,
-                    B.shape,
-                    B.stride(),
-                    B.get_device(),
-                    db,
-                )
-            elif isinstance(out, self._tensor):
-                key = (
-                    A.dtype,
-                    A.shape,
-                    A.stride(),
-                    A.get_device(),
-                    B.dtype,
-                    B.shape,
-                    B.stride(),
-                    B.get_device(),
-                    db,
-                    out.dtype,
-                    out.shape,
-                    out.stride(),
-                    out.get_device(),
-                )
-            else:
-                key = ()
-            sig = self._gemm.get(key)
-            if sig is not None:
-                if out is None:
-                    if beta != 0.0:
-                        raise AutotuneError("beta != 0 reads C: pass it as out=")
-                    out = A.new_empty(sig.out_shape)
-                handle = self._raw_stream(sig.index) if stream is None else self._given(stream, sig.device)
-                a, b, c = A.data_ptr(), B.data_ptr(), out.data_ptr()
-                plan = sig.aligned if not (a | b | c) & 15 else self._unaligned(sig, handle)
-                plan.launch(a, b, c, alpha, beta, handle, sig.allocator)
-                if sig.tally is not None:
-                    sig.tally.count += 1
-                return out
-        return self._gemm_checked(A, B, out, alpha, beta, stream, db)
-
-    def _gemm_checked(self, A: Any, B: Any, out: Any, alpha: float, beta: float, stream: Any, db: str | None) -> Any:
-        a, b = opnd.describe(A, "A"), opnd.describe(B, "B")
-        c = given = opnd.describe(out, "out") if out is not None else None
-        layout = opnd.check_gemm_operands(a, b, c)
-        m, n, k = layout.m, layout.n, layout.k
-        if c is None and beta != 0.0:
-            raise AutotuneError("beta != 0 reads C: pass it as out=")
-        device = self.device(opnd.device_of([a, b] + ([c] if c else [])))
-        if c is None:
-            out = opnd.empty_like(a, (m, n), device.index)
-            c = opnd.describe(out, "out")
-        problem = make_problem("gemm", a.dtype, m, n, k, trans=layout.b_nk)
-        generation = self._generation
-        choice = self._choose(problem, device, db)
-        tally = self._tally(choice, db)
-        handle = self._stream(stream, a, device)
-        leading = layout.leading
-        pointers = (a.pointer, b.pointer, c.pointer)
-        self.run(choice, device, pointers, float(alpha), float(beta), handle, self._allocator(a, device), leading)
-        if a.kind == b.kind == "torch" and (given is None or given.kind == "torch"):
-            # As for gemv(): where the strides break 16-byte alignment every call runs scalar loads.
-            vector_rows = rows_aligned(problem, leading)
-            plan = self.plan(choice, device, vector_rows, handle, leading)
-            unaligned = None if vector_rows else plan
-            sig = Signature(choice, device, device.index, (m, n), plan, unaligned=unaligned, leading=leading)
-            sig.allocator = self._allocator(a, device)
-            sig.tally = tally
-            key = signature_key(A, B, out if given is not None else None, (db,))
-            self._keep(self._gemm, key, sig, generation)
-        return out
+        return self._call(GEMM, (A, B), out, alpha, beta, stream, db, ())
 
     def signatures(self) -> list[Signature]:
         """Every call signature seen so far."""
-        return [*self._gemv.values(), *self._gemm.values()]
+        return list(self._signatures.values())
 
     def warmup_scratch(self, choice: Choice, device: Device, captures: int = 1, leading: Leading = None) -> None:
         """Load `choice`'s kernels (aligned and unaligned, for these leading dimensions) and set aside
@@ -410,7 +425,7 @@ class Runtime:
             sig.unaligned = self.plan(sig.choice, sig.device, False, stream, sig.leading)
         return sig.unaligned
 
-    def _stream(self, stream: Any, a: opnd.DeviceArray, device: Device) -> int:
+    def _stream(self, stream: Any, a: DeviceArray, device: Device) -> int:
         if stream is None:
             return opnd.default_stream(a, device.index)
         return self._given(stream, device)
@@ -427,7 +442,7 @@ class Runtime:
             raise AutotuneError(f"the stream belongs to GPU {stream_device}, the operands to GPU {device.index}")
         return opnd.stream_handle(stream)
 
-    def _allocator(self, a: opnd.DeviceArray, device: Device) -> Allocator | None:
+    def _allocator(self, a: DeviceArray, device: Device) -> Allocator | None:
         """torch's caching allocator for scratch a graph capture needs (it serves captures from the
         graph's private pool); none for other arrays."""
         if a.kind != "torch":
@@ -449,15 +464,14 @@ class Runtime:
         return self._allocators[device.index]
 
 
-def signature_key(first: Any, second: Any, out: Any, tail: tuple[Any, ...]) -> tuple[Any, ...]:
-    """The key of a torch call signature: dtype, shape, strides and device of both operands, the
-    call's own options (`tail`), then out's four where out was given. gemv() and gemm() build the
-    same tuple inline on their short path."""
-
-    def layout(t: Any) -> tuple[Any, ...]:
-        return (t.dtype, t.shape, t.stride(), t.get_device())
-
-    return (*layout(first), *layout(second), *tail, *(layout(out) if out is not None else ()))
+def signature_key(op: Op, options: tuple[Any, ...], db: str | None, arrays: Sequence[Any], out: Any) -> tuple[Any, ...]:
+    """The key of a torch call signature: the op, its options, the database, then dtype, shape,
+    strides and device of each array and of out where out was given. call() builds the same tuple
+    inline on its short path for two inputs."""
+    key: tuple[Any, ...] = (op, options, db)
+    for array in (*arrays, out) if out is not None else arrays:
+        key += (array.dtype, array.shape, array.stride(), array.get_device())
+    return key
 
 
 def rows_aligned(problem: Problem, leading: Leading) -> bool:

@@ -24,10 +24,17 @@ class VendorPlan:
     needs_scratch = False  # its workspace is its own (Device.vendor_workspace), never split-K scratch
 
     def __init__(
-        self, device: Device, problem: Problem, rank: int, aligned: bool, leading: tuple[int, ...] | None
+        self,
+        device: Device,
+        problem: Problem,
+        rank: int,
+        aligned: bool,
+        leading: tuple[int, ...] | None,
+        order: tuple[int, ...] = (0, 1),
     ) -> None:
         self.device = device
         self.problem = problem
+        self._first, self._second = order  # which call input our kernels (and the mapping) take first
         alignment = ALIGNED_BYTES if aligned else ITEMSIZE[problem.dtype]
         handle = device.vendor_handle()
         with driver.in_context(device.context):
@@ -43,9 +50,10 @@ class VendorPlan:
         self._lock = threading.Lock()
 
     def launch(
-        self, a: int, b: int, c: int, alpha: float, beta: float, stream: int, allocator: Allocator | None
+        self, pointers: tuple[int, ...], alpha: float, beta: float, stream: int, allocator: Allocator | None
     ) -> None:
-        """Run on `stream` with arrays at a, b, c (in our kernels' order) from any thread."""
+        """Run on `stream` with arrays at `pointers` (the call's inputs, then the output) from any thread."""
+        a, b, c = pointers[self._first], pointers[self._second], pointers[2]
         with self._lock:
             workspace = 0
             if self.workspace_bytes:

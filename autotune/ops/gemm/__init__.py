@@ -14,15 +14,19 @@ tensor-core GPU, any shape).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
+from autotune.core.arrays import DeviceArray
 from autotune.core.errors import AutotuneError
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.core.space import Config, Space
 from autotune.core.target import target_capabilities
 from autotune.ops.base import DeviceReference, Op, Operands
+from autotune.ops.call import Bound
+from autotune.ops.gemm import call
 from autotune.ops.gemm import mma as gemm_mma
 from autotune.ops.gemm import shared as gemm_shared
 from autotune.ops.gemm import simt as gemm_simt
@@ -95,12 +99,17 @@ class Gemm(Op):
     compute_bound = True
     arg_types = gemm_shared.ARG_TYPES
     shapes_file = Path(__file__).with_name("shapes.txt")
+    input_names = ("A", "B")
+    output_name = "C"
 
     def __init__(self, pinned: ModuleType | None = None) -> None:
         self._pinned = pinned
 
     def _family(self, problem: Problem) -> ModuleType:
         return self._pinned or family(problem)
+
+    def bind(self, arrays: Sequence[DeviceArray], out: DeviceArray | None, options: tuple[Any, ...]) -> Bound:
+        return call.bind(arrays, out, options)
 
     def for_unaligned(self, problem: Problem) -> Op:
         """Families with a `vec` parameter fall back to scalar loads themselves; wgmma copies whole

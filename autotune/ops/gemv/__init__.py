@@ -5,15 +5,19 @@ transposed.py's."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
+from autotune.core.arrays import DeviceArray
 from autotune.core.dtypes import CUDA_TYPE
 from autotune.core.errors import AutotuneError
 from autotune.core.limits import DEFAULT_SHARED_BYTES
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.core.space import Config, Param, Space
 from autotune.ops.base import DeviceReference, Op, Operands
+from autotune.ops.call import Bound, Reroute
+from autotune.ops.gemv import call
 from autotune.ops.gemv.transposed import TRANSPOSED
 from autotune.ops.geometry import Launch, cluster_choices, cluster_declaration
 
@@ -125,6 +129,11 @@ class Gemv(Op):
     # Every instance runs griddepcontrol.wait before reading anything (gemv.cu: programmatic_start).
     programmatic_launch = True
     shapes_file = Path(__file__).with_name("shapes.txt")
+    input_names = ("A", "x")
+    output_name = "y"
+
+    def bind(self, arrays: Sequence[DeviceArray], out: DeviceArray | None, options: tuple[Any, ...]) -> Bound | Reroute:
+        return call.bind(arrays, out, options)
 
     def serving(self, problem: Problem) -> Op:
         return TRANSPOSED if problem.trans else self

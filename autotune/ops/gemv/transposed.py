@@ -61,6 +61,10 @@ class GemvTransposed(Op):
             inputs=(problem.m, problem.m * problem.n), output=problem.n, sizes=self.strided_sizes(problem, (problem.n,))
         )
 
+    def input_order(self, problem: Problem) -> tuple[int, ...]:
+        """x (the call's second input) is the one-row A of the GEMM, A its B."""
+        return (1, 0)
+
     def strided_sizes(self, problem: Problem, leading: tuple[int, ...]) -> tuple[int, ...]:
         """The GEMM's sizes with A's row stride (leading = (lda,)) as B's."""
         (lda,) = leading
