@@ -20,7 +20,7 @@ from autotune.core.fingerprint import LocalGpu, cuda_release, local_gpus, slugif
 from autotune.core.gpus import capability as gpu_capability
 from autotune.core.gpus import described
 from autotune.core.log import show_on_stderr
-from autotune.core.problem import Problem, read_shapes_file
+from autotune.core.problem import Problem, parse_input_dtypes, read_shapes_file
 from autotune.ops import make_problem, resolve_op, shape_dims, standard_shapes
 from autotune.runtime import tune_on_miss
 from autotune.runtime.launcher import Runtime
@@ -40,6 +40,8 @@ DEFAULT_PATIENCE = 32
 # sweep --retime: a problem whose earlier best, measured again under edited kernels, is at most this
 # much slower than stored keeps it instead of being re-swept.
 RETIME_TOLERANCE = 0.02
+# A problem's input dtypes, each input array's in the kernel's order: "int4,float16" or a list of names.
+Inputs = str | Sequence[str]
 
 
 # Set once this process opened the default database itself: from then on the launch path asks the
@@ -196,11 +198,14 @@ def best(
     gpu: str | None = None,
     db: str | None = None,
     vendor: bool = True,
+    inputs: Inputs = (),
+    variant: str = "",
 ) -> Choice:
     """Which config for this problem on this GPU: measured, estimated from the nearest tuned shape,
     or the safe default, and which of the three it is (Choice.source). GEMM needs `k`. With `vendor`
-    False, among our kernels only (a cuBLASLt algorithm is a config {"cublas_algo": rank})."""
-    problem = _problem(op, dtype, m, n, k, trans)
+    False, among our kernels only (a cuBLASLt algorithm is a config {"cublas_algo": rank}). `inputs`
+    ("int4,float16" or a list) and `variant` name a problem of an op that defines them (Problem)."""
+    problem = _problem(op, dtype, m, n, k, trans, inputs, variant)
     known = _open(db).gpu_names()
     gpu_name, local_driver = resolve_gpu(gpu, known)
     cuda = cuda_release() if local_driver else None
@@ -228,20 +233,38 @@ def best_on_every_gpu(
     trans: bool = False,
     dtype: str | None = None,
     db: str | None = None,
+    inputs: Inputs = (),
+    variant: str = "",
 ) -> list[Choice]:
     """best() for every GPU the database holds measurements for (what `autotune best` answers on a
     machine without a GPU); a one-line error where it holds none."""
-    problem = _problem(op, dtype, m, n, k, trans)
+    problem = _problem(op, dtype, m, n, k, trans, inputs, variant)
     known = _open(db).gpu_names()
     if not known:
         raise AutotuneError("no NVIDIA GPU on this machine and nothing tuned yet: name a GPU with --gpu")
     return [_selector(db).choose(problem, name) for name in known]
 
 
-def _problem(op: str | None, dtype: str | None, m: int, n: int, k: int | None, trans: bool) -> Problem:
-    """One checked problem from the user's op, dtype and sizes."""
+def _problem(
+    op: str | None,
+    dtype: str | None,
+    m: int,
+    n: int,
+    k: int | None,
+    trans: bool,
+    inputs: Inputs = (),
+    variant: str = "",
+) -> Problem:
+    """One checked problem from the user's op, dtype, sizes, input dtypes and variant."""
     name, kind = resolve_op(op, dtype)
-    return make_problem(name, kind, m, n, k, trans)
+    return make_problem(name, kind, m, n, k, trans, inputs=_input_dtypes(inputs), variant=variant)
+
+
+def _input_dtypes(inputs: Inputs) -> tuple[str, ...]:
+    """Input dtypes given as "int4,float16" or as a list of names."""
+    if not inputs:
+        return ()
+    return parse_input_dtypes(inputs if isinstance(inputs, str) else ",".join(inputs))
 
 
 def problems_for(
@@ -252,6 +275,9 @@ def problems_for(
     shapes_file: Path | None,
     k: int | None = None,
     trans: bool = False,
+    *,
+    inputs: Inputs = (),
+    variant: str = "",
 ) -> list[Problem]:
     """What a sweep tunes: one shape, a shapes file, or the standard set that ships with autotune."""
     name, kind = resolve_op(op, dtype)
@@ -273,8 +299,12 @@ def problems_for(
     else:
         shapes = standard_shapes(name)
     # A shape is (M, N) or, for GEMM, (M, N, K).
+    typed = _input_dtypes(inputs)
     return [
-        make_problem(name, kind, shape[0], shape[1], shape[2] if len(shape) > 2 else None, trans) for shape in shapes
+        make_problem(
+            name, kind, shape[0], shape[1], shape[2] if len(shape) > 2 else None, trans, inputs=typed, variant=variant
+        )
+        for shape in shapes
     ]
 
 
@@ -301,6 +331,8 @@ def sweep(
     lease: float | None = None,
     on_trial: TrialHook | None = None,
     shipped: bool = True,
+    inputs: Inputs = (),
+    variant: str = "",
 ) -> SweepReport:
     """Tune each problem on this machine's GPU and store every measurement. With `stale`, re-tune
     instead every stored problem of this GPU (of `op`/`dtype` when given) that has no measurement
@@ -325,7 +357,7 @@ def sweep(
             raise AutotuneError(f"{what} re-tunes stored problems: give no --m, --n, --k or --shapes with it")
         problems = _filters(op, dtype)
     else:
-        problems = problems_for(op, dtype, m, n, shapes_file, k, trans)
+        problems = problems_for(op, dtype, m, n, shapes_file, k, trans, inputs=inputs, variant=variant)
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise AutotuneError(f"--trials must be a positive integer, got {trials!r}")
     if timeout is not None and not timeout > 0:
@@ -656,10 +688,12 @@ def problem_trials(
     dtype: str | None = None,
     gpu: str | None = None,
     db: str | None = None,
+    inputs: Inputs = (),
+    variant: str = "",
 ) -> tuple[Problem, list[tuple[str, list[Any]]]]:
     """Every stored trial of one problem, fastest first, per GPU: of the GPU named (one the database
     holds), else of this machine's GPU, else (as `best` answers) of every GPU the database holds."""
-    problem = _problem(op, dtype, m, n, k, trans)
+    problem = _problem(op, dtype, m, n, k, trans, inputs, variant)
     database = _open(db)
     known = database.gpu_names()
     if gpu is not None:

@@ -101,6 +101,11 @@ Trans = Annotated[
     typer.Option("--trans", help="GEMV: y = Aᵀx (x has M entries, y has N); GEMM: B stored N x K (C = A·Bᵀ)"),
 ]
 Dtype = Annotated[str | None, typer.Option("--dtype", help="float32, float16 or bfloat16")]
+# A problem of an op that defines them: each input array's dtype, and a form of the op (core/problem.py).
+Inputs = Annotated[
+    str, typer.Option("--inputs", help="each input array's dtype where they differ from --dtype: int4,float16")
+]
+Variant = Annotated[str, typer.Option("--variant", help="a form the op defines (a group size: g128); default: plain")]
 # The problem options of the commands that take one shape, a shapes file or the standard set.
 OptionalM = Annotated[int | None, typer.Option("--m", help="rows of A (with --n); default: the standard shape set")]
 OptionalN = Annotated[int | None, typer.Option("--n", help="GEMV: columns of A; GEMM: columns of B and C")]
@@ -224,10 +229,14 @@ def sweep(
     ] = None,
     db: Db = None,
     no_shipped: NoShipped = False,
+    inputs: Inputs = "",
+    variant: Variant = "",
 ) -> None:
     """Tune shapes on this machine's GPU; every measurement goes into the database. Sweeps on several
     machines sharing one database (--db) split the problems between them."""
     options: dict[str, Any] = dict(
+        inputs=inputs,
+        variant=variant,
         shipped=not no_shipped,
         trans=trans,
         dtype=dtype,
@@ -322,14 +331,16 @@ def best(
     gpu: Gpu = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     db: Db = None,
+    inputs: Inputs = "",
+    variant: Variant = "",
 ) -> None:
     """Which config to run for this shape on this GPU (measured, estimated, or the safe default); on a
     machine without a GPU and without --gpu, the answer for every GPU the database holds."""
     every_gpu = gpu is None and api.local_gpu_name() is None
     if every_gpu:
-        choices = api.best_on_every_gpu(op, m, n, k, trans=trans, dtype=dtype, db=db)
+        choices = api.best_on_every_gpu(op, m, n, k, trans=trans, dtype=dtype, db=db, inputs=inputs, variant=variant)
     else:
-        choices = [api.best(op, m, n, k, trans=trans, dtype=dtype, gpu=gpu, db=db)]
+        choices = [api.best(op, m, n, k, trans=trans, dtype=dtype, gpu=gpu, db=db, inputs=inputs, variant=variant)]
     if as_json:
         # One answer is an object; the answers for every stored GPU are a list, however many there are.
         dicts = [choice.to_dict() for choice in choices]
@@ -463,8 +474,10 @@ def _listing_cells(r: Any, choice: Choice) -> list[str]:
 
 def _op_and_shape(problem: Problem) -> list[str]:
     """A problem in two short cells, 'hgemmᵀ' marking the transposed layout (B stored N x K for a GEMM,
-    y = Aᵀx for a GEMV), for tables that must fit a terminal."""
-    return [problem.blas_name + ("ᵀ" if problem.trans else ""), "x".join(map(str, problem.shape))]
+    y = Aᵀx for a GEMV) and a variant following the op ('rowsum/g128'), for tables that must fit a
+    terminal. Input dtypes (rare) are left to `best` and `show`, which name the whole problem."""
+    op = problem.blas_name + ("ᵀ" if problem.trans else "") + (f"/{problem.variant}" if problem.variant else "")
+    return [op, "x".join(map(str, problem.shape))]
 
 
 def _summary_dict(r: Any, choice: Choice) -> dict[str, Any]:
@@ -475,6 +488,8 @@ def _summary_dict(r: Any, choice: Choice) -> dict[str, Any]:
         "m": r.m,
         "n": r.n,
         **({"k": r.k} if r.k else {}),
+        **({"inputs": list(r.problem.inputs)} if r.problem.inputs else {}),
+        **({"variant": r.variant} if r.variant else {}),
         "trials": r.trials,
         "ok": r.ok,
         # What `best` answers, as the table shows it.
@@ -497,10 +512,14 @@ def show(
     limit: Annotated[int, typer.Option("--limit", min=0, help="rows to show (0: all)")] = 20,
     wide: Wide = False,
     db: Db = None,
+    inputs: Inputs = "",
+    variant: Variant = "",
 ) -> None:
     """Every trial stored for one problem, fastest first, failures with their reason; on a machine
     without a GPU and without --gpu, for every GPU the database holds."""
-    problem, found = api.problem_trials(op, m, n, k, trans=trans, dtype=dtype, gpu=gpu, db=db)
+    problem, found = api.problem_trials(
+        op, m, n, k, trans=trans, dtype=dtype, gpu=gpu, db=db, inputs=inputs, variant=variant
+    )
     for gpu_name, trials in found:
         _print_trials(problem, gpu_name, trials, limit, wide)
 

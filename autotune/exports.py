@@ -104,7 +104,16 @@ def _check_gpu_line(line: dict[str, Any]) -> None:
 
 
 def _csv_row(gpu: str, line: dict[str, Any], ranks: dict[Problem, int]) -> dict[str, Any]:
-    problem = Problem(line["op"], line["dtype"], line["m"], line["n"], line["k"], line["trans"])
+    problem = Problem(
+        line["op"],
+        line["dtype"],
+        line["m"],
+        line["n"],
+        line["k"],
+        line["trans"],
+        tuple(line.get("inputs", ())),
+        line.get("variant", ""),
+    )
     ranks[problem] = rank = ranks.get(problem, 0) + 1
     op = ops.for_problem(problem)
     return {

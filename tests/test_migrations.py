@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
+import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine
 
@@ -15,8 +20,11 @@ from autotune.core.fingerprint import GpuInfo, Toolchain
 from autotune.core.outcome import Outcome, Status
 from autotune.core.problem import Problem
 from autotune.ops import gemv
+from autotune.select import table
 from autotune.store import Provenance, open_store
 from autotune.store.database import alembic_config
+from autotune.store.models import Base
+from tests import postgres
 
 H200 = GpuInfo("NVIDIA H200", "GPU-1111", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
 SHAPE = Problem("gemv", "float16", 4096, 4096)
@@ -110,3 +118,80 @@ def test_an_upgrade_that_would_break_references_is_rolled_back(db_path: Path) ->
     with sqlite3.connect(db_path) as connection:
         assert connection.execute("SELECT version_num FROM alembic_version").fetchall() == [("0001",)]
     connection.close()
+
+
+PROBLEM_KEY = "SELECT id, gpu_name, op, dtype, m, n, k, trans FROM problems ORDER BY id"
+COUNTED = "SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'change_counter_%'"
+
+
+def test_problems_gain_input_dtypes_and_variant_and_read_as_before(db_path: Path) -> None:
+    database_at(db_path, "0008")
+    with sqlite3.connect(db_path) as connection:
+        before = connection.execute(PROBLEM_KEY).fetchall()
+    connection.close()
+    with open_store(str(db_path), import_shipped=False) as store:
+        [summary] = store.problems()
+        assert summary.problem == SHAPE and (summary.input_dtypes, summary.variant) == ("", "")
+        # The problems table was rebuilt (SQLite's batch mode): the change count still sees its writes.
+        assert table.new_identity(db_path)
+        counted = table.read_version(db_path)
+        assert counted is not None
+        assert store.problem_id(replace(SHAPE, m=8), H200.name) is not None
+        moved = table.read_version(db_path)
+        assert moved is not None and moved.changes > counted.changes
+    with sqlite3.connect(db_path) as connection:
+        assert connection.execute(PROBLEM_KEY).fetchall()[:1] == before
+        assert connection.execute("SELECT input_dtypes, variant FROM problems").fetchall() == [("", "")] * 2
+        assert connection.execute(COUNTED).fetchone() == (len(table.TRIGGERS),)
+    connection.close()
+
+
+def test_a_downgrade_below_0009_keeps_only_problems_the_older_schema_names(db_path: Path) -> None:
+    database_at(db_path, "0009")
+    with sqlite3.connect(db_path) as connection:
+        connection.execute(
+            "INSERT INTO problems (id, gpu_name, op, dtype, m, n, variant, created_at) "
+            "VALUES (2, 'NVIDIA H200', 'gemv', 'float16', 4096, 4096, 'g128', ?)",
+            (WHEN,),
+        )
+        connection.execute("UPDATE trials SET problem_id = 2 WHERE id = 7")
+    connection.close()
+    engine = create_engine(f"sqlite:///{db_path}")
+    config = alembic_config()
+    with engine.begin() as migrating:
+        config.attributes["connection"] = migrating
+        command.downgrade(config, "0008")
+    engine.dispose()
+    with sqlite3.connect(db_path) as connection:
+        assert [row[:3] for row in connection.execute(PROBLEM_KEY)] == [(1, "NVIDIA H200", "gemv")]
+        assert connection.execute("SELECT id FROM trials").fetchall() == [(1,)]
+        assert connection.execute(COUNTED).fetchone() == (len(table.TRIGGERS),)
+    connection.close()
+
+
+@pytest.mark.stress
+def test_0009_on_postgresql_matches_the_models_and_keeps_problems() -> None:
+    """PostgreSQL alters the table in place: the new columns, the wider unique key, every row kept.
+    A real server, so under stress."""
+    folder = Path(tempfile.mkdtemp(prefix="autotune-pg-"))  # pytest's tmp_path is closed to the server's user
+    try:
+        with postgres.server(folder) as server:
+            url = server.new_database()
+            engine = create_engine(url)
+            config = alembic_config()
+            with engine.begin() as connection:
+                config.attributes["connection"] = connection
+                command.upgrade(config, "0008")
+                connection.exec_driver_sql(
+                    "INSERT INTO problems (gpu_name, op, dtype, m, n, created_at) "
+                    f"VALUES ('NVIDIA H200', 'gemv', 'float16', 4096, 4096, '{WHEN}')"
+                )
+            engine.dispose()
+            with open_store(url, import_shipped=False) as store:
+                assert [summary.problem for summary in store.problems()] == [SHAPE]
+                # The wider unique key holds a second row of the shape that differs in its variant alone.
+                assert store.problem_id(replace(SHAPE, variant="g128"), H200.name) == 2
+                with store.db.engine.connect() as connection:
+                    assert compare_metadata(MigrationContext.configure(connection), Base.metadata) == []
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

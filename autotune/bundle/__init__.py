@@ -226,9 +226,11 @@ def build(gpu: str | None, op_names: Sequence[str] = (), db: str | None = None) 
     bundle = Bundle(_gpu(store, gpu))
     target = bundle.gpu
     selector = Selector(store)
+    # The header looks a problem up by op, dtype, layout and shape: a problem that names input dtypes
+    # or a variant has no key there, and is left out rather than answer for the plain problem.
+    rows = [row for row in store.problems(target.name) if not (row.input_dtypes or row.variant)]
     problems = sorted(
-        {row.problem for row in store.problems(target.name) if _selected(row.problem, wanted)},
-        key=lambda p: (p.op, p.dtype, p.trans, p.shape),
+        {row.problem for row in rows if _selected(row.problem, wanted)}, key=lambda p: (p.op, p.dtype, p.trans, p.shape)
     )
     for problem in problems:
         choice = selector.choose(problem, target.name, vendor=False)  # a bundle carries our kernels only

@@ -1,4 +1,4 @@
-"""What gets tuned: an operation, a dtype and a shape; parsing of op names, sizes and shapes files."""
+"""What gets tuned: an operation, its dtypes, a shape and a variant; parsing of op names, sizes and shapes files."""
 
 from __future__ import annotations
 
@@ -27,6 +27,18 @@ _DTYPE_ALIASES = {
 }
 # BLAS-style names: the first letter is the dtype.
 BLAS_PREFIX = {"s": "float32", "h": "float16", "b": "bfloat16"}
+# What an op's input arrays may hold, by bits per element: the output dtypes (DTYPES), and the
+# packed integers and 8-bit floats a low-bit weight is stored in (int4: two to a byte).
+INPUT_BITS = {
+    "float32": 32,
+    "float16": 16,
+    "bfloat16": 16,
+    "int8": 8,
+    "int4": 4,
+    "fp8e4m3": 8,
+    "fp8e5m2": 8,
+}
+INPUT_DTYPES = tuple(INPUT_BITS)
 
 # Kernels index with 32-bit ints, and no card holds a matrix near 256 GiB: larger is a typo.
 MAX_DIM = 2**31 - 1
@@ -41,6 +53,11 @@ class Problem:
     (x has m entries, y has n). GEMM: C = A B with A m x k, B k x n, C m x n; `trans` means B is
     stored n x k (K contiguous, C = A Wᵀ with W an nn.Linear's weight). Ops without a third size
     have k = 0.
+
+    `dtype` is the output's. `inputs` names the dtype of each input array, in the kernel's argument
+    order, where they differ from it (a weight in int4 with float16 scales); empty, every input has
+    `dtype`. `variant` is a form of the op it defines (a group size, "g128"); empty, its plain form.
+    Both default to empty, so a problem that names neither is the problem it always was.
     """
 
     op: str
@@ -49,6 +66,12 @@ class Problem:
     n: int
     k: int = 0
     trans: bool = False
+    inputs: tuple[str, ...] = ()
+    variant: str = ""
+
+    def input_dtypes(self, count: int) -> tuple[str, ...]:
+        """The dtype of each of the op's `count` input arrays."""
+        return self.inputs or (self.dtype,) * count
 
     @property
     def blas_name(self) -> str:
@@ -67,9 +90,18 @@ class Problem:
 
     def __str__(self) -> str:
         text = f"{self.blas_name} {'x'.join(map(str, self.shape))}"
-        if not self.trans:
-            return text
-        return text + (" (B stored N x K)" if self.op == "gemm" else " (transposed)")
+        if self.trans:
+            text += " (B stored N x K)" if self.op == "gemm" else " (transposed)"
+        if self.inputs:
+            text += f" [{','.join(self.inputs)}]"
+        return text + (f" {self.variant}" if self.variant else "")
+
+
+def split_inputs(joined: object) -> tuple[str, ...]:
+    """A Problem's `inputs` from its dtypes joined by commas (the database's and the selection
+    table's spelling); "" is none."""
+    # str(): a value written straight into a database names no dtype a key compares equal to.
+    return tuple(str(joined).split(",")) if joined else ()
 
 
 def parse_dtype(dtype: str) -> str:
@@ -77,6 +109,19 @@ def parse_dtype(dtype: str) -> str:
     if canonical is None:
         raise AutotuneError(f"unknown dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
     return canonical
+
+
+def parse_input_dtypes(text: str) -> tuple[str, ...]:
+    """Comma-separated input dtypes ("int4,float16,float16"), each a name of INPUT_DTYPES or an alias
+    of an output dtype ("fp16")."""
+    found = []
+    for name in text.split(","):
+        word = name.strip().lower()
+        canonical = _DTYPE_ALIASES.get(word, word if word in INPUT_BITS else None)
+        if canonical is None:
+            raise AutotuneError(f"unknown input dtype {name.strip()!r}: choose from {', '.join(INPUT_DTYPES)}")
+        found.append(canonical)
+    return tuple(found)
 
 
 def check_dim(name: str, value: object) -> int:

@@ -8,7 +8,8 @@ kernels run a problem.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from autotune.build.compiler import CompileJob
@@ -16,6 +17,8 @@ from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import file_hash
 from autotune.core.problem import (
     BLAS_PREFIX,
+    INPUT_BITS,
+    INPUT_DTYPES,
     MAX_MATRIX_BYTES,
     Problem,
     check_dim,
@@ -86,9 +89,20 @@ def resolve_op(op: str | None, dtype: str | None = None) -> tuple[str, str]:
     raise AutotuneError(f"unknown op {op!r}: choose one of {known}")
 
 
-def make_problem(op: str, dtype: str, m: object, n: object, k: object = None, trans: bool = False) -> Problem:
+def make_problem(
+    op: str,
+    dtype: str,
+    m: object,
+    n: object,
+    k: object = None,
+    trans: bool = False,
+    *,
+    inputs: Sequence[str] = (),
+    variant: str = "",
+) -> Problem:
     """A checked problem: the sizes its op takes (M and N, and K where the op has it), a transposed
-    layout only where the op has one."""
+    layout only where the op has one, input dtypes and a variant the op takes (key_fault). Input
+    dtypes that all equal `dtype` name the plain problem: they are left out of it."""
     kind = get(op)
     if "K" in kind.sizes:
         if k is None:
@@ -100,12 +114,43 @@ def make_problem(op: str, dtype: str, m: object, n: object, k: object = None, tr
         checked_k = 0
     if trans and not kind.transposable:
         raise AutotuneError(f"--trans applies to GEMV and GEMM only ({op.upper()} takes row-major operands)")
-    problem = Problem(op, dtype, check_dim("M", m), check_dim("N", n), checked_k, bool(trans))
+    problem = Problem(op, dtype, check_dim("M", m), check_dim("N", n), checked_k, bool(trans), tuple(inputs), variant)
+    if inputs or variant:
+        fault = key_fault(problem)
+        if fault is not None:
+            raise AutotuneError(fault)
+        if set(problem.inputs) == {dtype}:
+            problem = replace(problem, inputs=())
     if problem.matrix_bytes > MAX_MATRIX_BYTES:
         raise AutotuneError(
             f"{problem}: the matrix would take {problem.matrix_bytes / 2**30:.0f} GiB, more than any GPU holds"
         )
     return problem
+
+
+def key_fault(problem: Problem) -> str | None:
+    """Why the problem's op cannot serve its input dtypes and variant, or None: a variant the op
+    defines, one known dtype for each of its input arrays, a combination its kernels read. One rule
+    for make_problem, a records line and a stored row."""
+    kind = get(problem.op)
+    if problem.variant and problem.variant not in kind.variants:
+        if not kind.variants:
+            return f"{problem.op} has no variants (got {_short(problem.variant)})"
+        return f"unknown variant {_short(problem.variant)} of {problem.op}: choose one of {', '.join(kind.variants)}"
+    if not problem.inputs:
+        return None
+    unknown = [name for name in problem.inputs if name not in INPUT_BITS]
+    if unknown:
+        return f"unknown input dtype {_short(unknown[0])}: choose from {', '.join(INPUT_DTYPES)}"
+    if len(problem.inputs) != kind.input_count:
+        named = ",".join(problem.inputs)
+        return f"{problem.op} reads {kind.input_count} input arrays, not {len(problem.inputs)} ({named})"
+    return kind.input_fault(problem)
+
+
+def _short(value: str) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def shape_dims(op: str) -> tuple[str, ...]:

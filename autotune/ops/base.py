@@ -56,6 +56,23 @@ class Op(ABC):
     name: ClassVar[str]  # the op in a Problem and in the database: "gemv"
     sizes: ClassVar[tuple[str, ...]] = ("M", "N")  # the sizes a problem of this op gives
     transposable: ClassVar[bool] = False  # whether a problem may ask for y = Aᵀx
+    input_count: ClassVar[int] = 2  # the input arrays a kernel reads (a problem's `inputs` names each one's dtype)
+    variants: ClassVar[tuple[str, ...]] = ()  # the forms a problem may name besides the plain one (""): "g128"
+
+    def input_fault(self, problem: Problem) -> str | None:
+        """Why this op's kernels cannot read inputs of the dtypes `problem.inputs` names, or None. By
+        default every input has the output's dtype; an op whose inputs differ (an int4 weight with
+        float16 scales) says which combinations it takes."""
+        if problem.inputs and set(problem.inputs) != {problem.dtype}:
+            return f"{self.name} reads every input in its dtype ({problem.dtype}), not {','.join(problem.inputs)}"
+        return None
+
+    compute_bound: ClassVar[bool] = False  # rates in TFLOP/s (else GB/s)
+    arg_types: ClassVar[str]  # the kernel's arguments in PyCUDA's prepare() notation
+    # Every kernel waits for the kernel before it in the stream (griddepcontrol.wait) before reading
+    # anything, so launchers may use programmatic dependent launch on sm_90+.
+    programmatic_launch: ClassVar[bool] = False
+    shapes_file: ClassVar[Path | None] = None  # the standard shapes `autotune sweep` tunes by default
     # What a Python call passes (Runtime.call): its input arrays' names, in the call's order, and
     # the output's (error messages name them).
     input_names: ClassVar[tuple[str, ...]] = ("A",)

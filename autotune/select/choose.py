@@ -78,7 +78,15 @@ class SelectionSource(Protocol):
     def gpus(self) -> Sequence[GpuFacts]: ...
     def best(self, gpu_name: str, problem: Problem, source_hash: str | None) -> TunedRow | None: ...
     def tuned(
-        self, gpu_name: str, op: str, dtype: str, source_hash: str | None, *, trans: bool = ...
+        self,
+        gpu_name: str,
+        op: str,
+        dtype: str,
+        source_hash: str | None,
+        *,
+        trans: bool = ...,
+        inputs: tuple[str, ...] = ...,
+        variant: str = ...,
     ) -> Sequence[TunedRow]: ...
     def vendor_best(self, gpu_name: str, problem: Problem) -> TunedRow | None: ...
     def problem_id(self, problem: Problem, gpu_name: str, *, create: bool = ...) -> int | None: ...
@@ -106,6 +114,8 @@ class Choice:
             "n": self.problem.n,
             **({"k": self.problem.k} if self.problem.k else {}),
             **({"trans": True} if self.problem.trans else {}),
+            **({"inputs": list(self.problem.inputs)} if self.problem.inputs else {}),
+            **({"variant": self.problem.variant} if self.problem.variant else {}),
             "gpu": self.gpu,
             "source": self.source,
             "config": self.config,
@@ -199,6 +209,13 @@ def _untimed(model: CostModel, problem: Problem, config: Config) -> bool:
     return prediction is not None and prediction.rated and not prediction.timed_on
 
 
+def _tuned(store: SelectionSource, gpu: str, problem: Problem, source_hash: str | None) -> Sequence[TunedRow]:
+    """The tuned problems of the problem's group: its GPU, op, dtype, layout, input dtypes and variant."""
+    return store.tuned(
+        gpu, problem.op, problem.dtype, source_hash, trans=problem.trans, inputs=problem.inputs, variant=problem.variant
+    )
+
+
 def _text(shape: Sequence[int]) -> str:
     return "x".join(map(str, shape))
 
@@ -210,7 +227,7 @@ class Selector:
         self._store = store
         self._cache: dict[tuple[Problem, str, str | None, str | None, bool], Choice] = {}
         self._capabilities: dict[str, str | None] = {}
-        self._models: dict[tuple[str, str, str, bool, str], CostModel] = {}
+        self._models: dict[tuple[Any, ...], CostModel] = {}
 
     def choose(
         self,
@@ -241,10 +258,10 @@ class Selector:
 
     def _model(self, problem: Problem, gpu: str, current: str) -> CostModel:
         """The cost model of this GPU, op, dtype, layout and kernel source, fitted once."""
-        key = (gpu, problem.op, problem.dtype, problem.trans, current)
+        key = (gpu, problem.op, problem.dtype, problem.trans, problem.inputs, problem.variant, current)
         if key not in self._models:
             stored, others = {}, []
-            for row in self._ours(self._store.tuned(gpu, problem.op, problem.dtype, None, trans=problem.trans), gpu):
+            for row in self._ours(_tuned(self._store, gpu, problem, None), gpu):
                 if row.source_hash == current:
                     pid = self._store.problem_id(row.problem, gpu, create=False)
                     if pid is not None:  # a row of a stored problem: it has an id
@@ -297,7 +314,7 @@ class Selector:
             # A measured problem: choose() answers with its own trial, neither the other tuned shapes
             # nor the cost model is looked at (a first call of a tuned problem reads nothing more).
             return Choice(problem, gpu, dict(exact.config), MEASURED, exact.time_us, exact.gbs, notes=tuple(notes))
-        tuned = self._store.tuned(gpu, problem.op, problem.dtype, current, trans=problem.trans)
+        tuned = _tuned(self._store, gpu, problem, current)
         model = self._model(problem, gpu, current)
         choice = choose(problem, gpu, exact, tuned, notes, model)
         if vendor and choice.source != MEASURED:
@@ -328,7 +345,7 @@ class Selector:
                 f"cuBLASLt's own pick ({fingerprint})"
             )
             return Choice(problem, gpu, vendor_config(0), ESTIMATE, notes=(*ours.notes[:-1], note))
-        rows = self._store.tuned(gpu, problem.op, problem.dtype, fingerprint, trans=problem.trans)
+        rows = _tuned(self._store, gpu, problem, fingerprint)
         prediction = model.predict_vendor(problem, {row.problem: row.time_us for row in rows})
         if prediction is None:
             if ours.source != DEFAULT:

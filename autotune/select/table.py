@@ -50,7 +50,7 @@ from urllib.parse import quote
 from autotune import ops
 from autotune.core import paths
 from autotune.core.errors import AutotuneError
-from autotune.core.problem import DTYPES, Problem
+from autotune.core.problem import DTYPES, Problem, split_inputs
 from autotune.select import stamps as stamping
 from autotune.select.stamps import Stamps
 from autotune.vendor.mapping import SOURCE_PREFIX as VENDOR_SOURCE_PREFIX
@@ -155,14 +155,33 @@ def _usable_config(config: Any) -> bool:
     return isinstance(config, dict) and all(isinstance(k, str) and type(v) is int for k, v in config.items())
 
 
-GroupKey = tuple[str, str, str, bool]  # (GPU name, op, dtype, trans): every question is about one
+# (GPU name, op, dtype, trans, input dtypes joined by commas, variant): every question is about one.
+# The file names a group of a problem without input dtypes and variant by its first four alone, as
+# tables written before problems had them do.
+GroupKey = tuple[str, str, str, bool, str, str]
+
+
+def group_key(gpu: str, problem: Problem) -> GroupKey:
+    return (gpu, problem.op, problem.dtype, problem.trans, ",".join(problem.inputs), problem.variant)
+
+
+def _key_json(key: GroupKey) -> list[Any]:
+    return list(key if key[4] or key[5] else key[:4])
+
+
+def _key_of(values: list[Any]) -> GroupKey:
+    gpu, op, dtype, trans, *named = values
+    inputs, variant = named if named else ("", "")
+    if len(named) not in (0, 2) or (named and not (inputs or variant)):
+        raise ValueError(f"a bad group {values!r}")
+    return (_text(gpu), _text(op), _text(dtype), _flag(trans), _text(inputs), _text(variant))
 
 
 class Table:
     """A table's rows, answering the selector's questions as the store does (autotune/store/store.py:
-    gpus, best, tuned, problem_id, leaders), from memory. Each (GPU, op, dtype, layout) group is kept
-    as its JSON text until a question needs it, and so is its exact-hit line: a first call of a tuned
-    problem parses only that line, one of another problem only its own group."""
+    gpus, best, tuned, problem_id, leaders), from memory. Each (GPU, op, dtype, layout, input dtypes,
+    variant) group is kept as its JSON text until a question needs it, and so is its exact-hit line:
+    a first call of a tuned problem parses only that line, one of another problem only its own group."""
 
     def __init__(
         self,
@@ -195,7 +214,7 @@ class Table:
         """The fastest usable OK trial of exactly this problem (of that kernel source when given):
         with a kernel source, from the group's exact-hit line, without parsing the group."""
         if source_hash is not None and self._exact_texts is not None:
-            index = self._keys.get((gpu_name, problem.op, problem.dtype, problem.trans))
+            index = self._keys.get(group_key(gpu_name, problem))
             if index is None or not _known(problem):
                 return None
             for values in self._exact_line(index).get(_shape_key(problem.m, problem.n, problem.k), ()):
@@ -208,7 +227,7 @@ class Table:
     def vendor_best(self, gpu_name: str, problem: Problem) -> TrialRow | None:
         """The fastest usable cuBLASLt trial of exactly this problem, of any library version."""
         if self._exact_texts is not None:
-            index = self._keys.get((gpu_name, problem.op, problem.dtype, problem.trans))
+            index = self._keys.get(group_key(gpu_name, problem))
             if index is None or not _known(problem):
                 return None
             entries = self._exact_line(index).get(_shape_key(problem.m, problem.n, problem.k), ())
@@ -228,10 +247,18 @@ class Table:
         return min(usable, key=lambda row: row.time_us) if usable else None
 
     def tuned(
-        self, gpu_name: str, op: str, dtype: str, source_hash: str | None, *, trans: bool = False
+        self,
+        gpu_name: str,
+        op: str,
+        dtype: str,
+        source_hash: str | None,
+        *,
+        trans: bool = False,
+        inputs: tuple[str, ...] = (),
+        variant: str = "",
     ) -> list[TrialRow]:
-        """One best row per problem of this GPU, op, dtype and layout."""
-        index = self._keys.get((gpu_name, op, dtype, trans))
+        """One best row per problem of this GPU, op, dtype, layout, input dtypes and variant."""
+        index = self._keys.get((gpu_name, op, dtype, trans, ",".join(inputs), variant))
         if index is None:
             return []
         rows = (_first_usable(problem, trials, source_hash) for problem, trials in self._group(index))
@@ -247,7 +274,7 @@ class Table:
         return [t for t in ranked if _usable_config(t.config)] if _known(problem) else []
 
     def _find(self, gpu_name: str, problem: Problem) -> tuple[int, int] | None:
-        index = self._keys.get((gpu_name, problem.op, problem.dtype, problem.trans))
+        index = self._keys.get(group_key(gpu_name, problem))
         if index is None:
             return None
         position = next((i for i, (p, _) in enumerate(self._group(index)) if p == problem), None)
@@ -276,24 +303,26 @@ class Table:
         return row if _usable_config(row.config) else None
 
     def _name(self, index: int) -> str:
-        gpu, op, dtype, trans = next(key for key, i in self._keys.items() if i == index)
-        return f"{gpu}/{op}/{dtype}" + ("/trans" if trans else "")
+        gpu, op, dtype, trans, inputs, variant = next(key for key, i in self._keys.items() if i == index)
+        named = "".join(f"/{part}" for part in (inputs, variant) if part)
+        return f"{gpu}/{op}/{dtype}" + ("/trans" if trans else "") + named
 
     def _group(self, index: int) -> list[tuple[Problem, list[TrialRow]]]:
         found = self._parsed.get(index)
         if found is None:
-            gpu, op, dtype, trans = next(key for key, i in self._keys.items() if i == index)
+            gpu, op, dtype, trans, inputs, variant = next(key for key, i in self._keys.items() if i == index)
+            named = split_inputs(inputs)
             try:
                 found = [
                     (
-                        problem := Problem(op, dtype, _count(m), _count(n), _count(k), trans),
+                        problem := Problem(op, dtype, _count(m), _count(n), _count(k), trans, named, variant),
                         [_trial(gpu, problem, v) for v in trials],
                     )
                     for m, n, k, trials in json.loads(self._texts[index])
                 ]
             except (ValueError, TypeError, KeyError, IndexError) as exc:
                 raise Damaged(
-                    f"a selection table holds a bad group {gpu}/{op}/{dtype} ({type(exc).__name__}: {exc})"
+                    f"a selection table holds a bad group {self._name(index)} ({type(exc).__name__}: {exc})"
                 ) from None
             self._parsed[index] = found
         return found
@@ -308,7 +337,9 @@ def _first_usable(problem: Problem, trials: list[TrialRow], source_hash: str | N
 
 def _known(problem: Problem) -> bool:
     # Registered when asked, as the store checks it: a plug-in op may be registered later.
-    return problem.op in ops.names() and problem.dtype in DTYPES
+    if problem.op not in ops.names() or problem.dtype not in DTYPES:
+        return False
+    return not (problem.inputs or problem.variant) or ops.key_fault(problem) is None
 
 
 def _shape_key(m: int, n: int, k: int) -> str:
@@ -341,9 +372,10 @@ def to_lines(snapshot: Snapshot, database: Path | None, identity: str | None = N
     exact: dict[GroupKey, dict[str, list[Any]]] = {}
     for gpu, p, trials in snapshot.problems:  # the store's order: each group's problems together
         values = [_trial_json(t) for t in trials]
-        groups.setdefault((gpu, p.op, p.dtype, p.trans), []).append([p.m, p.n, p.k, values])
+        key = group_key(gpu, p)
+        groups.setdefault(key, []).append([p.m, p.n, p.k, values])
         # The first of a problem held twice answers, as Table._find takes it.
-        exact.setdefault((gpu, p.op, p.dtype, p.trans), {}).setdefault(_shape_key(p.m, p.n, p.k), _exact_trials(values))
+        exact.setdefault(key, {}).setdefault(_shape_key(p.m, p.n, p.k), _exact_trials(values))
     body = [json.dumps(problems, separators=(",", ":")) for problems in groups.values()]
     body += [json.dumps(exact[key], separators=(",", ":")) for key in groups]
     header = {
@@ -355,7 +387,7 @@ def to_lines(snapshot: Snapshot, database: Path | None, identity: str | None = N
             "shipped": dict(sorted(snapshot.shipped.items())),
         },
         "gpus": [list(gpu) for gpu in snapshot.gpus],
-        "groups": [list(key) for key in groups],
+        "groups": [_key_json(key) for key in groups],
         "body": hashlib.sha256(_joined(body)).hexdigest(),
     }
     return [json.dumps(header, separators=(",", ":")), *body]
@@ -483,7 +515,7 @@ def _parse(header: dict[str, Any], texts: Sequence[bytes], exact: Sequence[bytes
     if not isinstance(shipped, dict) or not all(isinstance(v, str) for v in shipped.values()):
         raise ValueError("a bad list of shipped records files")
     gpus = [GpuRow(_text(name), _text(capability), _count(sm)) for name, capability, sm in header["gpus"]]
-    groups = [(_text(gpu), _text(op), _text(dtype), _flag(trans)) for gpu, op, dtype, trans in header["groups"]]
+    groups = [_key_of(values) for values in header["groups"]]
     if not len(groups) == len(texts) == len(exact):
         held = len(texts) + len(exact)
         raise ValueError(f"{len(groups)} groups named, {held} lines held (a group and its exact hits each)")

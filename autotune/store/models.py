@@ -25,6 +25,8 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from autotune.core.outcome import Status
+from autotune.core.problem import Problem as CoreProblem
+from autotune.core.problem import split_inputs
 
 # Explicit names, so the hand-written migration and later ALTERs can refer to every constraint.
 NAMING = {
@@ -61,14 +63,29 @@ class Base(DeclarativeBase):
 
 # The GpuInfo fields a gpus row keeps (and a records file's GPU line carries).
 GPU_FIELDS = ("name", "uuid", "compute_capability", "sm_count", "l2_bytes", "memory_bytes", "driver", "cuda")
-# The core Problem fields a problems row keeps beside its GPU name (and a records file's trial line carries).
-PROBLEM_FIELDS = ("op", "dtype", "m", "n", "k", "trans")
+# The columns of a problems row that name its core Problem, beside its GPU name. A core Problem's
+# `inputs` (a tuple of dtypes) is the `input_dtypes` column, the dtypes joined by commas.
+PROBLEM_FIELDS = ("op", "dtype", "m", "n", "k", "trans", "input_dtypes", "variant")
 
 
 def problem_columns(problem: object) -> dict[str, Any]:
     """The problems-table columns that identify `problem` (a core Problem, a problems row, a row the
     store hands out), its GPU name aside."""
+    if isinstance(problem, CoreProblem):
+        return {**{name: getattr(problem, name) for name in PROBLEM_FIELDS[:6]}, **key_columns(problem)}
     return {name: getattr(problem, name) for name in PROBLEM_FIELDS}
+
+
+def key_columns(problem: CoreProblem) -> dict[str, str]:
+    """The columns of a core Problem's input dtypes and variant."""
+    return {"input_dtypes": ",".join(problem.inputs), "variant": problem.variant}
+
+
+def core_problem(row: object) -> CoreProblem:
+    """The core Problem a problems row (or a row the store hands out) names, unchecked (rows.stored_problem checks)."""
+    columns = {name: getattr(row, name) for name in PROBLEM_FIELDS}
+    columns["inputs"] = split_inputs(columns.pop("input_dtypes"))
+    return CoreProblem(**columns)
 
 
 class Gpu(Base):
@@ -92,7 +109,7 @@ class Problem(Base):
     """A shape tuned per GPU model: any physical GPU of that name may measure it."""
 
     __tablename__ = "problems"
-    __table_args__ = (UniqueConstraint("gpu_name", "op", "dtype", "m", "n", "k", "trans"),)
+    __table_args__ = (UniqueConstraint("gpu_name", *PROBLEM_FIELDS),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     gpu_name: Mapped[str] = mapped_column(String)
@@ -102,6 +119,10 @@ class Problem(Base):
     n: Mapped[int] = mapped_column(Integer)
     k: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # 0 for GEMV
     trans: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # Each input array's dtype where they differ from `dtype`, joined by commas ("int4,float16"), and
+    # the op's variant ("g128"): "" for a problem that names neither (core/problem.py).
+    input_dtypes: Mapped[str] = mapped_column(String, default="", server_default="")
+    variant: Mapped[str] = mapped_column(String, default="", server_default="")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

@@ -37,6 +37,8 @@ PROBLEM_ORDER = (
     orm.Problem.m,
     orm.Problem.n,
     orm.Problem.k,
+    orm.Problem.input_dtypes,
+    orm.Problem.variant,
 )
 # Fastest first; ties broken by columns that are the same in every database holding the trial, so that
 # exports are deterministic.
@@ -177,7 +179,7 @@ class Admission:
     def _space(self, problem: orm.Problem) -> Space | None:
         if problem.id not in self._spaces:
             try:
-                core = Problem(**orm.problem_columns(problem))
+                core = orm.core_problem(problem)
                 with targeting(self._capability(problem.gpu_name)):
                     self._spaces[problem.id] = ops.for_problem(core).space(core)
             except (AutotuneError, ValueError, TypeError):  # a problem no kernel of ours serves

@@ -53,7 +53,9 @@ _TRIAL_TYPES: dict[str, type] = {
 # Written by later versions; records of earlier ones lack them and get their defaults.
 # What the GPU ran at while timed: optional, positive numbers (or null) below these bounds.
 CLOCK_FIELDS = {"sm_mhz": 1e5, "mem_mhz": 1e5, "power_w": 1e5}
-_TRIAL_OPTIONAL = frozenset({"kind", "k", "trans", "rounds", *CLOCK_FIELDS})
+# A problem's input dtypes and variant: written only where it names them (records.key_fields).
+_TRIAL_OPTIONAL = frozenset({"kind", "k", "trans", "inputs", "variant", "rounds", *CLOCK_FIELDS})
+_MAX_INPUTS = 16  # input arrays a kernel reads: a handful
 _NULLABLE = frozenset({"gbs", "rel_error"})
 _MAX_TEXT = 200  # any text field: names, versions, hashes, dates
 _MAX_SAMPLES = 10_000
@@ -146,10 +148,24 @@ def _problem(values: dict[str, Any], line: dict[str, Any]) -> Problem:
     trans = line.get("trans", False)
     if not isinstance(trans, bool):
         raise BadLine(f"field 'trans' must be true or false, got {_show(trans)}")
-    found = problem_or_fault(values["op"], values["dtype"], values["m"], values["n"], k, trans)
+    inputs, variant = _inputs_and_variant(line)
+    found = problem_or_fault(values["op"], values["dtype"], values["m"], values["n"], k, trans, inputs, variant)
     if isinstance(found, str):
         raise BadLine(found)
     return found
+
+
+def _inputs_and_variant(line: dict[str, Any]) -> tuple[tuple[str, ...], str]:
+    """The problem's input dtypes and variant. A line names them or leaves them out: an empty list or
+    string would be a second spelling of the plain problem."""
+    inputs: Any = line.get("inputs", [])
+    listed = isinstance(inputs, list) and 0 < len(inputs) <= _MAX_INPUTS and all(isinstance(d, str) for d in inputs)
+    if "inputs" in line and not listed:
+        raise BadLine(f"field 'inputs' must be a list of 1 to {_MAX_INPUTS} dtype names, got {_show(inputs)}")
+    variant: Any = line.get("variant", "")
+    if "variant" in line and (not isinstance(variant, str) or not variant):
+        raise BadLine(f"field 'variant' must be a non-empty string, got {_show(variant)}")
+    return tuple(_text("inputs", name) for name in inputs), _text("variant", variant)
 
 
 def _config(problem: Problem, config: dict[str, Any], source_hash: str) -> dict[str, int]:

@@ -19,7 +19,7 @@ from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import GpuInfo
 from autotune.core.outcome import Status
 from autotune.core.output import write_atomically
-from autotune.core.problem import Problem
+from autotune.core.problem import Problem, split_inputs
 from autotune.core.space import config_key
 from autotune.core.target import targeting
 from autotune.store import models as orm
@@ -39,10 +39,22 @@ def _gpu_line(gpu: orm.Gpu) -> dict[str, Any]:
     return {"kind": "gpu", **{name: getattr(gpu, name) for name in orm.GPU_FIELDS}}
 
 
+def key_fields(problem: orm.Problem) -> dict[str, Any]:
+    """A trial line's problem fields. Input dtypes and a variant only where the problem names them:
+    the line of a problem that names neither is the line it always was."""
+    columns = orm.problem_columns(problem)
+    inputs, variant = columns.pop("input_dtypes"), columns.pop("variant")
+    return {
+        **columns,
+        **({"inputs": list(split_inputs(inputs))} if inputs else {}),
+        **({"variant": variant} if variant else {}),
+    }
+
+
 def _trial_line(problem: orm.Problem, trial: orm.Trial) -> dict[str, Any]:
     return {
         "kind": "trial",
-        **orm.problem_columns(problem),
+        **key_fields(problem),
         "config": trial.config,
         "time_us": trial.time_us,
         "times_us": [t for t in trial.times_us if math.isfinite(t)],
@@ -64,7 +76,7 @@ _EVERY = 2**31 - 1  # a rank limit that keeps every trial
 
 
 def _problem_of(row: orm.Problem) -> Problem:
-    return Problem(**orm.problem_columns(row))
+    return orm.core_problem(row)
 
 
 def _usable(ranked: list[tuple[orm.Problem, orm.Trial]]) -> list[tuple[orm.Problem, orm.Trial]]:

@@ -11,7 +11,7 @@ from autotune import ops
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import Toolchain
 from autotune.core.outcome import Status
-from autotune.core.problem import DTYPES, Problem, check_dim
+from autotune.core.problem import DTYPES, Problem, check_dim, split_inputs
 from autotune.core.target import check_capability
 from autotune.core.timing_bounds import is_plausible_time_us
 from autotune.store import models as orm
@@ -98,10 +98,12 @@ class _ProblemRow:
     n: int
     k: int
     trans: bool
+    input_dtypes: str  # the core Problem's `inputs`, joined by commas
+    variant: str
 
     @property
     def problem(self) -> Problem:
-        return Problem(self.op, self.dtype, self.m, self.n, self.k, self.trans)
+        return orm.core_problem(self)
 
 
 @dataclass(frozen=True)
@@ -198,10 +200,21 @@ def readable(trial: orm.Trial) -> bool:
     return isinstance(trial.config, dict) and isinstance(times, list) and all(type(t) in (int, float) for t in times)
 
 
-def problem_or_fault(op: object, dtype: object, m: int, n: int, k: int, trans: bool) -> Problem | str:
+def problem_or_fault(
+    op: object,
+    dtype: object,
+    m: int,
+    n: int,
+    k: int,
+    trans: bool,
+    inputs: tuple[str, ...] = (),
+    variant: str = "",
+) -> Problem | str:
     """The Problem these values name, or why a records file could not hold it (an unknown op or
-    dtype, a size that is not a positive 32-bit count, a K or a transposed layout its op lacks). One
-    rule for a records line and for a row already stored."""
+    dtype, a size that is not a positive 32-bit count, a K or a transposed layout its op lacks, input
+    dtypes or a variant it does not take, input dtypes that are all the output's: the plain problem
+    is written without them, so that it has one key). One rule for a records line and for a row
+    already stored."""
     if op not in ops.names():
         return f"unknown op {_show(op)}: expected one of {', '.join(map(repr, ops.names()))}"
     if dtype not in DTYPES:
@@ -218,7 +231,14 @@ def problem_or_fault(op: object, dtype: object, m: int, n: int, k: int, trans: b
                 check_dim(dim, value)
     except AutotuneError as exc:
         return str(exc)
-    return Problem(op, dtype, m, n, k, trans)
+    problem = Problem(op, dtype, m, n, k, trans, inputs, variant)
+    if inputs or variant:
+        if set(inputs) == {dtype}:
+            return f"input dtypes that are all {dtype}, the output's, are the plain problem's: leave them out"
+        fault = ops.key_fault(problem)
+        if fault is not None:
+            return fault
+    return problem
 
 
 def _show(value: object) -> str:
@@ -229,7 +249,10 @@ def _show(value: object) -> str:
 def stored_problem(row: orm.Problem) -> Problem | None:
     """The core Problem a problems row names, or None where a records file could not hold it: a row
     written straight into the database never reaches a kernel's arithmetic or nvcc."""
-    found = problem_or_fault(row.op, row.dtype, row.m, row.n, row.k, bool(row.trans))
+    if not isinstance(row.input_dtypes, str) or not isinstance(row.variant, str):
+        return None  # written straight into the database: no text at all
+    inputs = split_inputs(row.input_dtypes)
+    found = problem_or_fault(row.op, row.dtype, row.m, row.n, row.k, bool(row.trans), inputs, row.variant)
     return found if isinstance(found, Problem) else None
 
 

@@ -377,10 +377,20 @@ class Store:
             return best_row(row, trial, counts.get(row.id, (0, 0))[0])
 
     def tuned(
-        self, gpu_name: str, op: str, dtype: str, source_hash: str | None, *, trans: bool = False
+        self,
+        gpu_name: str,
+        op: str,
+        dtype: str,
+        source_hash: str | None,
+        *,
+        trans: bool = False,
+        inputs: tuple[str, ...] = (),
+        variant: str = "",
     ) -> list[BestRow]:
-        """One best row per tuned problem of this GPU, op, dtype and layout: the selector's nearest-shape pool."""
-        return self._best_rows(gpu_name, source_hash, op=op, dtype=dtype, trans=trans)
+        """One best row per tuned problem of this GPU, op, dtype, layout, input dtypes and variant:
+        the selector's nearest-shape pool."""
+        keyed = {"input_dtypes": ",".join(inputs), "variant": variant}
+        return self._best_rows(gpu_name, source_hash, op=op, dtype=dtype, trans=trans, **keyed)
 
     def _best_rows(self, gpu_name: str, source_hash: str | None, **problem: Any) -> list[BestRow]:
         filters = problem_filters(gpu_name=gpu_name, **problem)

@@ -155,7 +155,9 @@ def _same_bytes_per_load(config: Config, from_dtype: str, to_dtype: str) -> Conf
 def _neighbour_configs(store: Any, gpu: str, problem: Problem, current: str) -> list[Config]:
     """Warm start: the best configs of the nearest tuned shapes of this dtype, then the best config
     of this very shape in the other dtypes (the same memory traffic, so often the same answer)."""
-    tuned = store.tuned(gpu, problem.op, problem.dtype, current, trans=problem.trans)
+    tuned = store.tuned(
+        gpu, problem.op, problem.dtype, current, trans=problem.trans, inputs=problem.inputs, variant=problem.variant
+    )
     configs = [dict(row.config) for row in select.nearest(tuned, problem.shape)[:WARM_START_NEIGHBOURS]]
     for dtype in DTYPES:
         if dtype == problem.dtype:

@@ -103,7 +103,8 @@ def _handle(state: _State, request: dict[str, Any]) -> dict[str, Any]:
         fresh_memory = bool(request.get("fresh_memory", False))
         if request.get("op_module"):
             importlib.import_module(str(request["op_module"]))  # registers the op
-        problem = Problem(**request["problem"])
+        fields = dict(request["problem"])
+        problem = Problem(**{**fields, "inputs": tuple(fields.get("inputs", ()))})  # JSON holds a list
         ops.get(problem.op)  # an op this process does not know fails here, before any GPU work
         return state.setup(problem, int(request["seed"]), fresh_memory)
     if command == "measure":
