@@ -457,6 +457,29 @@ gemv = _RUNTIME.gemv
 gemm = _RUNTIME.gemm
 
 
+def launch_path() -> Runtime:
+    """The process's launch path, which gemv(), gemm(), linear() and call() use (torch's custom ops
+    call it directly: autotune/runtime/torch_ops.py)."""
+    return _RUNTIME
+
+
+def call(
+    op: str,
+    *arrays: Any,
+    out: Any = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    stream: Any = None,
+    db: str | None = None,
+    options: tuple[Any, ...] = (),
+) -> Any:
+    """out = alpha * op(arrays) + beta * out for any registered op that binds arrays (`op` by name:
+    "gemv", "gemm", a plug-in's), with the tuned kernel for the arrays' problem on their GPU; returns
+    out (`out`, or a new array). Streams and graphs as for gemv(); `options`: the op's own, such as
+    the GEMV's (trans,)."""
+    return _RUNTIME.call(ops.get(op), *arrays, out=out, alpha=alpha, beta=beta, stream=stream, db=db, options=options)
+
+
 def linear(x: Any, weight: Any, bias: Any = None, *, db: str | None = None) -> Any:
     """torch.nn.functional.linear's product, y = x Wᵀ + bias with x of shape (..., K) and W (N, K)
     (an nn.Linear's weight), on torch's current stream; returns a new tensor of shape (..., N).

@@ -61,6 +61,11 @@ def names() -> tuple[str, ...]:
     return tuple(_OPS)
 
 
+def shipped() -> tuple[str, ...]:
+    """The ops that ship with autotune: those this package registers (plug-ins and tests register others)."""
+    return tuple(name for name, module in _MODULES.items() if module.startswith(f"{__name__}."))
+
+
 def get(name: str) -> Op:
     try:
         return _OPS[name]

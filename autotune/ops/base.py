@@ -137,6 +137,16 @@ class Op(ABC):
         runs in place."""
         raise AutotuneError(f"the kernels of {problem} read A's rows contiguous only (copy it, e.g. A.contiguous())")
 
+    # The op as a torch.library custom op (autotune/runtime/torch_ops.py registers each op that has
+    # one): its schema without the name, the input tensors first, then alpha, then the op's options
+    # in order ("(Tensor A, Tensor x, float alpha=1.0, bool trans=False) -> Tensor"); None: not one.
+    torch_schema: ClassVar[str | None] = None
+
+    def torch_fake(self, *args: Any) -> Any:
+        """The torch op's fake (meta) implementation: a new tensor of the output's shape, so that
+        torch.compile traces through the op (arguments as in torch_schema)."""
+        raise NotImplementedError(f"{self.name} has no torch op")
+
     def input_order(self, problem: Problem) -> tuple[int, ...]:
         """Which call input each of the kernel's input arrays is: the call's order unless the
         kernels take them otherwise."""

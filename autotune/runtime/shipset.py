@@ -27,7 +27,6 @@ from autotune.core.target import targeting
 from autotune.runtime.launcher import scalar_loads  # the launch path's own choice for unaligned arrays
 from autotune.select.choose import DEFAULT, Selector
 
-SHIPPED_OPS = ("gemv", "gemm")  # the ops that ship with autotune (plug-ins and tests register others)
 UNNAMED_CAPABILITIES = ("8.0", "8.9", "9.0")  # GPUs the records do not name: defaults only
 
 
@@ -81,7 +80,7 @@ class Use:
 def standard_problems() -> list[Problem]:
     """Every standard shape of the shipped ops, in every dtype and (GEMV) both layouts."""
     found = []
-    for name in SHIPPED_OPS:
+    for name in ops.shipped():
         layouts = (False, True) if ops.get(name).transposable else (False,)
         for dtype in DTYPES:
             for trans in layouts:
@@ -97,8 +96,9 @@ def uses(store: Any) -> list[Use]:
     selector = Selector(store)
     standard = standard_problems()
     chosen: list[Use] = []
+    shipped_ops = ops.shipped()
     for name, capability in sorted({row.name: row.compute_capability for row in store.gpus()}.items()):
-        stored = [row.problem for row in store.problems(name) if row.op in SHIPPED_OPS]
+        stored = [row.problem for row in store.problems(name) if row.op in shipped_ops]
         for problem in [*stored, *standard]:
             choice = selector.choose(problem, name, vendor=False)  # our kernel, also where cuBLAS won
             chosen.append(Use(name, capability, problem, choice.config, choice.source, False))

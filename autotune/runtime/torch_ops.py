@@ -1,4 +1,5 @@
-"""autotune::gemv and autotune::gemm as torch.library custom ops, for torch.compile and CUDA graphs.
+"""autotune's ops as torch.library custom ops, for torch.compile and CUDA graphs: each registered op
+that has a torch schema (Op.torch_schema) becomes torch.ops.autotune.<name>, plus autotune::linear.
 
 Importing this module registers them (torch stays optional: `import autotune` never imports it):
 
@@ -7,58 +8,71 @@ Importing this module registers them (torch stays optional: `import autotune` ne
     C = torch.ops.autotune.gemm(A, B)          # A @ B
     y = torch.ops.autotune.linear(x, W, bias)  # F.linear(x, W, bias)
 
-Each op has a fake (meta) implementation, so `torch.compile(fullgraph=True)` traces through it and
-torch's CUDA graph machinery captures it. They are registered with torch.library.Library's
-define/impl and register_fake rather than the @custom_op decorator, whose Python wrapper costs
-5-30 us a call in eager mode (pytorch#177109); docs/launch.md has the measured cost of both paths.
+An op registered later (a plug-in's) joins with register_op(op). Each op has a fake (meta)
+implementation (Op.torch_fake), so `torch.compile(fullgraph=True)` traces through it and torch's
+CUDA graph machinery captures it. They are registered with torch.library.Library's define/impl and
+register_fake rather than the @custom_op decorator, whose Python wrapper costs 5-30 us a call in
+eager mode (pytorch#177109); docs/launch.md has the measured cost of both paths.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 import autotune
+from autotune import ops
+from autotune.api import launch_path
+from autotune.ops.base import Op
 
 _LIBRARY = torch.library.Library("autotune", "DEF")
-_LIBRARY.define("gemv(Tensor A, Tensor x, float alpha=1.0, bool trans=False) -> Tensor")
-_LIBRARY.define("gemm(Tensor A, Tensor B, float alpha=1.0) -> Tensor")
+_REGISTERED: set[str] = set()
+
+
+def register_op(op: Op) -> bool:
+    """Make `op` torch.ops.autotune.<name> where it has a torch schema; False where it has none."""
+    if op.torch_schema is None:
+        return False
+    if op.name not in _REGISTERED:
+        _LIBRARY.define(op.name + op.torch_schema)
+        _LIBRARY.impl(op.name, _implementation(op), "CUDA")
+        # By call, not as a decorator: torch is untyped here, and a decorator would untype it.
+        torch.library.register_fake(f"autotune::{op.name}", _fake(op))
+        _REGISTERED.add(op.name)
+    return True
+
+
+def _implementation(op: Op) -> Callable[..., Any]:
+    """The op's CUDA kernel for torch: the schema's tensors are the call's arrays, then alpha, then
+    the op's options in order."""
+    call = launch_path()._call  # positional: the least a call costs on the launch path
+    count = len(op.input_names)
+
+    def implementation(*args: Any) -> Any:
+        alpha = args[count] if len(args) > count else 1.0
+        return call(op, args[:count], None, alpha, 0.0, None, None, tuple(args[count + 1 :]))
+
+    return implementation
+
+
+def _fake(op: Op) -> Callable[..., Any]:
+    def fake(*args: Any) -> Any:
+        return op.torch_fake(*args)
+
+    return fake
+
+
+for _name in ops.names():
+    register_op(ops.get(_name))
+
 # Functional (a new output, no input mutated), so torch.compile's CUDA graphs keep it.
 _LIBRARY.define("linear(Tensor x, Tensor weight, Tensor? bias=None) -> Tensor")
 
 
-def _gemv(A: torch.Tensor, x: torch.Tensor, alpha: float = 1.0, trans: bool = False) -> Any:
-    return autotune.gemv(A, x, alpha=alpha, trans=trans)
-
-
-def _gemm(A: torch.Tensor, B: torch.Tensor, alpha: float = 1.0) -> Any:
-    return autotune.gemm(A, B, alpha=alpha)
-
-
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> Any:
     return autotune.linear(x, weight, bias)
-
-
-_LIBRARY.impl("gemv", _gemv, "CUDA")
-_LIBRARY.impl("gemm", _gemm, "CUDA")
-_LIBRARY.impl("linear", _linear, "CUDA")
-
-
-def _gemv_fake(A: torch.Tensor, x: torch.Tensor, alpha: float = 1.0, trans: bool = False) -> torch.Tensor:
-    torch._check(A.dim() == 2, lambda: "A must be a 2-D matrix")
-    rows, cols = A.shape
-    x_len, y_len = (rows, cols) if trans else (cols, rows)
-    torch._check(x.numel() == x_len, lambda: "x's length must match A")
-    # As autotune.gemv shapes a new y: a 1 x length x gives a 1 x length y (runtime/operands.py).
-    row = x.dim() == 2 and x.shape[0] == 1 and x_len != 1
-    return A.new_empty((1, y_len) if row else (y_len,))
-
-
-def _gemm_fake(A: torch.Tensor, B: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
-    torch._check(A.dim() == 2 and B.dim() == 2, lambda: "A and B must be 2-D matrices")
-    torch._check(A.shape[1] == B.shape[0], lambda: "A's columns must equal B's rows")
-    return A.new_empty((A.shape[0], B.shape[1]))
 
 
 def _linear_fake(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -66,7 +80,5 @@ def _linear_fake(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
-# Registered by call, not as decorators: torch is untyped here, and a decorator would untype them.
-torch.library.register_fake("autotune::gemv", _gemv_fake)
-torch.library.register_fake("autotune::gemm", _gemm_fake)
+_LIBRARY.impl("linear", _linear, "CUDA")
 torch.library.register_fake("autotune::linear", _linear_fake)

@@ -20,6 +20,7 @@ import warnings
 from collections import deque
 from collections.abc import Callable
 
+from autotune import ops
 from autotune.core.errors import AutotuneWarning
 from autotune.core.interpreter import module_command
 from autotune.core.problem import Problem
@@ -80,7 +81,7 @@ def sweep_command(problem: Problem, device: int, budget: int) -> list[str]:
     """`autotune sweep` of this one problem, as the CLI takes it, run from the installed package
     (module_command: never an `autotune/` folder in the caller's current folder)."""
     args = ["-q", "sweep", "--op", problem.op, "--dtype", problem.dtype, "--m", str(problem.m), "--n", str(problem.n)]
-    args += ["--k", str(problem.k)] if problem.op == "gemm" else []
+    args += ["--k", str(problem.k)] if "K" in ops.get(problem.op).sizes else []
     args += ["--trans"] if problem.trans else []
     args += ["--trials", str(budget), "--device", str(device)]
     return module_command("autotune", *args)

@@ -7,13 +7,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from autotune.core.arrays import DeviceArray, contiguous
 from autotune.core.dtypes import CUDA_TYPE
-from autotune.core.problem import ITEMSIZE, Problem
+from autotune.core.errors import AutotuneError
+from autotune.core.problem import ITEMSIZE, Problem, check_dim
 from autotune.core.space import Config, Param, Space
 from autotune.ops.base import Op, Operands
+from autotune.ops.call import Bound
 from autotune.ops.geometry import Launch
 
 KERNEL_FILE = str(Path(__file__).with_name("rowsum.cu"))
@@ -28,6 +32,18 @@ class RowSum(Op):
     # A, y, M, N, alpha, beta, workspace, counters (the last two unused: no split)
     arg_types = "PPiiffPP"
     shapes_file = Path(__file__).with_name("shapes.txt")
+    input_names = ("A",)
+    output_name = "y"
+
+    def bind(self, arrays: Sequence[DeviceArray], out: DeviceArray | None, options: tuple[Any, ...]) -> Bound:
+        """y = row sums of A: A a contiguous M x N matrix, y a contiguous vector of M."""
+        (a,) = arrays
+        if len(a.shape) != 2 or not contiguous(a):
+            raise AutotuneError(f"A must be a contiguous 2-D matrix, got shape {a.shape}")
+        m, n = check_dim("M", a.shape[0]), check_dim("N", a.shape[1])
+        if out is not None and (out.shape != (m,) or not contiguous(out) or out.dtype != a.dtype):
+            raise AutotuneError(f"out must be a contiguous {a.dtype} vector of length {m}, got shape {out.shape}")
+        return Bound(Problem(self.name, a.dtype, m, n), (m,))
 
     def space(self, problem: Problem) -> Space:
         return Space(params=(Param("threads", (32, 64, 128, 256)), Param("unroll", (1, 2, 4))), constraint=_any)

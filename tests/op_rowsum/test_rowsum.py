@@ -147,3 +147,37 @@ def test_the_worker_process_learns_the_op_from_the_module_that_registers_it() ->
     with Worker() as worker, pytest.raises(Exception) as failed:
         worker.setup(TUNED, seed=1)
     assert "rowsum" not in str(failed.value) and "unknown op" not in str(failed.value)
+
+
+@pytest.mark.gpu
+def test_the_op_runs_through_runtime_call_from_its_folder_alone(tmp_path: Path) -> None:
+    """On a GPU: tuned, then called from Python through the one launch path (autotune.call), on new
+    and given outputs, eagerly and in a CUDA graph; its kernel and records stay in the test's own
+    folders (the kernel cache and the db/ folder conftest.py makes per test), never in db/."""
+    torch = pytest.importorskip("torch")
+    import autotune
+    from autotune.core import paths
+
+    repository_db = Path(__file__).resolve().parents[2] / "db"
+    before = sorted(p.name for p in repository_db.rglob("*"))
+    assert paths.db_dir() != repository_db
+    db = str(tmp_path / "t.db")
+    api.sweep("srowsum", 512, 1000, trials=6, sampler="random", seed=1, db=db)
+    A = torch.randn(512, 1000, device="cuda")
+    expected = A.double().sum(1)
+    for _ in range(2):  # the checked path, then the short one
+        y = autotune.call("rowsum", A, db=db)
+        assert torch.allclose(y.double(), expected, rtol=1e-5, atol=1e-3)
+    out = torch.ones(512, device="cuda")
+    assert autotune.call("rowsum", A, out=out, alpha=2.0, beta=1.0, db=db) is out
+    assert torch.allclose(out.double(), 2 * expected + 1, rtol=1e-5, atol=2e-3)
+    graph, captured = torch.cuda.CUDAGraph(), torch.empty(512, device="cuda")
+    with torch.cuda.graph(graph):
+        autotune.call("rowsum", A, out=captured, db=db)
+    A.mul_(-1)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.allclose(captured.double(), -expected, rtol=1e-5, atol=1e-3)
+    sources = {s.choice.source for s in api._RUNTIME.signatures() if s.choice.problem.op == "rowsum"}
+    assert sources == {MEASURED}
+    assert sorted(p.name for p in repository_db.rglob("*")) == before

@@ -101,6 +101,7 @@ class Gemm(Op):
     shapes_file = Path(__file__).with_name("shapes.txt")
     input_names = ("A", "B")
     output_name = "C"
+    torch_schema = "(Tensor A, Tensor B, float alpha=1.0) -> Tensor"
 
     def __init__(self, pinned: ModuleType | None = None) -> None:
         self._pinned = pinned
@@ -110,6 +111,9 @@ class Gemm(Op):
 
     def bind(self, arrays: Sequence[DeviceArray], out: DeviceArray | None, options: tuple[Any, ...]) -> Bound:
         return call.bind(arrays, out, options)
+
+    def torch_fake(self, *args: Any) -> Any:
+        return call.torch_fake(*args)
 
     def for_unaligned(self, problem: Problem) -> Op:
         """Families with a `vec` parameter fall back to scalar loads themselves; wgmma copies whole

@@ -105,3 +105,12 @@ def _b_layout(b: DeviceArray, k: int, n: int) -> tuple[int, bool]:
     if ldb > MAX_LEADING:
         raise AutotuneError(f"B's rows lie {ldb} elements apart, more than the kernels' 32-bit ldb holds")
     return ldb, b_nk
+
+
+def torch_fake(A: Any, B: Any, alpha: float = 1.0) -> Any:
+    """A new C of A's rows and B's columns."""
+    import torch
+
+    torch._check(A.dim() == 2 and B.dim() == 2, lambda: "A and B must be 2-D matrices")
+    torch._check(A.shape[1] == B.shape[0], lambda: "A's columns must equal B's rows")
+    return A.new_empty((A.shape[0], B.shape[1]))

@@ -131,9 +131,13 @@ class Gemv(Op):
     shapes_file = Path(__file__).with_name("shapes.txt")
     input_names = ("A", "x")
     output_name = "y"
+    torch_schema = "(Tensor A, Tensor x, float alpha=1.0, bool trans=False) -> Tensor"
 
     def bind(self, arrays: Sequence[DeviceArray], out: DeviceArray | None, options: tuple[Any, ...]) -> Bound | Reroute:
         return call.bind(arrays, out, options)
+
+    def torch_fake(self, *args: Any) -> Any:
+        return call.torch_fake(*args)
 
     def serving(self, problem: Problem) -> Op:
         return TRANSPOSED if problem.trans else self

@@ -104,3 +104,15 @@ def _matrix_layout(a: DeviceArray, trans: bool) -> tuple[int, int, bool, int]:
         "adjacent (rows may lie further apart, as in a slice of columns) or the transpose of such a "
         "matrix (copy it, e.g. A.contiguous())"
     )
+
+
+def torch_fake(A: Any, x: Any, alpha: float = 1.0, trans: bool = False) -> Any:
+    """A new y as autotune.gemv shapes it: a 1 x length x gives a 1 x length y."""
+    import torch
+
+    torch._check(A.dim() == 2, lambda: "A must be a 2-D matrix")
+    rows, cols = A.shape
+    x_len, y_len = (rows, cols) if trans else (cols, rows)
+    torch._check(x.numel() == x_len, lambda: "x's length must match A")
+    row = x.dim() == 2 and x.shape[0] == 1 and x_len != 1
+    return A.new_empty((1, y_len) if row else (y_len,))
