@@ -15,6 +15,7 @@ import pytest
 import autotune
 from autotune.core.problem import Problem
 from autotune.ops import gemm, gemv
+from autotune.ops.gemm import shared as gemm_shared
 from autotune.runtime import operands
 from autotune.runtime.launcher import Runtime
 from autotune.select.choose import Choice
@@ -50,6 +51,26 @@ def _autotune_calls(call: Callable[[], Any]) -> list[str]:
     finally:
         sys.setprofile(None)
     return entered
+
+
+@pytest.mark.parametrize("with_out", [False, True])
+def test_a_gemm_of_a_seen_signature_runs_no_more_python_than_its_entry_and_launch(
+    cuda: FakeCuda,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    with_out: bool,
+) -> None:
+    problem = Problem("gemm", "float16", 8, 128, 256)  # a skinny GEMM, a decode step's batch
+    config = gemm.OP.default_config(problem)
+    runtime = Runtime(lambda p, device, db: Choice(problem, H200.name, config, "default"))
+    _ready(runtime, monkeypatch)
+    cuda.arg_types = gemm_shared.ARG_TYPES
+    FakeTensor.new_empty = lambda self, shape: FakeTensor(shape, 9 << 20)  # type: ignore[attr-defined]
+    A, B = FakeTensor((8, 256), 1 << 20), FakeTensor((256, 128), 2 << 20)
+    out = FakeTensor((8, 128), 3 << 20) if with_out else None
+    runtime.gemm(A, B, out)
+    calls = _autotune_calls(lambda: runtime.gemm(A, B, out))
+    assert len(cuda.launches) == 2
+    assert len(calls) <= MOST_CALLS, calls
 
 
 @pytest.mark.parametrize("with_out", [False, True])

@@ -30,7 +30,6 @@ class GroupedRowSum(RowSum):
     and an input whose dtype may differ from the output's."""
 
     name = "growsum"
-    input_count = 1
     variants = ("g64", "g128")
 
     def input_fault(self, problem: Problem) -> str | None:

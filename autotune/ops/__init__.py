@@ -147,9 +147,9 @@ def key_fault(problem: Problem) -> str | None:
     unknown = [name for name in problem.inputs if name not in INPUT_BITS]
     if unknown:
         return f"unknown input dtype {_short(unknown[0])}: choose from {', '.join(INPUT_DTYPES)}"
-    if len(problem.inputs) != kind.input_count:
+    if len(problem.inputs) != len(kind.input_names):
         named = ",".join(problem.inputs)
-        return f"{problem.op} reads {kind.input_count} input arrays, not {len(problem.inputs)} ({named})"
+        return f"{problem.op} reads {len(kind.input_names)} input arrays, not {len(problem.inputs)} ({named})"
     return kind.input_fault(problem)
 
 

@@ -56,7 +56,6 @@ class Op(ABC):
     name: ClassVar[str]  # the op in a Problem and in the database: "gemv"
     sizes: ClassVar[tuple[str, ...]] = ("M", "N")  # the sizes a problem of this op gives
     transposable: ClassVar[bool] = False  # whether a problem may ask for y = Aᵀx
-    input_count: ClassVar[int] = 2  # the input arrays a kernel reads (a problem's `inputs` names each one's dtype)
     variants: ClassVar[tuple[str, ...]] = ()  # the forms a problem may name besides the plain one (""): "g128"
 
     def input_fault(self, problem: Problem) -> str | None:
@@ -74,8 +73,8 @@ class Op(ABC):
     programmatic_launch: ClassVar[bool] = False
     shapes_file: ClassVar[Path | None] = None  # the standard shapes `autotune sweep` tunes by default
     # What a Python call passes (Runtime.call): its input arrays' names, in the call's order, and
-    # the output's (error messages name them).
-    input_names: ClassVar[tuple[str, ...]] = ("A",)
+    # the output's (error messages name them). A problem's `inputs` names each input's dtype.
+    input_names: ClassVar[tuple[str, ...]] = ("A", "B")
     output_name: ClassVar[str] = "out"
 
     def serving(self, problem: Problem) -> Op:

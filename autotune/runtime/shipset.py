@@ -56,10 +56,15 @@ class Use:
 
     def to_dict(self) -> dict[str, Any]:
         p = self.problem
+        problem: dict[str, Any] = {"op": p.op, "dtype": p.dtype, "m": p.m, "n": p.n, "k": p.k, "trans": p.trans}
+        if p.inputs:  # only where named, so that the list of plain problems keeps its bytes
+            problem["inputs"] = list(p.inputs)
+        if p.variant:
+            problem["variant"] = p.variant
         return {
             "gpu": self.gpu,
             "capability": self.capability,
-            "problem": {"op": p.op, "dtype": p.dtype, "m": p.m, "n": p.n, "k": p.k, "trans": p.trans},
+            "problem": problem,
             "config": dict(self.config),
             "source": self.source,
             "unaligned": self.unaligned,
@@ -70,7 +75,7 @@ class Use:
         return cls(
             data["gpu"],
             data["capability"],
-            Problem(**data["problem"]),
+            Problem(**{**data["problem"], "inputs": tuple(data["problem"].get("inputs", ()))}),
             dict(data["config"]),
             data["source"],
             data["unaligned"],
