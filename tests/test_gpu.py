@@ -233,7 +233,7 @@ def test_back_to_back_gemvs_read_what_the_one_before_wrote(config: dict[str, int
     assert gemv.OP.space(problem).check(config) is None
     choice = Choice(problem, launcher.gpu.name, config, "measured")
     if launcher.device.programmatic:
-        assert launcher.runtime.plan(choice, launcher.device, True)._config.num_attrs == 1  # PDL
+        assert launcher.runtime.plan(choice, launcher.device, True).config.num_attrs == 1  # PDL
     a_gpu = [gpuarray.to_gpu(a) for a in mats]
     vectors = [gpuarray.to_gpu(start)] + [gpuarray.to_gpu(np.full(n, np.nan, np.float32)) for _ in range(steps)]
     for k in range(steps):
