@@ -19,13 +19,15 @@ from autotune.ops.gemm import shared as gemm_shared
 from autotune.runtime import operands
 from autotune.runtime.launcher import Runtime
 from autotune.select.choose import Choice
-from tests.test_runtime import H200, FakeCuda, FakeTensor, cuda  # noqa: F401
+from tests.test_runtime import H200, SPLIT_K, FakeCuda, FakeTensor, cuda  # noqa: F401
 
 PACKAGE = str(Path(autotune.__file__).parent)
 # autotune's own Python functions per launch of a seen torch signature: two, as many as when gemv()
 # and gemm() each wrote out their own short path and called the plan's launch (the entry point and
 # Runtime._call, which launches a plan without scratch itself).
 MOST_CALLS = 2
+# With split-K scratch, three more: binding the scratch, the device's scratch of the stream, its size check.
+MOST_CALLS_WITH_SCRATCH = 5
 
 
 def _ready(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -74,18 +76,25 @@ def test_a_gemm_of_a_seen_signature_runs_no_more_python_than_its_entry_and_launc
 
 
 @pytest.mark.parametrize("with_out", [False, True])
+@pytest.mark.parametrize("split", [False, True])
 def test_a_gemv_of_a_seen_signature_runs_no_more_python_than_its_entry_and_launch(
     cuda: FakeCuda,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
     with_out: bool,
+    split: bool,
 ) -> None:
-    problem = Problem("gemv", "float16", 64, 128)
-    runtime = Runtime(lambda p, device, db: Choice(problem, H200.name, gemv.DEFAULT_CONFIG, "default"))
+    problem = Problem("gemv", "float16", 1024, 1024)
+    config = SPLIT_K if split else gemv.DEFAULT_CONFIG
+    runtime = Runtime(lambda p, device, db: Choice(problem, H200.name, config, "default"))
     _ready(runtime, monkeypatch)
     FakeTensor.new_empty = lambda self, shape: FakeTensor(shape, 9 << 20)  # type: ignore[attr-defined]
-    A, x = FakeTensor((64, 128), 1 << 20), FakeTensor((128,), 2 << 20)
-    out = FakeTensor((64,), 3 << 20) if with_out else None
+    A, x = FakeTensor((1024, 1024), 1 << 20), FakeTensor((1024,), 2 << 20)
+    out = FakeTensor((1024,), 3 << 20) if with_out else None
     runtime.gemv(A, x, out)  # the checked path: the signature is kept
     calls = _autotune_calls(lambda: runtime.gemv(A, x, out))
-    assert len(cuda.launches) == 2
-    assert len(calls) <= MOST_CALLS, calls
+    assert len(cuda.launches) == 2 and cuda.launches[-1].args[:3] == [
+        1 << 20,
+        2 << 20,
+        9 << 20 if out is None else 3 << 20,
+    ]
+    assert len(calls) <= (MOST_CALLS_WITH_SCRATCH if split else MOST_CALLS), calls

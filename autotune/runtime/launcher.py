@@ -251,10 +251,12 @@ class Runtime:
                 handle = self._raw_stream(sig.index) if stream is None else self._given(stream, sig.device)
                 a, b, c = first.data_ptr(), second.data_ptr(), out.data_ptr()
                 plan = sig.aligned if not (a | b | c) & 15 else self._unaligned(sig, handle)
-                if isinstance(plan, LaunchPlan) and plan.direct:
+                if isinstance(plan, LaunchPlan):
                     with plan.lock:
                         args = plan.args
                         args.p0, args.p1, args.p2, args.alpha, args.beta = a, b, c, alpha, beta
+                        if plan.needs_scratch:
+                            plan.bind_scratch((a, b, c), handle, sig.allocator)
                         plan.config.stream = handle
                         result = plan.launch_driver(plan.config_ref, plan.function, plan.params, None)
                         if result:

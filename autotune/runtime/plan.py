@@ -52,9 +52,9 @@ def arguments_struct(arg_types: str, order: tuple[int, ...]) -> type[ctypes.Stru
 class LaunchPlan:
     """One kernel ready to launch on one device for one problem and layout.
 
-    `direct` plans (no scratch) may be launched by writing `args` and calling `launch_driver` under
-    `lock`, as Runtime.call's short path does to save a Python call a launch; `launch` does the same
-    for any plan."""
+    Runtime.call's short path launches a plan of two inputs itself, to save a Python call a launch:
+    under `lock` it writes `args`, binds the scratch where the plan needs it and calls
+    `launch_driver`, as `launch` does."""
 
     def __init__(self, device: Device, function: int, call: KernelCall, dtype: str, programmatic: bool) -> None:
         self.device = device
@@ -63,7 +63,6 @@ class LaunchPlan:
         self.dtype = dtype
         self.order = call.order
         self.needs_scratch = bool(geom.workspace_floats or geom.counters or geom.operand_maps)
-        self.direct = not self.needs_scratch
         self.args = arguments_struct(call.arg_types, call.order)()
         self._array_names = [f"p{index}" for index in range(len(call.order) + 1)]
         for index, size in enumerate(call.sizes):
@@ -99,11 +98,14 @@ class LaunchPlan:
         thread."""
         with self.lock:
             args = self.args
-            for name, pointer in zip(self._array_names, pointers, strict=True):
-                setattr(args, name, pointer)
+            if len(pointers) == 3:  # two inputs and the output: GEMV, GEMM
+                args.p0, args.p1, args.p2 = pointers
+            else:
+                for name, pointer in zip(self._array_names, pointers, strict=True):
+                    setattr(args, name, pointer)
             args.alpha, args.beta = alpha, beta
             if self.needs_scratch:
-                self._bind_scratch(pointers, stream, allocator)
+                self.bind_scratch(pointers, stream, allocator)
             self.config.stream = stream
             result = self.launch_driver(self.config_ref, self.function, self.params, None)
             if result:
@@ -121,7 +123,8 @@ class LaunchPlan:
         with driver.in_context(self._context):
             return int(self.launch_driver(self.config_ref, self.function, self.params, None))
 
-    def _bind_scratch(self, pointers: tuple[int, ...], stream: int, allocator: Allocator | None) -> None:
+    def bind_scratch(self, pointers: tuple[int, ...], stream: int, allocator: Allocator | None) -> None:
+        """Write this stream's split-K scratch (or the TMA kernels' tensor maps) into the arguments."""
         scratch = self.device.scratch(self.geom, stream, allocator)
         self.args.workspace, self.args.counters = scratch.workspace, scratch.counters
         maps = self.geom.operand_maps
