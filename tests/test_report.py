@@ -25,7 +25,7 @@ from autotune.ops import gemv
 from autotune.report import gather, render, svg, write_report
 from autotune.report.page import plot_count
 from autotune.store import Store, open_store
-from autotune.vendor.mapping import vendor_config
+from autotune.vendor.mapping import is_vendor, vendor_config
 from tests.fakes import ok, record, run_cli
 
 H200 = GpuInfo("NVIDIA H200", "GPU-1111", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
@@ -304,6 +304,7 @@ def stated() -> dict[str, int]:
 
 
 @pytest.mark.shipped_records
+@pytest.mark.vendor  # the selector answers cuBLASLt where the records say it won
 def test_report_of_the_shipped_records(tmp_path: Path) -> None:
     """The records that ship: the counts docs/report.md states, written within its time, its size."""
     api._open.cache_clear()
@@ -321,6 +322,13 @@ def test_report_of_the_shipped_records(tmp_path: Path) -> None:
     # Every shipped problem holds imported leaders only, none a floor: the banner says so, no table has a floor column.
     assert held.kept_only == held.problems and held.floors == 0 and "read floor µs" not in html
     assert f"cuBLASLt is the fastest for {held.vendor_best}." in banner_text(html) and held.vendor_best > 0
+    # The ties it names are where `best` answers ours: the rest of cuBLASLt's wins are what `best` answers.
+    assert f"For {held.vendor_ties} of them our fastest kernel is within 2%" in banner_text(html)
+    chosen = api.listed_choices(api.list_problems(db=url), db=url)
+    api._open.cache_clear()
+    assert sum(is_vendor(choice.config) for choice in chosen) == held.vendor_best - held.vendor_ties > 0
+    stated_ties = f"in the shipped records {held.vendor_ties} of cuBLASLt's {held.vendor_best})"
+    assert stated_ties in " ".join(DOC.read_text(encoding="utf-8").split())
 
 
 # --- the command --------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from autotune.core.errors import AutotuneError
 from autotune.core.outcome import Status
 from autotune.core.problem import Problem
 from autotune.core.timing_bounds import is_plausible_time_us
+from autotune.select.choose import VENDOR_MARGIN
 from autotune.store import ProblemSummary, Store, TrialRow
 from autotune.store.trials import MEASURED
 from autotune.vendor.mapping import is_vendor
@@ -56,6 +57,16 @@ class Shape:
     def best_is_vendor(self) -> bool:
         """Whether the best stored config is a cuBLASLt algorithm rather than one of our kernels."""
         return is_vendor(self.summary.best_config or {})
+
+    @property
+    def vendor_tie(self) -> bool:
+        """Whether the best stored config is cuBLASLt's but within VENDOR_MARGIN of our fastest kernel:
+        a tie, which `autotune best` (and the launch path) gives to ours."""
+        if not self.best_is_vendor or self.summary.best_us is None:
+            return False
+        ours = [_ok_time(trial) for trial in self.trials if not is_vendor(trial.config)]
+        fastest = min((time for time in ours if time is not None), default=None)
+        return fastest is not None and fastest <= self.summary.best_us * (1 + VENDOR_MARGIN)
 
     @property
     def vendor_stored(self) -> bool:
@@ -164,6 +175,7 @@ class Holdings:
     trials: int
     vendor_timed: int  # problems with a cuBLASLt algorithm among their trials
     vendor_best: int  # problems whose best config is a cuBLASLt algorithm
+    vendor_ties: int  # of those, problems where ours is within VENDOR_MARGIN: `best` answers ours
     floors: int  # problems whose matrix has a stored read floor
     kept_only: int  # problems holding only the kept leaders of a records file
 
@@ -183,6 +195,7 @@ class ReportData:
             trials=sum(len(shape.trials) for shape in shapes),
             vendor_timed=sum(shape.vendor_stored for shape in shapes),
             vendor_best=sum(shape.best_is_vendor for shape in shapes),
+            vendor_ties=sum(shape.vendor_tie for shape in shapes),
             floors=sum(shape.floor_us is not None for shape in shapes),
             kept_only=sum(shape.kept_only for shape in shapes),
         )

@@ -14,6 +14,7 @@ from autotune.core.outcome import Status
 from autotune.core.output import printable
 from autotune.report import svg
 from autotune.report.data import GpuReport, Holdings, OpGroup, ReportData, Shape
+from autotune.select.choose import VENDOR_MARGIN
 
 FAILURE_ROWS = 20  # message kinds listed per GPU; the chart counts them all
 
@@ -324,6 +325,11 @@ def banner(held: Holdings) -> list[str]:
             f"cuBLASLt's algorithms are stored for {held.vendor_timed} of {problems} and take part in 'best' "
             f"(config cublas_algo=rank): cuBLASLt is the fastest for {held.vendor_best}."
         )
+        if held.vendor_ties:
+            vendor += (
+                f" For {held.vendor_ties} of them our fastest kernel is within {VENDOR_MARGIN:.0%}: a tie, which "
+                "`autotune best` and the launch path give to ours."
+            )
     else:
         vendor = (
             f"No cuBLASLt time is stored for these {problems}: 'best' is among autotune's own kernels "
