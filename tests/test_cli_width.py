@@ -1,5 +1,5 @@
 """The `autotune` command read in an 80-column terminal, over the shipped records: no line of list,
-show, best, warmup, doctor or an error is wider, configs name every value and none is cut, and
+show, best, warmup, doctor, gpus, queue or an error is wider, configs name every value and none is cut, and
 `list` shows the config `best` answers."""
 
 from __future__ import annotations
@@ -147,3 +147,20 @@ def test_an_error_wraps_at_spaces_on_a_terminal_and_stays_one_line_in_a_log(
     assert code == 2 and first.startswith("error: unknown GPU 'RTX 4090'") and rest
     assert all(len(line) <= WIDTH for line in shown.splitlines()) and all(line.startswith("  ") for line in rest)
     assert words(shown.splitlines()) == logged.split()  # the same words, none cut
+
+
+def test_gpus_fits_and_names_every_stored_gpu(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], db: str
+) -> None:
+    lines = printed(monkeypatch, capsys, "gpus", "--db", db)
+    text = " ".join(words(lines))
+    for name in ("H200", "H100"):  # a name wraps inside its cell, never past the edge
+        assert name in text
+
+
+def test_queue_fits(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], db: str) -> None:
+    shape = ("--op", "bgemm", "--m", "4096", "--n", "14336", "--k", "4096", "--trans")
+    code, _, err = run_cli(monkeypatch, capsys, "queue", "--add", "--gpu", "NVIDIA H100 80GB HBM3", *shape, "--db", db)
+    assert code == 0 and "queued 1 problem " in err
+    lines = printed(monkeypatch, capsys, "queue", "--db", db)
+    assert lines[0].split()[:4] == ["gpu", "op", "shape", "state"] and "4096x14336x4096" in " ".join(lines)
