@@ -22,8 +22,9 @@ from autotune.build.compiler import CompileJob, CompilePool, CompileResult
 from autotune.core.outcome import Outcome, Status
 from autotune.core.space import Config, Space, config_key
 from autotune.tune.grid import ValidGridSampler
+from autotune.tune.valid_tpe import ValidTPESampler
 
-SAMPLERS = ("tpe", "random", "grid")
+SAMPLERS = ("tpe", "tpe-valid", "random", "grid")
 QUARANTINE_AFTER = 2  # worker deaths or hangs before a config is never dispatched again
 # A model-based sampler can settle on configs it has already seen (or on invalid ones) and propose
 # nothing new for thousands of asks while most of the space is unexplored. After this many proposals
@@ -77,6 +78,8 @@ class Measurer:
 def make_sampler(name: str, space: Space, seed: int | None) -> optuna.samplers.BaseSampler:
     if name == "tpe":
         return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True)
+    if name == "tpe-valid":
+        return ValidTPESampler(space, seed)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "grid":

@@ -1,0 +1,129 @@
+"""Search strategies replayed on public, fully brute-forced spaces (CPU only): how many evaluations each
+needs to reach 2% (and 5%) of a space's optimum, over many seeds.
+
+The spaces are Kernel Tuner cache files from github.com/AutoTuningAssociation/benchmark_hub, which
+records every config's measured time. They are fetched, not committed; for example
+    git clone https://github.com/AutoTuningAssociation/benchmark_hub
+    "currently_unused/cachefiles/KernelTuner data/gemm/RTX_3090.json.gz"  (CLBlast Xgemm, RTX 3090)
+    "cachefiles/convolution_milo/A4000.json.gz"                          (convolution, RTX A4000)
+Configs absent from a file broke its restrictions: they are invalid and cost no evaluation, as our own
+constraints rule configs out before compiling. Configs that failed (an error string for a time)
+are evaluations with a failed outcome. See scripts/search_replay.py for the replay itself.
+
+Strategies: `default` is what a sweep runs by default (autotune.tune.search.Study, sampler "tpe", driven
+through a replay Measurer); `tpe-valid` the Study with the sampler that proposes only valid new
+configs; `ga` a plain genetic algorithm after Kernel Tuner's. Each run is replayed up to --cap
+evaluations, unstopped; `reach_2pct_default_budget` applies a sweep's default stop (64 trials, patience
+32) to the same sequence of evaluations, which is exactly where that sweep would have stopped.
+
+    python scripts/bench_search_replay.py gemm_3090=RTX_3090.json.gz conv_a4000=A4000.json.gz
+    python scripts/bench_search_replay.py --seeds 5 --strategies default,ga SPACE=FILE   # a quick look
+
+Writes results/search_replay.json (rows {space, strategy, runs, median_to_2pct, ...}) and .png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import multiprocessing
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import search_replay as replay_lib
+
+
+@functools.cache
+def _replay(path: str, name: str) -> replay_lib.Replay:
+    return replay_lib.load(Path(path), name)
+
+
+def _one_run(task: tuple[str, str, str, int, int]) -> tuple[str, str, list[float | None]]:
+    name, path, strategy, seed, cap = task
+    replay = _replay(path, name)
+    return name, strategy, replay_lib.STRATEGIES[strategy](replay, seed, cap)
+
+
+def run_all(
+    spaces: Mapping[str, Path], strategies: Sequence[str], seeds: int, cap: int, processes: int
+) -> list[dict[str, Any]]:
+    tasks = [
+        (name, str(path), s, seed, cap) for name, path in spaces.items() for s in strategies for seed in range(seeds)
+    ]
+    traces: dict[tuple[str, str], list[list[float | None]]] = {}
+    with multiprocessing.Pool(processes) as pool:
+        for name, strategy, trace in pool.imap_unordered(_one_run, tasks):
+            traces.setdefault((name, strategy), []).append(trace)
+    rows = []
+    for name, path in spaces.items():
+        replay = _replay(str(path), name)
+        for strategy in strategies:
+            row = {"space": name, "strategy": strategy, **replay_lib.summarise(traces[name, strategy], replay.optimum)}
+            row["valid_configs"] = len(replay.values)
+            row["failing_configs"] = sum(v is None for v in replay.values.values())
+            row["optimum"] = replay.optimum
+            row["curve_2pct"] = _reach_curve(traces[name, strategy], replay.optimum, cap)
+            rows.append(row)
+            print(json.dumps({k: v for k, v in row.items() if k != "curve_2pct"}), flush=True)
+    return rows
+
+
+def _reach_curve(traces: Sequence[Sequence[float | None]], optimum: float, cap: int) -> list[float]:
+    """Fraction of runs within 2% of the optimum after 1..cap evaluations (the plot's lines)."""
+    hits = [replay_lib.evaluations_to(t, optimum, 0.02) for t in traces]
+    return [sum(h is not None and h <= n for h in hits) / len(traces) for n in range(1, cap + 1)]
+
+
+def plot(report: Mapping[str, Any], path: Path) -> Path:
+    from plotting import pyplot, save_beside  # beside this script, as `python scripts/...` runs it
+
+    plt = pyplot()
+    spaces = list(dict.fromkeys(r["space"] for r in report["rows"]))
+    fig, axes = plt.subplots(1, len(spaces), figsize=(6.0 * len(spaces), 4.2), squeeze=False)
+    for axis, space in zip(axes[0], spaces, strict=True):
+        for row in (r for r in report["rows"] if r["space"] == space):
+            curve = row["curve_2pct"]
+            axis.plot(range(1, len(curve) + 1), curve, label=f"{row['strategy']} (median {row['median_to_2pct']})")
+        axis.axvline(replay_lib.DEFAULT_TRIALS, color="grey", linestyle=":", label="default budget (64 trials)")
+        axis.set_xlabel("evaluations (failed configs included)")
+        axis.set_ylabel(f"fraction of {report['seeds']} runs within 2% of the optimum")
+        axis.set_ylim(0, 1.02)
+        axis.set_title(space)
+        axis.legend(fontsize=8)
+    return save_beside(fig, path)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("spaces", nargs="+", help="NAME=PATH of a Kernel Tuner cache file (.json or .json.gz)")
+    parser.add_argument("--strategies", default=",".join(replay_lib.STRATEGIES))
+    parser.add_argument("--seeds", type=int, default=50)
+    parser.add_argument("--cap", type=int, default=200, help="evaluations per run")
+    parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=Path("results/search_replay.json"))
+    args = parser.parse_args(argv)
+    spaces = dict(s.split("=", 1) if "=" in s else (Path(s).name, s) for s in args.spaces)
+    strategies = args.strategies.split(",")
+    unknown = [s for s in strategies if s not in replay_lib.STRATEGIES]
+    if unknown:
+        print(f"error: unknown strategies {unknown}: choose from {list(replay_lib.STRATEGIES)}", file=sys.stderr)
+        return 2
+    try:
+        for name, path in spaces.items():
+            _replay(path, name)
+    except replay_lib.ReplayError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    rows = run_all({n: Path(p) for n, p in spaces.items()}, strategies, args.seeds, args.cap, args.processes)
+    report = {"seeds": args.seeds, "cap": args.cap, "workers": replay_lib.DEFAULT_WORKERS, "rows": rows}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    print(args.out, plot(report, args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

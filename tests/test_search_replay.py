@@ -1,0 +1,111 @@
+"""scripts/search_replay.py on a small synthetic Kernel Tuner cache: the product's Study and the genetic
+algorithm replayed, invalid configs free, failures counted, and the report's arithmetic."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+
+from autotune.tune.search import Budget, Study
+from scripts import search_replay as replay_lib
+
+PARAMS = {"block": [32, 64, 128, 256], "tile": [1, 2, 4, 8], "vec": [1, 2, 4], "smem": [0, 1], "unroll": [1, 2, 4]}
+OPTIMUM = {"block": 128, "tile": 4, "vec": 2, "smem": 1, "unroll": 2}
+VALID, FAILING = 234, 12
+
+
+def _time(config: dict[str, int]) -> float:
+    return 1.0 + sum(abs(config[n] - OPTIMUM[n]) / max(PARAMS[n]) for n in PARAMS)
+
+
+def _write_cache(path: Path) -> dict[str, object]:
+    """A Kernel Tuner cache: configs with block * tile > 512 break the restrictions (absent), those
+    with tile 8 and vec 4 fail at run time; the rest have a time with one best config."""
+    cache: dict[str, dict[str, object]] = {}
+    for values in itertools.product(*PARAMS.values()):
+        config = dict(zip(PARAMS, values, strict=True))
+        if config["block"] * config["tile"] > 512:
+            continue
+        failed = config["tile"] == 8 and config["vec"] == 4
+        cache[",".join(map(str, values))] = {**config, "time": "RuntimeFailedConfig" if failed else _time(config)}
+    data = {"tune_params": PARAMS, "objective": "time", "cache": cache}
+    path.write_bytes(gzip.compress(json.dumps(data).encode()))
+    return data
+
+
+@pytest.fixture()
+def replay(tmp_path: Path) -> replay_lib.Replay:
+    _write_cache(tmp_path / "tiny.json.gz")
+    return replay_lib.load(tmp_path / "tiny.json.gz")
+
+
+def test_load_knows_valid_failing_and_the_optimum(replay: replay_lib.Replay) -> None:
+    assert len(replay.values) == VALID and sum(v is None for v in replay.values.values()) == FAILING
+    assert replay.optimum == 1.0 and replay.value(OPTIMUM) == 1.0
+    assert replay.space.check({**OPTIMUM, "block": 256}) is not None  # absent: invalid
+    assert replay.space.check(OPTIMUM) is None
+
+
+def test_damaged_or_unusable_files_are_one_line_errors(tmp_path: Path) -> None:
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(replay_lib.ReplayError, match="not a Kernel Tuner cache file"):
+        replay_lib.load(tmp_path / "bad.json")
+    (tmp_path / "gflops.json").write_text(json.dumps({"tune_params": {}, "cache": {}, "objective": "GFLOP/s"}))
+    with pytest.raises(replay_lib.ReplayError, match="objective"):
+        replay_lib.load(tmp_path / "gflops.json")
+
+
+def test_default_study_counts_failures_and_skips_invalid_configs(replay: replay_lib.Replay) -> None:
+    measurer = replay_lib.ReplayMeasurer(replay)
+    study = Study(replay.space, measurer, replay_lib.InstantPool(workers=4), sampler=replay_lib.DEFAULT_SAMPLER, seed=3)  # type: ignore[arg-type]
+    failing = [dict(zip(PARAMS, key, strict=True)) for key, value in replay.values.items() if value is None]
+    study.warm_start(failing)
+    result = study.run(Budget(trials=60))
+    assert measurer.invalid > 0  # TPE proposed configs absent from the cache: told as failures, not measured
+    assert result.measured == len(measurer.trace) == 60  # failing configs are evaluations too
+    assert measurer.trace[:FAILING] == [None] * FAILING and result.statuses["launch_error"] == FAILING
+    assert result.best_us == min(v for v in measurer.trace if v is not None)
+
+
+@pytest.mark.parametrize("strategy", ["tpe-valid", "ga"])
+def test_strategies_reach_the_optimum_within_the_whole_space(replay: replay_lib.Replay, strategy: str) -> None:
+    trace = replay_lib.STRATEGIES[strategy](replay, 7, VALID)
+    assert len(trace) <= VALID and trace.count(None) <= FAILING
+    assert replay_lib.evaluations_to(trace, replay.optimum, 0.0) is not None
+
+
+def test_valid_tpe_proposes_no_invalid_config(replay: replay_lib.Replay) -> None:
+    measurer = replay_lib.ReplayMeasurer(replay)
+    study = Study(replay.space, measurer, replay_lib.InstantPool(workers=4), sampler="tpe-valid", seed=1)  # type: ignore[arg-type]
+    result = study.run(Budget(trials=40))
+    assert measurer.invalid == 0 and result.measured == 40 and result.kicks == 0
+
+
+def test_ga_measures_each_config_once(replay: replay_lib.Replay) -> None:
+    seen: list[str] = []
+    original = replay.values
+
+    class Counting(dict[tuple[int, ...], float | None]):
+        def __getitem__(self, key: tuple[int, ...]) -> float | None:
+            seen.append(repr(key))
+            return original[key]
+
+    counted = replay_lib.Replay(replay.name, replay.space, Counting(original), replay.optimum)
+    trace = replay_lib.run_ga(counted, seed=2, cap=30)
+    assert len(trace) == 30 == len(set(seen))
+
+
+def test_report_arithmetic() -> None:
+    # 2% of optimum 1.0: the 3rd evaluation of the first run, never for the second.
+    traces: list[list[float | None]] = [[2.0, None, 1.01, 1.0], [3.0, 2.0, 1.5, 1.2]]
+    assert replay_lib.evaluations_to(traces[0], 1.0, 0.02) == 3
+    assert replay_lib.evaluations_to(traces[1], 1.0, 0.05) is None
+    row = replay_lib.summarise(traces, 1.0)
+    assert row["runs"] == 2 and row["median_to_2pct"] is None and row["reach_2pct_at_50"] == 0.5
+    flat: list[float | None] = [5.0] + [5.0] * 40 + [1.0]  # patience 32 stops the sweep before the 1.0
+    assert replay_lib.sweep_stop(flat) == 33 and replay_lib.sweep_stop([1.0] * 10) == 10
+    assert replay_lib.summarise([flat], 1.0)["reach_2pct_default_budget"] == 0.0
