@@ -41,17 +41,20 @@ def _replay(path: str, name: str) -> replay_lib.Replay:
     return replay_lib.load(Path(path), name)
 
 
-def _one_run(task: tuple[str, str, str, int, int]) -> tuple[str, str, list[float | None]]:
-    name, path, strategy, seed, cap = task
+def _one_run(task: tuple[str, str, str, int, int, int]) -> tuple[str, str, list[float | None]]:
+    name, path, strategy, seed, cap, workers = task
     replay = _replay(path, name)
-    return name, strategy, replay_lib.STRATEGIES[strategy](replay, seed, cap)
+    return name, strategy, replay_lib.STRATEGIES[strategy](replay, seed, cap, workers)
 
 
 def run_all(
-    spaces: Mapping[str, Path], strategies: Sequence[str], seeds: int, cap: int, processes: int
+    spaces: Mapping[str, Path], strategies: Sequence[str], seeds: int, cap: int, processes: int, workers: int
 ) -> list[dict[str, Any]]:
     tasks = [
-        (name, str(path), s, seed, cap) for name, path in spaces.items() for s in strategies for seed in range(seeds)
+        (name, str(path), s, seed, cap, workers)
+        for name, path in spaces.items()
+        for s in strategies
+        for seed in range(seeds)
     ]
     traces: dict[tuple[str, str], list[list[float | None]]] = {}
     with multiprocessing.Pool(processes) as pool:
@@ -61,7 +64,12 @@ def run_all(
     for name, path in spaces.items():
         replay = _replay(str(path), name)
         for strategy in strategies:
-            row = {"space": name, "strategy": strategy, **replay_lib.summarise(traces[name, strategy], replay.optimum)}
+            row = {
+                "space": name,
+                "strategy": strategy,
+                "workers": workers,
+                **replay_lib.summarise(traces[name, strategy], replay.optimum),
+            }
             row["valid_configs"] = len(replay.values)
             row["failing_configs"] = sum(v is None for v in replay.values.values())
             row["optimum"] = replay.optimum
@@ -86,13 +94,15 @@ def plot(report: Mapping[str, Any], path: Path) -> Path:
     for axis, space in zip(axes[0], spaces, strict=True):
         for row in (r for r in report["rows"] if r["space"] == space):
             curve = row["curve_2pct"]
-            axis.plot(range(1, len(curve) + 1), curve, label=f"{row['strategy']} (median {row['median_to_2pct']})")
+            pending = "" if row["workers"] is None else f", {row['workers']} pending"
+            label = f"{row['strategy']}{pending} (median {row['median_to_2pct']})"
+            axis.plot(range(1, len(curve) + 1), curve, label=label)
         axis.axvline(replay_lib.DEFAULT_TRIALS, color="grey", linestyle=":", label="default budget (64 trials)")
         axis.set_xlabel("evaluations (failed configs included)")
         axis.set_ylabel(f"fraction of {report['seeds']} runs within 2% of the optimum")
         axis.set_ylim(0, 1.02)
         axis.set_title(space)
-        axis.legend(fontsize=8)
+        axis.legend(fontsize=8, loc="upper left")
     return save_beside(fig, path)
 
 
@@ -103,6 +113,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=50)
     parser.add_argument("--cap", type=int, default=200, help="evaluations per run")
     parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=replay_lib.DEFAULT_WORKERS,
+        help="the compile pool's size: trials the Study keeps pending (not the GA's)",
+    )
+    parser.add_argument("--merge", action="store_true", help="keep the --out report's rows for other runs")
     parser.add_argument("--out", type=Path, default=Path("results/search_replay.json"))
     args = parser.parse_args(argv)
     spaces = dict(s.split("=", 1) if "=" in s else (Path(s).name, s) for s in args.spaces)
@@ -117,8 +134,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except replay_lib.ReplayError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    rows = run_all({n: Path(p) for n, p in spaces.items()}, strategies, args.seeds, args.cap, args.processes)
-    report = {"seeds": args.seeds, "cap": args.cap, "workers": replay_lib.DEFAULT_WORKERS, "rows": rows}
+    rows = run_all(
+        {n: Path(p) for n, p in spaces.items()}, strategies, args.seeds, args.cap, args.processes, args.workers
+    )
+    if args.merge and args.out.exists():
+        new = {(r["space"], r["strategy"], r["workers"]) for r in rows}
+        old = json.loads(args.out.read_text())["rows"]
+        rows = [r for r in old if (r["space"], r["strategy"], r["workers"]) not in new] + rows
+    report = {"seeds": args.seeds, "cap": args.cap, "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1) + "\n")
     print(args.out, plot(report, args.out))

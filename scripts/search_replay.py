@@ -207,10 +207,12 @@ def run_ga(replay: Replay, seed: int, cap: int, ga: GeneticAlgorithm = GeneticAl
     return trace
 
 
-STRATEGIES: dict[str, Callable[[Replay, int, int], list[float | None]]] = {
-    "default": lambda replay, seed, cap: run_study(replay, seed, cap),
-    "tpe-valid": lambda replay, seed, cap: run_study(replay, seed, cap, sampler="tpe-valid"),
-    "ga": run_ga,
+UNPOOLED = frozenset({"ga"})  # strategies that propose one config at a time, whatever the pool
+# name -> (replay, seed, evaluation cap, compile pool workers) -> the values measured, in order
+STRATEGIES: dict[str, Callable[[Replay, int, int, int], list[float | None]]] = {
+    "default": lambda replay, seed, cap, workers: run_study(replay, seed, cap, DEFAULT_SAMPLER, workers),
+    "tpe-valid": lambda replay, seed, cap, workers: run_study(replay, seed, cap, "tpe-valid", workers),
+    "ga": lambda replay, seed, cap, _: run_ga(replay, seed, cap),
 }
 
 

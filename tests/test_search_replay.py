@@ -73,7 +73,7 @@ def test_default_study_counts_failures_and_skips_invalid_configs(replay: replay_
 
 @pytest.mark.parametrize("strategy", ["tpe-valid", "ga"])
 def test_strategies_reach_the_optimum_within_the_whole_space(replay: replay_lib.Replay, strategy: str) -> None:
-    trace = replay_lib.STRATEGIES[strategy](replay, 7, VALID)
+    trace = replay_lib.STRATEGIES[strategy](replay, 7, VALID, 4)
     assert len(trace) <= VALID and trace.count(None) <= FAILING
     assert replay_lib.evaluations_to(trace, replay.optimum, 0.0) is not None
 
