@@ -212,6 +212,7 @@ UNPOOLED = frozenset({"ga"})  # strategies that propose one config at a time, wh
 STRATEGIES: dict[str, Callable[[Replay, int, int, int], list[float | None]]] = {
     "default": lambda replay, seed, cap, workers: run_study(replay, seed, cap, DEFAULT_SAMPLER, workers),
     "tpe-valid": lambda replay, seed, cap, workers: run_study(replay, seed, cap, "tpe-valid", workers),
+    "tpe-local": lambda replay, seed, cap, workers: run_study(replay, seed, cap, "tpe-local", workers),
     "ga": lambda replay, seed, cap, _: run_ga(replay, seed, cap),
 }
 

@@ -71,16 +71,25 @@ def test_default_study_counts_failures_and_skips_invalid_configs(replay: replay_
     assert result.best_us == min(v for v in measurer.trace if v is not None)
 
 
-@pytest.mark.parametrize("strategy", ["tpe-valid", "ga"])
-def test_strategies_reach_the_optimum_within_the_whole_space(replay: replay_lib.Replay, strategy: str) -> None:
-    trace = replay_lib.STRATEGIES[strategy](replay, 7, VALID, 4)
+@pytest.mark.parametrize("sampler", ["tpe-valid", "tpe-local"])
+def test_valid_samplers_reach_the_optimum_within_the_whole_space(replay: replay_lib.Replay, sampler: str) -> None:
+    measurer = replay_lib.ReplayMeasurer(replay)
+    study = Study(replay.space, measurer, replay_lib.InstantPool(workers=4), sampler=sampler, seed=7)  # type: ignore[arg-type]
+    result = study.run(Budget(trials=VALID, target_us=replay.optimum))
+    assert result.stopped == "target reached" and result.best_config == OPTIMUM
+    assert len(measurer.trace) < VALID and measurer.invalid == 0
+
+
+def test_ga_reaches_the_optimum_within_the_whole_space(replay: replay_lib.Replay) -> None:
+    trace = replay_lib.STRATEGIES["ga"](replay, 7, VALID, 4)
     assert len(trace) <= VALID and trace.count(None) <= FAILING
     assert replay_lib.evaluations_to(trace, replay.optimum, 0.0) is not None
 
 
-def test_valid_tpe_proposes_no_invalid_config(replay: replay_lib.Replay) -> None:
+@pytest.mark.parametrize("sampler", ["tpe-valid", "tpe-local"])
+def test_valid_tpe_proposes_no_invalid_config(replay: replay_lib.Replay, sampler: str) -> None:
     measurer = replay_lib.ReplayMeasurer(replay)
-    study = Study(replay.space, measurer, replay_lib.InstantPool(workers=4), sampler="tpe-valid", seed=1)  # type: ignore[arg-type]
+    study = Study(replay.space, measurer, replay_lib.InstantPool(workers=4), sampler=sampler, seed=1)  # type: ignore[arg-type]
     result = study.run(Budget(trials=40))
     assert measurer.invalid == 0 and result.measured == 40 and result.kicks == 0
 

@@ -22,9 +22,9 @@ from autotune.build.compiler import CompileJob, CompilePool, CompileResult
 from autotune.core.outcome import Outcome, Status
 from autotune.core.space import Config, Space, config_key
 from autotune.tune.grid import ValidGridSampler
-from autotune.tune.valid_tpe import ValidTPESampler
+from autotune.tune.valid_tpe import LOCAL_SHARE, ValidTPESampler
 
-SAMPLERS = ("tpe", "tpe-valid", "random", "grid")
+SAMPLERS = ("tpe", "tpe-valid", "tpe-local", "random", "grid")
 QUARANTINE_AFTER = 2  # worker deaths or hangs before a config is never dispatched again
 # A model-based sampler can settle on configs it has already seen (or on invalid ones) and propose
 # nothing new for thousands of asks while most of the space is unexplored. After this many proposals
@@ -80,6 +80,8 @@ def make_sampler(name: str, space: Space, seed: int | None) -> optuna.samplers.B
         return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True)
     if name == "tpe-valid":
         return ValidTPESampler(space, seed)
+    if name == "tpe-local":
+        return ValidTPESampler(space, seed, local=LOCAL_SHARE)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "grid":

@@ -19,18 +19,21 @@ from optuna.distributions import BaseDistribution
 from optuna.samplers import TPESampler
 from optuna.samplers._tpe.parzen_estimator import _ParzenEstimator
 from optuna.study import Study
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core.space import Config, Space, config_key
 
 # TPE's default is 24 candidates; with most of them invalid or taken, more are drawn to leave about as many usable.
 CANDIDATES = 256
+LOCAL_SHARE = 0.3  # of the proposals, for the "tpe-local" sampler
+LOCAL_AFTER = 15  # finished trials before the first local move: a best worth climbing from
 _RANDOM_DRAWS = 2000  # uniform draws for a new valid config before giving up (Study's kick then steps in)
 
 
 class ValidTPESampler(TPESampler):
-    def __init__(self, space: Space, seed: int | None = None, candidates: int = CANDIDATES) -> None:
+    def __init__(self, space: Space, seed: int | None = None, candidates: int = CANDIDATES, local: float = 0.0) -> None:
         super().__init__(seed=seed, multivariate=True, constant_liar=True, n_ei_candidates=candidates)
+        self._local = local
         self._space = space
         self._choices = space.choices()
         # Optuna leaves parameters of a single choice out of TPE's model: their value is that choice.
@@ -45,8 +48,10 @@ class ValidTPESampler(TPESampler):
         if "fixed_params" in trial.system_attrs:
             return {}  # an enqueued config (warm start, a kick, a retry): Optuna fills it in
         self._taken = self._keys(study)
-        proposal = super().sample_relative(study, trial, search_space) if search_space else {}
-        config = {**self._fixed, **{name: int(value) for name, value in proposal.items()}}
+        config = self._local_move(study) if search_space and self._local > 0 else None
+        if config is None:
+            proposal = super().sample_relative(study, trial, search_space) if search_space else {}
+            config = {**self._fixed, **{name: int(value) for name, value in proposal.items()}}
         if config.keys() != self._choices.keys() or not self._usable(config):
             config = self._random_new() or config
         if config.keys() == self._choices.keys():
@@ -75,6 +80,21 @@ class ValidTPESampler(TPESampler):
             if not self._usable(config):
                 scores[i] = -np.inf
         return scores
+
+    def _local_move(self, study: Study) -> Config | None:
+        """A valid new config one step from the best finished trial, on `local` of the asks."""
+        finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if len(finished) < LOCAL_AFTER or self._rng_valid.random() >= self._local:
+            return None
+        best = min(finished, key=lambda t: float("inf") if t.value is None else t.value)
+        base = {**self._fixed, **{name: int(value) for name, value in best.params.items()}}
+        moves = []
+        for name, choices in self._choices.items():
+            at = choices.index(base[name])
+            for step in (at - 1, at + 1):
+                if 0 <= step < len(choices) and self._usable(moved := {**base, name: choices[step]}):
+                    moves.append(moved)
+        return self._rng_valid.choice(moves) if moves else None
 
     def _usable(self, config: Mapping[str, int]) -> bool:
         return config_key(config) not in self._taken and self._space.check(config) is None
