@@ -12,7 +12,9 @@ are evaluations with a failed outcome. See scripts/search_replay.py for the repl
 
 Strategies: `default` is what a sweep runs by default (autotune.tune.search.Study, sampler "tpe", driven
 through a replay Measurer); `tpe-valid` the Study with the sampler that proposes only valid new
-configs; `ga` a plain genetic algorithm after Kernel Tuner's. Each run is replayed up to --cap
+configs; `tpe-local` that sampler with a share of one-step moves of the best config; `ga` a plain
+genetic algorithm after Kernel Tuner's. --workers sets the trials a Study keeps pending (a sweep's
+compile pool size; 16 by default, as on a 16-core host). Each run is replayed up to --cap
 evaluations, unstopped; `reach_2pct_default_budget` applies a sweep's default stop (64 trials, patience
 32) to the same sequence of evaluations, which is exactly where that sweep would have stopped.
 
@@ -96,13 +98,14 @@ def plot(report: Mapping[str, Any], path: Path) -> Path:
             curve = row["curve_2pct"]
             pending = "" if row["workers"] is None else f", {row['workers']} pending"
             label = f"{row['strategy']}{pending} (median {row['median_to_2pct']})"
-            axis.plot(range(1, len(curve) + 1), curve, label=label)
+            style = {None: "-", 1: "-", 4: "-.", 16: "--"}.get(row["workers"], ":")
+            axis.plot(range(1, len(curve) + 1), curve, style, label=label)
         axis.axvline(replay_lib.DEFAULT_TRIALS, color="grey", linestyle=":", label="default budget (64 trials)")
         axis.set_xlabel("evaluations (failed configs included)")
         axis.set_ylabel(f"fraction of {report['seeds']} runs within 2% of the optimum")
         axis.set_ylim(0, 1.02)
         axis.set_title(space)
-        axis.legend(fontsize=8, loc="upper left")
+        axis.legend(fontsize=7, loc="lower right")
     return save_beside(fig, path)
 
 
