@@ -70,7 +70,7 @@ class ValidTPESampler(TPESampler):
         self._given.pop(trial.number, None)
         super().after_trial(study, trial, state, values)
 
-    # A private hook of Optuna's TPESampler (4.x, 5.x): where a version lacks it, proposals stay valid and
+    # A private hook of Optuna's TPESampler (there in 5.0): where a version lacks it, proposals stay valid and
     # new all the same (an unusable one is replaced by a uniform draw), only less guided.
     def _compute_acquisition_func(
         self, samples: dict[str, np.ndarray], mpe_below: _ParzenEstimator, mpe_above: _ParzenEstimator
