@@ -55,8 +55,9 @@ class Problem:
     have k = 0.
 
     `dtype` is the output's. `inputs` names the dtype of each input array, in the order a call
-    passes them (the op's input_names), where they differ from it (a weight in int4 with float16 scales); empty, every input has
-    `dtype`. `variant` is a form of the op it defines (a group size, "g128"); empty, its plain form.
+    passes them (the op's input_names), where they differ from it (a weight in int4 with float16
+    scales); empty, every input has `dtype`. `variant` is a form of the op it defines (a group size,
+    "g128"); empty, its plain form.
     Both default to empty, so a problem that names neither is the problem it always was.
     """
 
