@@ -28,12 +28,14 @@ _DTYPE_ALIASES = {
 # BLAS-style names: the first letter is the dtype.
 BLAS_PREFIX = {"s": "float32", "h": "float16", "b": "bfloat16"}
 # What an op's input arrays may hold, by bits per element: the output dtypes (DTYPES), and the
-# packed integers and 8-bit floats a low-bit weight is stored in (int4: two to a byte).
+# packed integers and 8-bit floats a low-bit weight is stored in (int4: two to a byte; uint8: the
+# integer zero points of an asymmetric int4 weight).
 INPUT_BITS = {
     "float32": 32,
     "float16": 16,
     "bfloat16": 16,
     "int8": 8,
+    "uint8": 8,
     "int4": 4,
     "fp8e4m3": 8,
     "fp8e5m2": 8,
