@@ -1,0 +1,130 @@
+"""QuantizedWeight: an int4 weight as a torch module, what autotune.quantize returns for a tensor.
+
+Its buffers are the canonical format's arrays (autotune/ops/qgemm/format.py, docs/lowbit.md): qweight,
+scales and zeros (None when symmetric, so absent from the state_dict); the metadata travels as the
+module's extra state, so a state_dict loads into QuantizedWeight.from_state_dict or into a module of the
+same shape made by QuantizedWeight.empty. Imported only where torch is, never by `import autotune`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from autotune.core.errors import AutotuneError
+from autotune.ops.qgemm import format as int4
+
+FORMAT = "int4"
+EXTRA_STATE = "_extra_state"  # torch's key for get_extra_state's value in a state_dict
+
+
+class QuantizedWeight(torch.nn.Module):  # type: ignore[misc]  # torch is untyped where it is not installed
+    """An int4 weight of shape (out_features, in_features) = (N, K), in nn.Linear's layout."""
+
+    qweight: torch.Tensor
+    scales: torch.Tensor
+    zeros: torch.Tensor | None
+
+    def __init__(self, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None, group: int) -> None:
+        super().__init__()
+        n, k = int4.check_format(qweight, scales, zeros, group)
+        self.register_buffer("qweight", qweight)
+        self.register_buffer("scales", scales)
+        self.register_buffer("zeros", zeros)
+        self.group, self.sym = group, zeros is None
+        self.out_features, self.in_features = n, k
+
+    @classmethod
+    def from_float(
+        cls, weight: torch.Tensor, group: int = 128, sym: bool = True, scale_dtype: Any = None
+    ) -> QuantizedWeight:
+        """Quantize a float weight (N, K) on its device (format.quantize_int4 says how)."""
+        quantized = int4.quantize_int4(weight.detach(), group, sym, scale_dtype)
+        return cls(quantized.qweight, quantized.scales, quantized.zeros, quantized.group)
+
+    @classmethod
+    def empty(
+        cls,
+        out_features: int,
+        in_features: int,
+        group: int = 128,
+        sym: bool = True,
+        dtype: torch.dtype = torch.float16,
+        device: Any = None,
+    ) -> QuantizedWeight:
+        """An uninitialised module of this shape and format, for load_state_dict to fill."""
+        group = int4.check_group(group)
+        if in_features % group or in_features <= 0 or out_features <= 0:
+            raise AutotuneError(
+                f"an int4 weight of ({out_features}, {in_features}) needs positive sizes and K a multiple of {group}"
+            )
+        grouped = (out_features, in_features // group)
+        qweight = torch.empty((out_features, in_features // 2), dtype=torch.uint8, device=device)
+        scales = torch.empty(grouped, dtype=dtype, device=device)
+        zeros = None if sym else torch.zeros(grouped, dtype=torch.uint8, device=device)
+        return cls(qweight, scales, zeros, group)
+
+    @classmethod
+    def from_state_dict(cls, state: Mapping[str, Any], device: Any = None) -> QuantizedWeight:
+        """A module holding a state_dict saved from one (its metadata says the shape and format)."""
+        meta = _metadata(state.get(EXTRA_STATE))
+        scales = state.get("scales")
+        if not isinstance(scales, torch.Tensor):
+            raise AutotuneError("the int4 state_dict has no scales tensor")
+        module = cls.empty(meta["out_features"], meta["in_features"], meta["group"], meta["sym"], scales.dtype, device)
+        module.load_state_dict(state)
+        return module
+
+    @property
+    def variant(self) -> str:
+        return int4.variant_name(self.group, self.sym)
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size((self.out_features, self.in_features))
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The activations' dtype: the scales' (float16 or bfloat16)."""
+        return self.scales.dtype
+
+    def weight(self) -> int4.Int4Weight:
+        """The buffers as the format's Int4Weight, checked (a load may have replaced them)."""
+        return int4.int4_weight(self.qweight, self.scales, self.zeros, self.group)
+
+    def dequantize(self, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """The weight's values (N, K) in `dtype`, by default the activations' (float32: exact)."""
+        return int4.dequantize(self.weight()).to(dtype or self.dtype)
+
+    def get_extra_state(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "group": self.group,
+            "sym": self.sym,
+            "in_features": self.in_features,
+            "out_features": self.out_features,
+        }
+
+    def set_extra_state(self, state: Any) -> None:
+        meta = _metadata(state)
+        if meta != self.get_extra_state():
+            raise AutotuneError(f"the state_dict holds an int4 weight {_described(meta)}, this module {self}")
+        self.weight()  # the loaded buffers are in the format
+
+    def extra_repr(self) -> str:
+        return _described(self.get_extra_state()) + f", dtype={self.dtype}"
+
+
+def _metadata(state: Any) -> dict[str, Any]:
+    """A state_dict's extra state, checked to be an int4 weight's."""
+    keys = ("format", "group", "sym", "in_features", "out_features")
+    if not isinstance(state, Mapping) or any(key not in state for key in keys) or state["format"] != FORMAT:
+        raise AutotuneError(f"the state_dict holds no int4 weight metadata (extra state with {', '.join(keys)})")
+    return {key: state[key] for key in keys}
+
+
+def _described(meta: Mapping[str, Any]) -> str:
+    variant = int4.variant_name(meta["group"], meta["sym"])
+    return f"{variant} ({meta['out_features']}, {meta['in_features']})"
