@@ -4,7 +4,20 @@
 for kernels that do not ship precompiled).
 """
 
-from autotune.api import best, call, gemm, gemv, linear, prepare, problems, store, sweep, wait_for_tuning, warmup
+from autotune.api import (
+    best,
+    call,
+    gemm,
+    gemv,
+    linear,
+    prepare,
+    problems,
+    quantize,
+    store,
+    sweep,
+    wait_for_tuning,
+    warmup,
+)
 from autotune.core import log as _log
 from autotune.core.errors import AutotuneError
 from autotune.select.choose import Choice
@@ -19,6 +32,7 @@ __all__ = [
     "linear",
     "prepare",
     "problems",
+    "quantize",
     "store",
     "sweep",
     "wait_for_tuning",

@@ -521,6 +521,26 @@ def linear(x: Any, weight: Any, bias: Any = None, *, db: str | None = None) -> A
     return c.reshape(out_shape)
 
 
+# The weight formats quantize() makes (docs/lowbit.md).
+QUANTIZED_FORMATS = ("int4",)
+
+
+def quantize(weight: Any, format: str = "int4", *, group: int = 128, sym: bool = True, scale_dtype: Any = None) -> Any:
+    """A float weight (N, K) in nn.Linear's layout -> its int4 form in the canonical format
+    (docs/lowbit.md): a torch tensor gives a QuantizedWeight module, a numpy array an Int4Weight.
+    Groups of `group` (32, 64 or 128) along K, symmetric or with a zero per group; the scales are in
+    `scale_dtype`, by default a float16 or bfloat16 tensor's own dtype, else float16."""
+    if format not in QUANTIZED_FORMATS:
+        raise AutotuneError(f"unknown weight format {format!r}: quantize knows {', '.join(QUANTIZED_FORMATS)}")
+    from autotune.ops.qgemm import format as int4
+
+    if int4.is_torch_tensor(weight):
+        from autotune.ops.qgemm.module import QuantizedWeight
+
+        return QuantizedWeight.from_float(weight, group, sym, scale_dtype)
+    return int4.quantize_int4(weight, group, sym, scale_dtype)
+
+
 @dataclasses.dataclass(frozen=True)
 class Prepared:
     """One kernel a problem will run on one GPU, and where `prepare` found it."""
