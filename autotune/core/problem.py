@@ -47,6 +47,11 @@ MAX_DIM = 2**31 - 1
 MAX_MATRIX_BYTES = 256 * 2**30
 
 
+def input_bytes(count: int, dtype: str) -> int:
+    """The bytes of an input array of `count` elements of `dtype` (a last half-filled int4 byte counts)."""
+    return (count * INPUT_BITS[dtype] + 7) // 8
+
+
 @dataclass(frozen=True, order=True)
 class Problem:
     """One tuning problem, every matrix row-major: an op (autotune/ops) and its sizes.

@@ -39,14 +39,19 @@ class Operands:
 
 @dataclass(frozen=True)
 class DeviceReference:
-    """A float64 reference computed on the GPU by a kernel of kernels/measure/support.cu, called as
-    (inputs..., reference, |reference|, sizes...). Ops whose inputs are too large to copy back to
-    the host every trial (a GEMM's) give one; others compute the reference on the host."""
+    """A float64 reference computed on the GPU by a kernel of kernels/measure/support.cu, or of
+    `source`, called as (inputs..., reference, |reference|, sizes...) with the first `sizes` of the
+    operands' integer sizes. Ops whose inputs are too large to copy back to the host every trial (a
+    GEMM's) give one; others compute the reference on the host."""
 
     kernel: str
     arg_types: str
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
+    # A file under kernels/ ("qgemm/reference.cu") of extern "C" kernels, compiled as support.cu
+    # is; None: kernels/measure/support.cu.
+    source: str | None = None
+    sizes: int = 3  # how many of Operands.sizes the kernel takes: (M, N, lda) or (M, N, K)
 
 
 class Op(ABC):
@@ -76,6 +81,9 @@ class Op(ABC):
     # the output's (error messages name them). A problem's `inputs` names each input's dtype.
     input_names: ClassVar[tuple[str, ...]] = ("A", "B")
     output_name: ClassVar[str] = "out"
+    # Inputs a call may pass as None (an asymmetric weight's zeros): the kernel gets a null pointer
+    # and bind() None in the array's place. Runtime.call's two-input short path assumes both given.
+    optional_inputs: ClassVar[tuple[str, ...]] = ()
 
     def serving(self, problem: Problem) -> Op:
         """The op whose kernels run `problem`: this one, or a variant (the transposed GEMV's)."""
@@ -154,9 +162,9 @@ class Op(ABC):
     # -- how it is called from Python (Runtime.call) ------------------------------------------
 
     def bind(self, arrays: Sequence[DeviceArray], out: DeviceArray | None, options: tuple[Any, ...]) -> Bound | Reroute:
-        """Check a call's arrays (in input_names' order) and `out`, and bind them to a problem: one
-        line errors for shapes, layouts and dtypes the kernels cannot run. `options`: the op's own
-        call options (the GEMV's (trans,))."""
+        """Check a call's arrays (in input_names' order; None for an optional input not given) and
+        `out`, and bind them to a problem: one line errors for shapes, layouts and dtypes the kernels
+        cannot run. `options`: the op's own call options (the GEMV's (trans,))."""
         raise AutotuneError(f"{self.name} cannot be called from Python: it binds no arrays")
 
     def plan(self, problem: Problem, config: Mapping[str, int], gpu: GpuInfo, leading: Leading = None) -> KernelCall:
@@ -179,7 +187,10 @@ class Op(ABC):
 
     def host_reference(self, problem: Problem, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """float64 f(inputs) and the same with every term's magnitude (the scale a float32
-        accumulation error is measured against), from the inputs as float64 arrays."""
+        accumulation error is measured against), from the inputs as float64 arrays: each float
+        input decoded from its own dtype (problem.input_dtypes); a packed integer input (int4,
+        int8, uint8) comes as its raw bytes, a flat uint8 array (int4: two elements a byte,
+        packed as the op's kernels read them)."""
         raise NotImplementedError(f"{self.name} has neither a device nor a host reference")
 
     def position(self, problem: Problem, index: int) -> str:

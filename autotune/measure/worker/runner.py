@@ -22,10 +22,10 @@ from autotune import ops
 from autotune.core.dtypes import HOST_STORAGE, SUBNORMAL_SPACING, UNIT_ROUNDOFF, decode
 from autotune.core.fingerprint import GpuInfo
 from autotune.core.outcome import Outcome, Status
-from autotune.core.problem import ITEMSIZE, Problem
+from autotune.core.problem import ITEMSIZE, Problem, input_bytes
 from autotune.measure.gpu import DEFAULT_SHARED_LIMIT, Kernels, Scratch, driver, opt_in_shared, programmatic_launch
 from autotune.measure.sensors import Reading, medians
-from autotune.measure.worker.fill import RandomFill
+from autotune.measure.worker.fill import BYTE_FILL_FILE, RandomFill
 from autotune.measure.worker.timing import Timer
 from autotune.ops.geometry import Launch
 
@@ -48,10 +48,12 @@ class Runner:
         self._op = ops.for_problem(problem)
         self._operands = self._op.operands(problem)
         self._reference_kernel = self._op.device_reference(problem)
-        self._item = item = ITEMSIZE[problem.dtype]
-        input_bytes = sum(self._operands.inputs) * item
-        self.copies = max(1, min(MAX_COPIES, math.ceil(ROTATION_BYTES_PER_L2 * gpu.l2_bytes / input_bytes)))
-        self._inputs = [[cuda.mem_alloc(count * item) for count in self._operands.inputs] for _ in range(self.copies)]
+        self._item = item = ITEMSIZE[problem.dtype]  # the output's
+        # Each input array in its own dtype (an int4 weight, float16 scales); the output in problem.dtype.
+        self._input_dtypes = problem.input_dtypes(len(self._operands.inputs))
+        sizes = [input_bytes(n, dtype) for n, dtype in zip(self._operands.inputs, self._input_dtypes, strict=True)]
+        self.copies = max(1, min(MAX_COPIES, math.ceil(ROTATION_BYTES_PER_L2 * gpu.l2_bytes / sum(sizes))))
+        self._inputs = [[cuda.mem_alloc(size) for size in sizes] for _ in range(self.copies)]
         count = self._operands.output
         self._out = cuda.mem_alloc(count * item)
         self._out0 = cuda.mem_alloc(count * item)
@@ -62,15 +64,23 @@ class Runner:
         self._vendor: Any = None  # the cuBLASLt call of this problem, made on first use
         self._vendor_workspace: Any = None
         dtype = problem.dtype
-        self._random = RandomFill(kernels, support, dtype, gpu.sm_count, seed)
+        self._random = RandomFill(
+            kernels, support, lambda: _fixed_kernels(BYTE_FILL_FILE, gpu.arch), gpu.sm_count, seed
+        )
         self._reference = None
-        if self._reference_kernel is not None:
-            self._reference = kernels.function(support, self._reference_kernel.kernel, self._reference_kernel.arg_types)
+        reference = self._reference_kernel
+        if reference is not None:
+            source = support if reference.source is None else _fixed_kernels(reference.source, gpu.arch)
+            self._reference = kernels.function(source, reference.kernel, reference.arg_types)
         self._compare = kernels.function(support, f"at_compare_{dtype}", "PPPPddQdddP")
         for buffers in self._inputs:
-            for buffer, elements in zip(buffers, self._operands.inputs, strict=True):
-                self._random(buffer, elements)
+            self._fill_inputs(buffers)
         cuda.Context.synchronize()
+
+    def _fill_inputs(self, buffers: list[Any]) -> None:
+        """Fresh random data in one copy of the inputs, each by its dtype."""
+        for buffer, elements, dtype in zip(buffers, self._operands.inputs, self._input_dtypes, strict=True):
+            self._random(buffer, elements, dtype)
 
     def _launch(self, fn: Any, geom: Launch, copy: int, alpha: float, beta: float) -> None:
         inputs = self._inputs[copy]
@@ -94,29 +104,34 @@ class Runner:
         """New random inputs in copy 0, and their float64 result (and its magnitude) in ref/absref."""
         cuda = driver()
         inputs = self._inputs[0]
-        for buffer, elements in zip(inputs, self._operands.inputs, strict=True):
-            self._random(buffer, elements)
+        self._fill_inputs(inputs)
         kernel = self._reference_kernel
         if kernel is not None and self._reference is not None:
             self._reference.prepared_async_call(
-                # the reference kernels take the first three sizes: (M, N, lda) or (M, N, K)
                 kernel.grid,
                 kernel.block,
                 None,
                 *inputs,
                 self._ref,
                 self._absref,
-                *self._operands.sizes[:3],
+                *self._operands.sizes[: kernel.sizes],
             )
             return
-        host = []
-        for buffer, elements in zip(inputs, self._operands.inputs, strict=True):
-            raw = np.empty(elements, dtype=HOST_STORAGE[self.problem.dtype])
-            cuda.memcpy_dtoh(raw, buffer)
-            host.append(decode(raw, self.problem.dtype).astype(np.float64))
-        ref, absref = self._op.host_reference(self.problem, host)
+        ref, absref = self._op.host_reference(self.problem, self._host_inputs(inputs))
         cuda.memcpy_htod(self._ref, np.ascontiguousarray(ref, dtype=np.float64))
         cuda.memcpy_htod(self._absref, np.ascontiguousarray(absref, dtype=np.float64))
+
+    def _host_inputs(self, inputs: list[Any]) -> list[np.ndarray]:
+        """The inputs copied back for Op.host_reference: floats decoded to float64 from their own
+        dtype, packed integers as their raw bytes (uint8)."""
+        cuda = driver()
+        host = []
+        for buffer, elements, dtype in zip(inputs, self._operands.inputs, self._input_dtypes, strict=True):
+            storage = HOST_STORAGE.get(dtype)
+            raw = np.empty(elements if storage else input_bytes(elements, dtype), dtype=storage or np.uint8)
+            cuda.memcpy_dtoh(raw, buffer)
+            host.append(decode(raw, dtype).astype(np.float64) if storage else raw)
+        return host
 
     def _disagreement(self, alpha: float, beta: float, out0: Any) -> tuple[str | None, float]:
         """Compare the output with alpha*ref + beta*out0 on the GPU: (why it disagrees or None, relative error)."""
@@ -171,7 +186,7 @@ class Runner:
         problem, rel_error = self._disagreement(1.0, 0.0, None)
         if problem:
             return f"alpha=1, beta=0: {problem}", rel_error
-        self._random(self._out0, count)
+        self._random(self._out0, count, self.problem.dtype)
         cuda.memcpy_dtod(self._out, self._out0, count * self._item)
         call(0, ALPHA, BETA)
         problem, _ = self._disagreement(ALPHA, BETA, self._out0)
@@ -228,6 +243,15 @@ class Runner:
         median = float(np.median(times))
         gbs = self._op.bytes_moved(self.problem) / (median * 1e-6) / 1e9
         return Outcome(Status.OK, "", time_us=median, times_us=times, gbs=gbs, rel_error=rel_error, **medians(readings))
+
+
+@functools.cache
+def _fixed_kernels(file_name: str, arch: str) -> Path:
+    """A kernels/ file of the worker's own kernels (the byte fill, an op's reference), compiled once
+    per process."""
+    from autotune.build.compiler import compile_fixed
+
+    return compile_fixed(file_name, arch, f"the measuring kernels of kernels/{file_name}")
 
 
 @functools.cache
