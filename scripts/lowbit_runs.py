@@ -1,0 +1,285 @@
+"""The GPU half of scripts/bench_lowbit.py: the weights in every form a variant reads, the variants, their
+errors and their times. Needs torch, CUDA and PyCUDA (the benchmarks' timer); gemlite is optional.
+
+Timing reuses autotune/measure: Bench's device-to-device copy and its spin-kernel timer, whose
+measure_interleaved takes the samples of every variant in turns. A variant's call i reads copy i % copies of
+its weight and x; the copies of one form together hold ROTATION_BYTES_PER_L2 times the L2, so the weight
+comes from DRAM on every call. The timer's empty kernel (launched plainly, without programmatic dependent
+launch) is the separator of the isolated times: it cannot start before the call ahead of it has finished,
+and it is timed alone in the same turns so that its own time is taken off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench_lowbit import Case, unique_bytes
+
+import autotune
+from autotune.core.errors import AutotuneError
+from autotune.core.fingerprint import slugify
+from autotune.measure.bench import ROTATION_BYTES_PER_L2, Bench
+from autotune.ops.qgemm.format import Int4Weight, dequantize, int4_weight, unpack_int4
+
+Launcher = Callable[[int], Any]
+TINYGEMM_INNER_K_TILES = (2, 4, 8)
+MAX_COPIES = 256
+
+
+def copies_for(nbytes: int, l2_bytes: int) -> int:
+    """Copies of an operand of `nbytes` that together hold ROTATION_BYTES_PER_L2 times the L2."""
+    return max(1, min(MAX_COPIES, math.ceil(ROTATION_BYTES_PER_L2 * l2_bytes / nbytes)))
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
+
+
+@dataclass
+class Weights:
+    """One case's (N, K) weight as each variant reads it, every list one entry per rotating copy."""
+
+    exact: Any  # float32 (N, K): copy 0's dequantized weight, exactly
+    ours: list[Any] = field(default_factory=list)  # autotune.quantize's QuantizedWeight
+    rounded: list[Any] = field(default_factory=list)  # the dequantized weight in the activations' dtype
+    tinygemm: dict[int, list[Any]] = field(default_factory=dict)  # innerKTiles -> packed weights
+    tinygemm_scales: list[Any] = field(default_factory=list)  # tinygemm's scales_and_zeros
+    gemlite: list[Any] = field(default_factory=list)  # GemLiteLinear layers
+    notes: list[str] = field(default_factory=list)
+
+
+def tinygemm_scales_and_zeros(torch: Any, weight: Int4Weight) -> Any:
+    """tinygemm dequantizes w = (q - 8) * s + zero (torchao's _dequantize_affine_tinygemm), with scales and
+    zeros stacked as (K / g, N, 2) bfloat16 (torchao's pack_tinygemm_scales_and_zeros): our w = (q - z) * s
+    is zero = (8 - z) * s, 0 when symmetric."""
+    scales = weight.scales.float()
+    zero = torch.zeros_like(scales) if weight.zeros is None else (8 - weight.zeros.float()) * scales
+    return torch.stack([scales, zero], dim=-1).to(torch.bfloat16).transpose(0, 1).contiguous()
+
+
+def tinygemm_packs(torch: Any, codes: Any, weights: Weights) -> None:
+    """Our codes in tinygemm's tiles for each innerKTiles; its input is uint8 (N, K / 2) with even k in the
+    high nibble (the reverse of ours). A tiling torch refuses is noted and left out."""
+    packed = ((codes[:, 0::2] << 4) | codes[:, 1::2]).contiguous()
+    first_copy = not weights.tinygemm_scales
+    for inner in TINYGEMM_INNER_K_TILES if first_copy else list(weights.tinygemm):
+        try:
+            weights.tinygemm.setdefault(inner, []).append(torch.ops.aten._convert_weight_to_int4pack(packed, inner))
+        except RuntimeError as exc:  # torch's own limits on N, K and the tiling: the file says which
+            weights.tinygemm.pop(inner, None)
+            weights.notes.append(f"tinygemm innerKTiles {inner}: {first_line(exc)}")
+
+
+def gemlite_layer(gemlite: Any, torch: Any, weight: Int4Weight, codes: Any) -> Any:
+    """gemlite's A16W4 layer on our codes: it takes HQQ's w = (q - zero) * s, so zero = 8 when symmetric."""
+    kind = gemlite.DType.FP16 if weight.scale_dtype == "float16" else gemlite.DType.BF16
+    layer = gemlite.GemLiteLinear(
+        4, group_size=weight.group, in_features=weight.k, out_features=weight.n, input_dtype=kind, output_dtype=kind
+    )
+    zeros = 8 if weight.zeros is None else weight.zeros.to(weight.scales.dtype)
+    layer.pack(codes, weight.scales, zeros, bias=None)
+    return layer
+
+
+def build_weights(torch: Any, gemlite: Any, case: Case, n: int, k: int, copies: int) -> Weights:
+    kind = getattr(torch, case.dtype)
+    weights: Weights | None = None
+    for _ in range(copies):
+        w = torch.randn(n, k, device="cuda", dtype=kind) * k**-0.5
+        qw = autotune.quantize(w, "int4", group=case.group, sym=case.sym)
+        # Read before any call: a prepared layout may replace the canonical buffers in memory.
+        zeros = None if qw.zeros is None else qw.zeros.clone()
+        canonical = int4_weight(qw.qweight.clone(), qw.scales.clone(), zeros, case.group)
+        exact = dequantize(canonical)
+        weights = weights or Weights(exact)
+        weights.ours.append(qw)
+        weights.rounded.append(exact.to(kind))
+        codes = unpack_int4(canonical.qweight)
+        if case.dtype == "bfloat16":
+            tinygemm_packs(torch, codes, weights)
+            weights.tinygemm_scales.append(tinygemm_scales_and_zeros(torch, canonical))
+        if gemlite is not None:
+            weights.gemlite.append(gemlite_layer(gemlite, torch, canonical, codes))
+    assert weights is not None
+    if case.dtype != "bfloat16":
+        weights.notes.append("tinygemm: bfloat16 activations only")
+    return weights
+
+
+def setup_gemlite(mode: str) -> tuple[Any, dict[str, Any]]:
+    """gemlite (None where off or missing) and what the report says of it. 'max' is its most thorough
+    autotune (every config of its space), with CUDA graphs in the autotune and one tuning per exact M
+    (set_autotune_setting must come first: set_autotune reloads the kernels, which read it then)."""
+    if mode == "off":
+        return None, {"mode": "off"}
+    try:
+        import gemlite
+    except ImportError as exc:
+        return None, {"mode": mode, "note": f"gemlite not installed ({exc}): pip install .whl/gemlite-*.whl"}
+    gemlite.reset_config()  # no configs shipped for other GPUs: tuned here from scratch
+    gemlite.set_autotune_setting(lambda m: m)
+    gemlite.set_autotune(mode, use_cuda_graph=mode == "max")
+    return gemlite, {"mode": mode, "version": gemlite.__version__, "cuda_graph_autotune": mode == "max", "per_m": True}
+
+
+def rel_err(torch: Any, y: Any, want: Any) -> float:
+    """max|y - want| / max|want|; NaN where y holds a NaN or an infinity."""
+    got = y.double().reshape(want.shape)
+    if not bool(torch.isfinite(got).all()):
+        return math.nan
+    return float((got - want).abs().max() / want.abs().max())
+
+
+class Clock:
+    """Isolated and back-to-back median times of named launchers, all taken in turns."""
+
+    def __init__(self, bench: Bench, reps: int) -> None:
+        self.timer, self.reps = bench.timer, reps
+
+    def _isolated(self, run: Launcher, i: int) -> None:
+        run(i)
+        self.timer.launch_empty()
+
+    def time(self, runs: Mapping[str, Launcher]) -> dict[str, float]:
+        launchers: list[Launcher] = [lambda _i: self.timer.launch_empty()]
+        for run in runs.values():
+            launchers += [run, functools.partial(self._isolated, run)]
+        medians = [statistics.median(s) for s in self.timer.measure_interleaved(launchers, reps=self.reps)]
+        times = {"separator_us": medians[0]}
+        for j, name in enumerate(runs):
+            times[f"{name}_b2b_us"] = medians[1 + 2 * j]
+            times[f"{name}_us"] = medians[2 + 2 * j] - medians[0]
+        return times
+
+
+def variants(torch: Any, weights: Weights, xs: list[Any], case: Case) -> dict[str, Launcher]:
+    """Every variant as a launcher of call i on copy i % copies."""
+    c = len(xs)
+    F = torch.nn.functional
+    runs: dict[str, Launcher] = {
+        "ours": lambda i: autotune.linear(xs[i % c], weights.ours[i % c]),
+        "ours_fp16": lambda i: autotune.linear(xs[i % c], weights.rounded[i % c]),
+        "torch_linear": lambda i: F.linear(xs[i % c], weights.rounded[i % c]),
+    }
+    if xs[0].shape[0] == 1:
+        vectors = [x[0] for x in xs]
+        y = torch.empty(weights.exact.shape[0], device="cuda", dtype=xs[0].dtype)
+        runs["torch_mv"] = lambda i: torch.mv(weights.rounded[i % c], vectors[i % c], out=y)
+    mm = torch.ops.aten._weight_int4pack_mm
+    for inner, packs in weights.tinygemm.items():
+        runs[f"tinygemm_{inner}"] = functools.partial(
+            lambda packs, i: mm(xs[i % c], packs[i % c], case.group, weights.tinygemm_scales[i % c]), packs
+        )
+    if weights.gemlite:
+        runs["gemlite"] = lambda i: weights.gemlite[i % c](xs[i % c])
+    return runs
+
+
+def check_and_warm(torch: Any, runs: dict[str, Launcher], weights: Weights, x: Any) -> dict[str, Any]:
+    """Each variant's first call (gemlite autotunes in it, timed), its error, and runs that failed, dropped."""
+    exact = x.double() @ weights.exact.double().T
+    rounded = x.double() @ weights.rounded[0].double().T
+    found: dict[str, Any] = {"notes": []}
+    for name in list(runs):
+        begin = time.perf_counter()
+        try:
+            y = runs[name](0)
+            torch.cuda.synchronize()
+        except Exception as exc:  # a peer that cannot run this shape: reported, not fatal
+            if name.startswith(("ours", "torch")):
+                raise
+            found["notes"].append(f"{name}: {first_line(exc)}")
+            del runs[name]
+            continue
+        if name == "gemlite":
+            found["gemlite_autotune_s"] = time.perf_counter() - begin
+        if name != "torch_mv":  # float16 variants read the rounded weight, int4 ones the exact one
+            want = rounded if name in ("torch_linear", "ours_fp16") else exact
+            found[f"{name}_max_rel_err"] = rel_err(torch, y, want)
+    return found
+
+
+def best_of(times: dict[str, float], names: list[str]) -> tuple[str | None, float | None, float | None]:
+    present = [n for n in names if f"{n}_us" in times]
+    if not present:
+        return None, None, None
+    best = min(present, key=lambda n: times[f"{n}_us"])
+    return best, times[f"{best}_us"], min(times[f"{n}_b2b_us"] for n in present)
+
+
+def measure_row(torch: Any, clock: Clock, weights: Weights, case: Case, m: int, copy_gbs: float) -> dict[str, Any]:
+    n, k = weights.exact.shape
+    xs = [torch.randn(m, k, device="cuda", dtype=getattr(torch, case.dtype)) for _ in weights.ours]
+    runs = variants(torch, weights, xs, case)
+    found = check_and_warm(torch, runs, weights, xs[0])
+    times = clock.time(runs)
+    torch_name, torch_us, torch_b2b = best_of(times, ["torch_mv", "torch_linear"])
+    tiny_name, tiny_us, tiny_b2b = best_of(times, [f"tinygemm_{inner}" for inner in weights.tinygemm])
+    _, gemlite_us, gemlite_b2b = best_of(times, ["gemlite"])
+    row = {
+        **{"format": "int4", "group": case.group, "sym": case.sym, "dtype": case.dtype, "m": m, "n": n, "k": k},
+        **{"ours_us": times["ours_us"], "ours_fp16_us": times["ours_fp16_us"], "torch_fp16_us": torch_us},
+        **{"tinygemm_us": tiny_us, "gemlite_us": gemlite_us, "bytes": unique_bytes(m, n, k, case)},
+        **{"copy_gbs": copy_gbs, "max_rel_err": found["ours_max_rel_err"]},
+        "peer_max_rel_err": found["torch_linear_max_rel_err"],
+        **{"ours_b2b_us": times["ours_b2b_us"], "ours_fp16_b2b_us": times["ours_fp16_b2b_us"]},
+        **{"torch_fp16_b2b_us": torch_b2b, "tinygemm_b2b_us": tiny_b2b, "gemlite_b2b_us": gemlite_b2b},
+        "torch_fp16_call": torch_name,
+        "tinygemm_inner_k_tiles": int(tiny_name.rsplit("_", 1)[1]) if tiny_name else None,
+        "tinygemm_max_rel_err": found.get(f"{tiny_name}_max_rel_err") if tiny_name else None,
+        "gemlite_max_rel_err": found.get("gemlite_max_rel_err"),
+        "gemlite_autotune_s": found.get("gemlite_autotune_s"),
+        "separator_us": times["separator_us"],
+        "copies": len(xs),
+        "notes": weights.notes + found["notes"],
+    }
+    return row
+
+
+def write_report(path: Path, report: dict[str, Any]) -> None:
+    """Whole or not at all: a run cut short leaves the rows of the shapes it finished."""
+    part = path.with_suffix(".part")
+    part.write_text(json.dumps(report, indent=1) + "\n")
+    part.replace(path)
+
+
+def run_benchmark(args: argparse.Namespace, pairs: list[tuple[int, int]]) -> Path:
+    """Every case, (N, K) pair and M of `args`; returns the report's path, rewritten after each pair."""
+    try:
+        import torch
+    except ImportError:
+        raise AutotuneError("needs torch with CUDA (the GPU machine)") from None
+    bench = Bench()  # a clear AutotuneError where torch sees no GPU
+    gpu = bench.launcher.gpu
+    gemlite, gemlite_info = setup_gemlite(args.gemlite)
+    copy_gbs = bench.copy_gbs()
+    report: dict[str, Any] = {"gpu": gpu.name, "copy_gbs": copy_gbs, "l2_bytes": gpu.l2_bytes}
+    report.update({"gemlite": gemlite_info, "rows": []})
+    args.out.mkdir(parents=True, exist_ok=True)
+    path: Path = args.out / f"lowbit_{slugify(gpu.name)}.json"
+    clock = Clock(bench, args.reps)
+    print(f"{gpu.name}: device-to-device copy {copy_gbs:.0f} GB/s; gemlite: {gemlite_info}", flush=True)
+    for case in args.cases:
+        for n, k in pairs:
+            copies = copies_for(unique_bytes(1, n, k, case), gpu.l2_bytes)
+            weights = build_weights(torch, gemlite, case, n, k, copies)
+            for m in args.m:
+                row = measure_row(torch, clock, weights, case, m, copy_gbs)
+                report["rows"].append(row)
+                print(json.dumps(row), flush=True)
+            del weights
+            torch.cuda.empty_cache()
+            report["gemlite"]["autotune_s"] = sum(r["gemlite_autotune_s"] or 0.0 for r in report["rows"])
+            write_report(path, report)
+    print(f"wrote {path}", flush=True)
+    return path

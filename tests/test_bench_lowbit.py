@@ -1,0 +1,137 @@
+"""scripts/bench_lowbit.py on the CPU: its cases and arguments, the bytes a call must move, the (N, K) pairs,
+and the goal figures of --summary on a hand-made report (no torch, no GPU)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+if str(SCRIPTS) not in sys.path:  # the script imports the scripts beside it, as `python scripts/x.py` runs it
+    sys.path.insert(0, str(SCRIPTS))
+bench: Any = importlib.import_module("bench_lowbit")
+
+
+def test_cases_parse_group_symmetry_and_dtype() -> None:
+    assert bench.parse_case("g128:float16") == bench.Case(128, True, "float16")
+    case = bench.parse_case("g32a:bfloat16")
+    assert (case.group, case.sym, case.dtype, case.variant) == (32, False, "bfloat16", "g32a")
+
+
+@pytest.mark.parametrize("text", ["g100:float16", "g128:float32", "128:float16", "g128", "ga:float16", "g128b:float16"])
+def test_bad_cases_are_refused_with_the_accepted_form(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="g<group>"):
+        bench.parse_case(text)
+
+
+def test_bytes_count_packed_weight_scales_zeros_x_and_y() -> None:
+    sym = bench.Case(128, True, "float16")
+    # 4096 x 4096: 8 MiB of codes, 4096 * 32 scales of 2 bytes, x 2 * 4096, y 2 * 4096 (M = 1).
+    assert bench.unique_bytes(1, 4096, 4096, sym) == 4096 * 2048 + 4096 * 32 * 2 + 2 * 4096 + 2 * 4096
+    asym = bench.Case(32, False, "bfloat16")
+    groups = 6144 * (4096 // 32)
+    assert bench.unique_bytes(16, 6144, 4096, asym) == 6144 * 2048 + groups * 2 + groups + 16 * 4096 * 2 + 16 * 6144 * 2
+
+
+def test_defaults_cover_the_records_cases_every_m_and_the_llm_pairs() -> None:
+    args = bench.parse_args([])
+    assert args.m == [1, 4, 8, 16, 32, 64]
+    assert [c.variant + c.dtype for c in args.cases] == ["g128float16", "g128afloat16", "g128bfloat16"]
+    pairs = bench.plan(args)
+    assert len(pairs) == 8 and pairs[0] == (6144, 4096) and (3584, 18944) in pairs
+
+
+def test_quick_cuts_shapes_and_m_and_options_override(tmp_path: Path) -> None:
+    args = bench.parse_args(["--quick"])
+    assert args.m == [1, 16] and len(bench.plan(args)) == 2
+    assert {c.dtype for c in args.cases} == {"float16", "bfloat16"}
+    shapes = tmp_path / "shapes.txt"
+    shapes.write_text("1 512 256\n4 512 256\n1 1024 256\n")
+    args = bench.parse_args(["--shapes", str(shapes), "--m", "2", "--cases", "g64a:float16", "--gemlite", "off"])
+    assert bench.plan(args) == [(512, 256), (1024, 256)]
+    assert args.m == [2] and args.cases == [bench.Case(64, False, "float16")] and args.gemlite == "off"
+
+
+def test_non_positive_m_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        bench.parse_args(["--m", "0"])
+    assert exit_info.value.code == 2 and "--m" in capsys.readouterr().err
+
+
+def row(m: int, n: int, k: int, ours: float, dtype: str = "float16", **peers: float | None) -> dict[str, Any]:
+    """A report row of a g128 symmetric case with the times given (peer=us) and its true bytes."""
+    bytes_moved = bench.unique_bytes(m, n, k, bench.Case(128, True, dtype))
+    fields = {"group": 128, "sym": True, "dtype": dtype, "m": m, "n": n, "k": k, "ours_us": ours, "bytes": bytes_moved}
+    return fields | {f"{peer}_us": us for peer, us in peers.items()}
+
+
+def figures(report: dict[str, Any]) -> dict[str, float | None]:
+    return {f.name: f.value for f in bench.goal_figures(report)}
+
+
+def test_summary_takes_geometric_means_at_m1_and_the_worst_gemlite_shape() -> None:
+    report = {
+        "copy_gbs": 4000.0,
+        "rows": [
+            row(1, 4096, 4096, 10.0, torch_fp16=40.0, ours_fp16=30.0, gemlite=20.0),
+            row(1, 28672, 4096, 40.0, torch_fp16=90.0, ours_fp16=120.0, gemlite=50.0),
+            row(4, 4096, 4096, 10.0, torch_fp16=30.0),
+            row(4, 28672, 4096, 40.0, torch_fp16=120.0),
+            row(1, 4096, 4096, 10.0, dtype="bfloat16", tinygemm=25.0, torch_fp16=None),
+        ],
+    }
+    got = figures(report)
+    assert got["g128 float16 M=1 geomean speedup over torch_fp16"] == pytest.approx(math.sqrt(4.0 * 2.25))
+    assert got["g128 float16 M=1 geomean speedup over ours_fp16"] == pytest.approx(3.0)
+    assert got["g128 float16 M=1 geomean speedup over gemlite"] == pytest.approx(math.sqrt(2.0 * 1.25))
+    assert got["g128 float16 M=1 worst speedup over gemlite"] == pytest.approx(1.25)
+    assert got["g128 float16 M=4 geomean speedup over torch_fp16"] == pytest.approx(3.0)
+    assert got["g128 float16 M=16 geomean speedup over torch_fp16"] is None  # no such rows
+    assert got["g128 float16 M=1 geomean speedup over tinygemm"] is None  # float16 rows have none
+    assert got["g128 bfloat16 M=1 geomean speedup over tinygemm"] == pytest.approx(2.5)
+    assert got["g128 bfloat16 M=1 geomean speedup over torch_fp16"] is None  # a null time is left out
+
+
+def test_summary_holds_only_big_matrices_to_the_copy_bandwidth() -> None:
+    big = row(1, 28672, 4096, 16.0)  # 56 MiB packed
+    report = {"copy_gbs": 4000.0, "rows": [row(1, 4096, 4096, 100.0), big]}
+    share = 100.0 * big["bytes"] / 16e3 / 4000.0
+    got = figures(report)
+    assert got["g128 float16 M=1 worst % of copy_gbs, >= 32 MiB packed"] == pytest.approx(share)
+    assert 85 < share < 100  # the slow 4096 x 4096 row (32 MiB in float16, 8 MiB packed) does not count
+
+
+def test_summary_lines_say_which_goals_are_met(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = [row(1, 4096, 4096, 10.0, torch_fp16=40.0) | {"notes": ["tinygemm: bfloat16 activations only"]}]
+    report = {"gpu": "NVIDIA H200", "copy_gbs": 4000.0, "rows": rows}
+    path = tmp_path / "lowbit_nvidia-h200.json"
+    path.write_text(json.dumps(report))
+    assert bench.main(["--summary", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "speedup over torch_fp16" in out and "4.000  (goal >= 3.2)  ok" in out
+    assert "note: tinygemm: bfloat16 activations only" in out
+
+
+@pytest.mark.parametrize("text", ["{", "[1, 2]", '{"rows": []}'])
+def test_summary_of_a_damaged_file_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str
+) -> None:
+    path = tmp_path / "lowbit.json"
+    path.write_text(text)
+    assert bench.main(["--summary", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("bench_lowbit: ") and err.count("\n") == 1
+
+
+def test_a_run_without_torch_says_so_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    if importlib.util.find_spec("torch") is not None:
+        pytest.skip("torch is installed here")
+    assert bench.main(["--quick", "--out", "/nonexistent"]) == 2
+    assert capsys.readouterr().err == "bench_lowbit: needs torch with CUDA (the GPU machine)\n"
