@@ -19,13 +19,13 @@ import operator
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, Union, cast
 
 from autotune import ops
 from autotune.build.shipped import find_kernel
 from autotune.core.arrays import DeviceArray
 from autotune.core.errors import AutotuneError
-from autotune.core.problem import ITEMSIZE, Problem
+from autotune.core.problem import DTYPES, ITEMSIZE, Problem
 from autotune.core.space import Config, config_key
 from autotune.core.target import targeting
 from autotune.ops.base import Op
@@ -66,6 +66,7 @@ class Signature:
     device: Device
     index: int  # the device's index, read on every call
     out_shape: tuple[int, ...]  # of a new output
+    out_dtype: Any  # of a new output: the problem's dtype, as torch names it
     # The plan for 16-byte aligned addresses: already the scalar-load one where a matrix's rows lie
     # further apart than its row length and that breaks 16-byte alignment (the strides are part of
     # the signature).
@@ -281,9 +282,10 @@ class Runtime:
         if out is None:
             if beta != 0.0:
                 raise AutotuneError(f"beta != 0 reads {op.output_name}: pass it as out=")
-            out = arrays[0].new_empty(sig.out_shape)
+            out = arrays[0].new_empty(sig.out_shape, dtype=sig.out_dtype)
         handle = self._raw_stream(sig.index) if stream is None else self._given(stream, sig.device)
-        pointers = (*(array.data_ptr() for array in arrays), out.data_ptr())
+        # An optional input not given (None) is a null pointer.
+        pointers = (*(0 if array is None else array.data_ptr() for array in arrays), out.data_ptr())
         plan = sig.aligned if not functools.reduce(operator.or_, pointers) & 15 else self._unaligned(sig, handle)
         plan.launch(pointers, alpha, beta, handle, sig.allocator)
         if sig.tally is not None:
@@ -305,29 +307,37 @@ class Runtime:
         if len(arrays) != len(names):
             takes = f"{len(names)} array{'s' if len(names) != 1 else ''} ({', '.join(names)})"
             raise AutotuneError(f"{op.name} takes {takes}, got {len(arrays)}")
-        described = [opnd.describe(array, name) for array, name in zip(arrays, names, strict=True)]
+        described = opnd.describe_inputs(arrays, names, op.optional_inputs)
         given = opnd.describe(out, "out") if out is not None else None
-        bound = op.bind(described, given, options)
+        # None only where op.optional_inputs allows it: such an op's bind takes DeviceArray | None.
+        bound = op.bind(cast(list[DeviceArray], described), given, options)
         if isinstance(bound, Reroute):
             return self._reroute(bound, out, given, alpha, beta, stream, db)
+        problem = bound.problem
+        if problem.dtype not in DTYPES:  # uint8 arrays bound as if they were a float op's operands
+            raise AutotuneError(f"{op.name} computes in float32, float16 or bfloat16, not {problem.dtype}")
         if given is None and beta != 0.0:
             raise AutotuneError(f"beta != 0 reads {op.output_name}: pass it as out=")
-        device = self.device(opnd.device_of(described + ([given] if given else [])))
-        written = given or opnd.describe(out := opnd.empty_like(described[0], bound.out_shape, device.index), "out")
-        problem = bound.problem
+        present = [array for array in described if array is not None]
+        device = self.device(opnd.device_of(present + ([given] if given else [])))
+        if given is None:
+            out = opnd.new_output(present, problem.dtype, bound.out_shape, device.index)
+        written = given or opnd.describe(out, "out")
         generation = self._generation
         choice = self._choose(problem, device, db)
         tally = self._tally(choice, db)
-        handle = self._stream(stream, described[0], device)
-        allocator = self._allocator(described[0], device)
-        pointers = (*(array.pointer for array in described), written.pointer)
+        handle = self._stream(stream, present[0], device)
+        allocator = self._allocator(present[0], device)
+        pointers = (*(0 if array is None else array.pointer for array in described), written.pointer)
         self.run(choice, device, pointers, float(alpha), float(beta), handle, allocator, bound.leading)
-        if all(array.kind == "torch" for array in described) and (given is None or given.kind == "torch"):
+        if all(array.kind == "torch" for array in present) and (given is None or given.kind == "torch"):
             # The strides are in the key: where a matrix's rows break 16-byte alignment, every call of
             # the signature runs scalar loads, so the short path's check of the addresses stays as it is.
             vector_rows = rows_aligned(problem, bound.leading)
             plan = self.plan(choice, device, vector_rows, handle, bound.leading)
-            sig = Signature(choice, device, device.index, bound.out_shape, plan, None if vector_rows else plan)
+            sig = Signature(
+                choice, device, device.index, bound.out_shape, out.dtype, plan, None if vector_rows else plan
+            )
             sig.leading, sig.allocator, sig.tally = bound.leading, allocator, tally
             self._keep(signature_key(op, options, db, arrays, out if given is not None else None), sig, generation)
         return out
@@ -472,7 +482,8 @@ def signature_key(op: Op, options: tuple[Any, ...], db: str | None, arrays: Sequ
     inline on its short path for two inputs."""
     key: tuple[Any, ...] = (op, options, db)
     for array in (*arrays, out) if out is not None else arrays:
-        key += (array.dtype, array.shape, array.stride(), array.get_device())
+        # An optional input not given (None) is part of the signature: its kernel reads no array.
+        key += (None,) if array is None else (array.dtype, array.shape, array.stride(), array.get_device())
     return key
 
 

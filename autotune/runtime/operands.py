@@ -8,15 +8,23 @@ can run: on the CPU, of other dtypes, on different GPUs); each op checks shapes 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from autotune.core.arrays import DeviceArray
 from autotune.core.errors import AutotuneError
-from autotune.core.problem import ITEMSIZE
+from autotune.core.problem import INPUT_BITS
 from autotune.runtime import driver
 
-_TYPESTR = {"<f4": "float32", "<f2": "float16"}
-_TORCH_DTYPES = {"torch.float32": "float32", "torch.float16": "float16", "torch.bfloat16": "bfloat16"}
+# uint8 arrays hold packed low-bit weights and integer zero points (the op's bind says which).
+_TYPESTR = {"<f4": "float32", "<f2": "float16", "|u1": "uint8"}
+_TORCH_DTYPES = {
+    "torch.float32": "float32",
+    "torch.float16": "float16",
+    "torch.bfloat16": "bfloat16",
+    "torch.uint8": "uint8",
+}
+_PACKED = "(uint8: a packed weight)"
 
 
 def describe(obj: Any, name: str) -> DeviceArray:
@@ -29,7 +37,7 @@ def describe(obj: Any, name: str) -> DeviceArray:
     if hasattr(obj, "gpudata") and hasattr(obj, "shape"):
         dtype = _TYPESTR.get(obj.dtype.str)
         if dtype is None:
-            raise AutotuneError(f"{name} must hold float32 or float16, got {obj.dtype}")
+            raise AutotuneError(f"{name} must hold float32 or float16 {_PACKED}, got {obj.dtype}")
         strides = tuple(s // obj.dtype.itemsize for s in obj.strides)
         return DeviceArray(obj, int(obj.gpudata), tuple(obj.shape), strides, dtype, "pycuda")
     interface = getattr(obj, "__cuda_array_interface__", None)
@@ -40,15 +48,26 @@ def describe(obj: Any, name: str) -> DeviceArray:
         )
     dtype = _TYPESTR.get(interface["typestr"])
     if dtype is None:
-        raise AutotuneError(f"{name} must hold float32 or float16, got typestr {interface['typestr']}")
+        raise AutotuneError(f"{name} must hold float32 or float16 {_PACKED}, got typestr {interface['typestr']}")
     raw = interface.get("strides")
-    element_strides = tuple(s // ITEMSIZE[dtype] for s in raw) if raw else None
+    element_strides = tuple(s * 8 // INPUT_BITS[dtype] for s in raw) if raw else None
     cupy = module.startswith("cupy")
     device = int(obj.device.id) if cupy else None
     pointer = int(interface["data"][0])
     return DeviceArray(
         obj, pointer, tuple(interface["shape"]), element_strides, dtype, "cupy" if cupy else "cai", device
     )
+
+
+def describe_inputs(arrays: Sequence[Any], names: Sequence[str], optional: Sequence[str]) -> list[DeviceArray | None]:
+    """A call's input arrays described, in the op's order; None stays None where the op takes the
+    input as optional (Op.optional_inputs), else it is a one-line error."""
+    described: list[DeviceArray | None] = []
+    for array, name in zip(arrays, names, strict=True):
+        if array is None and name not in optional:
+            raise AutotuneError(f"{name} is required")
+        described.append(None if array is None else describe(array, name))
+    return described
 
 
 def _torch_refusal(tensor: Any, name: str, dtype_ok: bool) -> str:
@@ -107,23 +126,33 @@ def stream_handle(stream: Any) -> int:
     )
 
 
-def empty_like(a: DeviceArray, shape: tuple[int, ...], device: int) -> Any:
-    """A new array of A's kind and dtype for the result, on `device`."""
+def new_output(inputs: Sequence[DeviceArray], dtype: str, shape: tuple[int, ...], device: int) -> Any:
+    """A new array of `dtype` (the problem's) for the result, on `device`: like the first input that
+    holds `dtype` (the activations, not a packed weight), else like the first input."""
+    like = next((array for array in inputs if array.dtype == dtype), None)
+    return empty_like(like, shape, device) if like is not None else empty_like(inputs[0], shape, device, dtype)
+
+
+def empty_like(a: DeviceArray, shape: tuple[int, ...], device: int, dtype: str | None = None) -> Any:
+    """A new array of A's kind and of `dtype` (None: A's) for the result, on `device`."""
     if a.kind == "torch":
         import torch
 
-        return torch.empty(shape, dtype=a.obj.dtype, device=a.obj.device)
+        return torch.empty(shape, dtype=a.obj.dtype if dtype is None else getattr(torch, dtype), device=a.obj.device)
+    if a.kind not in ("cupy", "pycuda"):
+        raise AutotuneError("pass out= for arrays that are neither torch, cupy nor PyCUDA arrays")
+    import numpy as np
+
+    if dtype == "bfloat16":  # numpy, and so cupy and PyCUDA, have no bfloat16
+        raise AutotuneError(f"pass out= for a bfloat16 result of {a.kind} arrays")
     if a.kind == "cupy":
         import cupy
 
         with cupy.cuda.Device(device):
-            return cupy.empty(shape, dtype=a.obj.dtype)
-    if a.kind == "pycuda":
-        import numpy as np
-        import pycuda.gpuarray as gpuarray
+            return cupy.empty(shape, dtype=a.obj.dtype if dtype is None else np.dtype(dtype))
+    import pycuda.gpuarray as gpuarray
 
-        return gpuarray.empty(shape, dtype=np.dtype(a.dtype))
-    raise AutotuneError("pass out= for arrays that are neither torch, cupy nor PyCUDA arrays")
+    return gpuarray.empty(shape, dtype=np.dtype(dtype or a.dtype))
 
 
 def contiguous_copy(array: DeviceArray) -> Any:
