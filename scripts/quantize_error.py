@@ -38,7 +38,7 @@ def ours(w: Any, group: int, sym: bool) -> Any:
     return dequantize(int4_weight(qw.qweight, qw.scales, qw.zeros, group))
 
 
-def torchao(torch: Any, w: Any, group: int, sym: bool) -> Any:
+def torchao_affine(torch: Any, w: Any, group: int, sym: bool) -> Any:
     from torchao.quantization.quant_primitives import (
         MappingType,
         choose_qparams_affine,
@@ -84,7 +84,7 @@ def main() -> int:
         for group in GROUPS:
             for sym in (True, False):
                 ours_mean, ours_max = row_errors(w, ours(w, group, sym))
-                ao_mean, ao_max = row_errors(w, torchao(torch, w, group, sym))
+                ao_mean, ao_max = row_errors(w, torchao_affine(torch, w, group, sym))
                 case = f"g{group}{'' if sym else 'a'}"
                 print(f"{kind:10} {case:6} {ours_mean:10.5f} {ours_max:10.5f} {ao_mean:12.5f} {ao_max:11.5f}")
                 rows.append(
