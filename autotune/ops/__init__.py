@@ -25,7 +25,7 @@ from autotune.core.problem import (
     parse_dtype,
     parse_shapes,
 )
-from autotune.ops import gemm, gemv
+from autotune.ops import gemm, gemv, qgemm
 from autotune.ops.base import Op
 
 DEFAULT_OP = "hgemv"
@@ -120,7 +120,8 @@ def make_problem(
     if trans and not kind.transposable:
         raise AutotuneError(f"--trans applies to GEMV and GEMM only ({op.upper()} takes row-major operands)")
     problem = Problem(op, dtype, check_dim("M", m), check_dim("N", n), checked_k, bool(trans), tuple(inputs), variant)
-    if inputs or variant:
+    problem = kind.complete(problem)
+    if problem.inputs or problem.variant:
         fault = key_fault(problem)
         if fault is not None:
             raise AutotuneError(fault)
@@ -142,14 +143,13 @@ def key_fault(problem: Problem) -> str | None:
         if not kind.variants:
             return f"{problem.op} has no variants (got {_short(problem.variant)})"
         return f"unknown variant {_short(problem.variant)} of {problem.op}: choose one of {', '.join(kind.variants)}"
-    if not problem.inputs:
-        return None
-    unknown = [name for name in problem.inputs if name not in INPUT_BITS]
-    if unknown:
-        return f"unknown input dtype {_short(unknown[0])}: choose from {', '.join(INPUT_DTYPES)}"
-    if len(problem.inputs) != len(kind.input_names):
-        named = ",".join(problem.inputs)
-        return f"{problem.op} reads {len(kind.input_names)} input arrays, not {len(problem.inputs)} ({named})"
+    if problem.inputs:
+        unknown = [name for name in problem.inputs if name not in INPUT_BITS]
+        if unknown:
+            return f"unknown input dtype {_short(unknown[0])}: choose from {', '.join(INPUT_DTYPES)}"
+        if len(problem.inputs) != len(kind.input_names):
+            named = ",".join(problem.inputs)
+            return f"{problem.op} reads {len(kind.input_names)} input arrays, not {len(problem.inputs)} ({named})"
     return kind.input_fault(problem)
 
 
@@ -198,3 +198,4 @@ def in_space_order(problem: Problem, config: Mapping[str, int]) -> dict[str, int
 
 register(gemv.OP)
 register(gemm.OP)
+register(qgemm.OP)

@@ -85,6 +85,11 @@ class Op(ABC):
     # and bind() None in the array's place. Runtime.call's two-input short path assumes both given.
     optional_inputs: ClassVar[tuple[str, ...]] = ()
 
+    def complete(self, problem: Problem) -> Problem:
+        """The problem with what the op implies where it names nothing: by default itself (an op whose
+        plain form is a low-bit format fills in that format's input dtypes and variant)."""
+        return problem
+
     def serving(self, problem: Problem) -> Op:
         """The op whose kernels run `problem`: this one, or a variant (the transposed GEMV's)."""
         return self

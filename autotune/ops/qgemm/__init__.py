@@ -1,0 +1,231 @@
+"""Weight-only int4 GEMV and skinny GEMM (out = alpha * x @ dequant(W)^T + beta * out, W in nn.Linear's
+N x K layout, docs/lowbit.md's canonical format): parameters, constraints, launch geometry, source,
+operands and the float64 reference, for M <= 64 (kernels/qgemm/qgemm.cu). A problem's variant names the
+group and symmetry ("g128", "g128a"); its inputs are (x's dtype, int4, x's dtype, uint8)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from autotune.core.arrays import DeviceArray
+from autotune.core.dtypes import CUDA_TYPE
+from autotune.core.limits import MAX_SHARED_BYTES_OPT_IN
+from autotune.core.problem import ITEMSIZE, Problem
+from autotune.core.space import Config, Param, Space
+from autotune.ops.base import DeviceReference, Op, Operands
+from autotune.ops.call import Bound
+from autotune.ops.geometry import Launch, cluster_choices, cluster_declaration
+from autotune.ops.qgemm import call
+from autotune.ops.qgemm.format import GROUPS, variant_name
+
+NAME = "qgemm"
+KERNEL_FILE = "qgemm/qgemm.cu"  # under kernels/, the mirror of this folder
+REFERENCE_FILE = "qgemm/reference.cu"
+MAX_M = 64  # larger batches dequantize and run a float16 GEMM (autotune.linear)
+PIECE = 32  # codes a 16-byte load holds (qgemm.cu: PIECE)
+PIECE_BYTES = 36 * 4  # a piece's x staged as float with its 4-float gap (qgemm.cu: PIECE_FLOATS)
+MAX_SHARED_BYTES = MAX_SHARED_BYTES_OPT_IN - 1024  # less the static cluster sums and slack
+VARIANTS = tuple(variant_name(g, sym) for sym in (True, False) for g in GROUPS)
+_MTS = (1, 2, 4, 8)
+_BLOCKS = (64, 128, 256, 512)
+_LANES = (4, 8, 16, 32)
+_ROWS = (1, 2, 4)
+_UNROLLS = (1, 2, 4)
+# Loads in flight a thread: ROWS * UNROLL 16-byte pieces (4 registers each) and their scales; at 8 an
+# instance stays well inside 128 registers.
+MAX_PIECES_IN_FLIGHT = 8
+MAX_ACCUMULATORS = 16  # ROWS * MT sums a thread (at 32, ptxas runs out of its 255 registers)
+
+# Tilings measured first: a group of 8 or 32 lanes a row with two rows sharing x, several pieces
+# in flight (the GEMV's lessons: rows share the x vector; loads in flight hide DRAM latency).
+_SEEDS: tuple[dict[str, int], ...] = (
+    dict(block=256, lanes=8, rows=2, unroll=2, policy=1),
+    dict(block=128, lanes=32, rows=2, unroll=2, policy=1),
+    dict(block=256, lanes=16, rows=4, unroll=1, policy=2),
+    dict(block=512, lanes=32, rows=1, unroll=4, policy=1),
+    dict(block=256, lanes=4, rows=2, unroll=4, policy=1),
+)
+
+
+def group_of(problem: Problem) -> int:
+    return int(problem.variant.rstrip("a")[1:])
+
+
+def symmetric(problem: Problem) -> bool:
+    return not problem.variant.endswith("a")
+
+
+def _mt_choices(problem: Problem) -> tuple[int, ...]:
+    top = 1 << (min(problem.m, max(_MTS)) - 1).bit_length()
+    return tuple(t for t in _MTS if t <= top)
+
+
+def _shared_bytes(problem: Problem, c: Mapping[str, int]) -> int:
+    """The staged slice of x: mt rows of the split's pieces, as float with gaps (qgemm.cu)."""
+    per_split = math.ceil(problem.k // PIECE / c["cluster"])
+    return c["mt"] * per_split * PIECE_BYTES
+
+
+class QGemm(Op):
+    name = NAME
+    sizes = ("M", "N", "K")
+    variants = VARIANTS
+    # x, qweight, scales, zeros, out, M, N, K, alpha, beta, workspace, counters (the last two unused)
+    arg_types = "PPPPPiiiffPP"
+    programmatic_launch = True  # every instance waits (griddepcontrol.wait) before its first read
+    shapes_file = Path(__file__).with_name("shapes.txt")
+    input_names = ("x", "qweight", "scales", "zeros")
+    optional_inputs = ("zeros",)
+    output_name = "out"
+    torch_schema = "(Tensor x, Tensor qweight, Tensor scales, Tensor? zeros=None, float alpha=1.0) -> Tensor"
+
+    def complete(self, problem: Problem) -> Problem:
+        """The plain problem of this op names its int4 format: group 128, symmetric."""
+        return replace(
+            problem, inputs=problem.inputs or call.input_dtypes(problem.dtype), variant=problem.variant or "g128"
+        )
+
+    def input_fault(self, problem: Problem) -> str | None:
+        if problem.dtype not in call.ACTIVATIONS:
+            return f"int4 weights take float16 or bfloat16 activations, not {problem.dtype}"
+        if problem.inputs != call.input_dtypes(problem.dtype):
+            return f"{NAME} reads inputs {','.join(call.input_dtypes(problem.dtype))}, not {','.join(problem.inputs)}"
+        if problem.variant not in VARIANTS:
+            return f"{NAME} needs a variant: one of {', '.join(VARIANTS)}"
+        if problem.k % group_of(problem):
+            return f"K = {problem.k} is not a multiple of the group size {group_of(problem)}"
+        if problem.m > MAX_M:
+            return f"{NAME} kernels run M <= {MAX_M} (autotune.linear dequantizes larger batches), got M = {problem.m}"
+        return None
+
+    def bind(self, arrays: Sequence[DeviceArray | None], out: DeviceArray | None, options: tuple[Any, ...]) -> Bound:
+        return call.bind(NAME, arrays, out)
+
+    def torch_fake(self, *args: Any) -> Any:
+        return call.torch_fake(*args)
+
+    # -- what is tuned ------------------------------------------------------------------------
+
+    def space(self, problem: Problem) -> Space:
+        def constraint(c: Mapping[str, int]) -> str | None:
+            if c["lanes"] * c["rows"] > c["block"]:
+                return f"block={c['block']} holds no whole group of {c['lanes']} lanes"
+            if c["rows"] * c["unroll"] > MAX_PIECES_IN_FLIGHT:
+                return f"more than {MAX_PIECES_IN_FLIGHT} pieces in flight a thread (runs out of registers)"
+            if c["rows"] * c["mt"] > MAX_ACCUMULATORS:
+                return f"more than {MAX_ACCUMULATORS} sums a thread (rows x mt)"
+            if _shared_bytes(problem, c) > MAX_SHARED_BYTES:
+                return f"x's slice ({_shared_bytes(problem, c)} bytes) exceeds shared memory: split K (cluster)"
+            return None
+
+        return Space(
+            params=(
+                Param("mt", _mt_choices(problem)),
+                Param("block", _BLOCKS),
+                Param("lanes", _LANES),
+                Param("rows", _ROWS),
+                Param("unroll", _UNROLLS),
+                Param("cluster", cluster_choices()),
+                Param("policy", (0, 1, 2)),
+            ),
+            constraint=constraint,
+        )
+
+    def default_config(self, problem: Problem) -> Config:
+        """A warp a row, one piece in flight, M in one tile up to 8 rows, K split just enough for x's
+        slice to fit shared memory."""
+        config = {"mt": _mt_choices(problem)[-1], "block": 128, "lanes": 32, "rows": 1, "unroll": 1, "policy": 0}
+        for cluster in cluster_choices():
+            if _shared_bytes(problem, {**config, "cluster": cluster}) <= MAX_SHARED_BYTES:
+                return {**config, "cluster": cluster}
+        return {**config, "cluster": cluster_choices()[-1]}
+
+    def seed_configs(self, problem: Problem) -> list[Config]:
+        check = self.space(problem).check
+        seeds = []
+        for tiling in _SEEDS:
+            config = {**self.default_config(problem), **tiling}
+            if check(config) is None and config not in seeds:
+                seeds.append(config)
+        return seeds
+
+    # -- how it is built and launched ---------------------------------------------------------
+
+    def kernel_file(self, problem: Problem) -> str:
+        return KERNEL_FILE
+
+    def kernel_name(self, problem: Problem, config: Mapping[str, int]) -> str:
+        c = config
+        return (
+            f"qgemm_{problem.dtype}_{problem.variant}_m{c['mt']}_b{c['block']}_l{c['lanes']}_r{c['rows']}"
+            f"_u{c['unroll']}_c{c['cluster']}_p{c['policy']}"
+        )
+
+    def kernel_source(self, problem: Problem, config: Mapping[str, int]) -> str:
+        c = config
+        t = CUDA_TYPE[problem.dtype]
+        template_args = (
+            f"{t}, {c['mt']}, {c['block']}, {c['lanes']}, {c['rows']}, {c['unroll']}, {group_of(problem)}, "
+            f"{int(symmetric(problem))}, {c['cluster']}, {c['policy']}"
+        )
+        return (
+            f'#include "{KERNEL_FILE}"\n'
+            f'extern "C" __global__ void {cluster_declaration(c["cluster"])}__launch_bounds__({c["block"]})\n'
+            f"{self.kernel_name(problem, config)}(const {t}* x, const unsigned char* qweight, const {t}* scales,\n"
+            f"    const unsigned char* zeros, {t}* out, int M, int N, int K, float alpha, float beta,\n"
+            f"    float* workspace, unsigned int* counters) {{\n"
+            f"  at_qgemm::qgemm_body<{template_args}>(x, qweight, scales, zeros, out, M, N, K, alpha, beta);\n"
+            f"}}\n"
+        )
+
+    def launch(self, problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
+        c = config
+        rows_per_block = c["block"] // c["lanes"] * c["rows"]
+        return Launch(
+            grid=(math.ceil(problem.n / rows_per_block), c["cluster"], math.ceil(problem.m / c["mt"])),
+            block=(c["block"], 1, 1),
+            shared_bytes=_shared_bytes(problem, c),
+            workspace_floats=0,
+            counters=0,
+        )
+
+    def operands(self, problem: Problem) -> Operands:
+        groups = problem.n * (problem.k // group_of(problem))
+        return Operands(
+            inputs=(problem.m * problem.k, problem.n * problem.k, groups, groups),
+            output=problem.m * problem.n,
+            sizes=(problem.m, problem.n, problem.k),
+        )
+
+    # -- how it is checked and rated ----------------------------------------------------------
+
+    def device_reference(self, problem: Problem) -> DeviceReference:
+        # kernels/qgemm/reference.cu: a warp per output in blocks of 256 threads
+        return DeviceReference(
+            f"at_qgemm_reference_{problem.dtype}_{problem.variant}",
+            "PPPPPPiii",
+            (math.ceil(problem.m * problem.n * 32 / 256), 1, 1),
+            (256, 1, 1),
+            source=REFERENCE_FILE,
+        )
+
+    def position(self, problem: Problem, index: int) -> str:
+        return f"out[{index // problem.n}, {index % problem.n}]"
+
+    def bytes_moved(self, problem: Problem) -> int:
+        """The packed codes, scales (and zero points), x read once; out written once."""
+        groups = problem.n * (problem.k // group_of(problem))
+        item = ITEMSIZE[problem.dtype]
+        zeros = 0 if symmetric(problem) else groups
+        activations = (problem.m * problem.k + problem.m * problem.n) * item
+        return problem.n * problem.k // 2 + groups * item + zeros + activations
+
+    def flops(self, problem: Problem) -> int:
+        return 2 * problem.m * problem.n * problem.k
+
+
+OP = QGemm()

@@ -1,0 +1,71 @@
+"""An int4 weight-only product called from Python: the checks that bind (x, qweight, scales, zeros, out)
+to a problem. The weight is in the canonical format (format.py, docs/lowbit.md); zeros is None for a
+symmetric weight."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from autotune.core.arrays import DeviceArray, contiguous
+from autotune.core.errors import AutotuneError
+from autotune.core.problem import Problem, check_dim
+from autotune.ops.call import Bound
+from autotune.ops.qgemm.format import GROUPS, variant_name
+
+ACTIVATIONS = ("float16", "bfloat16")
+
+
+def input_dtypes(dtype: str) -> tuple[str, str, str, str]:
+    """What a problem's `inputs` name for activations of `dtype`: x, the packed codes, the scales (the
+    activations' dtype) and the zero points."""
+    return (dtype, "int4", dtype, "uint8")
+
+
+def bind(name: str, arrays: Sequence[DeviceArray | None], out: DeviceArray | None) -> Bound:
+    """out = x @ dequant(W)^T: x (K,) or (M, K) in float16 or bfloat16, qweight uint8 (N, K // 2),
+    scales (N, K // g) in x's dtype, zeros uint8 (N, K // g) or None; every array contiguous."""
+    x, qweight, scales, zeros = arrays
+    if x is None or qweight is None or scales is None:
+        raise AutotuneError("x, qweight and scales are required (zeros may be None: a symmetric weight)")
+    if x.dtype not in ACTIVATIONS:
+        raise AutotuneError(f"int4 weights take float16 or bfloat16 activations, got x of {x.dtype}")
+    if len(x.shape) not in (1, 2) or not contiguous(x):
+        raise AutotuneError(f"x must be a contiguous vector (K,) or matrix (M, K), got shape {x.shape}")
+    m, k = (1, x.shape[0]) if len(x.shape) == 1 else x.shape
+    if qweight.dtype != "uint8" or len(qweight.shape) != 2 or not contiguous(qweight):
+        got = f"{qweight.dtype} {qweight.shape}"
+        raise AutotuneError(f"qweight must be a contiguous uint8 matrix (N, K // 2), got {got}")
+    n = qweight.shape[0]
+    if 2 * qweight.shape[1] != k:
+        raise AutotuneError(f"x has K = {k} but qweight holds {2 * qweight.shape[1]} codes a row")
+    if len(scales.shape) != 2 or scales.shape[0] != n or not contiguous(scales) or scales.dtype != x.dtype:
+        got = f"{scales.dtype} {scales.shape}"
+        raise AutotuneError(f"scales must be a contiguous {x.dtype} matrix (N, K // group), got {got}")
+    groups = scales.shape[1]
+    group = k // groups if groups and k % groups == 0 else 0
+    if group not in GROUPS:
+        sizes = ", ".join(map(str, GROUPS))
+        raise AutotuneError(f"scales has {groups} columns: K = {k} in groups of {sizes} needs K // group")
+    if zeros is not None and (zeros.dtype != "uint8" or zeros.shape != scales.shape or not contiguous(zeros)):
+        got = f"{zeros.dtype} {zeros.shape}"
+        raise AutotuneError(f"zeros must be a contiguous uint8 matrix {scales.shape} or None, got {got}")
+    out_shape = (n,) if len(x.shape) == 1 else (m, n)
+    if out is not None and (out.shape != out_shape or out.dtype != x.dtype or not contiguous(out)):
+        got = f"{out.dtype} {out.shape}"
+        raise AutotuneError(f"out must be a contiguous {x.dtype} array of shape {out_shape}, got {got}")
+    problem = Problem(
+        name,
+        x.dtype,
+        check_dim("M", m),
+        check_dim("N", n),
+        check_dim("K", k),
+        inputs=input_dtypes(x.dtype),
+        variant=variant_name(group, zeros is None),
+    )
+    return Bound(problem, out_shape)
+
+
+def torch_fake(x: Any, qweight: Any, scales: Any, zeros: Any = None, alpha: float = 1.0) -> Any:
+    """The output's shape for torch.compile: x's leading dimension (if any) by qweight's rows."""
+    return x.new_empty((*x.shape[:-1], qweight.shape[0]))
