@@ -21,7 +21,7 @@ from autotune.core.gpus import capability as gpu_capability
 from autotune.core.gpus import described
 from autotune.core.log import show_on_stderr
 from autotune.core.problem import Problem, parse_input_dtypes, read_shapes_file
-from autotune.ops import make_problem, resolve_op, shape_dims, standard_shapes
+from autotune.ops import make_problem, qgemm, resolve_op, shape_dims, standard_shapes
 from autotune.runtime import tune_on_miss
 from autotune.runtime.launcher import Runtime
 from autotune.runtime.misses import Misses
@@ -486,7 +486,12 @@ def linear(x: Any, weight: Any, bias: Any = None, *, db: str | None = None) -> A
 
     One row of x (decode with batch 1) is the GEMV y = W x; more rows are the GEMM X Wᵀ with B
     stored N x K, which the skinny families serve up to 16 rows and the tiled ones beyond. W is read
-    in place in both; the bias is the GEMM's C with beta = 1, read by the kernel, not added after."""
+    in place in both; the bias is the GEMM's C with beta = 1, read by the kernel, not added after.
+
+    W may be an int4 weight (autotune.quantize's QuantizedWeight): up to 64 rows of x run the int4
+    kernels (autotune/ops/qgemm) on the packed weight; more rows dequantize it and run the GEMM."""
+    if isinstance(weight, QUANTIZED_TYPES):
+        return _linear_quantized(x, weight, bias, db)
     shape, k = x.shape, weight.shape[-1]
     if bias is None and len(shape) == 2 == len(weight.shape) and shape[1] == k and shape[0] and k and weight.shape[0]:
         # A model's usual call (rows of x, no bias) goes straight to the launch path: in eager mode a
@@ -521,8 +526,32 @@ def linear(x: Any, weight: Any, bias: Any = None, *, db: str | None = None) -> A
     return c.reshape(out_shape)
 
 
-# The weight formats quantize() makes (docs/lowbit.md).
+def _linear_quantized(x: Any, weight: Any, bias: Any, db: str | None) -> Any:
+    """linear() with an int4 weight: x (..., K) in the scales' dtype."""
+    n, k = weight.shape
+    if x.shape[-1] != k:
+        raise AutotuneError(f"x has {x.shape[-1]} features, the int4 weight expects {k} (x: (..., K), W: (N, K))")
+    if x.dtype != weight.dtype:
+        raise AutotuneError(f"x is {x.dtype}, the int4 weight's scales {weight.dtype}: cast x (or quantize for it)")
+    rows = x.numel() // k
+    out_shape = (*x.shape[:-1], n)
+    if rows == 0:
+        raise AutotuneError(f"linear of x {tuple(x.shape)} and an int4 weight: x has no rows")
+    if rows > qgemm.MAX_M:
+        return linear(x, weight.dequantize(), bias, db=db)
+    x2 = x.reshape(rows, k).contiguous()
+    arrays = (x2, weight.qweight, weight.scales, weight.zeros)
+    if bias is None:
+        return _RUNTIME._call(qgemm.OP, arrays, None, 1.0, 0.0, None, db, ()).reshape(out_shape)
+    out = bias.expand(rows, n).contiguous()
+    _RUNTIME._call(qgemm.OP, arrays, out, 1.0, 1.0, None, db, ())
+    return out.reshape(out_shape)
+
+
+# The weight formats quantize() makes (docs/lowbit.md), and the types of weights linear() runs in
+# them (QuantizedWeight adds itself when autotune/ops/qgemm/module.py is imported: it needs torch).
 QUANTIZED_FORMATS = ("int4",)
+QUANTIZED_TYPES: tuple[type, ...] = ()
 
 
 def quantize(weight: Any, format: str = "int4", *, group: int = 128, sym: bool = True, scale_dtype: Any = None) -> Any:

@@ -98,6 +98,12 @@ class QuantizedWeight(torch.nn.Module):  # type: ignore[misc]  # torch is untype
         """The weight's values (N, K) in `dtype`, by default the activations' (float32: exact)."""
         return int4.dequantize(self.weight()).to(dtype or self.dtype)
 
+    def forward(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """x @ W^T (+ bias), what autotune.linear(x, self, bias) computes."""
+        from autotune import api
+
+        return api.linear(x, self, bias)
+
     def get_extra_state(self) -> dict[str, Any]:
         return {
             "format": FORMAT,
@@ -128,3 +134,15 @@ def _metadata(state: Any) -> dict[str, Any]:
 def _described(meta: Mapping[str, Any]) -> str:
     variant = int4.variant_name(meta["group"], meta["sym"])
     return f"{variant} ({meta['out_features']}, {meta['in_features']})"
+
+
+def _linear_runs_it() -> None:
+    """Make autotune.linear(x, weight) take a QuantizedWeight as W (api.py cannot name the class: it
+    would import torch)."""
+    from autotune import api
+
+    if QuantizedWeight not in api.QUANTIZED_TYPES:
+        api.QUANTIZED_TYPES = (*api.QUANTIZED_TYPES, QuantizedWeight)
+
+
+_linear_runs_it()
