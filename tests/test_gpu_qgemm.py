@@ -1,0 +1,157 @@
+"""GPU tests of the int4 weight-only op (run with `pytest -m gpu` on the GPU machine): a sample of every
+problem's space checked against float64 through the worker (NaN-poisoned output, random codes, scales
+and zero points), and autotune.linear / autotune.call / torch.ops.autotune.qgemm on quantized torch
+weights: odd N, K not a power of two, M past the kernels' 64 rows, bias, 3-D x, a side stream and a
+CUDA graph."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from autotune import ops
+from autotune.build.compiler import CompileJob, CompilePool
+from autotune.core.outcome import Status
+from autotune.core.problem import Problem
+from autotune.core.space import Config
+from autotune.measure.worker.client import Worker
+from autotune.ops import source_hash
+
+pytestmark = pytest.mark.gpu
+
+# (dtype, m, n, k, variant): odd N, K of 3, 28, 112 and 592 pieces, M of one tile, a partial tile and 64.
+PROBLEMS = [
+    ("float16", 1, 999, 4096, "g128"),
+    ("float16", 3, 1001, 3584, "g128a"),
+    ("bfloat16", 16, 4100, 896, "g32"),
+    ("bfloat16", 64, 515, 2048, "g64a"),
+    ("float16", 1, 4096, 18944, "g128"),
+    ("float16", 7, 333, 96, "g32a"),
+]
+RANDOM_SAMPLES = 4
+
+
+def _sample(problem: Problem) -> list[Config]:
+    """The default config, the seeds, the space's first and last, K split over clusters, and a few at random."""
+    op = ops.for_problem(problem)
+    space = op.space(problem)
+    configs = list(space)
+    default = op.default_config(problem)
+    picked = [default, configs[0], configs[-1], *op.seed_configs(problem)]
+    picked += [c for c in (dict(default, cluster=size) for size in (2, 8)) if space.check(c) is None]
+    picked += random.Random(str(problem)).sample(configs, min(RANDOM_SAMPLES, len(configs)))
+    return list({tuple(sorted(c.items())): c for c in picked}.values())
+
+
+@pytest.mark.parametrize("case", PROBLEMS, ids=str)
+def test_every_sampled_qgemm_config_is_correct(case: tuple[str, int, int, int, str]) -> None:
+    dtype, m, n, k, variant = case
+    problem = ops.make_problem("qgemm", dtype, m, n, k, variant=variant)
+    op = ops.for_problem(problem)
+    wrong = []
+    with Worker() as worker, CompilePool() as pool:
+        gpu = worker.hello()
+        worker.setup(problem, seed=11)
+        jobs = [
+            (
+                c,
+                pool.submit(
+                    CompileJob(op.kernel_name(problem, c), op.kernel_source(problem, c), gpu.arch, source_hash(problem))
+                ),
+            )
+            for c in _sample(problem)
+        ]
+        for config, future in jobs:
+            compiled = future.result()
+            assert compiled.cubin is not None, compiled.message
+            outcome = worker.measure(compiled.cubin, compiled.job.name, config)
+            if outcome.status != Status.OK:
+                wrong.append((config, outcome.status.value, outcome.message))
+    assert not wrong, wrong
+
+
+def _rel_err(y: Any, reference: Any) -> float:
+    return float((y.double() - reference).abs().max() / reference.abs().max())
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("sym", [True, False])
+@pytest.mark.parametrize("rows", [1, 5, 64, 65])
+def test_linear_with_int4_weights_matches_float64(dtype: str, sym: bool, rows: int) -> None:
+    """Within 2x the error of F.linear on the dequantized weight in the same dtype (the issue's bound),
+    x of shape (rows, K) and with a bias; rows = 65 dequantizes and runs the GEMM."""
+    torch = pytest.importorskip("torch")
+    import autotune
+
+    gen = torch.Generator(device="cuda").manual_seed(rows)
+    tdtype = getattr(torch, dtype)
+    n, k = 1001, 3584
+    w = torch.randn(n, k, device="cuda", generator=gen).to(tdtype)
+    qw = autotune.quantize(w, "int4", group=128, sym=sym)
+    x = torch.randn(rows, k, device="cuda", generator=gen).to(tdtype)
+    bias = torch.randn(n, device="cuda", generator=gen).to(tdtype)
+    deq64 = qw.dequantize(torch.float32).double()
+    for b in (None, bias):
+        reference = x.double() @ deq64.T + (0 if b is None else b.double())
+        ours = autotune.linear(x, qw, b)
+        peer = torch.nn.functional.linear(x, qw.dequantize(), b)
+        assert ours.shape == (rows, n) and ours.dtype == tdtype
+        assert torch.isfinite(ours).all()
+        assert _rel_err(ours, reference) <= 2 * _rel_err(peer, reference) + 1e-6
+
+
+def test_int4_call_poisoned_out_3d_x_side_stream_and_graph() -> None:
+    torch = pytest.importorskip("torch")
+    import autotune
+    import autotune.runtime.torch_ops
+
+    n, k = 4096, 4096
+    w = torch.randn(n, k, device="cuda", dtype=torch.float16)
+    qw = autotune.quantize(w, "int4", group=64, sym=False)
+    deq64 = qw.dequantize(torch.float32).double()
+    x = torch.randn(2, 3, k, device="cuda", dtype=torch.float16)
+    y = autotune.linear(x, qw)
+    assert y.shape == (2, 3, n)
+    assert _rel_err(y, x.double() @ deq64.T) < 2e-3
+
+    x1 = torch.randn(1, k, device="cuda", dtype=torch.float16)
+    out = torch.full((1, n), float("nan"), device="cuda", dtype=torch.float16)
+    autotune.call("qgemm", x1, qw.qweight, qw.scales, qw.zeros, out=out)
+    assert _rel_err(out, x1.double() @ deq64.T) < 2e-3
+    op_out = torch.ops.autotune.qgemm(x1, qw.qweight, qw.scales, qw.zeros)
+    assert torch.equal(op_out, out)
+
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        on_side = autotune.linear(x1, qw)
+    side.synchronize()
+    assert torch.equal(on_side, out)
+
+    static_x = torch.zeros_like(x1)
+    autotune.linear(static_x, qw)  # plans and kernels loaded before capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_y = autotune.linear(static_x, qw)
+    fresh = torch.randn(1, k, device="cuda", dtype=torch.float16)
+    static_x.copy_(fresh)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert _rel_err(static_y, fresh.double() @ deq64.T) < 2e-3
+
+
+def test_compiled_model_runs_the_int4_op() -> None:
+    torch = pytest.importorskip("torch")
+    import autotune
+    import autotune.runtime.torch_ops
+
+    w = torch.randn(2048, 1024, device="cuda", dtype=torch.bfloat16)
+    qw = autotune.quantize(w, "int4", group=128)
+
+    def step(x: Any) -> Any:
+        return torch.ops.autotune.qgemm(x, qw.qweight, qw.scales, None) * 2
+
+    compiled = torch.compile(step, fullgraph=True)
+    x = torch.randn(4, 1024, device="cuda", dtype=torch.bfloat16)
+    assert torch.allclose(compiled(x), step(x))

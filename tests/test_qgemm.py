@@ -1,0 +1,126 @@
+"""The int4 weight-only op on the CPU: its problem key (defaults, variants, one-line refusals), its space,
+launch geometry and bytes, the Python call's checks through a fake device array, and a sample of its
+instances and its float64 reference compiled for sm_90."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping
+
+import pytest
+
+from autotune import ops
+from autotune.build.compiler import CompileJob
+from autotune.core.arrays import DeviceArray
+from autotune.core.errors import AutotuneError
+from autotune.core.paths import kernels_dir
+from autotune.ops import qgemm, source_hash
+from tests.nvcc import compile_all
+
+# Configs spread over M tiles, lane groups, rows, pieces in flight, K split in clusters and load paths.
+SAMPLE: list[tuple[str, int, str, dict[str, int]]] = [
+    ("float16", 1, "g128", dict(mt=1, block=256, lanes=8, rows=2, unroll=2, cluster=1, policy=1)),
+    ("bfloat16", 16, "g32a", dict(mt=8, block=128, lanes=16, rows=2, unroll=4, cluster=2, policy=2)),
+    ("float16", 4, "g64a", dict(mt=4, block=512, lanes=32, rows=4, unroll=1, cluster=8, policy=0)),
+    ("bfloat16", 1, "g128", dict(mt=1, block=64, lanes=4, rows=1, unroll=1, cluster=4, policy=1)),
+]
+
+
+def _jobs() -> list[CompileJob]:
+    jobs = []
+    for dtype, m, variant, config in SAMPLE:
+        problem = ops.make_problem("qgemm", dtype, m, 4096, 4096, variant=variant)
+        assert qgemm.OP.space(problem).check(config) is None, config
+        job = CompileJob(
+            qgemm.OP.kernel_name(problem, config),
+            qgemm.OP.kernel_source(problem, config),
+            "sm_90",
+            source_hash(problem),
+        )
+        jobs.append(job)
+    reference = kernels_dir() / qgemm.REFERENCE_FILE
+    jobs.append(CompileJob("reference", reference.read_text(), "sm_90", "qgemm-reference"))
+    return jobs
+
+
+@pytest.mark.nvcc(jobs=_jobs)
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_a_sample_of_instances_and_the_reference_compile_for_sm_90() -> None:
+    results = compile_all(_jobs())
+    assert all(r.cubin is not None and r.cubin.read_bytes()[:4] == b"\x7fELF" for r in results)
+    assert b"at_qgemm_reference_bfloat16_g64a" in results[-1].cubin.read_bytes()
+
+
+def test_a_plain_problem_names_the_int4_format() -> None:
+    problem = ops.make_problem("qgemm", "float16", 1, 4096, 4096)
+    assert problem.variant == "g128" and problem.inputs == ("float16", "int4", "float16", "uint8")
+    assert str(problem) == "hqgemm 1x4096x4096 [float16,int4,float16,uint8] g128"
+    assert ops.resolve_op("bqgemm") == ("qgemm", "bfloat16")
+
+
+@pytest.mark.parametrize(
+    ("dtype", "m", "k", "variant", "said"),
+    [
+        ("float32", 1, 4096, "", "float16 or bfloat16 activations"),
+        ("float16", 1, 4000, "g128", "not a multiple of the group size 128"),
+        ("float16", 65, 4096, "g128", "M <= 64"),
+        ("float16", 1, 4096, "g256", "unknown variant"),
+    ],
+)
+def test_problems_the_kernels_cannot_run_are_refused_in_one_line(
+    dtype: str, m: int, k: int, variant: str, said: str
+) -> None:
+    with pytest.raises(AutotuneError, match=said) as caught:
+        ops.make_problem("qgemm", dtype, m, 4096, k, variant=variant)
+    assert "\n" not in str(caught.value)
+
+
+def test_every_standard_shape_has_a_valid_default_and_seeds() -> None:
+    for m, n, k in ops.standard_shapes("qgemm"):
+        for variant in qgemm.VARIANTS:
+            problem = ops.make_problem("qgemm", "bfloat16", m, n, k, variant=variant)
+            space = qgemm.OP.space(problem)
+            assert space.check(qgemm.OP.default_config(problem)) is None
+            assert qgemm.OP.seed_configs(problem)
+            assert all(space.check(seed) is None for seed in qgemm.OP.seed_configs(problem))
+
+
+def test_geometry_and_bytes() -> None:
+    problem = ops.make_problem("qgemm", "float16", 5, 1001, 3584, variant="g128a")
+    config: Mapping[str, int] = dict(mt=4, block=256, lanes=8, rows=2, unroll=2, cluster=2, policy=1)
+    launch = qgemm.OP.launch(problem, config, 132)
+    assert launch.grid == (1001 // 64 + 1, 2, 2) and launch.block == (256, 1, 1)
+    assert launch.shared_bytes == 4 * 56 * 36 * 4  # 4 rows of x, 112 pieces split in 2, 36 floats a piece
+    groups = 1001 * 28
+    assert qgemm.OP.bytes_moved(problem) == 1001 * 3584 // 2 + groups * 2 + groups + (5 * 3584 + 5 * 1001) * 2
+    operands = qgemm.OP.operands(problem)
+    assert operands.inputs == (5 * 3584, 1001 * 3584, groups, groups) and operands.sizes == (5, 1001, 3584)
+
+
+def _array(shape: tuple[int, ...], dtype: str, pointer: int = 4096) -> DeviceArray:
+    return DeviceArray(None, pointer, shape, None, dtype, "cai", 0)
+
+
+def test_bind_makes_the_problem_from_the_arrays() -> None:
+    x, qw, scales = _array((3, 256), "bfloat16"), _array((7, 128), "uint8"), _array((7, 8), "bfloat16")
+    bound = qgemm.OP.bind([x, qw, scales, _array((7, 8), "uint8")], None, ())
+    assert bound.problem == ops.make_problem("qgemm", "bfloat16", 3, 7, 256, variant="g32a")
+    assert bound.out_shape == (3, 7)
+    vector = qgemm.OP.bind([_array((256,), "bfloat16"), qw, scales, None], None, ())
+    assert vector.problem.variant == "g32" and vector.out_shape == (7,)
+
+
+@pytest.mark.parametrize(
+    ("arrays", "said"),
+    [
+        ((("3,256", "float32"), ("7,128", "uint8"), ("7,8", "float32"), None), "float16 or bfloat16"),
+        ((("3,256", "float16"), ("7,100", "uint8"), ("7,8", "float16"), None), "K = 256 but qweight holds 200"),
+        ((("3,256", "float16"), ("7,128", "uint8"), ("7,8", "bfloat16"), None), "scales must be a contiguous float16"),
+        ((("3,256", "float16"), ("7,128", "uint8"), ("7,3", "float16"), None), "scales has 3 columns"),
+        ((("3,256", "float16"), ("7,128", "uint8"), ("7,8", "float16"), ("7,8", "float16")), "zeros must be"),
+    ],
+)
+def test_bind_refuses_arrays_not_in_the_format(arrays: tuple[tuple[str, str] | None, ...], said: str) -> None:
+    made = [None if a is None else _array(tuple(int(s) for s in a[0].split(",")), a[1]) for a in arrays]
+    with pytest.raises(AutotuneError, match=said):
+        qgemm.OP.bind(made, None, ())
