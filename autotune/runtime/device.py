@@ -81,6 +81,7 @@ class Device:
             self.gpu = gpu_info(index)
         self.programmatic = int(self.gpu.compute_capability.split(".")[0]) >= 9
         self._functions: dict[tuple[str, str], int] = {}
+        self._shared_allowed: dict[int, int] = {}  # a function's dynamic shared memory opt-in, in bytes
         self._streams: dict[int, StreamScratch] = {}
         # Scratch set aside before a capture, taken by captured launches (never given back: the
         # graph that holds its address may be replayed at any time).
@@ -150,11 +151,15 @@ class Device:
         with self._lock:
             if key not in self._functions:
                 with driver.in_context(self.context), driver.relaxed_capture():
-                    function = driver.load_function(cubin, name)
-                    if shared_bytes > DEFAULT_SHARED_BYTES:
-                        driver.allow_shared(function, shared_bytes)
-                self._functions[key] = function
-            return self._functions[key]
+                    self._functions[key] = driver.load_function(cubin, name)
+            function = self._functions[key]
+            # One instance serves problems whose shared memory differs (an int4 kernel stages x's
+            # K elements), so the opt-in follows the largest launch asked for, not the first.
+            if shared_bytes > self._shared_allowed.get(function, DEFAULT_SHARED_BYTES):
+                with driver.in_context(self.context), driver.relaxed_capture():
+                    driver.allow_shared(function, shared_bytes)
+                self._shared_allowed[function] = shared_bytes
+            return function
 
     def scratch(self, geom: Launch, stream: int, allocator: Allocator | None) -> StreamScratch:
         """The scratch of `stream` with room for `geom`; while the stream captures, scratch set
