@@ -52,7 +52,9 @@ def _implementation(op: Op) -> Callable[..., Any]:
 
     def implementation(*args: Any) -> Any:
         alpha = args[count] if len(args) > count else 1.0
-        return call(op, args[:count], None, alpha, 0.0, None, None, tuple(args[count + 1 :]))
+        # torch leaves out trailing arguments left at their defaults (an optional input's None)
+        arrays = args[:count] + (None,) * (count - len(args[:count]))
+        return call(op, arrays, None, alpha, 0.0, None, None, tuple(args[count + 1 :]))
 
     return implementation
 
