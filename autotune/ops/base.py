@@ -22,7 +22,7 @@ import numpy as np
 from autotune.core.arrays import DeviceArray
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import GpuInfo
-from autotune.core.problem import Problem
+from autotune.core.problem import DTYPES, Problem
 from autotune.core.space import Config, Space
 from autotune.ops.call import Bound, KernelCall, Leading, Reroute
 from autotune.ops.geometry import Launch
@@ -62,6 +62,7 @@ class Op(ABC):
     sizes: ClassVar[tuple[str, ...]] = ("M", "N")  # the sizes a problem of this op gives
     transposable: ClassVar[bool] = False  # whether a problem may ask for y = Aᵀx
     variants: ClassVar[tuple[str, ...]] = ()  # the forms a problem may name besides the plain one (""): "g128"
+    dtypes: ClassVar[tuple[str, ...]] = DTYPES  # the output dtypes its kernels compute in
 
     def input_fault(self, problem: Problem) -> str | None:
         """Why this op's kernels cannot read inputs of the dtypes `problem.inputs` names, or None. By

@@ -21,7 +21,7 @@ from typing import Any
 from autotune import ops
 from autotune.build.compiler import CompileJob
 from autotune.core.errors import AutotuneError
-from autotune.core.problem import DTYPES, Problem
+from autotune.core.problem import Problem
 from autotune.core.space import Config, config_key
 from autotune.core.target import targeting
 from autotune.runtime.launcher import scalar_loads  # the launch path's own choice for unaligned arrays
@@ -87,7 +87,7 @@ def standard_problems() -> list[Problem]:
     found = []
     for name in ops.shipped():
         layouts = (False, True) if ops.get(name).transposable else (False,)
-        for dtype in DTYPES:
+        for dtype in ops.get(name).dtypes:
             for trans in layouts:
                 for shape in ops.standard_shapes(name):
                     k = shape[2] if len(shape) > 2 else None
