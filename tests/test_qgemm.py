@@ -19,10 +19,10 @@ from tests.nvcc import compile_all
 
 # Configs spread over M tiles, lane groups, rows, pieces in flight, K split in clusters and load paths.
 SAMPLE: list[tuple[str, int, str, dict[str, int]]] = [
-    ("float16", 1, "g128", dict(mt=1, block=256, lanes=8, rows=2, unroll=2, cluster=1, policy=1)),
-    ("bfloat16", 16, "g32a", dict(mt=8, block=128, lanes=16, rows=2, unroll=4, cluster=2, policy=2)),
-    ("float16", 4, "g64a", dict(mt=4, block=512, lanes=32, rows=4, unroll=1, cluster=8, policy=0)),
-    ("bfloat16", 1, "g128", dict(mt=1, block=64, lanes=4, rows=1, unroll=1, cluster=4, policy=1)),
+    ("float16", 1, "g128", dict(mt=1, block=256, tiles=1, unroll=4, cluster=1, policy=1, persist=2)),
+    ("bfloat16", 16, "g32a", dict(mt=2, block=128, tiles=2, unroll=2, cluster=2, policy=2, persist=0)),
+    ("float16", 64, "g64a", dict(mt=8, block=64, tiles=1, unroll=1, cluster=8, policy=0, persist=0)),
+    ("bfloat16", 1, "g128", dict(mt=1, block=512, tiles=2, unroll=1, cluster=4, policy=1, persist=1)),
 ]
 
 
@@ -87,10 +87,12 @@ def test_every_standard_shape_has_a_valid_default_and_seeds() -> None:
 
 def test_geometry_and_bytes() -> None:
     problem = ops.make_problem("qgemm", "float16", 5, 1001, 3584, variant="g128a")
-    config: Mapping[str, int] = dict(mt=4, block=256, lanes=8, rows=2, unroll=2, cluster=2, policy=1)
+    config: Mapping[str, int] = dict(mt=1, block=256, tiles=2, unroll=2, cluster=2, policy=1, persist=0)
     launch = qgemm.OP.launch(problem, config, 132)
-    assert launch.grid == (1001 // 64 + 1, 2, 2) and launch.block == (256, 1, 1)
-    assert launch.shared_bytes == 4 * 56 * 36 * 4  # 4 rows of x, 112 pieces split in 2, 36 floats a piece
+    assert launch.grid == (1001 // 256 + 1, 2, 1) and launch.block == (256, 1, 1)
+    # 5 rows of x, 112 pieces split in 2 (56, whole quads), 80 bytes a piece, rows 64 bytes off 128
+    assert launch.shared_bytes == 5 * (4480 + 64)
+    assert qgemm.OP.launch(problem, {**config, "persist": 1}, 2).grid == (2, 2, 1)
     groups = 1001 * 28
     assert qgemm.OP.bytes_moved(problem) == 1001 * 3584 // 2 + groups * 2 + groups + (5 * 3584 + 5 * 1001) * 2
     operands = qgemm.OP.operands(problem)

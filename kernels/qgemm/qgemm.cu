@@ -1,25 +1,35 @@
-// Weight-only int4 GEMV and skinny GEMM: out[M x N] = alpha * x[M x K] @ dequant(W)^T + beta * out, W in
-// nn.Linear's layout (N x K) as docs/lowbit.md's canonical format: unsigned 4-bit codes packed two to a
-// byte along K (even k in the low nibble), a scale per group of GROUP codes along K, and
-// w = (q - z) * s with z = 8 (SYM) or the group's integer zero (one byte per group). x and out are T
-// (__half or __nv_bfloat16); everything is accumulated in float.
+// Weight-only int4 GEMV and skinny GEMM on tensor cores: out[M x N] = alpha * x[M x K] @ dequant(W)^T +
+// beta * out, W in nn.Linear's layout (N x K) as docs/lowbit.md's canonical format: unsigned 4-bit codes
+// packed two to a byte along K (even k in the low nibble), a scale per group of GROUP codes along K, and
+// w = (q - z) * s with z = 8 (SYM) or the low 4 bits of the group's zero byte. x and out are T (__half or
+// __nv_bfloat16); products are accumulated in float by mma.sync.m16n8k16.
 //
 // At M = 1 the weight bytes are the wall: 4 bits a weight let a kernel stream 4x the weights of a
-// float16 GEMV in the same time, so the per-weight arithmetic must stay within what an SM issues
-// beside the loads. Each code becomes a float by one byte permute into 2^23's mantissa (0x4B0000qq is
-// 2^23 + q exactly) and one subtract of 2^23 + z (exact: small integers), then one FMA with x, which
-// the block has staged as float in shared memory. (q - z) * x is exact in float, so this is the
-// float16 F.linear on the dequantized weight without its rounding of w to float16.
+// float16 GEMV in the same time, so the per-weight instructions must stay within what an SM issues
+// beside the loads (at 4.3 TB/s an H200 SM receives about 33 codes a cycle). On CUDA cores with float
+// math (a byte permute, a subtract and an FMA a code, x from shared memory) the first version issued
+// about 3.4 instructions a code and read 4 bytes of x from shared memory a code: 55% of copy bandwidth.
+// Here 8 codes cost 3 shifts, 4 LOP3 (each makes two codes into the halves 1024 + q, or 128 + q for
+// bfloat16, exactly), 4 subtracts of the zero and 4 multiplies by the scale (the weight rounded once to
+// T, as F.linear on the dequantized weight has it), and two tensor-core MMAs that take all of x's rows
+// of a tile of 8 at once: about 2.3 instructions a code, the same for M = 1 and M = 8.
 //
-// Work: a group of LANES lanes owns ROWS rows of W; lane l reads 16-byte pieces (32 codes, inside one
-// group since GROUP >= 32) l, l + LANES, ... of the block's K range, ROWS * UNROLL of them in flight.
-// The grid's z covers M in tiles of MT rows of x (every row of W read once per tile); its y splits K
-// into CLUSTER parts, one thread-block cluster per row tile, added through distributed shared memory
-// (common.cuh: cluster_sum). x's slice is staged with a gap of 4 floats after every 32 (a piece's) so
-// that the 16-byte shared loads of 8 lanes, 128 bytes apart, fall in different banks.
+// Fragments (PTX ISA, mma.m16n8k16 .row.col): lane = 4 g + c holds A at rows g and g + 8 and the MMA's
+// k slots {2c, 2c+1, 2c+8, 2c+9}, B (x, column = row m of x) at column g and the same k slots, and D at
+// rows g, g+8 and columns 2c, 2c+1. A dot product does not depend on the order of its terms, so the k
+// slots are mapped to the codes the lane has loaded: lane c of a quad reads 16 bytes (a piece of 32
+// codes) of rows g and g + 8, pieces 4s + c of step s; word j of a piece gives the half pairs (codes 0,4),
+// (1,5), (2,6), (3,7) of its 8, which fill A for two MMAs, and x is staged in shared memory as the same
+// pairs, so one 16-byte shared load gives B for both.
 //
-// Preconditions (autotune/ops/qgemm: space and bind): K % GROUP == 0, x, W, out 16-byte aligned, the
-// shared slice (MT * K / CLUSTER / 32 * 36 floats) within what the launch gives.
+// Work: a warp owns TILES tiles of 16 rows of W and walks the block's K range, UNROLL steps (of 4 pieces
+// a quad) in flight. The grid's z covers M in tiles of 8 * MT rows of x; its y splits K into CLUSTER
+// parts, one thread-block cluster per row tile, added through distributed shared memory (common.cuh:
+// cluster_sum); its x may hold fewer blocks than row tiles (a persistent grid), which then stride over
+// them: x is staged once per block, and the last wave is not left mostly empty.
+//
+// Preconditions (autotune/ops/qgemm: space and bind): K % GROUP == 0, K % 32 == 0, x, W, out 16-byte
+// aligned, dynamic shared memory as x_slice_bytes below.
 #pragma once
 #include "common.cuh"
 
@@ -29,8 +39,9 @@ using at_common::finish;
 using at_common::load_stream;
 using at_common::to_float;
 
-constexpr int PIECE = 32;        // codes per 16-byte load
-constexpr int PIECE_FLOATS = 36;  // a piece's x in shared memory, with its 4-float gap
+constexpr int PIECE = 32;          // codes a 16-byte load holds
+constexpr int QUAD = 4;            // pieces a quad of lanes reads per step
+constexpr int PIECE_BYTES = 80;    // a piece's x pairs in shared memory (64 bytes) and a 16-byte gap
 
 __device__ __forceinline__ void wait_for_prior_grid() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -44,182 +55,203 @@ __device__ __forceinline__ void launch_dependents() {
 #endif
 }
 
-// The float 2^23 + q of byte `b` of `codes` (each byte holding one code below 16).
-template <int B> __device__ __forceinline__ float magic(unsigned codes) {
-  return __int_as_float(__byte_perm(codes, 0x4B000000u, 0x7540 + B));
-}
+// Bytes between rows of x's staged slice: pieces * 80 rounded so that rows g and g + 1 of an MMA's
+// 8 land 64 bytes apart modulo 128 (their 16-byte loads then share no bank with the other quad's).
+__host__ __device__ __forceinline__ int x_row_bytes(int pieces) { return (pieces * PIECE_BYTES + 127) / 128 * 128 + 64; }
 
-// The float (q - zero) of each of a word's 8 codes, in k order (even k in the low nibbles).
-__device__ __forceinline__ void dequant_word(unsigned word, float bias, float (&d)[8]) {
-  const unsigned even = word & 0x0F0F0F0Fu;        // codes 0, 2, 4, 6
-  const unsigned odd = (word >> 4) & 0x0F0F0F0Fu;  // codes 1, 3, 5, 7
-  d[0] = magic<0>(even) - bias;
-  d[1] = magic<0>(odd) - bias;
-  d[2] = magic<1>(even) - bias;
-  d[3] = magic<1>(odd) - bias;
-  d[4] = magic<2>(even) - bias;
-  d[5] = magic<2>(odd) - bias;
-  d[6] = magic<3>(even) - bias;
-  d[7] = magic<3>(odd) - bias;
-}
+template <typename T> struct Pair;
+template <> struct Pair<__half> {
+  static constexpr unsigned MAGIC = 0x64006400u;  // the halves 1024.0, 1024.0: 1024 + q exactly
+  static constexpr float OFFSET = 1024.0f;
+  typedef __half2 type;
+};
+template <> struct Pair<__nv_bfloat16> {
+  static constexpr unsigned MAGIC = 0x43004300u;  // 128.0 in bfloat16: 128 + q exactly (8 significant bits)
+  static constexpr float OFFSET = 128.0f;
+  typedef __nv_bfloat162 type;
+};
 
-// part[r][m] += sum over word W (of 4) of each row's piece of (q - zero) * x[m][k]: x's 8 floats for
-// each m are loaded once and shared by the rows (holding a whole piece of x for every m instead
-// would take 32 * MT registers).
-template <int MT, int ROWS, int W>
-__device__ __forceinline__ void dot_word(const uint4 (&w)[ROWS], const float (&bias)[ROWS], const float* xs,
-                                         int x_stride, float (&part)[ROWS][MT]) {
-  float4 lo[MT], hi[MT];
+template <typename T2> __device__ __forceinline__ T2 as_pair(unsigned v) { return *reinterpret_cast<T2*>(&v); }
+template <typename T2> __device__ __forceinline__ unsigned as_word(T2 v) { return *reinterpret_cast<unsigned*>(&v); }
+
+template <typename T> __device__ __forceinline__ typename Pair<T>::type pair_of(float v);
+template <> __device__ __forceinline__ __half2 pair_of<__half>(float v) { return __float2half2_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat162 pair_of<__nv_bfloat16>(float v) { return __float2bfloat162_rn(v); }
+
+// The weights of one word's 8 codes as T pairs (codes 0,4), (1,5), (2,6), (3,7): ((OFFSET + q) - (OFFSET +
+// z)) * s, the subtraction exact, the product rounded once.
+template <typename T>
+__device__ __forceinline__ void dequant_word(unsigned word, typename Pair<T>::type zero, typename Pair<T>::type scale,
+                                             unsigned (&w)[4]) {
+  typedef typename Pair<T>::type T2;
 #pragma unroll
-  for (int m = 0; m < MT; ++m) {
-    lo[m] = *reinterpret_cast<const float4*>(xs + m * x_stride + 8 * W);
-    hi[m] = *reinterpret_cast<const float4*>(xs + m * x_stride + 8 * W + 4);
-  }
-#pragma unroll
-  for (int r = 0; r < ROWS; ++r) {
-    float d[8];
-    dequant_word(reinterpret_cast<const unsigned*>(&w[r])[W], bias[r], d);
-#pragma unroll
-    for (int m = 0; m < MT; ++m) {
-      float s = part[r][m];
-      s = fmaf(d[0], lo[m].x, s);
-      s = fmaf(d[1], lo[m].y, s);
-      s = fmaf(d[2], lo[m].z, s);
-      s = fmaf(d[3], lo[m].w, s);
-      s = fmaf(d[4], hi[m].x, s);
-      s = fmaf(d[5], hi[m].y, s);
-      s = fmaf(d[6], hi[m].z, s);
-      s = fmaf(d[7], hi[m].w, s);
-      part[r][m] = s;
-    }
+  for (int j = 0; j < 4; ++j) {
+    const unsigned codes = ((word >> (4 * j)) & 0x000F000Fu) | Pair<T>::MAGIC;
+    w[j] = as_word(__hmul2(__hsub2(as_pair<T2>(codes), zero), scale));
   }
 }
 
-// Sum of v over the LANES lanes of a group (LANES divides 32: groups never span warps).
-template <int LANES> __device__ __forceinline__ float group_sum(float v) {
-#pragma unroll
-  for (int o = LANES / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-  return v;
+template <typename T>
+__device__ __forceinline__ void mma(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
+                                    unsigned b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (sizeof(T) == 2 && Pair<T>::MAGIC == 0x64006400u) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+#else
+  __trap();  // tensor-core MMAs of 16-bit inputs need sm_80; the op's space offers none below
+#endif
 }
 
-template <typename T, int MT, int BLOCK, int LANES, int ROWS, int UNROLL, int GROUP, int SYM, int CLUSTER, int POLICY>
+template <typename T, int MT, int BLOCK, int TILES, int UNROLL, int GROUP, int SYM, int CLUSTER, int POLICY>
 __device__ __forceinline__ void qgemm_body(const T* __restrict__ x, const unsigned char* __restrict__ qweight,
                                            const T* __restrict__ scales, const unsigned char* __restrict__ zeros,
                                            T* __restrict__ out, int M, int N, int K, float alpha, float beta) {
-  static_assert(BLOCK % 32 == 0 && 32 % LANES == 0, "lane groups lie inside warps");
+  typedef typename Pair<T>::type T2;
+  static_assert(BLOCK % 32 == 0, "whole warps");
   static_assert(GROUP % PIECE == 0, "a 16-byte piece lies inside one group");
-  constexpr int ROWS_PER_BLOCK = BLOCK / LANES * ROWS;
-  extern __shared__ __align__(16) float x_slice[];
-  __shared__ float cluster_part[CLUSTER > 1 ? MT * ROWS_PER_BLOCK : 1];
+  constexpr int WARPS = BLOCK / 32;
+  constexpr int ROWS_PER_BLOCK = WARPS * TILES * 16;
+  constexpr int XROWS = 8 * MT;  // rows of x a block computes
+  extern __shared__ __align__(16) unsigned char x_slice[];
+  __shared__ float cluster_part[CLUSTER > 1 ? ROWS_PER_BLOCK * XROWS : 1];
 
   launch_dependents();
-  const int tid = threadIdx.x;
-  const int lane = tid % LANES;
-  const int group = tid / LANES;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int g = lane / 4, c = lane % 4;
   const int pieces = K / PIECE;
-  const int per_split = (pieces + CLUSTER - 1) / CLUSTER;
+  const int quads = (pieces + QUAD - 1) / QUAD;
+  const int per_split = (quads + CLUSTER - 1) / CLUSTER * QUAD;  // pieces a split covers, a multiple of 4
   const int piece_begin = min(pieces, (int)blockIdx.y * per_split);
   const int piece_count = min(pieces, piece_begin + per_split) - piece_begin;
-  const int x_stride = per_split * PIECE_FLOATS;  // floats between rows of the staged slice
-  const int m0 = blockIdx.z * MT;
+  const int row_bytes = x_row_bytes(per_split);
+  const int m0 = blockIdx.z * XROWS;
+  const int x_rows = min(XROWS, M - m0);  // rows of x staged; MMA columns past them read zeros
   const int groups_per_row = K / GROUP;
 
-  // Stage x[m0 .. m0 + MT, the split's K range] as float, 8 elements (16 bytes) a load; rows past M are 0.
+  // Stage x[m0 .. m0 + x_rows, the split's pieces] as the pairs (0,4), (1,5), (2,6), (3,7) of each
+  // 8 elements; pieces past K (the split's padding to whole quads) hold zeros.
   wait_for_prior_grid();
-  const int eights = piece_count * (PIECE / 8);
-  for (int i = tid; i < MT * eights; i += BLOCK) {
-    const int m = i / eights, e = i % eights;
-    const int k = piece_begin * PIECE + e * 8;
-    uint4 raw = make_uint4(0u, 0u, 0u, 0u);
-    if (m0 + m < M) raw = __ldg(reinterpret_cast<const uint4*>(x + (size_t)(m0 + m) * K + k));
-    const T* v = reinterpret_cast<const T*>(&raw);
-    float* dst = x_slice + m * x_stride + (e / 4) * PIECE_FLOATS + (e % 4) * 8;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) dst[j] = to_float(v[j]);
+  const int words = per_split * 4;
+  for (int i = tid; i < x_rows * words; i += BLOCK) {
+    const int m = i / words, word = i % words;
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (word < piece_count * 4)
+      v = __ldg(reinterpret_cast<const uint4*>(x + (size_t)(m0 + m) * K + (size_t)(piece_begin * 4 + word) * 8));
+    uint4 pairs;
+    pairs.x = __byte_perm(v.x, v.z, 0x5410);
+    pairs.y = __byte_perm(v.x, v.z, 0x7632);
+    pairs.z = __byte_perm(v.y, v.w, 0x5410);
+    pairs.w = __byte_perm(v.y, v.w, 0x7632);
+    *reinterpret_cast<uint4*>(x_slice + m * row_bytes + (word / 4) * PIECE_BYTES + (word % 4) * 16) = pairs;
   }
   __syncthreads();
 
-  const int row0 = blockIdx.x * ROWS_PER_BLOCK + group * ROWS;
-  const uint4* wrow[ROWS];
-  const T* srow[ROWS];
-  const unsigned char* zrow[ROWS];
+  const int tiles = (N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {  // gridDim.x <= tiles: blocks stride
+    const int warp_row = tile * ROWS_PER_BLOCK + warp * TILES * 16;
+    const uint4* wrow[TILES][2];
+    const T* srow[TILES][2];
+    const unsigned char* zrow[TILES][2];
 #pragma unroll
-  for (int r = 0; r < ROWS; ++r) {
-    const int row = min(row0 + r, N - 1);  // rows past N read the last row and are never written
-    wrow[r] = reinterpret_cast<const uint4*>(qweight + (size_t)row * (K / 2)) + piece_begin;
-    srow[r] = scales + (size_t)row * groups_per_row;
-    zrow[r] = SYM ? nullptr : zeros + (size_t)row * groups_per_row;
-  }
-  float acc[ROWS][MT];
+    for (int t = 0; t < TILES; ++t)
 #pragma unroll
-  for (int r = 0; r < ROWS; ++r)
+      for (int h = 0; h < 2; ++h) {
+        const int row = min(warp_row + 16 * t + g + 8 * h, N - 1);  // rows past N are read, never written
+        wrow[t][h] = reinterpret_cast<const uint4*>(qweight + (size_t)row * (K / 2)) + piece_begin;
+        srow[t][h] = scales + (size_t)row * groups_per_row;
+        zrow[t][h] = SYM ? nullptr : zeros + (size_t)row * groups_per_row;
+      }
+    float d[TILES][MT][4];
 #pragma unroll
-    for (int m = 0; m < MT; ++m) acc[r][m] = 0.0f;
+    for (int t = 0; t < TILES; ++t)
+#pragma unroll
+      for (int n = 0; n < MT; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) d[t][n][e] = 0.0f;
 
-  for (int p = lane; p < piece_count; p += LANES * UNROLL) {
-    uint4 w[UNROLL][ROWS];
-    float scale[UNROLL][ROWS], bias[UNROLL][ROWS];
+    for (int s0 = 0; s0 < per_split; s0 += QUAD * UNROLL) {
+      uint4 w[UNROLL][TILES][2];
+      T2 scale[UNROLL][TILES][2], zero[UNROLL][TILES][2];
 #pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      const int piece = p + u * LANES;
-      const int g = (piece_begin + min(piece, piece_count - 1)) * PIECE / GROUP;
+      for (int u = 0; u < UNROLL; ++u) {
+        const int piece = s0 + u * QUAD + c;  // past piece_count: zero codes against zero x
+        const int group = (piece_begin + min(piece, piece_count - 1)) * PIECE / GROUP;
 #pragma unroll
-      for (int r = 0; r < ROWS; ++r) {
-        w[u][r] = piece < piece_count ? load_stream<POLICY>(wrow[r] + piece) : make_uint4(0u, 0u, 0u, 0u);
-        scale[u][r] = to_float(srow[r][g]);
-        bias[u][r] = 8388608.0f + (SYM ? 8.0f : (float)zrow[r][g]);
+        for (int t = 0; t < TILES; ++t)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            w[u][t][h] = piece < piece_count ? load_stream<POLICY>(wrow[t][h] + piece) : make_uint4(0u, 0u, 0u, 0u);
+            scale[u][t][h] = pair_of<T>(to_float(srow[t][h][group]));
+            zero[u][t][h] = pair_of<T>(Pair<T>::OFFSET + (SYM ? 8.0f : (float)(zrow[t][h][group] & 0xF)));
+          }
+      }
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        const int piece = s0 + u * QUAD + c;
+        if (s0 + u * QUAD >= per_split) break;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          uint4 b[MT];
+#pragma unroll
+          for (int n = 0; n < MT; ++n) {
+            const int m = 8 * n + g;
+            b[n] = m < x_rows ? *reinterpret_cast<const uint4*>(x_slice + m * row_bytes + piece * PIECE_BYTES + j * 16)
+                              : make_uint4(0u, 0u, 0u, 0u);
+          }
+#pragma unroll
+          for (int t = 0; t < TILES; ++t) {
+            unsigned lo[4], hi[4];  // rows g and g + 8
+            dequant_word<T>(reinterpret_cast<const unsigned*>(&w[u][t][0])[j], zero[u][t][0], scale[u][t][0], lo);
+            dequant_word<T>(reinterpret_cast<const unsigned*>(&w[u][t][1])[j], zero[u][t][1], scale[u][t][1], hi);
+#pragma unroll
+            for (int n = 0; n < MT; ++n) {
+              mma<T>(d[t][n], lo[0], hi[0], lo[1], hi[1], b[n].x, b[n].y);
+              mma<T>(d[t][n], lo[2], hi[2], lo[3], hi[3], b[n].z, b[n].w);
+            }
+          }
+        }
       }
     }
+
+    // d[t][n] holds out rows (m) 8n + 2c, 8n + 2c + 1 at columns (W rows) 16t + g and 16t + g + 8.
+    if (CLUSTER == 1) {
 #pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      const int piece = p + u * LANES;
-      if (piece >= piece_count) break;  // pieces past the end hold no codes
-      const float* xs = x_slice + piece * PIECE_FLOATS;
-      float part[ROWS][MT];
+      for (int t = 0; t < TILES; ++t)
 #pragma unroll
-      for (int r = 0; r < ROWS; ++r)
+        for (int n = 0; n < MT; ++n)
 #pragma unroll
-        for (int m = 0; m < MT; ++m) part[r][m] = 0.0f;
-      dot_word<MT, ROWS, 0>(w[u], bias[u], xs, x_stride, part);
-      dot_word<MT, ROWS, 1>(w[u], bias[u], xs, x_stride, part);
-      dot_word<MT, ROWS, 2>(w[u], bias[u], xs, x_stride, part);
-      dot_word<MT, ROWS, 3>(w[u], bias[u], xs, x_stride, part);
-#pragma unroll
-      for (int r = 0; r < ROWS; ++r)
-#pragma unroll
-        for (int m = 0; m < MT; ++m) acc[r][m] = fmaf(part[r][m], scale[u][r], acc[r][m]);
+          for (int e = 0; e < 4; ++e) {
+            const int m = m0 + 8 * n + 2 * c + (e & 1), row = warp_row + 16 * t + g + 8 * (e >> 1);
+            const size_t at = (size_t)m * N + row;
+            if (m < M && row < N) out[at] = finish<T>(d[t][n][e], alpha, beta, out + at);
+          }
+      continue;
     }
-  }
-
 #pragma unroll
-  for (int r = 0; r < ROWS; ++r)
+    for (int t = 0; t < TILES; ++t)
 #pragma unroll
-    for (int m = 0; m < MT; ++m) acc[r][m] = group_sum<LANES>(acc[r][m]);
-
-  if (CLUSTER == 1) {
-    if (lane == 0) {
+      for (int n = 0; n < MT; ++n)
 #pragma unroll
-      for (int r = 0; r < ROWS; ++r)
-#pragma unroll
-        for (int m = 0; m < MT; ++m) {
-          const size_t o = (size_t)(m0 + m) * N + row0 + r;
-          if (row0 + r < N && m0 + m < M) out[o] = finish<T>(acc[r][m], alpha, beta, out + o);
+        for (int e = 0; e < 4; ++e) {
+          const int m = 8 * n + 2 * c + (e & 1), row = warp * TILES * 16 + 16 * t + g + 8 * (e >> 1);
+          cluster_part[m * ROWS_PER_BLOCK + row] = d[t][n][e];
         }
-    }
-    return;
+    const int first_row = tile * ROWS_PER_BLOCK;
+    at_common::cluster_sum<CLUSTER>(cluster_part, XROWS * ROWS_PER_BLOCK, [&](int o, float sum) {
+      const int m = m0 + o / ROWS_PER_BLOCK, row = first_row + o % ROWS_PER_BLOCK;
+      const size_t at = (size_t)m * N + row;
+      if (m < M && row < N) out[at] = finish<T>(sum, alpha, beta, out + at);
+    });
   }
-  if (lane == 0) {
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r)
-#pragma unroll
-      for (int m = 0; m < MT; ++m) cluster_part[m * ROWS_PER_BLOCK + group * ROWS + r] = acc[r][m];
-  }
-  const int first_row = blockIdx.x * ROWS_PER_BLOCK;
-  at_common::cluster_sum<CLUSTER>(cluster_part, MT * ROWS_PER_BLOCK, [&](int o, float s) {
-    const int m = o / ROWS_PER_BLOCK, row = first_row + o % ROWS_PER_BLOCK;
-    const size_t at = (size_t)(m0 + m) * N + row;
-    if (row < N && m0 + m < M) out[at] = finish<T>(s, alpha, beta, out + at);
-  });
 }
 
 }  // namespace at_qgemm
@@ -228,6 +260,6 @@ __device__ __forceinline__ void qgemm_body(const T* __restrict__ x, const unsign
 //   extern "C" __global__ void __launch_bounds__(256) qgemm_<key>(const __half* x, const unsigned char* qweight,
 //       const __half* scales, const unsigned char* zeros, __half* out, int M, int N, int K, float alpha,
 //       float beta, float* workspace, unsigned int* counters) {
-//     at_qgemm::qgemm_body<__half, 1, 256, 8, 2, 2, 128, 1, 1, 1>(x, qweight, scales, zeros, out, M, N, K,
-//                                                                 alpha, beta);
+//     at_qgemm::qgemm_body<__half, 1, 256, 1, 2, 128, 1, 1, 1>(x, qweight, scales, zeros, out, M, N, K, alpha,
+//                                                              beta);
 //   }

@@ -27,27 +27,30 @@ KERNEL_FILE = "qgemm/qgemm.cu"  # under kernels/, the mirror of this folder
 REFERENCE_FILE = "qgemm/reference.cu"
 MAX_M = 64  # larger batches dequantize and run a float16 GEMM (autotune.linear)
 PIECE = 32  # codes a 16-byte load holds (qgemm.cu: PIECE)
-PIECE_BYTES = 36 * 4  # a piece's x staged as float with its 4-float gap (qgemm.cu: PIECE_FLOATS)
-MAX_SHARED_BYTES = MAX_SHARED_BYTES_OPT_IN - 1024  # less the static cluster sums and slack
+QUAD = 4  # pieces a quad of lanes reads a step (qgemm.cu: QUAD)
+PIECE_BYTES = 80  # a piece's x pairs in shared memory and its gap (qgemm.cu: PIECE_BYTES)
+MAX_SHARED_BYTES = MAX_SHARED_BYTES_OPT_IN - 1024  # less slack for the kernel's own
+MAX_STATIC_SHARED_BYTES = 32 * 1024  # the cluster's partial sums (static: 48 KiB at most)
 VARIANTS = tuple(variant_name(g, sym) for sym in (True, False) for g in GROUPS)
-_MTS = (1, 2, 4, 8)
+_MTS = (1, 2, 4, 8)  # tiles of 8 rows of x (an MMA's N)
 _BLOCKS = (64, 128, 256, 512)
-_LANES = (4, 8, 16, 32)
-_ROWS = (1, 2, 4)
+_TILES = (1, 2)  # tiles of 16 rows of W a warp
 _UNROLLS = (1, 2, 4)
-# Loads in flight a thread: ROWS * UNROLL 16-byte pieces (4 registers each) and their scales; at 8 an
-# instance stays well inside 128 registers.
-MAX_PIECES_IN_FLIGHT = 8
-MAX_ACCUMULATORS = 16  # ROWS * MT sums a thread (at 32, ptxas runs out of its 255 registers)
+_PERSIST = (0, 1, 2, 4, 8)
+# Registers a thread holds for its loads in flight (8 per tile and step) and its sums (4 per tile of W
+# and of x): past these ptxas spills.
+MAX_LOADS_IN_FLIGHT = 4  # tiles x unroll
+MAX_SUMS = 8  # tiles x mt
 
-# Tilings measured first: a group of 8 or 32 lanes a row with two rows sharing x, several pieces
-# in flight (the GEMV's lessons: rows share the x vector; loads in flight hide DRAM latency).
+# Tilings measured first: one or two tiles of 16 rows a warp, two or four steps in flight, grids of
+# a block per row tile and persistent ones.
 _SEEDS: tuple[dict[str, int], ...] = (
-    dict(block=256, lanes=8, rows=2, unroll=2, policy=1),
-    dict(block=128, lanes=32, rows=2, unroll=2, policy=1),
-    dict(block=256, lanes=16, rows=4, unroll=1, policy=2),
-    dict(block=512, lanes=32, rows=1, unroll=4, policy=1),
-    dict(block=256, lanes=4, rows=2, unroll=4, policy=1),
+    dict(block=128, tiles=1, unroll=4, policy=1),
+    dict(block=256, tiles=1, unroll=2, policy=1),
+    dict(block=256, tiles=2, unroll=2, policy=2),
+    dict(block=128, tiles=1, unroll=4, policy=1, persist=4),
+    dict(block=256, tiles=2, unroll=2, policy=1, persist=2),
+    dict(block=512, tiles=1, unroll=2, policy=2, persist=1),
 )
 
 
@@ -60,20 +63,36 @@ def symmetric(problem: Problem) -> bool:
 
 
 def _mt_choices(problem: Problem) -> tuple[int, ...]:
-    top = 1 << (min(problem.m, max(_MTS)) - 1).bit_length()
+    """Tiles of 8 rows of x a block computes: up to M rounded up to a power of two."""
+    top = 1 << (math.ceil(min(problem.m, MAX_M) / 8) - 1).bit_length()
     return tuple(t for t in _MTS if t <= top)
 
 
+def _per_split(problem: Problem, cluster: int) -> int:
+    """Pieces of K a split covers, whole quads (qgemm.cu)."""
+    quads = math.ceil(problem.k // PIECE / QUAD)
+    return math.ceil(quads / cluster) * QUAD
+
+
+def x_row_bytes(pieces: int) -> int:
+    """Bytes between staged rows of x (qgemm.cu: x_row_bytes)."""
+    return (pieces * PIECE_BYTES + 127) // 128 * 128 + 64
+
+
 def _shared_bytes(problem: Problem, c: Mapping[str, int]) -> int:
-    """The staged slice of x: mt rows of the split's pieces, as float with gaps (qgemm.cu)."""
-    per_split = math.ceil(problem.k // PIECE / c["cluster"])
-    return c["mt"] * per_split * PIECE_BYTES
+    """The staged slice of x: its rows (up to 8 mt) of the split's pieces, as pairs with gaps."""
+    return min(8 * c["mt"], problem.m) * x_row_bytes(_per_split(problem, c["cluster"]))
+
+
+def _rows_per_block(c: Mapping[str, int]) -> int:
+    return c["block"] // 32 * c["tiles"] * 16
 
 
 class QGemm(Op):
     name = NAME
     sizes = ("M", "N", "K")
     variants = VARIANTS
+    dtypes = call.ACTIVATIONS
     # x, qweight, scales, zeros, out, M, N, K, alpha, beta, workspace, counters (the last two unused)
     arg_types = "PPPPPiiiffPP"
     programmatic_launch = True  # every instance waits (griddepcontrol.wait) before its first read
@@ -98,6 +117,9 @@ class QGemm(Op):
             return f"{NAME} needs a variant: one of {', '.join(VARIANTS)}"
         if problem.k % group_of(problem):
             return f"K = {problem.k} is not a multiple of the group size {group_of(problem)}"
+        smallest = {"mt": 1, "cluster": cluster_choices()[-1]}
+        if _shared_bytes(problem, smallest) > MAX_SHARED_BYTES:
+            return f"K = {problem.k} is too long for x's slice in shared memory, even split {smallest['cluster']} ways"
         if problem.m > MAX_M:
             return f"{NAME} kernels run M <= {MAX_M} (autotune.linear dequantizes larger batches), got M = {problem.m}"
         return None
@@ -112,37 +134,41 @@ class QGemm(Op):
 
     def space(self, problem: Problem) -> Space:
         def constraint(c: Mapping[str, int]) -> str | None:
-            if c["lanes"] * c["rows"] > c["block"]:
-                return f"block={c['block']} holds no whole group of {c['lanes']} lanes"
-            if c["rows"] * c["unroll"] > MAX_PIECES_IN_FLIGHT:
-                return f"more than {MAX_PIECES_IN_FLIGHT} pieces in flight a thread (runs out of registers)"
-            if c["rows"] * c["mt"] > MAX_ACCUMULATORS:
-                return f"more than {MAX_ACCUMULATORS} sums a thread (rows x mt)"
+            if c["tiles"] * c["unroll"] > MAX_LOADS_IN_FLIGHT:
+                return f"more than {MAX_LOADS_IN_FLIGHT} tiles x steps in flight a thread (runs out of registers)"
+            if c["tiles"] * c["mt"] > MAX_SUMS:
+                return f"more than {MAX_SUMS} tiles of sums a thread (tiles x mt)"
             if _shared_bytes(problem, c) > MAX_SHARED_BYTES:
                 return f"x's slice ({_shared_bytes(problem, c)} bytes) exceeds shared memory: split K (cluster)"
+            if c["cluster"] > 1 and 8 * c["mt"] * _rows_per_block(c) * 4 > MAX_STATIC_SHARED_BYTES:
+                return "the cluster's partial sums exceed 32 KiB of static shared memory"
             return None
 
         return Space(
             params=(
                 Param("mt", _mt_choices(problem)),
                 Param("block", _BLOCKS),
-                Param("lanes", _LANES),
-                Param("rows", _ROWS),
+                Param("tiles", _TILES),
                 Param("unroll", _UNROLLS),
                 Param("cluster", cluster_choices()),
                 Param("policy", (0, 1, 2)),
+                # Blocks per SM of a persistent grid (0: a block per row tile): x is staged once
+                # per block, and row tiles are not left to a last, mostly empty wave.
+                Param("persist", _PERSIST, compiled=False),
             ),
             constraint=constraint,
         )
 
     def default_config(self, problem: Problem) -> Config:
-        """A warp a row, one piece in flight, M in one tile up to 8 rows, K split just enough for x's
-        slice to fit shared memory."""
-        config = {"mt": _mt_choices(problem)[-1], "block": 128, "lanes": 32, "rows": 1, "unroll": 1, "policy": 0}
-        for cluster in cluster_choices():
-            if _shared_bytes(problem, {**config, "cluster": cluster}) <= MAX_SHARED_BYTES:
-                return {**config, "cluster": cluster}
-        return {**config, "cluster": cluster_choices()[-1]}
+        """Four warps of one tile each, one step in flight, as many rows of x in a block as fit, K
+        split just enough for x's slice to fit shared memory (input_fault refuses a K that never fits)."""
+        config = {"mt": 1, "block": 128, "tiles": 1, "unroll": 1, "policy": 0, "persist": 0, "cluster": 1}
+        for mt in reversed(_mt_choices(problem)):
+            for cluster in cluster_choices():
+                candidate = {**config, "mt": mt, "cluster": cluster}
+                if _shared_bytes(problem, candidate) <= MAX_SHARED_BYTES:
+                    return candidate
+        return config
 
     def seed_configs(self, problem: Problem) -> list[Config]:
         check = self.space(problem).check
@@ -161,15 +187,15 @@ class QGemm(Op):
     def kernel_name(self, problem: Problem, config: Mapping[str, int]) -> str:
         c = config
         return (
-            f"qgemm_{problem.dtype}_{problem.variant}_m{c['mt']}_b{c['block']}_l{c['lanes']}_r{c['rows']}"
-            f"_u{c['unroll']}_c{c['cluster']}_p{c['policy']}"
+            f"qgemm_{problem.dtype}_{problem.variant}_m{c['mt']}_b{c['block']}_t{c['tiles']}_u{c['unroll']}"
+            f"_c{c['cluster']}_p{c['policy']}"
         )
 
     def kernel_source(self, problem: Problem, config: Mapping[str, int]) -> str:
         c = config
         t = CUDA_TYPE[problem.dtype]
         template_args = (
-            f"{t}, {c['mt']}, {c['block']}, {c['lanes']}, {c['rows']}, {c['unroll']}, {group_of(problem)}, "
+            f"{t}, {c['mt']}, {c['block']}, {c['tiles']}, {c['unroll']}, {group_of(problem)}, "
             f"{int(symmetric(problem))}, {c['cluster']}, {c['policy']}"
         )
         return (
@@ -184,9 +210,10 @@ class QGemm(Op):
 
     def launch(self, problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
         c = config
-        rows_per_block = c["block"] // c["lanes"] * c["rows"]
+        tiles = math.ceil(problem.n / _rows_per_block(c))
+        blocks = tiles if c["persist"] == 0 else min(tiles, c["persist"] * sm_count)
         return Launch(
-            grid=(math.ceil(problem.n / rows_per_block), c["cluster"], math.ceil(problem.m / c["mt"])),
+            grid=(blocks, c["cluster"], math.ceil(problem.m / (8 * c["mt"]))),
             block=(c["block"], 1, 1),
             shared_bytes=_shared_bytes(problem, c),
             workspace_floats=0,
