@@ -1,7 +1,7 @@
 // The float64 reference of the int4 GEMV/GEMM (qgemm.cu's problem), for the tuning worker:
 // ref[m][n] = sum_k x[m][k] * (q[n][k] - z) * s[n][k / GROUP] and absref the same sum of magnitudes (the
-// scale the worker's tolerance is measured against), one warp per output. Codes and zero points are
-// read as they are stored (any byte is a valid zero point here: the worker fills them at random).
+// scale the worker's tolerance is measured against), one warp per output. A zero point is the low 4
+// bits of its byte, as the kernels read it (the worker fills the bytes at random).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -22,7 +22,7 @@ __device__ void reference(const T* x, const unsigned char* qweight, const T* sca
   for (int k = lane; k < K; k += 32) {
     const unsigned char byte = qweight[(size_t)n * (K / 2) + k / 2];
     const int q = (k % 2 == 0) ? (byte & 0xF) : (byte >> 4);
-    const int z = SYM ? 8 : zeros[(size_t)n * groups + k / GROUP];
+    const int z = SYM ? 8 : zeros[(size_t)n * groups + k / GROUP] & 0xF;  // zero points are 4-bit
     const double term = to_double(x[(size_t)m * K + k]) * (double)(q - z) * to_double(scales[(size_t)n * groups + k / GROUP]);
     sum += term;
     mag += fabs(term);
