@@ -8,6 +8,11 @@ times per step, median of many, the weights (hundreds of MB) cold in L2 by their
 Host time per call is taken with the stream held by a long kernel, so calls only queue: it is what
 a Python caller pays, apart from the GPU. `launch_floor_us` is the same for a bare cuLaunchKernel of
 an empty kernel through ctypes, with torch's current stream and three data_ptr()s read per call.
+
+An int4 row (`llama-like-int4`) runs the same step with its weights quantized (autotune.quantize, int4,
+symmetric, a float16 scale per group of 128 along K) through autotune.linear(x, weight), beside torch.mv's
+float16 step on the values those int4 weights hold. Its `bytes` are the packed codes and the scales, and
+`torch_bytes` the float16 weights torch.mv reads; its host call is autotune.linear's, which takes no out=.
 """
 
 from __future__ import annotations
@@ -34,6 +39,9 @@ MODELS: dict[str, tuple[int, list[tuple[int, int]]]] = {
     "llama-like": (8, [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)]),
     "narrow": (24, [(3072, 1024), (1024, 1024), (8192, 1024), (1024, 4096)]),
 }
+# Int4 rows: (the model above whose step they run, the group size): the same GEMVs with int4 weights.
+INT4_MODELS: dict[str, tuple[str, int]] = {"llama-like-int4": ("llama-like", 128)}
+ROWS = [*MODELS, *INT4_MODELS]  # what a run measures unless --models says otherwise
 EMPTY_KERNEL = 'extern "C" __global__ void empty_kernel(const void*, const void*, void*, int, int) {}\n'
 HELD_CALLS = 100  # calls queued behind one held stream per host-time sample
 
@@ -152,6 +160,66 @@ def step_calls(
     return step, plan
 
 
+def int4_step(weights: list[Any], x: Any) -> tuple[Callable[[], None], list[Any]]:
+    """One decode step through autotune.linear with int4 weights, chained as step_calls chains the
+    GEMVs (each new output is the next input's source), and a list that holds its last output."""
+    last: list[Any] = [None]
+
+    def step() -> None:
+        source = x
+        for weight in weights:
+            source = autotune.linear(source[: weight.in_features], weight)
+        last[0] = source
+
+    return step, last
+
+
+def int4_bytes(rows: int, cols: int, group: int) -> int:
+    """Bytes of a symmetric int4 weight (rows, cols): codes packed two a byte, a float16 scale per group."""
+    return rows * cols // 2 + rows * (cols // group) * 2
+
+
+def int4_model_bytes(name: str) -> int:
+    """Bytes of an int4 row's weights over its whole step: packed codes and scales."""
+    model, group = INT4_MODELS[name]
+    layers, shapes = MODELS[model]
+    return layers * sum(int4_bytes(rows, cols, group) for rows, cols in shapes)
+
+
+def check_agreement(name: str, ours: Any, theirs: Any) -> None:
+    error = ((ours.double() - theirs.double()).norm() / theirs.double().norm()).item()
+    if not error < 2e-2:
+        raise SystemExit(f"{name}: ours and torch.mv disagree (relative difference {error:.3g})")
+
+
+def captured(torch: Any, step: Callable[[], None]) -> Any:
+    """`step` in a CUDA graph, captured after a run on a side stream (as torch asks before a capture)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    return graph
+
+
+def step_times(torch: Any, ours: Callable[[], None], theirs: Callable[[], None]) -> dict[str, float]:
+    """µs per step of both, eager and replayed from a CUDA graph."""
+    graphs = {"ours": captured(torch, ours), "torch": captured(torch, theirs)}
+    reps = 40
+    times = {}
+    for _ in range(2):  # the second pass is kept: clocks settled by the first
+        times = {
+            "ours_eager_us": 1e3 * median_event_ms(torch, ours, reps),
+            "torch_eager_us": 1e3 * median_event_ms(torch, theirs, reps),
+            "ours_graph_us": 1e3 * median_event_ms(torch, graphs["ours"].replay, reps),
+            "torch_graph_us": 1e3 * median_event_ms(torch, graphs["torch"].replay, reps),
+        }
+    return times
+
+
 def measure_model(torch: Any, bench: Bench, name: str, floor_fn: Callable[[], int]) -> dict[str, Any]:
     layers, shapes = MODELS[name]
     weights, x, ours_out = chain(torch, shapes, layers)
@@ -163,29 +231,8 @@ def measure_model(torch: Any, bench: Bench, name: str, floor_fn: Callable[[], in
         ours()
         theirs()
     torch.cuda.synchronize()
-    error = ((ours_out[-1].double() - torch_out[-1].double()).norm() / torch_out[-1].double().norm()).item()
-    if not error < 2e-2:
-        raise SystemExit(f"{name}: ours and torch.mv disagree (relative difference {error:.3g})")
-    graphs = {}
-    for label, step in (("ours", ours), ("torch", theirs)):
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            step()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            step()
-        graphs[label] = graph
-    reps = 40
-    times = {}
-    for _ in range(2):  # the second pass is kept: clocks settled by the first
-        times = {
-            "ours_eager_us": 1e3 * median_event_ms(torch, ours, reps),
-            "torch_eager_us": 1e3 * median_event_ms(torch, theirs, reps),
-            "ours_graph_us": 1e3 * median_event_ms(torch, graphs["ours"].replay, reps),
-            "torch_graph_us": 1e3 * median_event_ms(torch, graphs["torch"].replay, reps),
-        }
+    check_agreement(name, ours_out[-1], torch_out[-1])
+    times = step_times(torch, ours, theirs)
     floor_us = layers * sum(bench.read_floor(rows * cols * 2).us for rows, cols in shapes)
     weight, inputs, out = triples[1]
     function = floor_fn()
@@ -211,11 +258,61 @@ def measure_model(torch: Any, bench: Bench, name: str, floor_fn: Callable[[], in
     }
 
 
-def main() -> int:
+def measure_int4_model(torch: Any, bench: Bench, name: str, floor_fn: Callable[[], int]) -> dict[str, Any]:
+    """An int4 row: its model's step through autotune.linear with int4 weights, beside torch.mv's float16
+    step on the dequantized weights (the same bytes as any float16 weight, and a tight check of ours)."""
+    model, group = INT4_MODELS[name]
+    layers, shapes = MODELS[model]
+    weights, x, torch_out = chain(torch, shapes, layers)
+    quantized = []
+    for i, weight in enumerate(weights):
+        quantized.append(autotune.quantize(weight, "int4", group=group, sym=True))
+        weights[i] = quantized[-1].dequantize(torch.float16)  # what torch.mv reads: the values ours holds
+    ours, last = int4_step(quantized, x)
+    theirs, triples = step_calls(torch.mv, weights, x, torch_out)
+    for _ in range(3):
+        ours()
+        theirs()
+    autotune.warmup()  # split-K scratch set aside for the capture, for every call seen above
+    torch.cuda.synchronize()
+    check_agreement(name, last[0], torch_out[-1])
+    times = step_times(torch, ours, theirs)
+    floor_us = layers * sum(bench.read_floor(int4_bytes(rows, cols, group)).us for rows, cols in shapes)
+    weight, inputs, out = triples[1]
+    quantized_weight = quantized[1]
+    calls: dict[str, Callable[[], None]] = {
+        "autotune.linear (int4)": lambda: autotune.linear(inputs, quantized_weight),
+        "torch": lambda: torch.mv(weight, inputs, out=out),
+    }
+    calls.update({f"bare launch ({k})": v for k, v in bare_launches(torch, floor_fn(), weight, inputs, out).items()})
+    host = host_us_per_call(torch, calls)
+    return {
+        "model": name,
+        "format": "int4",
+        "group": group,
+        "sym": True,
+        "calls": layers * len(shapes),
+        "bytes": int4_model_bytes(name),
+        "torch_bytes": sum(w.numel() * w.element_size() for w in weights),
+        "floor_us": floor_us,
+        **times,
+        "ours_host_us_per_call": host["autotune.linear (int4)"],
+        "torch_host_us_per_call": host["torch"],
+        "launch_floor_us": host["bare launch (ctypes)"],
+        "host_us_per_call": host,
+        "host_shape": list(weight.shape),
+    }
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("results"), help="folder for decode_<gpu>.json")
-    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
-    args = parser.parse_args()
+    parser.add_argument("--models", nargs="+", default=ROWS, choices=ROWS, help="rows to run (default: all)")
+    return parser.parse_args(argv)
+
+
+def main() -> int:
+    args = parse_args()
     bench = Bench()
     torch = bench.torch
     import autotune.runtime.torch_ops  # noqa: F401  (torch.ops.autotune, whose host cost is reported)
@@ -230,7 +327,8 @@ def main() -> int:
 
     rows = []
     for name in args.models:
-        row = measure_model(torch, bench, name, floor_fn)
+        measure = measure_int4_model if name in INT4_MODELS else measure_model
+        row = measure(torch, bench, name, floor_fn)
         rows.append(row)
         print(json.dumps(row), flush=True)
     report = {"gpu": gpu.name, "rows": rows}
@@ -238,12 +336,12 @@ def main() -> int:
     path = args.out / f"decode_{slugify(gpu.name)}.json"
     path.write_text(json.dumps(report, indent=1) + "\n")
     print(
-        f"{'model':11} {'calls':>5} {'floor':>7} {'ours':>7} {'torch':>7} {'ours g':>7} {'torch g':>7} "
+        f"{'model':15} {'calls':>5} {'floor':>7} {'ours':>7} {'torch':>7} {'ours g':>7} {'torch g':>7} "
         f"{'host ours':>9} {'torch':>6} {'bare':>6}"
     )
     for r in rows:
         print(
-            f"{r['model']:11} {r['calls']:5} {r['floor_us']:7.0f} {r['ours_eager_us']:7.0f} {r['torch_eager_us']:7.0f} "
+            f"{r['model']:15} {r['calls']:5} {r['floor_us']:7.0f} {r['ours_eager_us']:7.0f} {r['torch_eager_us']:7.0f} "
             f"{r['ours_graph_us']:7.0f} {r['torch_graph_us']:7.0f} {r['ours_host_us_per_call']:9.2f} "
             f"{r['torch_host_us_per_call']:6.2f} {r['launch_floor_us']:6.2f}"
         )

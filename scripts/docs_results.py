@@ -466,8 +466,9 @@ def _span(values: list[float], digits: int = 1) -> str:
 
 
 def host_cost() -> dict[str, str]:
-    """Host time of a call, ours with `out=` and torch.mv's, over every results/decode_*.json row."""
-    rows = [r for stem in _stems("decode") for r in _load(stem)["rows"]]
+    """Host time of a call, ours with `out=` and torch.mv's, over every float16 results/decode_*.json row
+    (an int4 row's call, autotune.linear, takes no out=)."""
+    rows = [r for stem in _stems("decode") for r in _load(stem)["rows"] if "format" not in r]
     return {
         "ours": _span([r["host_us_per_call"]["ours"] for r in rows]),
         "torch": _span([r["host_us_per_call"]["torch"] for r in rows]),

@@ -41,7 +41,10 @@ def main(path: Path) -> Path:
         labels = ["eager", "CUDA graph"]
         ours = [row["ours_eager_us"], row["ours_graph_us"]]
         theirs = [row["torch_eager_us"], row["torch_graph_us"]]
-        bars_beside(axis, ours, theirs, "autotune.gemv", "torch.mv (cuBLAS)")
+        if row.get("format") == "int4":  # int4 weights through autotune.linear, torch.mv on their float16 values
+            bars_beside(axis, ours, theirs, f"autotune.linear (int4, g{row['group']})", "torch.mv (cuBLAS, float16)")
+        else:
+            bars_beside(axis, ours, theirs, "autotune.gemv", "torch.mv (cuBLAS)")
         axis.axhline(row["floor_us"], color="black", linestyle="--", linewidth=1, label="summed read floors")
         axis.set_xticks([0, 1], labels)
         axis.set_ylabel("µs per decode step")
