@@ -6,7 +6,7 @@ lines that wrap at spaces with a hanging indent. A word too long for a line (a p
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from autotune import ops
 from autotune.core.problem import Problem
@@ -28,6 +28,17 @@ def config_items(config: dict[str, int] | None, problem: Problem, *, brief: bool
         words = f"cuBLASLt algorithm {rank_of(config)}"
         return [words if brief else f"{words} (the heuristic's answer of that rank)"]
     return [f"{k}={v}" for k, v in ops.in_space_order(problem, config).items()]
+
+
+def problem_text(problem: Problem) -> str:
+    """The problem as str() names it, less input dtypes that its op implies: a float16 int4 problem
+    always reads (float16, int4, float16, uint8), so 'hqgemm 1x4096x4096 g128' says it all, and a
+    line naming it still fits a terminal. Input dtypes an op does not imply are kept."""
+    if problem.inputs and problem.op in ops.names():
+        implied = ops.get(problem.op).complete(replace(problem, inputs=())).inputs
+        if implied == problem.inputs:
+            return str(replace(problem, inputs=()))
+    return str(problem)
 
 
 def _pieces(word: str, width: int) -> list[str]:

@@ -24,6 +24,9 @@ CSV_COLUMNS = (
     "gpu", "op", "dtype", "m", "n", "k", "trans", "rank", "time_us", "gbs", "tflops", "config", "source_hash", "driver",
     "cuda",
 )  # fmt: skip
+# Columns a file has where a row's problem names them (an int4 weight's group size and input dtypes):
+# a CSV of problems that name neither reads as it always did.
+CSV_KEY_COLUMNS = ("inputs", "variant")
 
 
 def _gpu_names(gpu: str | None, db: str | None) -> list[str]:
@@ -132,12 +135,17 @@ def _csv_row(gpu: str, line: dict[str, Any], ranks: dict[Problem, int]) -> dict[
         "source_hash": line["source_hash"],
         "driver": line["driver"],
         "cuda": line["cuda"],
+        "inputs": ",".join(problem.inputs),
+        "variant": problem.variant,
     }
 
 
 def _csv_text(rows: list[dict[str, Any]]) -> str:
     text = io.StringIO()
-    writer = csv.DictWriter(text, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    named = [column for column in CSV_KEY_COLUMNS if any(row[column] for row in rows)]
+    unnamed = set(CSV_KEY_COLUMNS) - set(named)
+    rows = [{column: value for column, value in row.items() if column not in unnamed} for row in rows]
+    writer = csv.DictWriter(text, fieldnames=(*CSV_COLUMNS, *named), lineterminator="\n")
     writer.writeheader()
     # A CSV file is read in terminals and spreadsheets, never imported: a control character
     # (a GPU name written straight into the database) is shown as an escape, not replayed.

@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from autotune import api, ops
+from autotune import api, display, ops
 from autotune.core.errors import AutotuneError
 from autotune.core.outcome import Status
 from autotune.core.problem import Problem
@@ -162,7 +162,7 @@ class GpuReport:
                     continue
                 key = (trial.status.value, message_line(trial.message))
                 count, problems = found.get(key, (0, set()))
-                found[key] = (count + 1, problems | {str(shape.problem)})
+                found[key] = (count + 1, problems | {display.problem_text(shape.problem)})
         ranked = sorted(found.items(), key=lambda item: (-item[1][0], item[0]))
         return [Failure(s, m, n, len(p), min(p)) for (s, m), (n, p) in ranked]
 
@@ -209,7 +209,13 @@ def message_line(message: str) -> str:
 
 
 def _group_title(problem: Problem) -> str:
-    return problem.blas_name + (" transposed" if problem.trans else "")
+    """`hgemv`, `sgemv transposed`, or with a variant as `autotune list` names it: `hqgemm/g128`."""
+    variant = f"/{problem.variant}" if problem.variant else ""
+    return problem.blas_name + variant + (" transposed" if problem.trans else "")
+
+
+def _group_key(summary: ProblemSummary) -> tuple[str, bool, str, str]:
+    return (summary.op, summary.trans, summary.dtype, summary.problem.variant)
 
 
 def gather(gpu: str | None = None, db: str | None = None) -> ReportData:
@@ -222,7 +228,8 @@ def gather(gpu: str | None = None, db: str | None = None) -> ReportData:
     gpus = []
     for gpu_name, of_gpu in itertools.groupby(summaries, key=lambda s: s.gpu_name):
         groups = []
-        for _, of_op in itertools.groupby(of_gpu, key=lambda s: (s.op, s.trans, s.dtype)):
+        # The store orders a variant after the sizes: each variant's shapes are brought together.
+        for _, of_op in itertools.groupby(sorted(of_gpu, key=_group_key), key=_group_key):
             shapes = tuple(_shape(store, summary) for summary in of_op)
             problem = shapes[0].problem
             groups.append(OpGroup(_group_title(problem), ops.for_problem(problem).compute_bound, shapes))
