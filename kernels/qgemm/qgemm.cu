@@ -111,6 +111,68 @@ __device__ __forceinline__ void mma(float (&d)[4], unsigned a0, unsigned a1, uns
 #endif
 }
 
+// One stage of a thread's loads: UNROLL steps of its pieces of rows g and g + 8 of each tile, with
+// their groups' scales and zero points as T pairs.
+template <typename T, int UNROLL, int TILES> struct Stage {
+  uint4 w[UNROLL][TILES][2];
+  typename Pair<T>::type scale[UNROLL][TILES][2], zero[UNROLL][TILES][2];
+};
+
+// Issue the loads of the UNROLL steps from piece s0 on (pieces past the split's end load zero codes,
+// which meet zero x).
+template <typename T, int UNROLL, int TILES, int GROUP, int SYM, int POLICY>
+__device__ __forceinline__ void fetch(Stage<T, UNROLL, TILES>& st, int s0, int c, int piece_begin, int piece_count,
+                                      const uint4* (&wrow)[TILES][2], const T* (&srow)[TILES][2],
+                                      const unsigned char* (&zrow)[TILES][2]) {
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u) {
+    const int piece = s0 + u * QUAD + c;
+    const int group = (piece_begin + max(0, min(piece, piece_count - 1))) * PIECE / GROUP;
+#pragma unroll
+    for (int t = 0; t < TILES; ++t)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        st.w[u][t][h] = piece < piece_count ? load_stream<POLICY>(wrow[t][h] + piece) : make_uint4(0u, 0u, 0u, 0u);
+        st.scale[u][t][h] = pair_of<T>(to_float(srow[t][h][group]));
+        st.zero[u][t][h] = pair_of<T>(Pair<T>::OFFSET + (SYM ? 8.0f : (float)(zrow[t][h][group] & 0xF)));
+      }
+  }
+}
+
+// d += the stage's weights times x: per word of each piece, 8 codes of rows g and g + 8 of each tile
+// against the staged x pairs of the MT tiles of 8 rows of x.
+template <typename T, int MT, int UNROLL, int TILES>
+__device__ __forceinline__ void multiply(const Stage<T, UNROLL, TILES>& st, int s0, int per_split, int c, int g,
+                                         int x_rows, int row_bytes, const unsigned char* x_slice,
+                                         float (&d)[TILES][MT][4]) {
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u) {
+    if (s0 + u * QUAD >= per_split) break;
+    const int piece = s0 + u * QUAD + c;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      uint4 b[MT];
+#pragma unroll
+      for (int n = 0; n < MT; ++n) {
+        const int m = 8 * n + g;
+        b[n] = m < x_rows ? *reinterpret_cast<const uint4*>(x_slice + m * row_bytes + piece * PIECE_BYTES + j * 16)
+                          : make_uint4(0u, 0u, 0u, 0u);
+      }
+#pragma unroll
+      for (int t = 0; t < TILES; ++t) {
+        unsigned lo[4], hi[4];  // rows g and g + 8
+        dequant_word<T>(reinterpret_cast<const unsigned*>(&st.w[u][t][0])[j], st.zero[u][t][0], st.scale[u][t][0], lo);
+        dequant_word<T>(reinterpret_cast<const unsigned*>(&st.w[u][t][1])[j], st.zero[u][t][1], st.scale[u][t][1], hi);
+#pragma unroll
+        for (int n = 0; n < MT; ++n) {
+          mma<T>(d[t][n], lo[0], hi[0], lo[1], hi[1], b[n].x, b[n].y);
+          mma<T>(d[t][n], lo[2], hi[2], lo[3], hi[3], b[n].z, b[n].w);
+        }
+      }
+    }
+  }
+}
+
 template <typename T, int MT, int BLOCK, int TILES, int UNROLL, int GROUP, int SYM, int CLUSTER, int POLICY>
 __device__ __forceinline__ void qgemm_body(const T* __restrict__ x, const unsigned char* __restrict__ qweight,
                                            const T* __restrict__ scales, const unsigned char* __restrict__ zeros,
@@ -178,48 +240,16 @@ __device__ __forceinline__ void qgemm_body(const T* __restrict__ x, const unsign
 #pragma unroll
         for (int e = 0; e < 4; ++e) d[t][n][e] = 0.0f;
 
-    for (int s0 = 0; s0 < per_split; s0 += QUAD * UNROLL) {
-      uint4 w[UNROLL][TILES][2];
-      T2 scale[UNROLL][TILES][2], zero[UNROLL][TILES][2];
-#pragma unroll
-      for (int u = 0; u < UNROLL; ++u) {
-        const int piece = s0 + u * QUAD + c;  // past piece_count: zero codes against zero x
-        const int group = (piece_begin + min(piece, piece_count - 1)) * PIECE / GROUP;
-#pragma unroll
-        for (int t = 0; t < TILES; ++t)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            w[u][t][h] = piece < piece_count ? load_stream<POLICY>(wrow[t][h] + piece) : make_uint4(0u, 0u, 0u, 0u);
-            scale[u][t][h] = pair_of<T>(to_float(srow[t][h][group]));
-            zero[u][t][h] = pair_of<T>(Pair<T>::OFFSET + (SYM ? 8.0f : (float)(zrow[t][h][group] & 0xF)));
-          }
-      }
-#pragma unroll
-      for (int u = 0; u < UNROLL; ++u) {
-        const int piece = s0 + u * QUAD + c;
-        if (s0 + u * QUAD >= per_split) break;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          uint4 b[MT];
-#pragma unroll
-          for (int n = 0; n < MT; ++n) {
-            const int m = 8 * n + g;
-            b[n] = m < x_rows ? *reinterpret_cast<const uint4*>(x_slice + m * row_bytes + piece * PIECE_BYTES + j * 16)
-                              : make_uint4(0u, 0u, 0u, 0u);
-          }
-#pragma unroll
-          for (int t = 0; t < TILES; ++t) {
-            unsigned lo[4], hi[4];  // rows g and g + 8
-            dequant_word<T>(reinterpret_cast<const unsigned*>(&w[u][t][0])[j], zero[u][t][0], scale[u][t][0], lo);
-            dequant_word<T>(reinterpret_cast<const unsigned*>(&w[u][t][1])[j], zero[u][t][1], scale[u][t][1], hi);
-#pragma unroll
-            for (int n = 0; n < MT; ++n) {
-              mma<T>(d[t][n], lo[0], hi[0], lo[1], hi[1], b[n].x, b[n].y);
-              mma<T>(d[t][n], lo[2], hi[2], lo[3], hi[3], b[n].z, b[n].w);
-            }
-          }
-        }
-      }
+    // Two stages of registers: the loads of the next UNROLL steps are in flight while these are
+    // multiplied (a single stage leaves a thread with no load in flight while it computes).
+    constexpr int STEP = QUAD * UNROLL;
+    Stage<T, UNROLL, TILES> first, second;
+    fetch<T, UNROLL, TILES, GROUP, SYM, POLICY>(first, 0, c, piece_begin, piece_count, wrow, srow, zrow);
+    for (int s0 = 0; s0 < per_split; s0 += 2 * STEP) {
+      fetch<T, UNROLL, TILES, GROUP, SYM, POLICY>(second, s0 + STEP, c, piece_begin, piece_count, wrow, srow, zrow);
+      multiply<T, MT, UNROLL, TILES>(first, s0, per_split, c, g, x_rows, row_bytes, x_slice, d);
+      fetch<T, UNROLL, TILES, GROUP, SYM, POLICY>(first, s0 + 2 * STEP, c, piece_begin, piece_count, wrow, srow, zrow);
+      multiply<T, MT, UNROLL, TILES>(second, s0 + STEP, per_split, c, g, x_rows, row_bytes, x_slice, d);
     }
 
     // d[t][n] holds out rows (m) 8n + 2c, 8n + 2c + 1 at columns (W rows) 16t + g and 16t + g + 8.

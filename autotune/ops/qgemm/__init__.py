@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.core.arrays import DeviceArray
-from autotune.core.dtypes import CUDA_TYPE
+from autotune.core.dtypes import CUDA_TYPE, UNIT_ROUNDOFF
 from autotune.core.limits import MAX_SHARED_BYTES_OPT_IN
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.core.space import Config, Param, Space
@@ -239,6 +239,15 @@ class QGemm(Op):
             (256, 1, 1),
             source=REFERENCE_FILE,
         )
+
+    def accumulation_tolerance(self, problem: Problem) -> float:
+        """Each weight is rounded once to the activations' dtype before its product (as F.linear on the
+        dequantized weight has it): K independent errors of up to u |term| add up to about
+        0.72 u |reference| / sqrt(K) (one standard deviation, for terms of one size), so 8 u / sqrt(K)
+        is 11 of them, and never less than float accumulation's bound. bfloat16 at K = 896 needs it
+        (its weights' rounding alone reached 1.18x the float bound on the H200); a dropped piece of
+        32 codes still shows, from 1/K of the terms' sum."""
+        return max(2.0**-12, 8 * UNIT_ROUNDOFF[problem.dtype] / math.sqrt(problem.k))
 
     def position(self, problem: Problem, index: int) -> str:
         return f"out[{index // problem.n}, {index % problem.n}]"
