@@ -29,9 +29,6 @@ from autotune.measure.worker.fill import BYTE_FILL_FILE, RandomFill
 from autotune.measure.worker.timing import Timer
 from autotune.ops.geometry import Launch
 
-# Float32 accumulation error allowed, as a fraction of the sum of the terms' magnitudes: far above
-# what 2^24 terms accumulate in practice, far below a dropped or doubled block of terms.
-ACCUMULATION_TOL = 2.0**-12
 ROTATION_BYTES_PER_L2 = 4  # rotate inputs over 4x the L2 so every call reads them from DRAM
 MAX_COPIES = 256
 # One call of what is measured: (input copy, alpha, beta); our kernel or a cuBLASLt algorithm.
@@ -151,7 +148,7 @@ class Runner:
             beta,
             count,
             UNIT_ROUNDOFF[dtype],
-            ACCUMULATION_TOL,
+            self._op.accumulation_tolerance(self.problem),
             SUBNORMAL_SPACING[dtype],
             self._result,
         )
