@@ -84,6 +84,11 @@ def _shared_bytes(problem: Problem, c: Mapping[str, int]) -> int:
     return min(8 * c["mt"], problem.m) * x_row_bytes(_per_split(problem, c["cluster"]))
 
 
+def _static_bytes(c: Mapping[str, int]) -> int:
+    """The cluster's partial sums: a float for each row of x and of W a block computes (qgemm.cu)."""
+    return 8 * c["mt"] * _rows_per_block(c) * 4 if c["cluster"] > 1 else 4
+
+
 def _rows_per_block(c: Mapping[str, int]) -> int:
     return c["block"] // 32 * c["tiles"] * 16
 
@@ -117,8 +122,8 @@ class QGemm(Op):
             return f"{NAME} needs a variant: one of {', '.join(VARIANTS)}"
         if problem.k % group_of(problem):
             return f"K = {problem.k} is not a multiple of the group size {group_of(problem)}"
-        smallest = {"mt": 1, "cluster": cluster_choices()[-1]}
-        if _shared_bytes(problem, smallest) > MAX_SHARED_BYTES:
+        smallest = {"mt": 1, "cluster": cluster_choices()[-1], "block": 64, "tiles": 1}
+        if _shared_bytes(problem, smallest) + _static_bytes(smallest) > MAX_SHARED_BYTES:
             return f"K = {problem.k} is too long for x's slice in shared memory, even split {smallest['cluster']} ways"
         if problem.m > MAX_M:
             return f"{NAME} kernels run M <= {MAX_M} (autotune.linear dequantizes larger batches), got M = {problem.m}"
@@ -138,10 +143,10 @@ class QGemm(Op):
                 return f"more than {MAX_LOADS_IN_FLIGHT} tiles x steps in flight a thread (runs out of registers)"
             if c["tiles"] * c["mt"] > MAX_SUMS:
                 return f"more than {MAX_SUMS} tiles of sums a thread (tiles x mt)"
-            if _shared_bytes(problem, c) > MAX_SHARED_BYTES:
-                return f"x's slice ({_shared_bytes(problem, c)} bytes) exceeds shared memory: split K (cluster)"
-            if c["cluster"] > 1 and 8 * c["mt"] * _rows_per_block(c) * 4 > MAX_STATIC_SHARED_BYTES:
+            if c["cluster"] > 1 and _static_bytes(c) > MAX_STATIC_SHARED_BYTES:
                 return "the cluster's partial sums exceed 32 KiB of static shared memory"
+            if _shared_bytes(problem, c) + _static_bytes(c) > MAX_SHARED_BYTES:
+                return f"x's slice ({_shared_bytes(problem, c)} bytes) exceeds shared memory: split K (cluster)"
             return None
 
         return Space(
@@ -166,7 +171,7 @@ class QGemm(Op):
         for mt in reversed(_mt_choices(problem)):
             for cluster in cluster_choices():
                 candidate = {**config, "mt": mt, "cluster": cluster}
-                if _shared_bytes(problem, candidate) <= MAX_SHARED_BYTES:
+                if _shared_bytes(problem, candidate) + _static_bytes(candidate) <= MAX_SHARED_BYTES:
                     return candidate
         return config
 
