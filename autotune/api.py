@@ -592,9 +592,11 @@ def problems(
     trans: bool = False,
     dtype: str | None = None,
     shapes_file: Path | None = None,
+    inputs: Inputs = (),
+    variant: str = "",
 ) -> list[Problem]:
     """Checked problems, as a sweep takes them: one shape, a shapes file, or the op's standard set."""
-    return problems_for(op, dtype, m, n, shapes_file, k, trans)
+    return problems_for(op, dtype, m, n, shapes_file, k, trans, inputs=inputs, variant=variant)
 
 
 def stored_problems(
@@ -739,12 +741,14 @@ def enqueue(
     dtype: str | None = None,
     shapes_file: Path | None = None,
     db: str | None = None,
+    inputs: Inputs = (),
+    variant: str = "",
 ) -> int:
     """Queue problems for GPUs named `gpu` (`sweep --pending` on such a machine tunes them); the
     standard shape set when no shape is given. Returns how many problems were given."""
     if not gpu or not gpu.strip():
         raise AutotuneError("queueing needs the GPU model the problems are for: --gpu 'NVIDIA H200', say")
-    problems = problems_for(op, dtype, m, n, shapes_file, k, trans)
+    problems = problems_for(op, dtype, m, n, shapes_file, k, trans, inputs=inputs, variant=variant)
     database = _open(db)
     database.enqueue(match_gpu(gpu.strip(), database.gpu_names()), problems)
     return len(problems)
@@ -796,6 +800,8 @@ def bench(
     """Time the selected config for this shape beside cuBLAS (torch) on this machine's GPU, with the
     same method and buffers; returns (BenchRow or GemmRow, copy bandwidth GB/s, the choice timed)."""
     problem = _problem(op, dtype, m, n, k, trans)
+    if problem.op not in ("gemv", "gemm"):  # cuBLAS has no counterpart to time beside
+        raise AutotuneError(f"bench times GEMV and GEMM beside cuBLAS, not {problem.blas_name}")
     from autotune.measure.bench import Bench
 
     runner = Bench()

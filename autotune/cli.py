@@ -91,11 +91,27 @@ def _print_json(value: Any) -> None:
     out.print(text, soft_wrap=True)
 
 
-Op = Annotated[
-    str | None,
-    typer.Option("--op", help="gemv or gemm (with --dtype), or sgemv, hgemv (default), bgemv, sgemm, hgemm, bgemm"),
-]
-K = Annotated[int | None, typer.Option("--k", help="GEMM only: columns of A, rows of B (the reduction length)")]
+def _op_help() -> str:
+    """--op's help, from the registry: each shipped op with --dtype, or by its BLAS-style names."""
+    shipped = ops.shipped()
+    blas = [Problem(name, dtype, 1, 1).blas_name for name in shipped for dtype in ops.get(name).dtypes]
+    named = ", ".join(f"{name} (default)" if name == ops.DEFAULT_OP else name for name in blas)
+    return f"{', '.join(shipped[:-1])} or {shipped[-1]} (with --dtype), or {named}"
+
+
+def _variant_help() -> str:
+    """--variant's help: the forms each shipped op defines, the one a problem naming none gets first."""
+    forms = []
+    for name in ops.shipped():
+        op = ops.get(name)
+        if op.variants:
+            plain = op.complete(Problem(name, op.dtypes[0], 1, 1, 1)).variant or "none"
+            forms.append(f"{name}: {', '.join(op.variants)} (default {plain})")
+    return f"a form the op defines; {'; '.join(forms)}; other ops: none"
+
+
+Op = Annotated[str | None, typer.Option("--op", help=_op_help())]
+K = Annotated[int | None, typer.Option("--k", help="GEMM, QGEMM: the reduction length (columns of A, or of x)")]
 Trans = Annotated[
     bool,
     typer.Option("--trans", help="GEMV: y = Aᵀx (x has M entries, y has N); GEMM: B stored N x K (C = A·Bᵀ)"),
@@ -105,10 +121,12 @@ Dtype = Annotated[str | None, typer.Option("--dtype", help="float32, float16 or 
 Inputs = Annotated[
     str, typer.Option("--inputs", help="each input array's dtype where they differ from --dtype: int4,float16")
 ]
-Variant = Annotated[str, typer.Option("--variant", help="a form the op defines (a group size: g128); default: plain")]
+Variant = Annotated[str, typer.Option("--variant", help=_variant_help())]
 # The problem options of the commands that take one shape, a shapes file or the standard set.
 OptionalM = Annotated[int | None, typer.Option("--m", help="rows of A (with --n); default: the standard shape set")]
-OptionalN = Annotated[int | None, typer.Option("--n", help="GEMV: columns of A; GEMM: columns of B and C")]
+OptionalN = Annotated[
+    int | None, typer.Option("--n", help="GEMV: columns of A; GEMM: columns of B and C; QGEMM: rows of W")
+]
 ShapesFile = Annotated[Path | None, typer.Option("--shapes", help="file of 'M N' lines ('M N K' for GEMM)")]
 Db = Annotated[
     str | None, typer.Option("--db", help="SQLAlchemy URL or SQLite file (default: AUTOTUNE_DB, then a per-user file)")
@@ -179,7 +197,9 @@ class _BarProgress:
         if not self.started:
             self._bar.start()
             self.started = True
-        self._task = self._bar.add_task(escape(f"[{index + 1}/{total}] {problem}"), total=trials, best="")
+        self._task = self._bar.add_task(
+            escape(f"[{index + 1}/{total}] {display.problem_text(problem)}"), total=trials, best=""
+        )
 
     def trial_done(self, problem: Problem, outcome: Outcome, result: StudyResult) -> None:
         best = f"best {result.best_us:.2f} us" if result.best_us is not None else ""
@@ -301,7 +321,7 @@ def _print_sweep(report: SweepReport, title: str = "") -> None:
         if r.best_us is not None:
             best_gbs = f"{ops.for_problem(item.problem).bytes_moved(item.problem) / r.best_us / 1e3:.0f}"
         table.add_row(
-            str(item.problem),
+            display.problem_text(item.problem),
             _us(r.best_us),
             *([_us(r.vendor_us)] if vendor else []),
             best_gbs,
@@ -317,7 +337,7 @@ def _print_sweep(report: SweepReport, title: str = "") -> None:
 
 
 M = Annotated[int, typer.Option("--m", help="rows of A")]
-N = Annotated[int, typer.Option("--n", help="GEMV: columns of A; GEMM: columns of B and C")]
+N = Annotated[int, typer.Option("--n", help="GEMV: columns of A; GEMM: columns of B and C; QGEMM: rows of W")]
 
 
 @app.command()
@@ -376,7 +396,9 @@ def _print_choice(choice: Choice) -> None:
             timing += f", {op.rate(timed, choice.time_us)}"
     # Each line wraps at spaces to the terminal's width, its continuation lines indented under it.
     width = _width()
-    lines = display.wrap(f"{choice.problem} on {choice.gpu} [{choice.source}]{timing}", width, "  ")
+    lines = display.wrap(
+        f"{display.problem_text(choice.problem)} on {choice.gpu} [{choice.source}]{timing}", width, "  "
+    )
     lines += display.hanging("config: ", _config_text(choice.config, choice.problem), width)
     if choice.basis:
         lines += display.hanging("predicted from: ", choice.basis, width)
@@ -398,7 +420,9 @@ def bench(
     """Time this shape's chosen config beside cuBLAS (torch) on this GPU, same method, same run."""
     row, copy_gbs, choice = api.bench(op, m, n, k, trans=trans, dtype=dtype, db=db)
     config = _config_text(choice.config, choice.problem)
-    out.print(f"{choice.problem} on {choice.gpu} [{choice.source}] config: {config}", markup=False)
+    out.print(
+        f"{display.problem_text(choice.problem)} on {choice.gpu} [{choice.source}] config: {config}", markup=False
+    )
     if ops.for_problem(choice.problem).compute_bound:
         out.print(
             f"autotune {row.ours_us:.2f} us ({row.ours_tflops:.1f} TFLOP/s)   "
@@ -530,7 +554,7 @@ def _print_trials(problem: Problem, gpu_name: str, trials: list[Any], limit: int
     it. With --wide a line a trial, the message as a last column (where any trial has one)."""
     shown = trials if limit == 0 else trials[:limit]
     if not trials:
-        out.print(f"no trials stored for {problem} on {gpu_name}", markup=False)
+        out.print(f"no trials stored for {display.problem_text(problem)} on {gpu_name}", markup=False)
     headers = ["status", "us", "GB/s", "rounds", "SM MHz", "mem MHz", "W", "config"]
     rows = []
     for t in shown:
@@ -550,7 +574,9 @@ def _print_trials(problem: Problem, gpu_name: str, trials: list[Any], limit: int
             row.cells = [*row.cells, (t.message.splitlines() or [""])[-1]]
     if shown:
         right = range(1, 7)  # the numbers
-        _print_lines([f"{problem} on {gpu_name}", *display.table_lines(headers, rows, _width(wide), right)])
+        _print_lines(
+            [f"{display.problem_text(problem)} on {gpu_name}", *display.table_lines(headers, rows, _width(wide), right)]
+        )
     if len(shown) < len(trials):
         out.print(f"({len(trials) - len(shown)} more; --limit 0 shows all)")
 
@@ -569,6 +595,8 @@ def queue(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     db: Db = None,
     no_shipped: NoShipped = False,
+    inputs: Inputs = "",
+    variant: Variant = "",
 ) -> None:
     """The problems queued for tuning, which `sweep --pending` claims: asked for by the launch path,
     or added with --add for the machines of a GPU model to share."""
@@ -577,7 +605,9 @@ def queue(
     if add:
         if gpu is None:
             raise AutotuneError("queue --add needs --gpu: the GPU model whose machines will tune the problems")
-        count = api.enqueue(gpu, op, m, n, k, trans=trans, dtype=dtype, shapes_file=shapes, db=db)
+        count = api.enqueue(
+            gpu, op, m, n, k, trans=trans, dtype=dtype, shapes_file=shapes, db=db, inputs=inputs, variant=variant
+        )
         err.print(f"queued {counted(count, 'problem')} for {gpu}", markup=False)
         return
     rows = api.queued(gpu=gpu, db=db)
@@ -594,8 +624,7 @@ def queue(
             left = f"{(row.lease_until - now).total_seconds():.0f} s"
         table.add_row(
             escape(api.short_gpu_name(row.gpu_name)),
-            row.problem.blas_name + ("ᵀ" if row.problem.trans else ""),
-            "x".join(map(str, row.problem.shape)),
+            *_op_and_shape(row.problem),
             row.state,
             str(row.asked),
             str(row.claims),
@@ -617,6 +646,8 @@ def _queue_dict(row: Any) -> dict[str, Any]:
         "gpu": row.gpu_name,
         "op": row.problem.blas_name,
         **{name: getattr(row.problem, name) for name in ("dtype", "m", "n", "k", "trans")},
+        **({"inputs": list(row.problem.inputs)} if row.problem.inputs else {}),
+        **({"variant": row.problem.variant} if row.problem.variant else {}),
         "state": row.state,
         "asked": row.asked,
         "claims": row.claims,
@@ -740,15 +771,19 @@ def warmup(
     device: Annotated[int, typer.Option("--device", help="GPU index")] = 0,
     wide: Wide = False,
     db: Db = None,
+    inputs: Inputs = "",
+    variant: Variant = "",
 ) -> None:
     """Ready every kernel these problems run (shipped ones unpacked, others compiled into the cache),
     and load them on this machine's GPU: a deployment pays it when its image is built."""
     if stored:
-        if m is not None or n is not None or k is not None or shapes is not None:
-            raise AutotuneError("--stored takes the database's problems: give no --m, --n, --k or --shapes with it")
+        if m is not None or n is not None or k is not None or shapes is not None or inputs or variant:
+            raise AutotuneError(
+                "--stored takes the database's problems: give no --m, --n, --k, --shapes, --inputs or --variant with it"
+            )
         wanted = api.stored_problems(op, dtype, gpu=gpu, db=db)
     else:
-        wanted = api.problems(op, m, n, k, trans=trans, dtype=dtype, shapes_file=shapes)
+        wanted = api.problems(op, m, n, k, trans=trans, dtype=dtype, shapes_file=shapes, inputs=inputs, variant=variant)
     prepared = api.prepare(wanted, gpu=gpu, device=device, db=db)
     rows = [
         display.Row(

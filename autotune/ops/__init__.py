@@ -111,7 +111,8 @@ def make_problem(
     kind = get(op)
     if "K" in kind.sizes:
         if k is None:
-            raise AutotuneError(f"{op.upper()} needs K (--k): A is M x K, B is K x N")
+            operands = "A is M x K, B is K x N" if op == "gemm" else "the reduction length"
+            raise AutotuneError(f"{op.upper()} needs K (--k): {operands}")
         checked_k = check_dim("K", k)
     elif k is not None:
         raise AutotuneError(f"--k applies to GEMM only; {op} is {' x '.join(kind.sizes)}")
@@ -141,7 +142,10 @@ def key_fault(problem: Problem) -> str | None:
     kind = get(problem.op)
     if problem.variant and problem.variant not in kind.variants:
         if not kind.variants:
-            return f"{problem.op} has no variants (got {_short(problem.variant)})"
+            # A variant of another op here is most likely that op misnamed (hgemv for hqgemm): name it.
+            owners = [name for name, other in _OPS.items() if problem.variant in other.variants]
+            owned = f": it is a variant of {', '.join(owners)}" if owners else ""
+            return f"{problem.op} has no variants (got {_short(problem.variant)}){owned}"
         return f"unknown variant {_short(problem.variant)} of {problem.op}: choose one of {', '.join(kind.variants)}"
     if problem.inputs:
         unknown = [name for name in problem.inputs if name not in INPUT_BITS]
