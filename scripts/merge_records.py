@@ -8,6 +8,7 @@ named after the GPU (its slug, as `autotune export` names them):
 
     <slug>.jsonl             GEMV, y = A x             <slug>-gemv-trans.jsonl   GEMV, y = Aᵀx
     <slug>-gemm.jsonl        GEMM, B stored K x N      <slug>-gemm-nt.jsonl      GEMM, B stored N x K
+    <slug>-qgemm.jsonl       int4 weight-only GEMV/GEMM
     <slug>-cublas.jsonl      cuBLASLt's trials, every op
 
 Problems the shipped files hold already keep their rows, except with --replace-stale: after a kernel
@@ -40,16 +41,19 @@ from autotune.core.paths import db_dir
 from autotune.store.records import parse_records, write_lines
 from autotune.vendor.mapping import SOURCE_PREFIX as VENDOR_SOURCE_PREFIX
 
-ProblemKey = tuple[str, str, int, int, int | None, bool]
+ProblemKey = tuple[object, ...]  # op, dtype, m, n, k or None, trans[, inputs, variant]
 # The sweep's log line for a finished problem: "sgemm 2x6144x4096 (B stored N x K): best 26.94 us after"
 _FINISHED = re.compile(r"\b([shb])(gemv|gemm) (\d+)x(\d+)(?:x(\d+))?( \([^)]*\))?: best .* after ")
 _DTYPES = {"s": "float32", "h": "float16", "b": "bfloat16"}
-SUFFIXES = ("", "-gemv-trans", "-gemm", "-gemm-nt", "-cublas")
+SUFFIXES = ("", "-gemv-trans", "-gemm", "-gemm-nt", "-qgemm", "-cublas")
 
 
 def problem_key(trial: dict[str, Any]) -> ProblemKey:
-    # A GEMV's records line carries k = 0, its log line no K at all: both are None here.
-    return (trial["op"], trial["dtype"], trial["m"], trial["n"], trial.get("k") or None, bool(trial.get("trans")))
+    # A GEMV's records line carries k = 0, its log line no K at all: both are None here. Input dtypes
+    # and a variant tell apart the int4 problems of one shape (g128 and g128a); other lines have none.
+    key = (trial["op"], trial["dtype"], trial["m"], trial["n"], trial.get("k") or None, bool(trial.get("trans")))
+    inputs, variant = tuple(trial.get("inputs") or ()), trial.get("variant") or ""
+    return (*key, inputs, variant) if inputs or variant else key
 
 
 def file_suffix(trial: dict[str, Any]) -> str:
@@ -58,12 +62,14 @@ def file_suffix(trial: dict[str, Any]) -> str:
         return "-cublas"
     if trial["op"] == "gemv":
         return "-gemv-trans" if trial.get("trans") else ""
+    if trial["op"] == "qgemm":
+        return "-qgemm"
     return "-gemm-nt" if trial.get("trans") else "-gemm"
 
 
 def finished_problems(log: str) -> set[ProblemKey]:
     """The problems a sweep log reports finished."""
-    keys = set()
+    keys: set[ProblemKey] = set()
     for match in _FINISHED.finditer(log):
         prefix, op, m, n, k, layout = match.groups()
         # Problem.__str__ adds "(B stored N x K)" or "(transposed)" to a trans problem only.
