@@ -101,3 +101,17 @@ def test_a_damaged_export_writes_nothing(run: dict[str, Any], capsys: pytest.Cap
     assert merge_records.main([str(run["export"]), "--records", str(run["records"])]) == 1
     assert "merge_records:" in capsys.readouterr().err
     assert sorted(p.name for p in run["records"].iterdir()) == before
+
+
+def test_int4_variants_of_one_shape_are_two_problems_in_their_own_file(tmp_path: Path) -> None:
+    gpu = json.loads((SHIPPED / "nvidia-h200.jsonl").read_text().splitlines()[0])
+    g128 = _first(SHIPPED / "nvidia-h200-qgemm.jsonl", variant="g128")
+    g128a = {**g128, "variant": "g128a", "time_us": g128["time_us"] + 1}
+    records = tmp_path / "records"
+    records.mkdir()
+    _write(records / "nvidia-h200-qgemm.jsonl", [gpu, g128])  # g128 is shipped, g128a is new
+    export = tmp_path / "export.jsonl"
+    _write(export, [gpu, {**g128, "time_us": 0.5}, g128a])
+    assert dict(merge_records.merge(export, records).added) == {"nvidia-h200-qgemm.jsonl": 1}
+    shipped = [json.loads(raw) for raw in (records / "nvidia-h200-qgemm.jsonl").read_text().splitlines()[1:]]
+    assert [(t["variant"], t["time_us"]) for t in shipped] == [("g128", g128["time_us"]), ("g128a", g128a["time_us"])]
