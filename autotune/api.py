@@ -528,28 +528,44 @@ def linear(x: Any, weight: Any, bias: Any = None, *, db: str | None = None) -> A
 
 def _linear_quantized(x: Any, weight: Any, bias: Any, db: str | None) -> Any:
     """linear() with an int4 weight: x (..., K) in the scales' dtype."""
-    n, k = weight.shape
-    if x.shape[-1] != k:
-        raise AutotuneError(f"x has {x.shape[-1]} features, the int4 weight expects {k} (x: (..., K), W: (N, K))")
-    if x.dtype != weight.dtype:
-        raise AutotuneError(f"x is {x.dtype}, the int4 weight's scales {weight.dtype}: cast x (or quantize for it)")
-    rows = x.numel() // k
-    out_shape = (*x.shape[:-1], n)
+    # In eager mode a decoder step is bound by host time, so every launch reads the least it can.
+    # The buffers come from the module's own dict: weight.scales would run nn.Module.__getattr__, a
+    # Python call per buffer. .to() and load_state_dict replace buffers within that same dict, so
+    # it is never stale. The sizes are plain attributes; the `shape` property builds a torch.Size.
+    buffers = weight._buffers
+    scales = buffers["scales"]
+    n, k = weight.out_features, weight.in_features
+    shape = x.shape
+    if shape[-1] != k:
+        raise AutotuneError(f"x has {shape[-1]} features, the int4 weight expects {k} (x: (..., K), W: (N, K))")
+    if x.dtype != scales.dtype:
+        raise AutotuneError(f"x is {x.dtype}, the int4 weight's scales {scales.dtype}: cast x (or quantize for it)")
+    matrix = len(shape) == 2
+    rows = shape[0] if matrix else x.numel() // k
     if rows == 0:
-        raise AutotuneError(f"linear of x {tuple(x.shape)} and an int4 weight: x has no rows")
+        raise AutotuneError(f"linear of x {tuple(shape)} and an int4 weight: x has no rows")
     if rows > qgemm.MAX_M:
         return linear(x, weight.dequantize(), bias, db=db)
-    x2 = x.reshape(rows, k).contiguous()
-    arrays = (x2, weight.qweight, weight.scales, weight.zeros)
+    # A (rows, K) matrix goes in as it is (contiguous() is x itself where it is) and its (rows, N)
+    # result comes back as made; any other x is viewed as one, and its result as x's shape.
+    x2 = x.contiguous() if matrix else x.reshape(rows, k).contiguous()
+    arrays = (x2, buffers["qweight"], scales, buffers["zeros"])
     if bias is None:
-        return _RUNTIME._call(qgemm.OP, arrays, None, 1.0, 0.0, None, db, ()).reshape(out_shape)
-    out = bias.expand(rows, n).contiguous()
-    _RUNTIME._call(qgemm.OP, arrays, out, 1.0, 1.0, None, db, ())
-    return out.reshape(out_shape)
+        out = _RUNTIME._call(qgemm.OP, arrays, None, 1.0, 0.0, None, db, ())
+    else:
+        # A new C holding the bias, which the kernel reads (beta = 1) and overwrites. Not
+        # bias.expand(rows, n).contiguous(): for one row that view counts as contiguous already,
+        # and the kernel would write into the caller's bias.
+        out = bias.new_empty((rows, n))
+        out.copy_(bias)
+        _RUNTIME._call(qgemm.OP, arrays, out, 1.0, 1.0, None, db, ())
+    return out if matrix else out.reshape(*shape[:-1], n)
 
 
 # The weight formats quantize() makes (docs/lowbit.md), and the types of weights linear() runs in
 # them (QuantizedWeight adds itself when autotune/ops/qgemm/module.py is imported: it needs torch).
+# linear() reads of such a weight its out_features and in_features, its buffers in `_buffers`
+# (torch.nn.Module's: qweight, scales and zeros) and, for more than qgemm.MAX_M rows, dequantize().
 QUANTIZED_FORMATS = ("int4",)
 QUANTIZED_TYPES: tuple[type, ...] = ()
 

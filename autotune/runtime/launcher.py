@@ -270,27 +270,37 @@ class Runtime:
                     sig.tally.count += 1
                 return out
         elif arrays and isinstance(arrays[0], self._tensor) and (out is None or isinstance(out, self._tensor)):
-            sig = self._signatures.get(signature_key(op, options, db, arrays, out))
+            # Any other number of inputs (the int4 op's x, qweight, scales and zeros) has its short
+            # path written out here too, signature_key()'s tuple built in the same loop that reads
+            # the addresses: as functions (signature_key, a _launch_seen and its generator of
+            # pointers) they cost seven Python calls a launch beside the plan's launch.
+            key = (op, options, db)
+            pointers: list[int] = []
+            for array in arrays:
+                if array is None:  # an optional input not given: part of the key, a null pointer
+                    key += (None,)
+                    pointers.append(0)
+                else:
+                    key += (array.dtype, array.shape, array.stride(), array.get_device())
+                    pointers.append(array.data_ptr())
+            if out is not None:
+                key += (out.dtype, out.shape, out.stride(), out.get_device())
+            sig = self._signatures.get(key)
             if sig is not None:
-                return self._launch_seen(sig, op, arrays, out, alpha, beta, stream)
+                if out is None:
+                    if beta != 0.0:
+                        raise AutotuneError(f"beta != 0 reads {op.output_name}: pass it as out=")
+                    out = arrays[0].new_empty(sig.out_shape, dtype=sig.out_dtype)
+                handle = self._raw_stream(sig.index) if stream is None else self._given(stream, sig.device)
+                pointers.append(out.data_ptr())
+                addresses = tuple(pointers)
+                aligned = not functools.reduce(operator.or_, addresses) & 15
+                plan = sig.aligned if aligned else self._unaligned(sig, handle)
+                plan.launch(addresses, alpha, beta, handle, sig.allocator)
+                if sig.tally is not None:
+                    sig.tally.count += 1
+                return out
         return self._call_checked(op, arrays, out, alpha, beta, stream, db, options)
-
-    def _launch_seen(
-        self, sig: Signature, op: Op, arrays: Sequence[Any], out: Any, alpha: float, beta: float, stream: Any
-    ) -> Any:
-        """The short path for any number of inputs (call() writes out the one for two)."""
-        if out is None:
-            if beta != 0.0:
-                raise AutotuneError(f"beta != 0 reads {op.output_name}: pass it as out=")
-            out = arrays[0].new_empty(sig.out_shape, dtype=sig.out_dtype)
-        handle = self._raw_stream(sig.index) if stream is None else self._given(stream, sig.device)
-        # An optional input not given (None) is a null pointer.
-        pointers = (*(0 if array is None else array.data_ptr() for array in arrays), out.data_ptr())
-        plan = sig.aligned if not functools.reduce(operator.or_, pointers) & 15 else self._unaligned(sig, handle)
-        plan.launch(pointers, alpha, beta, handle, sig.allocator)
-        if sig.tally is not None:
-            sig.tally.count += 1
-        return out
 
     def _call_checked(
         self,
@@ -479,7 +489,7 @@ class Runtime:
 def signature_key(op: Op, options: tuple[Any, ...], db: str | None, arrays: Sequence[Any], out: Any) -> tuple[Any, ...]:
     """The key of a torch call signature: the op, its options, the database, then dtype, shape,
     strides and device of each array and of out where out was given. call() builds the same tuple
-    inline on its short path for two inputs."""
+    inline on its short paths."""
     key: tuple[Any, ...] = (op, options, db)
     for array in (*arrays, out) if out is not None else arrays:
         # An optional input not given (None) is part of the signature: its kernel reads no array.

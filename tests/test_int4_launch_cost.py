@@ -1,0 +1,236 @@
+"""What autotune.linear(x, W) costs the host with an int4 weight W, counted as tests/test_launch_cost.py
+counts a float16 launch: the Python functions a call of a seen signature runs, through a double of the
+driver. The weight is a stand-in for QuantizedWeight (autotune/ops/qgemm/module.py needs torch) that
+keeps its buffers where torch.nn.Module does, behind a Python __getattr__, so that reading them the
+slow way counts as the Python call it is under torch."""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any, ClassVar
+
+import pytest
+
+import autotune
+from autotune import api
+from autotune.core.errors import AutotuneError
+from autotune.core.problem import Problem
+from autotune.ops import qgemm
+from autotune.ops.qgemm.call import input_dtypes
+from autotune.ops.qgemm.format import variant_name
+from autotune.runtime import operands
+from autotune.runtime.launcher import Runtime
+from autotune.select.choose import Choice
+from tests.test_runtime import H200, FakeCuda, FakeTensor, cuda  # noqa: F401
+
+PACKAGE = str(Path(autotune.__file__).parent)
+# Python functions per int4 linear() call of a seen signature: linear, _linear_quantized, Runtime._call
+# (which writes out the short path of any number of inputs) and the plan's launch. Before, 17: also
+# QuantizedWeight's shape and dtype properties, four nn.Module.__getattr__ (scales twice, qweight,
+# zeros), signature_key, _launch_seen and the five entries of its generator of pointers.
+MOST_CALLS = 4
+# With 3-D x (reshaped to rows and back) or a bias (read by the kernel as its C), no more.
+MOST_CALLS_RESHAPED = MOST_CALLS
+
+
+class _Dtype:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __str__(self) -> str:
+        return self.name
+
+
+F16, U8 = _Dtype("torch.float16"), _Dtype("torch.uint8")
+
+
+class Tensor(FakeTensor):
+    """FakeTensor with its own dtype and the few tensor methods linear() uses, which record the new
+    tensors they make (`made`): a view or a copy costs a torch call."""
+
+    made: ClassVar[list[Tensor]] = []
+
+    def __init__(self, shape: tuple[int, ...], pointer: int, dtype: _Dtype = F16, strides: Any = None) -> None:
+        super().__init__(shape, pointer, strides)
+        self.dtype = dtype  # type: ignore[assignment]
+        Tensor.made.append(self)
+
+    def stride(self) -> tuple[int, ...]:
+        if self._strides is not None:
+            return tuple(self._strides)
+        return tuple(math.prod(self.shape[i + 1 :]) for i in range(len(self.shape)))
+
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    def is_contiguous(self) -> bool:
+        plain = Tensor.stride(Tensor(self.shape, 0))
+        Tensor.made.pop()
+        return all(s == p or e == 1 for s, p, e in zip(self.stride(), plain, self.shape, strict=True))
+
+    def contiguous(self) -> Tensor:
+        return self if self.is_contiguous() else Tensor(self.shape, self._pointer + (64 << 20), self.dtype)
+
+    def reshape(self, *shape: int) -> Tensor:  # a view where it can be, else a copy
+        return Tensor(tuple(shape), self.contiguous()._pointer, self.dtype)
+
+    def expand(self, *shape: int) -> Tensor:
+        strides = (0,) * (len(shape) - len(self.shape)) + self.stride()
+        return Tensor(tuple(shape), self._pointer, self.dtype, strides)
+
+    def new_empty(self, shape: tuple[int, ...], dtype: Any = None) -> Tensor:
+        return Tensor(tuple(shape), 9 << 20, self.dtype if dtype is None else dtype)
+
+    def copy_(self, source: Tensor) -> Tensor:
+        return self
+
+
+Tensor.__module__ = "torch"  # described as a torch tensor
+
+
+class Int4Module:
+    """QuantizedWeight's attributes, with its buffers where torch.nn.Module keeps them."""
+
+    def __init__(self, n: int, k: int, group: int, sym: bool) -> None:
+        grouped = (n, k // group)
+        zeros = None if sym else Tensor(grouped, 6 << 20, U8)
+        qweight, scales = Tensor((n, k // 2), 4 << 20, U8), Tensor(grouped, 5 << 20)
+        self._buffers = {"qweight": qweight, "scales": scales, "zeros": zeros}
+        self.group, self.sym = group, sym
+        self.out_features, self.in_features = n, k
+        self.dequantized = 0
+
+    def __getattr__(self, name: str) -> Any:  # nn.Module.__getattr__: a Python call per buffer read
+        buffers = self.__dict__["_buffers"]
+        if name in buffers:
+            return buffers[name]
+        raise AttributeError(name)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.out_features, self.in_features)
+
+    @property
+    def dtype(self) -> Any:
+        return self.scales.dtype
+
+    def dequantize(self) -> Tensor:
+        self.dequantized += 1
+        dequantized = Tensor(self.shape, 7 << 20)
+        dequantized.T = dequantized  # type: ignore[attr-defined]  # only passed on to the GEMM
+        return dequantized
+
+
+def _ready(monkeypatch: pytest.MonkeyPatch, weight: Int4Module, m: int) -> Runtime:
+    """api's launch path, as a first torch call leaves it, choosing the weight's int4 problem."""
+    n, k = weight.shape
+    dtype = "float16"
+    problem = Problem(
+        "qgemm", dtype, m, n, k, inputs=input_dtypes(dtype), variant=variant_name(weight.group, weight.sym)
+    )
+    runtime = Runtime(lambda p, device, db: Choice(problem, H200.name, qgemm.OP.default_config(problem), "default"))
+    monkeypatch.setattr(operands, "default_stream", lambda array, device: 0)
+    monkeypatch.setattr(operands, "empty_like", lambda a, shape, device, dtype=None: Tensor(shape, 9 << 20))
+    runtime._tensor = FakeTensor
+    runtime._raw_stream = lambda index: 0
+    runtime._allocators[0] = lambda nbytes, index: (0, None)
+    monkeypatch.setattr(api, "_RUNTIME", runtime)
+    # As module.py's _linear_runs_it registers QuantizedWeight.
+    monkeypatch.setattr(api, "QUANTIZED_TYPES", (*api.QUANTIZED_TYPES, Int4Module))
+    return runtime
+
+
+def _python_calls(call: Callable[[], Any]) -> list[str]:
+    """The Python functions `call` enters that a real call runs too: autotune's, and the weight's
+    (QuantizedWeight's properties, nn.Module's __getattr__); the fake tensors' stand for torch's C."""
+    entered: list[str] = []
+
+    def profile(frame: FrameType, event: str, arg: Any) -> None:
+        code = frame.f_code
+        if event == "call" and (code.co_filename.startswith(PACKAGE) or code.co_qualname.startswith("Int4Module.")):
+            entered.append(code.co_qualname)
+
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    return entered
+
+
+@pytest.mark.parametrize("sym", [True, False])
+@pytest.mark.parametrize("rows", [1, 16])
+def test_an_int4_linear_of_a_seen_signature_runs_its_entry_and_launch_only(
+    cuda: FakeCuda,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    sym: bool,
+    rows: int,
+) -> None:
+    weight = Int4Module(512, 1024, 128, sym)
+    _ready(monkeypatch, weight, rows)
+    cuda.arg_types = qgemm.OP.arg_types
+    x = Tensor((rows, 1024), 1 << 20)
+    first = api.linear(x, weight)
+    Tensor.made.clear()
+    calls = _python_calls(lambda: api.linear(x, weight))
+    assert len(calls) <= MOST_CALLS, calls
+    # x is launched as it is and the output comes back as made: no view of either.
+    assert [t.shape for t in Tensor.made] == [(rows, 512)] and first.shape == (rows, 512)
+    zeros = 0 if sym else 6 << 20
+    assert [launch.args[:5] for launch in cuda.launches] == [[1 << 20, 4 << 20, 5 << 20, zeros, 9 << 20]] * 2
+
+
+@pytest.mark.parametrize("case", ["3-D x", "bias"])
+def test_an_int4_linear_with_3d_x_or_a_bias_stays_on_the_short_path(
+    cuda: FakeCuda,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    case: str,
+) -> None:
+    weight = Int4Module(512, 1024, 64, False)
+    _ready(monkeypatch, weight, 2 if case == "bias" else 6)
+    cuda.arg_types = qgemm.OP.arg_types
+    x = Tensor((2, 1024), 1 << 20) if case == "bias" else Tensor((2, 3, 1024), 1 << 20)
+    bias = Tensor((512,), 8 << 20) if case == "bias" else None
+    first = api.linear(x, weight, bias)
+    calls = _python_calls(lambda: api.linear(x, weight, bias))
+    assert len(calls) <= MOST_CALLS_RESHAPED, calls
+    assert first.shape == ((2, 512) if case == "bias" else (2, 3, 512)) and len(cuda.launches) == 2
+    assert {launch.args[9] for launch in cuda.launches} == {1.0 if case == "bias" else 0.0}  # beta: C read
+
+
+def test_a_bias_is_copied_into_a_new_output_also_for_one_row(
+    cuda: FakeCuda,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One row's bias (n,) expanded to (1, n) is contiguous already: contiguous() would hand the
+    kernel the bias itself as its C, and the call would overwrite it."""
+    weight = Int4Module(512, 1024, 128, True)
+    _ready(monkeypatch, weight, 1)
+    cuda.arg_types = qgemm.OP.arg_types
+    bias = Tensor((512,), 8 << 20)
+    y = api.linear(Tensor((1, 1024), 1 << 20), weight, bias)
+    assert y.data_ptr() != bias.data_ptr() and cuda.launches[0].args[4] == y.data_ptr()
+
+
+def test_non_contiguous_x_is_made_contiguous_and_many_rows_dequantize(
+    cuda: FakeCuda,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    weight = Int4Module(512, 1024, 128, True)
+    runtime = _ready(monkeypatch, weight, 4)
+    cuda.arg_types = qgemm.OP.arg_types
+    strided = Tensor((4, 1024), 1 << 20, strides=(2048, 1))  # every other row of a wider matrix
+    api.linear(strided, weight)
+    assert cuda.launches[-1].args[0] == (1 << 20) + (64 << 20)  # a contiguous copy, not x
+    gemms: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(runtime, "gemm", lambda a, b, **options: gemms.append((a, b)) or "dequantized")
+    many = Tensor((qgemm.MAX_M + 1, 1024), 1 << 20)
+    assert api.linear(many, weight) == "dequantized" and weight.dequantized == 1 and len(cuda.launches) == 1
+    with pytest.raises(AutotuneError, match="features"):
+        api.linear(Tensor((1, 1000), 1 << 20), weight)
+    with pytest.raises(AutotuneError, match="no rows"):
+        api.linear(Tensor((0, 1024), 1 << 20), weight)
