@@ -486,6 +486,20 @@ def test_warm_start_borrows_the_same_shape_in_another_dtype(store: Store) -> Non
     assert expected in worker.measured[:2]
 
 
+def test_an_int4_warm_start_borrows_the_other_activation_dtypes_best(store: Store) -> None:
+    """bfloat16's int4 problem reads bfloat16 scales: its sibling is float16's with float16 scales."""
+    from autotune import ops
+    from autotune.tune.tuner import _neighbour_configs
+    from tests.fakes import record
+
+    half = ops.make_problem("qgemm", "float16", 1, 4096, 4096)
+    config = ops.get("qgemm").seed_configs(half)[1]
+    record(store, half, config, Outcome(Status.OK, time_us=8.0, times_us=[8.0]), H200)
+    brain = ops.make_problem("qgemm", "bfloat16", 1, 4096, 4096)
+    assert brain.inputs == ("bfloat16", "int4", "bfloat16", "uint8")
+    assert _neighbour_configs(store, H200.name, brain, source_hash(brain)) == [config]
+
+
 # --- confirmation: the leaders measured again on fresh buffers --------------------------------------
 
 # The modelled optimum, one 2% slower (inside the confirmation window) and one 5% slower (outside).

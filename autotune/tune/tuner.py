@@ -19,7 +19,7 @@ from autotune.build.compiler import CompileJob, CompilePool, CompileResult
 from autotune.core.errors import PYCUDA_HINT, AutotuneError
 from autotune.core.fingerprint import GpuInfo, toolchain
 from autotune.core.outcome import Outcome, Status
-from autotune.core.problem import DTYPES, ITEMSIZE, Problem
+from autotune.core.problem import ITEMSIZE, Problem
 from autotune.core.space import Config, Space, config_key
 from autotune.core.target import targeting
 from autotune.measure.worker.client import SetupLost, Worker, WorkerLost
@@ -159,10 +159,16 @@ def _neighbour_configs(store: Any, gpu: str, problem: Problem, current: str) -> 
         gpu, problem.op, problem.dtype, current, trans=problem.trans, inputs=problem.inputs, variant=problem.variant
     )
     configs = [dict(row.config) for row in select.nearest(tuned, problem.shape)[:WARM_START_NEIGHBOURS]]
-    for dtype in DTYPES:
+    kind = ops.get(problem.op)
+    for dtype in kind.dtypes:
         if dtype == problem.dtype:
             continue
-        other = store.best(gpu, replace(problem, dtype=dtype), current)
+        # The same shape in the other dtype, its inputs those that dtype implies (an int4 weight's
+        # scales follow the activations: bfloat16's problem reads bfloat16 scales).
+        sibling = replace(
+            problem, dtype=dtype, inputs=tuple(dtype if d == problem.dtype else d for d in problem.inputs)
+        )
+        other = store.best(gpu, sibling, current)
         if other is not None:
             configs.append(_same_bytes_per_load(dict(other.config), dtype, problem.dtype))
     return configs
