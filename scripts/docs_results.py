@@ -23,6 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling scripts below are not a package
 
+from bench_lowbit import case_label, goal_figures
 from plot_decode import table as decode_table
 from results_table import _FAMILY_BY_PARAM, gemm_table
 from results_table import table as gemv_table
@@ -128,6 +129,83 @@ def linear_table(report: dict[str, Any]) -> str:
         )
     lines += ["", f'{report.get("dtype", "float16")}, Llama-3-8B widths; `torch.compile(mode="reduce-overhead")`.']
     return "\n".join(lines)
+
+
+def _lowbit_name(name: str, dtype: str) -> str:
+    """bench_lowbit's figure name in words; its `_fp16` peers run in the activations' dtype."""
+    words = {"M=": "M = ", "torch_fp16": f"torch {dtype}", "ours_fp16": f"our {dtype}", "copy_gbs": "copy", ">=": "≥"}
+    for raw, word in words.items():
+        name = name.replace(raw, word)
+    return name
+
+
+def lowbit_summary(report: dict[str, Any], label: str, dtype: str) -> str:
+    """One case's goal figures (scripts/bench_lowbit.py's goal_figures), each with its goal met or missed;
+    the figures no row measured are named as such."""
+    stated: list[str] = []
+    absent: list[str] = []
+    for figure in goal_figures(report):
+        if not figure.name.startswith(f"{label} "):
+            continue
+        name = _lowbit_name(figure.name.removeprefix(f"{label} "), dtype)
+        if figure.value is None:
+            absent.append(name)
+            continue
+        unit = "x" if "speedup" in name else "%"
+        text = f"{name}: {figure.value:.2f}x" if unit == "x" else f"{name}: {figure.value:.1f}%"
+        if figure.goal is not None:
+            met = "met" if figure.value >= figure.goal else "missed"
+            text += f" (goal ≥ {figure.goal:g}{unit}, **{met}**)"
+        stated.append(text)
+    return "; ".join(stated) + (f". Not measured: {'; '.join(absent)}." if absent else ".")
+
+
+def _lowbit_row(r: dict[str, Any], copy_gbs: float) -> str:
+    def us(key: str) -> str:
+        return f"{r[key]:.2f}" if r.get(key) else DASH
+
+    gbs = r["bytes"] / (r["ours_us"] * 1e3)
+    error = f"{r['max_rel_err'] / r['peer_max_rel_err']:.2f}" if r.get("peer_max_rel_err") else DASH
+    return (
+        f"| {r['m']} | {r['n']}{TIMES}{r['k']} | {us('ours_us')} | {us('ours_fp16_us')} | {us('torch_fp16_us')} | "
+        f"{us('tinygemm_us')} | {us('gemlite_us')} | {gbs:.0f} | {100 * gbs / copy_gbs:.1f} | {error} |"
+    )
+
+
+def lowbit_table(report: dict[str, Any]) -> str:
+    """scripts/bench_lowbit.py: int4 weight-only linear per case (activations' dtype, group, symmetric or
+    not) beside the dequantized weight's 16-bit linear (ours and torch's), tinygemm and gemlite; the goal
+    figures above each table."""
+    gemlite = report.get("gemlite") or {}
+    lines = [
+        "**ours**: `autotune.linear` on the `QuantizedWeight`; **ours float16** (or bfloat16): `autotune.linear` "
+        "on the weight dequantized to the activations' dtype (our GEMV at M = 1, our GEMM above); **torch "
+        "float16** (or bfloat16): the faster of `torch.mv` and `F.linear` on it; **tinygemm**: torch's "
+        "`_weight_int4pack_mm` (bfloat16 only); **gemlite**: A16W4"
+        + (f" {gemlite['version']}, autotune `{gemlite['mode']}`" if gemlite.get("version") else "")
+        + f". µs of isolated calls, weights cold in L2; {DASH} where not measured. **GB/s**: the bytes that "
+        f"must move once (packed weight, scales, zeros, x, y) over ours µs; **% of copy**: of the device copy's "
+        f"{report['copy_gbs']:.0f} GB/s; **error / F.linear's**: our max relative error over `F.linear`'s on "
+        "the weight rounded to the activations' dtype, both against float64. Speedups are a peer's time over "
+        "ours, geometric means over the (N, K) pairs.",
+        "",
+    ]
+    for label in dict.fromkeys(case_label(r) for r in report["rows"]):
+        rows = sorted((r for r in report["rows"] if case_label(r) == label), key=lambda r: r["m"])
+        first = rows[0]
+        lines += [
+            f"#### int4, {first['dtype']}, group {first['group']}, {'symmetric' if first['sym'] else 'asymmetric'}",
+            "",
+            lowbit_summary(report, label, first["dtype"]),
+            "",
+            f"| M | N {TIMES} K | ours µs | ours {first['dtype']} µs | torch {first['dtype']} µs | tinygemm µs "
+            "| gemlite µs | GB/s (ours) | % of copy | error / F.linear's |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        lines += [_lowbit_row(r, report["copy_gbs"]) for r in rows]
+        notes = sorted({note for r in rows for note in r.get("notes", [])})
+        lines += ["", f"Notes: {'; '.join(notes)}.", ""] if notes else [""]
+    return "\n".join(lines).rstrip()
 
 
 def untuned_table(report: dict[str, Any]) -> str:
@@ -397,6 +475,7 @@ SECTIONS: list[tuple[str, str, Any]] = [
     ("gemm_nt", "GEMM with B stored N x K `C = alpha·A Wᵀ + beta·C` (`--trans`, nn.Linear's layout)", gemm_table),
     ("decode", "Decode steps (a model's GEMVs in sequence, eager and in a CUDA graph)", decode_table),
     ("linear", "A decoder stack: its linears as `F.linear` against `autotune.linear`", linear_table),
+    ("lowbit", "Int4 weight-only linear (`autotune.linear` on a `QuantizedWeight`)", lowbit_table),
     ("untuned", "Shapes no tuned config fits", untuned_table),
     ("select", "Selection on shapes never tuned", select_table),
     ("tuning", "Tuning speed: seconds until the best config found is within 2% of the optimum", tuning_table),
@@ -500,6 +579,53 @@ def cost_model_over_records() -> dict[str, str]:
     }
 
 
+LOWBIT_H200 = "lowbit_nvidia-h200"
+
+
+def lowbit_prose() -> dict[str, str]:
+    """The H200's int4 figures in prose (results/lowbit_nvidia-h200.json, goal_figures): g128 float16 over
+    torch's float16 at M = 1, 4, 16 and over ours at M = 1; g128 bfloat16 over torch's bfloat16, and
+    tinygemm's and gemlite's speedup over ours; the (N, K) pairs at M = 1."""
+    report = _load(LOWBIT_H200)
+    value = {f.name: f.value for f in goal_figures(report)}
+
+    def at(name: str, invert: bool = False) -> str:
+        figure = value[name]
+        if figure is None:
+            return "n/a"
+        return f"{1 / figure if invert else figure:.2f}"
+
+    f16, bf16 = "g128 float16 M=", "g128 bfloat16 M=1 geomean speedup over "
+    return {
+        "pairs": str(sum(1 for r in report["rows"] if case_label(r) == "g128 float16" and r["m"] == 1)),
+        "f16_torch": at(f"{f16}1 geomean speedup over torch_fp16"),
+        "f16_ours": at(f"{f16}1 geomean speedup over ours_fp16"),
+        "f16_m4": at(f"{f16}4 geomean speedup over torch_fp16"),
+        "f16_m16": at(f"{f16}16 geomean speedup over torch_fp16"),
+        "bf16_torch": at(f"{bf16}torch_fp16"),
+        "bf16_tinygemm": at(f"{bf16}tinygemm", invert=True),
+        "bf16_gemlite": at(f"{bf16}gemlite", invert=True),
+    }
+
+
+def lowbit_decode() -> dict[str, str]:
+    """The int4 decode step (results/decode_nvidia-h200.json): its CUDA graph's speedup over torch.mv's
+    float16 graph, and host µs per call, int4's and the float16 GEMV's."""
+    rows = {r["model"]: r for r in _load("decode_nvidia-h200")["rows"]}
+    int4, fp16 = rows["llama-like-int4"], rows["llama-like"]
+    return {
+        "graph": f"{int4['torch_graph_us'] / int4['ours_graph_us']:.2f}",
+        "host": f"{int4['ours_host_us_per_call']:.0f}",
+        "fp16_host": f"{fp16['ours_host_us_per_call']:.0f}",
+    }
+
+
+def lowbit_headline() -> dict[str, str]:
+    """The README's int4 line: g128 float16 at M = 1 over torch's float16, and the pairs it is taken over."""
+    figures = lowbit_prose()
+    return {key: figures[key] for key in ("f16_torch", "pairs")}
+
+
 FIGURES = [
     Figure(
         README,
@@ -507,6 +633,29 @@ FIGURES = [
         r"(?P<torch>[\d.]+-[\d.]+) µs",
         host_cost,
         "results/decode_*.json",
+    ),
+    Figure(
+        README,
+        r"int4 weights \(g128, float16\) at M = 1 run (?P<f16_torch>[\d.]+)x\s+torch's float16 GEMV, geometric "
+        r"mean over\s+(?P<pairs>\d+)",
+        lowbit_headline,
+        f"results/{LOWBIT_H200}.json",
+    ),
+    Figure(
+        DOCS / "lowbit.md",
+        r"M = 1 geometric mean (?P<f16_torch>[\d.]+)x torch's float16 and\s+(?P<f16_ours>[\d.]+)x our float16 "
+        r"GEMV over the\s+(?P<pairs>\d+) \(N, K\) pairs.*?M = 4 (?P<f16_m4>[\d.]+)x and M = 16\s+"
+        r"(?P<f16_m16>[\d.]+)x.*?(?P<bf16_torch>[\d.]+)x torch's\s+bfloat16; tinygemm\s+"
+        r"(?P<bf16_tinygemm>[\d.]+)x and gemlite[^\d]*?(?P<bf16_gemlite>[\d.]+)x\s+as fast as ours",
+        lowbit_prose,
+        f"results/{LOWBIT_H200}.json",
+    ),
+    Figure(
+        DOCS / "lowbit.md",
+        r"int4 weights in a CUDA graph runs (?P<graph>[\d.]+)x torch\.mv's float16\s+graph \(goal 3\.3x\)\. Eager, "
+        r"a call costs (?P<host>\d+) µs of host time\s+against (?P<fp16_host>\d+) µs",
+        lowbit_decode,
+        "results/decode_nvidia-h200.json",
     ),
     Figure(DOCS / "development.md", r"`--rebuild` compiles all (?P<count>\d+)", shipped_kernels, KERNELS_SOURCE),
     Figure(DOCS / "deploy.md", r"shipped kernels \((?P<count>\d+) instances", shipped_kernels, KERNELS_SOURCE),

@@ -53,6 +53,21 @@ def test_a_stale_figure_in_prose_is_found_and_rewritten_and_a_reworded_one_is_re
     assert len(missing) == 1 and "development.md" in missing[0]
 
 
+def test_the_int4_table_marks_what_was_not_measured_and_states_each_goal_met_or_missed() -> None:
+    docs = _docs_results()
+    row = {
+        **{"format": "int4", "group": 128, "sym": True, "dtype": "float16", "m": 1, "n": 4096, "k": 4096},
+        **{"ours_us": 10.0, "ours_fp16_us": 20.0, "torch_fp16_us": 40.0, "tinygemm_us": None, "gemlite_us": None},
+        **{"bytes": 10_000_000, "max_rel_err": 3e-4, "peer_max_rel_err": 2e-4, "notes": []},
+    }
+    text = docs.lowbit_table({"copy_gbs": 2000.0, "rows": [row]})
+    dash, times = docs.DASH, docs.TIMES
+    assert f"| 1 | 4096{times}4096 | 10.00 | 20.00 | 40.00 | {dash} | {dash} | 1000 | 50.0 | 1.50 |" in text
+    assert "M = 1 geomean speedup over torch float16: 4.00x (goal ≥ 3.2x, **met**)" in text
+    assert "M = 1 geomean speedup over our float16: 2.00x (goal ≥ 2.7x, **missed**)" in text
+    assert "Not measured: M = 1 geomean speedup over tinygemm;" in text
+
+
 @pytest.mark.shipped_records
 def test_the_readmes_first_example_prints_what_best_prints(tmp_path: Path) -> None:
     readme = (ROOT / "README.md").read_text()
