@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from autotune.vendor.mapping import OPS as VENDOR_OPS
+
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "db" / "records"
 LLM_SHAPES = ROOT / "autotune" / "ops" / "gemm" / "llm_shapes.txt"
@@ -66,9 +68,10 @@ def test_the_llm_set_is_tuned_and_cublas_timed_on_each_card(slug: str) -> None:
 
 @pytest.mark.parametrize("slug", sorted(CARDS))
 def test_cublas_is_timed_on_every_shipped_problem(slug: str) -> None:
+    """Every problem of an op cuBLASLt computes (GEMV and GEMM: not the int4 op, which it has no kernel for)."""
     ours, vendor = _trials(slug)
     assert ours, f"no records for {slug}"
-    assert sorted(set(ours) - vendor) == []
+    assert sorted(key for key in set(ours) - vendor if key[0] in VENDOR_OPS) == []
 
 
 def test_the_edge_shapes_are_tuned_on_the_h200_both_ways_in_three_dtypes() -> None:
