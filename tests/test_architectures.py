@@ -15,6 +15,7 @@ from autotune import ops
 from autotune.build.compiler import CompileJob
 from autotune.core.problem import DTYPES, Problem
 from autotune.core.target import targeting
+from autotune.ops import make_problem
 from autotune.select.choose import choose
 from tests.nvcc import compile_all
 
@@ -31,8 +32,13 @@ SHAPES = (
 )
 
 
+# The int4 op (tensor-core MMAs of 16-bit weights: sm_80 and up), one GEMV and one skinny problem.
+INT4 = (("float16", 1, "g128"), ("bfloat16", 16, "g64a"))
+
+
 def _problems() -> list[Problem]:
-    return [Problem(op, dtype, m, n, k, trans) for dtype in DTYPES for op, m, n, k, trans in SHAPES]
+    plain = [Problem(op, dtype, m, n, k, trans) for dtype in DTYPES for op, m, n, k, trans in SHAPES]
+    return plain + [make_problem("qgemm", dtype, m, 4096, 4096, variant=variant) for dtype, m, variant in INT4]
 
 
 def _jobs_for(capability: str, arch: str) -> list[CompileJob]:
