@@ -126,3 +126,31 @@ def test_bind_refuses_arrays_not_in_the_format(arrays: tuple[tuple[str, str] | N
     made = [None if a is None else _array(tuple(int(s) for s in a[0].split(",")), a[1]) for a in arrays]
     with pytest.raises(AutotuneError, match=said):
         qgemm.OP.bind(made, None, ())
+
+
+def test_an_untuned_kind_borrows_the_same_shapes_config_from_g128_then_the_other_dtype() -> None:
+    """Nothing tuned in bfloat16 or in group 64: the selector hands them float16 g128's measured config
+    of the same shape (the same kernels on the same bytes), and stops once their own kind is tuned."""
+    from autotune.core.fingerprint import GpuInfo
+    from autotune.core.outcome import Outcome, Status
+    from autotune.select.choose import ESTIMATE, MEASURED, Selector
+    from autotune.store import open_store
+    from tests.fakes import record
+
+    gpu = GpuInfo("NVIDIA H200", "GPU-1", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
+    half = ops.make_problem("qgemm", "float16", 1, 4096, 4096)
+    config = qgemm.OP.seed_configs(half)[2]
+    with open_store("sqlite://", import_shipped=False) as store:
+        record(store, half, config, Outcome(Status.OK, time_us=8.0, times_us=[8.0]), gpu)
+        for dtype, variant in (("bfloat16", "g128"), ("float16", "g64"), ("bfloat16", "g32")):
+            problem = ops.make_problem("qgemm", dtype, 1, 4096, 4096, variant=variant)
+            choice = Selector(store).choose(problem, gpu.name, None, None)
+            assert (choice.source, choice.config, choice.time_us) == (ESTIMATE, config, 8.0), problem
+            assert "float16" in choice.notes[-1] and "g128" in choice.notes[-1]
+        asym = ops.make_problem("qgemm", "bfloat16", 1, 4096, 4096, variant="g128a")  # another mapping: no
+        assert Selector(store).choose(asym, gpu.name, None, None).source != ESTIMATE
+        brain = ops.make_problem("qgemm", "bfloat16", 1, 4096, 4096)
+        own = qgemm.OP.seed_configs(brain)[0]
+        record(store, ops.make_problem("qgemm", "bfloat16", 1, 8192, 4096), own, Outcome(Status.OK, time_us=9.0), gpu)
+        choice = Selector(store).choose(brain, gpu.name, None, None)
+        assert choice.config == own and choice.source != MEASURED  # its own kind's nearest shape now

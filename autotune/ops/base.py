@@ -91,6 +91,12 @@ class Op(ABC):
         plain form is a low-bit format fills in that format's input dtypes and variant)."""
         return problem
 
+    def estimate_from(self, problem: Problem) -> tuple[Problem, ...]:
+        """Problems whose measured config the selector hands this one, in order, where nothing of its
+        own kind (its dtype, inputs and variant) is tuned on the GPU: the same kernels reading the same
+        bytes (an int4 weight's other group size or activation dtype). None by default."""
+        return ()
+
     def serving(self, problem: Problem) -> Op:
         """The op whose kernels run `problem`: this one, or a variant (the transposed GEMV's)."""
         return self

@@ -315,11 +315,29 @@ class Selector:
             # nor the cost model is looked at (a first call of a tuned problem reads nothing more).
             return Choice(problem, gpu, dict(exact.config), MEASURED, exact.time_us, exact.gbs, notes=tuple(notes))
         tuned = _tuned(self._store, gpu, problem, current)
+        if not tuned:
+            borrowed = self._borrowed(problem, gpu, notes)
+            if borrowed is not None:
+                return borrowed
         model = self._model(problem, gpu, current)
         choice = choose(problem, gpu, exact, tuned, notes, model)
         if vendor and choice.source != MEASURED:
             return self._vendor_if_faster(problem, gpu, choice, model) or choice
         return choice
+
+    def _borrowed(self, problem: Problem, gpu: str, notes: Sequence[str]) -> Choice | None:
+        """Where nothing of the problem's own kind is tuned on `gpu`: the measured config of the first
+        problem its op names (Op.estimate_from: the int4 op's other group sizes and activation dtype)
+        that this one's space takes."""
+        space = ops.for_problem(problem).space(problem)
+        for sibling in ops.get(problem.op).estimate_from(problem):
+            row = self._store.best(gpu, sibling, source_hash(sibling))
+            if row is not None and space.check(row.config) is None:
+                note = f"nothing of its kind tuned here: the config measured for {sibling}"
+                return Choice(
+                    problem, gpu, dict(row.config), ESTIMATE, row.time_us, row.gbs, row.problem.shape, (*notes, note)
+                )
+        return None
 
     def _vendor_if_faster(self, problem: Problem, gpu: str, ours: Choice, model: CostModel) -> Choice | None:
         """On a shape never tuned: cuBLASLt's own pick where the cost model predicts it ahead of our

@@ -113,6 +113,20 @@ class QGemm(Op):
             problem, inputs=problem.inputs or call.input_dtypes(problem.dtype), variant=problem.variant or "g128"
         )
 
+    def estimate_from(self, problem: Problem) -> tuple[Problem, ...]:
+        """The same shape in group 128 (what is tuned first), then in the other activation dtype: the
+        kernels of every group and dtype take the same configs and stream the same code bytes."""
+        g128 = variant_name(128, symmetric(problem))
+        others = [dtype for dtype in self.dtypes if dtype != problem.dtype]
+
+        def at(dtype: str, variant: str) -> Problem:
+            return replace(problem, dtype=dtype, inputs=call.input_dtypes(dtype), variant=variant)
+
+        found = [at(problem.dtype, g128)] if problem.variant != g128 else []
+        found += [at(dtype, problem.variant) for dtype in others]
+        found += [at(dtype, g128) for dtype in others if problem.variant != g128]
+        return tuple(found)
+
     def input_fault(self, problem: Problem) -> str | None:
         if problem.dtype not in call.ACTIVATIONS:
             return f"int4 weights take float16 or bfloat16 activations, not {problem.dtype}"
