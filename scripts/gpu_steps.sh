@@ -242,6 +242,33 @@ sm__warps_active.avg.pct_of_peak_sustained_active python3 scripts/profile_vs_cub
       python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/kt/*.whl || exit 1
       python3 scripts/bench_tuning_vs_kernel_tuner.py --out "$OUT" --gpus "${KT_GPUS:-1}" ${KT_ARGS:-} 2>&1 \
         | tee "$OUT/kernel-tuner.log" | tail -40 ;;
+    sweep-int4)
+      # The int4 op's standard shapes (autotune/ops/qgemm/shapes.txt) at the M of INT4_M (default "1 4 16"),
+      # for each INT4_CASES entry OP:VARIANT (default "hqgemm:g128 hqgemm:g128a bqgemm:g128"). Export after it.
+      awk -v keep="${INT4_M:-1 4 16}" 'BEGIN { n = split(keep, m, " "); for (i = 1; i <= n; i++) want[m[i]] = 1 }
+        /^#/ || NF < 3 { next } ($1 in want)' autotune/ops/qgemm/shapes.txt > /tmp/int4.txt
+      for case in ${INT4_CASES:-hqgemm:g128 hqgemm:g128a bqgemm:g128}; do
+        step "sweep-int4 $case ($(wc -l < /tmp/int4.txt) shapes)"
+        sweep sweep-int4 20 --op "${case%%:*}" --variant "${case##*:}" --shapes /tmp/int4.txt \
+          --trials "${INT4_TRIALS:-24}" ${PATIENCE:+--patience $PATIENCE}
+      done ;;
+    bench-int4)
+      # scripts/bench_lowbit.py on the tuned database: BENCH_INT4_ARGS adds its options ("--m 1 --gemlite max").
+      step bench-int4
+      AUTOTUNE_DB="$DB" python3 scripts/bench_lowbit.py --out "$OUT" ${BENCH_INT4_ARGS:-} 2>&1 | grep -v '^{' | tee "$OUT/bench-int4.log" | tail -16 ;;
+    ncu-int4)
+      # Nsight Compute on the int4 GEMV of 28672x4096 (M = 1, g128, float16) as autotune.linear runs it.
+      step ncu-int4
+      ncu --clock-control none --launch-skip 3 --launch-count 2 -k regex:qgemm --section SpeedOfLight \
+        --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats \
+        env AUTOTUNE_DB="$DB" python3 -c "
+import torch, autotune
+w = torch.randn(28672, 4096, device='cuda', dtype=torch.float16)
+qw = autotune.quantize(w, 'int4', group=128)
+x = torch.randn(1, 4096, device='cuda', dtype=torch.float16)
+for _ in range(6): autotune.linear(x, qw)
+torch.cuda.synchronize()" > "$OUT/ncu-int4.txt" 2>&1
+      grep -E "Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers|Stall|Warp Cycles|Issued" "$OUT/ncu-int4.txt" | head -60 ;;
     export)
       step export
       python3 -c "import sys; from pathlib import Path; from autotune.store import open_store; print(open_store(sys.argv[1], import_shipped=False).export_records('$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)', Path(sys.argv[2]), top=3, current_only=True), 'records')" "$DB" "$OUT/records.jsonl" ;;
