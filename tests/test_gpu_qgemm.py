@@ -93,9 +93,11 @@ def test_linear_with_int4_weights_matches_float64(dtype: str, sym: bool, rows: i
     x = torch.randn(rows, k, device="cuda", generator=gen).to(tdtype)
     bias = torch.randn(n, device="cuda", generator=gen).to(tdtype)
     deq64 = qw.dequantize(torch.float32).double()
+    kept = bias.clone()
     for b in (None, bias):
         reference = x.double() @ deq64.T + (0 if b is None else b.double())
         ours = autotune.linear(x, qw, b)
+        assert torch.equal(bias, kept)  # the caller's bias is read, never written
         peer = torch.nn.functional.linear(x, qw.dequantize(), b)
         assert ours.shape == (rows, n) and ours.dtype == tdtype
         assert torch.isfinite(ours).all()
