@@ -43,8 +43,13 @@ MAX_LOADS_IN_FLIGHT = 4  # tiles x unroll
 MAX_SUMS = 8  # tiles x mt
 
 # Tilings measured first: one or two tiles of 16 rows a warp, two or four steps in flight, grids of
-# a block per row tile and persistent ones.
+# a block per row tile and persistent ones. The first three are the H200's 24-trial sweeps' picks for
+# M = 1 (db/records/nvidia-h200-qgemm.jsonl): K split 8 or 4 ways in clusters where N is small, none
+# with a persistent grid for N = 28672: more warps with loads in flight on the SMs.
 _SEEDS: tuple[dict[str, int], ...] = (
+    dict(block=128, tiles=2, unroll=2, policy=0, cluster=8, persist=0),
+    dict(block=256, tiles=1, unroll=2, policy=1, cluster=4, persist=1),
+    dict(block=512, tiles=1, unroll=2, policy=2, cluster=1, persist=1),
     dict(block=128, tiles=1, unroll=4, policy=1),
     dict(block=256, tiles=1, unroll=2, policy=1),
     dict(block=256, tiles=2, unroll=2, policy=2),
