@@ -653,7 +653,7 @@ FIGURES = [
     Figure(
         DOCS / "lowbit.md",
         r"int4 weights in a CUDA graph runs (?P<graph>[\d.]+)x torch\.mv's float16\s+graph \(goal 3\.3x\)\. Eager, "
-        r"a call costs (?P<host>\d+) µs of host time\s+against (?P<fp16_host>\d+) µs",
+        r"a call cost (?P<host>\d+) µs of host time\s+against (?P<fp16_host>\d+) µs",
         lowbit_decode,
         "results/decode_nvidia-h200.json",
     ),
