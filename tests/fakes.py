@@ -98,3 +98,16 @@ def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
         code = exc.code
     captured = capsys.readouterr()
     return (code if isinstance(code, int) else 1), captured.out, captured.err
+
+
+# The terminal width the CLI tests run at (COLUMNS): every line printed must fit it.
+WIDTH = 80
+
+
+def printed(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> list[str]:
+    """stdout's lines of a command that must succeed, each checked to fit the terminal."""
+    code, out, err = run_cli(monkeypatch, capsys, *args)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines and max(len(line) for line in lines) <= WIDTH, "\n".join(line for line in lines if len(line) > WIDTH)
+    return lines

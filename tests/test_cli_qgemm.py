@@ -17,12 +17,11 @@ from autotune.core.outcome import Outcome, Status
 from autotune.core.problem import Problem
 from autotune.ops import gemv
 from autotune.store import open_store
-from tests.fakes import ok, record, run_cli
+from tests.fakes import WIDTH, ok, printed, record, run_cli
 from tests.test_cli import _fresh_api  # noqa: F401  (a fixture, used by name)
 
 H200 = GpuInfo("NVIDIA H200", "GPU-1111", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
 SHAPE = ["--m", "1", "--n", "4096", "--k", "4096"]
-WIDTH = 80
 # The stored problems: float16 activations at g128 and g128a, bfloat16 at g64; one float16 GEMV beside.
 VARIANTS = (("float16", "g128"), ("float16", "g128a"), ("bfloat16", "g64"))
 QGEMM = ops.get("qgemm")
@@ -59,15 +58,6 @@ def db(tmp_path: Path) -> str:
     return path
 
 
-def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> list[str]:
-    """stdout's lines of a command that must succeed, each checked to fit the terminal."""
-    code, out, err = run_cli(monkeypatch, capsys, *args)
-    assert code == 0, err
-    lines = out.splitlines()
-    assert lines and max(len(line) for line in lines) <= WIDTH, "\n".join(line for line in lines if len(line) > WIDTH)
-    return lines
-
-
 def one_error(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> str:
     """The one `error:` line (exit 2, no traceback) of a command that must fail."""
     code, out, err = run_cli(monkeypatch, capsys, *args)
@@ -85,7 +75,7 @@ def test_the_help_names_the_int4_op_and_each_ops_variants(
 ) -> None:
     monkeypatch.setenv("COLUMNS", "250")  # one line an option
     for command in ("best", "sweep", "show", "queue", "warmup"):
-        help_text = " ".join(cli(monkeypatch, capsys, command, "--help")).split()
+        help_text = " ".join(printed(monkeypatch, capsys, command, "--help")).split()
         joined = " ".join(help_text)
         assert "hqgemm," in help_text and "bqgemm" in help_text and "qgemm" in help_text, command
         assert f"qgemm: {', '.join(QGEMM.variants)} (default g128)" in joined, command
@@ -96,14 +86,16 @@ def test_best_answers_each_variant_in_a_line_that_fits(
 ) -> None:
     """The inputs a float16 int4 problem always has are left out of its name; the variant stays."""
     for variant in ("g128", "g128a"):
-        lines = cli(monkeypatch, capsys, "best", "--op", "hqgemm", *SHAPE, "--variant", variant, "--db", db)
+        lines = printed(monkeypatch, capsys, "best", "--op", "hqgemm", *SHAPE, "--variant", variant, "--db", db)
         problem = _problem("float16", variant)
         assert lines[0].startswith(f"hqgemm 1x4096x4096 {variant} on NVIDIA H200 [measured]: measured ")
         assert " ".join(lines[1:]).split() == ["config:", *config_text(_fast(problem), problem).split()]
-    plain = cli(monkeypatch, capsys, "best", "--op", "hqgemm", *SHAPE, "--db", db)
+    plain = printed(monkeypatch, capsys, "best", "--op", "hqgemm", *SHAPE, "--db", db)
     assert plain[0].startswith("hqgemm 1x4096x4096 g128 on NVIDIA H200 [measured]")
     answer = json.loads(
-        "\n".join(cli(monkeypatch, capsys, "best", "--op", "bqgemm", *SHAPE, "--variant", "g64", "--json", "--db", db))
+        "\n".join(
+            printed(monkeypatch, capsys, "best", "--op", "bqgemm", *SHAPE, "--variant", "g64", "--json", "--db", db)
+        )
     )
     assert answer[0]["op"] == "bqgemm" and answer[0]["variant"] == "g64" and answer[0]["source"] == "measured"
     assert answer[0]["inputs"] == ["bfloat16", "int4", "bfloat16", "uint8"]
@@ -153,33 +145,33 @@ def test_sweep_without_a_gpu_is_one_error_line_and_its_problems_queue_as_asked(
     cli_out = run_cli(monkeypatch, capsys, *add, "--op", "hqgemm", "--variant", "g64")
     assert cli_out[0] == 0 and f"queued {len(ops.standard_shapes('qgemm'))} problems" in cli_out[2]
     assert run_cli(monkeypatch, capsys, *add, "--op", "bqgemm", *SHAPE, "--variant", "g128a")[0] == 0
-    queued = json.loads("\n".join(cli(monkeypatch, capsys, "queue", "--json", "--db", db)))
+    queued = json.loads("\n".join(printed(monkeypatch, capsys, "queue", "--json", "--db", db)))
     keys = {(row["op"], row["variant"], row["m"], row["n"], row["k"]) for row in queued}
     standard = {("hqgemm", "g64", m, n, k) for m, n, k in ops.standard_shapes("qgemm")}
     assert keys == standard | {("bqgemm", "g128a", 1, 4096, 4096)}
-    table = cli(monkeypatch, capsys, "queue", "--db", db)
+    table = printed(monkeypatch, capsys, "queue", "--db", db)
     assert any(line.split()[1:3] == ["bqgemm/g128a", "1x4096x4096"] for line in table)
 
 
 def test_list_and_show_name_each_variant(
     db: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    lines = cli(monkeypatch, capsys, "list", "--db", db)
+    lines = printed(monkeypatch, capsys, "list", "--db", db)
     named = [line.split()[:3] for line in lines if "qgemm" in line]
     assert named == [
         ["bqgemm/g64", "1x4096x4096", "2/3"],
         ["hqgemm/g128", "1x4096x4096", "2/3"],
         ["hqgemm/g128a", "1x4096x4096", "2/3"],
     ]
-    only = cli(monkeypatch, capsys, "list", "--op", "hqgemm", "--db", db)
+    only = printed(monkeypatch, capsys, "list", "--op", "hqgemm", "--db", db)
     assert [line.split()[0] for line in only if "qgemm" in line] == ["hqgemm/g128", "hqgemm/g128a"]
-    listed = json.loads("\n".join(cli(monkeypatch, capsys, "list", "--json", "--op", "qgemm", "--db", db)))
+    listed = json.loads("\n".join(printed(monkeypatch, capsys, "list", "--json", "--op", "qgemm", "--db", db)))
     assert [(row["op"], row["variant"], row["best_us"]) for row in listed] == [
         ("bqgemm", "g64", 20.0),
         ("hqgemm", "g128", 20.0),
         ("hqgemm", "g128a", 25.0),
     ]
-    shown = cli(monkeypatch, capsys, "show", "--op", "hqgemm", *SHAPE, "--variant", "g128a", "--db", db)
+    shown = printed(monkeypatch, capsys, "show", "--op", "hqgemm", *SHAPE, "--variant", "g128a", "--db", db)
     assert shown[0] == "hqgemm 1x4096x4096 g128a on NVIDIA H200"
     assert [line.split()[:2] for line in shown if line.split()[0] in ("ok", "wrong_result")] == [
         ["ok", "25.00"],
@@ -187,7 +179,7 @@ def test_list_and_show_name_each_variant(
         ["wrong_result", "-"],
     ]
     assert "message: out[0, 3] is 7.5, expected 1.25" in " ".join(shown)
-    missing = cli(monkeypatch, capsys, "show", "--op", "hqgemm", *SHAPE, "--variant", "g32", "--db", db)
+    missing = printed(monkeypatch, capsys, "show", "--op", "hqgemm", *SHAPE, "--variant", "g32", "--db", db)
     assert missing == ["no trials stored for hqgemm 1x4096x4096 g32 on NVIDIA H200"]
 
 
@@ -214,7 +206,9 @@ def test_exports_tell_the_variants_apart_and_read_back(
     assert run_cli(monkeypatch, capsys, "import", str(records), "--no-shipped", "--db", other)[0] == 0
     answer = json.loads(
         "\n".join(
-            cli(monkeypatch, capsys, "best", "--op", "hqgemm", *SHAPE, "--variant", "g128a", "--json", "--db", other)
+            printed(
+                monkeypatch, capsys, "best", "--op", "hqgemm", *SHAPE, "--variant", "g128a", "--json", "--db", other
+            )
         )
     )
     assert (answer[0]["source"], answer[0]["time_us"], answer[0]["config"]) == (

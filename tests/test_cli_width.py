@@ -11,11 +11,10 @@ import pytest
 
 from autotune import api, cli
 from autotune.vendor.mapping import is_vendor
-from tests.fakes import run_cli
+from tests.fakes import WIDTH, printed, run_cli
 from tests.test_cli import _fresh_api  # noqa: F401  (a fixture, used by name)
 
 pytestmark = pytest.mark.shipped_records
-WIDTH = 80
 
 
 @pytest.fixture(autouse=True)
@@ -27,15 +26,6 @@ def _eighty_columns(_fresh_api: None, monkeypatch: pytest.MonkeyPatch) -> None: 
 @pytest.fixture
 def db(tmp_path: Path) -> str:
     return str(tmp_path / "shipped.db")
-
-
-def printed(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> list[str]:
-    """stdout's lines of a command that must succeed, each checked to fit the terminal."""
-    code, out, err = run_cli(monkeypatch, capsys, *args)
-    assert code == 0, err
-    lines = out.splitlines()
-    assert lines and max(len(line) for line in lines) <= WIDTH, "\n".join(line for line in lines if len(line) > WIDTH)
-    return lines
 
 
 def words(lines: list[str]) -> list[str]:
