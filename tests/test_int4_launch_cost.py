@@ -7,10 +7,8 @@ slow way counts as the Python call it is under torch."""
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import Any, ClassVar
 
 import pytest
@@ -25,6 +23,7 @@ from autotune.ops.qgemm.format import variant_name
 from autotune.runtime import operands
 from autotune.runtime.launcher import Runtime
 from autotune.select.choose import Choice
+from tests.test_launch_cost import _autotune_calls
 from tests.test_runtime import H200, FakeCuda, FakeTensor, cuda  # noqa: F401
 
 PACKAGE = str(Path(autotune.__file__).parent)
@@ -147,19 +146,7 @@ def _ready(monkeypatch: pytest.MonkeyPatch, weight: Int4Module, m: int) -> Runti
 def _python_calls(call: Callable[[], Any]) -> list[str]:
     """The Python functions `call` enters that a real call runs too: autotune's, and the weight's
     (QuantizedWeight's properties, nn.Module's __getattr__); the fake tensors' stand for torch's C."""
-    entered: list[str] = []
-
-    def profile(frame: FrameType, event: str, arg: Any) -> None:
-        code = frame.f_code
-        if event == "call" and (code.co_filename.startswith(PACKAGE) or code.co_qualname.startswith("Int4Module.")):
-            entered.append(code.co_qualname)
-
-    sys.setprofile(profile)
-    try:
-        call()
-    finally:
-        sys.setprofile(None)
-    return entered
+    return _autotune_calls(call, also="Int4Module.")
 
 
 @pytest.mark.parametrize("sym", [True, False])
