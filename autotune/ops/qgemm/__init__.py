@@ -94,6 +94,11 @@ def _static_bytes(c: Mapping[str, int]) -> int:
     return 8 * c["mt"] * _rows_per_block(c) * 4 if c["cluster"] > 1 else 4
 
 
+def _fits(problem: Problem, c: Mapping[str, int]) -> bool:
+    """Whether x's slice and the cluster's partial sums together fit an SM's shared memory."""
+    return _shared_bytes(problem, c) + _static_bytes(c) <= MAX_SHARED_BYTES
+
+
 def _rows_per_block(c: Mapping[str, int]) -> int:
     return c["block"] // 32 * c["tiles"] * 16
 
@@ -142,7 +147,7 @@ class QGemm(Op):
         if problem.k % group_of(problem):
             return f"K = {problem.k} is not a multiple of the group size {group_of(problem)}"
         smallest = {"mt": 1, "cluster": cluster_choices()[-1], "block": 64, "tiles": 1}
-        if _shared_bytes(problem, smallest) + _static_bytes(smallest) > MAX_SHARED_BYTES:
+        if not _fits(problem, smallest):
             return f"K = {problem.k} is too long for x's slice in shared memory, even split {smallest['cluster']} ways"
         if problem.m > MAX_M:
             return f"{NAME} kernels run M <= {MAX_M} (autotune.linear dequantizes larger batches), got M = {problem.m}"
@@ -164,7 +169,7 @@ class QGemm(Op):
                 return f"more than {MAX_SUMS} tiles of sums a thread (tiles x mt)"
             if c["cluster"] > 1 and _static_bytes(c) > MAX_STATIC_SHARED_BYTES:
                 return "the cluster's partial sums exceed 32 KiB of static shared memory"
-            if _shared_bytes(problem, c) + _static_bytes(c) > MAX_SHARED_BYTES:
+            if not _fits(problem, c):
                 return f"x's slice ({_shared_bytes(problem, c)} bytes) exceeds shared memory: split K (cluster)"
             return None
 
@@ -190,7 +195,7 @@ class QGemm(Op):
         for mt in reversed(_mt_choices(problem)):
             for cluster in cluster_choices():
                 candidate = {**config, "mt": mt, "cluster": cluster}
-                if _shared_bytes(problem, candidate) + _static_bytes(candidate) <= MAX_SHARED_BYTES:
+                if _fits(problem, candidate):
                     return candidate
         return config
 
