@@ -261,6 +261,7 @@ sm__warps_active.avg.pct_of_peak_sustained_active python3 scripts/profile_vs_cub
       step ncu-int4
       ncu --clock-control none --launch-skip 3 --launch-count 2 -k regex:qgemm --section SpeedOfLight \
         --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats \
+        --section SchedulerStats --section ComputeWorkloadAnalysis \
         env AUTOTUNE_DB="$DB" python3 -c "
 import torch, autotune
 w = torch.randn(28672, 4096, device='cuda', dtype=torch.float16)
@@ -268,7 +269,7 @@ qw = autotune.quantize(w, 'int4', group=128)
 x = torch.randn(1, 4096, device='cuda', dtype=torch.float16)
 for _ in range(6): autotune.linear(x, qw)
 torch.cuda.synchronize()" > "$OUT/ncu-int4.txt" 2>&1
-      grep -E "Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers|Stall|Warp Cycles|Issued" "$OUT/ncu-int4.txt" | head -60 ;;
+      grep -E "Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers|Stall|Warp Cycles|Issued|Eligible|Issue Slots|Grid Size|Block Size|Shared Memory" "$OUT/ncu-int4.txt" | head -80 ;;
     export)
       step export
       python3 -c "import sys; from pathlib import Path; from autotune.store import open_store; print(open_store(sys.argv[1], import_shipped=False).export_records('$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)', Path(sys.argv[2]), top=3, current_only=True), 'records')" "$DB" "$OUT/records.jsonl" ;;

@@ -729,3 +729,20 @@ def test_the_launch_path_loads_a_shipped_kernel_without_nvcc(
     runtime = _runtime(choice)
     runtime.plan(choice, runtime.device(0), not use["unaligned"])
     assert len(images) == 1 and images[0][:4] == bytes.fromhex("50ed55ba")  # a fatbin, loaded as it is
+
+
+def test_any_dynamic_shared_memory_opts_the_kernel_in_and_a_larger_launch_again(
+    cuda: FakeCuda, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A kernel's static shared memory (the int4 cluster's partial sums, 32 KiB) counts toward the 48 KiB
+    # a block gets without the opt-in, so 44 KiB of dynamic memory must opt in too (a launch error on
+    # the H200 before).
+    allowed: list[tuple[int, int]] = []
+    monkeypatch.setattr(driver, "allow_shared", lambda function, size: allowed.append((function, size)))
+    device = _runtime(Choice(Problem("gemv", "float16", 8, 8), H200.name, {}, "measured")).device(0)
+    none = device.function(b"\x7fELF", "key", "plain", 0)
+    first = device.function(b"\x7fELF", "key", "staged", 45056)
+    device.function(b"\x7fELF", "key", "staged", 45056)
+    device.function(b"\x7fELF", "key", "staged", 1024)
+    device.function(b"\x7fELF", "key", "staged", 90112)
+    assert none != first and allowed == [(first, 45056), (first, 90112)]

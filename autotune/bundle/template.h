@@ -52,7 +52,7 @@ typedef struct autotune_config {
 typedef struct autotune_launch {
   uint32_t grid[3];
   uint32_t block[3];
-  uint32_t shared_bytes; /* above 48 KiB: set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES first */
+  uint32_t shared_bytes; /* above 0: set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES first */
   uint64_t workspace_floats; /* float partial sums, passed as the `workspace` argument */
   uint64_t counters;         /* uint32 arrival counters, passed as the `counters` argument */
 } autotune_launch;

@@ -17,15 +17,11 @@ import numpy as np
 
 from autotune.core.errors import PYCUDA_HINT, AutotuneError
 from autotune.core.fingerprint import GpuInfo, LocalGpu, cuda_release, local_gpus
-from autotune.core.limits import DEFAULT_SHARED_BYTES
 from autotune.ops import tma
 
 if TYPE_CHECKING:
     from autotune.ops.base import Op
     from autotune.ops.geometry import Launch
-
-# Dynamic shared memory every kernel may use; more needs a per-function opt-in (opt_in_shared).
-DEFAULT_SHARED_LIMIT = DEFAULT_SHARED_BYTES
 
 
 def driver() -> Any:
@@ -194,6 +190,7 @@ class Scratch:
 
 
 def opt_in_shared(function: Any, shared_bytes: int) -> None:
-    """Let `function` launch with more than 48 KiB of dynamic shared memory."""
+    """Let `function` launch with `shared_bytes` of dynamic shared memory (needed once static and dynamic
+    together pass 48 KiB)."""
     cuda = driver()
     function.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_bytes)

@@ -12,7 +12,7 @@ from autotune.ops.tma import OperandMaps
 class Launch:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
-    shared_bytes: int  # dynamic shared memory; above 48 KiB the launcher opts the kernel in first
+    shared_bytes: int  # dynamic shared memory; the launcher opts the kernel in to it first
     workspace_floats: int  # split-K partial sums (0 without split)
     counters: int  # split-K arrival counters, zero between launches (0 without split)
     # TMA kernels: the tensor maps of A and B they read from the buffer passed as `workspace`, which

@@ -18,7 +18,6 @@ from typing import Any
 
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import GpuInfo, cuda_release, kernel_driver_version, local_gpus
-from autotune.core.limits import DEFAULT_SHARED_BYTES
 from autotune.ops import tma
 from autotune.ops.geometry import Launch
 from autotune.runtime import driver
@@ -154,8 +153,11 @@ class Device:
                     self._functions[key] = driver.load_function(cubin, name)
             function = self._functions[key]
             # One instance serves problems whose shared memory differs (an int4 kernel stages x's
-            # K elements), so the opt-in follows the largest launch asked for, not the first.
-            if shared_bytes > self._shared_allowed.get(function, DEFAULT_SHARED_BYTES):
+            # K elements), so the opt-in follows the largest launch asked for, not the first. Any
+            # dynamic amount opts in: a kernel with static shared memory (the int4 cluster's partial
+            # sums) needs it once static and dynamic together pass 48 KiB, and the static size lives
+            # in the cubin, not here.
+            if shared_bytes > self._shared_allowed.get(function, 0):
                 with driver.in_context(self.context), driver.relaxed_capture():
                     driver.allow_shared(function, shared_bytes)
                 self._shared_allowed[function] = shared_bytes

@@ -241,7 +241,8 @@ def load_function(cubin: bytes, name: str) -> int:
 
 
 def allow_shared(function: int, shared_bytes: int) -> None:
-    """Let `function` launch with more than 48 KiB of dynamic shared memory."""
+    """Let `function` launch with `shared_bytes` of dynamic shared memory (needed once static and dynamic
+    together pass 48 KiB)."""
     check(
         lib().cuFuncSetAttribute(function, FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_bytes),
         "cuFuncSetAttribute",

@@ -157,7 +157,7 @@ struct Device {
     }
     CUfunction function;
     check(cuModuleGetFunction(&function, module, e->kernel_name), e->kernel_name);
-    if (shared_bytes > 48 * 1024) {  // more dynamic shared memory than a block gets without asking
+    if (shared_bytes > 0) {  // static and dynamic shared memory past 48 KiB together need the opt-in
       check(cuFuncSetAttribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)shared_bytes),
             "cuFuncSetAttribute");
     }

@@ -23,7 +23,7 @@ from autotune.core.dtypes import HOST_STORAGE, SUBNORMAL_SPACING, UNIT_ROUNDOFF,
 from autotune.core.fingerprint import GpuInfo
 from autotune.core.outcome import Outcome, Status
 from autotune.core.problem import ITEMSIZE, Problem, input_bytes
-from autotune.measure.gpu import DEFAULT_SHARED_LIMIT, Kernels, Scratch, driver, opt_in_shared, programmatic_launch
+from autotune.measure.gpu import Kernels, Scratch, driver, opt_in_shared, programmatic_launch
 from autotune.measure.sensors import Reading, medians
 from autotune.measure.worker.fill import BYTE_FILL_FILE, RandomFill
 from autotune.measure.worker.timing import Timer
@@ -193,7 +193,7 @@ class Runner:
         geom = self._op.launch(self.problem, config, self.gpu.sm_count)
         programmatic = programmatic_launch(self._op, self.gpu)
         fn = self._kernels.function(cubin, name, self._op.arg_types, programmatic=programmatic)
-        if geom.shared_bytes > DEFAULT_SHARED_LIMIT:
+        if geom.shared_bytes > 0:  # static shared memory counts toward the 48 KiB too (runtime/device.py)
             opt_in_shared(fn, geom.shared_bytes)
         return self._checked_and_timed(lambda copy, alpha, beta: self._launch(fn, geom, copy, alpha, beta))
 
