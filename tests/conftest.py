@@ -1,8 +1,8 @@
 """Shared test setup: GPU tests (marker `gpu`) skip cleanly where there is no GPU or no PyCUDA (those
-marked `gpu(driver=True)` need the CUDA driver only, as the launch path does); one
-kernel cache serves the whole run, what the tests marked `nvcc` compile is built in the
-background while the other tests run (tests/nvcc.py), and the shipped records are imported once
-into each kind of new database, then copied (tests/shipped_copies.py)."""
+marked `gpu(driver=True)` need the CUDA driver only, as the launch path does); one kernel cache serves
+the whole run (all its workers under pytest-xdist), what the tests marked `nvcc` compile is built once,
+in the background, while the other tests run (tests/nvcc.py), and the shipped records are imported
+once into each kind of new database, then copied (tests/shipped_copies.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,12 +22,26 @@ from tests import nvcc, shipped_copies
 
 # Where the run's kernel cache is kept on its config (made in pytest_configure, removed in pytest_unconfigure).
 _KERNELS = pytest.StashKey[Path]()
+# The key of the kernel cache's path in the workerinput pytest-xdist's controller hands each worker.
+_WORKER_KERNELS = "autotune_test_kernels"
 
 
 def pytest_configure(config: pytest.Config) -> None:
     """The run's kernel cache (AUTOTUNE_CACHE_DIR of every test): cubins/ and nvcc-runs/. Made here, not
-    at import, so that nothing is made by importing this module and the folder removed is the one made."""
-    config.stash[_KERNELS] = Path(tempfile.mkdtemp(prefix="autotune-test-kernels-"))
+    at import, so that nothing is made by importing this module and the folder removed is the one made.
+    Under pytest-xdist the controller makes it and its workers share it (pytest_configure_node): each
+    kernel the tests need is then compiled once per run, not once per worker."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        config.stash[_KERNELS] = Path(workerinput[_WORKER_KERNELS])
+    else:
+        config.stash[_KERNELS] = Path(tempfile.mkdtemp(prefix="autotune-test-kernels-"))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """pytest-xdist's controller, for each worker it starts: the run's kernel cache."""
+    node.workerinput[_WORKER_KERNELS] = str(node.config.stash[_KERNELS])
 
 
 @pytest.fixture(scope="session")
@@ -85,6 +100,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: item.get_closest_marker("nvcc") is not None)
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's reports the collection: see nvcc._wait_for_lock
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start compiling, in the background, what the selected tests marked `nvcc` will compile."""
     makers: dict[nvcc.JobsOf, None] = {}
@@ -99,13 +115,16 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     # The real nvcc's version is part of every cache key: take it before a test puts a fake nvcc on PATH.
     nvcc_version()
     kernels = session.config.stash[_KERNELS]
-    nvcc.start_background(list(jobs), kernels / "cubins", kernels / "nvcc-runs")
+    # xdist's workers all collect the same tests: the first compiles for all, the others wait for it.
+    workerinput = getattr(session.config, "workerinput", None)
+    first = workerinput is None or workerinput["workerid"] == "gw0"
+    nvcc.start_background(list(jobs), kernels / "cubins", kernels / "nvcc-runs", start=first)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     nvcc.stop_background()
     kernels = config.stash.get(_KERNELS, None)
-    if kernels is not None:
+    if kernels is not None and not hasattr(config, "workerinput"):  # the controller's, removed once all are done
         shutil.rmtree(kernels, ignore_errors=True)
 
 

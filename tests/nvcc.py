@@ -11,10 +11,15 @@ calls compile_all() or run_nvcc() without the marker is correct, only slower.
 
 The background is a process of its own, so tests that patch autotune.build.compiler or put a fake
 nvcc on PATH cannot reach it.
+
+Under pytest-xdist every worker collects the same tests and shares the run's kernel cache: one worker
+starts the background, which holds an exclusive lock on `background.lock` in the cache until it ends;
+the others wait for that lock instead of compiling everything a second time.
 """
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import hashlib
 import json
@@ -66,8 +71,9 @@ JobsOf = Callable[[], Iterable[Job]]
 class _Background:
     """The run's background compile process, started by conftest.py (one at a time)."""
 
-    process: subprocess.Popen[bytes] | None = None
+    process: subprocess.Popen[bytes] | None = None  # where this process started it
     runs: Path | None = None  # where NvccRun results are kept, shared with the background
+    lock: Path | None = None  # held by the background while it runs, whichever process started it
 
 
 def _runs_dir() -> Path:
@@ -77,11 +83,13 @@ def _runs_dir() -> Path:
     return _Background.runs
 
 
-def start_background(jobs: Sequence[Job], cubins: Path, runs: Path) -> None:
-    """Start compiling `jobs` into `cubins` (CompileJobs) and `runs` (NvccRuns) in the background."""
+def start_background(jobs: Sequence[Job], cubins: Path, runs: Path, *, start: bool = True) -> None:
+    """Start compiling `jobs` into `cubins` (CompileJobs) and `runs` (NvccRuns) in the background; with
+    `start` false, only wait for the one another process (an xdist worker) starts with the same folders."""
     stop_background()
     _Background.runs = runs
-    if not jobs or shutil.which("nvcc") is None:
+    _Background.lock = runs / "background.lock"
+    if not start or not jobs or shutil.which("nvcc") is None:
         return
     runs.mkdir(parents=True, exist_ok=True)
     plan = runs / "background.json"
@@ -96,7 +104,12 @@ def start_background(jobs: Sequence[Job], cubins: Path, runs: Path) -> None:
         )
     )
     path = os.pathsep.join(filter(None, (str(_REPO), os.environ.get("PYTHONPATH"))))
-    with (runs / "background.log").open("wb") as log:
+    # The lock is taken before it has its name, so that a waiter never finds it unlocked before the
+    # background ends; the background inherits it (pass_fds) and the OS drops it when that process ends.
+    staged = runs / f"background.lock.{os.getpid()}"
+    with staged.open("wb") as lock, (runs / "background.log").open("wb") as log:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        os.replace(staged, _Background.lock)
         _Background.process = subprocess.Popen(
             [sys.executable, "-m", "tests.nvcc", str(plan)],
             cwd=_REPO,
@@ -104,6 +117,7 @@ def start_background(jobs: Sequence[Job], cubins: Path, runs: Path) -> None:
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
+            pass_fds=(lock.fileno(),),
             start_new_session=True,  # a Ctrl-C reaches the tests, and stop_background() ends it
         )
 
@@ -123,6 +137,26 @@ def wait_for_background() -> None:
             process.wait(timeout=_WAIT_S)
         except subprocess.TimeoutExpired:
             stop_background()
+    elif _Background.lock is not None:
+        _wait_for_lock(_Background.lock)
+
+
+def _wait_for_lock(path: Path) -> None:
+    """Wait, at most _WAIT_S, until the background another process started has ended. Without a lock
+    file there is none: no worker runs a test before every worker has collected (xdist's scheduling),
+    and the one that starts the background names its lock while collecting."""
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        return
+    with handle:
+        deadline = time.monotonic() + _WAIT_S
+        while time.monotonic() < deadline:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                time.sleep(0.2)
 
 
 def compile_all(jobs: Sequence[CompileJob], cache_dir: Path | None = None) -> list[CompileResult]:
