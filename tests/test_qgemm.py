@@ -17,12 +17,14 @@ from autotune.core.paths import kernels_dir
 from autotune.ops import qgemm, source_hash
 from tests.nvcc import compile_all
 
-# Configs spread over M tiles, lane groups, rows, pieces in flight, K split in clusters and load paths.
+# Configs spread over M tiles, lane groups, rows, pieces in flight, K split in clusters, load paths,
+# occupancy hints, scales applied after the MMAs (group 128) and to each weight (groups 32 and 64).
 SAMPLE: list[tuple[str, int, str, dict[str, int]]] = [
-    ("float16", 1, "g128", dict(mt=1, block=256, tiles=1, unroll=4, cluster=1, policy=1, persist=2)),
-    ("bfloat16", 16, "g32a", dict(mt=2, block=128, tiles=2, unroll=2, cluster=2, policy=2, persist=0)),
-    ("float16", 64, "g64a", dict(mt=8, block=64, tiles=1, unroll=1, cluster=8, policy=0, persist=0)),
-    ("bfloat16", 1, "g128", dict(mt=1, block=512, tiles=2, unroll=1, cluster=4, policy=1, persist=1)),
+    ("float16", 1, "g128", dict(mt=1, block=256, tiles=1, unroll=4, cluster=1, policy=1, min_blocks=1, persist=2)),
+    ("bfloat16", 16, "g32a", dict(mt=2, block=128, tiles=2, unroll=2, cluster=2, policy=2, min_blocks=2, persist=0)),
+    ("float16", 64, "g64a", dict(mt=8, block=64, tiles=1, unroll=1, cluster=8, policy=0, min_blocks=8, persist=0)),
+    ("bfloat16", 1, "g128", dict(mt=1, block=512, tiles=2, unroll=1, cluster=4, policy=1, min_blocks=1, persist=1)),
+    ("float16", 1, "g128a", dict(mt=1, block=256, tiles=1, unroll=1, cluster=1, policy=2, min_blocks=4, persist=0)),
 ]
 
 

@@ -37,19 +37,27 @@ _BLOCKS = (64, 128, 256, 512)
 _TILES = (1, 2)  # tiles of 16 rows of W a warp
 _UNROLLS = (1, 2, 4)
 _PERSIST = (0, 1, 2, 4, 8)
+# Blocks an SM must hold at once (__launch_bounds__'s second argument): ptxas keeps a thread within
+# 64K / (block x min_blocks) registers, spilling if it must. One block of 512 threads at 94 registers
+# left the SM 16 warps, too few to keep its loads in flight (ncu: 44% of DRAM bandwidth).
+_MIN_BLOCKS = (1, 2, 3, 4, 8)
+MAX_THREADS_HINTED = 1024  # block x min_blocks: 64 registers a thread, the fewest the loop runs in
 # Registers a thread holds for its loads in flight (8 per tile and step) and its sums (4 per tile of W
 # and of x): past these ptxas spills.
 MAX_LOADS_IN_FLIGHT = 4  # tiles x unroll
 MAX_SUMS = 8  # tiles x mt
 
-# Tilings measured first: one or two tiles of 16 rows a warp, two or four steps in flight, grids of
-# a block per row tile and persistent ones. The first three are the H200's 24-trial sweeps' picks for
-# M = 1 (db/records/nvidia-h200-qgemm.jsonl): K split 8 or 4 ways in clusters where N is small, none
-# with a persistent grid for N = 28672: more warps with loads in flight on the SMs.
+# Tilings measured first: one or two tiles of 16 rows a warp, one to four steps in flight, 16 to 32
+# warps an SM, grids of a block per row tile and persistent ones. The first three are the earlier
+# kernel's H200 picks for M = 1: K split 8 or 4 ways in clusters where N is small, a persistent grid of
+# 512-thread blocks for N = 28672; the next two hold 32 warps an SM in 64 registers.
 _SEEDS: tuple[dict[str, int], ...] = (
     dict(block=128, tiles=2, unroll=2, policy=0, cluster=8, persist=0),
     dict(block=256, tiles=1, unroll=2, policy=1, cluster=4, persist=1),
     dict(block=512, tiles=1, unroll=2, policy=2, cluster=1, persist=1),
+    dict(block=256, tiles=1, unroll=1, policy=2, min_blocks=4),
+    dict(block=512, tiles=1, unroll=1, policy=2, min_blocks=2, persist=2),
+    dict(block=256, tiles=1, unroll=2, policy=2, min_blocks=3),
     dict(block=128, tiles=1, unroll=4, policy=1),
     dict(block=256, tiles=1, unroll=2, policy=1),
     dict(block=256, tiles=2, unroll=2, policy=2),
@@ -167,6 +175,8 @@ class QGemm(Op):
                 return f"more than {MAX_LOADS_IN_FLIGHT} tiles x steps in flight a thread (runs out of registers)"
             if c["tiles"] * c["mt"] > MAX_SUMS:
                 return f"more than {MAX_SUMS} tiles of sums a thread (tiles x mt)"
+            if c["block"] * c["min_blocks"] > MAX_THREADS_HINTED:
+                return f"block x min_blocks above {MAX_THREADS_HINTED} (fewer than 64 registers a thread)"
             if c["cluster"] > 1 and _static_bytes(c) > MAX_STATIC_SHARED_BYTES:
                 return "the cluster's partial sums exceed 32 KiB of static shared memory"
             if not _fits(problem, c):
@@ -181,6 +191,7 @@ class QGemm(Op):
                 Param("unroll", _UNROLLS),
                 Param("cluster", cluster_choices()),
                 Param("policy", (0, 1, 2)),
+                Param("min_blocks", _MIN_BLOCKS),
                 # Blocks per SM of a persistent grid (0: a block per row tile): x is staged once
                 # per block, and row tiles are not left to a last, mostly empty wave.
                 Param("persist", _PERSIST, compiled=False),
@@ -191,7 +202,16 @@ class QGemm(Op):
     def default_config(self, problem: Problem) -> Config:
         """Four warps of one tile each, one step in flight, as many rows of x in a block as fit, K
         split just enough for x's slice to fit shared memory (input_fault refuses a K that never fits)."""
-        config = {"mt": 1, "block": 128, "tiles": 1, "unroll": 1, "policy": 0, "persist": 0, "cluster": 1}
+        config = {
+            "mt": 1,
+            "block": 128,
+            "tiles": 1,
+            "unroll": 1,
+            "policy": 0,
+            "min_blocks": 1,
+            "persist": 0,
+            "cluster": 1,
+        }
         for mt in reversed(_mt_choices(problem)):
             for cluster in cluster_choices():
                 candidate = {**config, "mt": mt, "cluster": cluster}
@@ -217,7 +237,7 @@ class QGemm(Op):
         c = config
         return (
             f"qgemm_{problem.dtype}_{problem.variant}_m{c['mt']}_b{c['block']}_t{c['tiles']}_u{c['unroll']}"
-            f"_c{c['cluster']}_p{c['policy']}"
+            f"_c{c['cluster']}_p{c['policy']}_o{c['min_blocks']}"
         )
 
     def kernel_source(self, problem: Problem, config: Mapping[str, int]) -> str:
@@ -229,7 +249,8 @@ class QGemm(Op):
         )
         return (
             f'#include "{KERNEL_FILE}"\n'
-            f'extern "C" __global__ void {cluster_declaration(c["cluster"])}__launch_bounds__({c["block"]})\n'
+            f'extern "C" __global__ void {cluster_declaration(c["cluster"])}'
+            f"__launch_bounds__({c['block']}, {c['min_blocks']})\n"
             f"{self.kernel_name(problem, config)}(const {t}* x, const unsigned char* qweight, const {t}* scales,\n"
             f"    const unsigned char* zeros, {t}* out, int M, int N, int K, float alpha, float beta,\n"
             f"    float* workspace, unsigned int* counters) {{\n"
