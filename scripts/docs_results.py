@@ -646,7 +646,7 @@ FIGURES = [
         r"M = 1 geometric mean (?P<f16_torch>[\d.]+)x torch's float16 and\s+(?P<f16_ours>[\d.]+)x our float16 "
         r"GEMV over the\s+(?P<pairs>\d+) \(N, K\) pairs.*?M = 4 (?P<f16_m4>[\d.]+)x and M = 16\s+"
         r"(?P<f16_m16>[\d.]+)x.*?(?P<bf16_torch>[\d.]+)x torch's\s+bfloat16; tinygemm\s+"
-        r"(?P<bf16_tinygemm>[\d.]+)x and gemlite[^\d]*?(?P<bf16_gemlite>[\d.]+)x\s+as fast as ours",
+        r"(?P<bf16_tinygemm>[\d.]+|n/a)x and gemlite[^\d]*?(?P<bf16_gemlite>[\d.]+|n/a)x\s+as fast as ours",
         lowbit_prose,
         f"results/{LOWBIT_H200}.json",
     ),
