@@ -1,0 +1,308 @@
+// Does a cp.async pipeline lift the int4 GEMV (kernels/qgemm/qgemm.cu) towards the bandwidth wall?
+// experiments/int4_access/ showed that the bytes a warp keeps in flight, not qgemm's 8-rows x 64-byte
+// access pattern, set the read rate (1, 2 and 4 KiB a warp: 1.89, 2.96, 3.26 TB/s on 28672 x 4096),
+// while qgemm holds its loads in registers: two 1 KiB stages at 84 registers, and two 2 KiB stages
+// need about 110, which halves the warps an SM. Here each lane copies its own 16-byte pieces with
+// cp.async into a ring of STAGES slots in shared memory (no registers held by a load in flight), so a
+// warp has up to STAGES - 1 KiB in flight, and reads each piece back when it multiplies it. Everything
+// else is qgemm's: the same fragments, dequantization (at_qgemm::Codes), x staged as pairs, scales
+// after the MMAs (group 128), K split over a cluster.
+//
+// The program checks every variant against a float64 product on the host (output poisoned with NaN
+// first) and times it the way autotune times kernels (experiments/bench_common.cuh: back to back behind
+// a spin kernel, the weights rotating over 4x the L2), beside qgemm's instances at the H200 sweeps'
+// picks for the same shapes (db/records/nvidia-h200-qgemm.jsonl, M = 1, float16, g128). One JSON
+// object a line. Build and run from the repository root on a GPU machine:
+//   nvcc -O3 -arch=sm_90 -std=c++17 -I kernels -I kernels/common -o /tmp/int4_async \
+//     experiments/int4_async.cu && /tmp/int4_async
+#include "bench_common.cuh"
+#include "qgemm/qgemm.cu"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+namespace at_qgemm_async {
+using namespace at_qgemm;
+using at_common::finish;
+using at_common::to_float;
+
+__device__ __forceinline__ void copy16(void* dst, const void* src) {
+  const unsigned to = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(to), "l"(src) : "memory");
+}
+__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wait_groups() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// M = 1 (one row of x), one tile of 16 rows of W a warp, one step (4 pieces a quad) a stage. A lane
+// reads back only the slots it filled itself, so no barrier is needed between warps or lanes: the
+// wait_group orders its own copies, and a slot is refilled only after the LDS that read it was issued
+// (asm volatile with a memory clobber keeps that order; the copy lands a DRAM latency later).
+template <typename T, int BLOCK, int STAGES, int GROUP, int SYM, int CLUSTER>
+__device__ __forceinline__ void body(const T* __restrict__ x, const unsigned char* __restrict__ qweight,
+                                     const T* __restrict__ scales, const unsigned char* __restrict__ zeros,
+                                     T* __restrict__ out, int M, int N, int K, float alpha, float beta) {
+  static_assert(scales_after<GROUP>, "the experiment covers groups of 128 (scales after the MMAs)");
+  constexpr int WARPS = BLOCK / 32, ROWS = WARPS * 16;
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ float cluster_part[CLUSTER > 1 ? ROWS * 8 : 1];
+  launch_dependents();
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, c = lane % 4;
+  uint4* ring = reinterpret_cast<uint4*>(smem) + warp * STAGES * 64;  // [slot][row g, g + 8][lane]
+  unsigned char* x_slice = smem + WARPS * STAGES * 1024;
+  const int pieces = K / PIECE, quads = (pieces + QUAD - 1) / QUAD;
+  const int per_split = (quads + CLUSTER - 1) / CLUSTER * QUAD;
+  const int piece_begin = min(pieces, (int)blockIdx.y * per_split);
+  const int piece_count = min(pieces, piece_begin + per_split) - piece_begin;
+  const int steps = per_split / QUAD;
+  const int groups_per_row = K / GROUP;
+  const int warp_row = blockIdx.x * ROWS + warp * 16;
+  const uint4* w[2];
+  const T* s[2];
+  const unsigned char* z[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = min(warp_row + g + 8 * h, N - 1);
+    w[h] = reinterpret_cast<const uint4*>(qweight + (size_t)row * (K / 2)) + piece_begin;
+    s[h] = scales + (size_t)row * groups_per_row;
+    z[h] = SYM ? nullptr : zeros + (size_t)row * groups_per_row;
+  }
+  float scale[STAGES][2];
+  typename Codes<T>::Zero zero[STAGES][2];
+  // Step `step` into slot `slot` (pieces past the split's end read its last piece: zero x meets them).
+  auto issue = [&](int step, int slot) {
+    const int piece = min(step * QUAD + c, piece_count - 1);
+    const int group = (piece_begin + piece) * PIECE / GROUP;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      copy16(ring + (slot * 2 + h) * 32 + lane, w[h] + piece);
+      scale[slot][h] = to_float(s[h][group]);
+      zero[slot][h] = Codes<T>::zero(SYM ? 8 : z[h][group] & 0xF);
+    }
+  };
+
+  wait_for_prior_grid();
+  if (piece_count > 0) {
+#pragma unroll
+    for (int p = 0; p < STAGES - 1; ++p) {
+      issue(p, p);
+      commit();
+    }
+  }
+  const int words = per_split * 4;  // x's one row, as the pairs qgemm stages
+  for (int word = tid; word < words; word += BLOCK) {
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (word < piece_count * 4) v = __ldg(reinterpret_cast<const uint4*>(x + (size_t)(piece_begin * 4 + word) * 8));
+    uint4 pairs;
+    pairs.x = __byte_perm(v.x, v.z, 0x5410);
+    pairs.y = __byte_perm(v.x, v.z, 0x7632);
+    pairs.z = __byte_perm(v.y, v.w, 0x5410);
+    pairs.w = __byte_perm(v.y, v.w, 0x7632);
+    *reinterpret_cast<uint4*>(x_slice + (word / 4) * PIECE_BYTES + (word % 4) * 16) = pairs;
+  }
+  __syncthreads();
+
+  float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int k0 = 0; k0 < steps && piece_count > 0; k0 += STAGES) {
+#pragma unroll
+    for (int p = 0; p < STAGES; ++p) {
+      const int k = k0 + p;
+      issue(k + STAGES - 1, (p + STAGES - 1) % STAGES);
+      commit();
+      wait_groups<STAGES - 1>();  // step k's copies have landed
+      if (k < steps) {
+        const uint4 lo_words = ring[(p * 2) * 32 + lane], hi_words = ring[(p * 2 + 1) * 32 + lane];
+        float part[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          // B's column g is row g of x: only g = 0 exists at M = 1.
+          const uint4 b = g == 0 ? *reinterpret_cast<const uint4*>(x_slice + (k * QUAD + c) * PIECE_BYTES + j * 16)
+                                 : make_uint4(0u, 0u, 0u, 0u);
+          unsigned lo[4], hi[4];
+          Codes<T>::of(reinterpret_cast<const unsigned*>(&lo_words)[j], zero[p][0], lo);
+          Codes<T>::of(reinterpret_cast<const unsigned*>(&hi_words)[j], zero[p][1], hi);
+          if (j == 0)
+            mma<T, true>(part, lo[0], hi[0], lo[1], hi[1], b.x, b.y);
+          else
+            mma<T, false>(part, lo[0], hi[0], lo[1], hi[1], b.x, b.y);
+          mma<T, false>(part, lo[2], hi[2], lo[3], hi[3], b.z, b.w);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) d[e] = fmaf(part[e], scale[p][e >> 1], d[e]);
+      }
+    }
+  }
+  wait_groups<0>();  // no copy may land after the block has gone
+
+  const int first_row = blockIdx.x * ROWS;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int m = 2 * c + (e & 1), row = warp * 16 + g + 8 * (e >> 1);
+    if constexpr (CLUSTER == 1) {
+      const size_t at = (size_t)m * N + first_row + row;
+      if (m < M && first_row + row < N) out[at] = finish<T>(d[e], alpha, beta, out + at);
+    } else {
+      cluster_part[m * ROWS + row] = d[e];
+    }
+  }
+  if constexpr (CLUSTER > 1) {
+    at_common::cluster_sum<CLUSTER>(cluster_part, 8 * ROWS, [&](int o, float sum) {
+      const int m = o / ROWS, row = first_row + o % ROWS;
+      const size_t at = (size_t)m * N + row;
+      if (m < M && row < N) out[at] = finish<T>(sum, alpha, beta, out + at);
+    });
+  }
+}
+}  // namespace at_qgemm_async
+
+#define ARGS                                                                                              \
+  const __half *x, const unsigned char *qweight, const __half *scales, const unsigned char *zeros, __half *out, \
+      int M, int N, int K, float alpha, float beta
+#define PASS x, qweight, scales, zeros, out, M, N, K, alpha, beta
+
+// qgemm's instances (template <T, MT, BLOCK, TILES, UNROLL, GROUP, SYM, CLUSTER, POLICY>) at the
+// H200 sweeps' M = 1 picks, float16 g128; as the op generates them, only a K split has cluster dims.
+template <int BLOCK, int TILES, int UNROLL, int POLICY, int MINB>
+__global__ void __launch_bounds__(BLOCK, MINB) qgemm_kernel(ARGS) {
+  at_qgemm::qgemm_body<__half, 1, BLOCK, TILES, UNROLL, 128, 1, 1, POLICY>(PASS);
+}
+template <int BLOCK, int TILES, int UNROLL, int CLUSTER, int POLICY, int MINB>
+__global__ void __cluster_dims__(1, CLUSTER, 1) __launch_bounds__(BLOCK, MINB) qgemm_split_kernel(ARGS) {
+  at_qgemm::qgemm_body<__half, 1, BLOCK, TILES, UNROLL, 128, 1, CLUSTER, POLICY>(PASS);
+}
+template <int BLOCK, int STAGES, int MINB>
+__global__ void __launch_bounds__(BLOCK, MINB) async_kernel(ARGS) {
+  at_qgemm_async::body<__half, BLOCK, STAGES, 128, 1, 1>(PASS);
+}
+template <int BLOCK, int STAGES, int CLUSTER, int MINB>
+__global__ void __cluster_dims__(1, CLUSTER, 1) __launch_bounds__(BLOCK, MINB) async_split_kernel(ARGS) {
+  at_qgemm_async::body<__half, BLOCK, STAGES, 128, 1, CLUSTER>(PASS);
+}
+
+struct Variant {
+  const char* kernel;
+  int block, tiles, unroll, stages, cluster, policy, min_blocks, persist;
+  void (*fn)(ARGS);
+};
+
+// Launch geometry as autotune/ops/qgemm's launch() for qgemm; one block a row tile for async.
+static void geometry(const Variant& v, int n, int k, int sms, dim3& grid, size_t& shared) {
+  const int rows = v.block / 32 * (v.stages ? 1 : v.tiles) * 16;
+  const int tiles = (n + rows - 1) / rows;
+  const int quads = (k / 32 + 3) / 4;
+  const int per_split = (quads + v.cluster - 1) / v.cluster * 4;
+  const size_t x_bytes = at_qgemm::x_row_bytes(per_split);
+  grid = dim3(v.persist ? std::min(tiles, v.persist * sms) : tiles, v.cluster, 1);
+  shared = v.stages ? (size_t)v.block / 32 * v.stages * 1024 + x_bytes : x_bytes;
+}
+
+int main() {
+  BenchSetup setup;
+  CHECK(bench_setup(setup));
+  printf("{\"device\": \"%s\", \"sms\": %d, \"l2_bytes\": %d}\n", setup.prop.name, setup.prop.multiProcessorCount,
+         setup.prop.l2CacheSize);
+  struct Shape {
+    int n, k;
+    std::vector<Variant> variants;
+  };
+  // The sweeps' picks (us on the H200): 28672x4096 b256 t1 u1 c1 p2 o1 (23.1), 37888x3584 b128 t1 u1 c1
+  // p2 o2 (24.1), 4096x14336 b64 t2 u1 c8 p0 o3 persist 2 (17.5), 3584x18944 b256 t2 u2 c8 p2 o1 persist 4
+  // (17.7); then the cp.async variants.
+  std::vector<Variant> wide = {
+      {"qgemm", 256, 1, 1, 0, 1, 2, 1, 0, qgemm_kernel<256, 1, 1, 2, 1>},
+      {"qgemm", 128, 1, 1, 0, 1, 2, 2, 0, qgemm_kernel<128, 1, 1, 2, 2>},
+      {"async", 128, 1, 1, 4, 1, 0, 1, 0, async_kernel<128, 4, 1>},
+      {"async", 128, 1, 1, 8, 1, 0, 1, 0, async_kernel<128, 8, 1>},
+      {"async", 256, 1, 1, 4, 1, 0, 1, 0, async_kernel<256, 4, 1>},
+      {"async", 256, 1, 1, 8, 1, 0, 1, 0, async_kernel<256, 8, 1>},
+      {"async", 256, 1, 1, 8, 1, 0, 2, 0, async_kernel<256, 8, 2>},
+      {"async", 128, 1, 1, 16, 1, 0, 2, 0, async_kernel<128, 16, 2>},
+  };
+  std::vector<Variant> narrow = {
+      {"qgemm", 64, 2, 1, 0, 8, 0, 3, 2, qgemm_split_kernel<64, 2, 1, 8, 0, 3>},
+      {"qgemm", 256, 2, 2, 0, 8, 2, 1, 4, qgemm_split_kernel<256, 2, 2, 8, 2, 1>},
+      {"async", 128, 1, 1, 4, 4, 0, 1, 0, async_split_kernel<128, 4, 4, 1>},
+      {"async", 128, 1, 1, 8, 4, 0, 1, 0, async_split_kernel<128, 8, 4, 1>},
+      {"async", 128, 1, 1, 8, 8, 0, 1, 0, async_split_kernel<128, 8, 8, 1>},
+      {"async", 64, 1, 1, 8, 8, 0, 2, 0, async_split_kernel<64, 8, 8, 2>},
+  };
+  const std::vector<Shape> shapes = {{28672, 4096, wide}, {37888, 3584, wide}, {4096, 14336, narrow},
+                                     {3584, 18944, narrow}, {4096, 4096, narrow}};
+  std::mt19937 rng(7);
+  for (const Shape& shape : shapes) {
+    const int n = shape.n, k = shape.k, groups = k / 128;
+    const size_t code_bytes = (size_t)n * k / 2;
+    std::vector<unsigned char> codes(code_bytes);
+    std::vector<__half> scale_h((size_t)n * groups), x_h(k);
+    std::vector<float> scale_f(scale_h.size()), x_f(k);
+    for (auto& b : codes) b = (unsigned char)(rng() & 0xFF);
+    std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+    for (size_t i = 0; i < scale_h.size(); ++i) scale_f[i] = __half2float(scale_h[i] = __float2half(0.01f + 0.02f * std::fabs(unit(rng))));
+    for (int i = 0; i < k; ++i) x_f[i] = __half2float(x_h[i] = __float2half(unit(rng)));
+    // float64 reference: y[r] = sum_k x[k] (q[r, k] - 8) s[r, k / 128], even k in the low nibble.
+    std::vector<double> ref(n);
+    double ref_max = 0.0;
+    for (int r = 0; r < n; ++r) {
+      double acc = 0.0;
+      for (int kk = 0; kk < k; ++kk) {
+        const unsigned char byte = codes[(size_t)r * (k / 2) + kk / 2];
+        const int q = kk % 2 ? byte >> 4 : byte & 0xF;
+        acc += (double)x_f[kk] * (q - 8) * scale_f[(size_t)r * groups + kk / 128];
+      }
+      ref[r] = acc;
+      ref_max = std::max(ref_max, std::fabs(acc));
+    }
+    unsigned char* d_codes;
+    __half *d_x, *d_scales, *d_out;
+    CHECK(cudaMalloc(&d_codes, code_bytes));
+    CHECK(cudaMalloc(&d_x, k * sizeof(__half)));
+    CHECK(cudaMalloc(&d_scales, scale_h.size() * sizeof(__half)));
+    CHECK(cudaMalloc(&d_out, n * sizeof(__half)));
+    CHECK(cudaMemcpy(d_codes, codes.data(), code_bytes, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(d_x, x_h.data(), k * sizeof(__half), cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(d_scales, scale_h.data(), scale_h.size() * sizeof(__half), cudaMemcpyHostToDevice));
+    // Timing reads rotating copies of the codes (4x the L2), filled with one byte: the time does not
+    // depend on the values.
+    std::vector<unsigned char*> rotating = rotating_buffers<unsigned char>(setup.prop, code_bytes, 0x5A);
+    if (rotating.empty()) return 1;
+    for (const Variant& v : shape.variants) {
+      dim3 grid;
+      size_t shared;
+      geometry(v, n, k, setup.prop.multiProcessorCount, grid, shared);
+      CHECK(cudaFuncSetAttribute(v.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared));
+      CHECK(cudaMemset(d_out, 0xFF, n * sizeof(__half)));  // NaN: a row never written fails
+      v.fn<<<grid, v.block, shared>>>(d_x, d_codes, d_scales, nullptr, d_out, 1, n, k, 1.0f, 0.0f);
+      CHECK(cudaGetLastError());
+      CHECK(cudaDeviceSynchronize());
+      std::vector<__half> got(n);
+      CHECK(cudaMemcpy(got.data(), d_out, n * sizeof(__half), cudaMemcpyDeviceToHost));
+      double err = 0.0;
+      for (int r = 0; r < n; ++r) {
+        const double y = __half2float(got[r]);
+        err = std::isfinite(y) ? std::max(err, std::fabs(y - ref[r])) : INFINITY;
+      }
+      const double rel = err / ref_max;
+      const auto launch = [&](int i) {
+        v.fn<<<grid, v.block, shared>>>(d_x, rotating[i % rotating.size()], d_scales, nullptr, d_out, 1, n, k, 1.0f,
+                                         0.0f);
+      };
+      const float us = best_of(launch, setup.start, setup.stop);
+      CHECK(cudaGetLastError());
+      const double bytes = code_bytes + scale_h.size() * 2.0 + k * 2.0 + n * 2.0;
+      printf("{\"kernel\": \"%s\", \"block\": %d, \"tiles\": %d, \"unroll\": %d, \"stages\": %d, \"cluster\": %d, "
+             "\"policy\": %d, \"min_blocks\": %d, \"persist\": %d, \"n\": %d, \"k\": %d, \"us\": %.2f, \"gbs\": %.0f, "
+             "\"rel_err\": %.3g, \"ok\": %s}\n",
+             v.kernel, v.block, v.tiles, v.unroll, v.stages, v.cluster, v.policy, v.min_blocks, v.persist, n, k, us,
+             bytes / us / 1e3, rel, rel < 2e-3 ? "true" : "false");
+      fflush(stdout);
+    }
+    for (auto* b : rotating) cudaFree(b);
+    cudaFree(d_codes);
+    cudaFree(d_x);
+    cudaFree(d_scales);
+    cudaFree(d_out);
+  }
+  return 0;
+}
