@@ -270,6 +270,13 @@ x = torch.randn(1, 4096, device='cuda', dtype=torch.float16)
 for _ in range(6): autotune.linear(x, qw)
 torch.cuda.synchronize()" > "$OUT/ncu-int4.txt" 2>&1
       grep -E "Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers|Stall|Warp Cycles|Issued|Eligible|Issue Slots|Grid Size|Block Size|Shared Memory" "$OUT/ncu-int4.txt" | head -80 ;;
+    int4-probes)
+      # The int4 GEMV's probes (docs/lowbit.md): the read-only access pattern probe, and the cp.async
+      # kernel checked and timed beside qgemm's swept instances.
+      step int4-probes
+      nvcc -O3 -arch=sm_90 -o /tmp/int4_access experiments/int4_access/access.cu && /tmp/int4_access > "$OUT/int4_access.jsonl"
+      nvcc -O3 -arch=sm_90 -std=c++17 -I kernels -I kernels/common -o /tmp/int4_async experiments/int4_async.cu \
+        && /tmp/int4_async | tee "$OUT/int4_async.jsonl" | tail -40 ;;
     export)
       step export
       python3 -c "import sys; from pathlib import Path; from autotune.store import open_store; print(open_store(sys.argv[1], import_shipped=False).export_records('$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)', Path(sys.argv[2]), top=3, current_only=True), 'records')" "$DB" "$OUT/records.jsonl" ;;
