@@ -1,7 +1,10 @@
 """Host time per call of autotune.linear against F.linear at the decoder stack's shapes (batch 1 and
-4), and a profile of where autotune.linear's host time goes. Run on the GPU machine:
+4), and a profile of where autotune.linear's host time goes. With --int4, the same for int4 weights
+(autotune.quantize, group 128): a (1, K) x, the 1-D x bench_decode passes, and F.linear on the float16
+weight beside them (the int4 call cost 20 us of host time against 7 us for the float16 GEMV with out=,
+though a seen int4 call runs only 4 of autotune's Python functions). Run on the GPU machine:
 
-    python experiments/host_cost_linear.py
+    python experiments/host_cost_linear.py [--int4]
 """
 
 from __future__ import annotations
@@ -23,7 +26,39 @@ import autotune.runtime.torch_ops
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}
 
 
+def int4() -> None:
+    for name, (n, k) in SHAPES.items():
+        W = torch.randn(n, k, device="cuda", dtype=torch.float16)
+        qw = autotune.quantize(W, "int4", group=128)
+        x = torch.randn(1, k, device="cuda", dtype=torch.float16)
+        vector = x.view(k)
+        calls = {
+            "F.linear": lambda x=x, W=W: F.linear(x, W),
+            "int4 (1, K) x": lambda x=x, qw=qw: autotune.linear(x, qw),
+            "int4 (K,) x": lambda v=vector, qw=qw: autotune.linear(v, qw),
+            "int4 module": lambda x=x, qw=qw: qw(x),
+            "float16 gemv": lambda v=vector, W=W: autotune.gemv(W, v),
+        }
+        for call in calls.values():
+            call()
+        torch.cuda.synchronize()
+        got = host_us_per_call(torch, calls, rounds=15)
+        print(f"int4 {name}: " + ", ".join(f"{c} {us:.1f} us" for c, us in got.items()), flush=True)
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(300):
+        torch.cuda._sleep(1_000_000)
+        for _ in range(10):
+            autotune.linear(vector, qw)
+    profile.disable()
+    torch.cuda.synchronize()
+    pstats.Stats(profile).sort_stats("tottime").print_stats(18)
+
+
 def main() -> None:
+    if "--int4" in sys.argv[1:]:
+        int4()
+        return
     for batch in (1, 4):
         for name, (n, k) in SHAPES.items():
             W = torch.randn(n, k, device="cuda", dtype=torch.float16)
