@@ -12,6 +12,7 @@ from __future__ import annotations
 import cProfile
 import pstats
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -26,66 +27,65 @@ import autotune.runtime.torch_ops
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}
 
 
+def report(label: str, calls: dict[str, Callable[[], object]]) -> None:
+    """Host µs per call of each of `calls` (each run once first), on one line."""
+    for call in calls.values():
+        call()
+    torch.cuda.synchronize()
+    got = host_us_per_call(torch, calls, rounds=15)
+    print(f"{label}: " + ", ".join(f"{c} {us:.1f} us" for c, us in got.items()), flush=True)
+
+
+def profile(call: Callable[[], object]) -> None:
+    """Where `call`'s host time goes: 3,000 calls queued behind GPU sleeps, the top functions by own time."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(300):
+        torch.cuda._sleep(1_000_000)
+        for _ in range(10):
+            call()
+    profiler.disable()
+    torch.cuda.synchronize()
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(18)
+
+
+def float16() -> None:
+    for batch in (1, 4):
+        for name, (n, k) in SHAPES.items():
+            W = torch.randn(n, k, device="cuda", dtype=torch.float16)
+            x = torch.randn(batch, k, device="cuda", dtype=torch.float16)
+            report(
+                f"batch {batch} {name}",
+                {
+                    "F.linear": lambda x=x, W=W: F.linear(x, W),
+                    "autotune.linear": lambda x=x, W=W: autotune.linear(x, W),
+                    "torch.ops.autotune.linear": lambda x=x, W=W: torch.ops.autotune.linear(x, W),
+                    "bare": (lambda x=x, W=W, k=k: autotune.gemv(W, x.view(k)))
+                    if batch == 1
+                    else (lambda x=x, W=W: autotune.gemm(x, W.T)),
+                },
+            )
+        profile(lambda x=x, W=W: autotune.linear(x, W))
+
+
 def int4() -> None:
     for name, (n, k) in SHAPES.items():
         W = torch.randn(n, k, device="cuda", dtype=torch.float16)
         qw = autotune.quantize(W, "int4", group=128)
         x = torch.randn(1, k, device="cuda", dtype=torch.float16)
         vector = x.view(k)
-        calls = {
-            "F.linear": lambda x=x, W=W: F.linear(x, W),
-            "int4 (1, K) x": lambda x=x, qw=qw: autotune.linear(x, qw),
-            "int4 (K,) x": lambda v=vector, qw=qw: autotune.linear(v, qw),
-            "int4 module": lambda x=x, qw=qw: qw(x),
-            "float16 gemv": lambda v=vector, W=W: autotune.gemv(W, v),
-        }
-        for call in calls.values():
-            call()
-        torch.cuda.synchronize()
-        got = host_us_per_call(torch, calls, rounds=15)
-        print(f"int4 {name}: " + ", ".join(f"{c} {us:.1f} us" for c, us in got.items()), flush=True)
-    profile = cProfile.Profile()
-    profile.enable()
-    for _ in range(300):
-        torch.cuda._sleep(1_000_000)
-        for _ in range(10):
-            autotune.linear(vector, qw)
-    profile.disable()
-    torch.cuda.synchronize()
-    pstats.Stats(profile).sort_stats("tottime").print_stats(18)
-
-
-def main() -> None:
-    if "--int4" in sys.argv[1:]:
-        int4()
-        return
-    for batch in (1, 4):
-        for name, (n, k) in SHAPES.items():
-            W = torch.randn(n, k, device="cuda", dtype=torch.float16)
-            x = torch.randn(batch, k, device="cuda", dtype=torch.float16)
-            calls = {
+        report(
+            f"int4 {name}",
+            {
                 "F.linear": lambda x=x, W=W: F.linear(x, W),
-                "autotune.linear": lambda x=x, W=W: autotune.linear(x, W),
-                "torch.ops.autotune.linear": lambda x=x, W=W: torch.ops.autotune.linear(x, W),
-                "bare": (lambda x=x, W=W, k=k: autotune.gemv(W, x.view(k)))
-                if batch == 1
-                else (lambda x=x, W=W: autotune.gemm(x, W.T)),
-            }
-            for call in calls.values():
-                call()
-            torch.cuda.synchronize()
-            got = host_us_per_call(torch, calls, rounds=15)
-            print(f"batch {batch} {name}: " + ", ".join(f"{c} {us:.1f} us" for c, us in got.items()), flush=True)
-        profile = cProfile.Profile()
-        profile.enable()
-        for _ in range(300):
-            torch.cuda._sleep(1_000_000)
-            for _ in range(10):
-                autotune.linear(x, W)
-        profile.disable()
-        torch.cuda.synchronize()
-        pstats.Stats(profile).sort_stats("tottime").print_stats(18)
+                "int4 (1, K) x": lambda x=x, qw=qw: autotune.linear(x, qw),
+                "int4 (K,) x": lambda v=vector, qw=qw: autotune.linear(v, qw),
+                "int4 module": lambda x=x, qw=qw: qw(x),
+                "float16 gemv": lambda v=vector, W=W: autotune.gemv(W, v),
+            },
+        )
+    profile(lambda v=vector, qw=qw: autotune.linear(v, qw))
 
 
 if __name__ == "__main__":
-    main()
+    int4() if "--int4" in sys.argv[1:] else float16()
