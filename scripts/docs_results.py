@@ -579,6 +579,50 @@ def cost_model_over_records() -> dict[str, str]:
     }
 
 
+def decode_graph_headline() -> dict[str, str]:
+    """The README's decode line: the Llama-like step's CUDA graph against torch.mv's, H200 and H100."""
+    ratio = {}
+    for card, stem in (("h200", "decode_nvidia-h200"), ("h100", "decode_nvidia-h100-80gb-hbm3")):
+        row = {r["model"]: r for r in _load(stem)["rows"]}["llama-like"]
+        ratio[card] = f"{row['torch_graph_us'] / row['ours_graph_us']:.2f}"
+    return ratio
+
+
+def decode_h200() -> dict[str, str]:
+    """docs/launch.md's H200 findings (results/decode_nvidia-h200.json): graph and eager times and ratios,
+    the Llama-like graph over the read floor, and host time per call beside the bare launch and torch.mv."""
+    rows = {r["model"]: r for r in _load("decode_nvidia-h200")["rows"]}
+    llama, narrow = rows["llama-like"], rows["narrow"]
+
+    def host(row: dict[str, Any], key: str) -> float:
+        return float(row["host_us_per_call"][key])
+
+    bare = "bare launch (ctypes)"
+    return {
+        "graph": f"{llama['torch_graph_us'] / llama['ours_graph_us']:.2f}",
+        "ours_graph": f"{llama['ours_graph_us']:.0f}",
+        "torch_graph": f"{llama['torch_graph_us']:.0f}",
+        "above_floor": f"{100 * (llama['ours_graph_us'] / llama['floor_us'] - 1):.1f}",
+        "floor": f"{llama['floor_us']:.0f}",
+        "narrow_graph": f"{narrow['torch_graph_us'] / narrow['ours_graph_us']:.2f}",
+        "narrow_ours_graph": f"{narrow['ours_graph_us']:.0f}",
+        "narrow_torch_graph": f"{narrow['torch_graph_us']:.0f}",
+        "ours_eager": f"{llama['ours_eager_us']:.0f}",
+        "torch_eager": f"{llama['torch_eager_us']:.0f}",
+        "narrow_ours_eager": f"{narrow['ours_eager_us']:.0f}",
+        "narrow_torch_eager": f"{narrow['torch_eager_us']:.0f}",
+        "host": f"{host(llama, 'ours'):.1f}",
+        "narrow_host": f"{host(narrow, 'ours'):.1f}",
+        "above_bare": f"{host(llama, 'ours') - host(llama, bare):.1f}",
+        "narrow_above_bare": f"{host(narrow, 'ours') - host(narrow, bare):.1f}",
+        "bare": f"{host(llama, bare):.1f}",
+        "narrow_bare": f"{host(narrow, bare):.1f}",
+        "vs_torch": _span([host(r, "ours") / host(r, "torch") for r in (llama, narrow)], 2),
+        "torch_host": f"{host(llama, 'torch'):.1f}",
+        "narrow_torch_host": f"{host(narrow, 'torch'):.1f}",
+    }
+
+
 LOWBIT_H200 = "lowbit_nvidia-h200"
 
 
@@ -633,6 +677,28 @@ FIGURES = [
         r"(?P<torch>[\d.]+-[\d.]+) µs",
         host_cost,
         "results/decode_*.json",
+    ),
+    Figure(
+        README,
+        r"decode step of 32 float16 GEMVs in a CUDA graph runs (?P<h200>[\d.]+)x faster than torch\.mv's\s+"
+        r"graph on the H200 \((?P<h100>[\d.]+)x on the H100\)",
+        decode_graph_headline,
+        "results/decode_*.json",
+    ),
+    Figure(
+        DOCS / "launch.md",
+        r"the Llama-like step runs (?P<graph>[\d.]+)x faster than torch\.mv's graph \((?P<ours_graph>\d+) against "
+        r"(?P<torch_graph>\d+) µs\),\s+(?P<above_floor>[\d.]+)% above the summed read floors of its matrices "
+        r"\((?P<floor>\d+) µs\); the narrow step (?P<narrow_graph>[\d.]+)x \((?P<narrow_ours_graph>\d+) against "
+        r"(?P<narrow_torch_graph>\d+)\)\..*?Eager, the Llama-like step takes (?P<ours_eager>\d+) µs against "
+        r"torch\.mv's (?P<torch_eager>\d+), and the narrow one, host-bound,\s+(?P<narrow_ours_eager>\d+) against "
+        r"(?P<narrow_torch_eager>\d+)\.\s+- Host cost of a call with `out=`: (?P<host>[\d.]+) µs \(Llama-like row\) "
+        r"and (?P<narrow_host>[\d.]+) µs \(narrow row\), (?P<above_bare>[\d.]+) and (?P<narrow_above_bare>[\d.]+) µs"
+        r"\s+above the bare ctypes `cuLaunchKernel` beside them \((?P<bare>[\d.]+) and (?P<narrow_bare>[\d.]+) µs\), "
+        r"and (?P<vs_torch>[\d.]+-[\d.]+)x torch\.mv's \((?P<torch_host>[\d.]+)\s+and "
+        r"(?P<narrow_torch_host>[\d.]+) µs\)",
+        decode_h200,
+        "results/decode_nvidia-h200.json",
     ),
     Figure(
         README,
