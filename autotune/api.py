@@ -536,30 +536,28 @@ def _linear_quantized(x: Any, weight: Any, bias: Any, db: str | None) -> Any:
     scales = buffers["scales"]
     n, k = weight.out_features, weight.in_features
     shape = x.shape
-    if shape[-1] != k:
-        raise AutotuneError(f"x has {shape[-1]} features, the int4 weight expects {k} (x: (..., K), W: (N, K))")
+    if not shape or shape[-1] != k:
+        got = shape[-1] if shape else "no"
+        raise AutotuneError(f"x has {got} features, the int4 weight expects {k} (x: (..., K), W: (N, K))")
     if x.dtype != scales.dtype:
         raise AutotuneError(f"x is {x.dtype}, the int4 weight's scales {scales.dtype}: cast x (or quantize for it)")
-    matrix = len(shape) == 2
-    rows = shape[0] if matrix else x.numel() // k
+    rows = shape[0] if len(shape) == 2 else x.numel() // k
     if rows == 0:
         raise AutotuneError(f"linear of x {tuple(shape)} and an int4 weight: x has no rows")
     if rows > qgemm.MAX_M:
         return linear(x, weight.dequantize(), bias, db=db)
-    # A (rows, K) matrix goes in as it is (contiguous() is x itself where it is) and its (rows, N)
-    # result comes back as made; any other x is viewed as one, and its result as x's shape.
-    x2 = x.contiguous() if matrix else x.reshape(rows, k).contiguous()
-    arrays = (x2, buffers["qweight"], scales, buffers["zeros"])
+    # x goes in as it is, in any shape (..., K): the op reads its leading dimensions as rows and
+    # makes the output (..., N), so a (K,) vector or a (1, 1, K) decode step costs no reshape on
+    # either side. contiguous() is x itself where x is.
+    arrays = (x.contiguous(), buffers["qweight"], scales, buffers["zeros"])
     if bias is None:
-        out = _RUNTIME._call(qgemm.OP, arrays, None, 1.0, 0.0, None, db, ())
-    else:
-        # A new C holding the bias, which the kernel reads (beta = 1) and overwrites. Not
-        # bias.expand(rows, n).contiguous(): for one row that view counts as contiguous already,
-        # and the kernel would write into the caller's bias.
-        out = bias.new_empty((rows, n))
-        out.copy_(bias)
-        _RUNTIME._call(qgemm.OP, arrays, out, 1.0, 1.0, None, db, ())
-    return out if matrix else out.reshape(*shape[:-1], n)
+        return _RUNTIME._call(qgemm.OP, arrays, None, 1.0, 0.0, None, db, ())
+    # A new C holding the bias, which the kernel reads (beta = 1) and overwrites. Not
+    # bias.expand(...).contiguous(): for one row that view counts as contiguous already, and the
+    # kernel would write into the caller's bias.
+    out = bias.new_empty((*shape[:-1], n))
+    out.copy_(bias)
+    return _RUNTIME._call(qgemm.OP, arrays, out, 1.0, 1.0, None, db, ())
 
 
 # The weight formats quantize() makes (docs/lowbit.md), and the types of weights linear() runs in

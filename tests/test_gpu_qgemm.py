@@ -117,6 +117,16 @@ def test_int4_call_poisoned_out_3d_x_side_stream_and_graph() -> None:
     y = autotune.linear(x, qw)
     assert y.shape == (2, 3, n)
     assert _rel_err(y, x.double() @ deq64.T) < 2e-3
+    # x launched as it is, in any shape: a (K,) vector, 3-D x with a bias, and a strided x (copied).
+    bias = torch.randn(n, device="cuda", dtype=torch.float16)
+    vector = x[1, 2]
+    assert autotune.linear(vector, qw).shape == (n,)
+    assert _rel_err(autotune.linear(vector, qw), vector.double() @ deq64.T) < 2e-3
+    with_bias = autotune.linear(x, qw, bias)
+    assert with_bias.shape == (2, 3, n)
+    assert _rel_err(with_bias, x.double() @ deq64.T + bias.double()) < 2e-3
+    strided = torch.randn(3, 2 * k, device="cuda", dtype=torch.float16)[:, ::2]
+    assert _rel_err(autotune.linear(strided, qw), strided.double() @ deq64.T) < 2e-3
 
     x1 = torch.randn(1, k, device="cuda", dtype=torch.float16)
     out = torch.full((1, n), float("nan"), device="cuda", dtype=torch.float16)

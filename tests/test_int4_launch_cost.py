@@ -32,7 +32,7 @@ PACKAGE = str(Path(autotune.__file__).parent)
 # QuantizedWeight's shape and dtype properties, four nn.Module.__getattr__ (scales twice, qweight,
 # zeros), signature_key, _launch_seen and the five entries of its generator of pointers.
 MOST_CALLS = 4
-# With 3-D x (reshaped to rows and back) or a bias (read by the kernel as its C), no more.
+# With 3-D or 1-D x (launched as it is) or a bias (read by the kernel as its C), no more.
 MOST_CALLS_RESHAPED = MOST_CALLS
 
 
@@ -171,21 +171,26 @@ def test_an_int4_linear_of_a_seen_signature_runs_its_entry_and_launch_only(
     assert [launch.args[:5] for launch in cuda.launches] == [[1 << 20, 4 << 20, 5 << 20, zeros, 9 << 20]] * 2
 
 
-@pytest.mark.parametrize("case", ["3-D x", "bias"])
-def test_an_int4_linear_with_3d_x_or_a_bias_stays_on_the_short_path(
+@pytest.mark.parametrize("case", ["3-D x", "vector x", "bias"])
+def test_an_int4_linear_with_3d_or_1d_x_or_a_bias_stays_on_the_short_path(
     cuda: FakeCuda,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
     case: str,
 ) -> None:
     weight = Int4Module(512, 1024, 64, False)
-    _ready(monkeypatch, weight, 2 if case == "bias" else 6)
+    _ready(monkeypatch, weight, {"3-D x": 6, "vector x": 1, "bias": 2}[case])
     cuda.arg_types = qgemm.OP.arg_types
-    x = Tensor((2, 1024), 1 << 20) if case == "bias" else Tensor((2, 3, 1024), 1 << 20)
+    x = Tensor({"3-D x": (2, 3, 1024), "vector x": (1024,), "bias": (2, 1024)}[case], 1 << 20)
     bias = Tensor((512,), 8 << 20) if case == "bias" else None
     first = api.linear(x, weight, bias)
+    Tensor.made.clear()
     calls = _python_calls(lambda: api.linear(x, weight, bias))
     assert len(calls) <= MOST_CALLS_RESHAPED, calls
-    assert first.shape == ((2, 512) if case == "bias" else (2, 3, 512)) and len(cuda.launches) == 2
+    assert first.shape == (*x.shape[:-1], 512) and len(cuda.launches) == 2
+    # x goes in as it is (the op reads (..., K) as rows) and the output is made in its final shape:
+    # the only new tensor is the output, no view of x or of the result.
+    assert [t.shape for t in Tensor.made] == [first.shape]
+    assert {launch.args[0] for launch in cuda.launches} == {1 << 20}
     assert {launch.args[9] for launch in cuda.launches} == {1.0 if case == "bias" else 0.0}  # beta: C read
 
 

@@ -112,12 +112,15 @@ def test_bind_makes_the_problem_from_the_arrays() -> None:
     assert bound.out_shape == (3, 7)
     vector = qgemm.OP.bind([_array((256,), "bfloat16"), qw, scales, None], None, ())
     assert vector.problem.variant == "g32" and vector.out_shape == (7,)
+    steps = qgemm.OP.bind([_array((2, 1, 256), "bfloat16"), qw, scales, None], None, ())
+    assert (steps.problem.m, steps.out_shape) == (2, (2, 1, 7))
 
 
 @pytest.mark.parametrize(
     ("arrays", "said"),
     [
         ((("3,256", "float32"), ("7,128", "uint8"), ("7,8", "float32"), None), "float16 or bfloat16"),
+        ((("", "float16"), ("7,128", "uint8"), ("7,8", "float16"), None), "x must be a contiguous array"),
         ((("3,256", "float16"), ("7,100", "uint8"), ("7,8", "float16"), None), "K = 256 but qweight holds 200"),
         ((("3,256", "float16"), ("7,128", "uint8"), ("7,8", "bfloat16"), None), "scales must be a contiguous float16"),
         ((("3,256", "float16"), ("7,128", "uint8"), ("7,3", "float16"), None), "scales has 3 columns"),
@@ -125,7 +128,7 @@ def test_bind_makes_the_problem_from_the_arrays() -> None:
     ],
 )
 def test_bind_refuses_arrays_not_in_the_format(arrays: tuple[tuple[str, str] | None, ...], said: str) -> None:
-    made = [None if a is None else _array(tuple(int(s) for s in a[0].split(",")), a[1]) for a in arrays]
+    made = [None if a is None else _array(tuple(int(s) for s in a[0].split(",") if s), a[1]) for a in arrays]
     with pytest.raises(AutotuneError, match=said):
         qgemm.OP.bind(made, None, ())
 

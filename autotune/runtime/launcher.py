@@ -276,13 +276,16 @@ class Runtime:
             # pointers) they cost seven Python calls a launch beside the plan's launch.
             key = (op, options, db)
             pointers: list[int] = []
+            bits = 0  # the addresses or-ed together: 16-byte aligned where the low 4 bits are clear
             for array in arrays:
                 if array is None:  # an optional input not given: part of the key, a null pointer
                     key += (None,)
                     pointers.append(0)
                 else:
                     key += (array.dtype, array.shape, array.stride(), array.get_device())
-                    pointers.append(array.data_ptr())
+                    pointer = array.data_ptr()
+                    bits |= pointer
+                    pointers.append(pointer)
             if out is not None:
                 key += (out.dtype, out.shape, out.stride(), out.get_device())
             sig = self._signatures.get(key)
@@ -292,11 +295,10 @@ class Runtime:
                         raise AutotuneError(f"beta != 0 reads {op.output_name}: pass it as out=")
                     out = arrays[0].new_empty(sig.out_shape, dtype=sig.out_dtype)
                 handle = self._raw_stream(sig.index) if stream is None else self._given(stream, sig.device)
-                pointers.append(out.data_ptr())
-                addresses = tuple(pointers)
-                aligned = not functools.reduce(operator.or_, addresses) & 15
-                plan = sig.aligned if aligned else self._unaligned(sig, handle)
-                plan.launch(addresses, alpha, beta, handle, sig.allocator)
+                pointer = out.data_ptr()
+                pointers.append(pointer)
+                plan = sig.aligned if not (bits | pointer) & 15 else self._unaligned(sig, handle)
+                plan.launch(tuple(pointers), alpha, beta, handle, sig.allocator)
                 if sig.tally is not None:
                     sig.tally.count += 1
                 return out

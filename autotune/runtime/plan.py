@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import operator
 import re
+import struct
 import threading
 from typing import Any
 
@@ -64,7 +66,14 @@ class LaunchPlan:
         self.order = call.order
         self.needs_scratch = bool(geom.workspace_floats or geom.counters or geom.operand_maps)
         self.args = arguments_struct(call.arg_types, call.order)()
-        self._array_names = [f"p{index}" for index in range(len(call.order) + 1)]
+        # Past two inputs the addresses go in with one pack_into (a C call) instead of a setattr a
+        # field, in the kernel's order: ~1 us less a launch. The array fields lead the structure, 8
+        # bytes each.
+        inputs = len(call.order)
+        self._pack_arrays = struct.Struct(f"{inputs + 1}Q").pack_into
+        kernel_order = (*call.order, inputs)
+        identity = kernel_order == tuple(range(inputs + 1))
+        self._in_kernel_order = None if identity else operator.itemgetter(*kernel_order)
         for index, size in enumerate(call.sizes):
             setattr(self.args, f"size{index}", size)
         base = ctypes.addressof(self.args)
@@ -100,9 +109,10 @@ class LaunchPlan:
             args = self.args
             if len(pointers) == 3:  # two inputs and the output: GEMV, GEMM
                 args.p0, args.p1, args.p2 = pointers
+            elif self._in_kernel_order is None:
+                self._pack_arrays(args, 0, *pointers)
             else:
-                for name, pointer in zip(self._array_names, pointers, strict=True):
-                    setattr(args, name, pointer)
+                self._pack_arrays(args, 0, *self._in_kernel_order(pointers))
             args.alpha, args.beta = alpha, beta
             if self.needs_scratch:
                 self.bind_scratch(pointers, stream, allocator)

@@ -4,6 +4,7 @@ symmetric weight."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,16 +24,18 @@ def input_dtypes(dtype: str) -> tuple[str, str, str, str]:
 
 
 def bind(name: str, arrays: Sequence[DeviceArray | None], out: DeviceArray | None) -> Bound:
-    """out = x @ dequant(W)^T: x (K,) or (M, K) in float16 or bfloat16, qweight uint8 (N, K // 2),
-    scales (N, K // g) in x's dtype, zeros uint8 (N, K // g) or None; every array contiguous."""
+    """out = x @ dequant(W)^T: x (..., K) in float16 or bfloat16, its leading dimensions M rows,
+    qweight uint8 (N, K // 2), scales (N, K // g) in x's dtype, zeros uint8 (N, K // g) or None; every
+    array contiguous; out (..., N). x of any shape goes in as it is: linear()'s usual x, a (K,) vector
+    or a (1, 1, K) decode step, then needs no reshape on either side (two torch calls a launch)."""
     x, qweight, scales, zeros = arrays
     if x is None or qweight is None or scales is None:
         raise AutotuneError("x, qweight and scales are required (zeros may be None: a symmetric weight)")
     if x.dtype not in ACTIVATIONS:
         raise AutotuneError(f"int4 weights take float16 or bfloat16 activations, got x of {x.dtype}")
-    if len(x.shape) not in (1, 2) or not contiguous(x):
-        raise AutotuneError(f"x must be a contiguous vector (K,) or matrix (M, K), got shape {x.shape}")
-    m, k = (1, x.shape[0]) if len(x.shape) == 1 else x.shape
+    if not x.shape or not contiguous(x):
+        raise AutotuneError(f"x must be a contiguous array (..., K), got shape {x.shape}")
+    k, m = x.shape[-1], math.prod(x.shape[:-1])
     if qweight.dtype != "uint8" or len(qweight.shape) != 2 or not contiguous(qweight):
         got = f"{qweight.dtype} {qweight.shape}"
         raise AutotuneError(f"qweight must be a contiguous uint8 matrix (N, K // 2), got {got}")
@@ -50,7 +53,7 @@ def bind(name: str, arrays: Sequence[DeviceArray | None], out: DeviceArray | Non
     if zeros is not None and (zeros.dtype != "uint8" or zeros.shape != scales.shape or not contiguous(zeros)):
         got = f"{zeros.dtype} {zeros.shape}"
         raise AutotuneError(f"zeros must be a contiguous uint8 matrix {scales.shape} or None, got {got}")
-    out_shape = (n,) if len(x.shape) == 1 else (m, n)
+    out_shape = (*x.shape[:-1], n)
     if out is not None and (out.shape != out_shape or out.dtype != x.dtype or not contiguous(out)):
         got = f"{out.dtype} {out.shape}"
         raise AutotuneError(f"out must be a contiguous {x.dtype} array of shape {out_shape}, got {got}")
