@@ -73,13 +73,14 @@ def int4() -> None:
         W = torch.randn(n, k, device="cuda", dtype=torch.float16)
         qw = autotune.quantize(W, "int4", group=128)
         x = torch.randn(1, k, device="cuda", dtype=torch.float16)
-        vector = x.view(k)
+        vector, step = x.view(k), x.view(1, 1, k)
         report(
             f"int4 {name}",
             {
                 "F.linear": lambda x=x, W=W: F.linear(x, W),
                 "int4 (1, K) x": lambda x=x, qw=qw: autotune.linear(x, qw),
                 "int4 (K,) x": lambda v=vector, qw=qw: autotune.linear(v, qw),
+                "int4 (1, 1, K) x": lambda s=step, qw=qw: autotune.linear(s, qw),
                 "int4 module": lambda x=x, qw=qw: qw(x),
                 "float16 gemv": lambda v=vector, W=W: autotune.gemv(W, v),
             },

@@ -271,12 +271,16 @@ for _ in range(6): autotune.linear(x, qw)
 torch.cuda.synchronize()" > "$OUT/ncu-int4.txt" 2>&1
       grep -E "Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers|Stall|Warp Cycles|Issued|Eligible|Issue Slots|Grid Size|Block Size|Shared Memory" "$OUT/ncu-int4.txt" | head -80 ;;
     int4-probes)
-      # The int4 GEMV's probes (docs/lowbit.md): the read-only access pattern probe, the cp.async
-      # kernel checked and timed beside qgemm's swept instances, and where an int4 call's host time goes.
+      # The int4 GEMV's probes (docs/lowbit.md): the read-only access pattern probe, and the cp.async
+      # kernel checked and timed beside qgemm's swept instances.
       step int4-probes
       nvcc -O3 -arch=sm_90 -o /tmp/int4_access experiments/int4_access/access.cu && /tmp/int4_access > "$OUT/int4_access.jsonl"
       nvcc -O3 -arch=sm_90 -std=c++17 -I kernels -I kernels/common -o /tmp/int4_async experiments/int4_async.cu \
-        && /tmp/int4_async | tee "$OUT/int4_async.jsonl" | tail -40
+        && /tmp/int4_async | tee "$OUT/int4_async.jsonl" | tail -40 ;;
+    host-int4)
+      # Where an int4 call's host time goes: autotune.linear of each x shape beside F.linear and the
+      # float16 GEMV, and its profile.
+      step host-int4
       python3 experiments/host_cost_linear.py --int4 2>&1 | tee "$OUT/host-int4.txt" | head -8 ;;
     export)
       step export
