@@ -135,3 +135,18 @@ def test_a_run_without_torch_says_so_in_one_line(capsys: pytest.CaptureFixture[s
         pytest.skip("torch is installed here")
     assert bench.main(["--quick", "--out", "/nonexistent"]) == 2
     assert capsys.readouterr().err == "bench_lowbit: needs torch with CUDA (the GPU machine)\n"
+
+
+def test_merge_drops_the_rows_run_again_also_when_the_script_runs_as_main() -> None:
+    """`python scripts/bench_lowbit.py --merge` parses its cases with __main__'s Case, while lowbit_runs
+    imports bench_lowbit again, with a Case class of its own: the rows measured again must still go."""
+    import runpy
+
+    runs = importlib.import_module("lowbit_runs")
+    main_case = runpy.run_path(str(SCRIPTS / "bench_lowbit.py"))["Case"]  # the class as __main__ defines it
+    assert main_case is not bench.Case
+    args = argparse.Namespace(cases=[main_case(128, True, "float16")], m=[64])
+    row = {"group": 128, "sym": True, "dtype": "float16", "n": 4096, "k": 4096, "m": 64}
+    assert runs.measured(args, [(4096, 4096)], row)
+    assert not runs.measured(args, [(4096, 4096)], {**row, "m": 1})
+    assert not runs.measured(args, [(4096, 4096)], {**row, "sym": False})
