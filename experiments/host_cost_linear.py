@@ -85,6 +85,14 @@ def int4() -> None:
                 "float16 gemv": lambda v=vector, W=W: autotune.gemv(W, v),
             },
         )
+        # The launch each int4 call makes: a K split over a thread-block cluster is a launch attribute
+        # the driver handles on every call, a suspect for the host time no Python function holds.
+        configs = {
+            str(sig.choice.config)
+            for sig in autotune.api._RUNTIME.signatures()
+            if sig.choice.problem.op == "qgemm" and (sig.choice.problem.n, sig.choice.problem.k) == (n, k)
+        }
+        print(f"  int4 {name} launches: {'; '.join(sorted(configs))}", flush=True)
     profile(lambda v=vector, qw=qw: autotune.linear(v, qw))
 
 
