@@ -639,13 +639,22 @@ def lowbit_prose() -> dict[str, str]:
             return "n/a"
         return f"{1 / figure if invert else figure:.2f}"
 
+    def over_torch(m: int) -> str:
+        """g128 float16 at M = m over torch's float16 (M = 8 and 32 have no goal figure)."""
+        rows = [r for r in report["rows"] if case_label(r) == "g128 float16" and r["m"] == m and r.get("ours_us")]
+        ratios = [r["torch_fp16_us"] / r["ours_us"] for r in rows if r.get("torch_fp16_us")]
+        return f"{_geomean(ratios):.2f}" if ratios else "n/a"
+
     f16, bf16 = "g128 float16 M=", "g128 bfloat16 M=1 geomean speedup over "
     return {
         "pairs": str(sum(1 for r in report["rows"] if case_label(r) == "g128 float16" and r["m"] == 1)),
         "f16_torch": at(f"{f16}1 geomean speedup over torch_fp16"),
         "f16_ours": at(f"{f16}1 geomean speedup over ours_fp16"),
         "f16_m4": at(f"{f16}4 geomean speedup over torch_fp16"),
+        "f16_m8": over_torch(8),
         "f16_m16": at(f"{f16}16 geomean speedup over torch_fp16"),
+        "f16_m32": over_torch(32),
+        "f16_m64": at(f"{f16}64 geomean speedup over torch_fp16"),
         "bf16_torch": at(f"{bf16}torch_fp16"),
         "bf16_tinygemm": at(f"{bf16}tinygemm", invert=True),
         "bf16_gemlite": at(f"{bf16}gemlite", invert=True),
@@ -710,8 +719,9 @@ FIGURES = [
     Figure(
         DOCS / "lowbit.md",
         r"M = 1 geometric mean (?P<f16_torch>[\d.]+)x torch's float16 and\s+(?P<f16_ours>[\d.]+)x our float16 "
-        r"GEMV over the\s+(?P<pairs>\d+) \(N, K\) pairs.*?M = 4 (?P<f16_m4>[\d.]+)x and M = 16\s+"
-        r"(?P<f16_m16>[\d.]+)x.*?(?P<bf16_torch>[\d.]+)x torch's\s+bfloat16; tinygemm\s+"
+        r"GEMV over the\s+(?P<pairs>\d+) \(N, K\) pairs.*?M = 4 (?P<f16_m4>[\d.]+)x, M = 8\s+(?P<f16_m8>[\d.]+)x, "
+        r"M = 16\s+(?P<f16_m16>[\d.]+)x, M = 32\s+(?P<f16_m32>[\d.]+)x and M = 64\s+(?P<f16_m64>[\d.]+)x"
+        r".*?(?P<bf16_torch>[\d.]+)x torch's\s+bfloat16; tinygemm\s+"
         r"(?P<bf16_tinygemm>[\d.]+|n/a)x and gemlite[^\d]*?(?P<bf16_gemlite>[\d.]+|n/a)x\s+as fast as ours",
         lowbit_prose,
         f"results/{LOWBIT_H200}.json",
