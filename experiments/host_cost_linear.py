@@ -1,8 +1,8 @@
 """Host time per call of autotune.linear against F.linear at the decoder stack's shapes (batch 1 and
 4), and a profile of where autotune.linear's host time goes. With --int4, the same for int4 weights
-(autotune.quantize, group 128): a (1, K) x, the 1-D x bench_decode passes, and F.linear on the float16
-weight beside them (the int4 call cost 20 us of host time against 7 us for the float16 GEMV with out=,
-though a seen int4 call runs only 4 of autotune's Python functions). Run on the GPU machine:
+(autotune.quantize, group 128): x of shape (1, K), (K,) (what bench_decode passes) and (1, 1, K) (a
+transformers decode step), the module's own call, and F.linear and our GEMV on the float16 weight beside
+them, with the config each shape launches (docs/lowbit.md has the findings). Run on the GPU machine:
 
     python experiments/host_cost_linear.py [--int4]
 """
@@ -85,8 +85,8 @@ def int4() -> None:
                 "float16 gemv": lambda v=vector, W=W: autotune.gemv(W, v),
             },
         )
-        # The launch each int4 call makes: a K split over a thread-block cluster is a launch attribute
-        # the driver handles on every call, a suspect for the host time no Python function holds.
+        # The launch each int4 call makes: whether its K split runs over a thread-block cluster, a launch
+        # attribute the driver handles on every call.
         configs = {
             str(sig.choice.config)
             for sig in autotune.api._RUNTIME.signatures()
