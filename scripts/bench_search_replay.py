@@ -69,7 +69,7 @@ def run_all(
             row = {
                 "space": name,
                 "strategy": strategy,
-                "workers": workers,
+                "workers": None if strategy == "ga" else workers,  # the GA keeps no trials pending
                 **replay_lib.summarise(traces[name, strategy], replay.optimum),
             }
             row["valid_configs"] = len(replay.values)

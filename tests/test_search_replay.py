@@ -118,3 +118,6 @@ def test_report_arithmetic() -> None:
     flat: list[float | None] = [5.0] + [5.0] * 40 + [1.0]  # patience 32 stops the sweep before the 1.0
     assert replay_lib.sweep_stop(flat) == 33 and replay_lib.sweep_stop([1.0] * 10) == 10
     assert replay_lib.summarise([flat], 1.0)["reach_2pct_default_budget"] == 0.0
+    # A patience of 50 lets the same run reach the 1.0 at its 42nd evaluation, within 100 trials.
+    budgets = replay_lib.summarise([flat], 1.0)["reach_2pct_budgets"]
+    assert budgets["64/32"] == 0.0 and budgets["100/50"] == 1.0 and budgets["200/100"] == 1.0
