@@ -656,8 +656,9 @@ def lowbit_prose() -> dict[str, str]:
         "f16_m32": over_torch(32),
         "f16_m64": at(f"{f16}64 geomean speedup over torch_fp16"),
         "bf16_torch": at(f"{bf16}torch_fp16"),
-        "bf16_tinygemm": at(f"{bf16}tinygemm", invert=True),
-        "bf16_gemlite": at(f"{bf16}gemlite", invert=True),
+        # The peers' speed as a ratio ("0.79x"), or "n/a" where the report has no run of them.
+        "bf16_tinygemm": ratio if (ratio := at(f"{bf16}tinygemm", invert=True)) == "n/a" else f"{ratio}x",
+        "bf16_gemlite": ratio if (ratio := at(f"{bf16}gemlite", invert=True)) == "n/a" else f"{ratio}x",
     }
 
 
@@ -722,7 +723,7 @@ FIGURES = [
         r"GEMV over the\s+(?P<pairs>\d+) \(N, K\) pairs.*?M = 4 (?P<f16_m4>[\d.]+)x, M = 8\s+(?P<f16_m8>[\d.]+)x, "
         r"M = 16\s+(?P<f16_m16>[\d.]+)x, M = 32\s+(?P<f16_m32>[\d.]+)x and M = 64\s+(?P<f16_m64>[\d.]+)x"
         r".*?(?P<bf16_torch>[\d.]+)x torch's\s+bfloat16; tinygemm\s+"
-        r"(?P<bf16_tinygemm>[\d.]+|n/a)x and gemlite[^\d]*?(?P<bf16_gemlite>[\d.]+|n/a)x\s+as fast as ours",
+        r"(?P<bf16_tinygemm>[\d.]+x|n/a) and gemlite[^\d]*?(?P<bf16_gemlite>[\d.]+x|n/a)\s+as fast as ours",
         lowbit_prose,
         f"results/{LOWBIT_H200}.json",
     ),
