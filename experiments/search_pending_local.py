@@ -38,13 +38,7 @@ def local_move(self: valid_tpe.ValidTPESampler, study: Study) -> Config | None:
     leaders = sorted(finished, key=lambda t: float("inf") if t.value is None else t.value)[: int(SETTINGS["top"])]
     self._rng_valid.shuffle(leaders)
     for leader in leaders:
-        base = {**self._fixed, **{name: int(value) for name, value in leader.params.items()}}
-        moves = []
-        for name, choices in self._choices.items():
-            at = choices.index(base[name])
-            for step in (at - 1, at + 1):
-                if 0 <= step < len(choices) and self._usable(moved := {**base, name: choices[step]}):
-                    moves.append(moved)
+        moves = self._moves(leader)
         if moves:
             return self._rng_valid.choice(moves)
     return None

@@ -89,14 +89,20 @@ class ValidTPESampler(TPESampler):
         if len(finished) < LOCAL_AFTER or self._rng_valid.random() >= self._local:
             return None
         best = min(finished, key=lambda t: float("inf") if t.value is None else t.value)
-        base = {**self._fixed, **{name: int(value) for name, value in best.params.items()}}
+        moves = self._moves(best)
+        return self._rng_valid.choice(moves) if moves else None
+
+    def _moves(self, trial: FrozenTrial) -> list[Config]:
+        """The valid configs new to the study one step from `trial`'s: one parameter moved to a
+        neighbouring choice."""
+        base = {**self._fixed, **{name: int(value) for name, value in trial.params.items()}}
         moves = []
         for name, choices in self._choices.items():
             at = choices.index(base[name])
             for step in (at - 1, at + 1):
                 if 0 <= step < len(choices) and self._usable(moved := {**base, name: choices[step]}):
                     moves.append(moved)
-        return self._rng_valid.choice(moves) if moves else None
+        return moves
 
     def _usable(self, config: Mapping[str, int]) -> bool:
         return config_key(config) not in self._taken and self._space.check(config) is None
