@@ -27,11 +27,14 @@ H200" as the launcher would read it from the driver), the part of a first call t
 from __future__ import annotations
 
 import argparse
+import cProfile
 import gc
+import io
 import json
 import logging
 import os
 import platform
+import pstats
 import shutil
 import statistics
 import subprocess
@@ -52,8 +55,9 @@ WANTED = [
 ]
 
 
-def child(op: str, dtype: str, m: int, n: int, k: int) -> dict[str, Any]:
-    """One first call in this (fresh) process."""
+def child(op: str, dtype: str, m: int, n: int, k: int, profile: bool = False) -> dict[str, Any]:
+    """One first call in this (fresh) process; with `profile`, under cProfile, whose table of the
+    functions that took longest comes back as "profile" (its times are inflated by the profiler)."""
     import torch
 
     import autotune
@@ -81,9 +85,14 @@ def child(op: str, dtype: str, m: int, n: int, k: int) -> dict[str, Any]:
     a, b = a.to(kind), b.to(kind)
     torch.cuda.synchronize()  # the context exists and the operands are on the GPU
     collections = garbage_collections()
+    profiler = cProfile.Profile() if profile else None
     start = time.perf_counter()
+    if profiler is not None:
+        profiler.enable()
     out = autotune.gemv(a, b) if op == "gemv" else autotune.gemm(a, b)
     torch.cuda.synchronize()
+    if profiler is not None:
+        profiler.disable()
     ms = (time.perf_counter() - start) * 1e3
     gc_ms, generations = collections()
     reference = a.double() @ b.double()
@@ -99,7 +108,17 @@ def child(op: str, dtype: str, m: int, n: int, k: int) -> dict[str, Any]:
         "rel_error": error,
         "pycuda_loaded": "pycuda" in sys.modules,
         "sqlalchemy_loaded": "sqlalchemy" in sys.modules,
+        **({"profile": profile_table(profiler)} if profiler is not None else {}),
     }
+
+
+def profile_table(profiler: cProfile.Profile, rows: int = 30) -> str:
+    """The profiled call's functions by their own time, then by their time with what they call."""
+    text = io.StringIO()
+    stats = pstats.Stats(profiler, stream=text).strip_dirs()
+    stats.sort_stats("tottime").print_stats(rows)
+    stats.sort_stats("cumulative").print_stats(rows)
+    return text.getvalue()
 
 
 def garbage_collections() -> Callable[[], tuple[float, list[int]]]:
@@ -229,8 +248,8 @@ def shipped_problems(gpu: str) -> list[tuple[str, str, int, int, int]]:
     return chosen or WANTED  # a GPU without records: the defaults, shipped for compute capability 8.0-9.0
 
 
-def run_child(problem: tuple[str, str, int, int, int], env: dict[str, str]) -> dict[str, Any]:
-    command = [sys.executable, __file__, "--child", *map(str, problem)]
+def run_child(problem: tuple[str, str, int, int, int], env: dict[str, str], profile: bool = False) -> dict[str, Any]:
+    command = [sys.executable, __file__, "--child-profile" if profile else "--child", *map(str, problem)]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
         last = done.stderr.strip().splitlines()[-1:] or ["no output"]
@@ -261,12 +280,14 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("results"), help="folder for first_call_<gpu>.json")
     parser.add_argument("--repeats", type=int, default=5, help="fresh processes per problem and setting")
     parser.add_argument("--cpu", action="store_true", help="time the selection alone, without a GPU")
+    parser.add_argument("--profile", action="store_true", help="and one call each under cProfile")
     parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument("--child-profile", nargs=5, help=argparse.SUPPRESS)
     parser.add_argument("--cpu-child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:
-        op, dtype, m, n, k = args.child
-        print(json.dumps(child(op, dtype, int(m), int(n), int(k))))
+    if args.child or args.child_profile:
+        op, dtype, m, n, k = args.child or args.child_profile
+        print(json.dumps(child(op, dtype, int(m), int(n), int(k), profile=bool(args.child_profile))))
         return 0
     if args.cpu_child:
         op, dtype, m, n, k = args.cpu_child
@@ -284,6 +305,7 @@ def main() -> int:
     print(f"{gpu}: first call in a fresh process, {args.repeats} processes each (goal {GOAL_MS} ms)", flush=True)
     print(f"{'setting':12} {'problem':28} {'median ms':>9} {'first ms':>8} {'max ms':>7} {'origin':9} selected by")
     settings: dict[str, list[dict[str, Any]]] = {}
+    profiles: list[str] = []
     with tempfile.TemporaryDirectory(prefix="first-call-") as scratch:
         for setting in ("no database", "database"):
             folder, env = setting_env(Path(scratch), setting)
@@ -294,6 +316,9 @@ def main() -> int:
                 runs = [run_child(problem, env) for _ in range(args.repeats)]
                 rows.append(summary(problem, runs))
                 print_row(setting, rows[-1])
+                if args.profile:
+                    profiled = run_child(problem, env, profile=True)
+                    profiles.append(f"=== {setting}: {problem}\n{profiled.get('profile', profiled.get('error'))}")
     compiled = any(
         run.get("origin") not in ("shipped", None) for rows in settings.values() for r in rows for run in r["runs"]
     )
@@ -314,6 +339,8 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"first_call_{slugify(gpu)}.json"
     path.write_text(json.dumps(result, indent=1) + "\n")
+    if profiles:  # where the time goes, not a result: beside the JSON for whoever asked
+        (args.out / f"first_call_profile_{slugify(gpu)}.txt").write_text("\n".join(profiles))
     verdict = "meets" if worst is not None and worst <= GOAL_MS else "misses"
     print(f"wrote {path}: worst median {worst} ms ({verdict} the {GOAL_MS} ms goal); compiled anything: {compiled}")
     return 0

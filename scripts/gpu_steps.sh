@@ -219,7 +219,7 @@ sm__warps_active.avg.pct_of_peak_sustained_active python3 scripts/profile_vs_cub
         AUTOTUNE_CACHE_DIR="$(mktemp -d /tmp/deploy-cache.XXXX)" XDG_DATA_HOME="$(mktemp -d /tmp/deploy-data.XXXX)")
       "${deploy_env[@]}" "$py" -c "import importlib.util as u, shutil, sys, torch, autotune; print('python', sys.version.split()[0], 'torch', torch.__version__, 'nvcc', shutil.which('nvcc'), 'pycuda', u.find_spec('pycuda'))"
       "${deploy_env[@]}" "$py" -m pytest -q -p no:cacheprovider -rs tests/test_gpu_deploy.py 2>&1 | tee "$OUT/deploy-tests.log" | tail -15
-      "${deploy_env[@]}" "$py" scripts/bench_first_call.py --out "$OUT" ${REPEATS:+--repeats $REPEATS} 2>&1 | tee "$OUT/first-call.log" | tail -12 ;;
+      "${deploy_env[@]}" "$py" scripts/bench_first_call.py --out "$OUT" ${REPEATS:+--repeats $REPEATS} ${PROFILE:+--profile} 2>&1 | tee "$OUT/first-call.log" | tail -12 ;;
     first-call)
       # The same benchmark where PyCUDA and nvcc are installed (tuning's environment).
       step first-call
@@ -285,6 +285,23 @@ torch.cuda.synchronize()" > "$OUT/ncu-int4.txt" 2>&1
     export)
       step export
       python3 -c "import sys; from pathlib import Path; from autotune.store import open_store; print(open_store(sys.argv[1], import_shipped=False).export_records('$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)', Path(sys.argv[2]), top=3, current_only=True), 'records')" "$DB" "$OUT/records.jsonl" ;;
+    quick-start)
+      # The README's first Quick start command as a newcomer runs it here: a new virtual environment
+      # (seeing the system's torch, numpy and typer, as a CUDA image has them), pip offline from .whl/
+      # and .whl/fresh/ (hatchling and what the package needs that the image lacks) in place of PyPI,
+      # new data and cache folders, nothing of this script's PYTHONPATH. QUICK_LIMIT seconds at most.
+      step quick-start
+      venv=/tmp/quick-venv home=$(mktemp -d /tmp/quick-home.XXXX)
+      rm -rf "$venv" && python3 -m venv --system-site-packages "$venv"
+      (
+        unset PYTHONPATH AUTOTUNE_CACHE_DIR AUTOTUNE_DB
+        export PIP_NO_INDEX=1 PIP_FIND_LINKS="$PWD/.whl $PWD/.whl/fresh" XDG_DATA_HOME="$home/data" XDG_CACHE_HOME="$home/cache"
+        . "$venv/bin/activate"
+        /usr/bin/time -f "quick start wall %e s" timeout "${QUICK_LIMIT:-480}" \
+          bash -c "pip install '.[cuda]' && autotune sweep --op hgemv"
+        echo "exit $?"
+        autotune best --m 4096 --n 8192
+      ) 2>&1 | tee "$OUT/quick-start.log" | grep -v "^\s*$" | tail -30 ;;
     *) echo "unknown step $name"; exit 2 ;;
   esac
 done

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -56,6 +57,25 @@ def test_source_hash_covers_the_shared_header() -> None:
     assert file_hash("gemm_simt.cu") == hashlib.sha256(b"gemm_simt.cu\0" + text).hexdigest()[:16]
     text = (kernels_dir() / "gemv/gemv.cu").read_bytes()
     assert file_hash("gemv.cu") != hashlib.sha256(b"gemv.cu\0" + text).hexdigest()[:16]  # includes common.cuh
+
+
+def test_local_includes_are_the_quoted_ones_at_a_line_start(tmp_path: Path) -> None:
+    from autotune.core import fingerprint
+
+    text = b'#include "a.cuh"\n  // #include "b.cuh"\n \t#  include  "c.cuh"\nx; #include "d.cuh"\n#include <e.h>\n'
+    assert fingerprint.local_includes(text) == [b"a.cuh", b"c.cuh"]
+    # An include resolves to the one folder holding a file of that name; two are an error.
+    for folder in ("one", "two"):
+        (tmp_path / folder).mkdir()
+    (tmp_path / "one" / "x.cuh").write_text("1")
+    (tmp_path / "one" / "y.cuh").write_text("2")
+    (tmp_path / "two" / "y.cuh").write_text("3")
+    assert fingerprint.kernel_path("x.cuh", tmp_path) == tmp_path / "one" / "x.cuh"
+    assert fingerprint.kernel_path("one/y.cuh", tmp_path) == tmp_path / "one" / "y.cuh"
+    with pytest.raises(FileNotFoundError, match=r"2 files named 'y\.cuh'"):
+        fingerprint.kernel_path("y.cuh", tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"0 files named 'z\.cuh'"):
+        fingerprint.kernel_path("z.cuh", tmp_path)
 
 
 @pytest.mark.parametrize("trans", LAYOUTS, ids=_layout)

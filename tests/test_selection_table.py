@@ -432,6 +432,54 @@ def test_what_an_earlier_process_checked_is_trusted_until_a_file_changes(
     assert table.default_table() is None
 
 
+def test_a_vouched_table_is_read_a_line_at_a_time_from_the_file_that_was_checked(
+    resources: Path, settled: None, tmp_path: Path
+) -> None:
+    shipped = resources / table.SHIPPED_TABLE
+    kept = stamps.Stamps(tmp_path / stamps.FILE)
+    whole = table.read(shipped, kept).table  # read in full and hashed: the stamp recorded
+    problems = whole.problems()
+    gpu, problem = problems[0]
+    source = whole.tuned(gpu, problem.op, problem.dtype, None, trans=problem.trans)[0].source_hash
+    lazily = table.read(shipped, kept).table
+    assert isinstance(lazily._texts, table._FileLines)  # the header alone was read
+    assert lazily.problems() == problems
+    assert lazily.best(gpu, problem, source) == whole.best(gpu, problem, source)
+    # A new table renamed into place (as write() does) leaves the open file answering as checked.
+    renamed = lazily.best(gpu, problem, source)
+    text = shipped.read_text()
+    table.write(shipped, [text.splitlines()[0]] + ["[]"] * (len(text.splitlines()) - 1))
+    lazily._exact.clear()
+    assert lazily.best(gpu, problem, source) == renamed
+
+
+def test_a_vouched_table_cut_short_in_place_is_damaged_not_a_crash(
+    resources: Path, settled: None, tmp_path: Path
+) -> None:
+    shipped = resources / table.SHIPPED_TABLE
+    kept = stamps.Stamps(tmp_path / stamps.FILE)
+    gpu, problem = table.read(shipped, kept).table.problems()[-1]
+    lazily = table.read(shipped, kept).table
+    with open(shipped, "r+b") as handle:  # truncated in place, under the open descriptor
+        handle.truncate(len(shipped.read_bytes().split(b"\n")[0]) + 1)
+    with pytest.raises(table.Damaged, match="a bad exact-hit line"):
+        lazily.best(gpu, problem, "any")
+
+
+def test_a_table_whose_line_lengths_do_not_add_up_is_damaged(resources: Path, tmp_path: Path) -> None:
+    shipped = resources / table.SHIPPED_TABLE
+    header, _, body = shipped.read_bytes().partition(b"\n")
+    broken = tmp_path / "broken.json"
+    broken.write_bytes(header + b"\n" + body + b"\n")
+    with pytest.raises(table.Damaged, match="do not add up"):
+        table.read(broken)
+    fields = json.loads(header)
+    fields["lines"][0] = "many"
+    broken.write_bytes(json.dumps(fields).encode() + b"\n" + body)
+    with pytest.raises(table.Damaged, match="line lengths"):
+        table.read(broken)
+
+
 def test_files_changed_within_the_racy_window_are_not_recorded(resources: Path) -> None:
     assert table.default_table() is not None
     recorded = json.loads((table.paths.cache_home() / stamps.FILE).read_text())["digests"]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
 _PACKAGE = Path(__file__).resolve().parents[1]  # autotune/, above core/
 
 
+@functools.cache  # found once per process: the launch path's first call asks a dozen times
 def _resource(name: str) -> Path:
     # An installed wheel carries kernels/ and db/ inside the package; a source checkout has them
     # beside the package at the top level.

@@ -131,7 +131,17 @@ def now_ns() -> int:
 
 
 def read_regular(path: Path | str) -> tuple[bytes, os.stat_result]:
-    """A regular file's bytes, with its stat as opened; OSError for anything else at its place.
+    """A regular file's bytes, with its stat as opened; OSError for anything else at its place."""
+    descriptor, found = open_regular(path)
+    try:
+        return read_all(descriptor), found
+    finally:
+        os.close(descriptor)
+
+
+def open_regular(path: Path | str) -> tuple[int, os.stat_result]:
+    """An open descriptor of a regular file (the caller closes it), with its stat; OSError for
+    anything else at its place.
 
     The files the launch path reads sit in folders that others may write (a shared kernel cache):
     a named pipe put there would block a plain open or read for good, a device would never end.
@@ -143,7 +153,14 @@ def read_regular(path: Path | str) -> tuple[bytes, os.stat_result]:
         if not stat.S_ISREG(found.st_mode):
             raise OSError(errno.EINVAL, "not a regular file", str(path))
         os.set_blocking(descriptor, True)
-        with os.fdopen(descriptor, "rb", closefd=False) as handle:
-            return handle.read(), found
-    finally:
+    except BaseException:
         os.close(descriptor)
+        raise
+    return descriptor, found
+
+
+def read_all(descriptor: int) -> bytes:
+    """Everything of an open file from its start (pread leaves the position there)."""
+    os.lseek(descriptor, 0, os.SEEK_SET)
+    with os.fdopen(descriptor, "rb", closefd=False) as handle:
+        return handle.read()

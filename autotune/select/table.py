@@ -41,6 +41,7 @@ import os
 import secrets
 import stat as stat_module
 import tempfile
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,7 +58,7 @@ from autotune.vendor.mapping import SOURCE_PREFIX as VENDOR_SOURCE_PREFIX
 
 log = logging.getLogger(__name__)
 
-FORMAT = 2  # 2: each group's exact-hit line follows the groups
+FORMAT = 3  # 2: each group's exact-hit line follows the groups; 3: the header gives each line's length
 SHIPPED_TABLE = "selection.json"  # under db/
 BESIDE_DATABASE = "-selection.json"  # appended to the database file's name, as SQLite's -wal and -shm
 DATABASE_NAME = "autotune.db"  # the default database's file in the data folder (store/database.py)
@@ -388,6 +389,7 @@ def to_lines(snapshot: Snapshot, database: Path | None, identity: str | None = N
         },
         "gpus": [list(gpu) for gpu in snapshot.gpus],
         "groups": [_key_json(key) for key in groups],
+        "lines": [len(line.encode()) for line in body],
         "body": hashlib.sha256(_joined(body)).hexdigest(),
     }
     return [json.dumps(header, separators=(",", ":")), *body]
@@ -463,43 +465,107 @@ class _Lines(Sequence[bytes]):
         return self._data[a:b]
 
 
-def _spans(data: bytes, start: int) -> list[tuple[int, int]]:
-    """Where each line from `start` on begins and ends (text after the last newline is no line, as
-    with bytes.split(b"\\n")[:-1])."""
-    found: list[tuple[int, int]] = []
-    end = data.find(b"\n", start)
-    while end >= 0:
-        found.append((start, end))
-        start = end + 1
-        end = data.find(b"\n", start)
-    return found
+class _FileLines(Sequence[bytes]):
+    """Lines of a table file's body read from the open file when asked for (os.pread: any thread).
+    The file is held open while these lines are in use, so a table replaced meanwhile (write()
+    renames a new file into place) still answers from the file that was checked."""
+
+    def __init__(self, descriptor: int, spans: list[tuple[int, int]]) -> None:
+        self._descriptor = descriptor
+        self._spans = spans
+        self._closer = weakref.finalize(self, os.close, descriptor)
+
+    def __len__(self) -> int:
+        return len(self._spans)
+
+    @overload
+    def __getitem__(self, index: int) -> bytes: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[bytes]: ...
+    def __getitem__(self, index: int | slice) -> bytes | list[bytes]:
+        if isinstance(index, slice):
+            return [self._read(a, b) for a, b in self._spans[index]]
+        return self._read(*self._spans[index])
+
+    def _read(self, start: int, end: int) -> bytes:
+        # A file cut short since its check reads short: the caller's JSON parse calls it damaged.
+        return os.pread(self._descriptor, end - start, start)
+
+    def share(self, spans: list[tuple[int, int]]) -> _FileLines:
+        """Other lines of the same open file (the groups and the exact-hit lines share one)."""
+        shared = _FileLines.__new__(_FileLines)
+        shared._descriptor, shared._spans, shared._closer = self._descriptor, spans, self._closer
+        return shared
+
+
+def _spans_of(lengths: Any, start: int) -> list[tuple[int, int]]:
+    """Where each body line lies in the file, from the header's lengths (each line is followed by a
+    newline) and where the body starts."""
+    if not isinstance(lengths, list) or not all(type(n) is int and n >= 0 for n in lengths):
+        raise ValueError("a bad list of line lengths")
+    spans = []
+    for length in lengths:
+        spans.append((start, start + length))
+        start += length + 1
+    return spans
+
+
+_HEADER_CHUNK = 16384  # the header is ~3 KB: one read, where a fresh process's read of the whole
+# 0.7 MB shipped table cost 0.5 ms (the pages of a new buffer), the most of a first call's selection
+
+
+def _header(descriptor: int, size: int) -> bytes:
+    """The file's first line, without its newline (all of it where it has none)."""
+    head = b""
+    while len(head) < size:
+        chunk = os.pread(descriptor, _HEADER_CHUNK, len(head))
+        if not chunk:
+            break
+        end = chunk.find(b"\n")
+        if end >= 0:
+            return head + chunk[:end]
+        head += chunk
+    return head
 
 
 def read(path: Path, stamps: Stamps | None = None) -> Loaded:
     """Read a table file: its header in full, the groups once a question needs them. Damaged where
     it is not one (its groups are checked against the header's SHA-256, which `stamps` may hold for
-    the file as it is), Outdated where an earlier autotune wrote it, OSError where unreadable."""
-    data, opened = stamping.read_regular(path)
-    stat = stamping.stat_of(opened)
-    taken = stamping.now_ns()
-    end = data.find(b"\n")
-    end = len(data) if end < 0 else end
+    the file as it is: then only the header is read now, each line when asked for), Outdated where
+    an earlier autotune wrote it, OSError where unreadable."""
+    descriptor, opened = stamping.open_regular(path)
+    keep_open = False
     try:
-        header = json.loads(data[:end])
-        if type(header["format"]) is int and header["format"] < FORMAT:
-            raise Outdated(f"{path} was written by an earlier autotune (format {header['format']}, not {FORMAT})")
-        digest = stamps.digest(str(path), stat) if stamps is not None else None
-        if digest is None:
-            digest = hashlib.sha256(memoryview(data)[end + 1 :]).hexdigest()
+        stat = stamping.stat_of(opened)
+        taken = stamping.now_ns()
+        head = _header(descriptor, opened.st_size)
+        try:
+            header = json.loads(head)
+            if type(header["format"]) is int and header["format"] < FORMAT:
+                raise Outdated(f"{path} was written by an earlier autotune (format {header['format']}, not {FORMAT})")
+            if header["format"] != FORMAT:
+                raise ValueError(f"format {header['format']!r}, not {FORMAT}")
+            spans = _spans_of(header["lines"], len(head) + 1)
+            if (spans[-1][1] + 1 if spans else len(head) + 1) != opened.st_size:
+                raise ValueError("its lines do not add up to its size")
+            half = len(spans) // 2  # the groups, then their exact-hit lines
+            digest = stamps.digest(str(path), stat) if stamps is not None else None
+            if digest == header["body"]:  # checked by an earlier process, unchanged since
+                keep_open = True
+                groups = _FileLines(descriptor, spans[:half])
+                return _parse(header, groups, groups.share(spans[half:]))
+            data = stamping.read_all(descriptor)
+            digest = hashlib.sha256(memoryview(data)[len(head) + 1 :]).hexdigest()
+            if digest != header["body"]:
+                raise ValueError("its groups do not match its header's SHA-256")
             if stamps is not None:
                 stamps.record_digest(str(path), stat, digest, taken)
-        if digest != header["body"]:
-            raise ValueError("its groups do not match its header's SHA-256")
-        spans = _spans(data, end + 1)
-        half = len(spans) // 2  # the groups, then their exact-hit lines
-        return _parse(header, _Lines(data, spans[:half]), _Lines(data, spans[half:]))
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
-        raise Damaged(f"{path} is not a selection table ({type(exc).__name__}: {exc})") from None
+            return _parse(header, _Lines(data, spans[:half]), _Lines(data, spans[half:]))
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+            raise Damaged(f"{path} is not a selection table ({type(exc).__name__}: {exc})") from None
+    finally:
+        if not keep_open:
+            os.close(descriptor)
 
 
 def _parse(header: dict[str, Any], texts: Sequence[bytes], exact: Sequence[bytes]) -> Loaded:
