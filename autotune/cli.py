@@ -306,34 +306,38 @@ def sweep(
     _print_sweep(report)
 
 
+# How a study usually ends: the sweep's table says nothing more. Any other end (a timeout, a space
+# exhausted, a setup that failed) is printed under its row.
+_USUAL_STOPS = ("budget reached", "already tuned", "target reached", "no 1% improvement in ")
+
+
 def _print_sweep(report: SweepReport, title: str = "") -> None:
-    table = Table(title=escape(f"{title}{report.gpu.name}  ({report.db_url})"))
-    headings = ["problem", "best us", "GB/s", "new", "stored", "failed", "confirmed", "stopped", "seconds", "config"]
+    """The sweep's table, one problem a row and its best config wrapped by key, as `list` prints
+    (an 80-column terminal reads it): trials measured now + found stored, and how many failed."""
+    out.print(f"{title}{report.gpu.name}  ({report.db_url})", markup=False)
     vendor = any(item.result.vendor_us is not None for item in report.problems)  # cuBLASLt timed beside
-    if vendor:
-        headings.insert(2, "cuBLAS us")
-    for column in headings:
-        table.add_column(column)
+    headers = ["op", "shape", "best us", *(["cuBLAS us"] if vendor else []), "GB/s", "new+stored", "s", "best config"]
+    rows = []
     for item in report.problems:
         r = item.result
         failed = sum(v for k, v in r.statuses.items() if k != "ok")
-        best_gbs = "-"
+        best_gbs = None
         if r.best_us is not None:
-            best_gbs = f"{ops.for_problem(item.problem).bytes_moved(item.problem) / r.best_us / 1e3:.0f}"
-        table.add_row(
-            display.problem_text(item.problem),
+            best_gbs = ops.for_problem(item.problem).bytes_moved(item.problem) / r.best_us / 1e3
+        trials = f"{r.measured}+{r.reused}" + (f", {failed} failed" if failed else "")
+        cells = [
+            *_op_and_shape(item.problem),
             _us(r.best_us),
             *([_us(r.vendor_us)] if vendor else []),
-            best_gbs,
-            str(r.measured),
-            str(r.reused),
-            str(failed),
-            str(r.confirmed),
-            r.stopped,
-            f"{item.seconds:.1f}",
-            _config_text(r.best_config, item.problem),
-        )
-    out.print(table)
+            _gbs(best_gbs),
+            trials,
+            f"{item.seconds:.0f}",
+            _config_text(r.best_config, item.problem) if r.best_config else "-",
+        ]
+        usual = r.stopped.startswith(_USUAL_STOPS)
+        rows.append(display.Row(cells, [] if usual else [f"stopped: {r.stopped}"]))
+    numbers = range(2, len(headers) - 1)
+    _print_lines(display.table_lines(headers, rows, _width(), right=[i for i in numbers if headers[i] != "new+stored"]))
 
 
 M = Annotated[int, typer.Option("--m", help="rows of A")]

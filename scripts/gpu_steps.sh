@@ -292,7 +292,11 @@ torch.cuda.synchronize()" > "$OUT/ncu-int4.txt" 2>&1
       # new data and cache folders, nothing of this script's PYTHONPATH. QUICK_LIMIT seconds at most.
       step quick-start
       venv=/tmp/quick-venv home=$(mktemp -d /tmp/quick-home.XXXX)
-      rm -rf "$venv" && python3 -m venv --system-site-packages "$venv"
+      rm -rf "$venv" && python3 -m venv "$venv"
+      # The image's Python is itself a virtual environment, whose packages --system-site-packages
+      # would not show: a .pth file adds its site-packages after the new environment's own.
+      python3 -c "import numpy, os; print(os.path.dirname(os.path.dirname(numpy.__file__)))" \
+        > "$(echo "$venv"/lib/python3*/site-packages)/image.pth"
       (
         unset PYTHONPATH AUTOTUNE_CACHE_DIR AUTOTUNE_DB
         export PIP_NO_INDEX=1 PIP_FIND_LINKS="$PWD/.whl $PWD/.whl/fresh" XDG_DATA_HOME="$home/data" XDG_CACHE_HOME="$home/cache"

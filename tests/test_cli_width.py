@@ -154,3 +154,42 @@ def test_queue_fits(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixtu
     assert code == 0 and "queued 1 problem " in err
     lines = printed(monkeypatch, capsys, "queue", "--db", db)
     assert lines[0].split()[:4] == ["gpu", "op", "shape", "state"] and "4096x14336x4096" in " ".join(lines)
+
+
+def test_the_sweep_table_fits_and_names_every_config_value(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What `autotune sweep --op hgemv` prints at its end, for problems with a long config, a cuBLASLt
+    time, failed trials and a study that ran out of time."""
+    from autotune.core.problem import Problem
+    from autotune.ops import in_space_order
+    from autotune.tune.search import StudyResult
+    from autotune.tune.tuner import ProblemReport, SweepReport
+    from tests.test_cli import H200
+
+    config = dict(
+        block=128, lanes=128, vec=8, unroll=8, rows=2, x_smem=0, policy=1, cluster=1, split=1, persist=0, prefetch=3
+    )
+    config["order"] = 1
+    shapes = [(4096, 8192), (128256, 4096), (256, 131072)]
+    problems = [Problem("gemv", "float16", m, n) for m, n in shapes]
+    results = [
+        StudyResult(config, 15.53, 32, 3, {"ok": 35}, "no 1% improvement in 32 trials", vendor_us=21.1),
+        StudyResult(config, 230.06, 60, 4, {"ok": 62, "invalid": 2}, "timeout"),
+        StudyResult(None, None, 0, 0, {}, "setup failed: no GPU 3"),
+    ]
+    rows = [ProblemReport(p, r, 7.2) for p, r in zip(problems, results, strict=True)]
+    report = SweepReport(H200, "sqlite:///tmp/x.db", rows)
+    capsys.readouterr()
+    cli._print_sweep(report)
+    lines = capsys.readouterr().out.splitlines()
+    assert max(map(len, lines)) <= WIDTH, "\n".join(lines)
+    assert lines[0].startswith("NVIDIA H200") and lines[1].split()[:4] == ["op", "shape", "best", "us"]
+    text = " ".join(lines)
+    for m, n in shapes:
+        assert f"{m}x{n}" in text  # no shape cut
+    assert "21.10" in text and "32+3" in text and "60+4, 2 failed" in text
+    named = [word for word in text.split() if "=" in word]
+    assert named == [f"{k}={v}" for k, v in in_space_order(problems[0], config).items()] * 2  # whole, in order
+    assert "stopped: timeout" in text and "stopped: setup failed: no GPU 3" in text
+    assert "stopped: no 1%" not in text  # the usual end is not repeated on every row

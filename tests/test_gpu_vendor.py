@@ -176,8 +176,13 @@ def test_a_sweep_times_cublas_and_the_selector_answers_it(tmp_path: Path) -> Non
     ours = store.best(gpu, problem, source_hash(problem))
     best = [sys.executable, "-m", "autotune", "best", "--op", "hgemm", *shape, "--db", str(db), "--json"]
     answer = json.loads(subprocess.run(best, capture_output=True, text=True, timeout=120, check=True).stdout)
-    if ours is None or row.time_us < ours.time_us:
+    # cuBLASLt answers where it beat ours by more than the selector's margin; within it, ours (a tie).
+    from autotune.select.choose import VENDOR_MARGIN
+
+    if ours is None or row.time_us * (1 + VENDOR_MARGIN) < ours.time_us:
         assert "cublas_algo" in answer["config"], answer
+    else:
+        assert "cublas_algo" not in answer["config"], answer
     import autotune
 
     A = torch.randn(48, 11008, device="cuda", dtype=torch.float16)
