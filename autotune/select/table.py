@@ -29,7 +29,8 @@ A first call must be cheap (docs/deploy.md, "A first call"): each group of the t
 exact-hit line, every problem's best trial per kernel source, so a tuned problem's answer is read
 without parsing the group's trials; and what an earlier process has checked (the records files'
 SHA-256, the table's, the database's change count) is trusted while the files are unchanged
-(stamps.py), so a fresh process neither hashes them again nor imports sqlite3.
+(stamps.py), so a fresh process neither hashes them again nor imports sqlite3, and reads such a
+table's header alone, then each line it needs, at the offsets the header's line lengths give.
 """
 
 from __future__ import annotations
@@ -361,9 +362,10 @@ def _exact_trials(trials: list[list[Any]]) -> list[list[Any]]:
 
 
 # --- the file -------------------------------------------------------------------------------------
-# A header line (format, stamp, GPUs, the groups in order, the SHA-256 of the rest), then one line of
-# JSON per group: [[m, n, k, [[config, time_us, gbs, source_hash, driver, cuda], ...]], ...], then
-# each group's exact-hit line, in the same order: {"m,n,k": [the trial picked per kernel source]}.
+# A header line (format, stamp, GPUs, the groups in order, each later line's length in bytes, the
+# SHA-256 of the rest), then one line of JSON per group:
+# [[m, n, k, [[config, time_us, gbs, source_hash, driver, cuda], ...]], ...], then each group's
+# exact-hit line, in the same order: {"m,n,k": [the trial picked per kernel source]}.
 
 
 def to_lines(snapshot: Snapshot, database: Path | None, identity: str | None = None) -> list[str]:
