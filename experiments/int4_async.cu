@@ -8,6 +8,12 @@
 // else is qgemm's: the same fragments, dequantization (at_qgemm::Codes), x staged as pairs, scales
 // after the MMAs (group 128), K split over a cluster.
 //
+// A second variant, `bulk`, moves the weights with the Hopper copy engine instead (cp.async.bulk, no
+// tensor map): per stage, 16 lanes of a warp each start one copy of its row's next QPS x 64 bytes into
+// the warp's ring, completing on the slot's mbarrier; every lane waits on that barrier, reads its 16-byte
+// pieces back (rows padded so the two rows a quarter-warp reads lie in other banks) and loads its scales
+// when the stage is filled. A load in flight costs no register and one instruction a row and stage.
+//
 // The program checks every variant against a float64 product on the host (output poisoned with NaN
 // first) and times it the way autotune times kernels (experiments/bench_common.cuh: back to back behind
 // a spin kernel, the weights rotating over 4x the L2), beside qgemm's instances at the H200 sweeps'
@@ -157,6 +163,173 @@ __device__ __forceinline__ void body(const T* __restrict__ x, const unsigned cha
 }
 }  // namespace at_qgemm_async
 
+namespace at_qgemm_bulk {
+using namespace at_qgemm;
+using at_common::finish;
+using at_common::to_float;
+
+__device__ __forceinline__ unsigned shared_address(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void barrier_init(unsigned long long* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void expect_bytes(unsigned long long* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(bar)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   shared_address(dst)),
+               "l"(src), "r"(bytes), "r"(shared_address(bar))
+               : "memory");
+}
+__device__ __forceinline__ bool landed(unsigned long long* bar, unsigned parity) {
+  unsigned done;
+  asm volatile(
+      "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+      : "=r"(done)
+      : "r"(shared_address(bar)), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
+// A stage's row in the ring: QPS x 64 bytes of codes, padded to 64 bytes past a multiple of 128, so
+// rows g and g + 1 (a quarter-warp's 16-byte reads) fall on other banks.
+__host__ __device__ constexpr int row_stride_of(int qps) { return qps * 64 + (qps % 2 == 0 ? 64 : 0); }
+template <int QPS> constexpr int row_stride = row_stride_of(QPS);
+
+// M = 1, one tile of 16 rows a warp, QPS steps (quads) a stage, STAGES slots a warp.
+template <typename T, int BLOCK, int STAGES, int QPS, int GROUP, int SYM, int CLUSTER>
+__device__ __forceinline__ void body(const T* __restrict__ x, const unsigned char* __restrict__ qweight,
+                                     const T* __restrict__ scales, const unsigned char* __restrict__ zeros,
+                                     T* __restrict__ out, int M, int N, int K, float alpha, float beta) {
+  static_assert(GROUP == QUAD * PIECE, "the experiment covers groups of 128: one scale a row and step");
+  static_assert(SYM, "the experiment covers symmetric codes");
+  constexpr int WARPS = BLOCK / 32, ROWS = WARPS * 16, STRIDE = row_stride<QPS>, SLOT = 16 * STRIDE;
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ float cluster_part[CLUSTER > 1 ? ROWS * 8 : 1];
+  __shared__ __align__(8) unsigned long long bars[WARPS][STAGES];
+  launch_dependents();
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, c = lane % 4;
+  unsigned char* ring = smem + warp * STAGES * SLOT;
+  unsigned char* x_slice = smem + WARPS * STAGES * SLOT;
+  const int pieces = K / PIECE, quads = (pieces + QUAD - 1) / QUAD;
+  const int per_split = (quads + CLUSTER - 1) / CLUSTER * QUAD;
+  const int piece_begin = min(pieces, (int)blockIdx.y * per_split);
+  const int piece_count = min(pieces, piece_begin + per_split) - piece_begin;
+  const int steps = (piece_count + QUAD - 1) / QUAD;  // quads of this split that hold codes
+  const int stages = (steps + QPS - 1) / QPS;
+  const int groups_per_row = K / GROUP;
+  const int warp_row = blockIdx.x * ROWS + warp * 16;
+  // Lane r < 16 copies row r of the warp's tile; every lane reads rows g and g + 8.
+  const unsigned char* my_row = qweight + (size_t)min(warp_row + (lane % 16), N - 1) * (K / 2) + piece_begin * 16;
+  const T* s[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) s[h] = scales + (size_t)min(warp_row + g + 8 * h, N - 1) * groups_per_row;
+  float scale[STAGES][QPS][2];
+  const auto zero = Codes<T>::zero(8);
+
+  if (lane == 0) {
+#pragma unroll
+    for (int slot = 0; slot < STAGES; ++slot) barrier_init(&bars[warp][slot], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncwarp();
+  // Stage `stage` into `slot`: the copies, and this lane's scales for its steps.
+  auto fill = [&](int stage, int slot) {
+    const int first = stage * QPS * QUAD;  // its first piece, within the split
+    const unsigned bytes = (unsigned)min(QPS * QUAD, piece_count - first) * 16;
+    if (lane == 0) expect_bytes(&bars[warp][slot], 16 * bytes);
+    __syncwarp();
+    if (lane < 16) bulk_copy(ring + slot * SLOT + lane * STRIDE, my_row + first * 16, bytes, &bars[warp][slot]);
+#pragma unroll
+    for (int q = 0; q < QPS; ++q) {
+      const int group = min(piece_begin + first + q * QUAD, pieces - 1) * PIECE / GROUP;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) scale[slot][q][h] = to_float(s[h][group]);
+    }
+  };
+
+  wait_for_prior_grid();
+#pragma unroll
+  for (int p = 0; p < STAGES - 1; ++p)
+    if (p < stages) fill(p, p);
+  const int words = per_split * 4;  // x's one row, as the pairs qgemm stages (zero past the split's codes)
+  for (int word = tid; word < words; word += BLOCK) {
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (word < piece_count * 4) v = __ldg(reinterpret_cast<const uint4*>(x + (size_t)(piece_begin * 4 + word) * 8));
+    uint4 pairs;
+    pairs.x = __byte_perm(v.x, v.z, 0x5410);
+    pairs.y = __byte_perm(v.x, v.z, 0x7632);
+    pairs.z = __byte_perm(v.y, v.w, 0x5410);
+    pairs.w = __byte_perm(v.y, v.w, 0x7632);
+    *reinterpret_cast<uint4*>(x_slice + (word / 4) * PIECE_BYTES + (word % 4) * 16) = pairs;
+  }
+  __syncthreads();
+
+  float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int t0 = 0; t0 < stages; t0 += STAGES) {
+#pragma unroll
+    for (int p = 0; p < STAGES; ++p) {
+      const int t = t0 + p;
+      if (t >= stages) break;
+      if (t + STAGES - 1 < stages) {
+        // The slot refilled was read in the previous stage: every lane's reads of it are done (the
+        // warp barrier), and ordered before the copy engine's writes (the proxy fence).
+        __syncwarp();
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        fill(t + STAGES - 1, (p + STAGES - 1) % STAGES);
+      }
+      while (!landed(&bars[warp][p], (t / STAGES) & 1)) {
+      }
+      const unsigned char* slot = ring + p * SLOT;
+#pragma unroll
+      for (int q = 0; q < QPS; ++q) {
+        const int k = t * QPS + q;  // the step (quad) within the split
+        if (k >= steps) break;
+        const uint4 lo_words = *reinterpret_cast<const uint4*>(slot + g * STRIDE + q * 64 + c * 16);
+        const uint4 hi_words = *reinterpret_cast<const uint4*>(slot + (g + 8) * STRIDE + q * 64 + c * 16);
+        float part[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          // B's column g is row g of x: only g = 0 exists at M = 1.
+          const uint4 b = g == 0 ? *reinterpret_cast<const uint4*>(x_slice + (k * QUAD + c) * PIECE_BYTES + j * 16)
+                                 : make_uint4(0u, 0u, 0u, 0u);
+          unsigned lo[4], hi[4];
+          Codes<T>::of(reinterpret_cast<const unsigned*>(&lo_words)[j], zero, lo);
+          Codes<T>::of(reinterpret_cast<const unsigned*>(&hi_words)[j], zero, hi);
+          if (j == 0)
+            mma<T, true>(part, lo[0], hi[0], lo[1], hi[1], b.x, b.y);
+          else
+            mma<T, false>(part, lo[0], hi[0], lo[1], hi[1], b.x, b.y);
+          mma<T, false>(part, lo[2], hi[2], lo[3], hi[3], b.z, b.w);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) d[e] = fmaf(part[e], scale[p][q][e >> 1], d[e]);
+      }
+    }
+  }
+
+  const int first_row = blockIdx.x * ROWS;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int m = 2 * c + (e & 1), row = warp * 16 + g + 8 * (e >> 1);
+    if constexpr (CLUSTER == 1) {
+      const size_t at = (size_t)m * N + first_row + row;
+      if (m < M && first_row + row < N) out[at] = finish<T>(d[e], alpha, beta, out + at);
+    } else {
+      cluster_part[m * ROWS + row] = d[e];
+    }
+  }
+  if constexpr (CLUSTER > 1) {
+    at_common::cluster_sum<CLUSTER>(cluster_part, 8 * ROWS, [&](int o, float sum) {
+      const int m = o / ROWS, row = first_row + o % ROWS;
+      const size_t at = (size_t)m * N + row;
+      if (m < M && row < N) out[at] = finish<T>(sum, alpha, beta, out + at);
+    });
+  }
+}
+}  // namespace at_qgemm_bulk
+
 #define ARGS                                                                                              \
   const __half *x, const unsigned char *qweight, const __half *scales, const unsigned char *zeros, __half *out, \
       int M, int N, int K, float alpha, float beta
@@ -181,13 +354,23 @@ __global__ void __cluster_dims__(1, CLUSTER, 1) __launch_bounds__(BLOCK, MINB) a
   at_qgemm_async::body<__half, BLOCK, STAGES, 128, 1, CLUSTER>(PASS);
 }
 
+template <int BLOCK, int STAGES, int QPS, int MINB>
+__global__ void __launch_bounds__(BLOCK, MINB) bulk_kernel(ARGS) {
+  at_qgemm_bulk::body<__half, BLOCK, STAGES, QPS, 128, 1, 1>(PASS);
+}
+template <int BLOCK, int STAGES, int QPS, int CLUSTER, int MINB>
+__global__ void __cluster_dims__(1, CLUSTER, 1) __launch_bounds__(BLOCK, MINB) bulk_split_kernel(ARGS) {
+  at_qgemm_bulk::body<__half, BLOCK, STAGES, QPS, 128, 1, CLUSTER>(PASS);
+}
+
 struct Variant {
   const char* kernel;
   int block, tiles, unroll, stages, cluster, policy, min_blocks, persist;
   void (*fn)(ARGS);
+  int qps = 0;  // bulk: steps a stage
 };
 
-// Launch geometry as autotune/ops/qgemm's launch() for qgemm; one block a row tile for async.
+// Launch geometry as autotune/ops/qgemm's launch() for qgemm; one block a row tile for async and bulk.
 static void geometry(const Variant& v, int n, int k, int sms, dim3& grid, size_t& shared) {
   const int rows = v.block / 32 * (v.stages ? 1 : v.tiles) * 16;
   const int tiles = (n + rows - 1) / rows;
@@ -195,7 +378,8 @@ static void geometry(const Variant& v, int n, int k, int sms, dim3& grid, size_t
   const int per_split = (quads + v.cluster - 1) / v.cluster * 4;
   const size_t x_bytes = at_qgemm::x_row_bytes(per_split);
   grid = dim3(v.persist ? std::min(tiles, v.persist * sms) : tiles, v.cluster, 1);
-  shared = v.stages ? (size_t)v.block / 32 * v.stages * 1024 + x_bytes : x_bytes;
+  const size_t slot = v.qps ? (size_t)16 * at_qgemm_bulk::row_stride_of(v.qps) : 1024;
+  shared = v.stages ? (size_t)v.block / 32 * v.stages * slot + x_bytes : x_bytes;
 }
 
 int main() {
@@ -219,6 +403,11 @@ int main() {
       {"async", 256, 1, 1, 8, 1, 0, 1, 0, async_kernel<256, 8, 1>},
       {"async", 256, 1, 1, 8, 1, 0, 2, 0, async_kernel<256, 8, 2>},
       {"async", 128, 1, 1, 16, 1, 0, 2, 0, async_kernel<128, 16, 2>},
+      {"bulk", 128, 1, 1, 4, 1, 0, 1, 0, bulk_kernel<128, 4, 4, 1>, 4},
+      {"bulk", 128, 1, 1, 3, 1, 0, 1, 0, bulk_kernel<128, 3, 8, 1>, 8},
+      {"bulk", 256, 1, 1, 4, 1, 0, 1, 0, bulk_kernel<256, 4, 2, 1>, 2},
+      {"bulk", 256, 1, 1, 3, 1, 0, 1, 0, bulk_kernel<256, 3, 4, 1>, 4},
+      {"bulk", 64, 1, 1, 4, 1, 0, 2, 0, bulk_kernel<64, 4, 4, 2>, 4},
   };
   std::vector<Variant> narrow = {
       {"qgemm", 64, 2, 1, 0, 8, 0, 3, 2, qgemm_split_kernel<64, 2, 1, 8, 0, 3>},
@@ -227,6 +416,9 @@ int main() {
       {"async", 128, 1, 1, 8, 4, 0, 1, 0, async_split_kernel<128, 8, 4, 1>},
       {"async", 128, 1, 1, 8, 8, 0, 1, 0, async_split_kernel<128, 8, 8, 1>},
       {"async", 64, 1, 1, 8, 8, 0, 2, 0, async_split_kernel<64, 8, 8, 2>},
+      {"bulk", 128, 1, 1, 4, 4, 0, 1, 0, bulk_split_kernel<128, 4, 2, 4, 1>, 2},
+      {"bulk", 128, 1, 1, 3, 8, 0, 1, 0, bulk_split_kernel<128, 3, 4, 8, 1>, 4},
+      {"bulk", 64, 1, 1, 4, 8, 0, 2, 0, bulk_split_kernel<64, 4, 2, 8, 2>, 2},
   };
   const std::vector<Shape> shapes = {{28672, 4096, wide}, {37888, 3584, wide}, {4096, 14336, narrow},
                                      {3584, 18944, narrow}, {4096, 4096, narrow}};
@@ -291,10 +483,10 @@ int main() {
       const float us = best_of(launch, setup.start, setup.stop);
       CHECK(cudaGetLastError());
       const double bytes = code_bytes + scale_h.size() * 2.0 + k * 2.0 + n * 2.0;
-      printf("{\"kernel\": \"%s\", \"block\": %d, \"tiles\": %d, \"unroll\": %d, \"stages\": %d, \"cluster\": %d, "
+      printf("{\"kernel\": \"%s\", \"block\": %d, \"tiles\": %d, \"unroll\": %d, \"stages\": %d, \"qps\": %d, \"cluster\": %d, "
              "\"policy\": %d, \"min_blocks\": %d, \"persist\": %d, \"n\": %d, \"k\": %d, \"us\": %.2f, \"gbs\": %.0f, "
              "\"rel_err\": %.3g, \"ok\": %s}\n",
-             v.kernel, v.block, v.tiles, v.unroll, v.stages, v.cluster, v.policy, v.min_blocks, v.persist, n, k, us,
+             v.kernel, v.block, v.tiles, v.unroll, v.stages, v.qps, v.cluster, v.policy, v.min_blocks, v.persist, n, k, us,
              bytes / us / 1e3, rel, rel < 2e-3 ? "true" : "false");
       fflush(stdout);
     }

@@ -271,8 +271,8 @@ for _ in range(6): autotune.linear(x, qw)
 torch.cuda.synchronize()" > "$OUT/ncu-int4.txt" 2>&1
       grep -E "Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers|Stall|Warp Cycles|Issued|Eligible|Issue Slots|Grid Size|Block Size|Shared Memory" "$OUT/ncu-int4.txt" | head -80 ;;
     int4-probes)
-      # The int4 GEMV's probes (docs/lowbit.md): the read-only access pattern probe, and the cp.async
-      # kernel checked and timed beside qgemm's swept instances.
+      # The int4 GEMV's probes (docs/lowbit.md): the read-only access pattern probe, and the cp.async and
+      # cp.async.bulk kernels checked and timed beside qgemm's swept instances.
       step int4-probes
       nvcc -O3 -arch=sm_90 -o /tmp/int4_access experiments/int4_access/access.cu && /tmp/int4_access > "$OUT/int4_access.jsonl"
       nvcc -O3 -arch=sm_90 -std=c++17 -I kernels -I kernels/common -o /tmp/int4_async experiments/int4_async.cu \
