@@ -28,6 +28,75 @@
 #include <cmath>
 #include <random>
 
+// What the cp.async and bulk variants share: x staged as qgemm's pairs, one step's MMAs, the output.
+namespace at_qgemm_ring {
+using namespace at_qgemm;
+using at_common::finish;
+
+// x's one row (M = 1) of the split as the pairs qgemm stages, zero past its codes; then a block barrier.
+template <typename T, int BLOCK>
+__device__ __forceinline__ void stage_x(const T* __restrict__ x, unsigned char* x_slice, int per_split, int piece_begin,
+                                        int piece_count) {
+  for (int word = threadIdx.x; word < per_split * 4; word += BLOCK) {
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (word < piece_count * 4) v = __ldg(reinterpret_cast<const uint4*>(x + (size_t)(piece_begin * 4 + word) * 8));
+    uint4 pairs;
+    pairs.x = __byte_perm(v.x, v.z, 0x5410);
+    pairs.y = __byte_perm(v.x, v.z, 0x7632);
+    pairs.z = __byte_perm(v.y, v.w, 0x5410);
+    pairs.w = __byte_perm(v.y, v.w, 0x7632);
+    *reinterpret_cast<uint4*>(x_slice + (word / 4) * PIECE_BYTES + (word % 4) * 16) = pairs;
+  }
+  __syncthreads();
+}
+
+// Step k (a quad) of the lane's rows g and g + 8: their 16-byte pieces times x's pairs, into part.
+template <typename T>
+__device__ __forceinline__ void step_product(float (&part)[4], const uint4& lo_words, const uint4& hi_words,
+                                             typename Codes<T>::Zero zero_lo, typename Codes<T>::Zero zero_hi,
+                                             const unsigned char* x_slice, int k, int g, int c) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    // B's column g is row g of x: only g = 0 exists at M = 1.
+    const uint4 b = g == 0 ? *reinterpret_cast<const uint4*>(x_slice + (k * QUAD + c) * PIECE_BYTES + j * 16)
+                           : make_uint4(0u, 0u, 0u, 0u);
+    unsigned lo[4], hi[4];
+    Codes<T>::of(reinterpret_cast<const unsigned*>(&lo_words)[j], zero_lo, lo);
+    Codes<T>::of(reinterpret_cast<const unsigned*>(&hi_words)[j], zero_hi, hi);
+    if (j == 0)
+      mma<T, true>(part, lo[0], hi[0], lo[1], hi[1], b.x, b.y);
+    else
+      mma<T, false>(part, lo[0], hi[0], lo[1], hi[1], b.x, b.y);
+    mma<T, false>(part, lo[2], hi[2], lo[3], hi[3], b.z, b.w);
+  }
+}
+
+// The warp's sums into out (summed over the cluster's K splits first where CLUSTER > 1).
+template <typename T, int ROWS, int CLUSTER>
+__device__ __forceinline__ void write_out(const float (&d)[4], float* cluster_part, T* __restrict__ out, int M, int N,
+                                          float alpha, float beta) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
+  const int first_row = blockIdx.x * ROWS;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int m = 2 * c + (e & 1), row = warp * 16 + g + 8 * (e >> 1);
+    if constexpr (CLUSTER == 1) {
+      const size_t at = (size_t)m * N + first_row + row;
+      if (m < M && first_row + row < N) out[at] = finish<T>(d[e], alpha, beta, out + at);
+    } else {
+      cluster_part[m * ROWS + row] = d[e];
+    }
+  }
+  if constexpr (CLUSTER > 1) {
+    at_common::cluster_sum<CLUSTER>(cluster_part, 8 * ROWS, [&](int o, float sum) {
+      const int m = o / ROWS, row = first_row + o % ROWS;
+      const size_t at = (size_t)m * N + row;
+      if (m < M && row < N) out[at] = finish<T>(sum, alpha, beta, out + at);
+    });
+  }
+}
+}  // namespace at_qgemm_ring
+
 namespace at_qgemm_async {
 using namespace at_qgemm;
 using at_common::finish;
@@ -97,18 +166,7 @@ __device__ __forceinline__ void body(const T* __restrict__ x, const unsigned cha
       commit();
     }
   }
-  const int words = per_split * 4;  // x's one row, as the pairs qgemm stages
-  for (int word = tid; word < words; word += BLOCK) {
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (word < piece_count * 4) v = __ldg(reinterpret_cast<const uint4*>(x + (size_t)(piece_begin * 4 + word) * 8));
-    uint4 pairs;
-    pairs.x = __byte_perm(v.x, v.z, 0x5410);
-    pairs.y = __byte_perm(v.x, v.z, 0x7632);
-    pairs.z = __byte_perm(v.y, v.w, 0x5410);
-    pairs.w = __byte_perm(v.y, v.w, 0x7632);
-    *reinterpret_cast<uint4*>(x_slice + (word / 4) * PIECE_BYTES + (word % 4) * 16) = pairs;
-  }
-  __syncthreads();
+  at_qgemm_ring::stage_x<T, BLOCK>(x, x_slice, per_split, piece_begin, piece_count);
 
   float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   for (int k0 = 0; k0 < steps && piece_count > 0; k0 += STAGES) {
@@ -121,20 +179,7 @@ __device__ __forceinline__ void body(const T* __restrict__ x, const unsigned cha
       if (k < steps) {
         const uint4 lo_words = ring[(p * 2) * 32 + lane], hi_words = ring[(p * 2 + 1) * 32 + lane];
         float part[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          // B's column g is row g of x: only g = 0 exists at M = 1.
-          const uint4 b = g == 0 ? *reinterpret_cast<const uint4*>(x_slice + (k * QUAD + c) * PIECE_BYTES + j * 16)
-                                 : make_uint4(0u, 0u, 0u, 0u);
-          unsigned lo[4], hi[4];
-          Codes<T>::of(reinterpret_cast<const unsigned*>(&lo_words)[j], zero[p][0], lo);
-          Codes<T>::of(reinterpret_cast<const unsigned*>(&hi_words)[j], zero[p][1], hi);
-          if (j == 0)
-            mma<T, true>(part, lo[0], hi[0], lo[1], hi[1], b.x, b.y);
-          else
-            mma<T, false>(part, lo[0], hi[0], lo[1], hi[1], b.x, b.y);
-          mma<T, false>(part, lo[2], hi[2], lo[3], hi[3], b.z, b.w);
-        }
+        at_qgemm_ring::step_product<T>(part, lo_words, hi_words, zero[p][0], zero[p][1], x_slice, k, g, c);
 #pragma unroll
         for (int e = 0; e < 4; ++e) d[e] = fmaf(part[e], scale[p][e >> 1], d[e]);
       }
@@ -142,24 +187,7 @@ __device__ __forceinline__ void body(const T* __restrict__ x, const unsigned cha
   }
   wait_groups<0>();  // no copy may land after the block has gone
 
-  const int first_row = blockIdx.x * ROWS;
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const int m = 2 * c + (e & 1), row = warp * 16 + g + 8 * (e >> 1);
-    if constexpr (CLUSTER == 1) {
-      const size_t at = (size_t)m * N + first_row + row;
-      if (m < M && first_row + row < N) out[at] = finish<T>(d[e], alpha, beta, out + at);
-    } else {
-      cluster_part[m * ROWS + row] = d[e];
-    }
-  }
-  if constexpr (CLUSTER > 1) {
-    at_common::cluster_sum<CLUSTER>(cluster_part, 8 * ROWS, [&](int o, float sum) {
-      const int m = o / ROWS, row = first_row + o % ROWS;
-      const size_t at = (size_t)m * N + row;
-      if (m < M && row < N) out[at] = finish<T>(sum, alpha, beta, out + at);
-    });
-  }
+  at_qgemm_ring::write_out<T, ROWS, CLUSTER>(d, cluster_part, out, M, N, alpha, beta);
 }
 }  // namespace at_qgemm_async
 
@@ -253,18 +281,7 @@ __device__ __forceinline__ void body(const T* __restrict__ x, const unsigned cha
 #pragma unroll
   for (int p = 0; p < STAGES - 1; ++p)
     if (p < stages) fill(p, p);
-  const int words = per_split * 4;  // x's one row, as the pairs qgemm stages (zero past the split's codes)
-  for (int word = tid; word < words; word += BLOCK) {
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (word < piece_count * 4) v = __ldg(reinterpret_cast<const uint4*>(x + (size_t)(piece_begin * 4 + word) * 8));
-    uint4 pairs;
-    pairs.x = __byte_perm(v.x, v.z, 0x5410);
-    pairs.y = __byte_perm(v.x, v.z, 0x7632);
-    pairs.z = __byte_perm(v.y, v.w, 0x5410);
-    pairs.w = __byte_perm(v.y, v.w, 0x7632);
-    *reinterpret_cast<uint4*>(x_slice + (word / 4) * PIECE_BYTES + (word % 4) * 16) = pairs;
-  }
-  __syncthreads();
+  at_qgemm_ring::stage_x<T, BLOCK>(x, x_slice, per_split, piece_begin, piece_count);
 
   float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   for (int t0 = 0; t0 < stages; t0 += STAGES) {
@@ -289,44 +306,14 @@ __device__ __forceinline__ void body(const T* __restrict__ x, const unsigned cha
         const uint4 lo_words = *reinterpret_cast<const uint4*>(slot + g * STRIDE + q * 64 + c * 16);
         const uint4 hi_words = *reinterpret_cast<const uint4*>(slot + (g + 8) * STRIDE + q * 64 + c * 16);
         float part[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          // B's column g is row g of x: only g = 0 exists at M = 1.
-          const uint4 b = g == 0 ? *reinterpret_cast<const uint4*>(x_slice + (k * QUAD + c) * PIECE_BYTES + j * 16)
-                                 : make_uint4(0u, 0u, 0u, 0u);
-          unsigned lo[4], hi[4];
-          Codes<T>::of(reinterpret_cast<const unsigned*>(&lo_words)[j], zero, lo);
-          Codes<T>::of(reinterpret_cast<const unsigned*>(&hi_words)[j], zero, hi);
-          if (j == 0)
-            mma<T, true>(part, lo[0], hi[0], lo[1], hi[1], b.x, b.y);
-          else
-            mma<T, false>(part, lo[0], hi[0], lo[1], hi[1], b.x, b.y);
-          mma<T, false>(part, lo[2], hi[2], lo[3], hi[3], b.z, b.w);
-        }
+        at_qgemm_ring::step_product<T>(part, lo_words, hi_words, zero, zero, x_slice, k, g, c);
 #pragma unroll
         for (int e = 0; e < 4; ++e) d[e] = fmaf(part[e], scale[p][q][e >> 1], d[e]);
       }
     }
   }
 
-  const int first_row = blockIdx.x * ROWS;
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const int m = 2 * c + (e & 1), row = warp * 16 + g + 8 * (e >> 1);
-    if constexpr (CLUSTER == 1) {
-      const size_t at = (size_t)m * N + first_row + row;
-      if (m < M && first_row + row < N) out[at] = finish<T>(d[e], alpha, beta, out + at);
-    } else {
-      cluster_part[m * ROWS + row] = d[e];
-    }
-  }
-  if constexpr (CLUSTER > 1) {
-    at_common::cluster_sum<CLUSTER>(cluster_part, 8 * ROWS, [&](int o, float sum) {
-      const int m = o / ROWS, row = first_row + o % ROWS;
-      const size_t at = (size_t)m * N + row;
-      if (m < M && row < N) out[at] = finish<T>(sum, alpha, beta, out + at);
-    });
-  }
+  at_qgemm_ring::write_out<T, ROWS, CLUSTER>(d, cluster_part, out, M, N, alpha, beta);
 }
 }  // namespace at_qgemm_bulk
 

@@ -446,7 +446,7 @@ def test_a_vouched_table_is_read_a_line_at_a_time_from_the_file_that_was_checked
     gpu, problem = problems[0]
     source = whole.tuned(gpu, problem.op, problem.dtype, None, trans=problem.trans)[0].source_hash
     lazily = table.read(shipped, kept).table
-    assert isinstance(lazily._texts, table._FileLines)  # the header alone was read
+    assert isinstance(lazily._texts._read.__self__, table._OpenFile)  # the header alone was read
     assert lazily.problems() == problems
     assert lazily.best(gpu, problem, source) == whole.best(gpu, problem, source)
     # A new table renamed into place (as write() does) leaves the open file answering as checked.

@@ -35,6 +35,7 @@ table's header alone, then each line it needs, at the offsets the header's line 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -43,7 +44,7 @@ import secrets
 import stat as stat_module
 import tempfile
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, overload
@@ -447,35 +448,11 @@ class Loaded:
 
 
 class _Lines(Sequence[bytes]):
-    """Lines of a table file's body, each copied out of the file's bytes only when asked for."""
+    """Lines of a table file's body, each read (`read(start, end)`) only when asked for."""
 
-    def __init__(self, data: bytes, spans: list[tuple[int, int]]) -> None:
-        self._data = data
+    def __init__(self, read: Callable[[int, int], bytes], spans: list[tuple[int, int]]) -> None:
+        self._read = read
         self._spans = spans
-
-    def __len__(self) -> int:
-        return len(self._spans)
-
-    @overload
-    def __getitem__(self, index: int) -> bytes: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[bytes]: ...
-    def __getitem__(self, index: int | slice) -> bytes | list[bytes]:
-        if isinstance(index, slice):
-            return [self._data[a:b] for a, b in self._spans[index]]
-        a, b = self._spans[index]
-        return self._data[a:b]
-
-
-class _FileLines(Sequence[bytes]):
-    """Lines of a table file's body read from the open file when asked for (os.pread: any thread).
-    The file is held open while these lines are in use, so a table replaced meanwhile (write()
-    renames a new file into place) still answers from the file that was checked."""
-
-    def __init__(self, descriptor: int, spans: list[tuple[int, int]]) -> None:
-        self._descriptor = descriptor
-        self._spans = spans
-        self._closer = weakref.finalize(self, os.close, descriptor)
 
     def __len__(self) -> int:
         return len(self._spans)
@@ -489,15 +466,23 @@ class _FileLines(Sequence[bytes]):
             return [self._read(a, b) for a, b in self._spans[index]]
         return self._read(*self._spans[index])
 
-    def _read(self, start: int, end: int) -> bytes:
+
+class _OpenFile:
+    """A table file held open while lines of it are in use (closed with the last of them), so a table
+    replaced meanwhile (write() renames a new file into place) still answers from the file that was
+    checked. Read with os.pread: any thread."""
+
+    def __init__(self, descriptor: int) -> None:
+        self._descriptor = descriptor
+        weakref.finalize(self, os.close, descriptor)
+
+    def read(self, start: int, end: int) -> bytes:
         # A file cut short since its check reads short: the caller's JSON parse calls it damaged.
         return os.pread(self._descriptor, end - start, start)
 
-    def share(self, spans: list[tuple[int, int]]) -> _FileLines:
-        """Other lines of the same open file (the groups and the exact-hit lines share one)."""
-        shared = _FileLines.__new__(_FileLines)
-        shared._descriptor, shared._spans, shared._closer = self._descriptor, spans, self._closer
-        return shared
+
+def _slice_of(data: bytes, start: int, end: int) -> bytes:
+    return data[start:end]
 
 
 def _spans_of(lengths: Any, start: int) -> list[tuple[int, int]]:
@@ -554,15 +539,16 @@ def read(path: Path, stamps: Stamps | None = None) -> Loaded:
             digest = stamps.digest(str(path), stat) if stamps is not None else None
             if digest == header["body"]:  # checked by an earlier process, unchanged since
                 keep_open = True
-                groups = _FileLines(descriptor, spans[:half])
-                return _parse(header, groups, groups.share(spans[half:]))
+                read_line = _OpenFile(descriptor).read
+                return _parse(header, _Lines(read_line, spans[:half]), _Lines(read_line, spans[half:]))
             data = stamping.read_all(descriptor)
             digest = hashlib.sha256(memoryview(data)[len(head) + 1 :]).hexdigest()
             if digest != header["body"]:
                 raise ValueError("its groups do not match its header's SHA-256")
             if stamps is not None:
                 stamps.record_digest(str(path), stat, digest, taken)
-            return _parse(header, _Lines(data, spans[:half]), _Lines(data, spans[half:]))
+            read_line = functools.partial(_slice_of, data)
+            return _parse(header, _Lines(read_line, spans[:half]), _Lines(read_line, spans[half:]))
         except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
             raise Damaged(f"{path} is not a selection table ({type(exc).__name__}: {exc})") from None
     finally:
