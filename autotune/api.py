@@ -7,6 +7,7 @@ import dataclasses
 import functools
 import logging
 import os
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -489,8 +490,22 @@ def linear(x: Any, weight: Any, bias: Any = None, *, db: str | None = None) -> A
     in place in both; the bias is the GEMM's C with beta = 1, read by the kernel, not added after.
 
     W may be an int4 weight (autotune.quantize's QuantizedWeight): up to 64 rows of x run the int4
-    kernels (autotune/ops/qgemm) on the packed weight; more rows dequantize it and run the GEMM."""
-    if isinstance(weight, QUANTIZED_TYPES):
+    kernels (autotune/ops/qgemm) on the packed weight; more rows dequantize it and run the GEMM.
+
+    Where autograd records the call (an input requires a gradient, outside torch.no_grad() and
+    inference_mode()), y carries its gradient function as F.linear's does: dX through our GEMM, dW
+    through torch's matmul, db a sum (autotune/runtime/linear_grad.py); an int4 weight is frozen."""
+    quantized = isinstance(weight, QUANTIZED_TYPES)
+    # Written out, not a function: in eager decode every Python call of a linear() costs host time.
+    if (
+        getattr(x, "requires_grad", False)
+        or getattr(bias, "requires_grad", False)
+        or getattr(weight._buffers["scales"] if quantized else weight, "requires_grad", False)
+    ) and _recording():
+        from autotune.runtime import linear_grad
+
+        return linear_grad.linear(x, weight, bias, db, quantized)
+    if quantized:
         return _linear_quantized(x, weight, bias, db)
     shape, k = x.shape, weight.shape[-1]
     if bias is None and len(shape) == 2 == len(weight.shape) and shape[1] == k and shape[0] and k and weight.shape[0]:
@@ -524,6 +539,12 @@ def linear(x: Any, weight: Any, bias: Any = None, *, db: str | None = None) -> A
     c = bias.expand(rows, n).contiguous()
     _RUNTIME.gemm(x2, weight.T, out=c, beta=1.0, db=db)
     return c.reshape(out_shape)
+
+
+def _recording() -> bool:
+    """Whether torch's autograd records operations here (a tensor that requires a gradient means
+    torch is imported already)."""
+    return bool(sys.modules["torch"].is_grad_enabled())
 
 
 def _linear_quantized(x: Any, weight: Any, bias: Any, db: str | None) -> Any:

@@ -26,6 +26,7 @@ import autotune
 from autotune import ops
 from autotune.api import launch_path
 from autotune.ops.base import Op
+from autotune.runtime import linear_grad
 
 _LIBRARY = torch.library.Library("autotune", "DEF")
 _REGISTERED: set[str] = set()
@@ -84,3 +85,4 @@ def _linear_fake(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
 
 _LIBRARY.impl("linear", _linear, "CUDA")
 torch.library.register_fake("autotune::linear", _linear_fake)
+linear_grad.register_linear_autograd()
