@@ -544,7 +544,8 @@ def linear(x: Any, weight: Any, bias: Any = None, *, db: str | None = None) -> A
 def _recording() -> bool:
     """Whether torch's autograd records operations here (a tensor that requires a gradient means
     torch is imported already)."""
-    return bool(sys.modules["torch"].is_grad_enabled())
+    torch = sys.modules.get("torch")
+    return torch is not None and bool(torch.is_grad_enabled())
 
 
 def _linear_quantized(x: Any, weight: Any, bias: Any, db: str | None) -> Any:
