@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -50,9 +51,20 @@ def main() -> None:
     parser.add_argument("--k", type=float, default=2.0, help="trials running up to which the share stays 0.3")
     parser.add_argument("--top", type=int, default=1, help="move one of this many best configs")
     parser.add_argument("--seeds", type=int, default=50)
+    parser.add_argument(
+        "--no-liar", action="store_true", help="TPE without constant liar (pending trials not counted as bad)"
+    )
     args = parser.parse_args()
     SETTINGS.update(k=args.k, top=args.top)
     valid_tpe.ValidTPESampler._local_move = local_move  # type: ignore[method-assign]
+    if args.no_liar:
+        made = valid_tpe.ValidTPESampler.__init__
+
+        def without_liar(self: valid_tpe.ValidTPESampler, *args: Any, **kwargs: Any) -> None:
+            made(self, *args, **kwargs)
+            self._constant_liar = False  # TPESampler's own flag (Optuna 5.0)
+
+        valid_tpe.ValidTPESampler.__init__ = without_liar  # type: ignore[method-assign]
     spaces = {name: Path(path) for name, path in (entry.split("=", 1) for entry in args.spaces)}
     run_all(spaces, ["tpe-local"], args.seeds, 200, 2, 16)  # prints a row per space
 

@@ -26,10 +26,12 @@ def _error(got: Any, exact: Any) -> float:
 
 
 def _grads(function: Any, x: Any, w: Any, b: Any) -> list[Any]:
+    """The gradients of x, W and b for one dY, the same values whatever the dtype (drawn in float64 on
+    the CPU: CUDA's generator draws other numbers for other dtypes)."""
     leaves = [t.detach().clone().requires_grad_(True) for t in (x, w, b)]
     y = function(*leaves)
-    torch.manual_seed(1)
-    (y * torch.randn_like(y)).sum().backward()  # a dY that is not all ones
+    dy = torch.randn(y.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    y.backward(dy.to(device=y.device, dtype=y.dtype))
     return [t.grad for t in leaves]
 
 
