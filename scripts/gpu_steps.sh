@@ -285,6 +285,11 @@ torch.cuda.synchronize()" > "$OUT/ncu-int4.txt" 2>&1
     export)
       step export
       python3 -c "import sys; from pathlib import Path; from autotune.store import open_store; print(open_store(sys.argv[1], import_shipped=False).export_records('$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)', Path(sys.argv[2]), top=3, current_only=True), 'records')" "$DB" "$OUT/records.jsonl" ;;
+    linear-grad)
+      # A training step's linear, forward and backward, beside F.linear (scripts/bench_linear_grad.py).
+      step linear-grad
+      TESTS=tests/test_gpu_linear_grad.py python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu_linear_grad.py 2>&1 | tail -8
+      python3 scripts/bench_linear_grad.py --out "$OUT" 2>&1 | tee "$OUT/linear-grad.log" | tail -14 ;;
     quick-start)
       # The README's first Quick start command as a newcomer runs it here: a new virtual environment
       # (seeing the system's torch, numpy and typer, as a CUDA image has them), pip offline from .whl/
