@@ -293,8 +293,10 @@ torch.cuda.synchronize()" > "$OUT/ncu-int4.txt" 2>&1
     quick-start)
       # The README's first Quick start command as a newcomer runs it here: a new virtual environment
       # (seeing the system's torch, numpy and typer, as a CUDA image has them), pip offline from .whl/
-      # and .whl/fresh/ (hatchling and what the package needs that the image lacks) in place of PyPI,
-      # new data and cache folders, nothing of this script's PYTHONPATH. QUICK_LIMIT seconds at most.
+      # and .whl/fresh/ (hatchling and what the package needs that the image lacks, fetched beforehand:
+      # pip download -d .whl/fresh --python-version 3.12 --only-binary=:all: hatchling nvidia-ml-py)
+      # in place of PyPI, new data and cache folders, nothing of this script's PYTHONPATH. QUICK_LIMIT
+      # seconds at most.
       step quick-start
       venv=/tmp/quick-venv home=$(mktemp -d /tmp/quick-home.XXXX)
       rm -rf "$venv" && python3 -m venv "$venv"
