@@ -113,6 +113,12 @@ def cuda(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeCuda:
     monkeypatch.setattr(driver, "device_count", lambda: 2)
     monkeypatch.setattr(driver, "primary_context", lambda index: 1000 + index)
     monkeypatch.setattr(driver, "in_context", in_context)
+
+    def adopt_context(context: int) -> None:
+        fake.events.append(("adopt", context))
+        fake.current = context
+
+    monkeypatch.setattr(driver, "adopt_context", adopt_context)
     monkeypatch.setattr(driver, "relaxed_capture", contextlib.nullcontext)
     monkeypatch.setattr(driver, "capture_id", lambda stream: fake.capturing.get(stream, 0))
     monkeypatch.setattr(driver, "mem_alloc", fake.mem_alloc)
@@ -294,6 +300,22 @@ def test_a_launch_from_a_thread_without_the_devices_context_makes_it_current(cud
     cuda.current = 1001
     runtime.run(choice, device, (1 << 20, 2 << 20, 3 << 20), 1.0, 0.0)
     assert [e for e in cuda.events if e[0] == "push"] == [("push", 1001)]
+    assert len(cuda.launches) == 2 and cuda.current == 1001
+
+
+def test_a_thread_with_no_context_keeps_the_devices_after_a_launch(cuda: FakeCuda) -> None:
+    # torch's autograd threads have no context until torch's first call there: a launch that pushed
+    # and popped one would leave them without, and torch would set it again, warning.
+    problem = Problem("gemv", "float32", 512, 512)
+    choice = Choice(problem, H200.name, gemv.DEFAULT_CONFIG, "default")
+    runtime = _runtime(choice)
+    device = runtime.device(1)
+    runtime.plan(choice, device, True)
+    cuda.events.clear()
+    cuda.current = 0
+    for _ in range(2):
+        runtime.run(choice, device, (1 << 20, 2 << 20, 3 << 20), 1.0, 0.0)
+    assert [e for e in cuda.events if e[0] in ("push", "adopt")] == [("adopt", 1001)]
     assert len(cuda.launches) == 2 and cuda.current == 1001
 
 

@@ -74,6 +74,7 @@ _SIGNATURES: dict[str, list[Any]] = {
     "cuCtxGetCurrent": [ctypes.POINTER(_P)],
     "cuCtxPushCurrent_v2": [_P],
     "cuCtxPopCurrent_v2": [ctypes.POINTER(_P)],
+    "cuCtxSetCurrent": [_P],
     "cuModuleLoadData": [ctypes.POINTER(_P), ctypes.c_char_p],
     "cuModuleGetFunction": [ctypes.POINTER(_P), _P, ctypes.c_char_p],
     "cuFuncSetAttribute": [_P, ctypes.c_int, ctypes.c_int],
@@ -143,6 +144,13 @@ def current_context() -> int:
     handle = ctypes.c_void_p()
     check(lib().cuCtxGetCurrent(ctypes.byref(handle)), "cuCtxGetCurrent")
     return int(handle.value or 0)
+
+
+def adopt_context(context: int) -> None:
+    """Make `context` current on a thread that has none, for good, as the CUDA runtime's first call on
+    a thread does. Pushing and popping it would leave such a thread (torch's autograd threads, say)
+    without one, and torch's next call there would have to set it again, with a warning."""
+    check(lib().cuCtxSetCurrent(context), "cuCtxSetCurrent")
 
 
 @contextmanager

@@ -130,6 +130,9 @@ class LaunchPlan:
         self._get_context(self._current_ref)
         if self._current.value == self._context:
             return result
+        if not self._current.value:
+            driver.adopt_context(self._context)
+            return int(self.launch_driver(self.config_ref, self.function, self.params, None))
         with driver.in_context(self._context):
             return int(self.launch_driver(self.config_ref, self.function, self.params, None))
 

@@ -59,6 +59,9 @@ class VendorPlan:
             if self.workspace_bytes:
                 workspace = self.device.vendor_workspace(self.workspace_bytes, stream, allocator)
             self._get_context(self._current_ref)
+            if not self._current.value:
+                driver.adopt_context(self._context)
+                self._current.value = self._context
             if self._current.value == self._context:
                 self._call.run((a, b, c), alpha, beta, workspace, stream)
             else:  # cuBLASLt runs in the context current on the calling thread: make it this GPU's
