@@ -2,9 +2,10 @@
 4), and a profile of where autotune.linear's host time goes. With --int4, the same for int4 weights
 (autotune.quantize, group 128): x of shape (1, K), (K,) (what bench_decode passes) and (1, 1, K) (a
 transformers decode step), the module's own call, and F.linear and our GEMV on the float16 weight beside
-them, with the config each shape launches (docs/lowbit.md has the findings). Run on the GPU machine:
+them, with the config each shape launches (docs/lowbit.md has the findings). With --grad, a training
+step's calls at M = 512 (forward with a bias, the backward's dX GEMM), no autograd. Run on the GPU machine:
 
-    python experiments/host_cost_linear.py [--int4]
+    python experiments/host_cost_linear.py [--int4 | --grad]
 """
 
 from __future__ import annotations
@@ -96,5 +97,31 @@ def int4() -> None:
     profile(lambda v=vector, qw=qw: autotune.linear(v, qw))
 
 
+def grad_calls(dtype: torch.dtype, profiled: bool) -> None:
+    m, n, k = 512, 4096, 4096
+    W = torch.randn(n, k, device="cuda", dtype=dtype)
+    x = torch.randn(m, k, device="cuda", dtype=dtype)
+    b = torch.randn(n, device="cuda", dtype=dtype)
+    dy = torch.randn(m, n, device="cuda", dtype=dtype)
+    report(
+        f"{dtype} {m}x{n}x{k}",
+        {
+            "F.linear bias": lambda: F.linear(x, W, b),
+            "autotune.linear bias": lambda: autotune.linear(x, W, b),
+            "F.linear": lambda: F.linear(x, W),
+            "autotune.linear": lambda: autotune.linear(x, W),
+            "dY @ W": lambda: dy @ W,
+            "autotune.gemm(dY, W)": lambda: autotune.gemm(dy, W),
+        },
+    )
+    if profiled:
+        profile(lambda: autotune.gemm(dy, W))
+        profile(lambda: autotune.linear(x, W, b))
+
+
 if __name__ == "__main__":
-    int4() if "--int4" in sys.argv[1:] else float16()
+    if "--grad" in sys.argv[1:]:
+        grad_calls(torch.bfloat16, False)
+        grad_calls(torch.float16, True)
+    else:
+        int4() if "--int4" in sys.argv[1:] else float16()

@@ -288,8 +288,8 @@ torch.cuda.synchronize()" > "$OUT/ncu-int4.txt" 2>&1
     linear-grad)
       # A training step's linear, forward and backward, beside F.linear (scripts/bench_linear_grad.py).
       step linear-grad
-      TESTS=tests/test_gpu_linear_grad.py python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu_linear_grad.py 2>&1 | tail -8
-      python3 scripts/bench_linear_grad.py --out "$OUT" 2>&1 | tee "$OUT/linear-grad.log" | tail -14 ;;
+      python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu_linear_grad.py 2>&1 | tee "$OUT/linear-grad-tests.log" | tail -8
+      python3 scripts/bench_linear_grad.py --out "$OUT" ${PROFILE:+--profile} 2>&1 | tee "$OUT/linear-grad.log" | tail -14 ;;
     quick-start)
       # The README's first Quick start command as a newcomer runs it here: a new virtual environment
       # (seeing the system's torch, numpy and typer, as a CUDA image has them), pip offline from .whl/
