@@ -1,0 +1,3 @@
+"""A torch model's linears on autotune's kernels: patch.py decides which nn.Linear modules are patched
+and swaps them, modules.py holds what runs in their place, fuse.py runs sibling projections as one.
+Imported by autotune.patch and autotune.unpatch where torch is, never by `import autotune`."""

@@ -1,0 +1,149 @@
+"""autotune.patch and autotune.unpatch: which of a model's linears run our kernels, checked for the whole
+model before any is changed (never half-patched), one log line per linear left as it is and one summary.
+
+Covered: every module whose type is exactly torch.nn.Linear, wherever it sits (a peft lora.Linear's
+base_layer and its lora_A/lora_B adapters included). An nn.Linear subclass (bitsandbytes' Linear4bit,
+torch's NonDynamicallyQuantizableLinear) has a forward of its own and is left as it is.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass
+
+import torch
+
+from autotune.core.errors import AutotuneError
+from autotune.model import fuse as fusing
+from autotune.model.modules import Int4Linear, PatchedLinear
+from autotune.ops.qgemm.module import QuantizedWeight
+
+log = logging.getLogger(__name__)
+
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # what autotune.linear runs
+INT4_DTYPES = (torch.float16, torch.bfloat16)  # the int4 kernels' activations (the scales' dtype)
+PATCHED = (PatchedLinear, Int4Linear)  # fuse.py's classes are subclasses
+
+
+@dataclass
+class _Plan:
+    """One covered linear and what it becomes: int4 where `quantized` is set, else float."""
+
+    name: str
+    linear: torch.nn.Linear
+    quantized: QuantizedWeight | None = None
+
+
+def patch(
+    model: torch.nn.Module, weights: str | None, group: int, sym: bool, fuse: bool, db: str | None
+) -> torch.nn.Module:
+    """autotune.patch (autotune/api.py has the arguments checked and the user's docstring)."""
+    if not isinstance(model, torch.nn.Module):
+        raise AutotuneError(f"autotune.patch takes a torch.nn.Module, got {type(model).__name__}")
+    covered, already, skipped = _survey(model)
+    _check_loaded(covered)
+    plans = [_Plan(name, linear) for name, linear in covered]
+    if weights == "int4":
+        _quantize(plans, model, group, sym)
+    # Nothing above changed the model; from here on nothing refuses.
+    patched: set[int] = set()
+    for plan in plans:
+        if plan.quantized is None:
+            PatchedLinear.adopt(plan.linear, db)
+        else:
+            Int4Linear.adopt(plan.linear, plan.quantized, db)
+        patched.add(id(plan.linear))
+    groups = [fusing.fuse(members, names) for names, members in fusing.sibling_groups(model, patched)] if fuse else []
+    int4s = sum(plan.quantized is not None for plan in plans)
+    log.info(
+        "autotune.patch: %d linears patched (%d int4, %d float), %d fused groups, %d skipped, %d already patched",
+        len(plans),
+        int4s,
+        len(plans) - int4s,
+        len(groups),
+        skipped,
+        already,
+    )
+    return model
+
+
+def unpatch(model: torch.nn.Module) -> torch.nn.Module:
+    """autotune.unpatch: every patched linear back to a plain nn.Linear."""
+    if not isinstance(model, torch.nn.Module):
+        raise AutotuneError(f"autotune.unpatch takes a torch.nn.Module, got {type(model).__name__}")
+    patched = [module for module in model.modules() if isinstance(module, PATCHED)]
+    for module in patched:
+        module.release()
+    log.info("autotune.unpatch: %d linears back to nn.Linear", len(patched))
+    return model
+
+
+def _survey(model: torch.nn.Module) -> tuple[list[tuple[str, torch.nn.Linear]], int, int]:
+    """(the covered linears by name, how many are patched already, how many are left as they are,
+    each with a log line)."""
+    covered = []
+    already = skipped = 0
+    for name, module in model.named_modules():
+        where = name or "the model"
+        if isinstance(module, PATCHED):
+            already += 1
+        elif not isinstance(module, torch.nn.Linear):
+            continue
+        elif (why := _left_as_it_is(module)) is not None:
+            log.info("autotune.patch: %s (%s) left as it is: %s", where, type(module).__name__, why)
+            skipped += 1
+        else:
+            covered.append((where, module))
+    return covered, already, skipped
+
+
+def _left_as_it_is(linear: torch.nn.Linear) -> str | None:
+    """Why a linear is not patched, None where it is."""
+    if type(linear) is not torch.nn.Linear:
+        return "a subclass of nn.Linear (a quantized layer such as bitsandbytes') runs a forward of its own"
+    if "forward" in vars(linear):
+        return "its forward is replaced on the module (an accelerate hook?), which patching would drop"
+    weight = linear.weight
+    if weight.dtype not in FLOAT_DTYPES:
+        return f"its weight is {str(weight.dtype).removeprefix('torch.')}; our kernels run float32, float16, bfloat16"
+    if weight.dim() != 2 or (weight.numel() and weight.stride(-1) != 1):
+        return f"its weight's rows are not contiguous (strides {tuple(weight.stride())})"
+    return None
+
+
+def _check_loaded(covered: list[tuple[str, torch.nn.Linear]]) -> None:
+    """Refuse a model whose covered linears hold no values (the meta device), naming the first."""
+    empty = [name for name, linear in covered if any(p is not None and p.is_meta for p in (linear.weight, linear.bias))]
+    if empty:
+        more = f" (and {len(empty) - 1} more linears)" if len(empty) > 1 else ""
+        raise AutotuneError(
+            f"{empty[0]}'s weight is on the meta device{more}: load the weights first "
+            "(init_empty_weights or a device_map that offloads leaves them unloaded); nothing was patched"
+        )
+
+
+def _quantize(plans: list[_Plan], model: torch.nn.Module, group: int, sym: bool) -> None:
+    """Quantize each plan's weight where int4 fits it, before any module changes (so that a refusal
+    leaves the model as it was); one log line for each kept in float."""
+    owners = Counter(id(p) for module in model.modules() for p in module._parameters.values() if p is not None)
+    for plan in plans:
+        why = _float_only(plan, group, owners)
+        if why is None:
+            plan.quantized = QuantizedWeight.from_float(plan.linear.weight, group, sym)
+        else:
+            log.info("autotune.patch: %s kept in float: %s", plan.name, why)
+
+
+def _float_only(plan: _Plan, group: int, owners: Counter[int]) -> str | None:
+    """Why a covered linear stays in float under weights="int4", None where it is quantized."""
+    linear, weight = plan.linear, plan.linear.weight
+    if any(part.startswith("lora_") for part in plan.name.split(".")):
+        return "a LoRA adapter (peft's lora_A, lora_B) stays trainable"
+    if owners[id(weight)] > 1:
+        return "its weight is tied to another module's (lm_head and embed_tokens): quantizing it would untie them"
+    if weight.dtype not in INT4_DTYPES:
+        return f"{str(weight.dtype).removeprefix('torch.')} weights; the int4 kernels run float16 and bfloat16"
+    if linear.in_features % group:
+        return f"in_features = {linear.in_features} is not a multiple of the int4 group {group}"
+    return None
