@@ -359,6 +359,42 @@ def sweep(
         problems = _filters(op, dtype)
     else:
         problems = problems_for(op, dtype, m, n, shapes_file, k, trans, inputs=inputs, variant=variant)
+    return sweep_problems(
+        problems,
+        trials=trials,
+        timeout=timeout,
+        patience=patience,
+        sampler=sampler,
+        seed=seed,
+        db=db,
+        device=device,
+        progress=progress,
+        retime=retime,
+        lease=lease,
+        on_trial=on_trial,
+        shipped=shipped,
+    )
+
+
+def sweep_problems(
+    problems: list[Problem] | tuple[str | None, str | None] | None,
+    *,
+    trials: int = 64,
+    timeout: float | None = None,
+    patience: int | None = DEFAULT_PATIENCE,
+    sampler: str = "tpe",
+    seed: int | None = None,
+    db: str | None = None,
+    device: int = 0,
+    progress: Progress | None = None,
+    retime: bool = False,
+    lease: float | None = None,
+    on_trial: TrialHook | None = None,
+    shipped: bool = True,
+) -> SweepReport:
+    """sweep() of these problems (a list; (op, dtype) filters of the stored ones for --stale and
+    --retime; None for the queue), its options checked first: what sweep() runs, and what
+    autotune.tune_model runs on the problems a model met."""
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise AutotuneError(f"--trials must be a positive integer, got {trials!r}")
     if timeout is not None and not timeout > 0:
@@ -429,15 +465,15 @@ def _note_asked(db: str | None, gpu: str, asked: Mapping[Problem, Asked]) -> Non
         database.note_asked(gpu, asked)
 
 
-def _forget_choices() -> None:
-    """Another process stored new measurements (tuning on a miss): later calls select again, from a
-    selection table or store read afresh."""
+def forget_choices() -> None:
+    """New measurements were stored (by another process tuning on a miss, or autotune.tune_model):
+    later calls select again, from a selection table or store read afresh."""
     _table_selector.cache_clear()
     _selector.cache_clear()
     _RUNTIME.forget()
 
 
-_MISS_TUNER = tune_on_miss.MissTuner(_forget_choices)
+_MISS_TUNER = tune_on_miss.MissTuner(forget_choices)
 
 
 def _on_miss(choice: Choice, db: str | None) -> None:
@@ -604,6 +640,81 @@ def quantize(weight: Any, format: str = "int4", *, group: int = 128, sym: bool =
 
         return QuantizedWeight.from_float(weight, group, sym, scale_dtype)
     return int4.quantize_int4(weight, group, sym, scale_dtype)
+
+
+def patch(
+    model: Any,
+    weights: str | None = None,
+    *,
+    group: int = 128,
+    sym: bool = True,
+    fuse: bool = False,
+    db: str | None = None,
+) -> Any:
+    """Run a torch model's linears on our kernels; returns the model, changed in place (docs/models.md).
+
+    Each module of type exactly nn.Linear, wherever it sits (a peft LoRA layer's base_layer and
+    adapters too), keeps its weight and bias Parameters (ties hold, state_dict keys stay) and runs
+    autotune.linear where its weight is on a GPU (torch.ops.autotune.linear under torch.compile),
+    F.linear elsewhere. nn.Linear subclasses (bitsandbytes' quantized layers) and modules whose
+    forward is replaced on the instance are left as they are, each with a log line; modules already
+    patched stay as they are. Weights on the meta device are refused before anything changes.
+
+    `weights="int4"` quantizes each weight (QuantizedWeight.from_float, groups of `group` along K,
+    `sym`) and drops the float one; a tied weight, peft's LoRA adapters, float32 weights and K not a
+    multiple of `group` stay in float. `fuse` runs sibling projections reading one input (q_proj/k_proj/v_proj,
+    gate_proj/up_proj) as one launch on their concatenated weight, whose views the siblings' weights
+    become. `db` is the database eager calls select from (a compiled graph's op uses the default)."""
+    if weights not in (None, *QUANTIZED_FORMATS):
+        formats = ", ".join(repr(f) for f in (None, *QUANTIZED_FORMATS))
+        raise AutotuneError(f"unknown weights {weights!r}: patch takes {formats}")
+    from autotune.ops.qgemm import format as int4
+
+    int4.check_group(group)
+    from autotune.model import patch as patching
+
+    return patching.patch(model, weights, group, bool(sym), bool(fuse), db)
+
+
+def tune_model(
+    model: Any,
+    example_inputs: Any,
+    *,
+    decode_steps: int = 1,
+    trials: int = 32,
+    timeout: float | None = None,
+    patience: int | None = DEFAULT_PATIENCE,
+    db: str | None = None,
+    export: Path | str | None = None,
+    show: bool = True,
+) -> Any:
+    """Run a patched model once as it will run (a prefill and `decode_steps` decode steps where it has
+    transformers' `generate`, else one forward call on `example_inputs`), then sweep each GEMV/GEMM
+    problem its linears met that this GPU has not tuned, with progress bars and a closing table
+    (`show`); `export` writes their records for `autotune import`. Returns a ModelTuning
+    (autotune/model/tune.py; docs/models.md)."""
+    from autotune.model import tune
+
+    return tune.tune_model(
+        model,
+        example_inputs,
+        decode_steps=decode_steps,
+        trials=trials,
+        timeout=timeout,
+        patience=patience,
+        db=db,
+        export=export,
+        show=show,
+    )
+
+
+def unpatch(model: Any) -> Any:
+    """Undo autotune.patch: each patched linear becomes a plain nn.Linear again, with the same
+    Parameters; an int4 one gets its weight dequantized to a new float Parameter in the scales' dtype
+    (the float weight quantized away is not restored). Returns the model, changed in place."""
+    from autotune.model import patch as patching
+
+    return patching.unpatch(model)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,6 +7,7 @@ import os
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -289,6 +290,12 @@ def sweep(
         if failed:
             raise AutotuneError("; ".join(failed))
         return
+    sweep_with_bar(lambda progress: api.sweep(op, m, n, k, device=device, progress=progress, **options))
+
+
+def sweep_with_bar(run: Callable[[_BarProgress], SweepReport]) -> SweepReport:
+    """`run(progress)` under the sweep's progress bars on stderr, then its closing table on stdout
+    (what `autotune sweep` shows, and autotune.tune_model too)."""
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -299,11 +306,12 @@ def sweep(
     bar = Progress(*columns, console=err, transient=False, auto_refresh=True, disable=_QUIET)
     progress = _BarProgress(bar)
     try:
-        report = api.sweep(op, m, n, k, device=device, progress=progress, **options)
+        report = run(progress)
     finally:
         if progress.started:
             bar.stop()
     _print_sweep(report)
+    return report
 
 
 # How a study usually ends: the sweep's table says nothing more. Any other end (a timeout, a space

@@ -491,6 +491,16 @@ def test_export_of_current_sources_only(store: Store, tmp_path: Path, monkeypatc
     ]
 
 
+def test_export_of_some_problems_only(store: Store, tmp_path: Path) -> None:
+    # What autotune.tune_model writes: the records of the problems a model met, no others.
+    fill(store)
+    exported = tmp_path / "model.jsonl"
+    assert store.export_records(H200.name, exported, top=2, problems={OTHER}) == 1
+    trials = [json.loads(line) for line in exported.read_text().splitlines()[1:]]
+    assert [(t["m"], t["n"]) for t in trials] == [(OTHER.m, OTHER.n)]
+    assert store.export_records(H200.name, exported, top=2, problems=set()) == 0
+
+
 def test_export_never_follows_a_link_planted_beside_the_target(store: Store, tmp_path: Path) -> None:
     fill(store)
     victim = tmp_path / "victim.txt"

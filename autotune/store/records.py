@@ -6,6 +6,7 @@ import hashlib
 import json
 import logging
 import math
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -93,11 +94,13 @@ def export_records(
     top: int = 3,
     source_hash: str | None = None,
     current_only: bool = False,
+    problems: Collection[Problem] | None = None,
 ) -> int:
     """Write the GPU line, then the `top` fastest OK trials of each problem (with `current_only`,
     among those measured with the problem's kernel source as it is now: what a shipped records file
-    must hold, since older ones never answer); returns the trial count."""
-    lines = record_lines(db, gpu_name, top=top, source_hash=source_hash, current_only=current_only)
+    must hold, since older ones never answer; with `problems`, of those problems only); returns the
+    trial count."""
+    lines = record_lines(db, gpu_name, top=top, source_hash=source_hash, current_only=current_only, problems=problems)
     write_lines(path, lines)
     return len(lines) - 1
 
@@ -109,6 +112,7 @@ def record_lines(
     top: int = 3,
     source_hash: str | None = None,
     current_only: bool = False,
+    problems: Collection[Problem] | None = None,
 ) -> list[dict[str, Any]]:
     """The lines export_records writes: the GPU line, then the trial lines. Only lines `import`
     accepts, checked by its own parser: a stored row it would refuse is left out (one warning with
@@ -146,7 +150,13 @@ def record_lines(
         kept: dict[int, int] = {}  # problem id -> lines of our kernels written
         vendor_kept: set[tuple[int, str]] = set()
         filters = problem_filters(gpu_name=gpu_name)
+        wanted: dict[int, bool] = {}  # problem id -> among `problems`
         for problem, trial in _usable(ranked_ok(session, filters, source_hash, top=_EVERY)):
+            if problems is not None:
+                if problem.id not in wanted:
+                    wanted[problem.id] = _problem_of(problem) in problems
+                if not wanted[problem.id]:
+                    continue
             if current_only and trial.source_hash.startswith(VENDOR_SOURCE_PREFIX):
                 # cuBLASLt's best of each library version travels too: the selector sets it
                 # against our kernels on a machine with that version.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import TracebackType
@@ -449,12 +449,19 @@ class Store:
     # --- records files ---------------------------------------------------------------------------
 
     def export_records(
-        self, gpu_name: str, path: Path, *, top: int = 3, source_hash: str | None = None, current_only: bool = False
+        self,
+        gpu_name: str,
+        path: Path,
+        *,
+        top: int = 3,
+        source_hash: str | None = None,
+        current_only: bool = False,
+        problems: Collection[Problem] | None = None,
     ) -> int:
         """Write the `top` fastest OK trials per problem of this GPU as JSON lines (with `current_only`,
-        of each problem's current kernel source only); returns how many."""
+        of each problem's current kernel source only; with `problems`, of those only); returns how many."""
         return records.export_records(
-            self.db, gpu_name, path, top=top, source_hash=source_hash, current_only=current_only
+            self.db, gpu_name, path, top=top, source_hash=source_hash, current_only=current_only, problems=problems
         )
 
     def import_records(self, path: Path, parsed: records.Parsed | None = None) -> records.Imported:
