@@ -290,6 +290,16 @@ torch.cuda.synchronize()" > "$OUT/ncu-int4.txt" 2>&1
       step linear-grad
       python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu_linear_grad.py 2>&1 | tee "$OUT/linear-grad-tests.log" | tail -8
       python3 scripts/bench_linear_grad.py --out "$OUT" ${PROFILE:+--profile} 2>&1 | tee "$OUT/linear-grad.log" | tail -14 ;;
+    model)
+      # A transformers Llama decode, torch against autotune.patch(model) (scripts/bench_model.py):
+      # MODEL_ARGS="--layers 8" for a shorter run.
+      step model
+      python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu_patch.py 2>&1 | tee "$OUT/patch-tests.log" | tail -8
+      python3 scripts/bench_model.py --out "$OUT" ${MODEL_ARGS:-} 2>&1 | tee "$OUT/model.log" | grep -v Warning | tail -14 ;;
+    tune-model)
+      # autotune.tune_model on a model of shapes never tuned (scripts/bench_tune_model.py).
+      step tune-model
+      python3 scripts/bench_tune_model.py --out "$OUT" 2>&1 | tee "$OUT/tune-model.log" | grep -v Warning | tail -30 ;;
     quick-start)
       # The README's first Quick start command as a newcomer runs it here: a new virtual environment
       # (seeing the system's torch, numpy and typer, as a CUDA image has them), pip offline from .whl/

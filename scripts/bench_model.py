@@ -1,0 +1,275 @@
+"""Benchmark: a transformers Llama decode, torch against autotune.patch(model), on this GPU; writes
+results/model_<gpu>.json (plot it with scripts/plot_model.py).
+
+Run on the GPU machine:  python scripts/bench_model.py --out results [--layers 8 32]
+The model is LlamaForCausalLM at Llama-3-8B's widths (hidden 4096, MLP 14336, 32 query and 8 key/value
+heads, vocabulary 128256), built from its config with random float16 weights (no download), batch 1, a
+16-token prompt. Two copies of it: torch's, and one patched by autotune.patch (unfused, then fused).
+For each mode (eager modules; `torch.compile`d forward) and copy:
+
+- GPU time per decode step: one decode step (a token, transformers' StaticCache) captured by hand into a
+  CUDA graph and replayed, timed by CUDA events over REPLAYS replays; torch and ours take turns for
+  ROUNDS rounds, the ratio's 95% interval bootstrapped from the rounds' ratios.
+- The linears' share of it: torch.profiler's kernel times of a few replays, the GEMV/GEMM kernels (ours,
+  cuBLAS, cuBLASLt's nvjet) summed apart from the rest (attention, norms, rotary, sampling).
+- Wall time per token: eager `generate` of NEW_TOKENS greedy tokens, less a one-token `generate` (the
+  prefill), over the decode steps (eager mode only: what a user's plain loop pays, host included).
+- Correctness by teacher forcing: the same tokens (the prompt and torch's greedy continuation) fed one
+  at a time to a float32 copy, torch's and ours; `logit_dev` is ours' max |logit - float32's|,
+  `torch_logit_dev` torch's, `tokens_agree` the share of positions where ours and torch's argmax agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import json
+import random
+import re
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import autotune
+from autotune.core.fingerprint import slugify
+
+PROMPT, NEW_TOKENS, ROUNDS, REPLAYS = 16, 64, 12, 20
+# Kernel names of products: ours (autotune's families), cuBLAS's and cuBLASLt's; not attention's.
+LINEAR_KERNELS = re.compile(r"gemv|gemm|qgemm|nvjet|cublas|cutlass|xmma|sm90_", re.IGNORECASE)
+NOT_LINEAR = re.compile(r"flash|fmha|attention|softmax|elementwise|reduce", re.IGNORECASE)
+
+
+def llama(layers: int) -> Any:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        num_hidden_layers=layers,
+        vocab_size=128256,
+        max_position_embeddings=PROMPT + NEW_TOKENS + 8,
+        rope_theta=500000.0,
+    )
+    torch.manual_seed(0)
+    torch.set_default_dtype(torch.float16)
+    try:
+        with torch.device("cuda"):
+            model = LlamaForCausalLM(config)
+    finally:
+        torch.set_default_dtype(torch.float32)
+    return model.eval()
+
+
+def static_cache(model: Any) -> Any:
+    from transformers import StaticCache
+
+    length = PROMPT + NEW_TOKENS + 1
+    try:
+        return StaticCache(config=model.config, max_cache_len=length, device="cuda", dtype=model.dtype)
+    except TypeError:  # older transformers name the batch size
+        return StaticCache(
+            config=model.config, max_batch_size=1, max_cache_len=length, device="cuda", dtype=model.dtype
+        )
+
+
+class DecodeGraph:
+    """One decode step of `model` at position PROMPT, captured into a CUDA graph."""
+
+    def __init__(self, model: Any, prompt: Any, compiled: bool) -> None:
+        self.cache = static_cache(model)
+        with torch.no_grad():
+            model(input_ids=prompt, past_key_values=self.cache, cache_position=torch.arange(PROMPT, device="cuda"))
+        self.ids = prompt[:, -1:].clone()
+        self.position = torch.tensor([PROMPT], device="cuda")
+
+        def step() -> Any:
+            return model(input_ids=self.ids, past_key_values=self.cache, cache_position=self.position).logits
+
+        run = torch.compile(step) if compiled else step
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.no_grad(), torch.cuda.stream(stream):
+            for _ in range(3):  # warm: selection, kernels, compilation, cuBLAS workspaces
+                run()
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.no_grad(), torch.cuda.graph(self.graph):
+            self.logits = run()
+
+    def time_us(self) -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        self.graph.replay()
+        start.record()
+        for _ in range(REPLAYS):
+            self.graph.replay()
+        end.record()
+        end.synchronize()
+        return float(start.elapsed_time(end)) * 1e3 / REPLAYS
+
+    def kernel_us(self) -> tuple[float | None, float | None]:
+        """(all kernels, the products' kernels) in µs per replay, from torch.profiler; None where the
+        profiler sees no kernel inside the graph."""
+        from torch.profiler import ProfilerActivity, profile
+
+        replays = 5
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(replays):
+                self.graph.replay()
+            torch.cuda.synchronize()
+        total = linear = 0.0
+        for event in prof.key_averages():
+            us = float(getattr(event, "self_device_time_total", 0.0) or getattr(event, "self_cuda_time_total", 0.0))
+            if not us or event.key.startswith(("cudaGraph", "Memcpy", "Memset")):
+                continue
+            total += us
+            if LINEAR_KERNELS.search(event.key) and not NOT_LINEAR.search(event.key):
+                linear += us
+        return (total / replays, linear / replays) if total else (None, None)
+
+
+def bootstrap(ratios: list[float], draws: int = 2000) -> list[float]:
+    """A 95% interval of the median of `ratios`."""
+    rng = random.Random(0)
+    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(draws))
+    return [medians[int(0.025 * draws)], medians[int(0.975 * draws) - 1]]
+
+
+def wall_us_per_token(model: Any, prompt: Any) -> float:
+    """Eager generate's time per decode step (host included): NEW_TOKENS tokens less one token."""
+
+    def seconds(tokens: int) -> float:
+        torch.cuda.synchronize()
+        begin = time.perf_counter()
+        with torch.no_grad():
+            model.generate(prompt, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False)
+        torch.cuda.synchronize()
+        return time.perf_counter() - begin
+
+    seconds(2)  # warm
+    return (statistics.median(seconds(NEW_TOKENS) for _ in range(3)) - seconds(1)) * 1e6 / (NEW_TOKENS - 1)
+
+
+def teacher_forced_logits(model: Any, tokens: Any) -> Any:
+    """Logits at each position, the tokens fed one at a time after the prompt (decode's M = 1 path)."""
+    cache = static_cache(model)
+    outputs = []
+    with torch.no_grad():
+        logits = model(
+            input_ids=tokens[:, :PROMPT], past_key_values=cache, cache_position=torch.arange(PROMPT, device="cuda")
+        ).logits
+        outputs.append(logits[:, -1].float())
+        for position in range(PROMPT, tokens.shape[1] - 1):
+            step = model(
+                input_ids=tokens[:, position : position + 1],
+                past_key_values=cache,
+                cache_position=torch.tensor([position], device="cuda"),
+            ).logits
+            outputs.append(step[:, -1].float())
+    return torch.cat(outputs)
+
+
+def measure(layers: int, modes: list[str], fused_options: list[bool]) -> list[dict[str, Any]]:
+    torch_model = llama(layers)
+    prompt = torch.randint(
+        0, torch_model.config.vocab_size, (1, PROMPT), device="cuda", generator=torch.Generator("cuda").manual_seed(1)
+    )
+    with torch.no_grad():
+        tokens = torch_model.generate(prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
+    reference = copy.deepcopy(torch_model).float()
+    exact = teacher_forced_logits(reference, tokens)
+    del reference
+    gc.collect()
+    torch.cuda.empty_cache()
+    theirs = teacher_forced_logits(torch_model, tokens)
+    torch_dev = float((theirs - exact).abs().max())
+    torch_wall = wall_us_per_token(torch_model, prompt)
+    rows = []
+    torch_graphs = {mode: DecodeGraph(torch_model, prompt, mode == "compiled") for mode in modes}
+    for fused in fused_options:
+        ours_model = autotune.patch(copy.deepcopy(torch_model), fuse=fused)
+        mine = teacher_forced_logits(ours_model, tokens)
+        checks = {
+            "logit_dev": float((mine - exact).abs().max()),
+            "torch_logit_dev": torch_dev,
+            "tokens_agree": float((mine.argmax(-1) == theirs.argmax(-1)).float().mean()),
+        }
+        ours_wall = wall_us_per_token(ours_model, prompt)
+        for mode in modes:
+            graphs = {"torch": torch_graphs[mode], "ours": DecodeGraph(ours_model, prompt, mode == "compiled")}
+            times: dict[str, list[float]] = {"torch": [], "ours": []}
+            for _ in range(ROUNDS):
+                for name, graph in graphs.items():
+                    times[name].append(graph.time_us())
+            ratios = [t / o for t, o in zip(times["torch"], times["ours"], strict=True)]
+            kernels = {name: graph.kernel_us() for name, graph in graphs.items()}
+            row = {
+                "model": "llama-3-8b-widths",
+                "layers": layers,
+                "weights": "float16",
+                "fused": fused,
+                "mode": mode,
+                "torch_gpu_us": statistics.median(times["torch"]),
+                "ours_gpu_us": statistics.median(times["ours"]),
+                "gpu_ratio": statistics.median(ratios),
+                "gpu_ratio_ci95": bootstrap(ratios),
+                "torch_kernel_us": kernels["torch"][0],
+                "ours_kernel_us": kernels["ours"][0],
+                "torch_linear_us": kernels["torch"][1],
+                "ours_linear_us": kernels["ours"][1],
+                "torch_wall_us": torch_wall if mode == "eager" else None,
+                "ours_wall_us": ours_wall if mode == "eager" else None,
+                **checks,
+            }
+            rows.append(row)
+            linear = ""
+            if row["torch_linear_us"] and row["ours_linear_us"]:
+                linear = f"  linears {row['torch_linear_us']:.0f} / {row['ours_linear_us']:.0f} us"
+            print(
+                f"{layers:2} layers {'fused' if fused else 'unfused':7} {mode:8}"
+                f"  GPU/step torch {row['torch_gpu_us']:7.0f}"
+                f" ours {row['ours_gpu_us']:7.0f} us  {row['gpu_ratio']:.3f}x [{row['gpu_ratio_ci95'][0]:.3f}, "
+                f"{row['gpu_ratio_ci95'][1]:.3f}]{linear}  wall {torch_wall:.0f} / {ours_wall:.0f} us"
+                f"  |dlogit| {checks['logit_dev']:.3f} (torch {torch_dev:.3f}) agree {checks['tokens_agree']:.3f}",
+                flush=True,
+            )
+            del graphs["ours"]
+        autotune.unpatch(ours_model)
+        del ours_model
+        gc.collect()
+        torch.cuda.empty_cache()
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("results"))
+    parser.add_argument("--layers", type=int, nargs="+", default=[8, 32])
+    parser.add_argument("--modes", nargs="+", default=["eager", "compiled"], choices=["eager", "compiled"])
+    parser.add_argument("--fused", nargs="+", default=["no", "yes"], choices=["no", "yes"])
+    args = parser.parse_args()
+    gpu = torch.cuda.get_device_name(0)
+    import transformers
+
+    torch._dynamo.config.cache_size_limit = 64  # one compiled step per model copy, all in one process
+
+    rows = []
+    for layers in args.layers:
+        rows += measure(layers, args.modes, [f == "yes" for f in args.fused])
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"model_{slugify(gpu)}.json"
+    report = {"gpu": gpu, "torch": torch.__version__, "transformers": transformers.__version__, "prompt": PROMPT,
+              "new_tokens": NEW_TOKENS, "rounds": ROUNDS, "replays": REPLAYS, "rows": rows}  # fmt: skip
+    path.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
