@@ -7,9 +7,10 @@ heads, vocabulary 128256), built from its config with random float16 weights (no
 16-token prompt. Two copies of it: torch's, and one patched by autotune.patch (unfused, then fused).
 For each mode (eager modules; `torch.compile`d forward) and copy:
 
-- GPU time per decode step: one decode step (a token, transformers' StaticCache) captured by hand into a
-  CUDA graph and replayed, timed by CUDA events over REPLAYS replays; torch and ours take turns for
-  ROUNDS rounds, the ratio's 95% interval bootstrapped from the rounds' ratios.
+- GPU time per decode step: one decode step (a token, transformers' StaticCache, whose token counters the
+  step first sets back with one small kernel) captured by hand into a CUDA graph and replayed, timed by
+  CUDA events over REPLAYS replays; torch and ours take turns for ROUNDS rounds, the ratio's 95%
+  interval bootstrapped from the rounds' ratios.
 - The linears' share of it: torch.profiler's kernel times of a few replays, the GEMV/GEMM kernels (ours,
   cuBLAS, cuBLASLt's nvjet) summed apart from the rest (attention, norms, rotary, sampling).
 - Wall time per token: eager `generate` of NEW_TOKENS greedy tokens, less a one-token `generate` (the
@@ -87,8 +88,19 @@ class DecodeGraph:
             model(input_ids=prompt, past_key_values=self.cache, cache_position=torch.arange(PROMPT, device="cuda"))
         self.ids = prompt[:, -1:].clone()
         self.position = torch.tensor([PROMPT], device="cuda")
+        # transformers 5's StaticCache counts the tokens it holds in a tensor per layer, which each step
+        # advances: every replay starts by setting them back (one kernel, in both copies' graphs).
+        counters = [
+            value
+            for layer in getattr(self.cache, "layers", [])
+            for value in vars(layer).values()
+            if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point()
+        ]
+        starts = [counter.clone() for counter in counters]
 
         def step() -> Any:
+            if counters:
+                torch._foreach_copy_(counters, starts)
             return model(input_ids=self.ids, past_key_values=self.cache, cache_position=self.position).logits
 
         run = torch.compile(step) if compiled else step
