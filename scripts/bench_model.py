@@ -97,6 +97,7 @@ class DecodeGraph:
             if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point()
         ]
         starts = [counter.clone() for counter in counters]
+        self.kept = (counters, starts)  # the graph reads them: they must outlive this function
 
         def step() -> Any:
             if counters:
