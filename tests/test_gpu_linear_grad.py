@@ -127,3 +127,48 @@ def test_a_lora_adapter_over_a_frozen_base_trains_as_with_f_linear() -> None:
     ours, theirs = train(autotune.linear), train(torch.nn.functional.linear)
     assert ours[-1] < 0.5 * ours[0]
     assert all(abs(o - t) <= 0.02 * t + 1e-6 for o, t in zip(ours, theirs, strict=True)), (ours[-5:], theirs[-5:])
+
+
+def test_lora_adapters_over_a_patched_base_layer_train_as_unpatched() -> None:
+    """The same, as a model holds it: nn.Linear modules (a frozen base, adapters A and B) patched by
+    autotune.patch, trained by torch's SGD, against an unpatched copy: the same loss curve."""
+    import copy
+
+    import autotune
+
+    class Lora(torch.nn.Module):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.base = torch.nn.Linear(512, 256, bias=True)
+            self.lora_A = torch.nn.Linear(512, 8, bias=False)
+            self.lora_B = torch.nn.Linear(8, 256, bias=False)
+            torch.nn.init.zeros_(self.lora_B.weight)
+            self.base.requires_grad_(False)
+
+        def forward(self, x: Any) -> Any:
+            return self.base(x) + self.lora_B(self.lora_A(x))
+
+    torch.manual_seed(5)
+    theirs = Lora().cuda()
+    ours = autotune.patch(copy.deepcopy(theirs))
+    assert type(ours.base).__name__ == "PatchedLinear" and type(ours.lora_A).__name__ == "PatchedLinear"
+    delta = torch.randn(256, 8, device="cuda") @ torch.randn(8, 512, device="cuda") / 64  # what rank 8 can learn
+    target, bias = theirs.base.weight.detach() + delta, theirs.base.bias.detach()
+
+    def train(model: Any) -> list[float]:
+        torch.manual_seed(6)
+        optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=2.0)
+        losses = []
+        for _ in range(60):
+            x = torch.randn(32, 512, device="cuda")
+            loss = (model(x) - x @ target.T - bias).pow(2).mean()
+            losses.append(loss.item())
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        return losses
+
+    mine, reference = train(ours), train(theirs)
+    assert mine[-1] < 0.5 * mine[0]
+    assert all(abs(o - t) <= 0.02 * t + 1e-6 for o, t in zip(mine, reference, strict=True)), (mine[-5:], reference[-5:])
+    assert ours.base.weight.grad is None  # the frozen base stays frozen
