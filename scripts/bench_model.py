@@ -1,10 +1,12 @@
 """Benchmark: a transformers Llama decode, torch against autotune.patch(model), on this GPU; writes
 results/model_<gpu>.json (plot it with scripts/plot_model.py).
 
-Run on the GPU machine:  python scripts/bench_model.py --out results [--layers 8 32]
+Run on the GPU machine:  python scripts/bench_model.py --out results [--layers 8 32] [--weights float16 int4]
 The model is LlamaForCausalLM at Llama-3-8B's widths (hidden 4096, MLP 14336, 32 query and 8 key/value
 heads, vocabulary 128256), built from its config with random float16 weights (no download), batch 1, a
-16-token prompt. Two copies of it: torch's, and one patched by autotune.patch (unfused, then fused).
+16-token prompt. Two copies of it: torch's, and one patched by autotune.patch (unfused, then fused); `--weights
+int4` patches int4 g128 weights instead (`--weights float16 int4`: both), timed against torch's float16
+and checked against their own values dequantized.
 For each mode (eager modules; `torch.compile`d forward) and copy:
 
 - GPU time per decode step: one decode step (a token, transformers' StaticCache, whose token counters the
@@ -188,25 +190,39 @@ def teacher_forced_logits(model: Any, tokens: Any) -> Any:
     return torch.cat(outputs)
 
 
-def measure(layers: int, modes: list[str], fused_options: list[bool]) -> list[dict[str, Any]]:
+def references(model: Any, tokens: Any) -> tuple[Any, Any]:
+    """Teacher-forced logits of a float32 copy of `model` and of `model` itself (torch's own run)."""
+    reference = copy.deepcopy(model).float()
+    exact = teacher_forced_logits(reference, tokens)
+    del reference
+    gc.collect()
+    torch.cuda.empty_cache()
+    return exact, teacher_forced_logits(model, tokens)
+
+
+def measure(layers: int, modes: list[str], variants: list[tuple[str, bool]]) -> list[dict[str, Any]]:
+    """Rows for each (weights, fused) variant and mode. An int4 copy is timed against torch's float16
+    model (what it replaces) and checked against its own weights dequantized (float32 and torch's float16)."""
     torch_model = llama(layers)
     prompt = torch.randint(
         0, torch_model.config.vocab_size, (1, PROMPT), device="cuda", generator=torch.Generator("cuda").manual_seed(1)
     )
     with torch.no_grad():
         tokens = torch_model.generate(prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
-    reference = copy.deepcopy(torch_model).float()
-    exact = teacher_forced_logits(reference, tokens)
-    del reference
-    gc.collect()
-    torch.cuda.empty_cache()
-    theirs = teacher_forced_logits(torch_model, tokens)
-    torch_dev = float((theirs - exact).abs().max())
+    float_checks = references(torch_model, tokens)
     torch_wall = wall_us_per_token(torch_model, prompt)
     rows = []
     torch_graphs = {mode: DecodeGraph(torch_model, prompt, mode == "compiled") for mode in modes}
-    for fused in fused_options:
-        ours_model = autotune.patch(copy.deepcopy(torch_model), fuse=fused)
+    for weights, fused in variants:
+        int4 = weights == "int4"
+        ours_model = autotune.patch(copy.deepcopy(torch_model), "int4" if int4 else None, fuse=fused)
+        if int4:  # the same weights as ours, dequantized, run by torch
+            dequantized = autotune.unpatch(copy.deepcopy(ours_model))
+            exact, theirs = references(dequantized, tokens)
+            del dequantized
+        else:
+            exact, theirs = float_checks
+        torch_dev = float((theirs - exact).abs().max())
         mine = teacher_forced_logits(ours_model, tokens)
         checks = {
             "logit_dev": float((mine - exact).abs().max()),
@@ -225,7 +241,7 @@ def measure(layers: int, modes: list[str], fused_options: list[bool]) -> list[di
             row = {
                 "model": "llama-3-8b-widths",
                 "layers": layers,
-                "weights": "float16",
+                "weights": weights,
                 "fused": fused,
                 "mode": mode,
                 "torch_gpu_us": statistics.median(times["torch"]),
@@ -245,7 +261,7 @@ def measure(layers: int, modes: list[str], fused_options: list[bool]) -> list[di
             if row["torch_linear_us"] and row["ours_linear_us"]:
                 linear = f"  linears {row['torch_linear_us']:.0f} / {row['ours_linear_us']:.0f} us"
             print(
-                f"{layers:2} layers {'fused' if fused else 'unfused':7} {mode:8}"
+                f"{layers:2} layers {weights:7} {'fused' if fused else 'unfused':7} {mode:8}"
                 f"  GPU/step torch {row['torch_gpu_us']:7.0f}"
                 f" ours {row['ours_gpu_us']:7.0f} us  {row['gpu_ratio']:.3f}x [{row['gpu_ratio_ci95'][0]:.3f}, "
                 f"{row['gpu_ratio_ci95'][1]:.3f}]{linear}  wall {torch_wall:.0f} / {ours_wall:.0f} us"
@@ -266,6 +282,7 @@ def main() -> int:
     parser.add_argument("--layers", type=int, nargs="+", default=[8, 32])
     parser.add_argument("--modes", nargs="+", default=["eager", "compiled"], choices=["eager", "compiled"])
     parser.add_argument("--fused", nargs="+", default=["no", "yes"], choices=["no", "yes"])
+    parser.add_argument("--weights", nargs="+", default=["float16"], choices=["float16", "int4"])
     args = parser.parse_args()
     gpu = torch.cuda.get_device_name(0)
     import transformers
@@ -274,7 +291,8 @@ def main() -> int:
 
     rows = []
     for layers in args.layers:
-        rows += measure(layers, args.modes, [f == "yes" for f in args.fused])
+        variants = [(weights, fused == "yes") for weights in args.weights for fused in args.fused]
+        rows += measure(layers, args.modes, variants)
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"model_{slugify(gpu)}.json"
     report = {"gpu": gpu, "torch": torch.__version__, "transformers": transformers.__version__, "prompt": PROMPT,

@@ -14,7 +14,7 @@ from plotting import bars_beside, pyplot, save_beside
 
 
 def label(row: dict[str, Any]) -> str:
-    return f"{row['layers']} layers, {'fused' if row['fused'] else 'unfused'}, {row['mode']}"
+    return f"{row['layers']} layers, {row['weights']}, {'fused' if row['fused'] else 'unfused'}, {row['mode']}"
 
 
 def table(report: dict[str, Any]) -> str:
@@ -23,19 +23,28 @@ def table(report: dict[str, Any]) -> str:
         f"transformers {report['transformers']}'s Llama at Llama-3-8B widths, float16, on one {report['gpu']}: "
         "µs per decode step.",
         "",
-        "| layers | fused | mode | torch GPU | ours GPU | speedup (95% interval) | torch linears | ours linears "
-        "| torch wall | ours wall | max abs dlogit ours / torch | tokens agree |",
-        "|---:|---|---|---:|---:|---|---:|---:|---:|---:|---|---:|",
+        "| layers | weights | fused | mode | torch GPU | ours GPU | speedup (95% interval) | torch linears "
+        "| ours linears | torch wall | ours wall | max abs dlogit ours / torch | tokens agree |",
+        "|---:|---|---|---|---:|---:|---|---:|---:|---:|---:|---|---:|",
     ]
     for r in report["rows"]:
         low, high = r["gpu_ratio_ci95"]
         wall = (f"{r['torch_wall_us']:.0f} | {r['ours_wall_us']:.0f}") if r["torch_wall_us"] is not None else "- | -"
-        lines.append(
-            f"| {r['layers']} | {'yes' if r['fused'] else 'no'} | {r['mode']} | {r['torch_gpu_us']:.0f} | "
-            f"{r['ours_gpu_us']:.0f} | {r['gpu_ratio']:.3f}x ({low:.3f}-{high:.3f}) | {r['torch_linear_us']:.0f} | "
-            f"{r['ours_linear_us']:.0f} | {wall} | {r['logit_dev']:.3f} / {r['torch_logit_dev']:.3f} | "
-            f"{r['tokens_agree']:.3f} |"
-        )
+        cells = [
+            r["layers"],
+            r["weights"],
+            "yes" if r["fused"] else "no",
+            r["mode"],
+            f"{r['torch_gpu_us']:.0f}",
+            f"{r['ours_gpu_us']:.0f}",
+            f"{r['gpu_ratio']:.3f}x ({low:.3f}-{high:.3f})",
+            f"{r['torch_linear_us']:.0f}",
+            f"{r['ours_linear_us']:.0f}",
+            wall,
+            f"{r['logit_dev']:.3f} / {r['torch_logit_dev']:.3f}",
+            f"{r['tokens_agree']:.3f}",
+        ]
+        lines.append("| " + " | ".join(str(cell) for cell in cells) + " |")
     return "\n".join(lines)
 
 
@@ -47,7 +56,7 @@ def main(path: Path) -> Path:
     bars_beside(axis, [r["ours_gpu_us"] for r in rows], [r["torch_gpu_us"] for r in rows], "autotune.patch", "torch")
     axis.set_xticks(range(len(rows)), [label(r).replace(", ", "\n") for r in rows], fontsize=8)
     axis.set_ylabel("GPU µs per decode step (CUDA graph replay)")
-    axis.set_title(f"Llama at Llama-3-8B widths, batch 1, float16 ({report['gpu']})")
+    axis.set_title(f"Llama at Llama-3-8B widths, batch 1 ({report['gpu']})")
     for index, r in enumerate(rows):
         axis.annotate(f"{r['gpu_ratio']:.2f}x", (index, max(r["ours_gpu_us"], r["torch_gpu_us"])), ha="center",
                       va="bottom", fontsize=8)  # fmt: skip
