@@ -16,7 +16,8 @@ For each mode (eager modules; `torch.compile`d forward) and copy:
 - The linears' share of it: torch.profiler's kernel times of a few replays, the GEMV/GEMM kernels (ours,
   cuBLAS, cuBLASLt's nvjet) summed apart from the rest (attention, norms, rotary, sampling).
 - Wall time per token: eager `generate` of NEW_TOKENS greedy tokens, less a one-token `generate` (the
-  prefill), over the decode steps (eager mode only: what a user's plain loop pays, host included).
+  prefill), over the decode steps, torch's and ours in turns for WALL_ROUNDS rounds (eager mode only:
+  what a user's plain loop pays, host included).
 - Correctness by teacher forcing: the same tokens (the prompt and torch's greedy continuation) fed one
   at a time to a float32 copy, torch's and ours; `logit_dev` is ours' max |logit - float32's|,
   `torch_logit_dev` torch's, `tokens_agree` the share of positions where ours and torch's argmax agree.
@@ -40,7 +41,7 @@ import torch
 import autotune
 from autotune.core.fingerprint import slugify
 
-PROMPT, NEW_TOKENS, ROUNDS, REPLAYS = 16, 64, 12, 20
+PROMPT, NEW_TOKENS, ROUNDS, REPLAYS, WALL_ROUNDS = 16, 64, 12, 20, 12
 # Kernel names of products: ours (autotune's families), cuBLAS's and cuBLASLt's; not attention's.
 LINEAR_KERNELS = re.compile(r"gemv|gemm|qgemm|nvjet|cublas|cutlass|xmma|sm90_", re.IGNORECASE)
 NOT_LINEAR = re.compile(r"flash|fmha|attention|softmax|elementwise|reduce", re.IGNORECASE)
@@ -156,19 +157,30 @@ def bootstrap(ratios: list[float], draws: int = 2000) -> list[float]:
     return [medians[int(0.025 * draws)], medians[int(0.975 * draws) - 1]]
 
 
-def wall_us_per_token(model: Any, prompt: Any) -> float:
-    """Eager generate's time per decode step (host included): NEW_TOKENS tokens less one token."""
+def generate_seconds(model: Any, prompt: Any, tokens: int) -> float:
+    torch.cuda.synchronize()
+    begin = time.perf_counter()
+    with torch.no_grad():
+        model.generate(prompt, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False)
+    torch.cuda.synchronize()
+    return time.perf_counter() - begin
 
-    def seconds(tokens: int) -> float:
-        torch.cuda.synchronize()
-        begin = time.perf_counter()
-        with torch.no_grad():
-            model.generate(prompt, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False)
-        torch.cuda.synchronize()
-        return time.perf_counter() - begin
 
-    seconds(2)  # warm
-    return (statistics.median(seconds(NEW_TOKENS) for _ in range(3)) - seconds(1)) * 1e6 / (NEW_TOKENS - 1)
+def wall_us_per_token(models: dict[str, Any], prompt: Any) -> tuple[dict[str, float], list[float]]:
+    """Eager generate's time per decode step (host included), each model's in turns for WALL_ROUNDS
+    rounds: NEW_TOKENS tokens less one token (the prefill), over the decode steps. Returns the medians
+    and the 95% interval of the first model's time over the second's."""
+    samples: dict[str, list[float]] = {name: [] for name in models}
+    for model in models.values():
+        generate_seconds(model, prompt, 2)  # warm
+    for _ in range(WALL_ROUNDS):
+        for name, model in models.items():
+            decode = generate_seconds(model, prompt, NEW_TOKENS) - generate_seconds(model, prompt, 1)
+            samples[name].append(decode * 1e6 / (NEW_TOKENS - 1))
+    first, second = samples.values()
+    return {name: statistics.median(values) for name, values in samples.items()}, bootstrap(
+        [a / b for a, b in zip(first, second, strict=True)]
+    )
 
 
 def teacher_forced_logits(model: Any, tokens: Any) -> Any:
@@ -210,7 +222,6 @@ def measure(layers: int, modes: list[str], variants: list[tuple[str, bool]]) -> 
     with torch.no_grad():
         tokens = torch_model.generate(prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
     float_checks = references(torch_model, tokens)
-    torch_wall = wall_us_per_token(torch_model, prompt)
     rows = []
     torch_graphs = {mode: DecodeGraph(torch_model, prompt, mode == "compiled") for mode in modes}
     for weights, fused in variants:
@@ -229,7 +240,8 @@ def measure(layers: int, modes: list[str], variants: list[tuple[str, bool]]) -> 
             "torch_logit_dev": torch_dev,
             "tokens_agree": float((mine.argmax(-1) == theirs.argmax(-1)).float().mean()),
         }
-        ours_wall = wall_us_per_token(ours_model, prompt)
+        walls, wall_ci = wall_us_per_token({"torch": torch_model, "ours": ours_model}, prompt)
+        torch_wall, ours_wall = walls["torch"], walls["ours"]
         for mode in modes:
             graphs = {"torch": torch_graphs[mode], "ours": DecodeGraph(ours_model, prompt, mode == "compiled")}
             times: dict[str, list[float]] = {"torch": [], "ours": []}
@@ -254,6 +266,7 @@ def measure(layers: int, modes: list[str], variants: list[tuple[str, bool]]) -> 
                 "ours_linear_us": kernels["ours"][1],
                 "torch_wall_us": torch_wall if mode == "eager" else None,
                 "ours_wall_us": ours_wall if mode == "eager" else None,
+                "wall_ratio_ci95": wall_ci if mode == "eager" else None,  # torch's over ours'
                 **checks,
             }
             rows.append(row)
