@@ -690,8 +690,9 @@ def tune_model(
 ) -> Any:
     """Run a patched model once as it will run (a prefill and `decode_steps` decode steps where it has
     transformers' `generate`, else one forward call on `example_inputs`), then sweep each GEMV/GEMM
-    problem its linears met that this GPU has not tuned, with progress bars and a closing table
-    (`show`); `export` writes their records for `autotune import`. Returns a ModelTuning
+    problem its linears met that this GPU has not tuned (`trials` each, within `timeout` seconds for all
+    of them), with progress bars and a closing table (`show`); `export` writes their records for
+    `autotune import`. Returns a ModelTuning
     (autotune/model/tune.py; docs/models.md)."""
     from autotune.model import tune
 

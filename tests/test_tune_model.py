@@ -84,19 +84,34 @@ def runtime(monkeypatch: pytest.MonkeyPatch) -> FakeRuntime:
     return fake
 
 
+@dataclass
+class Sweeps:
+    """What tune_model asked of the sweep: each call's problems (an empty list: the choices forgotten
+    after it) and options."""
+
+    calls: list[list[Problem]] = field(default_factory=list)
+    options: list[dict[str, Any]] = field(default_factory=list)
+
+
 @pytest.fixture
-def swept(monkeypatch: pytest.MonkeyPatch) -> list[list[Problem]]:
-    calls: list[list[Problem]] = []
-    monkeypatch.setattr(api, "sweep_problems", lambda problems, **options: calls.append(problems) or "report")
-    monkeypatch.setattr(api, "forget_choices", lambda: calls.append([]))
-    return calls
+def swept(monkeypatch: pytest.MonkeyPatch) -> Sweeps:
+    sweeps = Sweeps()
+
+    def sweep_problems(problems: list[Problem], **options: Any) -> str:
+        sweeps.calls.append(problems)
+        sweeps.options.append(options)
+        return "report"
+
+    monkeypatch.setattr(api, "sweep_problems", sweep_problems)
+    monkeypatch.setattr(api, "forget_choices", lambda: sweeps.calls.append([]))
+    return sweeps
 
 
-def test_the_untuned_problems_met_are_swept_and_a_prefill_bucketed(runtime: FakeRuntime, swept: list[Any]) -> None:
+def test_the_untuned_problems_met_are_swept_and_a_prefill_bucketed(runtime: FakeRuntime, swept: Sweeps) -> None:
     runtime.tuned = {Problem("gemv", "float16", 64, 32)}
     runtime.launch(Problem("gemv", "float16", 999, 999))  # before the run: not the model's
     model = Generating(runtime)
-    result = autotune.tune_model(model, {"input_ids": torch.zeros(100, 4)}, decode_steps=2, show=False)
+    result = autotune.tune_model(model, {"input_ids": torch.zeros(100, 4)}, decode_steps=2, timeout=30, show=False)
     assert runtime.forgotten == 1
     met = [c.problem for c in result.met]
     assert met == [
@@ -111,19 +126,20 @@ def test_the_untuned_problems_met_are_swept_and_a_prefill_bucketed(runtime: Fake
         Problem("gemm", "float16", 128, 32, 64, trans=True),
         Problem("gemv", "float16", 32, 64),
     ]
-    assert swept == [list(result.swept), []]  # swept, then the choices forgotten
+    assert swept.calls == [list(result.swept), []]  # swept, then the choices forgotten
+    assert swept.options[0]["timeout"] == 10.0  # the model's 30 s over its three problems
     assert result.report == "report"
 
 
 def test_a_model_without_generate_runs_once_and_nothing_tuned_needs_no_sweep(
-    runtime: FakeRuntime, swept: list[Any]
+    runtime: FakeRuntime, swept: Sweeps
 ) -> None:
     runtime.tuned = {Problem("gemm", "float16", 8, n, k, trans=True) for n, k in ((64, 32), (32, 64))}
     result = autotune.tune_model(TwoLinears(runtime), torch.zeros(8, 4), decode_steps=3, show=False)
-    assert len(result.met) == 2 and result.swept == () and result.report is None and swept == []
+    assert len(result.met) == 2 and result.swept == () and result.report is None and swept.calls == []
 
 
-def test_errors_are_one_line(runtime: FakeRuntime, swept: list[Any]) -> None:
+def test_errors_are_one_line(runtime: FakeRuntime, swept: Sweeps) -> None:
     class Plain(torch.nn.Module):  # type: ignore[misc]
         def forward(self, x: Any) -> Any:
             return x
@@ -132,6 +148,8 @@ def test_errors_are_one_line(runtime: FakeRuntime, swept: list[Any]) -> None:
         autotune.tune_model(Plain(), torch.zeros(2), show=False)
     with pytest.raises(AutotuneError, match="decode_steps must be a whole number"):
         autotune.tune_model(Plain(), torch.zeros(2), decode_steps=-1, show=False)
+    with pytest.raises(AutotuneError, match="timeout must be a positive number of seconds"):
+        autotune.tune_model(Plain(), torch.zeros(2), timeout=0, show=False)
 
 
 def test_a_model_off_the_gpu_is_refused() -> None:

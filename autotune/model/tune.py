@@ -52,12 +52,15 @@ def tune_model(
 ) -> ModelTuning:
     """Run `model` on `example_inputs` (a tensor, a tuple of positional arguments or a dict of keyword
     arguments), record the problems its linears launch, and sweep the untuned ones (`trials` per problem,
-    counting stored ones). A model with `generate` (transformers') runs a prefill and `decode_steps`
-    decode steps by greedy generation; any other model runs one forward call. `show`: progress bars and
-    the closing table, as `autotune sweep` prints them. `export`: the records file of every problem met
-    (the three fastest current trials of each), for `autotune import` on the machines that deploy."""
+    counting stored ones, within `timeout` seconds for them all). A model with `generate` (transformers')
+    runs a prefill and `decode_steps` decode steps by greedy generation; any other model runs one forward
+    call. `show`: progress bars and the closing table, as `autotune sweep` prints them. `export`: the
+    records file of every problem met (the three fastest current trials of each), for `autotune import`
+    on the machines that deploy."""
     if isinstance(decode_steps, bool) or not isinstance(decode_steps, int) or decode_steps < 0:
         raise AutotuneError(f"decode_steps must be a whole number >= 0, got {decode_steps!r}")
+    if timeout is not None and not timeout > 0:
+        raise AutotuneError(f"timeout must be a positive number of seconds, got {timeout!r}")
     device = _cuda_device(model)
     runtime = api.launch_path()
     runtime.forget()  # from here on its signatures are this run's calls
@@ -70,7 +73,10 @@ def tune_model(
     swept = _untuned(met)
     report = None
     if swept:
-        options: dict[str, Any] = dict(trials=trials, timeout=timeout, patience=patience, db=db, device=device)
+        # The model's time budget, split evenly: a problem that finishes early leaves its share unused
+        # rather than growing the next one's past what the caller planned for it.
+        each = None if timeout is None else timeout / len(swept)
+        options: dict[str, Any] = dict(trials=trials, timeout=each, patience=patience, db=db, device=device)
         if show:
             from autotune.cli import sweep_with_bar
 
