@@ -447,3 +447,13 @@ def test_an_int4_lora_model_keeps_its_adapters_in_float_and_trains_them(runtime:
     assert adapters[0].weight.dtype == torch.float16 and adapters[0].in_features % 64 == 0  # int4 would fit it
     model(torch.tensor([[1, 5, 7]])).logits.float().square().mean().backward()
     assert all(a.weight.grad is not None and a.weight.grad.abs().sum() > 0 for a in adapters)
+
+
+def test_a_decode_steps_one_token_input_runs_one_gemv_on_its_vector(runtime: torch_double.TorchRuntime) -> None:
+    # transformers passes (batch, tokens, K): at batch 1 and one token, one GEMV and y viewed back.
+    weight = torch.randn(6, 8, dtype=torch.float64)
+    for x in (torch.randn(1, 1, 8, dtype=torch.float64), torch.randn(1, 1, 16, dtype=torch.float64)[..., ::2]):
+        runtime.calls.clear()
+        y = autotune.linear(x, weight)
+        assert runtime.calls == ["gemv"] and y.shape == (1, 1, 6)
+        torch.testing.assert_close(y, torch.nn.functional.linear(x, weight))
