@@ -31,8 +31,8 @@ from typing import Any
 
 import autotune
 from autotune.core.fingerprint import slugify
+from autotune.gpu import driver
 from autotune.measure.bench import Bench
-from autotune.runtime import driver
 
 # (layers, [(rows, cols) of each GEMV of a layer]): Llama-3-8B's projections, and a model 1024 wide.
 MODELS: dict[str, tuple[int, list[tuple[int, int]]]] = {

@@ -68,7 +68,7 @@ def gpu_available() -> str | None:
 def driver_gpu_available() -> str | None:
     """None when a CUDA GPU is usable through the driver API (the launch path's, no PyCUDA), else why not."""
     try:
-        from autotune.runtime import driver
+        from autotune.gpu import driver
 
         if driver.device_count() == 0:
             return "no CUDA GPU"

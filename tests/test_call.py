@@ -12,8 +12,9 @@ import pytest
 from autotune import ops
 from autotune.core.errors import AutotuneError
 from autotune.core.problem import Problem
+from autotune.gpu import driver
 from autotune.ops import gemv
-from autotune.runtime import driver, operands
+from autotune.runtime import operands
 from autotune.runtime.launcher import Runtime
 from autotune.select.choose import Choice
 from tests.op_rowsum import OP as ROWSUM

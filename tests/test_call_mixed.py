@@ -11,7 +11,8 @@ import pytest
 from autotune import ops
 from autotune.core.arrays import DeviceArray
 from autotune.core.errors import AutotuneError
-from autotune.runtime import driver, operands
+from autotune.gpu import driver
+from autotune.runtime import operands
 from autotune.runtime.launcher import Runtime
 from autotune.select.choose import Choice
 from tests.mixed_op import Mixed

@@ -1,4 +1,4 @@
-"""Programmatic dependent launch by ctypes (autotune/runtime/driver.py, autotune/measure/pdl.py): the structures
+"""Programmatic dependent launch by ctypes (autotune/gpu/driver.py, autotune/measure/pdl.py): the structures
 match cuda.h, arguments are packed as PyCUDA's prepare() notation says, and only ops that wait for their
 predecessor use it."""
 
@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from autotune.core.fingerprint import GpuInfo
+from autotune.gpu import driver
 from autotune.measure import pdl
 from autotune.measure.gpu import programmatic_launch
 from autotune.ops import gemm, gemv
-from autotune.runtime import driver
 
 LAYOUT_PROGRAM = r"""
 #include <cuda.h>
@@ -85,3 +85,16 @@ def test_only_waiting_kernels_on_sm_90_and_up_launch_programmatically() -> None:
     assert programmatic_launch(gemv.OP, _gpu("10.0"))
     assert not programmatic_launch(gemv.OP, _gpu("8.0"))  # no griddepcontrol before Hopper
     assert not programmatic_launch(gemm.OP, _gpu("9.0"))  # GEMM kernels do not wait for their predecessor
+
+
+def test_the_driver_is_opened_in_one_module_only() -> None:
+    """One binding of libcuda (autotune/gpu/driver.py): the launch path, the worker's programmatic
+    launches and the tensor-map encoder all call through it, so its signatures are the only ones."""
+    package = Path(__file__).resolve().parents[1] / "autotune"
+    opening = sorted(
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if "libcuda.so" in path.read_text() and "CDLL(" in path.read_text()
+    )
+    assert opening == ["gpu/driver.py"]
+    assert "cuTensorMapEncodeTiled" in driver._SIGNATURES and not hasattr(pdl, "_libcuda")

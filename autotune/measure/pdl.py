@@ -9,16 +9,17 @@ wait before reading anything may be launched this way (ops modules say so with P
 
 PyCUDA has no cuLaunchKernelEx, and its Function does not expose the CUfunction handle, so a
 programmatic kernel is loaded a second time, here, from the same cubin into the same (current)
-context. ProgrammaticFunction offers the two methods of PyCUDA's Function that autotune calls.
+context, through the one driver binding (autotune/gpu/driver.py). ProgrammaticFunction offers the two
+methods of PyCUDA's Function that autotune calls.
 """
 
 from __future__ import annotations
 
 import ctypes
-import functools
 from typing import Any
 
-from autotune.runtime.driver import LaunchConfig, programmatic_attribute
+from autotune.gpu import driver
+from autotune.gpu.driver import LaunchConfig, programmatic_attribute
 
 _CTYPES: dict[str, Any] = {
     "P": ctypes.c_uint64,
@@ -41,39 +42,20 @@ def argument_values(arg_types: str, args: tuple[Any, ...]) -> list[Any]:
     return values
 
 
-@functools.cache
-def _libcuda() -> ctypes.CDLL:
-    lib = ctypes.CDLL("libcuda.so.1")
-    lib.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
-    lib.cuModuleLoadData.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p]
-    lib.cuModuleGetFunction.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_char_p]
-    lib.cuFuncSetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
-    lib.cuLaunchKernelEx.argtypes = [
-        ctypes.POINTER(LaunchConfig),
-        ctypes.c_void_p,
-        ctypes.POINTER(ctypes.c_void_p),
-        ctypes.c_void_p,
-    ]
-    return lib
-
-
 def _check(result: int, what: str) -> None:
     if result == 0:
         return
     import pycuda.driver
 
-    name = ctypes.c_char_p()
-    _libcuda().cuGetErrorName(result, ctypes.byref(name))
-    label = name.value.decode() if name.value else f"CUresult {result}"
     # PyCUDA's own error class, so that callers handle these like any other launch failure.
-    raise pycuda.driver.LaunchError(f"{what} failed: {label}")
+    raise pycuda.driver.LaunchError(f"{what} failed: {driver.error_name(result)}")
 
 
 class ProgrammaticFunction:
     """A kernel of a cubin, launched with the PDL attribute on the legacy default stream or `stream`."""
 
     def __init__(self, cubin: bytes, name: str, arg_types: str) -> None:
-        lib = _libcuda()
+        lib = driver.lib()
         self._module = ctypes.c_void_p()  # never unloaded: kernels stay loaded for the process's life
         _check(lib.cuModuleLoadData(ctypes.byref(self._module), cubin), "cuModuleLoadData")
         self._function = ctypes.c_void_p()
@@ -94,8 +76,8 @@ class ProgrammaticFunction:
             ctypes.pointer(self._attribute),
             1,
         )
-        _check(_libcuda().cuLaunchKernelEx(ctypes.byref(config), self._function, params, None), "cuLaunchKernelEx")
+        _check(driver.lib().cuLaunchKernelEx(ctypes.byref(config), self._function, params, None), "cuLaunchKernelEx")
 
     def set_attribute(self, attribute: Any, value: int) -> None:
         """cuFuncSetAttribute (`attribute` a pycuda.driver.function_attribute)."""
-        _check(_libcuda().cuFuncSetAttribute(self._function, int(attribute), value), "cuFuncSetAttribute")
+        _check(driver.lib().cuFuncSetAttribute(self._function, int(attribute), value), "cuFuncSetAttribute")

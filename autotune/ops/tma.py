@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
 from autotune.core.errors import AutotuneError
@@ -53,29 +52,11 @@ class OperandMaps:
         return 2 * MAP_BYTES
 
 
-@cache
 def _encode_function() -> Any:
-    try:
-        library = ctypes.CDLL("libcuda.so.1")
-    except OSError as error:
-        raise AutotuneError(f"tensor maps need the CUDA driver library (libcuda.so.1): {error}") from None
-    function = library.cuTensorMapEncodeTiled
-    function.restype = ctypes.c_int
-    function.argtypes = [
-        ctypes.c_void_p,  # CUtensorMap*
-        ctypes.c_int,  # data type
-        ctypes.c_uint32,  # rank
-        ctypes.c_void_p,  # global address
-        ctypes.POINTER(ctypes.c_uint64),  # global dims, innermost first
-        ctypes.POINTER(ctypes.c_uint64),  # global strides in bytes, rank - 1 of them
-        ctypes.POINTER(ctypes.c_uint32),  # box dims
-        ctypes.POINTER(ctypes.c_uint32),  # element strides
-        ctypes.c_int,  # interleave
-        ctypes.c_int,  # swizzle
-        ctypes.c_int,  # L2 promotion
-        ctypes.c_int,  # out-of-bounds fill
-    ]
-    return function
+    """cuTensorMapEncodeTiled of the one driver binding (autotune/gpu/driver.py)."""
+    from autotune.gpu import driver  # the driver opened on first use, not at import
+
+    return driver.lib().cuTensorMapEncodeTiled
 
 
 @dataclass(frozen=True)

@@ -28,9 +28,9 @@ from autotune.core.errors import AutotuneError
 from autotune.core.problem import DTYPES, ITEMSIZE, Problem
 from autotune.core.space import Config, config_key
 from autotune.core.target import targeting
+from autotune.gpu import driver
 from autotune.ops.base import Op
 from autotune.ops.call import Leading, Reroute
-from autotune.runtime import driver
 from autotune.runtime import operands as opnd
 from autotune.runtime.device import Allocator, Device
 from autotune.runtime.misses import Misses, Tally

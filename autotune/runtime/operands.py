@@ -14,7 +14,7 @@ from typing import Any
 from autotune.core.arrays import DeviceArray
 from autotune.core.errors import AutotuneError
 from autotune.core.problem import INPUT_BITS
-from autotune.runtime import driver
+from autotune.gpu import driver
 
 # uint8 arrays hold packed low-bit weights and integer zero points (the op's bind says which).
 _TYPESTR = {"<f4": "float32", "<f2": "float16", "|u1": "uint8"}

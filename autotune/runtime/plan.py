@@ -24,8 +24,8 @@ import threading
 from typing import Any
 
 from autotune.core.errors import AutotuneError
+from autotune.gpu import driver
 from autotune.ops.call import KernelCall
-from autotune.runtime import driver
 from autotune.runtime.device import Allocator, Device
 
 _CTYPES: dict[str, Any] = {"P": ctypes.c_uint64, "i": ctypes.c_int32, "f": ctypes.c_float}

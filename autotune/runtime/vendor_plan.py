@@ -12,7 +12,7 @@ import ctypes
 import threading
 
 from autotune.core.problem import ITEMSIZE, Problem
-from autotune.runtime import driver
+from autotune.gpu import driver
 from autotune.runtime.device import Allocator, Device
 from autotune.vendor import cublaslt
 from autotune.vendor.mapping import ALIGNED_BYTES, matmul_for

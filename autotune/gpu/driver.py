@@ -95,6 +95,20 @@ _SIGNATURES: dict[str, list[Any]] = {
     "cuThreadExchangeStreamCaptureMode": [ctypes.POINTER(ctypes.c_int)],
     "cuPointerGetAttribute": [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64],
     "cuGetErrorName": [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)],
+    "cuTensorMapEncodeTiled": [
+        _P,  # CUtensorMap*
+        ctypes.c_int,  # data type
+        ctypes.c_uint32,  # rank
+        _P,  # global address
+        ctypes.POINTER(ctypes.c_uint64),  # global dims, innermost first
+        ctypes.POINTER(ctypes.c_uint64),  # global strides in bytes, rank - 1 of them
+        ctypes.POINTER(ctypes.c_uint32),  # box dims
+        ctypes.POINTER(ctypes.c_uint32),  # element strides
+        ctypes.c_int,  # interleave
+        ctypes.c_int,  # swizzle
+        ctypes.c_int,  # L2 promotion
+        ctypes.c_int,  # out-of-bounds fill
+    ],
 }
 
 
