@@ -957,7 +957,7 @@ def bench(
     problem = _problem(op, dtype, m, n, k, trans)
     if problem.op not in ("gemv", "gemm"):  # cuBLAS has no counterpart to time beside
         raise AutotuneError(f"bench times GEMV and GEMM beside cuBLAS, not {problem.blas_name}")
-    from autotune.measure.bench import Bench
+    from autotune.bench.compare import Bench
 
     runner = Bench()
     choice = _choose_on(problem, runner.device, db)

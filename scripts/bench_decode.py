@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 import autotune
+from autotune.bench.compare import Bench
 from autotune.core.fingerprint import slugify
 from autotune.gpu import driver
-from autotune.measure.bench import Bench
 
 # (layers, [(rows, cols) of each GEMV of a layer]): Llama-3-8B's projections, and a model 1024 wide.
 MODELS: dict[str, tuple[int, list[tuple[int, int]]]] = {

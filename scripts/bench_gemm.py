@@ -21,9 +21,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 from autotune import api
+from autotune.bench.compare import Bench, GemmRow
 from autotune.core.fingerprint import slugify
 from autotune.core.problem import DTYPES, read_shapes_file
-from autotune.measure.bench import Bench, GemmRow
 from autotune.ops import standard_shapes
 from autotune.ops.gemm import SKINNY_MAX_M
 from autotune.vendor.mapping import is_vendor

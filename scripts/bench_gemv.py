@@ -19,9 +19,9 @@ import sys
 from pathlib import Path
 
 from autotune import api
+from autotune.bench.compare import Bench, as_json
 from autotune.core.fingerprint import slugify
 from autotune.core.problem import DTYPES, read_shapes_file
-from autotune.measure.bench import Bench, as_json
 from autotune.ops import standard_shapes
 from autotune.vendor.mapping import is_vendor
 

@@ -495,7 +495,7 @@ def _reference(left: Any, right: Any) -> tuple[Any, Any]:
 def _error(torch: Any, launch: Callable[[int], Any], out: Any, want: Any, scale: Any) -> float:
     """One call into an output poisoned with NaN (which never passes), its worst error against float64
     relative to the sum of |terms| (Bench's measure)."""
-    from autotune.measure.bench import _max_error
+    from autotune.bench.compare import _max_error
 
     out.fill_(float("nan"))
     launch(0)
@@ -594,7 +594,7 @@ def run_shapes(
 ) -> None:
     """Each shape in turn in this process (on its first GPU); `on_row(shape, row, error)` after each.
     A shape whose estimate would end past the deadline is not started (a shorter one after it may be)."""
-    from autotune.measure.bench import Bench
+    from autotune.bench.compare import Bench
 
     bench = Bench()
     gpu = bench.launcher.gpu.name

@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from autotune import api, ops
+from autotune.bench.compare import Bench
 from autotune.build.compiler import CompilePool
 from autotune.core.fingerprint import slugify
 from autotune.core.problem import Problem
-from autotune.measure.bench import Bench
 from autotune.ops import make_problem, source_hash
 from autotune.select.choose import Choice, nearest
 

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from autotune import api, ops
+from autotune.bench.compare import Bench
 from autotune.build.compiler import CompilePool
-from autotune.measure.bench import Bench
 from autotune.runtime.operands import describe
 
 REST_S = 3.0  # idle seconds before each series: long enough for the clocks to recover

@@ -25,9 +25,9 @@ from typing import Any
 from bench_lowbit import Case, unique_bytes
 
 import autotune
+from autotune.bench.compare import ROTATION_BYTES_PER_L2, Bench
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import slugify
-from autotune.measure.bench import ROTATION_BYTES_PER_L2, Bench
 from autotune.ops.qgemm.format import Int4Weight, dequantize, int4_weight, unpack_int4
 
 Launcher = Callable[[int], Any]

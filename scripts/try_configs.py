@@ -15,8 +15,8 @@ import sys
 from dataclasses import replace
 
 from autotune import api, ops
+from autotune.bench.compare import Bench
 from autotune.build.compiler import CompilePool
-from autotune.measure.bench import Bench
 from autotune.select.choose import Choice
 
 

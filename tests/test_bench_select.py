@@ -392,7 +392,7 @@ def test_a_run_keeps_its_rows_resumes_and_writes_the_report(
 ) -> None:
     """main() on one 'GPU' with Bench and the sweep faked: the state after each shape, the report,
     and --resume doing only what is left."""
-    import autotune.measure.bench as measure_bench
+    import autotune.bench.compare as measure_bench
     import autotune.tune.tuner as tuner
 
     monkeypatch.setattr("autotune.runtime.operands.describe", lambda array, name: array)

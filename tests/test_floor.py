@@ -7,9 +7,9 @@ import re
 
 import pytest
 
+from autotune.bench.compare import BenchRow, ReadFloor, as_json
 from autotune.core.errors import AutotuneError
 from autotune.core.paths import kernels_dir
-from autotune.measure.bench import BenchRow, ReadFloor, as_json
 from autotune.measure.floor import VARIANTS, WORD_BYTES, ReadKernel, words_for
 
 

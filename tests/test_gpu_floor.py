@@ -34,7 +34,7 @@ def test_every_read_kernel_reads_every_word_and_no_more(words: int) -> None:
 
 def test_the_benchmark_floor_is_one_of_the_read_kernels() -> None:
     pytest.importorskip("torch")
-    from autotune.measure.bench import Bench
+    from autotune.bench.compare import Bench
 
     bench = Bench()
     floor = bench.read_floor(2 * 2**20)

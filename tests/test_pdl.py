@@ -98,3 +98,16 @@ def test_the_driver_is_opened_in_one_module_only() -> None:
     )
     assert opening == ["gpu/driver.py"]
     assert "cuTensorMapEncodeTiled" in driver._SIGNATURES and not hasattr(pdl, "_libcuda")
+
+
+def test_the_workers_side_imports_neither_the_launch_path_nor_the_selector() -> None:
+    """measure/ (what the worker runs) sits below runtime/ and select/: the comparison with cuBLAS,
+    which needs both, lives above them in bench/."""
+    package = Path(__file__).resolve().parents[1] / "autotune"
+    reaching = sorted(
+        f"{path.relative_to(package)}: {line.strip()}"
+        for path in (package / "measure").rglob("*.py")
+        for line in path.read_text().splitlines()
+        if line.lstrip().startswith(("from autotune.runtime", "from autotune.select", "import autotune.runtime"))
+    )
+    assert reaching == []
