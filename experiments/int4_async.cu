@@ -14,6 +14,8 @@
 // pieces back (rows padded so the two rows a quarter-warp reads lie in other banks) and loads its scales
 // when the stage is filled. A load in flight costs no register and one instruction a row and stage.
 //
+// A third, `simt`, is described where it is defined: no tensor cores, whole rows a warp, deep register loads.
+//
 // The program checks every variant against a float64 product on the host (output poisoned with NaN
 // first) and times it the way autotune times kernels (experiments/bench_common.cuh: back to back behind
 // a spin kernel, the weights rotating over 4x the L2), beside qgemm's instances at the H200 sweeps'
@@ -317,6 +319,122 @@ __device__ __forceinline__ void body(const T* __restrict__ x, const unsigned cha
 }
 }  // namespace at_qgemm_bulk
 
+// A third variant, `simt`, drops the tensor cores at M = 1: a warp owns RPW whole rows and each lane
+// reads its 16-byte pieces (32 codes) of all of them, UNROLL pieces a row, into registers before it
+// multiplies any (RPW x UNROLL x 512 bytes a warp in flight: 4 KiB at 4 x 2), dequantizes 8 codes with
+// one shift, four LOP3 and two HSUB2 / two HFMA2 (as qgemm's Codes), and multiplies by x with HFMA2.
+// x sits in shared memory as pairs (x[k], x[k + 4]) matching the dequantized halves, stored so that
+// the 32 lanes' reads of one word index are consecutive (no bank conflict); each x read serves RPW
+// rows. ACC = 0 sums a piece's 32 products in half2 before one float add; ACC = 1 adds each word's 8 in
+// float (more instructions, float16 F.linear's rounding).
+namespace at_qgemm_simt {
+
+__device__ __forceinline__ unsigned lop3_and_or(unsigned a, unsigned mask, unsigned bits) {
+  unsigned d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(d) : "r"(a), "r"(mask), "r"(bits));  // (a & mask) | bits
+  return d;
+}
+
+// One 32-bit word of codes (k .. k + 7, even k in the low nibble) times x's pairs for those k.
+template <int ACC>
+__device__ __forceinline__ void word_product(unsigned codes, const uint4& pairs, __half2& sum, float& acc) {
+  const __half2 bias_lo = __halves2half2(__ushort_as_half(0x6408), __ushort_as_half(0x6408));  // 1024 + 8
+  const __half2 sixteenth = __halves2half2(__float2half(0.0625f), __float2half(0.0625f));
+  const __half2 bias_hi = __halves2half2(__float2half(-72.0f), __float2half(-72.0f));  // 64 + 8
+  const unsigned shifted = codes >> 8;
+  const unsigned a = lop3_and_or(codes, 0x000F000Fu, 0x64006400u);    // (1024 + q0, 1024 + q4)
+  const unsigned b = lop3_and_or(codes, 0x00F000F0u, 0x64006400u);    // (1024 + 16 q1, 1024 + 16 q5)
+  const unsigned c = lop3_and_or(shifted, 0x000F000Fu, 0x64006400u);  // (q2, q6)
+  const unsigned d = lop3_and_or(shifted, 0x00F000F0u, 0x64006400u);  // (q3, q7) x 16
+  const __half2 w0 = __hsub2(*reinterpret_cast<const __half2*>(&a), bias_lo);
+  const __half2 w1 = __hfma2(*reinterpret_cast<const __half2*>(&b), sixteenth, bias_hi);
+  const __half2 w2 = __hsub2(*reinterpret_cast<const __half2*>(&c), bias_lo);
+  const __half2 w3 = __hfma2(*reinterpret_cast<const __half2*>(&d), sixteenth, bias_hi);
+  __half2 s = ACC ? __float2half2_rn(0.0f) : sum;
+  s = __hfma2(w0, *reinterpret_cast<const __half2*>(&pairs.x), s);
+  s = __hfma2(w1, *reinterpret_cast<const __half2*>(&pairs.y), s);
+  s = __hfma2(w2, *reinterpret_cast<const __half2*>(&pairs.z), s);
+  s = __hfma2(w3, *reinterpret_cast<const __half2*>(&pairs.w), s);
+  if (ACC) {
+    const float2 f = __half22float2(s);
+    acc += f.x + f.y;
+  } else {
+    sum = s;
+  }
+}
+
+// M = 1, float16, symmetric g128. Block: BLOCK / 32 warps of RPW rows each; one row of x staged.
+template <int BLOCK, int RPW, int UNROLL, int ACC>
+__device__ __forceinline__ void body(const __half* __restrict__ x, const unsigned char* __restrict__ qweight,
+                                     const __half* __restrict__ scales, __half* __restrict__ out, int N, int K,
+                                     float alpha, float beta) {
+  extern __shared__ uint4 xs[];  // word j of piece p (x[32p + 8j ...]) at xs[j * pieces + p]
+  const int pieces = K / 32;      // 16-byte pieces a row
+  for (int i = threadIdx.x; i < K / 8; i += BLOCK) {
+    const uint4 v = __ldg(reinterpret_cast<const uint4*>(x) + i);  // x[8i .. 8i + 7]
+    uint4 pairs;
+    pairs.x = __byte_perm(v.x, v.z, 0x5410);  // (x0, x4)
+    pairs.y = __byte_perm(v.x, v.z, 0x7632);  // (x1, x5)
+    pairs.z = __byte_perm(v.y, v.w, 0x5410);  // (x2, x6)
+    pairs.w = __byte_perm(v.y, v.w, 0x7632);  // (x3, x7)
+    xs[(i % 4) * pieces + i / 4] = pairs;
+  }
+  __syncthreads();
+  const int lane = threadIdx.x % 32;
+  const int row0 = (blockIdx.x * (BLOCK / 32) + threadIdx.x / 32) * RPW;
+  if (row0 >= N) return;
+  const int groups = K / 128;
+  float acc[RPW];
+#pragma unroll
+  for (int r = 0; r < RPW; ++r) acc[r] = 0.0f;
+  for (int base = 0; base < pieces; base += 32 * UNROLL) {
+    uint4 w[RPW][UNROLL];
+#pragma unroll
+    for (int r = 0; r < RPW; ++r)
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        const int p = base + lane + 32 * u;
+        w[r][u] = p < pieces && row0 + r < N
+                      ? __ldcs(reinterpret_cast<const uint4*>(qweight + (size_t)(row0 + r) * (K / 2)) + p)
+                      : make_uint4(0u, 0u, 0u, 0u);
+      }
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const int p = base + lane + 32 * u;
+      if (p >= pieces) break;
+      uint4 pairs[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) pairs[j] = xs[j * pieces + p];
+#pragma unroll
+      for (int r = 0; r < RPW; ++r) {
+        if (row0 + r >= N) break;
+        __half2 sum = __float2half2_rn(0.0f);
+        float part = 0.0f;
+        word_product<ACC>(w[r][u].x, pairs[0], sum, part);
+        word_product<ACC>(w[r][u].y, pairs[1], sum, part);
+        word_product<ACC>(w[r][u].z, pairs[2], sum, part);
+        word_product<ACC>(w[r][u].w, pairs[3], sum, part);
+        if (!ACC) {
+          const float2 f = __half22float2(sum);
+          part = f.x + f.y;
+        }
+        acc[r] = fmaf(part, __half2float(__ldg(scales + (size_t)(row0 + r) * groups + p / 4)), acc[r]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < RPW; ++r) {
+    float v = acc[r];
+#pragma unroll
+    for (int offset = 16; offset; offset /= 2) v += __shfl_xor_sync(0xFFFFFFFFu, v, offset);
+    if (lane == 0 && row0 + r < N) {
+      const float before = beta != 0.0f ? __half2float(out[row0 + r]) : 0.0f;
+      out[row0 + r] = __float2half(alpha * v + beta * before);
+    }
+  }
+}
+}  // namespace at_qgemm_simt
+
 #define ARGS                                                                                              \
   const __half *x, const unsigned char *qweight, const __half *scales, const unsigned char *zeros, __half *out, \
       int M, int N, int K, float alpha, float beta
@@ -341,6 +459,11 @@ __global__ void __cluster_dims__(1, CLUSTER, 1) __launch_bounds__(BLOCK, MINB) a
   at_qgemm_async::body<__half, BLOCK, STAGES, 128, 1, CLUSTER>(PASS);
 }
 
+template <int BLOCK, int RPW, int UNROLL, int ACC, int MINB>
+__global__ void __launch_bounds__(BLOCK, MINB) simt_kernel(ARGS) {
+  at_qgemm_simt::body<BLOCK, RPW, UNROLL, ACC>(x, qweight, scales, out, N, K, alpha, beta);
+}
+
 template <int BLOCK, int STAGES, int QPS, int MINB>
 __global__ void __launch_bounds__(BLOCK, MINB) bulk_kernel(ARGS) {
   at_qgemm_bulk::body<__half, BLOCK, STAGES, QPS, 128, 1, 1>(PASS);
@@ -355,10 +478,17 @@ struct Variant {
   int block, tiles, unroll, stages, cluster, policy, min_blocks, persist;
   void (*fn)(ARGS);
   int qps = 0;  // bulk: steps a stage
+  int rpw = 0;  // simt: rows a warp (tiles: pieces a row in flight, unroll: ACC)
 };
 
 // Launch geometry as autotune/ops/qgemm's launch() for qgemm; one block a row tile for async and bulk.
 static void geometry(const Variant& v, int n, int k, int sms, dim3& grid, size_t& shared) {
+  if (v.rpw) {  // simt: a warp a RPW rows, x staged whole
+    const int rows = v.block / 32 * v.rpw;
+    grid = dim3((n + rows - 1) / rows, 1, 1);
+    shared = (size_t)k * 2;
+    return;
+  }
   const int rows = v.block / 32 * (v.stages ? 1 : v.tiles) * 16;
   const int tiles = (n + rows - 1) / rows;
   const int quads = (k / 32 + 3) / 4;
@@ -395,6 +525,12 @@ int main() {
       {"bulk", 256, 1, 1, 4, 1, 0, 1, 0, bulk_kernel<256, 4, 2, 1>, 2},
       {"bulk", 256, 1, 1, 3, 1, 0, 1, 0, bulk_kernel<256, 3, 4, 1>, 4},
       {"bulk", 64, 1, 1, 4, 1, 0, 2, 0, bulk_kernel<64, 4, 4, 2>, 4},
+      // simt: tiles = UNROLL (pieces a row in flight), unroll = ACC, rpw = rows a warp
+      {"simt", 256, 2, 0, 0, 1, 0, 1, 0, simt_kernel<256, 4, 2, 0, 1>, 0, 4},
+      {"simt", 256, 2, 1, 0, 1, 0, 1, 0, simt_kernel<256, 4, 2, 1, 1>, 0, 4},
+      {"simt", 256, 4, 0, 0, 1, 0, 1, 0, simt_kernel<256, 2, 4, 0, 1>, 0, 2},
+      {"simt", 128, 4, 0, 0, 1, 0, 2, 0, simt_kernel<128, 4, 4, 0, 2>, 0, 4},
+      {"simt", 512, 1, 0, 0, 1, 0, 1, 0, simt_kernel<512, 8, 1, 0, 1>, 0, 8},
   };
   std::vector<Variant> narrow = {
       {"qgemm", 64, 2, 1, 0, 8, 0, 3, 2, qgemm_split_kernel<64, 2, 1, 8, 0, 3>},
@@ -406,6 +542,10 @@ int main() {
       {"bulk", 128, 1, 1, 4, 4, 0, 1, 0, bulk_split_kernel<128, 4, 2, 4, 1>, 2},
       {"bulk", 128, 1, 1, 3, 8, 0, 1, 0, bulk_split_kernel<128, 3, 4, 8, 1>, 4},
       {"bulk", 64, 1, 1, 4, 8, 0, 2, 0, bulk_split_kernel<64, 4, 2, 8, 2>, 2},
+      {"simt", 256, 2, 0, 0, 1, 0, 1, 0, simt_kernel<256, 4, 2, 0, 1>, 0, 4},
+      {"simt", 256, 4, 0, 0, 1, 0, 1, 0, simt_kernel<256, 2, 4, 0, 1>, 0, 2},
+      {"simt", 128, 4, 1, 0, 1, 0, 2, 0, simt_kernel<128, 1, 4, 1, 2>, 0, 1},
+      {"simt", 256, 8, 0, 0, 1, 0, 1, 0, simt_kernel<256, 1, 8, 0, 1>, 0, 1},
   };
   const std::vector<Shape> shapes = {{28672, 4096, wide}, {37888, 3584, wide}, {4096, 14336, narrow},
                                      {3584, 18944, narrow}, {4096, 4096, narrow}};
@@ -470,10 +610,10 @@ int main() {
       const float us = best_of(launch, setup.start, setup.stop);
       CHECK(cudaGetLastError());
       const double bytes = code_bytes + scale_h.size() * 2.0 + k * 2.0 + n * 2.0;
-      printf("{\"kernel\": \"%s\", \"block\": %d, \"tiles\": %d, \"unroll\": %d, \"stages\": %d, \"qps\": %d, \"cluster\": %d, "
+      printf("{\"kernel\": \"%s\", \"rpw\": %d, \"block\": %d, \"tiles\": %d, \"unroll\": %d, \"stages\": %d, \"qps\": %d, \"cluster\": %d, "
              "\"policy\": %d, \"min_blocks\": %d, \"persist\": %d, \"n\": %d, \"k\": %d, \"us\": %.2f, \"gbs\": %.0f, "
              "\"rel_err\": %.3g, \"ok\": %s}\n",
-             v.kernel, v.block, v.tiles, v.unroll, v.stages, v.qps, v.cluster, v.policy, v.min_blocks, v.persist, n, k, us,
+             v.kernel, v.rpw, v.block, v.tiles, v.unroll, v.stages, v.qps, v.cluster, v.policy, v.min_blocks, v.persist, n, k, us,
              bytes / us / 1e3, rel, rel < 2e-3 ? "true" : "false");
       fflush(stdout);
     }
