@@ -1,0 +1,125 @@
+"""Does measuring the most promising compiled candidate first make up for trials pending? A sweep keeps
+as many proposals pending as the compile pool has workers (16 on the GPU machine) and measures them in
+the order they were asked, so most measured configs were chosen knowing little of the latest results.
+Here the Study measures instead, among the compiled candidates, the one a nearest-neighbour model of
+the results so far predicts fastest (k nearest measured configs in the space's index coordinates, their
+mean time; a failed config counts as twice the slowest), and drops a candidate passed over AGE times
+(its compile wasted, its slot asked again). Replayed as scripts/bench_search_replay.py replays the
+product's Study (CPU only), 16 pending, tpe-local; prints one row per space (as JSON) and the compiles
+made per measurement. Findings in docs/findings.md ("Search on spaces never seen").
+
+    python experiments/search_rescored_pool.py gemm_rtx3090=RTX_3090.json.gz conv_a4000=A4000.json.gz
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench_search_replay import run_all
+from optuna.trial import TrialState
+
+from autotune.core.space import Config
+from autotune.tune import search
+
+SETTINGS = {"k": 3, "age": 32, "after": 10}
+COUNTS = {"dropped": 0, "measured": 0}
+TALLY = Path("/tmp/search_rescored_pool.counts")  # each run's (dropped, measured), from the pool's processes
+
+
+class RescoredPending(deque):  # type: ignore[type-arg]
+    """The Study's pending proposals; popleft() gives the one predicted fastest (FIFO until `after`
+    results) and drops those passed over `age` times."""
+
+    study: Any = None
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.ages: dict[int, int] = {}
+        self.owner = RescoredPending.study
+
+    def popleft(self) -> Any:
+        owner = self.owner
+        results = getattr(owner, "_replay_results", [])
+        if owner is None or len(results) < SETTINGS["after"] or len(self) == 1:
+            return super().popleft()
+        index = min(range(len(self)), key=lambda i: predicted(owner, self[i][1], results))
+        chosen = self[index]
+        del self[index]
+        for entry in list(self):
+            key = id(entry[0])
+            self.ages[key] = self.ages.get(key, 0) + 1
+            if self.ages[key] > SETTINGS["age"]:
+                self.remove(entry)
+                owner._study.tell(entry[0], state=TrialState.FAIL)
+                COUNTS["dropped"] += 1
+        COUNTS["measured"] += 1
+        return chosen
+
+
+def coordinates(study: Any, config: Config) -> list[float]:
+    choices = study.space.choices()
+    return [choices[name].index(config[name]) / max(len(choices[name]) - 1, 1) for name in sorted(choices)]
+
+
+def predicted(study: Any, config: Config, results: list[tuple[list[float], float | None]]) -> float:
+    here = coordinates(study, config)
+    worst = max((v for _, v in results if v is not None), default=1.0)
+    near = sorted(results, key=lambda r: sum(abs(a - b) for a, b in zip(r[0], here, strict=True)))[: SETTINGS["k"]]
+    return sum((v if v is not None else 2 * worst) for _, v in near) / len(near)
+
+
+def install() -> None:
+    made = search.Study.__init__
+    finish = search.Study._finish
+    run = search.Study.run
+
+    def counted_run(self: Any, budget: Any) -> Any:
+        COUNTS.update(dropped=0, measured=0)
+        result = run(self, budget)
+        with TALLY.open("a") as tally:
+            tally.write(f"{COUNTS['dropped']} {result.measured}\n")
+        return result
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        made(self, *args, **kwargs)
+        self._replay_results = []
+        RescoredPending.study = self
+
+    def finished(self: Any, config: Config, compiled: Any) -> Any:
+        outcome = finish(self, config, compiled)
+        self._replay_results.append((coordinates(self, config), outcome.time_us))
+        return outcome
+
+    search.Study.__init__ = init  # type: ignore[method-assign]
+    search.Study.run = counted_run  # type: ignore[method-assign]
+    search.Study._finish = finished  # type: ignore[method-assign]
+    search.deque = RescoredPending  # type: ignore[attr-defined]  # run()'s pending
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("spaces", nargs="+", help="NAME=PATH of a Kernel Tuner cache file")
+    parser.add_argument("--k", type=int, default=3, help="nearest measured configs averaged")
+    parser.add_argument("--age", type=int, default=32, help="measurements a candidate may be passed over")
+    parser.add_argument("--seeds", type=int, default=50)
+    parser.add_argument("--strategy", default="tpe-local")
+    parser.add_argument("--workers", type=int, default=16, help="the compile pool: proposals kept pending")
+    args = parser.parse_args()
+    SETTINGS.update(k=args.k, age=args.age)
+    install()
+    TALLY.unlink(missing_ok=True)
+    spaces = {name: Path(path) for name, path in (entry.split("=", 1) for entry in args.spaces)}
+    run_all(spaces, [args.strategy], args.seeds, 200, 2, args.workers)  # prints a row per space
+    pairs = [tuple(map(int, line.split())) for line in TALLY.read_text().splitlines()]
+    dropped, measured = sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+    print({"compiles_per_measurement": round(1 + dropped / max(measured, 1), 3)})
+
+
+if __name__ == "__main__":
+    main()
