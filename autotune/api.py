@@ -699,8 +699,7 @@ def tune_model(
     transformers' `generate`, else one forward call on `example_inputs`), then sweep each GEMV/GEMM
     problem its linears met that this GPU has not tuned (`trials` each, within `timeout` seconds for all
     of them), with progress bars and a closing table (`show`); `export` writes their records for
-    `autotune import`. Returns a ModelTuning
-    (autotune/model/tune.py; docs/models.md)."""
+    `autotune import`. Returns a ModelTuning (autotune/model/tune.py; docs/models.md)."""
     from autotune.model import tune
 
     return tune.tune_model(
