@@ -131,6 +131,62 @@ def linear_table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def model_table(report: dict[str, Any]) -> str:
+    """scripts/bench_model.py: GPU µs per decode step (a captured step replayed), the linears' kernels,
+    eager generate's wall µs per token, and the teacher-forced logits beside a float32 run."""
+    lines = [
+        "| layers | weights | fused | mode | torch GPU µs | ours GPU µs | torch / ours (95% interval) "
+        "| torch linears µs | ours linears µs | torch wall µs | ours wall µs | max abs Δlogit ours / torch "
+        "| tokens agree |",
+        "|---:|---|---|---|---:|---:|---|---:|---:|---:|---:|---|---:|",
+    ]
+    for r in report["rows"]:
+        low, high = r["gpu_ratio_ci95"]
+        walls = ["-", "-"] if r["torch_wall_us"] is None else [f"{r['torch_wall_us']:.0f}", f"{r['ours_wall_us']:.0f}"]
+        cells = [
+            r["layers"],
+            r["weights"],
+            "yes" if r["fused"] else "no",
+            r["mode"],
+            f"{r['torch_gpu_us']:.0f}",
+            f"{r['ours_gpu_us']:.0f}",
+            f"{r['gpu_ratio']:.3f} ({low:.3f}-{high:.3f})",
+            f"{r['torch_linear_us']:.0f}",
+            f"{r['ours_linear_us']:.0f}",
+            *walls,
+            f"{r['logit_dev']:.3f} / {r['torch_logit_dev']:.3f}",
+            f"{r['tokens_agree']:.3f}",
+        ]
+        lines.append("| " + " | ".join(str(cell) for cell in cells) + " |")
+    lines += [
+        "",
+        f"transformers {report['transformers']}'s Llama at Llama-3-8B widths, batch 1, a {report['prompt']}-token "
+        f"prompt; GPU time of one decode step captured into a CUDA graph, {report['rounds']} rounds in turns; "
+        "compiled: the step under `torch.compile` before the capture ([models.md](models.md)).",
+    ]
+    return "\n".join(lines)
+
+
+def linear_grad_table(report: dict[str, Any]) -> str:
+    """scripts/bench_linear_grad.py: forward and backward of one linear, one step at a time and queued."""
+    lines = [
+        "| dtype | M | N | K | torch ms | ours ms | torch / ours | torch queued ms | ours queued ms "
+        "| torch / ours queued |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in report["rows"]:
+        lines.append(
+            f"| {r['dtype']} | {r['m']} | {r['n']} | {r['k']} | {r['torch_ms']:.3f} | {r['ours_ms']:.3f} | "
+            f"{r['ratio']:.2f} | {r['torch_gpu_ms']:.3f} | {r['ours_gpu_ms']:.3f} | {r['gpu_ratio']:.2f} |"
+        )
+    lines += [
+        "",
+        "x, W and b requiring gradients; one step from an idle GPU (host included), and steps queued behind a "
+        "sleeping kernel (the GPU's time alone) ([launch.md](launch.md#gradients)).",
+    ]
+    return "\n".join(lines)
+
+
 def _lowbit_name(name: str, dtype: str) -> str:
     """bench_lowbit's figure name in words; its `_fp16` peers run in the activations' dtype."""
     words = {"M=": "M = ", "torch_fp16": f"torch {dtype}", "ours_fp16": f"our {dtype}", "copy_gbs": "copy", ">=": "≥"}
@@ -476,6 +532,12 @@ SECTIONS: list[tuple[str, str, Any]] = [
     ("decode", "Decode steps (a model's GEMVs in sequence, eager and in a CUDA graph)", decode_table),
     ("linear", "A decoder stack: its linears as `F.linear` against `autotune.linear`", linear_table),
     ("lowbit", "Int4 weight-only linear (`autotune.linear` on a `QuantizedWeight`)", lowbit_table),
+    ("model", "A transformers model's decode step: `autotune.patch(model)` against torch", model_table),
+    (
+        "linear_grad",
+        "Training: one linear's forward and backward, `autotune.linear` against `F.linear`",
+        linear_grad_table,
+    ),
     ("untuned", "Shapes no tuned config fits", untuned_table),
     ("select", "Selection on shapes never tuned", select_table),
     ("tuning", "Tuning speed: seconds until the best config found is within 2% of the optimum", tuning_table),
@@ -687,6 +749,22 @@ def lowbit_headline() -> dict[str, str]:
     return {key: figures[key] for key in ("f16_torch", "pairs")}
 
 
+def model_figures() -> dict[str, str]:
+    """A decode step's GPU-time ratios of scripts/bench_model.py's 8-layer float16 rows, by fused and mode."""
+    rows = {
+        (r["fused"], r["mode"]): r["gpu_ratio"]
+        for r in _load("model_nvidia-h200")["rows"]
+        if r["layers"] == 8 and r["weights"] == "float16"
+    }
+    return {
+        "eager": f"{rows[False, 'eager']:.3f}",
+        "compiled": f"{rows[False, 'compiled']:.3f}",
+        "fused_eager": f"{rows[True, 'eager']:.3f}",
+        "fused_compiled": f"{rows[True, 'compiled']:.3f}",
+        "headline": f"{rows[True, 'compiled']:.2f}",
+    }
+
+
 FIGURES = [
     Figure(
         README,
@@ -719,7 +797,7 @@ FIGURES = [
     ),
     Figure(
         README,
-        r"int4 weights \(g128, float16\) at M = 1 run (?P<f16_torch>[\d.]+)x\s+torch's float16 GEMV, geometric "
+        r"int4 weights \(g128, float16\) at\s+M = 1 run (?P<f16_torch>[\d.]+)x\s+torch's float16 GEMV,\s+geometric "
         r"mean over\s+(?P<pairs>\d+)",
         lowbit_headline,
         f"results/{LOWBIT_H200}.json",
@@ -740,6 +818,19 @@ FIGURES = [
         r"a call cost (?P<host>\d+) µs of host time\s+against (?P<fp16_host>\d+) µs",
         lowbit_decode,
         "results/decode_nvidia-h200.json",
+    ),
+    Figure(
+        README,
+        r"under `autotune\.patch\(model, fuse=True\)`:\s+decode steps (?P<headline>[\d.]+)x faster than torch's",
+        lambda: {"headline": model_figures()["headline"]},
+        "results/model_nvidia-h200.json",
+    ),
+    Figure(
+        DOCS / "models.md",
+        r"Torch's time over ours: (?P<eager>[\d.]+)x eager and (?P<compiled>[\d.]+)x compiled\s+patched alone, "
+        r"(?P<fused_eager>[\d.]+)x and (?P<fused_compiled>[\d.]+)x with `fuse=True`",
+        lambda: {k: v for k, v in model_figures().items() if k != "headline"},
+        "results/model_nvidia-h200.json",
     ),
     Figure(
         README,
