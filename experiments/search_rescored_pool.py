@@ -27,7 +27,7 @@ from optuna.trial import TrialState
 from autotune.core.space import Config
 from autotune.tune import search
 
-SETTINGS = {"k": 3, "age": 32, "after": 10}
+SETTINGS: dict[str, Any] = {"k": 3, "age": 32, "after": 10, "fail": 2.0, "weighted": False}
 COUNTS = {"dropped": 0, "measured": 0}
 TALLY = Path("/tmp/search_rescored_pool.counts")  # each run's (dropped, measured), from the pool's processes
 
@@ -70,8 +70,13 @@ def coordinates(study: Any, config: Config) -> list[float]:
 def predicted(study: Any, config: Config, results: list[tuple[list[float], float | None]]) -> float:
     here = coordinates(study, config)
     worst = max((v for _, v in results if v is not None), default=1.0)
-    near = sorted(results, key=lambda r: sum(abs(a - b) for a, b in zip(r[0], here, strict=True)))[: SETTINGS["k"]]
-    return sum((v if v is not None else 2 * worst) for _, v in near) / len(near)
+    def distance(result: tuple[list[float], float | None]) -> float:
+        return sum(abs(a - b) for a, b in zip(result[0], here, strict=True))
+
+    near = sorted(results, key=distance)[: SETTINGS["k"]]
+    weights = [1.0 / (distance(r) + 0.05) if SETTINGS["weighted"] else 1.0 for r in near]
+    values = [v if v is not None else SETTINGS["fail"] * worst for _, v in near]
+    return sum(w * v for w, v in zip(weights, values, strict=True)) / sum(weights)
 
 
 def install() -> None:
@@ -108,10 +113,12 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=3, help="nearest measured configs averaged")
     parser.add_argument("--age", type=int, default=32, help="measurements a candidate may be passed over")
     parser.add_argument("--seeds", type=int, default=50)
+    parser.add_argument("--fail", type=float, default=2.0, help="a failed neighbour counts as this times the slowest")
+    parser.add_argument("--weighted", action="store_true", help="neighbours weighted by 1 / (distance + 0.05)")
     parser.add_argument("--strategy", default="tpe-local")
     parser.add_argument("--workers", type=int, default=16, help="the compile pool: proposals kept pending")
     args = parser.parse_args()
-    SETTINGS.update(k=args.k, age=args.age)
+    SETTINGS.update(k=args.k, age=args.age, fail=args.fail, weighted=args.weighted)
     install()
     TALLY.unlink(missing_ok=True)
     spaces = {name: Path(path) for name, path in (entry.split("=", 1) for entry in args.spaces)}
