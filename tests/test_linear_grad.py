@@ -70,6 +70,16 @@ def test_gradients_are_f_linears(runtime: TorchRuntime, rows: tuple[int, ...], n
     assert runtime.calls.count("gemm") >= 1  # dX went through the launch path's GEMM
 
 
+@pytest.mark.parametrize("rows", [(1, 5), (3, 5), (2, 2, 5)])
+def test_gradcheck_in_float64(runtime: TorchRuntime, rows: tuple[int, ...]) -> None:
+    # torch's numerical check of the backward formulas, where the double lets the op run in float64
+    # (our kernels do not take it: the GPU tests compare with F.linear in three dtypes instead).
+    torch.manual_seed(1)
+    x, w, b = _leaf(*rows), _leaf(4, rows[-1]), _leaf(4)
+    assert torch.autograd.gradcheck(lambda x, w, b: api.linear(x, w, b), (x, w, b))
+    assert torch.autograd.gradcheck(lambda x, w: api.linear(x, w), (x, w))
+
+
 def test_only_asked_gradients_and_none_recorded_without_autograd(runtime: TorchRuntime) -> None:
     x, w = _leaf(3, 6), torch.randn(4, 6, dtype=torch.float64)  # w frozen
     y = api.linear(x, w)
