@@ -60,11 +60,16 @@ def llama(layers: int) -> Any:
         max_position_embeddings=PROMPT + NEW_TOKENS + 8,
         rope_theta=500000.0,
     )
+    return built_on_gpu(LlamaForCausalLM, config)
+
+
+def built_on_gpu(model_class: Any, config: Any) -> Any:
+    """`model_class(config)` made on the GPU with random float16 weights (seeded), in eval mode."""
     torch.manual_seed(0)
     torch.set_default_dtype(torch.float16)
     try:
         with torch.device("cuda"):
-            model = LlamaForCausalLM(config)
+            model = model_class(config)
     finally:
         torch.set_default_dtype(torch.float32)
     return model.eval()

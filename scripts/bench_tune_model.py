@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from bench_model import PROMPT, ROUNDS, DecodeGraph
+from bench_model import PROMPT, ROUNDS, DecodeGraph, built_on_gpu
 
 import autotune
 from autotune import api
@@ -42,14 +42,7 @@ def phi3(layers: int) -> Any:
         max_position_embeddings=4096,
         pad_token_id=0,
     )
-    torch.manual_seed(0)
-    torch.set_default_dtype(torch.float16)
-    try:
-        with torch.device("cuda"):
-            model = Phi3ForCausalLM(config)
-    finally:
-        torch.set_default_dtype(torch.float32)
-    return model.eval()
+    return built_on_gpu(Phi3ForCausalLM, config)
 
 
 def step_us(ours: Any, theirs: Any, prompt: Any) -> tuple[float, float]:

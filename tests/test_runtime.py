@@ -288,13 +288,18 @@ def test_tma_maps_are_written_in_stream_order_and_pinned_by_a_capture(cuda: Fake
         monkey_encode.undo()
 
 
-def test_a_launch_from_a_thread_without_the_devices_context_makes_it_current(cuda: FakeCuda) -> None:
-    problem = Problem("gemv", "float32", 512, 512)
-    choice = Choice(problem, H200.name, gemv.DEFAULT_CONFIG, "default")
+def _gemv_planned_on_gpu_1(cuda: FakeCuda) -> tuple[Runtime, Choice, Any]:
+    """A GEMV's runtime, choice and GPU 1's device, its plan made and the fake driver's events cleared."""
+    choice = Choice(Problem("gemv", "float32", 512, 512), H200.name, gemv.DEFAULT_CONFIG, "default")
     runtime = _runtime(choice)
     device = runtime.device(1)
     runtime.plan(choice, device, True)
     cuda.events.clear()
+    return runtime, choice, device
+
+
+def test_a_launch_from_a_thread_without_the_devices_context_makes_it_current(cuda: FakeCuda) -> None:
+    runtime, choice, device = _gemv_planned_on_gpu_1(cuda)
     cuda.current = 1000  # GPU 0's context is current on this thread
     runtime.run(choice, device, (1 << 20, 2 << 20, 3 << 20), 1.0, 0.0)
     cuda.current = 1001
@@ -306,12 +311,7 @@ def test_a_launch_from_a_thread_without_the_devices_context_makes_it_current(cud
 def test_a_thread_with_no_context_keeps_the_devices_after_a_launch(cuda: FakeCuda) -> None:
     # torch's autograd threads have no context until torch's first call there: a launch that pushed
     # and popped one would leave them without, and torch would set it again, warning.
-    problem = Problem("gemv", "float32", 512, 512)
-    choice = Choice(problem, H200.name, gemv.DEFAULT_CONFIG, "default")
-    runtime = _runtime(choice)
-    device = runtime.device(1)
-    runtime.plan(choice, device, True)
-    cuda.events.clear()
+    runtime, choice, device = _gemv_planned_on_gpu_1(cuda)
     cuda.current = 0
     for _ in range(2):
         runtime.run(choice, device, (1 << 20, 2 << 20, 3 << 20), 1.0, 0.0)
