@@ -764,6 +764,19 @@ def model_figures() -> dict[str, str]:
     }
 
 
+def linear_grad_figures() -> dict[str, str]:
+    """scripts/bench_linear_grad.py's ratios (torch's time over ours): queued, and one step at a time at
+    the 4096 x 4096 weights (M = 512 and 2048) and at the larger shapes."""
+    rows = _load("linear_grad_nvidia-h200")["rows"]
+    small = [r["ratio"] for r in rows if (r["n"], r["k"]) == (4096, 4096) and r["m"] <= 2048]
+    large = [r["ratio"] for r in rows if not ((r["n"], r["k"]) == (4096, 4096) and r["m"] <= 2048)]
+
+    def span(values: list[float]) -> str:
+        return f"{min(values):.2f}-{max(values):.2f}"
+
+    return {"queued": span([r["gpu_ratio"] for r in rows]), "small": span(small), "large": span(large)}
+
+
 FIGURES = [
     Figure(
         README,
@@ -830,6 +843,13 @@ FIGURES = [
         r"(?P<fused_eager>[\d.]+)x and (?P<fused_compiled>[\d.]+)x with `fuse=True`",
         lambda: {k: v for k, v in model_figures().items() if k != "headline"},
         "results/model_nvidia-h200.json",
+    ),
+    Figure(
+        DOCS / "launch.md",
+        r"ours\s+takes (?P<queued>[\d.]+-[\d.]+)x `F\.linear`'s time.*?host's time shows: (?P<small>[\d.]+-[\d.]+)x at "
+        r"512x4096x4096 and 2048x4096x4096, (?P<large>[\d.]+-[\d.]+)x at the larger shapes",
+        linear_grad_figures,
+        "results/linear_grad_nvidia-h200.json",
     ),
     Figure(
         README,
