@@ -3,9 +3,11 @@
 (autotune.quantize, group 128): x of shape (1, K), (K,) (what bench_decode passes) and (1, 1, K) (a
 transformers decode step), the module's own call, and F.linear and our GEMV on the float16 weight beside
 them, with the config each shape launches (docs/lowbit.md has the findings). With --grad, a training
-step's calls at M = 512 (forward with a bias, the backward's dX GEMM), no autograd. Run on the GPU machine:
+step's calls at M = 512 (forward with a bias, the backward's dX GEMM), no autograd. With --model, where
+eager `generate` of scripts/bench_model.py's Llama (8 layers) spends its host time, torch's copy and one
+patched by autotune.patch: cProfile of 16 greedy tokens each. Run on the GPU machine:
 
-    python experiments/host_cost_linear.py [--int4 | --grad]
+    python experiments/host_cost_linear.py [--int4 | --grad | --model]
 """
 
 from __future__ import annotations
@@ -119,8 +121,35 @@ def grad_calls(dtype: torch.dtype, profiled: bool) -> None:
         profile(lambda: autotune.linear(x, W, b))
 
 
+def model_generate() -> None:
+    import copy
+    import time
+
+    from bench_model import PROMPT, llama
+
+    theirs = llama(8)
+    ours = autotune.patch(copy.deepcopy(theirs))
+    prompt = torch.randint(0, theirs.config.vocab_size, (1, PROMPT), device="cuda")
+    for name, model in (("torch", theirs), ("ours", ours)):
+        with torch.no_grad():
+            model.generate(prompt, max_new_tokens=4, min_new_tokens=4, do_sample=False)  # warm
+            torch.cuda.synchronize()
+            profiler = cProfile.Profile()
+            begin = time.perf_counter()
+            profiler.enable()
+            model.generate(prompt, max_new_tokens=16, min_new_tokens=16, do_sample=False)
+            profiler.disable()
+            torch.cuda.synchronize()
+        print(f"=== {name}: 16 tokens in {(time.perf_counter() - begin) * 1e3:.1f} ms (profiled)", flush=True)
+        stats = pstats.Stats(profiler)
+        stats.sort_stats("tottime").print_stats(22)
+        stats.sort_stats("cumulative").print_stats(30)
+
+
 if __name__ == "__main__":
-    if "--grad" in sys.argv[1:]:
+    if "--model" in sys.argv[1:]:
+        model_generate()
+    elif "--grad" in sys.argv[1:]:
         grad_calls(torch.bfloat16, False)
         grad_calls(torch.float16, True)
     else:

@@ -70,6 +70,7 @@ def coordinates(study: Any, config: Config) -> list[float]:
 def predicted(study: Any, config: Config, results: list[tuple[list[float], float | None]]) -> float:
     here = coordinates(study, config)
     worst = max((v for _, v in results if v is not None), default=1.0)
+
     def distance(result: tuple[list[float], float | None]) -> float:
         return sum(abs(a - b) for a, b in zip(result[0], here, strict=True))
 

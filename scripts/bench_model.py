@@ -18,6 +18,10 @@ For each mode (eager modules; `torch.compile`d forward) and copy:
 - Wall time per token: eager `generate` of NEW_TOKENS greedy tokens, less a one-token `generate` (the
   prefill), over the decode steps, torch's and ours in turns for WALL_ROUNDS rounds (eager mode only:
   what a user's plain loop pays, host included).
+- Host time per patched linear (float16 unfused, eager): each distinct linear of the first layer and
+  the lm_head called with a decode step's (1, 1, K) x, HELD_CALLS at a time queued behind a sleeping
+  kernel (scripts/bench_decode.py's host_us_per_call), the torch copy's module beside ours'; the rows'
+  `host` list.
 - Correctness by teacher forcing: the same tokens (the prompt and torch's greedy continuation) fed one
   at a time to a float32 copy, torch's and ours; `logit_dev` is ours' max |logit - float32's|,
   `torch_logit_dev` torch's, `tokens_agree` the share of positions where ours and torch's argmax agree.
@@ -37,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from bench_decode import host_us_per_call
 
 import autotune
 from autotune.core.fingerprint import slugify
@@ -217,9 +222,35 @@ def references(model: Any, tokens: Any) -> tuple[Any, Any]:
     return exact, teacher_forced_logits(model, tokens)
 
 
-def measure(layers: int, modes: list[str], variants: list[tuple[str, bool]]) -> list[dict[str, Any]]:
-    """Rows for each (weights, fused) variant and mode. An int4 copy is timed against torch's float16
-    model (what it replaces) and checked against its own weights dequantized (float32 and torch's float16)."""
+def host_per_linear(theirs: Any, ours: Any) -> list[dict[str, Any]]:
+    """Host µs per call of each distinct linear (the first decoder layer's and the lm_head), torch's
+    module beside ours', under no_grad with a decode step's (1, 1, K) x."""
+    names = [name for name, module in theirs.named_modules() if isinstance(module, torch.nn.Linear)]
+    names = [name for name in names if name.startswith("model.layers.0.") or "layers." not in name]
+    modules = dict(ours.named_modules())
+    rows = []
+    with torch.no_grad():
+        for name in names:
+            mine, torch_module = modules[name], theirs.get_submodule(name)
+            x = torch.randn(1, 1, torch_module.in_features, device="cuda", dtype=torch.float16)
+            calls = {"torch": lambda m=torch_module, x=x: m(x), "ours": lambda m=mine, x=x: m(x)}
+            for call in calls.values():
+                call()
+            torch.cuda.synchronize()
+            got = host_us_per_call(torch, calls, rounds=15)
+            rows.append({"name": name.rsplit(".", 1)[-1], "n": torch_module.out_features, "k": torch_module.in_features,
+                         "torch_host_us": got["torch"], "ours_host_us": got["ours"]})  # fmt: skip
+            print(f"host per call {rows[-1]['name']:10} torch {got['torch']:5.1f} us  ours {got['ours']:5.1f} us",
+                  flush=True)  # fmt: skip
+    return rows
+
+
+def measure(
+    layers: int, modes: list[str], variants: list[tuple[str, bool]], rows: list[dict[str, Any]], save: Any
+) -> None:
+    """Rows for each (weights, fused) variant and mode, appended to `rows`, save() called after each.
+    An int4 copy is timed against torch's float16 model (what it replaces) and checked against its own
+    weights dequantized (float32 and torch's float16)."""
     torch_model = llama(layers)
     prompt = torch.randint(
         0, torch_model.config.vocab_size, (1, PROMPT), device="cuda", generator=torch.Generator("cuda").manual_seed(1)
@@ -227,7 +258,6 @@ def measure(layers: int, modes: list[str], variants: list[tuple[str, bool]]) -> 
     with torch.no_grad():
         tokens = torch_model.generate(prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
     float_checks = references(torch_model, tokens)
-    rows = []
     torch_graphs = {mode: DecodeGraph(torch_model, prompt, mode == "compiled") for mode in modes}
     for weights, fused in variants:
         int4 = weights == "int4"
@@ -245,6 +275,7 @@ def measure(layers: int, modes: list[str], variants: list[tuple[str, bool]]) -> 
             "torch_logit_dev": torch_dev,
             "tokens_agree": float((mine.argmax(-1) == theirs.argmax(-1)).float().mean()),
         }
+        host = host_per_linear(torch_model, ours_model) if (weights, fused) == ("float16", False) else None
         walls, wall_ci = wall_us_per_token({"torch": torch_model, "ours": ours_model}, prompt)
         torch_wall, ours_wall = walls["torch"], walls["ours"]
         for mode in modes:
@@ -272,9 +303,11 @@ def measure(layers: int, modes: list[str], variants: list[tuple[str, bool]]) -> 
                 "torch_wall_us": torch_wall if mode == "eager" else None,
                 "ours_wall_us": ours_wall if mode == "eager" else None,
                 "wall_ratio_ci95": wall_ci if mode == "eager" else None,  # torch's over ours'
+                "host": host if mode == "eager" else None,
                 **checks,
             }
             rows.append(row)
+            save()
             linear = ""
             if row["torch_linear_us"] and row["ours_linear_us"]:
                 linear = f"  linears {row['torch_linear_us']:.0f} / {row['ours_linear_us']:.0f} us"
@@ -291,7 +324,6 @@ def measure(layers: int, modes: list[str], variants: list[tuple[str, bool]]) -> 
         del ours_model
         gc.collect()
         torch.cuda.empty_cache()
-    return rows
 
 
 def main() -> int:
@@ -307,15 +339,19 @@ def main() -> int:
 
     torch._dynamo.config.cache_size_limit = 64  # one compiled step per model copy, all in one process
 
-    rows = []
-    for layers in args.layers:
-        variants = [(weights, fused == "yes") for weights in args.weights for fused in args.fused]
-        rows += measure(layers, args.modes, variants)
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"model_{slugify(gpu)}.json"
-    report = {"gpu": gpu, "torch": torch.__version__, "transformers": transformers.__version__, "prompt": PROMPT,
-              "new_tokens": NEW_TOKENS, "rounds": ROUNDS, "replays": REPLAYS, "rows": rows}  # fmt: skip
-    path.write_text(json.dumps(report, indent=1) + "\n")
+    rows: list[dict[str, Any]] = []
+
+    def save() -> None:  # after every row: a run cut short keeps what it measured
+        report = {"gpu": gpu, "torch": torch.__version__, "transformers": transformers.__version__,
+                  "prompt": PROMPT, "new_tokens": NEW_TOKENS, "rounds": ROUNDS, "replays": REPLAYS,
+                  "rows": rows}  # fmt: skip
+        path.write_text(json.dumps(report, indent=1) + "\n")
+
+    for layers in args.layers:
+        variants = [(weights, fused == "yes") for weights in args.weights for fused in args.fused]
+        measure(layers, args.modes, variants, rows, save)
     print(f"wrote {path}")
     return 0
 

@@ -282,6 +282,11 @@ torch.cuda.synchronize()" > "$OUT/ncu-int4.txt" 2>&1
       # float16 GEMV, and its profile.
       step host-int4
       python3 experiments/host_cost_linear.py --int4 2>&1 | tee "$OUT/host-int4.txt" | head -8 ;;
+    host-model)
+      # Where eager generate's host time goes, torch's Llama beside the patched one (cProfile).
+      step host-model
+      python3 experiments/host_cost_linear.py --model 2>&1 | grep -v Warning > "$OUT/host-model.txt"
+      grep -E "^=== |function calls" "$OUT/host-model.txt" ;;
     export)
       step export
       python3 -c "import sys; from pathlib import Path; from autotune.store import open_store; print(open_store(sys.argv[1], import_shipped=False).export_records('$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)', Path(sys.argv[2]), top=3, current_only=True), 'records')" "$DB" "$OUT/records.jsonl" ;;
@@ -294,7 +299,7 @@ torch.cuda.synchronize()" > "$OUT/ncu-int4.txt" 2>&1
       # A transformers Llama decode, torch against autotune.patch(model) (scripts/bench_model.py):
       # MODEL_ARGS="--layers 8" for a shorter run.
       step model
-      python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu_patch.py 2>&1 | tee "$OUT/patch-tests.log" | tail -8
+      [ "${PATCH_TESTS:-1}" = 1 ] && python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu_patch.py 2>&1 | tee "$OUT/patch-tests.log" | tail -8
       python3 scripts/bench_model.py --out "$OUT" ${MODEL_ARGS:-} 2>&1 | tee "$OUT/model.log" | grep -v Warning | tail -14 ;;
     tune-model)
       # autotune.tune_model on a model of shapes never tuned (scripts/bench_tune_model.py).
