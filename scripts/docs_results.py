@@ -163,6 +163,42 @@ def model_table(report: dict[str, Any]) -> str:
         f"prompt; GPU time of one decode step captured into a CUDA graph, {report['rounds']} rounds in turns; "
         "compiled: the step under `torch.compile` before the capture ([models.md](models.md)).",
     ]
+    hosts = [(r["layers"], r["host"]) for r in report["rows"] if r.get("host")]
+    for layers, host in hosts:
+        lines += [
+            "",
+            f"Host µs per call of each distinct linear ({layers} layers, float16, unfused, eager, a decode step's "
+            "(1, 1, K) x, calls queued behind a sleeping kernel):",
+            "",
+            "| linear | N | K | torch host µs | ours host µs |",
+            "|---|---:|---:|---:|---:|",
+            *(
+                f"| {h['name']} | {h['n']} | {h['k']} | {h['torch_host_us']:.1f} | {h['ours_host_us']:.1f} |"
+                for h in host
+            ),
+        ]
+    return "\n".join(lines)
+
+
+def tune_model_table(report: dict[str, Any]) -> str:
+    """scripts/bench_tune_model.py: a patched model's decode step before and after autotune.tune_model."""
+    lines = [
+        "| stage | sweep s | problems | torch GPU µs | ours GPU µs | torch / ours |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in report["rows"]:
+        sweep = "-" if r["sweep_s"] is None else f"{r['sweep_s']:.0f}"
+        problems = "-" if r["problems"] is None else str(r["problems"])
+        lines.append(
+            f"| {r['stage']} | {sweep} | {problems} | {r['torch_gpu_us']:.1f} | {r['ours_gpu_us']:.1f} "
+            f"| {r['torch_gpu_us'] / r['ours_gpu_us']:.3f} |"
+        )
+    lines += [
+        "",
+        f"transformers' Phi-3 at Phi-3-mini widths ({report['layers']} layers, random float16 weights), patched, "
+        "in a new database: the decode step's GPU time with the selector's untuned picks, after `tune_model` "
+        "(five minutes at most), and after 64 trials of every problem it met ([models.md](models.md)).",
+    ]
     return "\n".join(lines)
 
 
@@ -532,6 +568,7 @@ SECTIONS: list[tuple[str, str, Any]] = [
     ("linear", "A decoder stack: its linears as `F.linear` against `autotune.linear`", linear_table),
     ("lowbit", "Int4 weight-only linear (`autotune.linear` on a `QuantizedWeight`)", lowbit_table),
     ("model", "A transformers model's decode step: `autotune.patch(model)` against torch", model_table),
+    ("tune_model", "Tuning a model's shapes: `autotune.tune_model`", tune_model_table),
     (
         "linear_grad",
         "Training: one linear's forward and backward, `autotune.linear` against `F.linear`",
@@ -748,19 +785,19 @@ def lowbit_headline() -> dict[str, str]:
     return {key: figures[key] for key in ("f16_torch", "pairs")}
 
 
-def model_figures() -> dict[str, str]:
-    """A decode step's GPU-time ratios of scripts/bench_model.py's 8-layer float16 rows, by fused and mode."""
-    rows = {
-        (r["fused"], r["mode"]): r["gpu_ratio"]
-        for r in _load("model_nvidia-h200")["rows"]
-        if r["layers"] == 8 and r["weights"] == "float16"
-    }
+def model_figures(weights: str = "float16") -> dict[str, str]:
+    """A decode step's GPU-time ratios of scripts/bench_model.py's 32-layer rows of `weights`, by fused
+    and mode, and the linears' (torch's linear kernels' time over ours') in the fused compiled step."""
+    found = [r for r in _load("model_nvidia-h200")["rows"] if r["layers"] == 32 and r["weights"] == weights]
+    rows = {(r["fused"], r["mode"]): r for r in found}
+    fused = rows[True, "compiled"]
     return {
-        "eager": f"{rows[False, 'eager']:.3f}",
-        "compiled": f"{rows[False, 'compiled']:.3f}",
-        "fused_eager": f"{rows[True, 'eager']:.3f}",
-        "fused_compiled": f"{rows[True, 'compiled']:.3f}",
-        "headline": f"{rows[True, 'compiled']:.2f}",
+        "eager": f"{rows[False, 'eager']['gpu_ratio']:.3f}",
+        "compiled": f"{rows[False, 'compiled']['gpu_ratio']:.3f}",
+        "fused_eager": f"{rows[True, 'eager']['gpu_ratio']:.3f}",
+        "fused_compiled": f"{fused['gpu_ratio']:.3f}",
+        "linears": f"{fused['torch_linear_us'] / fused['ours_linear_us']:.2f}",
+        "headline": f"{fused['gpu_ratio']:.2f}",
     }
 
 
@@ -839,9 +876,18 @@ FIGURES = [
     ),
     Figure(
         DOCS / "models.md",
-        r"Torch's time over ours: (?P<eager>[\d.]+)x eager and (?P<compiled>[\d.]+)x compiled\s+patched alone, "
-        r"(?P<fused_eager>[\d.]+)x and (?P<fused_compiled>[\d.]+)x with `fuse=True`",
+        r"torch's time over ours:\s+(?P<eager>[\d.]+)x eager and (?P<compiled>[\d.]+)x compiled\s+patched alone, "
+        r"(?P<fused_eager>[\d.]+)x and (?P<fused_compiled>[\d.]+)x with `fuse=True`; the linears' kernels\s+"
+        r"of the fused compiled step (?P<linears>[\d.]+)x",
         lambda: {k: v for k, v in model_figures().items() if k != "headline"},
+        "results/model_nvidia-h200.json",
+    ),
+    Figure(
+        DOCS / "models.md",
+        r"against torch's float16 model:\s+(?P<eager>[\d.]+)x eager and (?P<compiled>[\d.]+)x compiled\s+"
+        r"patched alone, (?P<fused_eager>[\d.]+)x and (?P<fused_compiled>[\d.]+)x with `fuse=True`; the "
+        r"linears (?P<linears>[\d.]+)x",
+        lambda: {k: v for k, v in model_figures("int4").items() if k != "headline"},
         "results/model_nvidia-h200.json",
     ),
     Figure(
