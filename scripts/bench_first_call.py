@@ -153,7 +153,8 @@ def garbage_collections() -> Callable[[], tuple[float, list[int]]]:
 def phase_timers(api: Any) -> dict[str, float]:
     """Milliseconds the first call spends in each step, filled in as it runs: the launch path's
     functions wrapped with a clock (a few microseconds each); the rest of the call is "other"."""
-    from autotune.runtime import device, launcher
+    from autotune.gpu import device
+    from autotune.runtime import launcher
 
     phases: dict[str, float] = {}
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 from autotune.core.space import Config, Space, config_key
-from autotune.ops.geometry import Launch
+from autotune.gpu.geometry import Launch
 
 MAX_SHARED = 227 * 1024  # dynamic shared memory a block may opt in to
 MAX_GRID = (2**31 - 1, 65535, 65535)

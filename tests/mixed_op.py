@@ -13,9 +13,9 @@ import numpy as np
 from autotune.core.arrays import DeviceArray
 from autotune.core.problem import Problem
 from autotune.core.space import Config, Param, Space
+from autotune.gpu.geometry import Launch
 from autotune.ops.base import DeviceReference, Op, Operands
 from autotune.ops.call import Bound
-from autotune.ops.geometry import Launch
 
 GROUP = 32
 

@@ -23,7 +23,8 @@ from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import GpuInfo
 from autotune.core.problem import Problem
 from autotune.core.target import targeting
-from autotune.ops import gemv, tma
+from autotune.gpu import tma
+from autotune.ops import gemv
 from autotune.store import open_store
 from tests.fakes import ok, record, run_cli
 

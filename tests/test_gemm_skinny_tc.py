@@ -15,7 +15,8 @@ from autotune.build.compiler import CompileJob, CompilePool
 from autotune.core.fingerprint import file_hash
 from autotune.core.problem import Problem
 from autotune.core.space import Config
-from autotune.ops import gemm, source_hash, tma
+from autotune.gpu import tma
+from autotune.ops import gemm, source_hash
 from autotune.ops.gemm import shared as gemm_shared
 from autotune.ops.gemm import skinny as gemm_skinny
 from autotune.ops.gemm import skinny_tc as tc
@@ -379,7 +380,7 @@ def test_n_by_k_defaults_compile_for_sm_90() -> None:
 
 
 def test_tma_stages_are_offered_for_16_byte_rows_on_hopper(monkeypatch: pytest.MonkeyPatch) -> None:
-    from autotune.ops import geometry
+    from autotune.gpu import geometry
 
     aligned, odd = _problem(5, 1000, 1016), _problem(5, 1001, 1016)
     assert set(tc.space(aligned).choices()["stages"]) == {0, 2, 3, 4, 6, 8}
@@ -411,7 +412,7 @@ def test_tma_configs_pin_the_register_parameters_and_reduce_in_clusters(trans: b
 
 
 def test_n_by_k_tensor_maps_take_b_as_it_lies() -> None:
-    """B's map of an N x K problem: N rows of K elements, rows ldb apart (autotune/ops/tma.py)."""
+    """B's map of an N x K problem: N rows of K elements, rows ldb apart (autotune/gpu/tma.py)."""
     problem = _problem(5, 1001, 1016, trans=True)
     config = {**tc.default_config(problem), "stages": 3, "unroll": 1, "prefetch": 0}
     assert tc.space(problem).check(config) is None

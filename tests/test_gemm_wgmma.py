@@ -361,7 +361,7 @@ def test_machines_without_hopper_gpus_get_the_mma_family(monkeypatch: pytest.Mon
 
 
 def test_tensor_maps_need_16_byte_aligned_matrices() -> None:
-    from autotune.ops import tma
+    from autotune.gpu import tma
 
     box = tma.Box(128, 64, 128)
     with pytest.raises(AutotuneError, match="16-byte aligned"):
@@ -429,8 +429,8 @@ def _gpu_configs(problem: Problem) -> list[Config]:
 @pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: f"{c[0]}x{c[1]}x{c[2]}_{'nk' if c[3] else 'kn'}_{c[4]}")
 def test_results_match_float64_on_the_gpu(case: tuple, tmp_path: Path) -> None:
     from autotune.build.compiler import compile_kernel
+    from autotune.gpu import tma
     from autotune.measure import gpu
-    from autotune.ops import tma
 
     m, n, k, trans, dtype, extra = case
     cuda = gpu.driver()

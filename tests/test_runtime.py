@@ -19,10 +19,10 @@ from autotune.build.shipped import Kernel
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import GpuInfo
 from autotune.core.problem import Problem
+from autotune.gpu import device as device_module
 from autotune.gpu import driver
 from autotune.ops import gemv
 from autotune.ops.gemm import wgmma as gemm_wgmma
-from autotune.runtime import device as device_module
 from autotune.runtime import launcher as launcher_module
 from autotune.runtime.launcher import Runtime
 from autotune.runtime.misses import COUNT_ENV, Misses, OnMiss

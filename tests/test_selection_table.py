@@ -306,7 +306,8 @@ import contextlib, ctypes, json, sys
 import autotune
 from autotune.core.fingerprint import GpuInfo
 from autotune.gpu import driver
-from autotune.runtime import device as device_module, launcher
+from autotune.gpu import device as device_module
+from autotune.runtime import launcher
 
 H200 = GpuInfo("NVIDIA H200", "GPU-1", "9.0", 132, 60 << 20, 141 << 30, "580.159.04", "13.0")
 launched, origins = [], []

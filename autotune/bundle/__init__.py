@@ -38,7 +38,7 @@ from autotune.core.output import umask
 from autotune.core.problem import BLAS_PREFIX, Problem
 from autotune.core.space import Config
 from autotune.core.target import targeting
-from autotune.ops.geometry import Launch
+from autotune.gpu.geometry import Launch
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 from autotune.core.errors import AutotuneError
 from autotune.core.limits import MAX_GRID_Y
-from autotune.ops import gemm, tma
+from autotune.gpu import tma
+from autotune.ops import gemm
 from autotune.ops import gemv as gemv_op
 from autotune.ops.gemm import mma
 from autotune.ops.gemm import skinny as gemm_skinny

@@ -17,11 +17,11 @@ import numpy as np
 
 from autotune.core.errors import PYCUDA_HINT, AutotuneError
 from autotune.core.fingerprint import GpuInfo, LocalGpu, cuda_release, local_gpus
-from autotune.ops import tma
+from autotune.gpu import tma
 
 if TYPE_CHECKING:
+    from autotune.gpu.geometry import Launch
     from autotune.ops.base import Op
-    from autotune.ops.geometry import Launch
 
 
 def driver() -> Any:
@@ -123,7 +123,7 @@ class Kernels:
 
 
 class TensorMapSlots:
-    """Device copies of TMA kernels' tensor maps (see autotune/ops/tma.py): one slot of a device slab per
+    """Device copies of TMA kernels' tensor maps (see autotune/gpu/tma.py): one slot of a device slab per
     (boxes, dtype, sizes, A, B), since the maps hold the arrays' addresses. Callers that rotate
     through several copies of their operands (the tuner, benchmarks) find every pair's maps ready.
     When the slots run out, the least recently used is rewritten: a synchronous host-to-device copy

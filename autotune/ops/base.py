@@ -24,8 +24,8 @@ from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import GpuInfo
 from autotune.core.problem import DTYPES, Problem
 from autotune.core.space import Config, Space
-from autotune.ops.call import Bound, KernelCall, Leading, Reroute
-from autotune.ops.geometry import Launch
+from autotune.gpu.geometry import KernelCall, Launch
+from autotune.ops.call import Bound, Leading, Reroute
 
 
 @dataclass(frozen=True)

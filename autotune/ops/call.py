@@ -1,5 +1,6 @@
 """What an op's call side hands the runtime: a call's operands bound to a problem (Bound), or the
-other call that computes it (Reroute), and the arguments one kernel launch takes (KernelCall)."""
+other call that computes it (Reroute). The arguments one kernel launch takes (KernelCall) are the GPU
+layer's (autotune/gpu/geometry.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.core.problem import Problem
-from autotune.ops.geometry import Launch
 
 # The leading dimensions of a call whose matrices have gaps between their rows, in the op's order
 # (GEMV: (lda,); GEMM: (lda, ldb, ldc)); None where every matrix is contiguous.
@@ -35,16 +35,3 @@ class Reroute:
     options: tuple[Any, ...] = ()
     copy_inputs: tuple[int, ...] = ()
     copy_out: bool = False
-
-
-@dataclass(frozen=True)
-class KernelCall:
-    """What one kernel launch takes besides its addresses: the geometry, the integer arguments, the
-    argument types, and which call input each of the kernel's input arrays is (`order`: the
-    transposed GEMV's kernels take x before A)."""
-
-    geom: Launch
-    sizes: tuple[int, ...]
-    arg_types: str
-    order: tuple[int, ...]
-    programmatic: bool

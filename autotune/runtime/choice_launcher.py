@@ -5,8 +5,8 @@ from __future__ import annotations
 from autotune.core.arrays import DeviceArray, leading_dimension
 from autotune.core.errors import AutotuneError
 from autotune.core.problem import Problem
+from autotune.gpu.device import Device
 from autotune.ops.gemm import call as gemm_call
-from autotune.runtime.device import Device
 from autotune.runtime.launcher import Runtime
 from autotune.select.choose import Choice
 

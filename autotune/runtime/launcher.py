@@ -29,12 +29,12 @@ from autotune.core.problem import DTYPES, ITEMSIZE, Problem
 from autotune.core.space import Config, config_key
 from autotune.core.target import targeting
 from autotune.gpu import driver
+from autotune.gpu.device import Allocator, Device
+from autotune.gpu.plan import LaunchPlan
 from autotune.ops.base import Op
 from autotune.ops.call import Leading, Reroute
 from autotune.runtime import operands as opnd
-from autotune.runtime.device import Allocator, Device
 from autotune.runtime.misses import Misses, Tally
-from autotune.runtime.plan import LaunchPlan
 from autotune.select.choose import Choice
 from autotune.vendor.mapping import is_vendor, rank_of
 

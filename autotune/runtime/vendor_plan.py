@@ -13,7 +13,7 @@ import threading
 
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.gpu import driver
-from autotune.runtime.device import Allocator, Device
+from autotune.gpu.device import Allocator, Device
 from autotune.vendor import cublaslt
 from autotune.vendor.mapping import ALIGNED_BYTES, matmul_for
 

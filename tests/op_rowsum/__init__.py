@@ -16,9 +16,9 @@ from autotune.core.dtypes import CUDA_TYPE
 from autotune.core.errors import AutotuneError
 from autotune.core.problem import ITEMSIZE, Problem, check_dim
 from autotune.core.space import Config, Param, Space
+from autotune.gpu.geometry import Launch
 from autotune.ops.base import Op, Operands
 from autotune.ops.call import Bound
-from autotune.ops.geometry import Launch
 
 KERNEL_FILE = str(Path(__file__).with_name("rowsum.cu"))
 

@@ -23,11 +23,11 @@ from autotune.core.dtypes import HOST_STORAGE, SUBNORMAL_SPACING, UNIT_ROUNDOFF,
 from autotune.core.fingerprint import GpuInfo
 from autotune.core.outcome import Outcome, Status
 from autotune.core.problem import ITEMSIZE, Problem, input_bytes
+from autotune.gpu.geometry import Launch
 from autotune.measure.gpu import Kernels, Scratch, driver, opt_in_shared, programmatic_launch
 from autotune.measure.sensors import Reading, medians
 from autotune.measure.worker.fill import BYTE_FILL_FILE, RandomFill
 from autotune.measure.worker.timing import Timer
-from autotune.ops.geometry import Launch
 
 ROTATION_BYTES_PER_L2 = 4  # rotate inputs over 4x the L2 so every call reads them from DRAM
 MAX_COPIES = 256
@@ -193,7 +193,7 @@ class Runner:
         geom = self._op.launch(self.problem, config, self.gpu.sm_count)
         programmatic = programmatic_launch(self._op, self.gpu)
         fn = self._kernels.function(cubin, name, self._op.arg_types, programmatic=programmatic)
-        if geom.shared_bytes > 0:  # static shared memory counts toward the 48 KiB too (runtime/device.py)
+        if geom.shared_bytes > 0:  # static shared memory counts toward the 48 KiB too (gpu/device.py)
             opt_in_shared(fn, geom.shared_bytes)
         return self._checked_and_timed(lambda copy, alpha, beta: self._launch(fn, geom, copy, alpha, beta))
 

@@ -24,6 +24,7 @@ from autotune.core.errors import AutotuneError
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.core.space import Config, Space
 from autotune.core.target import target_capabilities
+from autotune.gpu.geometry import Launch
 from autotune.ops.base import DeviceReference, Op, Operands
 from autotune.ops.call import Bound
 from autotune.ops.gemm import call
@@ -33,7 +34,6 @@ from autotune.ops.gemm import simt as gemm_simt
 from autotune.ops.gemm import skinny as gemm_skinny
 from autotune.ops.gemm import skinny_tc as gemm_skinny_tc
 from autotune.ops.gemm import wgmma as gemm_wgmma
-from autotune.ops.geometry import Launch
 
 NAME = "gemm"
 SKINNY_MAX_M = 16

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from autotune.core.limits import REGISTERS_PER_SM
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.core.space import Config, Param, Space
+from autotune.gpu.geometry import Launch
 from autotune.ops.gemm import shared as gemm_shared
-from autotune.ops.geometry import Launch
 
 NAME = "mma"
 KERNEL_FILE = "gemm/gemm_mma.cu"  # under kernels/, beside this folder's mirror

@@ -10,8 +10,8 @@ from autotune.core.errors import AutotuneError
 from autotune.core.limits import MAX_GRID_Y, MAX_SHARED_BYTES_OPT_IN
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.core.space import Config
+from autotune.gpu.geometry import cluster_choices, cluster_declaration
 from autotune.ops.base import DeviceReference
-from autotune.ops.geometry import cluster_choices, cluster_declaration
 
 # Kernel arguments in PyCUDA's prepare() notation: A, B, C, M, N, K, lda, ldb, ldc, alpha, beta,
 # workspace, counters. The leading dimensions are runtime arguments so that a view with gaps between

@@ -18,8 +18,8 @@ from autotune.core.limits import (
 )
 from autotune.core.problem import Problem
 from autotune.core.space import Config, Param, Space
+from autotune.gpu.geometry import Launch
 from autotune.ops.gemm import shared as gemm_shared
-from autotune.ops.geometry import Launch
 
 NAME = "simt"
 KERNEL_FILE = "gemm/gemm_simt.cu"  # under kernels/, beside this folder's mirror

@@ -22,9 +22,9 @@ from autotune.core.limits import (
 )
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.core.space import Config, Param, Space
-from autotune.ops import geometry
+from autotune.gpu import geometry
+from autotune.gpu.geometry import Launch
 from autotune.ops.gemm import shared as gemm_shared
-from autotune.ops.geometry import Launch
 
 NAME = "skinny"
 KERNEL_FILE = "gemm/gemm_skinny.cu"  # under kernels/, beside this folder's mirror

@@ -22,10 +22,10 @@ from autotune.core.limits import (
 )
 from autotune.core.problem import Problem
 from autotune.core.space import Config, Param, Space
-from autotune.ops import geometry
+from autotune.gpu import geometry
+from autotune.gpu.geometry import Launch
+from autotune.gpu.tma import Box, OperandMaps
 from autotune.ops.gemm import shared as gemm_shared
-from autotune.ops.geometry import Launch
-from autotune.ops.tma import Box, OperandMaps
 
 NAME = "skinny_tc"
 KERNEL_FILE = "gemm/gemm_skinny_tc.cu"  # under kernels/, beside this folder's mirror

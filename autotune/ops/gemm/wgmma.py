@@ -15,9 +15,9 @@ from collections.abc import Mapping
 
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.core.space import Config, Param, Space
+from autotune.gpu.geometry import Launch
+from autotune.gpu.tma import Box, OperandMaps
 from autotune.ops.gemm import shared as gemm_shared
-from autotune.ops.geometry import Launch
-from autotune.ops.tma import Box, OperandMaps
 
 NAME = "wgmma"
 KERNEL_FILE = "gemm/gemm_wgmma.cu"  # under kernels/, beside this folder's mirror

@@ -15,11 +15,11 @@ from autotune.core.errors import AutotuneError
 from autotune.core.limits import DEFAULT_SHARED_BYTES
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.core.space import Config, Param, Space
+from autotune.gpu.geometry import Launch, cluster_choices, cluster_declaration
 from autotune.ops.base import DeviceReference, Op, Operands
 from autotune.ops.call import Bound, Reroute
 from autotune.ops.gemv import call
 from autotune.ops.gemv.transposed import TRANSPOSED
-from autotune.ops.geometry import Launch, cluster_choices, cluster_declaration
 
 NAME = "gemv"
 KERNEL_FILE = "gemv/gemv.cu"  # under kernels/, the mirror of this folder

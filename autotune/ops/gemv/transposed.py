@@ -14,10 +14,10 @@ from pathlib import Path
 from autotune.core.errors import AutotuneError
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.core.space import Config, Space
+from autotune.gpu.geometry import Launch
 from autotune.ops.base import DeviceReference, Op, Operands
 from autotune.ops.gemm import shared as gemm_shared
 from autotune.ops.gemm import skinny as gemm_skinny
-from autotune.ops.geometry import Launch
 
 
 def as_gemm(problem: Problem) -> Problem:

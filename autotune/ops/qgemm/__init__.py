@@ -16,9 +16,9 @@ from autotune.core.dtypes import CUDA_TYPE, UNIT_ROUNDOFF
 from autotune.core.limits import MAX_SHARED_BYTES_OPT_IN
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.core.space import Config, Param, Space
+from autotune.gpu.geometry import Launch, cluster_choices, cluster_declaration
 from autotune.ops.base import DeviceReference, Op, Operands
 from autotune.ops.call import Bound
-from autotune.ops.geometry import Launch, cluster_choices, cluster_declaration
 from autotune.ops.qgemm import call
 from autotune.ops.qgemm.format import GROUPS, variant_name
 

@@ -1,11 +1,12 @@
-"""Launch geometry every op module returns: what the worker and the library need to launch a kernel."""
+"""Launch geometry every op module returns, and the whole of one kernel launch but its addresses (KernelCall):
+what the worker and the library need to launch a kernel."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from autotune.core.target import target_capabilities
-from autotune.ops.tma import OperandMaps
+from autotune.gpu.tma import OperandMaps
 
 
 @dataclass(frozen=True)
@@ -41,3 +42,16 @@ def cluster_declaration(cluster: int) -> str:
     """The attribute that makes a plain launch (PyCUDA's cuLaunchKernel takes no cluster argument)
     run an instance in clusters of `cluster` blocks along the grid's y, the K splits; "" for 1."""
     return f"__cluster_dims__(1, {cluster}, 1) " if cluster > 1 else ""
+
+
+@dataclass(frozen=True)
+class KernelCall:
+    """What one kernel launch takes besides its addresses: the geometry, the integer arguments, the
+    argument types, and which call input each of the kernel's input arrays is (`order`: the
+    transposed GEMV's kernels take x before A)."""
+
+    geom: Launch
+    sizes: tuple[int, ...]
+    arg_types: str
+    order: tuple[int, ...]
+    programmatic: bool

@@ -25,8 +25,8 @@ from typing import Any
 
 from autotune.core.errors import AutotuneError
 from autotune.gpu import driver
-from autotune.ops.call import KernelCall
-from autotune.runtime.device import Allocator, Device
+from autotune.gpu.device import Allocator, Device
+from autotune.gpu.geometry import KernelCall
 
 _CTYPES: dict[str, Any] = {"P": ctypes.c_uint64, "i": ctypes.c_int32, "f": ctypes.c_float}
 # Every op's kernels take their arrays (inputs, then the output), integer sizes, alpha and beta,

@@ -18,9 +18,8 @@ from typing import Any
 
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import GpuInfo, cuda_release, kernel_driver_version, local_gpus
-from autotune.gpu import driver
-from autotune.ops import tma
-from autotune.ops.geometry import Launch
+from autotune.gpu import driver, tma
+from autotune.gpu.geometry import Launch
 
 # A torch-like allocator of zeroed device memory: (bytes, device) -> (address, owner to keep alive).
 Allocator = Callable[[int, int], tuple[int, Any]]
