@@ -37,6 +37,7 @@ import random
 import re
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -246,7 +247,11 @@ def host_per_linear(theirs: Any, ours: Any) -> list[dict[str, Any]]:
 
 
 def measure(
-    layers: int, modes: list[str], variants: list[tuple[str, bool]], rows: list[dict[str, Any]], save: Any
+    layers: int,
+    modes: list[str],
+    variants: list[tuple[str, bool]],
+    rows: list[dict[str, Any]],
+    save: Callable[[], None],
 ) -> None:
     """Rows for each (weights, fused) variant and mode, appended to `rows`, save() called after each.
     An int4 copy is timed against torch's float16 model (what it replaces) and checked against its own
