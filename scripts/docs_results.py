@@ -801,6 +801,34 @@ def model_figures(weights: str = "float16") -> dict[str, str]:
     }
 
 
+def model_host_figures() -> dict[str, str]:
+    """The 32-layer float16 eager row's host µs per linear (ours' range, torch's) and generate's wall µs."""
+    (row,) = [r for r in _load("model_nvidia-h200")["rows"] if r["layers"] == 32 and r.get("host")]
+    ours = [h["ours_host_us"] for h in row["host"]]
+    theirs = [h["torch_host_us"] for h in row["host"]]
+    return {
+        "ours": f"{min(ours):.1f}-{max(ours):.1f}",
+        "torch": f"{min(theirs):.1f}-{max(theirs):.1f}",
+        "ours_wall": f"{row['ours_wall_us'] / 1e3:.1f}",
+        "torch_wall": f"{row['torch_wall_us'] / 1e3:.1f}",
+    }
+
+
+def tune_model_figures() -> dict[str, str]:
+    """scripts/bench_tune_model.py's stages: torch's time over ours, the problems and seconds swept."""
+    rows = {r["stage"]: r for r in _load("tune_model_nvidia-h200")["rows"]}
+    ratio = {stage: r["torch_gpu_us"] / r["ours_gpu_us"] for stage, r in rows.items()}
+    tuned, full = rows["tune_model"], rows["64 trials"]
+    return {
+        "untuned": f"{ratio['untuned']:.3f}",
+        "problems": str(tuned["problems"]),
+        "seconds": f"{tuned['sweep_s']:.0f}",
+        "tuned": f"{ratio['tune_model']:.3f}",
+        "within": f"{abs(tuned['ours_gpu_us'] / full['ours_gpu_us'] - 1) * 100:.1f}",
+        "full": f"{ratio['64 trials']:.3f}",
+    }
+
+
 def linear_grad_figures() -> dict[str, str]:
     """scripts/bench_linear_grad.py's ratios (torch's time over ours): queued, and one step at a time at
     the 4096 x 4096 weights (M = 512 and 2048) and at the larger shapes."""
@@ -881,6 +909,22 @@ FIGURES = [
         r"of the fused compiled step (?P<linears>[\d.]+)x",
         lambda: {k: v for k, v in model_figures().items() if k != "headline"},
         "results/model_nvidia-h200.json",
+    ),
+    Figure(
+        DOCS / "models.md",
+        r"\(1, 1, K\) x costs (?P<ours>[\d.]+-[\d.]+) µs of host time against `nn\.Linear`'s "
+        r"(?P<torch>[\d.]+-[\d.]+) µs.*?eager `generate` runs a token in (?P<ours_wall>[\d.]+) ms against "
+        r"torch's (?P<torch_wall>[\d.]+) ms",
+        model_host_figures,
+        "results/model_nvidia-h200.json",
+    ),
+    Figure(
+        DOCS / "models.md",
+        r"run the decode step (?P<untuned>[\d.]+)x faster than torch; .*?swept the (?P<problems>\d+) problems it "
+        r"met in (?P<seconds>\d+) s, and the step then ran (?P<tuned>[\d.]+)x, within (?P<within>[\d.]+)% of "
+        r"a\s+64-trial sweep of the same problems \((?P<full>[\d.]+)x\)",
+        tune_model_figures,
+        "results/tune_model_nvidia-h200.json",
     ),
     Figure(
         DOCS / "models.md",
