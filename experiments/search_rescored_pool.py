@@ -14,6 +14,7 @@ made per measurement. Findings in docs/findings.md ("Search on spaces never seen
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections import deque
 from pathlib import Path
@@ -27,7 +28,7 @@ from optuna.trial import TrialState
 from autotune.core.space import Config
 from autotune.tune import search
 
-SETTINGS: dict[str, Any] = {"k": 3, "age": 32, "after": 10, "fail": 2.0, "weighted": False}
+SETTINGS: dict[str, Any] = {"k": 3, "age": 32, "after": 10, "fail": 2.0, "weighted": False, "model": "knn"}
 COUNTS = {"dropped": 0, "measured": 0}
 TALLY = Path("/tmp/search_rescored_pool.counts")  # each run's (dropped, measured), from the pool's processes
 
@@ -68,6 +69,14 @@ def coordinates(study: Any, config: Config) -> list[float]:
 
 
 def predicted(study: Any, config: Config, results: list[tuple[list[float], float | None]]) -> float:
+    if SETTINGS["model"] == "additive":
+        return additive(study, config, results)
+    if SETTINGS["model"] == "blend":  # the geometric mean of both predictions
+        return math.sqrt(additive(study, config, results) * nearest(study, config, results))
+    return nearest(study, config, results)
+
+
+def nearest(study: Any, config: Config, results: list[tuple[list[float], float | None]]) -> float:
     here = coordinates(study, config)
     worst = max((v for _, v in results if v is not None), default=1.0)
 
@@ -78,6 +87,41 @@ def predicted(study: Any, config: Config, results: list[tuple[list[float], float
     weights = [1.0 / (distance(r) + 0.05) if SETTINGS["weighted"] else 1.0 for r in near]
     values = [v if v is not None else SETTINGS["fail"] * worst for _, v in near]
     return sum(w * v for w, v in zip(weights, values, strict=True)) / sum(weights)
+
+
+_FITTED: dict[tuple[int, int], tuple[float, list[dict[float, float]]]] = {}
+
+
+def additive(study: Any, config: Config, results: list[tuple[list[float], float | None]]) -> float:
+    """log time as a sum of one effect per parameter value (main effects, three rounds of backfitting
+    over the results so far, fitted once per result; a value never measured adds nothing), a failed
+    config at `fail` x the slowest: how each parameter alone moves the time, blind to distances."""
+    key = (id(results), len(results))
+    if key not in _FITTED:
+        _FITTED.clear()
+        _FITTED[key] = _fit(results)
+    mean, effects = _FITTED[key]
+    here = coordinates(study, config)
+    return math.exp(mean + sum(effect.get(value, 0.0) for effect, value in zip(effects, here, strict=True)))
+
+
+def _fit(results: list[tuple[list[float], float | None]]) -> tuple[float, list[dict[float, float]]]:
+    worst = max((v for _, v in results if v is not None), default=1.0)
+    rows = [(point, math.log(v if v is not None else SETTINGS["fail"] * worst)) for point, v in results]
+    mean = sum(y for _, y in rows) / len(rows)
+    dims = len(rows[0][0])
+    effects: list[dict[float, float]] = [{} for _ in range(dims)]
+    fitted = [0.0] * len(rows)  # each row's sum of effects
+    for _ in range(3):
+        for d in range(dims):
+            sums: dict[float, list[float]] = {}
+            for (point, y), total in zip(rows, fitted, strict=True):
+                rest = total - effects[d].get(point[d], 0.0)
+                sums.setdefault(point[d], []).append(y - mean - rest)
+            new = {value: sum(r) / len(r) for value, r in sums.items()}
+            fitted = [t - effects[d].get(pt[d], 0.0) + new[pt[d]] for (pt, _), t in zip(rows, fitted, strict=True)]
+            effects[d] = new
+    return mean, effects
 
 
 def install() -> None:
@@ -116,10 +160,13 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=50)
     parser.add_argument("--fail", type=float, default=2.0, help="a failed neighbour counts as this times the slowest")
     parser.add_argument("--weighted", action="store_true", help="neighbours weighted by 1 / (distance + 0.05)")
+    parser.add_argument(
+        "--model", choices=["knn", "additive", "blend"], default="knn", help="how a candidate's time is predicted"
+    )
     parser.add_argument("--strategy", default="tpe-local")
     parser.add_argument("--workers", type=int, default=16, help="the compile pool: proposals kept pending")
     args = parser.parse_args()
-    SETTINGS.update(k=args.k, age=args.age, fail=args.fail, weighted=args.weighted)
+    SETTINGS.update(k=args.k, age=args.age, fail=args.fail, weighted=args.weighted, model=args.model)
     install()
     TALLY.unlink(missing_ok=True)
     spaces = {name: Path(path) for name, path in (entry.split("=", 1) for entry in args.spaces)}
