@@ -4,11 +4,13 @@ the order they were asked, so most measured configs were chosen knowing little o
 Here the Study measures instead, among the compiled candidates, the one a nearest-neighbour model of
 the results so far predicts fastest (k nearest measured configs in the space's index coordinates, their
 mean time; a failed config counts as twice the slowest), and drops a candidate passed over AGE times
-(its compile wasted, its slot asked again). Replayed as scripts/bench_search_replay.py replays the
-product's Study (CPU only), 16 pending, tpe-local; prints one row per space (as JSON) and the compiles
-made per measurement. Findings in docs/findings.md ("Search on spaces never seen").
+(its compile wasted, its slot asked again); `--model additive` predicts instead from one effect per
+parameter value on log time (main effects, backfitted), `--model blend` from the geometric mean of
+both. Replayed as scripts/bench_search_replay.py replays the product's Study (CPU only), 16 pending,
+tpe-local; prints one row per space (as JSON) and the compiles made per measurement. Findings in docs/findings.md ("Search on spaces never seen").
 
-    python experiments/search_rescored_pool.py gemm_rtx3090=RTX_3090.json.gz conv_a4000=A4000.json.gz
+    python experiments/search_rescored_pool.py gemm_rtx3090=RTX_3090.json.gz conv_a4000=A4000.json.gz \
+        [--model knn|additive|blend] [--workers 16] [--seeds 50]
 """
 
 from __future__ import annotations
