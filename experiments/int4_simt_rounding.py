@@ -60,9 +60,8 @@ def main(ks: list[int]) -> None:
         w = (rng.standard_normal((N, k)) * k**-0.5).astype(np.float16)  # bench_lowbit's weights
         stored = autotune.quantize(w, "int4", group=GROUP, sym=True)
         weight = int4.dequantize(stored).astype(np.float64)
-        codes = int4.unpack_int4(stored.qweight).astype(np.float64) - 8.0
-        grouped = codes.reshape(N, k // GROUP, GROUP)
-        scales = np.abs(weight.reshape(N, k // GROUP, GROUP)).max(-1) / np.maximum(np.abs(grouped).max(-1), 1)
+        codes = int4.unpack_int4(stored.qweight).astype(np.float64) - int4.SYM_OFFSET  # q - z
+        scales = np.asarray(stored.scales, dtype=np.float64)  # float16 scales, as the weights' dtype
         x = f16(rng.standard_normal(k))
         exact = weight @ x
 
