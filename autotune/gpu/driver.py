@@ -135,10 +135,18 @@ def error_name(result: int) -> str:
     return name.value.decode() if name.value else f"CUresult {result}"
 
 
+class DriverError(AutotuneError):
+    """A driver call that failed: one line naming the call and the driver's error; `result` the CUresult."""
+
+    def __init__(self, message: str, result: int) -> None:
+        super().__init__(message)
+        self.result = result
+
+
 def check(result: int, what: str) -> None:
-    """Raise an AutotuneError naming the call and the driver's error for a non-zero CUresult."""
+    """Raise a DriverError naming the call and the driver's error for a non-zero CUresult."""
     if result != 0:
-        raise AutotuneError(f"{what} failed: {error_name(result)}")
+        raise DriverError(f"{what} failed: {error_name(result)}", result)
 
 
 def device_count() -> int:
