@@ -7,7 +7,9 @@ path on a GPU."""
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ import pytest
 from autotune.core.outcome import Status
 from autotune.core.problem import Problem
 from autotune.gpu import device as device_module
+from autotune.gpu import driver
 from autotune.gpu.driver import DriverError
 from autotune.measure import gpu as measure_gpu
 from autotune.measure.worker import runner as runner_module
@@ -119,3 +122,29 @@ def test_a_launch_the_driver_refuses_is_a_launch_error(monkeypatch: pytest.Monke
     reply = server._measure(state, {"cubin": "k.cubin", "kernel": "k", "config": {}})
     assert reply["status"] == Status.LAUNCH_ERROR.value
     assert "CUDA_ERROR_INVALID_VALUE" in reply["message"] and not state.poisoned
+
+
+def test_clusters_given_at_launch_join_the_programmatic_attribute(
+    worker_device: FakeCuda,
+    pycuda: FakePycuda,  # noqa: F811
+    compiled: list[str],  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A family that gives its clusters at launch (Launch.cluster_dims) gets both attributes, in the
+    worker as in the launch path; the shipped families' plans keep PDL alone."""
+    runner = Runner(FakeKernels(), None, SUPPORT, PROBLEM, H200, seed=3)  # type: ignore[arg-type]
+    cubin = tmp_path / "candidate.cubin"
+    cubin.write_bytes(b"\x7fELF")
+    plain = runner.plan(cubin, "k", SPLIT_K)
+    assert (
+        plain.config.num_attrs == 1 and plain.config.attrs[0].id == driver.ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    )
+    geom = gemv.OP.launch(PROBLEM, SPLIT_K, H200.sm_count)
+    clustered = replace(geom, cluster_dims=(1, geom.grid[1], 1))
+    monkeypatch.setattr(gemv.OP, "launch", lambda problem, config, sm_count: clustered)
+    plan = runner.plan(cubin, "k", SPLIT_K)
+    ids = [plan.config.attrs[i].id for i in range(plan.config.num_attrs)]
+    assert ids == [driver.ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, driver.ATTRIBUTE_CLUSTER_DIMENSION]
+    dims = ctypes.string_at(ctypes.addressof(plan.config.attrs[1]) + driver.LaunchAttribute.value.offset, 12)
+    assert [int.from_bytes(dims[i : i + 4], "little") for i in (0, 4, 8)] == [1, geom.grid[1], 1]
