@@ -12,6 +12,7 @@ import random
 import shutil
 import subprocess
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -464,3 +465,26 @@ def test_op_filters_take_blas_names_and_families(tuned: str, fake_kernels: None,
     assert [(e.problem, e.family) for e in made.entries] == [(Problem("gemv", "float16", 4096, 8192), "gemv")]
     with pytest.raises(AutotuneError, match="nothing to bundle"):
         bundle.build("h200", ["bgemv"], db=tuned)
+
+
+def test_a_kernel_that_takes_its_clusters_at_launch_is_left_out(
+    tuned: str, fake_kernels: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The header's launches carry no attributes: a family giving its clusters at launch
+    (Launch.cluster_dims) cannot be bundled, and says so rather than run without them."""
+    clustered, plain = Problem("gemv", "float16", 4096, 8192), Problem("gemv", "float16", 1024, 1024)
+    h200 = GpuInfo(H200, "GPU-1111", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
+    with open_store(tuned, import_shipped=False) as store:
+        record(store, plain, gemv.DEFAULT_CONFIG, ok(3.0), h200)
+    compiled_in = gemv.OP.launch
+
+    def launch(problem: Problem, config: Any, sm_count: int) -> Any:
+        geom = compiled_in(problem, config, sm_count)
+        return replace(geom, cluster_dims=(1, 2, 1)) if problem == clustered else geom
+
+    monkeypatch.setattr(gemv.OP, "launch", launch)
+    made = bundle.build("h200", ["hgemv"], db=tuned)
+    assert [entry.problem for entry in made.entries] == [plain]
+    assert [(s["m"], s["n"], s["reason"]) for s in made.skipped] == [
+        (4096, 8192, "its kernel takes its thread-block clusters at launch, which a bundle cannot give")
+    ]

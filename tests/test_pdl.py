@@ -22,10 +22,11 @@ LAYOUT_PROGRAM = r"""
 #include <cstddef>
 #include <cstdio>
 int main() {
-  printf("%zu %zu %zu %zu %zu %zu %zu %d\n", sizeof(CUlaunchAttribute), offsetof(CUlaunchAttribute, value),
+  printf("%zu %zu %zu %zu %zu %zu %zu %d %d %zu %zu\n", sizeof(CUlaunchAttribute), offsetof(CUlaunchAttribute, value),
          sizeof(CUlaunchConfig), offsetof(CUlaunchConfig, sharedMemBytes), offsetof(CUlaunchConfig, hStream),
          offsetof(CUlaunchConfig, attrs), offsetof(CUlaunchConfig, numAttrs),
-         (int)CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION);
+         (int)CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, (int)CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+         offsetof(CUlaunchAttributeValue, clusterDim.y), offsetof(CUlaunchAttributeValue, clusterDim.z));
 }
 """
 
@@ -46,6 +47,9 @@ def test_structures_match_cuda_h(tmp_path: Path) -> None:
         driver.LaunchConfig.attrs.offset,
         driver.LaunchConfig.num_attrs.offset,
         driver.programmatic_attribute().id,
+        driver.cluster_attribute(1, 2, 1).id,
+        4,  # clusterDim's y and z after x, 4 bytes each (cluster_attribute packs "<3I")
+        8,
     ]
     assert ours == printed
 
@@ -57,6 +61,14 @@ def test_the_attribute_allows_programmatic_serialization() -> None:
     value = raw[driver.LaunchAttribute.value.offset :]
     assert int.from_bytes(value[:4], "little") == 1  # programmaticStreamSerializationAllowed
     assert value[4:] == bytes(60)
+
+
+def test_the_cluster_attribute_holds_its_three_dimensions() -> None:
+    attribute = driver.cluster_attribute(2, 4, 1)
+    raw = ctypes.string_at(ctypes.addressof(attribute), ctypes.sizeof(attribute))
+    assert int.from_bytes(raw[:4], "little") == attribute.id == 4
+    value = raw[driver.LaunchAttribute.value.offset :]
+    assert [int.from_bytes(value[i : i + 4], "little") for i in (0, 4, 8)] == [2, 4, 1] and value[12:] == bytes(52)
 
 
 class Address:

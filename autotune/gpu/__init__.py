@@ -9,6 +9,6 @@ core/.
   per stream and tensor-map slots (Device).
 - plan.py: one kernel bound to its geometry and arguments, launched by one driver call (LaunchPlan).
 
-The launch path (runtime/) runs on these; the worker (measure/) shares the driver binding for its
-programmatic launches (measure/pdl.py).
+The launch path (runtime/) runs on these, and so does the tuning worker (measure/worker/runner.py):
+every candidate is loaded by a Device and launched by a LaunchPlan, as Runtime.call launches it.
 """

@@ -19,6 +19,7 @@ from autotune.core.errors import AutotuneError
 
 # cuda.h enums (CUDA 12 and 13).
 ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
+ATTRIBUTE_CLUSTER_DIMENSION = 4  # CUlaunchAttributeID: clusterDim
 FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8  # CUfunction_attribute
 DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
 DEVICE_ATTRIBUTE_L2_CACHE_SIZE = 38
@@ -57,6 +58,15 @@ def programmatic_attribute() -> LaunchAttribute:
     """The attribute that allows a launch to overlap the end of the kernel before it."""
     value = struct.pack("<i", 1).ljust(64, b"\0")  # programmaticStreamSerializationAllowed = 1
     return LaunchAttribute(ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, b"\0" * 4, value)
+
+
+def cluster_attribute(x: int, y: int, z: int) -> LaunchAttribute:
+    """The attribute that launches the grid in thread-block clusters of x by y by z blocks (for a
+    kernel compiled without __cluster_dims__; each must divide the grid's dimension)."""
+    attribute = LaunchAttribute(ATTRIBUTE_CLUSTER_DIMENSION, b"\0" * 4, b"")
+    # Copied, not assigned: a c_char array takes bytes up to their first NUL, and x's hold three.
+    ctypes.memmove(ctypes.addressof(attribute) + LaunchAttribute.value.offset, struct.pack("<3I", x, y, z), 12)
+    return attribute
 
 
 _P = ctypes.c_void_p
@@ -135,10 +145,18 @@ def error_name(result: int) -> str:
     return name.value.decode() if name.value else f"CUresult {result}"
 
 
+class DriverError(AutotuneError):
+    """A driver call that failed: one line naming the call and the driver's error; `result` the CUresult."""
+
+    def __init__(self, message: str, result: int) -> None:
+        super().__init__(message)
+        self.result = result
+
+
 def check(result: int, what: str) -> None:
-    """Raise an AutotuneError naming the call and the driver's error for a non-zero CUresult."""
+    """Raise a DriverError naming the call and the driver's error for a non-zero CUresult."""
     if result != 0:
-        raise AutotuneError(f"{what} failed: {error_name(result)}")
+        raise DriverError(f"{what} failed: {error_name(result)}", result)
 
 
 def device_count() -> int:

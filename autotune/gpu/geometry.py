@@ -19,6 +19,10 @@ class Launch:
     # TMA kernels: the tensor maps of A and B they read from the buffer passed as `workspace`, which
     # the launcher writes for the arrays of each call (None: the kernel reads its arrays directly)
     operand_maps: OperandMaps | None = None
+    # Thread-block clusters given at launch (x, y, z blocks, each dividing the grid's): for families
+    # whose kernels carry no __cluster_dims__, so that one cubin runs any cluster shape. The shipped
+    # families compile theirs in (cluster_declaration) and keep None: their cubins stay as measured.
+    cluster_dims: tuple[int, int, int] | None = None
 
 
 def clusters_run_here() -> bool:

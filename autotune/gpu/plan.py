@@ -79,14 +79,18 @@ class LaunchPlan:
         base = ctypes.addressof(self.args)
         offsets = [getattr(type(self.args), entry[0]).offset for entry in self.args._fields_]
         self.params = (ctypes.c_void_p * len(offsets))(*(base + offset for offset in offsets))
-        self._attribute = driver.programmatic_attribute()
+        # The launch attributes: programmatic dependent launch, and clusters given at launch.
+        attributes = [driver.programmatic_attribute()] if programmatic else []
+        if geom.cluster_dims is not None:
+            attributes.append(driver.cluster_attribute(*geom.cluster_dims))
+        self._attributes = (driver.LaunchAttribute * max(1, len(attributes)))(*attributes)
         self.config = driver.LaunchConfig(
             *geom.grid,
             *geom.block,
             geom.shared_bytes,
             None,
-            ctypes.pointer(self._attribute) if programmatic else None,
-            1 if programmatic else 0,
+            ctypes.cast(self._attributes, ctypes.POINTER(driver.LaunchAttribute)) if attributes else None,
+            len(attributes),
         )
         self.config_ref = ctypes.byref(self.config)
         self.function = ctypes.c_void_p(function)

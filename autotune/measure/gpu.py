@@ -8,19 +8,13 @@ from __future__ import annotations
 
 import atexit
 import functools
-from collections import OrderedDict
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from autotune.core.errors import PYCUDA_HINT, AutotuneError
 from autotune.core.fingerprint import GpuInfo, LocalGpu, cuda_release, local_gpus
-from autotune.gpu import tma
 
 if TYPE_CHECKING:
-    from autotune.gpu.geometry import Launch
     from autotune.ops.base import Op
 
 
@@ -87,7 +81,8 @@ def device_info(device_index: int = 0) -> GpuInfo:
 
 
 def has_programmatic_launch(gpu: GpuInfo) -> bool:
-    """Whether `gpu` has programmatic dependent launch (autotune/measure/pdl.py): sm_90 and up."""
+    """Whether `gpu` has programmatic dependent launch (the launch plan's attribute, and
+    autotune/measure/pdl.py for the read-floor kernels): sm_90 and up."""
     return int(gpu.compute_capability.split(".")[0]) >= 9
 
 
@@ -105,7 +100,10 @@ class Kernels:
         self._functions: dict[tuple[Path, str, bool], Any] = {}
 
     def function(self, cubin: Path, name: str, arg_types: str, *, programmatic: bool = False) -> Any:
-        """A PyCUDA Function, prepared; with `programmatic`, a pdl.ProgrammaticFunction (same calls)."""
+        """A PyCUDA Function, prepared; with `programmatic`, a pdl.ProgrammaticFunction (same calls).
+        The worker's own kernels: random fill, reference, comparison, the timer's spin and the read
+        floor's (programmatic, as GEMVs launch). Candidates load and launch through the launch path's
+        plan instead (worker/runner.py)."""
         key = (cubin, name, programmatic)
         if key not in self._functions:
             cuda = driver()
@@ -120,77 +118,3 @@ class Kernels:
                 function.prepare(arg_types)
                 self._functions[key] = function
         return self._functions[key]
-
-
-class TensorMapSlots:
-    """Device copies of TMA kernels' tensor maps (see autotune/gpu/tma.py): one slot of a device slab per
-    (boxes, dtype, sizes, A, B), since the maps hold the arrays' addresses. Callers that rotate
-    through several copies of their operands (the tuner, benchmarks) find every pair's maps ready.
-    When the slots run out, the least recently used is rewritten: a synchronous host-to-device copy
-    goes through the legacy default stream, where the kernels run too, so it waits for any launch
-    still reading the old maps."""
-
-    SLOTS = 256
-
-    def __init__(self) -> None:
-        self._slab: Any = None
-        self._slots: OrderedDict[tuple[Any, ...], int] = OrderedDict()
-
-    def get(self, maps: tma.OperandMaps, dtype: str, sizes: tuple[int, ...], a: int, b: int) -> int:
-        """The device address of the maps of A at `a` and B at `b`; sizes: the kernel's (m, n, k, lda, ldb, ldc)."""
-        key = (maps, dtype, sizes, a, b)
-        index = self._slots.get(key)
-        if index is not None:
-            self._slots.move_to_end(key)
-            return int(self._slab) + index * maps.nbytes
-        cuda = driver()
-        if self._slab is None:
-            self._slab = cuda.mem_alloc(self.SLOTS * maps.nbytes)
-        index = len(self._slots) if len(self._slots) < self.SLOTS else self._slots.popitem(last=False)[1]
-        data = tma.encode_operands(maps, dtype, sizes, a, b)
-        address = int(self._slab) + index * maps.nbytes
-        cuda.memcpy_htod(address, np.frombuffer(data, dtype=np.uint8))
-        self._slots[key] = index
-        return address
-
-
-class Scratch:
-    """The split-K workspace (floats) and arrival counters a launch needs. Split-K kernels leave both
-    zeroed after every launch, so they are zeroed only here, when they grow. TMA kernels get their
-    tensor maps in the workspace's place (for_launch)."""
-
-    def __init__(self) -> None:
-        self._maps = TensorMapSlots()
-        self._workspace: Any = None
-        self._workspace_floats = 0
-        self._counters: Any = None
-        self._counter_count = 0
-
-    def get(self, floats: int, counters: int) -> tuple[Any, Any]:
-        """(workspace, counters) with room for at least this many; 0 (a null pointer) for none yet."""
-        cuda = driver()
-        if floats > self._workspace_floats:
-            self._workspace = cuda.mem_alloc(floats * 4)
-            cuda.memset_d32(self._workspace, 0, floats)
-            self._workspace_floats = floats
-        if counters > self._counter_count:
-            self._counters = cuda.mem_alloc(counters * 4)
-            cuda.memset_d32(self._counters, 0, counters)
-            self._counter_count = counters
-        return self._workspace or 0, self._counters or 0
-
-    def for_launch(self, geom: Launch, dtype: str, sizes: tuple[int, ...], inputs: Sequence[int]) -> tuple[Any, Any]:
-        """(workspace, counters) for a launch on input arrays at `inputs`: the split-K buffers, or for
-        a TMA kernel (geom.operand_maps: GEMMs, sizes = (m, n, k, lda, ldb, ldc), inputs A and B) the
-        device address of its maps."""
-        workspace, counters = self.get(geom.workspace_floats, geom.counters)
-        if geom.operand_maps is not None:
-            workspace = self._maps.get(geom.operand_maps, dtype, tuple(sizes), inputs[0], inputs[1])
-        return workspace, counters
-
-
-def opt_in_shared(function: Any, shared_bytes: int) -> None:
-    """Let `function` launch with `shared_bytes` of dynamic shared memory (needed once static and dynamic
-    together pass 48 KiB)."""
-    cuda = driver()
-    function.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_bytes)

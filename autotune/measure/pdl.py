@@ -1,4 +1,5 @@
-"""Kernel launches with programmatic dependent launch (PDL), through the CUDA driver API by ctypes.
+"""Kernel launches with programmatic dependent launch (PDL), through the CUDA driver API by ctypes, for
+the worker's read-floor kernels (measure/floor.py; candidates launch through autotune/gpu/plan.py).
 
 Back to back, a kernel normally starts only once the one before it in the stream has finished: each
 call pays its launch and the ramp-up of its blocks in full (about 1.3 µs for an empty kernel on the

@@ -1,6 +1,10 @@
 """One problem of any op on the GPU (worker side): rotating input buffers, float64 verification on
 fresh data with the output poisoned first, timing.
 
+Each candidate kernel is loaded and launched by the launch path's own code (autotune/gpu/: a Device's
+loaded function and a LaunchPlan, the same launch Runtime.call makes), so what is measured is what
+runs. PyCUDA keeps the rest: the context, memory, events, the random fill and the reference.
+
 The op says what its kernels read and write (Op.operands) and how the float64 reference is made
 (Op.device_reference, or Op.host_reference for ops whose inputs are small enough to copy back).
 The comparison runs on the GPU (kernels/measure/support.cu: at_compare): only counts and the worst
@@ -10,6 +14,7 @@ element come back, however large the output.
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 import struct
 from collections.abc import Callable, Mapping
@@ -23,8 +28,10 @@ from autotune.core.dtypes import HOST_STORAGE, SUBNORMAL_SPACING, UNIT_ROUNDOFF,
 from autotune.core.fingerprint import GpuInfo
 from autotune.core.outcome import Outcome, Status
 from autotune.core.problem import ITEMSIZE, Problem, input_bytes
-from autotune.gpu.geometry import Launch
-from autotune.measure.gpu import Kernels, Scratch, driver, opt_in_shared, programmatic_launch
+from autotune.gpu.device import Device
+from autotune.gpu.geometry import KernelCall
+from autotune.gpu.plan import LaunchPlan
+from autotune.measure.gpu import Kernels, driver, programmatic_launch
 from autotune.measure.sensors import Reading, medians
 from autotune.measure.worker.fill import BYTE_FILL_FILE, RandomFill
 from autotune.measure.worker.timing import Timer
@@ -38,10 +45,18 @@ ALPHA, BETA = 0.75, -1.25  # the second check's scalars: both in play, neither 1
 
 class Runner:
     def __init__(
-        self, kernels: Kernels, timer: Timer, support: Path, problem: Problem, gpu: GpuInfo, seed: int
+        self,
+        kernels: Kernels,
+        timer: Timer,
+        support: Path,
+        problem: Problem,
+        gpu: GpuInfo,
+        seed: int,
+        device_index: int = 0,
     ) -> None:
         cuda = driver()
         self.problem, self.gpu, self._kernels, self._timer = problem, gpu, kernels, timer
+        self._device_index = device_index
         self._op = ops.for_problem(problem)
         self._operands = self._op.operands(problem)
         self._reference_kernel = self._op.device_reference(problem)
@@ -57,7 +72,6 @@ class Runner:
         self._ref = cuda.mem_alloc(count * 8)
         self._absref = cuda.mem_alloc(count * 8)
         self._result = cuda.mem_alloc(4 * 8)
-        self._scratch = Scratch()
         self._vendor: Any = None  # the cuBLASLt call of this problem, made on first use
         self._vendor_workspace: Any = None
         dtype = problem.dtype
@@ -78,24 +92,6 @@ class Runner:
         """Fresh random data in one copy of the inputs, each by its dtype."""
         for buffer, elements, dtype in zip(buffers, self._operands.inputs, self._input_dtypes, strict=True):
             self._random(buffer, elements, dtype)
-
-    def _launch(self, fn: Any, geom: Launch, copy: int, alpha: float, beta: float) -> None:
-        inputs = self._inputs[copy]
-        pointers = [int(buffer) for buffer in inputs]
-        workspace, counters = self._scratch.for_launch(geom, self.problem.dtype, self._operands.sizes, pointers)
-        fn.prepared_async_call(
-            geom.grid,
-            geom.block,
-            None,
-            *inputs,
-            self._out,
-            *self._operands.sizes,
-            alpha,
-            beta,
-            workspace,
-            counters,
-            shared_size=geom.shared_bytes,
-        )
 
     def _fresh_reference(self) -> None:
         """New random inputs in copy 0, and their float64 result (and its magnitude) in ref/absref."""
@@ -190,12 +186,24 @@ class Runner:
         return (f"alpha={ALPHA}, beta={BETA}: {problem}" if problem else None), rel_error
 
     def measure(self, cubin: Path, name: str, config: Mapping[str, int]) -> Outcome:
+        """Kernel `name` of `cubin` with `config`, checked and timed as the launch path launches it: a
+        LaunchPlan (its inputs in the op's order, then the output) on the legacy default stream, where
+        the timer's events are; split-K scratch and tensor maps are that stream's on this Device."""
+        plan = self.plan(cubin, name, config)
+        arrays = [(*(int(buffer) for buffer in buffers), int(self._out)) for buffers in self._inputs]
+        return self._checked_and_timed(lambda copy, alpha, beta: plan.launch(arrays[copy], alpha, beta, 0, None))
+
+    def plan(self, cubin: Path, name: str, config: Mapping[str, int]) -> LaunchPlan:
+        """The launch plan of one candidate: its function loaded once per cubin's content (opted in to
+        its dynamic shared memory) and the op's geometry for `config`."""
         geom = self._op.launch(self.problem, config, self.gpu.sm_count)
         programmatic = programmatic_launch(self._op, self.gpu)
-        fn = self._kernels.function(cubin, name, self._op.arg_types, programmatic=programmatic)
-        if geom.shared_bytes > 0:  # static shared memory counts toward the 48 KiB too (gpu/device.py)
-            opt_in_shared(fn, geom.shared_bytes)
-        return self._checked_and_timed(lambda copy, alpha, beta: self._launch(fn, geom, copy, alpha, beta))
+        device = launch_device(self._device_index)
+        data = cubin.read_bytes()
+        function = device.function(data, hashlib.sha256(data).hexdigest(), name, geom.shared_bytes)
+        order = tuple(range(len(self._operands.inputs)))
+        call = KernelCall(geom, tuple(self._operands.sizes), self._op.arg_types, order, programmatic)
+        return LaunchPlan(device, function, call, self.problem.dtype, programmatic)
 
     def measure_vendor(self, config: Mapping[str, int]) -> Outcome:
         """A cuBLASLt algorithm (the heuristic's answer of rank config["cublas_algo"] for this problem),
@@ -249,6 +257,13 @@ def _fixed_kernels(file_name: str, arch: str) -> Path:
     from autotune.build.compiler import compile_fixed
 
     return compile_fixed(file_name, arch, f"the measuring kernels of kernels/{file_name}")
+
+
+@functools.cache
+def launch_device(index: int) -> Device:
+    """This process's Device of GPU `index` (autotune/gpu/device.py: the primary context PyCUDA made
+    current, loaded kernels, per-stream scratch), made on first use."""
+    return Device(index)
 
 
 @functools.cache

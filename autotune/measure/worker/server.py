@@ -58,7 +58,7 @@ class _State:
         # cannot reuse their memory: a confirmation measures on other memory (autotune/tune/confirm.py).
         start = time.perf_counter()
         support, gpu = self.support(), self.gpu()  # these also create the kernel cache and timer
-        self.runner = Runner(self._kernels, self._timer, support, problem, gpu, seed)
+        self.runner = Runner(self._kernels, self._timer, support, problem, gpu, seed, self.device)
         return {"copies": self.runner.copies, "seconds": time.perf_counter() - start}
 
 
@@ -116,6 +116,7 @@ def _handle(state: _State, request: dict[str, Any]) -> dict[str, Any]:
 
 def _measure(state: _State, request: dict[str, Any]) -> dict[str, Any]:
     from autotune.core.outcome import Outcome, Status
+    from autotune.gpu.driver import DriverError
     from autotune.measure.gpu import driver
 
     if state.runner is None:
@@ -126,7 +127,7 @@ def _measure(state: _State, request: dict[str, Any]) -> dict[str, Any]:
             outcome = state.runner.measure_vendor(request["config"])
         else:
             outcome = state.runner.measure(Path(request["cubin"]), request["kernel"], request["config"])
-    except cuda.Error as exc:
+    except (cuda.Error, DriverError) as exc:  # PyCUDA's (a later sync), or the launch plan's own
         state.poisoned = _context_is_poisoned()
         outcome = Outcome(Status.LAUNCH_ERROR, f"{type(exc).__name__}: {exc}".strip())
     result = asdict(outcome)
