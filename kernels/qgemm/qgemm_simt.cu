@@ -12,11 +12,11 @@
 // memory as the same pairs, stored so that the 32 lanes' reads of one word index are consecutive (no
 // bank conflict); each x read serves RPW rows.
 //
-// Numerics: each word's 8 products are summed in half pairs (four HFMA2, four products a half) and then
-// in float, with the group's scale applied to the piece's float sum. Summing a whole piece's 32 in half
-// first (16 a half) measured 2.8x F.linear's error on the H200 (6144 x 4096: 6.9e-4 of max |y| against
-// 2.5e-4), over the 2x int4 bound; a word at a time comes to 0.9-1.4x in a float16 emulation of both
-// (docs/lowbit.md). So that no half sum can overflow whatever x holds (real activations reach the
+// Numerics: CHAIN products (default 2) are summed in each half of a half pair, then in float, with the
+// group's scale applied to the piece's float sum. Summing a whole piece's 32 in half first (16 a half)
+// measured 2.8x F.linear's error on the H200 (6144 x 4096: 6.9e-4 of max |y| against 2.5e-4), over the
+// 2x int4 bound; in a float16 emulation of both (experiments/int4_simt_rounding.py) 16 a half came to
+// 1.7-2.3x F.linear's, 4 to 1.3-1.5x, 2 to 1.15-1.45x. So that no half sum can overflow whatever x holds (real activations reach the
 // thousands), x is staged times 2^-e, where 2^e bounds max |x| (exact: a power of two), and the float
 // sum is multiplied back by 2^e: |q - z| <= 15 and |x 2^-e| < 1 keep a half sum below 60.
 //
@@ -44,12 +44,13 @@ __device__ __forceinline__ int block_exponent(float largest) {
   return largest > 0.0f ? e : 0;
 }
 
-template <int BLOCK, int RPW, int UNROLL, int GROUP, int SYM>
+template <int BLOCK, int RPW, int UNROLL, int GROUP, int SYM, int CHAIN = 2>
 __device__ __forceinline__ void gemv_body(const __half* __restrict__ x, const unsigned char* __restrict__ qweight,
                                           const __half* __restrict__ scales, const unsigned char* __restrict__ zeros,
                                           __half* __restrict__ out, int N, int K, float alpha, float beta) {
   static_assert(BLOCK % 32 == 0, "whole warps");
   static_assert(GROUP % at_qgemm::PIECE == 0, "a 16-byte piece lies inside one group");
+  static_assert(CHAIN == 1 || CHAIN == 2 || CHAIN == 4, "products a half sums before float: 1, 2 or 4");
   constexpr int PIECES_A_GROUP = GROUP / at_qgemm::PIECE;
   extern __shared__ uint4 xs[];  // word j of piece p (x[32p + 8j ...] as pairs) at xs[j * pieces + p]
   const int pieces = K / at_qgemm::PIECE;
@@ -126,12 +127,17 @@ __device__ __forceinline__ void gemv_body(const __half* __restrict__ x, const un
           unsigned q[4];
           Codes<__half>::of(words[j], zero, q);
           const unsigned* xj = reinterpret_cast<const unsigned*>(&pairs[j]);
-          __half2 sum = __hmul2(*reinterpret_cast<const __half2*>(&q[0]), *reinterpret_cast<const __half2*>(&xj[0]));
+          __half2 sum;
 #pragma unroll
-          for (int h = 1; h < 4; ++h)
-            sum = __hfma2(*reinterpret_cast<const __half2*>(&q[h]), *reinterpret_cast<const __half2*>(&xj[h]), sum);
-          const float2 f = __half22float2(sum);  // a word's 8 products: four in each half, then float
-          piece += f.x + f.y;
+          for (int h = 0; h < 4; ++h) {  // the word's pairs, CHAIN products a half summed before float
+            const __half2 qh = *reinterpret_cast<const __half2*>(&q[h]);
+            const __half2 xh = *reinterpret_cast<const __half2*>(&xj[h]);
+            sum = h % CHAIN == 0 ? __hmul2(qh, xh) : __hfma2(qh, xh, sum);
+            if (h % CHAIN == CHAIN - 1) {
+              const float2 f = __half22float2(sum);
+              piece += f.x + f.y;
+            }
+          }
         }
         acc[r] = fmaf(piece, __half2float(__ldg(scales + (size_t)row * groups + group)), acc[r]);
       }
