@@ -29,6 +29,9 @@ PROBLEMS = [
     ("bfloat16", 64, 515, 2048, "g64a"),
     ("float16", 1, 4096, 18944, "g128"),
     ("float16", 7, 333, 96, "g32a"),
+    # M = 1 float16: the CUDA-core GEMV (rpw > 0) shares the space; groups of 32 and 64, zero points
+    ("float16", 1, 1001, 3584, "g32a"),
+    ("float16", 1, 333, 128, "g64"),
 ]
 RANDOM_SAMPLES = 4
 
@@ -167,3 +170,49 @@ def test_compiled_model_runs_the_int4_op() -> None:
     compiled = torch.compile(step, fullgraph=True)
     x = torch.randn(4, 1024, device="cuda", dtype=torch.bfloat16)
     assert torch.allclose(compiled(x), step(x))
+
+
+@pytest.mark.parametrize("sym", [True, False])
+def test_the_cuda_core_gemv_keeps_activations_in_the_thousands_finite(sym: bool) -> None:
+    """The CUDA-core GEMV sums a piece's products in half: x in the thousands (as real activations
+    reach) would overflow them unscaled. Pinned to that kernel, alpha, beta, a side stream and a graph."""
+    torch = pytest.importorskip("torch")
+    import autotune
+    from autotune.ops import qgemm
+    from autotune.runtime.launcher import Runtime
+    from autotune.select.choose import Choice
+
+    n, k = 1001, 4096
+    problem = ops.make_problem("qgemm", "float16", 1, n, k, variant="g128" if sym else "g128a")
+    config = {**qgemm.OP.default_config(problem), "rpw": 4, "unroll": 2, "block": 256}
+    assert qgemm.OP.space(problem).check(config) is None
+    runtime = Runtime(lambda p, device, db: Choice(p, device.gpu.name, config, "measured"))
+    w = torch.randn(n, k, device="cuda", dtype=torch.float16) * 0.05
+    qw = autotune.quantize(w, "int4", group=128, sym=sym)
+    deq64 = qw.dequantize(torch.float32).double()
+    # A few huge entries in one piece of 32 (as a massive activation is), the rest as usual: unscaled,
+    # a piece's half sum would reach 8 x 15 x 2500; the output itself stays well inside float16.
+    x = torch.randn(1, k, device="cuda", dtype=torch.float16)
+    x[0, 32:40] = 2500.0
+    x[0, 45] = -30000.0
+    reference = x.double() @ deq64.T
+    out = torch.full((1, n), float("nan"), device="cuda", dtype=torch.float16)
+    runtime.call(qgemm.OP, x, qw.qweight, qw.scales, qw.zeros, out=out)
+    assert torch.isfinite(out).all() and _rel_err(out, reference) < 2e-3
+    before = torch.randn(1, n, device="cuda", dtype=torch.float16)
+    out.copy_(before)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        runtime.call(qgemm.OP, x / 1000, qw.qweight, qw.scales, qw.zeros, out=out, alpha=0.5, beta=2.0)
+    side.synchronize()
+    assert _rel_err(out, 0.5 * (x.double() / 1000) @ deq64.T + 2.0 * before.double()) < 2e-3
+    static_x = torch.zeros_like(x)
+    static_y = torch.empty_like(out)
+    runtime.call(qgemm.OP, static_x, qw.qweight, qw.scales, qw.zeros, out=static_y)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        runtime.call(qgemm.OP, static_x, qw.qweight, qw.scales, qw.zeros, out=static_y)
+    static_x.copy_(x)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.isfinite(static_y).all() and _rel_err(static_y, reference) < 2e-3

@@ -4,6 +4,7 @@ instances and its float64 reference compiled for sm_90."""
 
 from __future__ import annotations
 
+import math
 import shutil
 from collections.abc import Mapping
 
@@ -20,11 +21,40 @@ from tests.nvcc import compile_all
 # Configs spread over M tiles, lane groups, rows, pieces in flight, K split in clusters, load paths,
 # occupancy hints, scales applied after the MMAs (group 128) and to each weight (groups 32 and 64).
 SAMPLE: list[tuple[str, int, str, dict[str, int]]] = [
-    ("float16", 1, "g128", dict(mt=1, block=256, tiles=1, unroll=4, cluster=1, policy=1, min_blocks=1, persist=2)),
+    (
+        "float16",
+        1,
+        "g128",
+        dict(mt=1, block=256, tiles=1, unroll=4, cluster=1, policy=1, min_blocks=1, persist=2, rpw=0),
+    ),
     ("bfloat16", 16, "g32a", dict(mt=2, block=128, tiles=2, unroll=2, cluster=2, policy=2, min_blocks=2, persist=0)),
     ("float16", 64, "g64a", dict(mt=8, block=64, tiles=1, unroll=1, cluster=8, policy=0, min_blocks=8, persist=0)),
     ("bfloat16", 1, "g128", dict(mt=1, block=512, tiles=2, unroll=1, cluster=4, policy=1, min_blocks=1, persist=1)),
-    ("float16", 1, "g128a", dict(mt=1, block=256, tiles=1, unroll=1, cluster=1, policy=2, min_blocks=4, persist=0)),
+    (
+        "float16",
+        1,
+        "g128a",
+        dict(mt=1, block=256, tiles=1, unroll=1, cluster=1, policy=2, min_blocks=4, persist=0, rpw=0),
+    ),
+    # the CUDA-core GEMV (M = 1, float16): rows a warp, pieces in flight, each group size and zero points
+    (
+        "float16",
+        1,
+        "g128",
+        dict(mt=1, block=256, tiles=1, unroll=2, cluster=1, policy=0, min_blocks=1, persist=0, rpw=4),
+    ),
+    (
+        "float16",
+        1,
+        "g32a",
+        dict(mt=1, block=128, tiles=1, unroll=4, cluster=1, policy=0, min_blocks=2, persist=0, rpw=2),
+    ),
+    (
+        "float16",
+        1,
+        "g64",
+        dict(mt=1, block=512, tiles=1, unroll=1, cluster=1, policy=0, min_blocks=1, persist=0, rpw=8),
+    ),
 ]
 
 
@@ -80,11 +110,42 @@ def test_problems_the_kernels_cannot_run_are_refused_in_one_line(
 def test_every_standard_shape_has_a_valid_default_and_seeds() -> None:
     for m, n, k in ops.standard_shapes("qgemm"):
         for variant in qgemm.VARIANTS:
-            problem = ops.make_problem("qgemm", "bfloat16", m, n, k, variant=variant)
-            space = qgemm.OP.space(problem)
-            assert space.check(qgemm.OP.default_config(problem)) is None
-            assert qgemm.OP.seed_configs(problem)
-            assert all(space.check(seed) is None for seed in qgemm.OP.seed_configs(problem))
+            for dtype in ("float16", "bfloat16"):
+                problem = ops.make_problem("qgemm", dtype, m, n, k, variant=variant)
+                space = qgemm.OP.space(problem)
+                assert space.check(qgemm.OP.default_config(problem)) is None
+                assert qgemm.OP.seed_configs(problem)
+                assert all(space.check(seed) is None for seed in qgemm.OP.seed_configs(problem))
+
+
+def test_the_cuda_core_gemv_is_in_the_space_of_one_float16_row_only() -> None:
+    one = ops.make_problem("qgemm", "float16", 1, 4096, 14336)
+    space = qgemm.OP.space(one)
+    assert "rpw" in space.names and qgemm.OP.kernel_file(one) == qgemm.SIMT_FILE
+    seeds = qgemm.OP.seed_configs(one)
+    assert {s["rpw"] for s in seeds} >= {0, 2, 4, 8}  # both kernels measured first
+    # the tensor-core kernel's parameters the GEMV does not read stay pinned: no config twice
+    simt = {**qgemm.OP.default_config(one), "rpw": 4, "unroll": 2}
+    assert space.check(simt) is None
+    assert "cluster=2" in (space.check({**simt, "cluster": 2}) or "")
+    assert "in flight" in (space.check({**simt, "rpw": 8, "unroll": 4}) or "")
+    assert qgemm.OP.family(one, simt) == "qgemm_simt" and qgemm.OP.family(one, seeds[0]) == "qgemm"
+    assert qgemm.OP.kernel_name(one, simt) != qgemm.OP.kernel_name(one, {**simt, "rpw": 2})
+    for other in (
+        ops.make_problem("qgemm", "float16", 4, 4096, 14336),
+        ops.make_problem("qgemm", "bfloat16", 1, 4096, 14336),
+    ):
+        assert "rpw" not in qgemm.OP.space(other).names and qgemm.OP.kernel_file(other) == qgemm.KERNEL_FILE
+    # a source edit of the GEMV stales the float16 M = 1 records only
+    assert source_hash(one) != source_hash(ops.make_problem("qgemm", "float16", 4, 4096, 14336))
+
+
+def test_the_cuda_core_gemv_geometry() -> None:
+    problem = ops.make_problem("qgemm", "float16", 1, 1001, 3584, variant="g32a")
+    config = {**qgemm.OP.default_config(problem), "rpw": 2, "unroll": 4, "block": 256}
+    launch = qgemm.OP.launch(problem, config, 132)
+    assert launch.grid == (math.ceil(1001 / 16), 1, 1) and launch.block == (256, 1, 1)
+    assert launch.shared_bytes == 2 * 3584 and launch.workspace_floats == 0
 
 
 def test_geometry_and_bytes() -> None:
@@ -150,7 +211,8 @@ def test_an_untuned_kind_borrows_the_same_shapes_config_from_g128_then_the_other
         for dtype, variant in (("bfloat16", "g128"), ("float16", "g64"), ("bfloat16", "g32")):
             problem = ops.make_problem("qgemm", dtype, 1, 4096, 4096, variant=variant)
             choice = Selector(store).choose(problem, gpu.name, None, None)
-            assert (choice.source, choice.config, choice.time_us) == (ESTIMATE, config, 8.0), problem
+            carried = {k: v for k, v in config.items() if k in qgemm.OP.space(problem).names}  # rpw: f16 M = 1 only
+            assert (choice.source, choice.config, choice.time_us) == (ESTIMATE, carried, 8.0), problem
             assert "float16" in choice.notes[-1] and "g128" in choice.notes[-1]
         asym = ops.make_problem("qgemm", "bfloat16", 1, 4096, 4096, variant="g128a")  # another mapping: no
         assert Selector(store).choose(asym, gpu.name, None, None).source != ESTIMATE

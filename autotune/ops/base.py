@@ -97,6 +97,11 @@ class Op(ABC):
         bytes (an int4 weight's other group size or activation dtype). None by default."""
         return ()
 
+    def carried_over(self, problem: Problem, config: Mapping[str, int]) -> dict[str, int]:
+        """A config measured for one of `estimate_from`'s problems, as `problem`'s space names it (a
+        parameter only one of the two spaces has). The config itself by default."""
+        return dict(config)
+
     def serving(self, problem: Problem) -> Op:
         """The op whose kernels run `problem`: this one, or a variant (the transposed GEMV's)."""
         return self

@@ -330,13 +330,13 @@ class Selector:
         problem its op names (Op.estimate_from: the int4 op's other group sizes and activation dtype)
         that this one's space takes."""
         space = ops.for_problem(problem).space(problem)
-        for sibling in ops.get(problem.op).estimate_from(problem):
+        op = ops.get(problem.op)
+        for sibling in op.estimate_from(problem):
             row = self._store.best(gpu, sibling, source_hash(sibling))
-            if row is not None and space.check(row.config) is None:
+            config = None if row is None else op.carried_over(problem, row.config)
+            if row is not None and config is not None and space.check(config) is None:
                 note = f"nothing of its kind tuned here: the config measured for {sibling}"
-                return Choice(
-                    problem, gpu, dict(row.config), ESTIMATE, row.time_us, row.gbs, row.problem.shape, (*notes, note)
-                )
+                return Choice(problem, gpu, config, ESTIMATE, row.time_us, row.gbs, row.problem.shape, (*notes, note))
         return None
 
     def _vendor_if_faster(self, problem: Problem, gpu: str, ours: Choice, model: CostModel) -> Choice | None:

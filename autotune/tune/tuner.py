@@ -168,9 +168,12 @@ def _neighbour_configs(store: Any, gpu: str, problem: Problem, current: str) -> 
         sibling = replace(
             problem, dtype=dtype, inputs=tuple(dtype if d == problem.dtype else d for d in problem.inputs)
         )
-        other = store.best(gpu, sibling, current)
+        # Its own kernel source: one op's dtypes may build from different files (the int4 op's CUDA-core
+        # GEMV serves float16 alone), and its config as this problem's space names it.
+        other = store.best(gpu, sibling, source_hash(sibling))
         if other is not None:
-            configs.append(_same_bytes_per_load(dict(other.config), dtype, problem.dtype))
+            carried = kind.carried_over(problem, other.config)
+            configs.append(_same_bytes_per_load(carried, dtype, problem.dtype))
     return configs
 
 

@@ -1,7 +1,11 @@
 """Weight-only int4 GEMV and skinny GEMM (out = alpha * x @ dequant(W)^T + beta * out, W in nn.Linear's
 N x K layout, docs/lowbit.md's canonical format): parameters, constraints, launch geometry, source,
 operands and the float64 reference, for M <= 64 (kernels/qgemm/qgemm.cu). A problem's variant names the
-group and symmetry ("g128", "g128a"); its inputs are (x's dtype, int4, x's dtype, uint8)."""
+group and symmetry ("g128", "g128a"); its inputs are (x's dtype, int4, x's dtype, uint8).
+
+Two kernels share one space where M = 1 and x is float16: the tensor-core kernel (rpw = 0) and a
+CUDA-core GEMV (kernels/qgemm/qgemm_simt.cu, rpw > 0 rows a warp), each faster on some shapes; the
+tuner measures both. Elsewhere the space has no rpw and every config runs on tensor cores."""
 
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from autotune.ops.qgemm.format import GROUPS, variant_name
 
 NAME = "qgemm"
 KERNEL_FILE = "qgemm/qgemm.cu"  # under kernels/, the mirror of this folder
+SIMT_FILE = "qgemm/qgemm_simt.cu"  # the CUDA-core GEMV (M = 1, float16); it includes KERNEL_FILE
 REFERENCE_FILE = "qgemm/reference.cu"
 MAX_M = 64  # larger batches dequantize and run a float16 GEMM (autotune.linear)
 PIECE = 32  # codes a 16-byte load holds (qgemm.cu: PIECE)
@@ -46,6 +51,19 @@ MAX_THREADS_HINTED = 1024  # block x min_blocks: 64 registers a thread, the fewe
 # and of x): past these ptxas spills.
 MAX_LOADS_IN_FLIGHT = 4  # tiles x unroll
 MAX_SUMS = 8  # tiles x mt
+# The CUDA-core GEMV: rows a warp (0: the tensor-core kernel), each lane holding `unroll` 16-byte
+# pieces of each in flight; past 16 such loads a thread (64 registers) ptxas spills.
+_RPWS = (0, 1, 2, 4, 8)
+SIMT_MAX_LOADS = 16  # rpw x unroll
+# Parameters the CUDA-core GEMV does not read: pinned to one value, so that one kernel is not tuned twice.
+_SIMT_PINNED = {"mt": 1, "tiles": 1, "cluster": 1, "policy": 0, "persist": 0}
+# Its tilings measured first: the experiment's fastest (experiments/int4_async.cu, docs/lowbit.md).
+_SIMT_SEEDS: tuple[dict[str, int], ...] = (
+    dict(rpw=2, unroll=4, block=256),
+    dict(rpw=4, unroll=2, block=256),
+    dict(rpw=4, unroll=4, block=128, min_blocks=2),
+    dict(rpw=8, unroll=1, block=512),
+)
 
 # Tilings measured first: one or two tiles of 16 rows a warp, one to four steps in flight, 16 to 32
 # warps an SM, grids of a block per row tile and persistent ones. The first three are the earlier
@@ -111,6 +129,16 @@ def _rows_per_block(c: Mapping[str, int]) -> int:
     return c["block"] // 32 * c["tiles"] * 16
 
 
+def simt_serves(problem: Problem) -> bool:
+    """Whether the CUDA-core GEMV (rpw > 0) is in this problem's space: one row of float16 x."""
+    return problem.m == 1 and problem.dtype == "float16"
+
+
+def _simt_shared_bytes(problem: Problem) -> int:
+    """x staged whole as pairs: 2 bytes an element (qgemm_simt.cu)."""
+    return 2 * problem.k
+
+
 class QGemm(Op):
     name = NAME
     sizes = ("M", "N", "K")
@@ -145,6 +173,17 @@ class QGemm(Op):
         found += [at(dtype, g128) for dtype in others if problem.variant != g128]
         return tuple(found)
 
+    def carried_over(self, problem: Problem, config: Mapping[str, int]) -> dict[str, int]:
+        """A sibling's config with rpw as this problem's space has it: added as 0 (the tensor-core
+        kernel) for one float16 row, dropped elsewhere (where a CUDA-core config stays one this space
+        refuses)."""
+        carried = dict(config)
+        if simt_serves(problem):
+            carried.setdefault("rpw", 0)
+        elif carried.get("rpw", 0) == 0:
+            carried.pop("rpw", None)
+        return carried
+
     def input_fault(self, problem: Problem) -> str | None:
         if problem.dtype not in call.ACTIVATIONS:
             return f"int4 weights take float16 or bfloat16 activations, not {problem.dtype}"
@@ -171,6 +210,8 @@ class QGemm(Op):
 
     def space(self, problem: Problem) -> Space:
         def constraint(c: Mapping[str, int]) -> str | None:
+            if c.get("rpw", 0):
+                return simt_constraint(c)
             if c["tiles"] * c["unroll"] > MAX_LOADS_IN_FLIGHT:
                 return f"more than {MAX_LOADS_IN_FLIGHT} tiles x steps in flight a thread (runs out of registers)"
             if c["tiles"] * c["mt"] > MAX_SUMS:
@@ -183,6 +224,20 @@ class QGemm(Op):
                 return f"x's slice ({_shared_bytes(problem, c)} bytes) exceeds shared memory: split K (cluster)"
             return None
 
+        def simt_constraint(c: Mapping[str, int]) -> str | None:
+            unread = [f"{name}={c[name]}" for name, value in _SIMT_PINNED.items() if c[name] != value]
+            if unread:
+                pinned = ", ".join(f"{name}={value}" for name, value in _SIMT_PINNED.items())
+                return f"the CUDA-core GEMV (rpw > 0) does not read {', '.join(unread)}: it runs with {pinned}"
+            if c["rpw"] * c["unroll"] > SIMT_MAX_LOADS:
+                return f"more than {SIMT_MAX_LOADS} pieces (rpw x unroll) in flight a thread (runs out of registers)"
+            if c["block"] * c["min_blocks"] > MAX_THREADS_HINTED:
+                return f"block x min_blocks above {MAX_THREADS_HINTED} (fewer than 64 registers a thread)"
+            if _simt_shared_bytes(problem) > MAX_SHARED_BYTES:
+                return f"x ({_simt_shared_bytes(problem)} bytes) exceeds shared memory"
+            return None
+
+        simt = (Param("rpw", _RPWS),) if simt_serves(problem) else ()
         return Space(
             params=(
                 Param("mt", _mt_choices(problem)),
@@ -195,6 +250,7 @@ class QGemm(Op):
                 # Blocks per SM of a persistent grid (0: a block per row tile): x is staged once
                 # per block, and row tiles are not left to a last, mostly empty wave.
                 Param("persist", _PERSIST, compiled=False),
+                *simt,
             ),
             constraint=constraint,
         )
@@ -212,6 +268,8 @@ class QGemm(Op):
             "persist": 0,
             "cluster": 1,
         }
+        if simt_serves(problem):
+            config["rpw"] = 0
         for mt in reversed(_mt_choices(problem)):
             for cluster in cluster_choices():
                 candidate = {**config, "mt": mt, "cluster": cluster}
@@ -222,7 +280,8 @@ class QGemm(Op):
     def seed_configs(self, problem: Problem) -> list[Config]:
         check = self.space(problem).check
         seeds = []
-        for tiling in _SEEDS:
+        simt = _SIMT_SEEDS if simt_serves(problem) else ()
+        for tiling in (*_SEEDS, *({**_SIMT_PINNED, "min_blocks": 1, **t} for t in simt)):
             config = {**self.default_config(problem), **tiling}
             if check(config) is None and config not in seeds:
                 seeds.append(config)
@@ -231,10 +290,18 @@ class QGemm(Op):
     # -- how it is built and launched ---------------------------------------------------------
 
     def kernel_file(self, problem: Problem) -> str:
-        return KERNEL_FILE
+        return SIMT_FILE if simt_serves(problem) else KERNEL_FILE
+
+    def family(self, problem: Problem, config: Mapping[str, int]) -> str:
+        return "qgemm_simt" if config.get("rpw", 0) else NAME
 
     def kernel_name(self, problem: Problem, config: Mapping[str, int]) -> str:
         c = config
+        if c.get("rpw", 0):
+            return (
+                f"qgemm_simt_{problem.dtype}_{problem.variant}_b{c['block']}_r{c['rpw']}_u{c['unroll']}"
+                f"_o{c['min_blocks']}"
+            )
         return (
             f"qgemm_{problem.dtype}_{problem.variant}_m{c['mt']}_b{c['block']}_t{c['tiles']}_u{c['unroll']}"
             f"_c{c['cluster']}_p{c['policy']}_o{c['min_blocks']}"
@@ -243,6 +310,17 @@ class QGemm(Op):
     def kernel_source(self, problem: Problem, config: Mapping[str, int]) -> str:
         c = config
         t = CUDA_TYPE[problem.dtype]
+        if c.get("rpw", 0):
+            return (
+                f'#include "{SIMT_FILE}"\n'
+                f'extern "C" __global__ void __launch_bounds__({c["block"]}, {c["min_blocks"]})\n'
+                f"{self.kernel_name(problem, config)}(const {t}* x, const unsigned char* qweight, const {t}* scales,\n"
+                f"    const unsigned char* zeros, {t}* out, int M, int N, int K, float alpha, float beta,\n"
+                f"    float* workspace, unsigned int* counters) {{\n"
+                f"  at_qgemm_simt::gemv_body<{c['block']}, {c['rpw']}, {c['unroll']}, {group_of(problem)}, "
+                f"{int(symmetric(problem))}>(x, qweight, scales, zeros, out, N, K, alpha, beta);\n"
+                f"}}\n"
+            )
         template_args = (
             f"{t}, {c['mt']}, {c['block']}, {c['tiles']}, {c['unroll']}, {group_of(problem)}, "
             f"{int(symmetric(problem))}, {c['cluster']}, {c['policy']}"
@@ -260,6 +338,15 @@ class QGemm(Op):
 
     def launch(self, problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
         c = config
+        if c.get("rpw", 0):
+            rows_per_block = c["block"] // 32 * c["rpw"]
+            return Launch(
+                grid=(math.ceil(problem.n / rows_per_block), 1, 1),
+                block=(c["block"], 1, 1),
+                shared_bytes=_simt_shared_bytes(problem),
+                workspace_floats=0,
+                counters=0,
+            )
         tiles = math.ceil(problem.n / _rows_per_block(c))
         blocks = tiles if c["persist"] == 0 else min(tiles, c["persist"] * sm_count)
         return Launch(
