@@ -216,3 +216,34 @@ def test_the_cuda_core_gemv_keeps_activations_in_the_thousands_finite(sym: bool)
     graph.replay()
     torch.cuda.synchronize()
     assert torch.isfinite(static_y).all() and _rel_err(static_y, reference) < 2e-3
+
+
+@pytest.mark.parametrize("shape", [(6144, 4096), (4096, 14336)], ids=str)
+@pytest.mark.parametrize("seed", range(4))
+def test_the_cuda_core_gemv_is_within_twice_f_linears_error(shape: tuple[int, int], seed: int) -> None:
+    """The issue's bound, at the LLM shapes where summing in half loses most (K long), for each of the
+    CUDA-core GEMV's seed tilings pinned in turn: max|y - y64| / max|y64| <= 2x F.linear's."""
+    torch = pytest.importorskip("torch")
+    import autotune
+    from autotune.ops import qgemm
+    from autotune.runtime.launcher import Runtime
+    from autotune.select.choose import Choice
+
+    n, k = shape
+    problem = ops.make_problem("qgemm", "float16", 1, n, k, variant="g128")
+    config = qgemm.OP.seed_configs(problem)[-len(qgemm._SIMT_SEEDS) + seed]
+    assert config["rpw"] > 0 and qgemm.OP.space(problem).check(config) is None
+    runtime = Runtime(lambda p, device, db: Choice(p, device.gpu.name, config, "measured"))
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    qw = autotune.quantize(torch.randn(n, k, device="cuda", generator=gen).half(), "int4", group=128)
+    x = torch.randn(1, k, device="cuda", generator=gen).half()
+    reference = x.double() @ qw.dequantize(torch.float32).double().T
+    out = torch.full((1, n), float("nan"), device="cuda", dtype=torch.float16)
+    runtime.call(qgemm.OP, x, qw.qweight, qw.scales, qw.zeros, out=out)
+    peer = torch.nn.functional.linear(x, qw.dequantize())
+    assert torch.isfinite(out).all()
+    assert _rel_err(out, reference) <= 2 * _rel_err(peer, reference), (
+        config,
+        _rel_err(out, reference),
+        _rel_err(peer, reference),
+    )
