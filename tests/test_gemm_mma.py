@@ -15,7 +15,7 @@ from autotune.core.paths import kernels_dir
 from autotune.core.problem import Problem
 from autotune.core.space import Config, config_key
 from autotune.ops.gemm import mma as gemm_mma
-from tests import padded
+from tests import direct_launch, padded
 from tests.nvcc import compile_all
 
 SHAPES = [(1, 1, 1), (1000, 1001, 999), (7, 4096, 13), (4096, 4096, 4096)]
@@ -243,7 +243,7 @@ def test_results_match_float64_on_the_gpu(shape: tuple[int, int, int], trans: bo
 
     cuda = gpu.driver()
     gpu.context()
-    kernels, scratch = gpu.Kernels(), gpu.Scratch()
+    kernels, scratch = gpu.Kernels(), direct_launch.Scratch(cuda)
     m, n, k = shape
     dtype = gemm_mma.DTYPES[(GPU_SHAPES.index(shape) + trans) % 2]  # each shape and layout in one of them
     problem = _problem(m, n, k, dtype, trans)
@@ -271,7 +271,7 @@ def test_results_match_float64_on_the_gpu(shape: tuple[int, int, int], trans: bo
         assert compiled.cubin is not None, compiled.message
         function = kernels.function(compiled.cubin, name, gemm_mma.ARG_TYPES)
         launch = gemm_mma.launch(problem, config, sm_count=132)
-        gpu.opt_in_shared(function, launch.shared_bytes)
+        direct_launch.opt_in_shared(cuda, function, launch.shared_bytes)
         workspace, counters = scratch.get(launch.workspace_floats, launch.counters)
         # Contiguous rows; then gaps: odd ones (and arrays one element off 16 bytes) for scalar loads,
         # 16-byte ones for vector loads.

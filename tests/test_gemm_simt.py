@@ -15,6 +15,7 @@ from autotune.core.paths import kernels_dir
 from autotune.core.problem import Problem
 from autotune.core.space import Config, config_key
 from autotune.ops.gemm import simt as gemm_simt
+from tests import direct_launch
 from tests.limits import MAX_GRID, MAX_SHARED, sampled
 from tests.nvcc import compile_in_space, in_space_jobs
 
@@ -272,7 +273,7 @@ def test_results_match_float64_on_the_gpu(shape: tuple[int, int, int], trans: bo
         assert compiled.cubin is not None, compiled.message
         function = kernels.function(compiled.cubin, name, gemm_simt.ARG_TYPES)
         launch = gemm_simt.launch(problem, config, sm_count=132)
-        gpu.opt_in_shared(function, launch.shared_bytes)
+        direct_launch.opt_in_shared(cuda, function, launch.shared_bytes)
         # Contiguous rows; then gaps: odd ones (and arrays one float off 16 bytes) for scalar loads,
         # whole 16-byte ones for vector loads.
         (ga, gb, gc), offset = ((3, 5, 7), 1) if config["vec"] == 1 else ((4, 8, 4), 0)

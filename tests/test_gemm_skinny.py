@@ -15,6 +15,7 @@ from autotune.core.problem import Problem
 from autotune.core.space import Config
 from autotune.ops.gemm import shared as gemm_shared
 from autotune.ops.gemm import skinny as skinny
+from tests import direct_launch
 from tests.limits import assert_within_limits, distinct_configs, sampled
 from tests.nvcc import compile_in_space, in_space_jobs
 
@@ -460,7 +461,7 @@ def test_results_match_float64_on_the_gpu(
     exact = a64[:, :k] @ w
     scale = np.abs(a64[:, :k]) @ np.abs(w)
     a_gpu, b_gpu = cuda.to_device(a), cuda.to_device(b)
-    kernels, scratch = gpu.Kernels(), gpu.Scratch()
+    kernels, scratch = gpu.Kernels(), direct_launch.Scratch(cuda)
     configs = _gpu_configs(problem, aligned)
     assert configs
     for config in configs:
@@ -470,7 +471,7 @@ def test_results_match_float64_on_the_gpu(
         assert compiled.cubin is not None, compiled.message
         function = kernels.function(compiled.cubin, name, gemm_shared.ARG_TYPES)
         launch = skinny.launch(problem, config, sm_count=info.sm_count)
-        gpu.opt_in_shared(function, launch.shared_bytes)
+        direct_launch.opt_in_shared(cuda, function, launch.shared_bytes)
         workspace, counters = scratch.get(launch.workspace_floats, launch.counters)
         for alpha, beta in ((1.5, 0.0), (0.5, -2.0)):
             c_in = c0.copy()

@@ -20,7 +20,7 @@ from autotune.ops import gemm, source_hash
 from autotune.ops.gemm import shared as gemm_shared
 from autotune.ops.gemm import skinny as gemm_skinny
 from autotune.ops.gemm import skinny_tc as tc
-from tests import padded
+from tests import direct_launch, padded
 from tests.limits import assert_within_limits, distinct_configs, sampled
 from tests.nvcc import compile_in_space, in_space_jobs
 
@@ -569,7 +569,7 @@ def test_results_are_exact_on_the_gpu(dtype: str, shape: tuple[int, int, int], t
         name = tc.kernel_name(problem, config)
         function = kernels.function(result.cubin, name, tc.ARG_TYPES)
         launch = tc.launch(problem, config, sm_count=132)
-        gpu.opt_in_shared(function, launch.shared_bytes)
+        direct_launch.opt_in_shared(cuda, function, launch.shared_bytes)
         for lda, ldb, ldc, offset in _strides(problem, config):
             a_owner, a_at = device(a, lda, offset)
             b_owner, b_at = device(b, ldb, offset)

@@ -22,6 +22,7 @@ from autotune.ops import gemm, gemv
 from autotune.ops.gemm import mma as gemm_mma
 from autotune.ops.gemm import shared as gemm_shared
 from autotune.ops.gemm import wgmma as gemm_wgmma
+from tests import direct_launch
 from tests.limits import MAX_SHARED
 from tests.nvcc import NvccDone, NvccRun, compile_all, run_nvcc
 
@@ -465,7 +466,7 @@ def test_results_match_float64_on_the_gpu(case: tuple, tmp_path: Path) -> None:
         assert compiled.cubin is not None, compiled.message
         function = kernels.function(compiled.cubin, name, gemm_wgmma.ARG_TYPES)
         launch = gemm_wgmma.launch(problem, config, sm_count=132)
-        gpu.opt_in_shared(function, launch.shared_bytes)
+        direct_launch.opt_in_shared(cuda, function, launch.shared_bytes)
         maps_gpu = None
         if launch.operand_maps is not None:
             maps = tma.encode_operands(launch.operand_maps, dtype, sizes, int(a_gpu), int(b_gpu))
