@@ -286,6 +286,8 @@ def run_benchmark(args: argparse.Namespace, pairs: list[tuple[int, int]]) -> Pat
             weights = build_weights(torch, gemlite, case, n, k, copies)
             for m in args.m:
                 row = measure_row(torch, clock, weights, case, m, copy_gbs)
+                # Per row: a merged file holds rows of several runs, not all in one gemlite mode.
+                row["gemlite_mode"] = args.gemlite if row["gemlite_us"] is not None else None
                 report["rows"].append(row)
                 print(json.dumps(row), flush=True)
             del weights
