@@ -7,7 +7,8 @@ mean time; a failed config counts as twice the slowest), and drops a candidate p
 (its compile wasted, its slot asked again); `--model additive` predicts instead from one effect per
 parameter value on log time (main effects, backfitted), `--model blend` from the geometric mean of
 both. Replayed as scripts/bench_search_replay.py replays the product's Study (CPU only), 16 pending,
-tpe-local; prints one row per space (as JSON) and the compiles made per measurement. Findings in docs/findings.md ("Search on spaces never seen").
+tpe-local; prints one row per space (as JSON) and the compiles made per measurement. Findings in
+docs/findings.md ("Search on spaces never seen").
 
     python experiments/search_rescored_pool.py gemm_rtx3090=RTX_3090.json.gz conv_a4000=A4000.json.gz \
         [--model knn|additive|blend] [--workers 16] [--seeds 50]
