@@ -192,6 +192,17 @@ sm__warps_active.avg.pct_of_peak_sustained_active python3 scripts/profile_vs_cub
         step "retime $op"
         sweep retime-$op 8 --op "$op" --retime ${RETIME_ARGS:-} --trials "$TRIALS" ${PATIENCE:+--patience $PATIENCE}
       done ;;
+    retime-shipped)
+      # The shipped GEMV and GEMM records' best configs timed again through this tree's worker
+      # (scripts/retime_shipped.py). OLD_TREE=old.tar (git archive REV autotune kernels) times them
+      # through that tree's worker too, then this one's again, and compares: a worker change alone.
+      step retime-shipped
+      if [ -n "${OLD_TREE:-}" ]; then
+        mkdir -p /tmp/old-tree && tar -xf "$OLD_TREE" -C /tmp/old-tree
+        PYTHONPATH=/tmp/site:/tmp/old-tree python3 scripts/retime_shipped.py --out "$OUT" --label old ${RETIME_SHIPPED_ARGS:-} | tail -1
+      fi
+      python3 scripts/retime_shipped.py --out "$OUT" --label new ${RETIME_SHIPPED_ARGS:-} | tail -1
+      [ -n "${OLD_TREE:-}" ] && python3 scripts/retime_shipped.py --compare "$OUT/retime_new.json" "$OUT/retime_old.json" ;;
     two-gpus)
       # A machine with two or more GPUs: tensors on each GPU, and one sweep over all of them.
       step two-gpus
