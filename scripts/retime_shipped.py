@@ -1,10 +1,11 @@
 """Re-time the shipped records' best configs on this machine's GPU, through the tuning worker as it is.
 
 For a change to how the worker loads and launches candidates (not to the kernels): every shipped
-problem of this GPU's GEMV and GEMM records whose trials are of today's kernel source gets its best
+problem of this GPU's GEMV and GEMM records measured with the current kernel source gets its best
 config compiled, checked and timed once more, and the time is set beside the stored one. Running it
-from two trees in one sitting (PYTHONPATH pointing at an older checkout's autotune/ and kernels/)
-separates what the worker change does from how this machine differs from the one that tuned:
+from two trees in one call on the GPU machine (PYTHONPATH pointing at an older checkout's autotune/
+and kernels/) separates what the worker change does from how this machine differs from the one that
+tuned (scripts/gpu_steps.sh retime-shipped with OLD_TREE does this):
 
     python scripts/retime_shipped.py --out $OUT --label new
     PYTHONPATH=/tmp/old python scripts/retime_shipped.py --out $OUT --label old
@@ -57,8 +58,10 @@ def shipped_best(gpu_slug: str, per_file: int) -> list[tuple[Problem, dict[str, 
 
 
 def _file_best(gpu_slug: str, name: str) -> Iterator[tuple[Problem, dict[str, int], float]]:
-    """The best stored trial of each problem of one records file whose kernel source is today's."""
+    """The best stored trial of each problem of one records file measured with the current kernel source."""
     path = RECORDS / (f"{gpu_slug}.jsonl" if name == "gemv" else f"{gpu_slug}-{name}.jsonl")
+    if not path.exists():
+        return  # no such records for this GPU
     best: dict[Problem, tuple[dict[str, int], float]] = {}
     for text in path.read_text().splitlines():
         line = json.loads(text)
@@ -66,7 +69,7 @@ def _file_best(gpu_slug: str, name: str) -> Iterator[tuple[Problem, dict[str, in
             continue
         problem = problem_of(line)
         if line["source_hash"] != ops.source_hash(problem):
-            continue  # stale: not what today's kernels run
+            continue  # stale: not what the current kernels run
         if problem not in best or line["time_us"] < best[problem][1]:
             best[problem] = (line["config"], line["time_us"])
     yield from ((p, c, t) for p, (c, t) in best.items())
@@ -84,6 +87,8 @@ def retime(args: argparse.Namespace) -> None:
         for (problem, config, stored), future in zip(todo, futures, strict=True):
             if time.perf_counter() - start > args.deadline:
                 print(f"deadline: {len(rows)} of {len(todo)} problems", flush=True)
+                for queued in futures:
+                    queued.cancel()
                 break
             compiled = future.result()
             worker.setup(problem, seed=len(rows))
@@ -105,6 +110,9 @@ def retime(args: argparse.Namespace) -> None:
 def summarize(rows: list[dict[str, Any]], label: str) -> None:
     ratios = [r["now_us"] / r["stored_us"] for r in rows if r["now_us"]]
     failed = [r for r in rows if not r["now_us"]]
+    if not ratios:
+        print(f"{label}: {len(rows)} problems, none timed")
+        return
     within = sum(ratio <= 1 + WITHIN for ratio in ratios)
     print(
         f"{label}: {len(rows)} problems, {within} within {WITHIN:.0%} of the stored time, "
@@ -121,6 +129,9 @@ def compare(first: Path, second: Path) -> None:
     theirs = {r["problem"]: r["now_us"] for r in b["rows"] if r["now_us"]}
     pairs = [(r, r["now_us"] / theirs[r["problem"]]) for r in a["rows"] if r["now_us"] and r["problem"] in theirs]
     ratios = sorted(ratio for _, ratio in pairs)
+    if not ratios:
+        print(f"{a['label']} / {b['label']}: no problem timed in both")
+        return
     print(
         f"{a['label']} / {b['label']} over {len(pairs)} problems: median {statistics.median(ratios):.4f}, "
         f"{sum(abs(x - 1) <= WITHIN for x in ratios)} within {WITHIN:.0%}, range {ratios[0]:.4f}-{ratios[-1]:.4f}"

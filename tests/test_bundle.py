@@ -488,3 +488,4 @@ def test_a_kernel_that_takes_its_clusters_at_launch_is_left_out(
     assert [(s["m"], s["n"], s["reason"]) for s in made.skipped] == [
         (4096, 8192, "its kernel takes its thread-block clusters at launch, which a bundle cannot give")
     ]
+    assert len(made.kernels) == 1  # its kernel is neither compiled nor carried

@@ -2,8 +2,8 @@
 
 PyCUDA's own compiler (pycuda.compiler.compile) runs this same nvcc command, but it imports the CUDA
 driver, which the orchestrator must not load (it never touches the GPU, and CI has no driver). So we
-call nvcc directly with the flags PyCUDA uses and let the worker load the cubin with
-pycuda.driver.module_from_buffer. Compiling many kernels at once is what makes tuning fast: nvcc is
+call nvcc directly with the flags PyCUDA uses; the worker loads each cubin as the launch path does
+(autotune/gpu/device.py). Compiling many kernels at once is what makes tuning fast: nvcc is
 an external process, so a thread pool keeps every core busy without pickling anything.
 """
 

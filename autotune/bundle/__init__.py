@@ -240,6 +240,10 @@ def build(gpu: str | None, op_names: Sequence[str] = (), db: str | None = None) 
             reason = "no correct measurement of the current kernel source that its space still allows"
             _skip(bundle, problem, reason)
             continue
+        if ops.for_problem(problem).launch(problem, choice.config, target.sm_count).cluster_dims is not None:
+            # The header's launches carry no attributes: its clusters are those compiled in.
+            _skip(bundle, problem, "its kernel takes its thread-block clusters at launch, which a bundle cannot give")
+            continue
         with targeting(target.compute_capability):
             job = ops.compile_job(problem, choice.config, target.arch)
             try:
@@ -251,10 +255,6 @@ def build(gpu: str | None, op_names: Sequence[str] = (), db: str | None = None) 
         if bundle.kernels.setdefault(kernel_file, image) != image:
             raise AutotuneError(f"two different kernels are named {job.name}: cannot write both")
         entry = make_entry(target, len(bundle.entries), problem, choice.config, kernel_file)
-        if entry.launch.cluster_dims is not None:
-            # The header's launches carry no attributes: its clusters are those compiled in.
-            _skip(bundle, problem, "its kernel takes its thread-block clusters at launch, which a bundle cannot give")
-            continue
         bundle.entries.append(replace(entry, time_us=float(choice.time_us or 0.0), gbs=choice.gbs))
     if not bundle.entries:
         what = " and ".join(sorted(f"{dtype or 'any dtype'} {op}" for op, dtype in wanted)) or "any op"

@@ -43,8 +43,9 @@ def cluster_choices() -> tuple[int, ...]:
 
 
 def cluster_declaration(cluster: int) -> str:
-    """The attribute that makes a plain launch (PyCUDA's cuLaunchKernel takes no cluster argument)
-    run an instance in clusters of `cluster` blocks along the grid's y, the K splits; "" for 1."""
+    """The attribute that makes a launch without a cluster attribute run an instance in clusters of
+    `cluster` blocks along the grid's y, the K splits; "" for 1. The shipped families compile their
+    clusters in (their cubins stay as measured); a new family may set Launch.cluster_dims instead."""
     return f"__cluster_dims__(1, {cluster}, 1) " if cluster > 1 else ""
 
 

@@ -3,7 +3,7 @@ driver call.
 
 Everything that does not change between calls of one (op, shape, dtype, layout, device) is worked
 out once, as Triton's compiled-kernel launcher and CUTLASS's initialize/run split do: the function
-handle, grid, block, shared memory, the PDL attribute, a ctypes structure holding the kernel's
+handle, grid, block, shared memory, the launch attributes (PDL, clusters), a ctypes structure holding the kernel's
 arguments and the array of their addresses that cuLaunchKernelEx reads. A call writes the array
 addresses and alpha/beta into that structure and launches; the driver copies the arguments at
 launch, so the buffer is free again as soon as the call returns.

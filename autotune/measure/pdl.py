@@ -9,9 +9,9 @@ kernel before has executed `griddepcontrol.launch_dependents`, and they wait in
 wait before reading anything may be launched this way (ops modules say so with PROGRAMMATIC_LAUNCH).
 
 PyCUDA has no cuLaunchKernelEx, and its Function does not expose the CUfunction handle, so a
-programmatic kernel is loaded a second time, here, from the same cubin into the same (current)
-context, through the one driver binding (autotune/gpu/driver.py). ProgrammaticFunction offers the two
-methods of PyCUDA's Function that autotune calls.
+programmatic read-floor kernel is loaded here, from its cubin into the current context, through the
+one driver binding (autotune/gpu/driver.py). ProgrammaticFunction offers the one method of PyCUDA's
+Function that measure/floor.py calls, prepared_async_call.
 """
 
 from __future__ import annotations
@@ -78,7 +78,3 @@ class ProgrammaticFunction:
             1,
         )
         _check(driver.lib().cuLaunchKernelEx(ctypes.byref(config), self._function, params, None), "cuLaunchKernelEx")
-
-    def set_attribute(self, attribute: Any, value: int) -> None:
-        """cuFuncSetAttribute (`attribute` a pycuda.driver.function_attribute)."""
-        _check(driver.lib().cuFuncSetAttribute(self._function, int(attribute), value), "cuFuncSetAttribute")

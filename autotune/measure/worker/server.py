@@ -50,10 +50,13 @@ class _State:
         return self._support
 
     def setup(self, problem: Problem, seed: int, fresh_memory: bool = False) -> dict[str, Any]:
-        from autotune.measure.worker.runner import Runner
+        from autotune.measure.worker.runner import Runner, launch_device
 
         if not fresh_memory:
             self.runner = None  # free the previous problem's buffers first
+        # Fresh, zeroed split-K scratch for each problem, as its buffers are: a failed candidate may
+        # have left the counters dirty, and scratch grown for an earlier problem would sit elsewhere.
+        launch_device(self.device).release_scratch(0)
         # Otherwise the old buffers are freed only once the new ones are allocated, so the new ones
         # cannot reuse their memory: a confirmation measures on other memory (autotune/tune/confirm.py).
         start = time.perf_counter()

@@ -15,7 +15,7 @@ from autotune.measure.sensors import Reading, Sensors
 
 Launcher = Callable[[int], None]  # launches call number i (which picks the rotating buffer)
 
-_HOST_US_PER_LAUNCH = 20  # PyCUDA needs ~10 us per launch; a spin too short is detected and redone
+_HOST_US_PER_LAUNCH = 20  # a launch costs the host 5-10 us; a spin too short is detected and redone
 _MAX_SPIN_NS = 200_000_000
 # Calls this long are timed at the clocks the card holds under sustained load, after WARMUP_MS of
 # them: a rested H200 runs hgemm 8192^3 at boost clocks for about the first 50 ms, then settles 5-13%
