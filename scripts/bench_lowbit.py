@@ -95,6 +95,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--cases", type=parse_case, nargs="+", help=f"default: {' '.join(CASES)}")
     parser.add_argument("--quick", action="store_true", help="two (N, K) pairs, M 1 and 16, g128 float16, bfloat16")
     parser.add_argument("--gemlite", choices=["max", "fast", "off"], default="max", help="gemlite's autotune mode")
+    parser.add_argument(
+        "--gemlite-configs",
+        type=Path,
+        metavar="JSON",
+        help="gemlite's autotuned configs: loaded where the file exists, written after each (N, K) pair",
+    )
     parser.add_argument("--merge", action="store_true", help="keep the file's rows of other cases, shapes and M")
     parser.add_argument("--reps", type=int, default=7, help="timed samples per variant (median kept)")
     parser.add_argument("--summary", type=Path, metavar="JSON", help="print the goal figures of a report, nothing run")

@@ -264,9 +264,14 @@ sm__warps_active.avg.pct_of_peak_sustained_active python3 scripts/profile_vs_cub
           --trials "${INT4_TRIALS:-24}" ${PATIENCE:+--patience $PATIENCE}
       done ;;
     bench-int4)
-      # scripts/bench_lowbit.py on the tuned database: BENCH_INT4_ARGS adds its options ("--m 1 --gemlite max").
+      # scripts/bench_lowbit.py on the tuned database: BENCH_INT4_ARGS adds its options ("--m 1 --merge").
+      # gemlite's autotuned configs start from results/gemlite_configs_<gpu>.json and come back in
+      # $OUT with this run's added (its most thorough autotune takes minutes a shape): commit them.
       step bench-int4
-      AUTOTUNE_DB="$DB" python3 scripts/bench_lowbit.py --out "$OUT" ${BENCH_INT4_ARGS:-} 2>&1 | grep -v '^{' | tee "$OUT/bench-int4.log" | tail -16 ;;
+      configs=gemlite_configs_$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr 'A-Z ' 'a-z-').json
+      [ -f "results/$configs" ] && cp "results/$configs" "$OUT/$configs"
+      [ -f "results/lowbit_${configs#gemlite_configs_}" ] && cp -n "results/lowbit_${configs#gemlite_configs_}" "$OUT/"
+      AUTOTUNE_DB="$DB" python3 scripts/bench_lowbit.py --out "$OUT" --gemlite-configs "$OUT/$configs" ${BENCH_INT4_ARGS:-} 2>&1 | grep -v '^{' | tee "$OUT/bench-int4.log" | tail -16 ;;
     ncu-int4)
       # Nsight Compute on the int4 GEMV of 28672x4096 (M = 1, g128, float16) as autotune.linear runs it.
       step ncu-int4

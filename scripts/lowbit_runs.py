@@ -116,10 +116,12 @@ def build_weights(torch: Any, gemlite: Any, case: Case, n: int, k: int, copies: 
     return weights
 
 
-def setup_gemlite(mode: str) -> tuple[Any, dict[str, Any]]:
+def setup_gemlite(mode: str, configs: Path | None = None) -> tuple[Any, dict[str, Any]]:
     """gemlite (None where off or missing) and what the report says of it. 'max' is its most thorough
     autotune (every config of its space), with CUDA graphs in the autotune and one tuning per exact M
-    (set_autotune_setting must come first: set_autotune reloads the kernels, which read it then)."""
+    (set_autotune_setting must come first: set_autotune reloads the kernels, which read it then).
+    `configs`: gemlite's own file of autotuned configs (gemlite.cache_config), loaded where it exists,
+    so that a shape it holds runs the config an earlier run's autotune chose, without tuning again."""
     if mode == "off":
         return None, {"mode": "off"}
     try:
@@ -129,7 +131,18 @@ def setup_gemlite(mode: str) -> tuple[Any, dict[str, Any]]:
     gemlite.reset_config()  # no configs shipped for other GPUs: tuned here from scratch
     gemlite.set_autotune_setting(lambda m: m)
     gemlite.set_autotune(mode, use_cuda_graph=mode == "max")
-    return gemlite, {"mode": mode, "version": gemlite.__version__, "cuda_graph_autotune": mode == "max", "per_m": True}
+    info = {"mode": mode, "version": gemlite.__version__, "cuda_graph_autotune": mode == "max", "per_m": True}
+    if configs is not None:
+        info["configs"] = configs.name
+        if configs.exists() and not gemlite.load_config(str(configs)):
+            raise AutotuneError(f"{configs}: not a gemlite config file")
+    return gemlite, info
+
+
+def gemlite_holds(gemlite: Any, m: int, n: int, k: int, group: int) -> bool:
+    """Whether gemlite's config cache already answers this shape (its key: str((M, N, K, group, ...)))."""
+    cache: dict[str, dict[str, Any]] = gemlite.core.GEMLITE_TRITON_CONFIG_CACHE
+    return any(key.startswith(f"({m}, {n}, {k}, {group},") for kind in cache.values() for key in kind)
 
 
 def rel_err(torch: Any, y: Any, want: Any) -> float:
@@ -270,7 +283,7 @@ def run_benchmark(args: argparse.Namespace, pairs: list[tuple[int, int]]) -> Pat
         raise AutotuneError("needs torch with CUDA (the GPU machine)") from None
     bench = Bench()  # a clear AutotuneError where torch sees no GPU
     gpu = bench.launcher.gpu
-    gemlite, gemlite_info = setup_gemlite(args.gemlite)
+    gemlite, gemlite_info = setup_gemlite(args.gemlite, args.gemlite_configs)
     copy_gbs = bench.copy_gbs()
     report: dict[str, Any] = {"gpu": gpu.name, "copy_gbs": copy_gbs, "l2_bytes": gpu.l2_bytes}
     report.update({"gemlite": gemlite_info, "rows": []})
@@ -285,13 +298,17 @@ def run_benchmark(args: argparse.Namespace, pairs: list[tuple[int, int]]) -> Pat
             copies = copies_for(unique_bytes(1, n, k, case), gpu.l2_bytes)
             weights = build_weights(torch, gemlite, case, n, k, copies)
             for m in args.m:
+                held = gemlite is not None and gemlite_holds(gemlite, m, n, k, case.group)
                 row = measure_row(torch, clock, weights, case, m, copy_gbs)
                 # Per row: a merged file holds rows of several runs, not all in one gemlite mode.
                 row["gemlite_mode"] = args.gemlite if row["gemlite_us"] is not None else None
+                row["gemlite_config"] = None if row["gemlite_us"] is None else ("loaded" if held else "autotuned")
                 report["rows"].append(row)
                 print(json.dumps(row), flush=True)
             del weights
             torch.cuda.empty_cache()
+            if gemlite is not None and args.gemlite_configs is not None:
+                gemlite.cache_config(str(args.gemlite_configs))  # this pair's autotune kept for later runs
             report["gemlite"]["autotune_s"] = sum(r["gemlite_autotune_s"] or 0.0 for r in report["rows"])
             write_report(path, report)
     print(f"wrote {path}", flush=True)

@@ -150,3 +150,37 @@ def test_merge_drops_the_rows_run_again_also_when_the_script_runs_as_main() -> N
     assert runs.measured(args, [(4096, 4096)], row)
     assert not runs.measured(args, [(4096, 4096)], {**row, "m": 1})
     assert not runs.measured(args, [(4096, 4096)], {**row, "sym": False})
+
+
+def test_gemlite_configs_are_loaded_and_each_shape_is_told_apart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gemlite config file from an earlier run is loaded, and a row says whether its shape's config came
+    from it or from this run's autotune (gemlite keys a config by str((M, N, K, group, ...)))."""
+    from types import SimpleNamespace
+
+    runs = importlib.import_module("lowbit_runs")
+    cache: dict[str, dict[str, Any]] = {}
+    loaded: list[str] = []
+
+    def load_config(path: str) -> bool:
+        loaded.append(path)
+        cache.update(json.loads(Path(path).read_text()))
+        return True
+
+    fake = SimpleNamespace(
+        core=SimpleNamespace(GEMLITE_TRITON_CONFIG_CACHE=cache),
+        reset_config=cache.clear,
+        set_autotune_setting=lambda f: None,
+        set_autotune=lambda mode, use_cuda_graph: None,
+        load_config=load_config,
+        __version__="0.6.0.post2",
+    )
+    configs = tmp_path / "gemlite.json"
+    configs.write_text(json.dumps({"GEMV_REVSPLITK": {"(1, 6144, 4096, 128, 8, 0, 0)": {"BLOCK_SIZE_N": 64}}}))
+    monkeypatch.setitem(sys.modules, "gemlite", fake)
+    gemlite, info = runs.setup_gemlite("max", configs)
+    assert loaded == [str(configs)] and info["configs"] == "gemlite.json" and info["mode"] == "max"
+    assert runs.gemlite_holds(gemlite, 1, 6144, 4096, 128)
+    assert not runs.gemlite_holds(gemlite, 4, 6144, 4096, 128)
+    assert not runs.gemlite_holds(gemlite, 1, 6144, 40960, 128)
