@@ -215,6 +215,7 @@ STRATEGIES: dict[str, Callable[[Replay, int, int, int], list[float | None]]] = {
     "default": lambda replay, seed, cap, workers: run_study(replay, seed, cap, DEFAULT_SAMPLER, workers),
     "tpe-valid": lambda replay, seed, cap, workers: run_study(replay, seed, cap, "tpe-valid", workers),
     "tpe-local": lambda replay, seed, cap, workers: run_study(replay, seed, cap, "tpe-local", workers),
+    "tpe-ranked": lambda replay, seed, cap, workers: run_study(replay, seed, cap, "tpe-ranked", workers),
     "ga": lambda replay, seed, cap, _: run_ga(replay, seed, cap),
 }
 

@@ -11,7 +11,7 @@ import random
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 
 import optuna
@@ -21,10 +21,14 @@ from optuna.trial import TrialState
 from autotune.build.compiler import CompileJob, CompilePool, CompileResult
 from autotune.core.outcome import Outcome, Status
 from autotune.core.space import Config, Space, config_key
+from autotune.tune import ranking
 from autotune.tune.grid import ValidGridSampler
 from autotune.tune.valid_tpe import LOCAL_SHARE, ValidTPESampler
 
-SAMPLERS = ("tpe", "tpe-valid", "tpe-local", "random", "grid")
+SAMPLERS = ("tpe", "tpe-valid", "tpe-local", "tpe-ranked", "random", "grid")
+# Samplers whose study measures, among the compiled candidates, the one predicted fastest first
+# (autotune/tune/ranking.py) instead of the one asked first.
+RANKED = ("tpe-ranked",)
 QUARANTINE_AFTER = 2  # worker deaths or hangs before a config is never dispatched again
 # A model-based sampler can settle on configs it has already seen (or on invalid ones) and propose
 # nothing new for thousands of asks while most of the space is unexplored. After this many proposals
@@ -54,6 +58,7 @@ class StudyResult:
     statuses: dict[str, int] = field(default_factory=dict)
     stopped: str = ""  # why the study ended
     kicks: int = 0  # uniformly drawn configs measured because the sampler proposed nothing new
+    dropped: int = 0  # compiled candidates a ranked study passed over too often and never measured
     confirmed: int = 0  # leaders measured again on fresh buffers (autotune/tune/confirm.py)
     vendor_us: float | None = None  # cuBLASLt's best algorithm, timed beside (autotune/tune/vendor.py)
 
@@ -80,7 +85,7 @@ def make_sampler(name: str, space: Space, seed: int | None) -> optuna.samplers.B
         return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True)
     if name == "tpe-valid":
         return ValidTPESampler(space, seed)
-    if name == "tpe-local":
+    if name in ("tpe-local", "tpe-ranked"):  # tpe-ranked: the same proposals, measured in ranked order
         return ValidTPESampler(space, seed, local=LOCAL_SHARE)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
@@ -111,6 +116,9 @@ class Study:
         self._rng = random.Random(seed)
         self._known: dict[str, Outcome] = {}
         self.result = StudyResult()
+        self._ranked = sampler in RANKED
+        self._results: list[tuple[Config, float | None]] = []  # what the ranking model learns from
+        self._passed_over: dict[int, int] = {}  # a pending trial's number -> times another went first
 
     # -- seeding ------------------------------------------------------------------------------
     def add_history(self, history: Iterable[tuple[Config, Outcome]]) -> None:
@@ -122,6 +130,7 @@ class Study:
             self._known[config_key(config)] = outcome
             if outcome.status is Status.INVALID:
                 continue  # never measured: costs no budget
+            self._results.append((dict(config), outcome.time_us if outcome.ok else None))
             self.result.reused += 1
             self._count(outcome)
             self._improve(config, outcome)
@@ -189,7 +198,7 @@ class Study:
                     # The sampler kept proposing configs already measured or ruled out by the constraints.
                     self.result.stopped = f"no new valid config in {ask_cap} proposals"
                 break
-            trial, config, future = pending.popleft()
+            trial, config, future = self._next(pending)
             before = self.result.best_us
             outcome = self._finish(config, future.result())
             self._tell(trial, outcome)
@@ -202,6 +211,30 @@ class Study:
                     self._study.tell(late_trial, state=TrialState.FAIL)
                 break
         return self.result
+
+    def _next(
+        self, pending: deque[tuple[optuna.trial.Trial, Config, Future[CompileResult]]]
+    ) -> tuple[optuna.trial.Trial, Config, Future[CompileResult]]:
+        """The pending candidate to measure now: the first asked, or in a ranked study (after
+        RANK_AFTER results) the compiled one the model predicts fastest, dropping those passed over
+        DROP_AFTER times."""
+        if not self._ranked or len(self._results) < ranking.RANK_AFTER or len(pending) == 1:
+            return pending.popleft()
+        if not any(future.done() for _, _, future in pending):
+            wait([future for _, _, future in pending], return_when=FIRST_COMPLETED)
+        model = ranking.AdditiveModel(self.space, self._results)
+        ready = [entry for entry in pending if entry[2].done()]
+        chosen = min(ready, key=lambda entry: model.predict(entry[1]))
+        pending.remove(chosen)
+        for entry in list(pending):
+            number = entry[0].number
+            self._passed_over[number] = self._passed_over.get(number, 0) + 1
+            if self._passed_over[number] > ranking.DROP_AFTER:
+                pending.remove(entry)
+                entry[2].cancel()
+                self._study.tell(entry[0], state=TrialState.FAIL)
+                self.result.dropped += 1
+        return chosen
 
     def _unexplored(self, pending: deque[tuple[optuna.trial.Trial, Config, Future[CompileResult]]]) -> Config | None:
         """A valid config neither known nor pending, drawn uniformly (None if the draws find none)."""
@@ -255,6 +288,7 @@ class Study:
             self._on_trial(config, outcome, self.result)
             return outcome
         self._known[config_key(config)] = outcome
+        self._results.append((dict(config), outcome.time_us if outcome.ok else None))
         self.result.measured += 1
         self._count(outcome)
         self._improve(config, outcome)

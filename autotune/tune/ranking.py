@@ -1,0 +1,59 @@
+"""Which compiled candidate to measure next: a main-effects model of log time over the results so far.
+
+A sweep keeps as many proposals pending as the compile pool has workers, and most of them were asked
+for knowing little of the latest results. Measured in the order asked, every one costs a measurement;
+ranked, the one the model predicts fastest goes first and a candidate passed over `DROP_AFTER` times is
+dropped (its compile wasted, not its measurement). Replayed on public brute-forced spaces (docs/findings.md,
+"Search on spaces never seen") this took the measurements to 2% of the optimum from 129 to 82 on CLBlast's
+GEMM and from 118 to 80.5 on a convolution, with 16 pending.
+
+The model: each parameter's value adds one effect to the mean log time (fitted by three rounds of
+backfitting over the results, a value never measured adds nothing); a failed config counts as
+`FAILED_AS` times the slowest. It sees each parameter alone, blind to interactions: good at ranking a few
+candidates a sampler spread over the space, bad at choosing where to look (the same model proposing the
+configs took twice the measurements).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from autotune.core.space import Config, Space
+
+RANK_AFTER = 10  # results before the model orders the pending candidates (first in, first out before)
+DROP_AFTER = 32  # measurements a candidate may be passed over before it is dropped
+FAILED_AS = 2.0  # a failed config's time, in multiples of the slowest measured
+_ROUNDS = 3  # backfitting passes
+
+
+class AdditiveModel:
+    """log time = mean + one effect per (parameter, value), fitted on (config, time or None) results."""
+
+    def __init__(self, space: Space, results: Sequence[tuple[Mapping[str, int], float | None]]) -> None:
+        self._names = sorted(space.choices())
+        times = [t for _, t in results if t is not None]
+        worst = max(times, default=1.0)
+        rows = [(self._point(c), math.log(t if t is not None else FAILED_AS * worst)) for c, t in results]
+        self._mean = sum(y for _, y in rows) / len(rows) if rows else 0.0
+        self._effects: list[dict[int, float]] = [{} for _ in self._names]
+        fitted = [0.0] * len(rows)  # each row's sum of effects
+        for _ in range(_ROUNDS):
+            for d in range(len(self._names)):
+                residuals: dict[int, list[float]] = {}
+                for (point, y), total in zip(rows, fitted, strict=True):
+                    rest = total - self._effects[d].get(point[d], 0.0)
+                    residuals.setdefault(point[d], []).append(y - self._mean - rest)
+                new = {value: sum(r) / len(r) for value, r in residuals.items()}
+                fitted = [
+                    t - self._effects[d].get(p[d], 0.0) + new[p[d]] for (p, _), t in zip(rows, fitted, strict=True)
+                ]
+                self._effects[d] = new
+
+    def _point(self, config: Mapping[str, int]) -> tuple[int, ...]:
+        return tuple(config[name] for name in self._names)
+
+    def predict(self, config: Config) -> float:
+        """The predicted time (the results' unit)."""
+        point = self._point(config)
+        return math.exp(self._mean + sum(e.get(v, 0.0) for e, v in zip(self._effects, point, strict=True)))

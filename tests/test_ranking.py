@@ -1,0 +1,85 @@
+"""The ranked order of a study's compiled candidates (autotune/tune/ranking.py, sampler tpe-ranked): the
+main-effects model, the pick among compiled candidates only, and candidates dropped after too many passes."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from concurrent.futures import Future
+from typing import Any
+
+from autotune.build.compiler import CompileResult
+from autotune.core.space import Param, Space
+from autotune.tune import ranking
+from autotune.tune.search import Study
+from tests.fakes import InstantPool
+from tests.test_search import FakeMeasurer
+
+SPACE = Space((Param("a", (1, 2, 3, 4)), Param("b", (1, 2, 3))), lambda config: None)
+
+
+def separable(config: dict[str, int]) -> float:
+    return math.exp(0.3 * config["a"] - 0.5 * config["b"])
+
+
+def configs() -> list[dict[str, int]]:
+    return [{"a": a, "b": b} for a in (1, 2, 3, 4) for b in (1, 2, 3)]
+
+
+def test_the_model_ranks_a_separable_time_and_predicts_configs_never_measured() -> None:
+    unseen = [{"a": 1, "b": 3}, {"a": 4, "b": 2}]
+    model = ranking.AdditiveModel(SPACE, [(c, separable(c)) for c in configs() if c not in unseen])
+    every = configs()
+    assert sorted(every, key=model.predict) == sorted(every, key=separable)
+    assert min(every, key=model.predict) == {"a": 1, "b": 3}  # the fastest, never measured
+    for config in unseen:
+        assert math.isclose(model.predict(config), separable(config), rel_tol=0.05)
+
+
+def test_a_failed_config_counts_as_twice_the_slowest() -> None:
+    model = ranking.AdditiveModel(SPACE, [({"a": 1, "b": 1}, 1.0), ({"a": 2, "b": 1}, 4.0), ({"a": 3, "b": 1}, None)])
+    assert math.isclose(model.predict({"a": 3, "b": 1}), ranking.FAILED_AS * 4.0, rel_tol=1e-9)
+
+
+def _ranked_study() -> Study:
+    measurer = FakeMeasurer()
+    study = Study(SPACE, measurer, InstantPool(), sampler="tpe-ranked", seed=3)  # type: ignore[arg-type]
+    study._results = [(c, separable(c)) for c in configs()[: ranking.RANK_AFTER]]
+    return study
+
+
+def _pending(study: Study, picked: list[dict[str, int]], done: bool = True) -> deque[Any]:
+    entries: deque[Any] = deque()
+    for config in picked:
+        future: Future[CompileResult] = Future()
+        if done:
+            future.set_result(CompileResult(None, None, "", 0.0, False))  # type: ignore[arg-type]
+        entries.append((study._study.ask(), config, future))
+    return entries
+
+
+def test_the_compiled_candidate_predicted_fastest_is_measured_first() -> None:
+    study = _ranked_study()
+    slow, fast, middle = {"a": 4, "b": 1}, {"a": 1, "b": 3}, {"a": 2, "b": 2}
+    pending = _pending(study, [slow, fast, middle])
+    assert study._next(pending)[1] == fast
+    assert [entry[1] for entry in pending] == [slow, middle]
+    not_compiled = _pending(study, [fast], done=False)[0]
+    pending.appendleft(not_compiled)  # predicted fastest, but not compiled yet: not waited for
+    assert study._next(pending)[1] == middle
+
+
+def test_a_candidate_passed_over_too_often_is_dropped_and_its_compile_cancelled() -> None:
+    study = _ranked_study()
+    pending = _pending(study, [{"a": 4, "b": 1}])
+    for _ in range(ranking.DROP_AFTER + 1):
+        pending.extend(_pending(study, [{"a": 1, "b": 3}]))
+        assert study._next(pending)[1] == {"a": 1, "b": 3}
+    assert not pending and study.result.dropped == 1
+
+
+def test_before_enough_results_the_first_asked_goes_first() -> None:
+    study = _ranked_study()
+    study._results = study._results[: ranking.RANK_AFTER - 1]
+    pending = _pending(study, [{"a": 4, "b": 1}, {"a": 1, "b": 3}])
+    assert study._next(pending)[1] == {"a": 4, "b": 1}
