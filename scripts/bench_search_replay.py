@@ -125,6 +125,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--merge", action="store_true", help="keep the --out report's rows for other runs")
     parser.add_argument("--out", type=Path, default=Path("results/search_replay.json"))
     args = parser.parse_args(argv)
+    if args.out.is_dir():
+        print(
+            f"error: --out {args.out} is a folder: give the report's file (results/search_replay.json)", file=sys.stderr
+        )
+        return 2
+    old: list[dict[str, Any]] = []
+    if args.merge and args.out.exists():  # read before hours of replays, not after
+        try:
+            old = json.loads(args.out.read_text())["rows"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(f"error: --merge: {args.out} is not a replay report ({type(exc).__name__}: {exc})", file=sys.stderr)
+            return 2
     spaces = dict(s.split("=", 1) if "=" in s else (Path(s).name, s) for s in args.spaces)
     strategies = args.strategies.split(",")
     unknown = [s for s in strategies if s not in replay_lib.STRATEGIES]
@@ -140,10 +152,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = run_all(
         {n: Path(p) for n, p in spaces.items()}, strategies, args.seeds, args.cap, args.processes, args.workers
     )
-    if args.merge and args.out.exists():
-        new = {(r["space"], r["strategy"], r["workers"]) for r in rows}
-        old = json.loads(args.out.read_text())["rows"]
-        rows = [r for r in old if (r["space"], r["strategy"], r["workers"]) not in new] + rows
+    new = {(r["space"], r["strategy"], r["workers"]) for r in rows}
+    rows = [r for r in old if (r["space"], r["strategy"], r["workers"]) not in new] + rows
     report = {"seeds": args.seeds, "cap": args.cap, "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1) + "\n")

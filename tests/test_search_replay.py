@@ -121,3 +121,20 @@ def test_report_arithmetic() -> None:
     # A patience of 50 lets the same run reach the 1.0 at its 42nd evaluation, within 100 trials.
     budgets = replay_lib.summarise([flat], 1.0)["reach_2pct_budgets"]
     assert budgets["64/32"] == 0.0 and budgets["100/50"] == 1.0 and budgets["200/100"] == 1.0
+
+
+def test_an_out_that_cannot_take_the_report_is_refused_before_any_replay(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from scripts import bench_search_replay
+
+    _write_cache(tmp_path / "tiny.json.gz")
+    space = f"tiny={tmp_path / 'tiny.json.gz'}"
+    assert bench_search_replay.main([space, "--out", str(tmp_path)]) == 2
+    assert "is a folder" in capsys.readouterr().err
+    (tmp_path / "report.json").write_text("{not json")
+    assert bench_search_replay.main([space, "--merge", "--out", str(tmp_path / "report.json")]) == 2
+    assert "not a replay report" in capsys.readouterr().err
