@@ -28,6 +28,7 @@ from autotune.core.problem import Problem
 from autotune.core.space import Config, Param, Space
 from autotune.measure.worker.client import Worker
 from autotune.ops import gemv, source_hash
+from autotune.tune.search import SAMPLERS as PRODUCT_SAMPLERS
 from autotune.tune.search import Budget, Measurer, Study
 
 BENCH_CHOICES = {
@@ -42,7 +43,7 @@ BENCH_CHOICES = {
     "persist": (0, 2),
 }
 SHAPES = [(4096, 8192), (1024, 1024), (256, 131072)]
-SAMPLERS = ("tpe", "random", "grid")
+SAMPLERS = ("tpe", "random", "grid")  # by default; --samplers takes any of the product's
 MAX_TRIALS, MAX_SECONDS = 400, 60.0
 
 
@@ -113,7 +114,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("results"))
     parser.add_argument("--only", type=int, nargs="+", default=list(range(len(SHAPES))), help="indices into SHAPES")
-    parser.add_argument("--samplers", nargs="+", default=list(SAMPLERS), choices=SAMPLERS)
+    parser.add_argument("--samplers", nargs="+", default=list(SAMPLERS), choices=PRODUCT_SAMPLERS)
     parser.add_argument("--merge", type=Path, help="an earlier report whose other rows (shape, sampler) are kept")
     parser.add_argument(
         "--optimum-from",
