@@ -195,10 +195,10 @@ sm__warps_active.avg.pct_of_peak_sustained_active python3 scripts/profile_vs_cub
     retime-shipped)
       # The shipped GEMV and GEMM records' best configs timed again through this tree's worker
       # (scripts/retime_shipped.py). OLD_TREE=old.tar (git archive REV autotune kernels) times them
-      # through that tree's worker too, then this one's again, and compares: a worker change alone.
+      # through that tree's worker first, then this one's, and compares: a worker change alone.
       step retime-shipped
       if [ -n "${OLD_TREE:-}" ]; then
-        mkdir -p /tmp/old-tree && tar -xf "$OLD_TREE" -C /tmp/old-tree
+        rm -rf /tmp/old-tree && mkdir -p /tmp/old-tree && tar -xf "$OLD_TREE" -C /tmp/old-tree
         PYTHONPATH=/tmp/site:/tmp/old-tree python3 scripts/retime_shipped.py --out "$OUT" --label old ${RETIME_SHIPPED_ARGS:-} | tail -1
       fi
       python3 scripts/retime_shipped.py --out "$OUT" --label new ${RETIME_SHIPPED_ARGS:-} | tail -1
@@ -268,9 +268,11 @@ sm__warps_active.avg.pct_of_peak_sustained_active python3 scripts/profile_vs_cub
       # gemlite's autotuned configs start from results/gemlite_configs_<gpu>.json and come back in
       # $OUT with this run's added (its most thorough autotune takes minutes a shape): commit them.
       step bench-int4
-      configs=gemlite_configs_$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr 'A-Z ' 'a-z-').json
-      [ -f "results/$configs" ] && cp "results/$configs" "$OUT/$configs"
-      [ -f "results/lowbit_${configs#gemlite_configs_}" ] && cp -n "results/lowbit_${configs#gemlite_configs_}" "$OUT/"
+      gpu=$(python3 -c "from autotune.core.fingerprint import slugify; import sys; print(slugify(sys.argv[1]))" \
+        "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)")
+      [ -f "results/gemlite_configs_$gpu.json" ] && cp "results/gemlite_configs_$gpu.json" "$OUT/"
+      [ -f "results/lowbit_$gpu.json" ] && [ ! -f "$OUT/lowbit_$gpu.json" ] && cp "results/lowbit_$gpu.json" "$OUT/"
+      configs=gemlite_configs_$gpu.json
       AUTOTUNE_DB="$DB" python3 scripts/bench_lowbit.py --out "$OUT" --gemlite-configs "$OUT/$configs" ${BENCH_INT4_ARGS:-} 2>&1 | grep -v '^{' | tee "$OUT/bench-int4.log" | tail -16 ;;
     ncu-int4)
       # Nsight Compute on the int4 GEMV of 28672x4096 (M = 1, g128, float16) as autotune.linear runs it.

@@ -133,6 +133,8 @@ def setup_gemlite(mode: str, configs: Path | None = None) -> tuple[Any, dict[str
     gemlite.set_autotune(mode, use_cuda_graph=mode == "max")
     info = {"mode": mode, "version": gemlite.__version__, "cuda_graph_autotune": mode == "max", "per_m": True}
     if configs is not None:
+        if mode != "max":  # the file says nothing of its mode: it holds the most thorough autotune's only
+            raise AutotuneError(f"--gemlite-configs keeps gemlite's max-mode configs only, not {mode}'s")
         info["configs"] = configs.name
         if configs.exists() and not gemlite.load_config(str(configs)):
             raise AutotuneError(f"{configs}: not a gemlite config file")

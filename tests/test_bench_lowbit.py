@@ -177,10 +177,27 @@ def test_gemlite_configs_are_loaded_and_each_shape_is_told_apart(
         __version__="0.6.0.post2",
     )
     configs = tmp_path / "gemlite.json"
-    configs.write_text(json.dumps({"GEMV_REVSPLITK": {"(1, 6144, 4096, 128, 8, 0, 0)": {"BLOCK_SIZE_N": 64}}}))
+    configs.write_text(json.dumps({"GEMV_REVSPLITK": {"(1, 6144, 4096, 128, 8, 0)": {"BLOCK_SIZE_N": 64}}}))
     monkeypatch.setitem(sys.modules, "gemlite", fake)
     gemlite, info = runs.setup_gemlite("max", configs)
     assert loaded == [str(configs)] and info["configs"] == "gemlite.json" and info["mode"] == "max"
     assert runs.gemlite_holds(gemlite, 1, 6144, 4096, 128)
     assert not runs.gemlite_holds(gemlite, 4, 6144, 4096, 128)
     assert not runs.gemlite_holds(gemlite, 1, 6144, 40960, 128)
+
+
+def test_gemlite_configs_are_kept_for_its_most_thorough_mode_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from types import SimpleNamespace
+
+    runs = importlib.import_module("lowbit_runs")
+    fake = SimpleNamespace(
+        reset_config=lambda: None,
+        set_autotune_setting=lambda f: None,
+        set_autotune=lambda mode, use_cuda_graph: None,
+        __version__="0.6.0.post2",
+    )
+    monkeypatch.setitem(sys.modules, "gemlite", fake)
+    with pytest.raises(runs.AutotuneError, match="max-mode configs only"):
+        runs.setup_gemlite("fast", tmp_path / "gemlite.json")

@@ -83,3 +83,23 @@ def test_before_enough_results_the_first_asked_goes_first() -> None:
     study._results = study._results[: ranking.RANK_AFTER - 1]
     pending = _pending(study, [{"a": 4, "b": 1}, {"a": 1, "b": 3}])
     assert study._next(pending)[1] == {"a": 4, "b": 1}
+
+
+def test_a_stored_config_the_space_no_longer_has_is_not_learned_from() -> None:
+    from autotune.core.outcome import Outcome, Status
+
+    study = Study(SPACE, FakeMeasurer(), InstantPool(), sampler="tpe-ranked", seed=3)  # type: ignore[arg-type]
+    study.add_history(
+        [({"a": 1}, Outcome(Status.OK, time_us=1.0)), ({"a": 2, "b": 1}, Outcome(Status.OK, time_us=2.0))]
+    )
+    assert study._results == [({"a": 2, "b": 1}, 2.0)]
+
+
+def test_a_candidate_still_compiling_is_not_counted_as_passed_over() -> None:
+    study = _ranked_study()
+    compiling = _pending(study, [{"a": 1, "b": 3}], done=False)
+    pending = compiling.copy()
+    for _ in range(ranking.DROP_AFTER + 2):
+        pending.extend(_pending(study, [{"a": 4, "b": 1}]))
+        assert study._next(pending)[1] == {"a": 4, "b": 1}
+    assert list(pending) == list(compiling) and study.result.dropped == 0

@@ -124,11 +124,9 @@ def test_report_arithmetic() -> None:
 
 
 def test_an_out_that_cannot_take_the_report_is_refused_before_any_replay(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "scripts"))
     from scripts import bench_search_replay
 
     _write_cache(tmp_path / "tiny.json.gz")

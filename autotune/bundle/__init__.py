@@ -240,11 +240,12 @@ def build(gpu: str | None, op_names: Sequence[str] = (), db: str | None = None) 
             reason = "no correct measurement of the current kernel source that its space still allows"
             _skip(bundle, problem, reason)
             continue
-        if ops.for_problem(problem).launch(problem, choice.config, target.sm_count).cluster_dims is not None:
-            # The header's launches carry no attributes: its clusters are those compiled in.
-            _skip(bundle, problem, "its kernel takes its thread-block clusters at launch, which a bundle cannot give")
-            continue
-        with targeting(target.compute_capability):
+        with targeting(target.compute_capability):  # the target's families, not this machine's
+            if ops.for_problem(problem).launch(problem, choice.config, target.sm_count).cluster_dims is not None:
+                # The header's launches carry no attributes: its clusters are those compiled in.
+                reason = "its kernel takes its thread-block clusters at launch, which a bundle cannot give"
+                _skip(bundle, problem, reason)
+                continue
             job = ops.compile_job(problem, choice.config, target.arch)
             try:
                 image, kind = _kernel_image(job)

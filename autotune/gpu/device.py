@@ -182,12 +182,11 @@ class Device:
         from fresh, zeroed buffers: the tuning worker does this for each problem it sets up, as a
         kernel under test may leave its counters dirty. Not for a stream a graph captured from."""
         with self._lock:
-            scratch = self._streams.pop(stream, None)
-            if scratch is None:
+            if stream not in self._streams:
                 return
             with driver.in_context(self.context):
                 driver.stream_synchronize(stream)
-                for pointer in scratch.allocated:
+                for pointer in self._streams.pop(stream).allocated:
                     driver.mem_free(pointer)
 
     def reserve(self, geom: Launch, captures: int = 1) -> None:

@@ -2,10 +2,10 @@
 
 A sweep keeps as many proposals pending as the compile pool has workers, and most of them were asked
 for knowing little of the latest results. Measured in the order asked, every one costs a measurement;
-ranked, the one the model predicts fastest goes first and a candidate passed over `DROP_AFTER` times is
-dropped (its compile wasted, not its measurement). Replayed on public brute-forced spaces (docs/findings.md,
-"Search on spaces never seen") this took the measurements to 2% of the optimum from 129 to 82 on CLBlast's
-GEMM and from 118 to 80.5 on a convolution, with 16 pending.
+ranked, the compiled one the model predicts fastest goes first, and a compiled candidate passed over more
+than `DROP_AFTER` times is dropped (its compile wasted, not a measurement). Replayed on public
+brute-forced spaces (docs/findings.md, "Search on spaces never seen"), with 16 pending, this took the
+measurements to 2% of the optimum from 129 to 82.5 on CLBlast's GEMM and from 118 to 93 on a convolution.
 
 The model: each parameter's value adds one effect to the mean log time (fitted by three rounds of
 backfitting over the results, a value never measured adds nothing); a failed config counts as

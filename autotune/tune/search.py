@@ -130,11 +130,11 @@ class Study:
             self._known[config_key(config)] = outcome
             if outcome.status is Status.INVALID:
                 continue  # never measured: costs no budget
-            self._results.append((dict(config), outcome.time_us if outcome.ok else None))
             self.result.reused += 1
             self._count(outcome)
             self._improve(config, outcome)
-            if self.space.check(config) is None:
+            if self.space.check(config) is None:  # a config of the space as it is now (not one it lost)
+                self._results.append((dict(config), outcome.time_us if outcome.ok else None))
                 self._study.add_trial(
                     optuna.trial.create_trial(
                         params=dict(config),
@@ -226,7 +226,7 @@ class Study:
         ready = [entry for entry in pending if entry[2].done()]
         chosen = min(ready, key=lambda entry: model.predict(entry[1]))
         pending.remove(chosen)
-        for entry in list(pending):
+        for entry in [e for e in pending if e[2].done()]:  # one still compiling was not passed over
             number = entry[0].number
             self._passed_over[number] = self._passed_over.get(number, 0) + 1
             if self._passed_over[number] > ranking.DROP_AFTER:
