@@ -148,38 +148,3 @@ def test_clusters_given_at_launch_join_the_programmatic_attribute(
     assert ids == [driver.ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, driver.ATTRIBUTE_CLUSTER_DIMENSION]
     dims = ctypes.string_at(ctypes.addressof(plan.config.attrs[1]) + driver.LaunchAttribute.value.offset, 12)
     assert [int.from_bytes(dims[i : i + 4], "little") for i in (0, 4, 8)] == [1, geom.grid[1], 1]
-
-
-def test_each_problem_set_up_starts_from_fresh_zeroed_scratch(
-    worker_device: FakeCuda, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The worker's Device outlives its problems; its split-K scratch must not: a failed candidate may
-    leave the counters dirty. Setting up a problem frees the stream's scratch after the stream's work
-    is done, and the next launch allocates and zeroes new buffers."""
-    freed: list[int] = []
-    monkeypatch.setattr(driver, "mem_free", freed.append)
-    monkeypatch.setattr(driver, "stream_synchronize", lambda s: worker_device.events.append(("sync", s)))
-    device = runner_module.launch_device(0)
-    geom = gemv.OP.launch(PROBLEM, SPLIT_K, 132)
-    assert geom.workspace_floats and geom.counters
-    first = device.scratch(geom, 0, None)
-    used = [first.workspace, first.counters]
-    device.release_scratch(0)
-    assert sorted(freed) == sorted(used) and worker_device.events[-1] == ("sync", 0)
-    worker_device.events.clear()
-    again = device.scratch(geom, 0, None)
-    assert {again.workspace, again.counters}.isdisjoint(used)
-    assert [kind for kind, _ in worker_device.events].count("memset") == 2
-    device.release_scratch(1)  # a stream with no scratch: nothing to do
-    assert len(freed) == 2
-
-    class Runner:  # the server's setup, as far as scratch goes
-        def __init__(self, *args: Any) -> None:
-            self.copies = 1
-
-    monkeypatch.setattr(runner_module, "Runner", Runner)
-    state = server._State(0)
-    monkeypatch.setattr(state, "support", lambda: Path("support.cubin"))
-    monkeypatch.setattr(state, "gpu", lambda: H200)
-    state.setup(PROBLEM, seed=1)
-    assert sorted(freed[2:]) == sorted([again.workspace, again.counters])

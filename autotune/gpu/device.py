@@ -61,7 +61,6 @@ class StreamScratch:
     map_slab: int = 0
     map_slots_used: int = 0  # slots of the slab handed out so far (a slot pinned by a graph is never reused)
     owners: list[Any] = field(default_factory=list)  # caller-allocated memory kept alive
-    allocated: list[int] = field(default_factory=list)  # what the driver allocated for it (release_scratch)
 
 
 class Device:
@@ -177,18 +176,6 @@ class Device:
                     self._grow(scratch, geom, stream, None)
             return scratch
 
-    def release_scratch(self, stream: int) -> None:
-        """Free `stream`'s scratch once its queued work is done, so that the next launch on it starts
-        from fresh, zeroed buffers: the tuning worker does this for each problem it sets up, as a
-        kernel under test may leave its counters dirty. Not for a stream a graph captured from."""
-        with self._lock:
-            if stream not in self._streams:
-                return
-            with driver.in_context(self.context):
-                driver.stream_synchronize(stream)
-                for pointer in self._streams.pop(stream).allocated:
-                    driver.mem_free(pointer)
-
     def reserve(self, geom: Launch, captures: int = 1) -> None:
         """Set aside zeroed scratch for `geom` for launches captured later (autotune.warmup)."""
         with self._lock, driver.in_context(self.context):
@@ -236,7 +223,6 @@ class Device:
             scratch.owners.append(owner)
         else:
             pointer = driver.mem_alloc(words * 4)
-            scratch.allocated.append(pointer)
         driver.memset_d32_async(pointer, 0, words, stream)
         return pointer
 
@@ -265,7 +251,6 @@ class Device:
             with driver.in_context(self.context):
                 if not scratch.map_slab:
                     scratch.map_slab = driver.mem_alloc(self.MAP_SLOTS * maps.nbytes)
-                    scratch.allocated.append(scratch.map_slab)
                 if scratch.map_slots_used < self.MAP_SLOTS:
                     slot = scratch.map_slab + scratch.map_slots_used * maps.nbytes
                     scratch.map_slots_used += 1

@@ -50,7 +50,7 @@ class _State:
         return self._support
 
     def setup(self, problem: Problem, seed: int, fresh_memory: bool = False) -> dict[str, Any]:
-        from autotune.measure.worker.runner import Runner, launch_device
+        from autotune.measure.worker.runner import Runner
 
         if not fresh_memory:
             self.runner = None  # free the previous problem's buffers first
@@ -58,9 +58,6 @@ class _State:
         # cannot reuse their memory: a confirmation measures on other memory (autotune/tune/confirm.py).
         start = time.perf_counter()
         support, gpu = self.support(), self.gpu()  # these also create the kernel cache and timer
-        # Fresh, zeroed split-K scratch for each problem, as its buffers are: a failed candidate may
-        # have left the counters dirty, and scratch grown for an earlier problem would sit elsewhere.
-        launch_device(self.device).release_scratch(0)
         self.runner = Runner(self._kernels, self._timer, support, problem, gpu, seed, self.device)
         return {"copies": self.runner.copies, "seconds": time.perf_counter() - start}
 
