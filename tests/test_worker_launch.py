@@ -148,3 +148,52 @@ def test_clusters_given_at_launch_join_the_programmatic_attribute(
     assert ids == [driver.ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, driver.ATTRIBUTE_CLUSTER_DIMENSION]
     dims = ctypes.string_at(ctypes.addressof(plan.config.attrs[1]) + driver.LaunchAttribute.value.offset, 12)
     assert [int.from_bytes(dims[i : i + 4], "little") for i in (0, 4, 8)] == [1, geom.grid[1], 1]
+
+
+def test_each_problem_starts_on_fresh_scratch(
+    worker_device: FakeCuda,
+    pycuda: FakePycuda,  # noqa: F811
+    compiled: list[str],  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A problem's setup frees the scratch earlier problems' candidates used (after the stream drains),
+    so the next candidate's launch zeroes new buffers: what the launch path's first call sees."""
+    freed: list[int] = []
+    monkeypatch.setattr(driver, "mem_free", freed.append)
+    monkeypatch.setattr(driver, "stream_synchronize", lambda stream: worker_device.events.append(("sync", stream)))
+    cubin = tmp_path / "candidate.cubin"
+    cubin.write_bytes(b"\x7fELF candidate")
+    runner = Runner(FakeKernels(), CallingTimer(lambda: runner.copies), SUPPORT, PROBLEM, H200, seed=3)  # type: ignore[arg-type]
+    runner.measure(cubin, "gemv_candidate", SPLIT_K)
+    first = worker_device.launches[-1].args[-2:]
+    device = runner_module.launch_device(0)
+
+    device.release_scratch(0)
+
+    assert sorted(freed) == sorted(first) and worker_device.events[-1] == ("sync", 0)
+    runner.measure(cubin, "gemv_candidate", SPLIT_K)
+    assert worker_device.launches[-1].args[-2:] != first  # new buffers, zeroed again before use
+    assert [event for event in worker_device.events if event[0] == "memset"][-1][1] == (0, False)
+    device.release_scratch(7)  # a stream that never launched: nothing to free
+    assert len(freed) == 2
+
+
+def test_the_worker_frees_scratch_before_each_problem(monkeypatch: pytest.MonkeyPatch) -> None:
+    released: list[tuple[int, int]] = []
+
+    class FakeDevice:
+        def __init__(self, index: int) -> None:
+            self.index = index
+
+        def release_scratch(self, stream: int) -> None:
+            released.append((self.index, stream))
+
+    monkeypatch.setattr(runner_module, "launch_device", FakeDevice)
+    monkeypatch.setattr(runner_module, "Runner", lambda *args: type("R", (), {"copies": 1})())
+    state = server._State(1)
+    monkeypatch.setattr(state, "support", lambda: SUPPORT)
+    monkeypatch.setattr(state, "gpu", lambda: H200)
+    state.setup(PROBLEM, seed=3)
+    state.setup(PROBLEM, seed=4)
+    assert released == [(1, 0), (1, 0)]

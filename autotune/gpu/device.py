@@ -61,6 +61,7 @@ class StreamScratch:
     map_slab: int = 0
     map_slots_used: int = 0  # slots of the slab handed out so far (a slot pinned by a graph is never reused)
     owners: list[Any] = field(default_factory=list)  # caller-allocated memory kept alive
+    allocated: list[int] = field(default_factory=list)  # driver allocations, replaced ones included
 
 
 class Device:
@@ -176,6 +177,20 @@ class Device:
                     self._grow(scratch, geom, stream, None)
             return scratch
 
+    def release_scratch(self, stream: int) -> None:
+        """Free `stream`'s split-K buffers and tensor maps once its queued work is done; its next launch
+        allocates fresh, zeroed ones. The worker calls it between problems, so that no candidate's
+        leftovers (a dirty counter, a grown buffer) reach the next problem. Never for a stream whose
+        launches a CUDA graph holds: the graph keeps the addresses."""
+        with self._lock:
+            scratch = self._streams.pop(stream, None)
+            if scratch is None:
+                return
+            with driver.in_context(self.context):
+                driver.stream_synchronize(stream)
+                for pointer in scratch.allocated:
+                    driver.mem_free(pointer)
+
     def reserve(self, geom: Launch, captures: int = 1) -> None:
         """Set aside zeroed scratch for `geom` for launches captured later (autotune.warmup)."""
         with self._lock, driver.in_context(self.context):
@@ -223,6 +238,7 @@ class Device:
             scratch.owners.append(owner)
         else:
             pointer = driver.mem_alloc(words * 4)
+            scratch.allocated.append(pointer)
         driver.memset_d32_async(pointer, 0, words, stream)
         return pointer
 
@@ -251,6 +267,7 @@ class Device:
             with driver.in_context(self.context):
                 if not scratch.map_slab:
                     scratch.map_slab = driver.mem_alloc(self.MAP_SLOTS * maps.nbytes)
+                    scratch.allocated.append(scratch.map_slab)
                 if scratch.map_slots_used < self.MAP_SLOTS:
                     slot = scratch.map_slab + scratch.map_slots_used * maps.nbytes
                     scratch.map_slots_used += 1

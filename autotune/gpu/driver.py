@@ -90,6 +90,7 @@ _SIGNATURES: dict[str, list[Any]] = {
     "cuFuncSetAttribute": [_P, ctypes.c_int, ctypes.c_int],
     "cuLaunchKernelEx": [ctypes.POINTER(LaunchConfig), _P, ctypes.POINTER(_P), _P],
     "cuMemAlloc_v2": [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t],
+    "cuMemFree_v2": [ctypes.c_uint64],
     "cuMemsetD32Async": [ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t, _P],
     "cuStreamSynchronize": [_P],
     "cuMemcpyHtoDAsync_v2": [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t, _P],
@@ -293,6 +294,10 @@ def mem_alloc(nbytes: int) -> int:
     pointer = ctypes.c_uint64()
     check(lib().cuMemAlloc_v2(ctypes.byref(pointer), nbytes), f"allocating {nbytes} bytes")
     return pointer.value
+
+
+def mem_free(pointer: int) -> None:
+    check(lib().cuMemFree_v2(pointer), "cuMemFree")
 
 
 def memset_d32_async(pointer: int, value: int, count: int, stream: int) -> None:

@@ -58,6 +58,12 @@ class _State:
         # cannot reuse their memory: a confirmation measures on other memory (autotune/tune/confirm.py).
         start = time.perf_counter()
         support, gpu = self.support(), self.gpu()  # these also create the kernel cache and timer
+        # Each problem's candidates get fresh split-K scratch and tensor maps, as a caller's first
+        # call does: nothing an earlier problem's candidate left behind (a dirty counter, a buffer
+        # grown for another shape) reaches this one's timings.
+        from autotune.measure.worker.runner import launch_device
+
+        launch_device(self.device).release_scratch(0)
         self.runner = Runner(self._kernels, self._timer, support, problem, gpu, seed, self.device)
         return {"copies": self.runner.copies, "seconds": time.perf_counter() - start}
 
