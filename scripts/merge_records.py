@@ -14,11 +14,13 @@ named after the GPU (its slug, as `autotune export` names them):
 Problems the shipped files hold already keep their rows, except with --replace-stale: after a kernel
 edit, a `sweep --stale` run re-tunes the problems whose family's source changed, and its rows replace
 the shipped rows of each problem that none of them measured with the export's kernel source (the
-other problems' rows, already current, are left alone). --only-finished LOG keeps
+other problems' rows, already current, are left alone). With --faster, a longer sweep of problems
+shipped already adds its trials of a problem where its best, measured with the same kernel source as
+the shipped rows, beats the shipped best (the rows already there stay). --only-finished LOG keeps
 only the problems the sweep log reports finished ("best ... after"), for a run cut short mid-problem.
 Every file is checked by parsing it back before it is written; nothing is written on --dry-run.
 
-    python scripts/merge_records.py EXPORT.jsonl [--only-finished sweep.log] [--replace-stale] [--dry-run]
+    python scripts/merge_records.py EXPORT.jsonl [--only-finished sweep.log] [--replace-stale] [--faster] [--dry-run]
 
 Then: scripts/build_selection_table.py, scripts/build_shipped_kernels.py, scripts/docs_results.py.
 """
@@ -85,6 +87,7 @@ def read_lines(path: Path) -> list[dict[str, Any]]:
 class Merged:
     added: Counter[str] = field(default_factory=Counter)  # trials added per file
     replaced: Counter[str] = field(default_factory=Counter)  # stale trials taken out per file
+    faster: list[str] = field(default_factory=list)  # shipped problems a faster trial was added to
 
 
 def merge(
@@ -93,10 +96,12 @@ def merge(
     *,
     only: set[ProblemKey] | None = None,
     replace_stale: bool = False,
+    faster: bool = False,
     write: bool = True,
 ) -> Merged:
-    """Add the export's new problems to the GPU's shipped files, and with `replace_stale` put its rows
-    in place of a shipped problem's rows of another kernel source."""
+    """Add the export's new problems to the GPU's shipped files, with `replace_stale` put its rows in
+    place of a shipped problem's rows of another kernel source, and with `faster` add its rows of a
+    shipped problem whose best they beat on the same kernel source."""
     lines = read_lines(export)
     if not lines or lines[0].get("kind") != "gpu":
         raise AutotuneError(f"{export}: expected a GPU line first")
@@ -123,12 +128,18 @@ def merge(
                 shipped.discard((suffix, key))
                 merged.replaced[files[suffix].name] += len(rows)
     added = merged.added
+    improved = _faster_problems(trials, contents, shipped, only) if faster else set()
     for trial in trials:
         key, suffix = problem_key(trial), file_suffix(trial)
+        if (suffix, key) in improved and trial not in contents[suffix]:
+            contents[suffix].append(trial)
+            added[files[suffix].name] += 1
+            continue
         if (suffix, key) in shipped or (only is not None and key not in only):
             continue
         contents[suffix].append(trial)
         added[files[suffix].name] += 1
+    merged.faster.extend(sorted(f"{files[suffix].name}: {' '.join(map(str, key))}" for suffix, key in improved))
     changed = [suffix for suffix, path in files.items() if added[path.name] or merged.replaced[path.name]]
     for suffix in changed:  # every file checked before any is written: a bad line changes none
         text = "".join(json.dumps(line, sort_keys=True, allow_nan=False) + "\n" for line in contents[suffix])
@@ -137,6 +148,30 @@ def merge(
         for suffix in changed:
             write_lines(files[suffix], contents[suffix])
     return merged
+
+
+def _faster_problems(
+    trials: list[dict[str, Any]],
+    contents: dict[str, list[dict[str, Any]]],
+    shipped: set[tuple[str, ProblemKey]],
+    only: set[ProblemKey] | None,
+) -> set[tuple[str, ProblemKey]]:
+    """The shipped problems whose export rows beat the shipped best measured with the same kernel source
+    (a faster time of another source says nothing of what the shipped kernels run)."""
+    best: dict[tuple[str, ProblemKey, str], float] = {}  # (file, problem, source) -> least time shipped
+    for suffix, lines in contents.items():
+        for t in lines[1:]:
+            if t.get("kind") == "trial" and t.get("time_us") is not None:
+                slot = (suffix, problem_key(t), t["source_hash"])
+                best[slot] = min(best.get(slot, float("inf")), t["time_us"])
+    improved = set()
+    for t in trials:
+        key, suffix = problem_key(t), file_suffix(t)
+        if (suffix, key) not in shipped or (only is not None and key not in only) or t.get("time_us") is None:
+            continue
+        if t["time_us"] < best.get((suffix, key, t["source_hash"]), 0.0):
+            improved.add((suffix, key))
+    return improved
 
 
 def main(argv: Iterable[str] | None = None) -> int:
@@ -156,19 +191,33 @@ def main(argv: Iterable[str] | None = None) -> int:
         action="store_true",
         help="replace a shipped problem's rows where the export measured it with another kernel source",
     )
+    parser.add_argument(
+        "--faster",
+        action="store_true",
+        help="add the export's rows of a shipped problem whose best they beat (same kernel source)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="say what would be added, write nothing")
     args = parser.parse_args(list(argv) if argv is not None else None)
     try:
         only = None
         if args.only_finished:
             only = set().union(*(finished_problems(log.read_text()) for log in args.only_finished))
-        merged = merge(args.export, args.records, only=only, replace_stale=args.replace_stale, write=not args.dry_run)
+        merged = merge(
+            args.export,
+            args.records,
+            only=only,
+            replace_stale=args.replace_stale,
+            faster=args.faster,
+            write=not args.dry_run,
+        )
     except (AutotuneError, OSError, ValueError, KeyError) as exc:
         print(f"merge_records: {exc}", file=sys.stderr)
         return 1
     would = "would be " if args.dry_run else ""
     for name, count in sorted(merged.replaced.items()):
         print(f"{name}: {count} stale trials {would}replaced")
+    for problem in merged.faster:
+        print(f"{problem}: faster than the shipped best")
     for name, count in sorted(merged.added.items()):
         print(f"{name}: {count} trials {would}added")
     if not merged.added:

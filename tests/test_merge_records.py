@@ -115,3 +115,18 @@ def test_int4_variants_of_one_shape_are_two_problems_in_their_own_file(tmp_path:
     assert dict(merge_records.merge(export, records).added) == {"nvidia-h200-qgemm.jsonl": 1}
     shipped = [json.loads(raw) for raw in (records / "nvidia-h200-qgemm.jsonl").read_text().splitlines()[1:]]
     assert [(t["variant"], t["time_us"]) for t in shipped] == [("g128", g128["time_us"]), ("g128a", g128a["time_us"])]
+
+
+def test_a_faster_trial_of_the_same_source_joins_a_shipped_problem(run: dict[str, Any]) -> None:
+    gpu, gemv = json.loads(run["export"].read_text().splitlines()[0]), run["gemv"]
+    slower = {**gemv, "time_us": gemv["time_us"] * 2}
+    other_source = {**gemv, "time_us": 0.1, "source_hash": "0123456789abcdef"}
+    faster = {**gemv, "time_us": gemv["time_us"] / 2}
+    _write(run["export"], [gpu, slower, other_source])
+    merged = merge_records.merge(run["export"], run["records"], faster=True)
+    assert dict(merged.added) == {} and merged.faster == []  # slower, or another kernel source: nothing
+    _write(run["export"], [gpu, slower, faster, gemv])
+    merged = merge_records.merge(run["export"], run["records"], faster=True)
+    assert dict(merged.added) == {"nvidia-h200.jsonl": 2} and len(merged.faster) == 1
+    lines = [json.loads(raw) for raw in (run["records"] / "nvidia-h200.jsonl").read_text().splitlines()]
+    assert lines == [gpu, gemv, slower, faster]  # the export's rows of it, the shipped row once
