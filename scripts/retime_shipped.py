@@ -9,7 +9,8 @@ tuned (scripts/gpu_steps.sh retime-shipped with OLD_TREE does this):
 
     python scripts/retime_shipped.py --out $OUT --label new
     PYTHONPATH=/tmp/old python scripts/retime_shipped.py --out $OUT --label old
-    python scripts/retime_shipped.py --compare $OUT/retime_new.json $OUT/retime_old.json
+    python scripts/retime_shipped.py --compare $OUT/retime_new.json $OUT/retime_old.json \
+        [--keep results/retime_nvidia-h200.json]
 """
 
 from __future__ import annotations
@@ -122,7 +123,9 @@ def summarize(rows: list[dict[str, Any]], label: str) -> None:
         print(f"  failed: {r['problem']} {r['config']}: {r['status']}")
 
 
-def compare(first: Path, second: Path) -> None:
+def compare(first: Path, second: Path, keep: Path | None = None) -> None:
+    """Print how the first run's times compare with the second's, problem by problem; with `keep`, write
+    both runs' times and the summary there (results/retime_<gpu>.json, which docs/design.md quotes)."""
     a, b = (json.loads(p.read_text()) for p in (first, second))
     summarize(a["rows"], a["label"])
     summarize(b["rows"], b["label"])
@@ -132,12 +135,31 @@ def compare(first: Path, second: Path) -> None:
     if not ratios:
         print(f"{a['label']} / {b['label']}: no problem timed in both")
         return
+    summary = {
+        "problems": len(pairs),
+        "median": round(statistics.median(ratios), 4),
+        "within_2pct": sum(abs(x - 1) <= WITHIN for x in ratios),
+        "lowest": round(ratios[0], 4),
+        "highest": round(ratios[-1], 4),
+    }
     print(
-        f"{a['label']} / {b['label']} over {len(pairs)} problems: median {statistics.median(ratios):.4f}, "
-        f"{sum(abs(x - 1) <= WITHIN for x in ratios)} within {WITHIN:.0%}, range {ratios[0]:.4f}-{ratios[-1]:.4f}"
+        f"{a['label']} / {b['label']} over {summary['problems']} problems: median {summary['median']:.4f}, "
+        f"{summary['within_2pct']} within {WITHIN:.0%}, range {ratios[0]:.4f}-{ratios[-1]:.4f}"
     )
     for row, ratio in sorted(pairs, key=lambda p: -abs(p[1] - 1))[:8]:
         print(f"  {row['problem']}: {ratio:.4f} ({row['now_us']:.2f} us against {theirs[row['problem']]:.2f})")
+    if keep is not None:
+        rows = [
+            {
+                **{k: row[k] for k in ("problem", "config", "stored_us")},
+                f"{a['label']}_us": row["now_us"],
+                f"{b['label']}_us": theirs[row["problem"]],
+            }
+            for row, _ in pairs
+        ]
+        report = {"gpu": a["gpu"], "first": a["label"], "second": b["label"], "summary": summary, "rows": rows}
+        keep.write_text(json.dumps(report, indent=1) + "\n")
+        print(f"wrote {keep}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,9 +169,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-file", type=int, default=1000, help="problems of each records file, spread evenly")
     parser.add_argument("--deadline", type=float, default=1e9, help="seconds after which no problem starts")
     parser.add_argument("--compare", type=Path, nargs=2, metavar="JSON", help="two earlier runs, nothing timed")
+    parser.add_argument("--keep", type=Path, metavar="JSON", help="with --compare: write both runs and the summary")
     args = parser.parse_args(argv)
     if args.compare:
-        compare(*args.compare)
+        compare(*args.compare, keep=args.keep)
     else:
         retime(args)
     return 0
