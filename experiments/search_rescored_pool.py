@@ -6,12 +6,13 @@ the results so far predicts fastest (k nearest measured configs in the space's i
 mean time; a failed config counts as twice the slowest), and drops a candidate passed over AGE times
 (its compile wasted, its slot asked again); `--model additive` predicts instead from one effect per
 parameter value on log time (main effects, backfitted), `--model blend` from the geometric mean of
-both. Replayed as scripts/bench_search_replay.py replays the product's Study (CPU only), 16 pending,
-tpe-local; prints one row per space (as JSON) and the compiles made per measurement. Findings in
-docs/findings.md ("Search on spaces never seen").
+both, `--model pairwise` from the main effects plus one shrunk effect per pair of parameter values.
+Replayed as scripts/bench_search_replay.py replays the product's Study (CPU only), 16 pending, tpe-local;
+prints one row per space (as JSON) and the compiles made per measurement. Findings in docs/findings.md
+("Search on spaces never seen").
 
     python experiments/search_rescored_pool.py gemm_rtx3090=RTX_3090.json.gz conv_a4000=A4000.json.gz \
-        [--model knn|additive|blend] [--workers 16] [--seeds 50]
+        [--model knn|additive|blend|pairwise] [--workers 16] [--seeds 50]
 """
 
 from __future__ import annotations
@@ -31,7 +32,15 @@ from optuna.trial import TrialState
 from autotune.core.space import Config
 from autotune.tune import search
 
-SETTINGS: dict[str, Any] = {"k": 3, "age": 32, "after": 10, "fail": 2.0, "weighted": False, "model": "knn"}
+SETTINGS: dict[str, Any] = {
+    "k": 3,
+    "age": 32,
+    "after": 10,
+    "fail": 2.0,
+    "weighted": False,
+    "model": "knn",
+    "shrink": 2.0,
+}
 COUNTS = {"dropped": 0, "measured": 0}
 TALLY = Path("/tmp/search_rescored_pool.counts")  # each run's (dropped, measured), from the pool's processes
 
@@ -74,6 +83,8 @@ def coordinates(study: Any, config: Config) -> list[float]:
 def predicted(study: Any, config: Config, results: list[tuple[list[float], float | None]]) -> float:
     if SETTINGS["model"] == "additive":
         return additive(study, config, results)
+    if SETTINGS["model"] == "pairwise":
+        return pairwise(study, config, results)
     if SETTINGS["model"] == "blend":  # the geometric mean of both predictions
         return math.sqrt(additive(study, config, results) * nearest(study, config, results))
     return nearest(study, config, results)
@@ -127,6 +138,51 @@ def _fit(results: list[tuple[list[float], float | None]]) -> tuple[float, list[d
     return mean, effects
 
 
+_PAIRS: dict[tuple[int, int], Any] = {}
+
+
+def pairwise(study: Any, config: Config, results: list[tuple[list[float], float | None]]) -> float:
+    """The additive model plus one effect per pair of parameter values (every pair of parameters), each
+    shrunk toward 0 by `shrink` pseudo-results (a pair seen once moves the prediction little): main
+    effects and interactions backfitted together over the results so far."""
+    key = (id(results), len(results))
+    if key not in _PAIRS:
+        _PAIRS.clear()
+        _PAIRS[key] = _fit_pairwise(results)
+    mean, effects, pairs = _PAIRS[key]
+    here = coordinates(study, config)
+    total = mean + sum(effect.get(value, 0.0) for effect, value in zip(effects, here, strict=True))
+    for (i, j), cells in pairs.items():
+        total += cells.get((here[i], here[j]), 0.0)
+    return math.exp(total)
+
+
+def _fit_pairwise(results: list[tuple[list[float], float | None]]) -> Any:
+    mean, effects = _fit(results)
+    worst = max((v for _, v in results if v is not None), default=1.0)
+    rows = [(point, math.log(v if v is not None else SETTINGS["fail"] * worst)) for point, v in results]
+    dims = len(rows[0][0])
+    shrink = SETTINGS["shrink"]
+    # Only parameters that take more than one value in the results can interact.
+    varied = [d for d in range(dims) if len({p[d] for p, _ in rows}) > 1]
+    pairs: dict[tuple[int, int], dict[tuple[float, float], float]] = {
+        (i, j): {} for a, i in enumerate(varied) for j in varied[a + 1 :]
+    }
+    fitted = [sum(effects[d].get(p[d], 0.0) for d in range(dims)) for p, _ in rows]
+    for _ in range(2):
+        for (i, j), cells in pairs.items():
+            sums: dict[tuple[float, float], list[float]] = {}
+            for (point, y), total in zip(rows, fitted, strict=True):
+                cell = (point[i], point[j])
+                sums.setdefault(cell, []).append(y - mean - (total - cells.get(cell, 0.0)))
+            new = {cell: sum(r) / (len(r) + shrink) for cell, r in sums.items()}
+            fitted = [
+                t - cells.get((p[i], p[j]), 0.0) + new[(p[i], p[j])] for (p, _), t in zip(rows, fitted, strict=True)
+            ]
+            pairs[(i, j)] = new
+    return mean, effects, pairs
+
+
 def install() -> None:
     made = search.Study.__init__
     finish = search.Study._finish
@@ -164,12 +220,18 @@ def main() -> None:
     parser.add_argument("--fail", type=float, default=2.0, help="a failed neighbour counts as this times the slowest")
     parser.add_argument("--weighted", action="store_true", help="neighbours weighted by 1 / (distance + 0.05)")
     parser.add_argument(
-        "--model", choices=["knn", "additive", "blend"], default="knn", help="how a candidate's time is predicted"
+        "--model",
+        choices=["knn", "additive", "blend", "pairwise"],
+        default="knn",
+        help="how a candidate's time is predicted",
     )
+    parser.add_argument("--shrink", type=float, default=2.0, help="pairwise: pseudo-results a pair effect is shrunk by")
     parser.add_argument("--strategy", default="tpe-local")
     parser.add_argument("--workers", type=int, default=16, help="the compile pool: proposals kept pending")
     args = parser.parse_args()
-    SETTINGS.update(k=args.k, age=args.age, fail=args.fail, weighted=args.weighted, model=args.model)
+    SETTINGS.update(
+        k=args.k, age=args.age, fail=args.fail, weighted=args.weighted, model=args.model, shrink=args.shrink
+    )
     install()
     TALLY.unlink(missing_ok=True)
     spaces = {name: Path(path) for name, path in (entry.split("=", 1) for entry in args.spaces)}
