@@ -1,5 +1,6 @@
 """The ranked order of a study's compiled candidates (autotune/tune/ranking.py, sampler tpe-ranked): the
-main-effects model, the pick among compiled candidates only, and candidates dropped after too many passes."""
+main-effects and pair models, the pick among compiled candidates only, and candidates dropped after too
+many passes."""
 
 from __future__ import annotations
 
@@ -34,6 +35,21 @@ def test_the_model_ranks_a_separable_time_and_predicts_configs_never_measured() 
     assert min(every, key=model.predict) == {"a": 1, "b": 3}  # the fastest, never measured
     for config in unseen:
         assert math.isclose(model.predict(config), separable(config), rel_tol=0.05)
+
+
+def test_the_pair_model_sees_an_interaction_the_main_effects_cannot() -> None:
+    def crossed(config: dict[str, int]) -> float:  # fast where a and b are both odd or both even
+        return 1.0 if config["a"] % 2 == config["b"] % 2 else 2.0
+
+    results = [(c, crossed(c)) for c in configs()]
+    pair, main = ranking.PairModel(SPACE, results), ranking.AdditiveModel(SPACE, results)
+    fast = [c for c in configs() if crossed(c) == 1.0]
+    slow = [c for c in configs() if crossed(c) == 2.0]
+    assert max(map(pair.predict, fast)) < min(map(pair.predict, slow))
+    assert max(map(main.predict, fast)) > min(map(main.predict, slow))  # each parameter alone says little
+    # Where the time is separable, the pairs add nothing the main effects did not see.
+    separate = ranking.PairModel(SPACE, [(c, separable(c)) for c in configs()])
+    assert sorted(configs(), key=separate.predict) == sorted(configs(), key=separable)
 
 
 def test_a_failed_config_counts_as_twice_the_slowest() -> None:

@@ -222,7 +222,7 @@ class Study:
             return pending.popleft()
         if not any(future.done() for _, _, future in pending):
             wait([future for _, _, future in pending], return_when=FIRST_COMPLETED)
-        model = ranking.AdditiveModel(self.space, self._results)
+        model = ranking.PairModel(self.space, self._results)
         ready = [entry for entry in pending if entry[2].done()]
         chosen = min(ready, key=lambda entry: model.predict(entry[1]))
         pending.remove(chosen)
