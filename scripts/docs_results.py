@@ -968,8 +968,9 @@ FIGURES = [
     ),
     Figure(
         DOCS / "design.md",
-        r"both workers in one call;\s+`results/retime_nvidia-h200\.json`\) ran at (?P<median>[\d.]+)x the old\s+worker's median, (?P<within>\d+) of "
-        r"(?P<problems>\d+) within 2%, the\s+rest spread both ways \((?P<range>[\d.]+-[\d.]+)\)",
+        r"both workers in one call;\s+`results/retime_nvidia-h200\.json`\) ran at (?P<median>[\d.]+)x the old\s+"
+        r"worker's median, (?P<within>\d+) of (?P<problems>\d+) within 2%, the\s+rest spread both ways "
+        r"\((?P<range>[\d.]+-[\d.]+)\)",
         worker_retime,
         "results/retime_nvidia-h200.json",
     ),
