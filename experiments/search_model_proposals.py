@@ -9,7 +9,7 @@ Replayed as scripts/bench_search_replay.py replays the product's Study, 16 pendi
 pool's additive model ordering what is measured.
 
     python experiments/search_model_proposals.py gemm_rtx3090=RTX_3090.json.gz conv_a4000=A4000.json.gz \
-        [--share 0.5] [--random 256] [--top 3] [--seeds 50]
+        [--share 0.5] [--random 256] [--top 3] [--model additive|pairwise] [--seeds 50]
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class ModelSampler(ValidTPESampler):
             candidates.append(drawn)
         if not candidates:
             return None
-        return min(candidates, key=lambda c: pool.additive(owner, c, results))
+        return min(candidates, key=lambda c: pool.predicted(owner, c, results))
 
 
 def make_sampler(name: str, space: Space, seed: int | None) -> Any:
@@ -79,9 +79,12 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=3, help="leaders whose one-step moves are candidates")
     parser.add_argument("--seeds", type=int, default=50)
     parser.add_argument("--workers", type=int, default=16, help="the compile pool: proposals kept pending")
+    parser.add_argument(
+        "--model", choices=["additive", "pairwise"], default="additive", help="proposes and orders the measurements"
+    )
     args = parser.parse_args()
     SETTINGS.update(share=args.share, random=args.random, top=args.top)
-    pool.SETTINGS.update(model="additive")
+    pool.SETTINGS.update(model=args.model)
     pool.install()
     search.make_sampler = make_sampler  # type: ignore[assignment]
     replay_lib = sys.modules["search_replay"]
