@@ -15,6 +15,7 @@ import argparse
 import json
 import math
 import re
+import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -65,12 +66,14 @@ def _image(stem: str, prefix: str) -> str:
 
 
 def gemv_headline(report: dict[str, Any]) -> str:
-    """One line per dtype: speedup over cuBLAS, and how close the large matrices come to the copy bandwidth."""
+    """One line per dtype: speedup over cuBLAS, how close the large matrices come to the copy bandwidth,
+    and the share of the read floor (`autotune bench`'s floor kernel, in the same run) reached."""
     lines = [
         f"GEMV on one {report['gpu']}, every standard shape against cuBLAS (best of `torch.mv` and `F.linear`):",
         "",
-        "| dtype | shapes | geometric-mean speedup | slowest, fastest | matrices ≥ 64 MB: % of copy bandwidth |",
-        "|---|---:|---:|---:|---:|",
+        "| dtype | shapes | geometric-mean speedup | slowest, fastest | matrices ≥ 64 MB: % of copy bandwidth "
+        "| share of the read floor, lowest (median) |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     rows = report["rows"]
     for dtype in [d for d in BYTES if any(r["dtype"] == d for r in rows)] + ["all"]:
@@ -78,10 +81,12 @@ def gemv_headline(report: dict[str, Any]) -> str:
         speedups = [r["speedup"] for r in mine]
         large = [r["pct_copy"] for r in mine if r["m"] * r["n"] * BYTES[r["dtype"]] >= LARGE]
         copy = f"{min(large):.1f}{DASH}{max(large):.1f}% ({len(large)} shapes)" if large else DASH
+        shares = [r["floor_us"] / r["ours_us"] for r in mine if r.get("floor_us")]
+        floor = f"{100 * min(shares):.0f}% ({100 * statistics.median(shares):.0f}%)" if shares else DASH
         name = "**all**" if dtype == "all" else dtype
         lines.append(
             f"| {name} | {len(mine)} | {_geomean(speedups):.3f} | "
-            f"{min(speedups):.2f}{DASH}{max(speedups):.2f} | {copy} |"
+            f"{min(speedups):.2f}{DASH}{max(speedups):.2f} | {copy} | {floor} |"
         )
     return "\n".join(lines)
 

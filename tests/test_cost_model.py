@@ -124,6 +124,30 @@ def test_a_trial_is_evidence_for_the_config_it_timed_only() -> None:
     assert aligned is not None and aligned.timed_on  # the same config unchanged: timed there
 
 
+def test_an_odd_shape_where_wide_loads_cannot_run_is_no_evidence_against_them() -> None:
+    """The nearest tuned shapes have odd N: only scalar loads ran there, so their leaders beat nothing
+    with 16-byte loads. Counted as slower there, A (vec=8) lost 4096x11008 to the odd shapes' scalar
+    leader although it leads the aligned shapes (float16 4096x11008 on the H200, 31.7 us against 21)."""
+    scalar, other_scalar = {**A, "vec": 1}, {**B, "vec": 1}
+    trials = stored(
+        *((gemv16(m, n), scalar, 1.0) for m, n in [(4095, 12287), (4097, 8191)]),
+        *((gemv16(m, n), other_scalar, 1.05) for m, n in [(4095, 12287), (4097, 8191)]),
+        (gemv16(4096, 8192), A, 1.0),
+        (gemv16(4096, 8192), B, 1.1),
+        (gemv16(4096, 16384), B, 1.0),
+        (gemv16(4096, 16384), A, 1.02),
+    )
+    model = CostModel(trials, SMS)
+    problem = gemv16(4096, 11008)
+    wide, narrow = model.predict(problem, A), model.predict(problem, scalar)
+    assert wide is not None and narrow is not None
+    assert wide.time_us < narrow.time_us and model.rank(problem)[0].config == A
+    assert wide.timed_on == ((4096, 8192), (4096, 16384))
+    # On an odd shape every candidate runs scalar loads: the odd tuned shapes count for all of them.
+    odd = model.predict(gemv16(4095, 10001), scalar)
+    assert odd is not None and (4095, 12287) in odd.timed_on
+
+
 def test_a_grid_that_leaves_most_sms_idle_is_predicted_slower() -> None:
     """3 rows: a block per row runs 3 blocks on 132 SMs; 16 splits of each row give 48."""
     model = CostModel(stored((gemv16(4096, 4096), A, 1.0), (gemv16(8192, 8192), A, 1.0)), SMS)

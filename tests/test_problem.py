@@ -73,7 +73,7 @@ def test_missing_shapes_file(tmp_path: Path) -> None:
 
 def test_standard_shapes_ship_with_the_package() -> None:
     shapes = standard_shapes()
-    assert (4096, 8192) in shapes and (256, 131072) in shapes and len(shapes) == 19
+    assert (4096, 8192) in shapes and (256, 131072) in shapes and (4096, 11008) in shapes and len(shapes) == 20
 
 
 def test_the_llm_gemm_set_is_every_projection_at_every_batch() -> None:

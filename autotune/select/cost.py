@@ -12,7 +12,10 @@ stored trials of one GPU, op, dtype and layout, so that the selector can pick th
   octaves). A tuned shape that holds the config among its stored trials says how it did there; one
   that does not says it was slower than that shape's slowest stored trial (the records keep each
   shape's few fastest), which is what keeps a config that won far away from beating the local
-  leaders.
+  leaders. Except where the config cannot run on a shape that allows fewer load widths (`vec`) than
+  the new one: an odd N's leaders beat only other scalar loads, so 16-byte loads are not taken to be
+  slower there. Counted so, float16 4096x11008 went to a scalar-load config of the odd 4097x8191 and
+  ran at 31.7 us on the H200, where the vec=8 leaders of 4096x8192 are picked now.
 
 A stored trial is evidence for the config it timed only: a neighbour's leader that Space.fit must
 change to run on the new shape (vec=8 to vec=1 on an odd N) is a candidate, but its time with 16-byte
@@ -34,7 +37,7 @@ from typing import Protocol
 from autotune import ops
 from autotune.core.limits import MAX_SM_COUNT
 from autotune.core.problem import Problem
-from autotune.core.space import Config, config_key
+from autotune.core.space import Config, Space, config_key
 from autotune.core.timing_bounds import is_plausible_time_us
 from autotune.vendor.mapping import vendor_config
 
@@ -212,6 +215,8 @@ class CostModel:
         self.sigma, self.absent_margin, self.neighbours = sigma, absent_margin, neighbours
         self._runs_here: dict[Problem, dict[str, dict[Problem, float]]] = {}
         self._candidates: dict[Problem, list[Candidate]] = {}
+        self._spaces: dict[Problem, Space] = {}
+        self._runs_on: dict[Problem, dict[str, bool]] = {}
 
     def nearest(self, problem: Problem) -> list[_Shape]:
         """Tuned shapes from the nearest outwards, the problem's own shape left out."""
@@ -251,16 +256,21 @@ class CostModel:
         if not isinstance(candidate, Candidate):
             candidate = Candidate(dict(candidate), "")
         config = candidate.config
-        stored = self._stored_as(problem).get(config_key(config), {})
-        times, timed_on = [], []
+        key = config_key(config)
+        stored = self._stored_as(problem).get(key, {})
+        times, timed_on, mute = [], [], []
         shapes = self.nearest(problem)
         for shape in shapes:
             there = stored.get(shape.problem)
-            if there is None:
-                there = shape.slowest_us * math.exp(self.absent_margin)
-            else:
+            if there is not None:
                 timed_on.append(shape.problem.shape)
+            else:
+                there = shape.slowest_us * math.exp(self.absent_margin)
+                if self._says_nothing_of(shape.problem, problem, key, config):
+                    mute.append((shape.problem, there))
+                    continue
             times.append((shape.problem, there))
+        times = times or mute  # nothing else to go by: slower than each one's slowest, as any absence
         # The stored configs fill the GPU where they were timed (a tuned leader does); where this one
         # would not fill it on this shape, it can use only its share of the SMs.
         roof = self.roofline.time_us(problem, self.roofline.fill(problem, config))
@@ -301,6 +311,24 @@ class CostModel:
             weighted += weight * math.log(time_us / roofline.time_us(shape))
             total += weight
         return math.exp(weighted / total)
+
+    def _says_nothing_of(self, tuned: Problem, problem: Problem, key: str, config: Mapping[str, int]) -> bool:
+        """Whether a tuned shape that does not hold `config` (its key `key`) is no evidence against it:
+        the shape allows fewer load widths than `problem` (an odd N against an even one) and the config
+        cannot run there. Its leaders were held to narrower loads, so they beat only what was allowed."""
+        runs = self._runs_on.setdefault(tuned, {})
+        if key not in runs:
+            runs[key] = self._space(tuned).check(config) is None
+        return not runs[key] and self._load_widths(tuned) < self._load_widths(problem)
+
+    def _space(self, problem: Problem) -> Space:
+        if problem not in self._spaces:
+            self._spaces[problem] = ops.for_problem(problem).space(problem)
+        return self._spaces[problem]
+
+    def _load_widths(self, problem: Problem) -> frozenset[int]:
+        """The vector widths (`vec`) the problem's space offers: its alignment, as the kernels see it."""
+        return frozenset(self._space(problem).choices().get("vec", ()))
 
     def rank(self, problem: Problem) -> list[Prediction]:
         """Every candidate with its prediction, fastest first (the candidates' order breaks ties)."""
