@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 # Kept equal to autotune.tune.search.SAMPLERS (tests/test_search.py checks), which imports Optuna: the
 # CLI validates --sampler without paying for that import.
-SAMPLERS = ("tpe", "tpe-valid", "tpe-local", "tpe-ranked", "random", "grid")
+SAMPLERS = ("tpe", "tpe-valid", "tpe-local", "tpe-ranked", "tpe-fresh", "random", "grid")
 # A shape whose best has not improved by 1% in this many trials has stopped improving.
 DEFAULT_PATIENCE = 32
 # sweep --retime: a problem whose earlier best, measured again under edited kernels, is at most this

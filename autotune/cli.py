@@ -225,7 +225,7 @@ def sweep(
         int, typer.Option("--patience", min=0, help="stop a shape after N trials without 1% gain (0: never)")
     ] = api.DEFAULT_PATIENCE,
     sampler: Annotated[
-        str, typer.Option("--sampler", help="tpe, tpe-valid, tpe-local, tpe-ranked, random or grid")
+        str, typer.Option("--sampler", help="tpe, tpe-valid, tpe-local, tpe-ranked, tpe-fresh, random or grid")
     ] = "tpe",
     seed: Annotated[int | None, typer.Option("--seed", help="sampler seed")] = None,
     device: Annotated[int, typer.Option("--device", help="GPU index")] = 0,

@@ -36,7 +36,7 @@ DEFAULT_TRIALS, DEFAULT_PATIENCE, DEFAULT_SAMPLER = 64, 32, "tpe"
 # pending, which constant liar sees as running. 16: the cores of the GPU machines our results come from.
 DEFAULT_WORKERS = 16
 # The sweep stops (trials, patience) each report row also scores, besides the default: within a run's cap of 200.
-BUDGETS = ((64, 32), (100, 50), (128, 64), (200, 64), (200, 100))
+BUDGETS = ((64, 32), (64, 64), (80, 40), (100, 50), (100, 100), (128, 64), (150, 75), (200, 64), (200, 100))
 _OBJECTIVES_TO_MINIMISE = ("time",)
 
 
@@ -216,6 +216,7 @@ STRATEGIES: dict[str, Callable[[Replay, int, int, int], list[float | None]]] = {
     "tpe-valid": lambda replay, seed, cap, workers: run_study(replay, seed, cap, "tpe-valid", workers),
     "tpe-local": lambda replay, seed, cap, workers: run_study(replay, seed, cap, "tpe-local", workers),
     "tpe-ranked": lambda replay, seed, cap, workers: run_study(replay, seed, cap, "tpe-ranked", workers),
+    "tpe-fresh": lambda replay, seed, cap, workers: run_study(replay, seed, cap, "tpe-fresh", workers),
     "ga": lambda replay, seed, cap, _: run_ga(replay, seed, cap),
 }
 

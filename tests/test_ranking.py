@@ -1,4 +1,4 @@
-"""The ranked order of a study's compiled candidates (autotune/tune/ranking.py, sampler tpe-ranked): the
+"""The ranked order of a study's compiled candidates (autotune/tune/ranking.py, samplers tpe-ranked and tpe-fresh): the
 main-effects and pair models, the pick among compiled candidates only, and candidates dropped after too
 many passes."""
 
@@ -119,3 +119,25 @@ def test_a_candidate_still_compiling_is_not_counted_as_passed_over() -> None:
         pending.extend(_pending(study, [{"a": 4, "b": 1}]))
         assert study._next(pending)[1] == {"a": 4, "b": 1}
     assert list(pending) == list(compiling) and study.result.dropped == 0
+
+
+def test_a_fresh_study_ranks_only_the_candidates_asked_last_and_drops_the_rest_later() -> None:
+    study = _ranked_study()
+    study._ranked, study._fresh = True, True  # as sampler="tpe-fresh" sets them (its TPE has no constant liar)
+    fastest, slow, middle, slower = {"a": 1, "b": 3}, {"a": 4, "b": 1}, {"a": 2, "b": 2}, {"a": 3, "b": 1}
+    pending = _pending(study, [fastest, slow, slower, middle])
+    assert study._next(pending)[1] == middle  # the best of the FRESH (2) asked last, not the fastest overall
+    assert [entry[1] for entry in pending] == [fastest, slow, slower]
+    newer = {"a": 2, "b": 3}
+    for _ in range(ranking.FRESH_DROP_AFTER - 1):  # the older three are passed over each time, never ranked
+        pending.extend(_pending(study, [newer]))
+        assert study._next(pending)[1] == newer
+    assert study.result.dropped == 0 and [entry[1] for entry in pending] == [fastest, slow, slower]
+    pending.extend(_pending(study, [newer]))
+    assert study._next(pending)[1] == newer
+    assert study.result.dropped == 3 and not pending
+
+
+def test_tpe_fresh_proposes_without_constant_liar() -> None:
+    study = Study(SPACE, FakeMeasurer(), InstantPool(), sampler="tpe-fresh", seed=3)  # type: ignore[arg-type]
+    assert study._fresh and study._ranked and not study._study.sampler._constant_liar  # type: ignore[attr-defined]

@@ -71,7 +71,7 @@ def test_default_study_counts_failures_and_skips_invalid_configs(replay: replay_
     assert result.best_us == min(v for v in measurer.trace if v is not None)
 
 
-@pytest.mark.parametrize("sampler", ["tpe-valid", "tpe-local", "tpe-ranked"])
+@pytest.mark.parametrize("sampler", ["tpe-valid", "tpe-local", "tpe-ranked", "tpe-fresh"])
 def test_valid_samplers_reach_the_optimum_within_the_whole_space(replay: replay_lib.Replay, sampler: str) -> None:
     measurer = replay_lib.ReplayMeasurer(replay)
     study = Study(replay.space, measurer, replay_lib.InstantPool(workers=4), sampler=sampler, seed=7)  # type: ignore[arg-type]
@@ -86,7 +86,7 @@ def test_ga_reaches_the_optimum_within_the_whole_space(replay: replay_lib.Replay
     assert replay_lib.evaluations_to(trace, replay.optimum, 0.0) is not None
 
 
-@pytest.mark.parametrize("sampler", ["tpe-valid", "tpe-local", "tpe-ranked"])
+@pytest.mark.parametrize("sampler", ["tpe-valid", "tpe-local", "tpe-ranked", "tpe-fresh"])
 def test_valid_tpe_proposes_no_invalid_config(replay: replay_lib.Replay, sampler: str) -> None:
     measurer = replay_lib.ReplayMeasurer(replay)
     study = Study(replay.space, measurer, replay_lib.InstantPool(workers=4), sampler=sampler, seed=1)  # type: ignore[arg-type]

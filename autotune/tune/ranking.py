@@ -30,6 +30,15 @@ FAILED_AS = 2.0  # a failed config's time, in multiples of the slowest measured
 _ROUNDS = 3  # backfitting passes of the main effects
 _PAIR_ROUNDS = 2  # backfitting passes of the pair effects, after the main effects
 PAIR_SHRINK = 2.0  # pseudo-results of no effect each pair effect is averaged with
+# "tpe-fresh" ranks only the FRESH compiled candidates asked last. Its TPE proposes without constant liar (the
+# pending trials do not count as bad), so the latest proposal is what a study with one trial pending would
+# measure next: it knows every result so far. With the liar, a ranked study's pending trials are mostly
+# candidates the model passed over, and counting them as bad steered TPE away from where they lie. Replayed
+# with 16 pending (docs/findings.md): see the numbers there.
+FRESH = 2
+# A fresh study passes over its older candidates for good, so they are dropped later: dropped, their slots
+# are asked again all at once, from the same results, and all but the last FRESH of those go stale in turn.
+FRESH_DROP_AFTER = 64
 
 
 class AdditiveModel:

@@ -23,12 +23,13 @@ from autotune.core.outcome import Outcome, Status
 from autotune.core.space import Config, Space, config_key
 from autotune.tune import ranking
 from autotune.tune.grid import ValidGridSampler
-from autotune.tune.valid_tpe import LOCAL_SHARE, ValidTPESampler
+from autotune.tune.valid_tpe import FRESH_LOCAL_SHARE, LOCAL_SHARE, ValidTPESampler
 
-SAMPLERS = ("tpe", "tpe-valid", "tpe-local", "tpe-ranked", "random", "grid")
+SAMPLERS = ("tpe", "tpe-valid", "tpe-local", "tpe-ranked", "tpe-fresh", "random", "grid")
 # Samplers whose study measures, among the compiled candidates, the one predicted fastest first
-# (autotune/tune/ranking.py) instead of the one asked first.
-RANKED = ("tpe-ranked",)
+# (autotune/tune/ranking.py) instead of the one asked first; "tpe-fresh" only among the FRESH most recently
+# asked, from a TPE that proposes knowing the results alone (no constant liar).
+RANKED = ("tpe-ranked", "tpe-fresh")
 QUARANTINE_AFTER = 2  # worker deaths or hangs before a config is never dispatched again
 # A model-based sampler can settle on configs it has already seen (or on invalid ones) and propose
 # nothing new for thousands of asks while most of the space is unexplored. After this many proposals
@@ -87,6 +88,8 @@ def make_sampler(name: str, space: Space, seed: int | None) -> optuna.samplers.B
         return ValidTPESampler(space, seed)
     if name in ("tpe-local", "tpe-ranked"):  # tpe-ranked: the same proposals, measured in ranked order
         return ValidTPESampler(space, seed, local=LOCAL_SHARE)
+    if name == "tpe-fresh":  # pending trials do not count as bad: see ranking.FRESH
+        return ValidTPESampler(space, seed, local=FRESH_LOCAL_SHARE, constant_liar=False)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "grid":
@@ -117,6 +120,7 @@ class Study:
         self._known: dict[str, Outcome] = {}
         self.result = StudyResult()
         self._ranked = sampler in RANKED
+        self._fresh = sampler == "tpe-fresh"
         self._results: list[tuple[Config, float | None]] = []  # what the ranking model learns from
         self._passed_over: dict[int, int] = {}  # a pending trial's number -> times another went first
 
@@ -216,20 +220,22 @@ class Study:
         self, pending: deque[tuple[optuna.trial.Trial, Config, Future[CompileResult]]]
     ) -> tuple[optuna.trial.Trial, Config, Future[CompileResult]]:
         """The pending candidate to measure now: the first asked, or in a ranked study (after
-        RANK_AFTER results) the compiled one the model predicts fastest, dropping those passed over
-        DROP_AFTER times."""
+        RANK_AFTER results) the compiled one the model predicts fastest (for tpe-fresh: of the FRESH
+        compiled ones asked last), dropping those passed over DROP_AFTER times."""
         if not self._ranked or len(self._results) < ranking.RANK_AFTER or len(pending) == 1:
             return pending.popleft()
         if not any(future.done() for _, _, future in pending):
             wait([future for _, _, future in pending], return_when=FIRST_COMPLETED)
         model = ranking.PairModel(self.space, self._results)
-        ready = [entry for entry in pending if entry[2].done()]
+        ready = [entry for entry in pending if entry[2].done()]  # in the order asked
+        if self._fresh:
+            ready = ready[-ranking.FRESH :]
         chosen = min(ready, key=lambda entry: model.predict(entry[1]))
         pending.remove(chosen)
         for entry in [e for e in pending if e[2].done()]:  # one still compiling was not passed over
             number = entry[0].number
             self._passed_over[number] = self._passed_over.get(number, 0) + 1
-            if self._passed_over[number] > ranking.DROP_AFTER:
+            if self._passed_over[number] > (ranking.FRESH_DROP_AFTER if self._fresh else ranking.DROP_AFTER):
                 pending.remove(entry)
                 entry[2].cancel()
                 self._study.tell(entry[0], state=TrialState.FAIL)

@@ -25,14 +25,22 @@ from autotune.core.space import Config, Space, config_key
 
 # TPE's default is 24 candidates; with most of them invalid or taken, more are drawn to leave about as many usable.
 CANDIDATES = 256
-LOCAL_SHARE = 0.3  # of the proposals, for the "tpe-local" sampler
+LOCAL_SHARE = 0.3  # of the proposals, for the "tpe-local" and "tpe-ranked" samplers
+FRESH_LOCAL_SHARE = 0.5  # for "tpe-fresh" (autotune/tune/search.py), where 0.3 took more measurements
 LOCAL_AFTER = 15  # finished trials before the first local move: a best worth climbing from
 _RANDOM_DRAWS = 2000  # uniform draws for a new valid config before giving up (Study's kick then steps in)
 
 
 class ValidTPESampler(TPESampler):
-    def __init__(self, space: Space, seed: int | None = None, candidates: int = CANDIDATES, local: float = 0.0) -> None:
-        super().__init__(seed=seed, multivariate=True, constant_liar=True, n_ei_candidates=candidates)
+    def __init__(
+        self,
+        space: Space,
+        seed: int | None = None,
+        candidates: int = CANDIDATES,
+        local: float = 0.0,
+        constant_liar: bool = True,
+    ) -> None:
+        super().__init__(seed=seed, multivariate=True, constant_liar=constant_liar, n_ei_candidates=candidates)
         self._local = local
         self._space = space
         self._choices = space.choices()
