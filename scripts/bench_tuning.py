@@ -122,6 +122,7 @@ def main() -> int:
         help="take each shape's optimum from this earlier report instead of measuring the brute force again",
     )
     parser.add_argument("--serial-seconds", type=float, default=MAX_SECONDS, help="time limit of a serial search")
+    parser.add_argument("--seed", type=int, default=1, help="the samplers' seed (repeat with others to see the spread)")
     args = parser.parse_args()
     rerun = {(*SHAPES[i], sampler) for i in args.only for sampler in args.samplers}
     earlier = json.loads(args.merge.read_text())["rows"] if args.merge else []
@@ -145,8 +146,8 @@ def main() -> int:
             target = Budget(MAX_TRIALS, MAX_SECONDS, target_us=1.02 * optimum)
             serial_target = Budget(MAX_TRIALS, args.serial_seconds, target_us=1.02 * optimum)
             for sampler in args.samplers:
-                t, trials, best, trace = search(worker, gpu, problem, sampler, target, None, 1)
-                serial, _, serial_best, _ = search(worker, gpu, problem, sampler, serial_target, 1, 1)
+                t, trials, best, trace = search(worker, gpu, problem, sampler, target, None, args.seed)
+                serial, _, serial_best, _ = search(worker, gpu, problem, sampler, serial_target, 1, args.seed)
                 reached = best is not None and best <= 1.02 * optimum
                 serial_reached = serial_best is not None and serial_best <= 1.02 * optimum
                 rows.append(
