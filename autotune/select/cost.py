@@ -217,6 +217,7 @@ class CostModel:
         self._candidates: dict[Problem, list[Candidate]] = {}
         self._spaces: dict[Problem, Space] = {}
         self._runs_on: dict[Problem, dict[str, bool]] = {}
+        self._widths: dict[Problem, frozenset[int]] = {}
 
     def nearest(self, problem: Problem) -> list[_Shape]:
         """Tuned shapes from the nearest outwards, the problem's own shape left out."""
@@ -327,8 +328,11 @@ class CostModel:
         return self._spaces[problem]
 
     def _load_widths(self, problem: Problem) -> frozenset[int]:
-        """The vector widths (`vec`) the problem's space offers: its alignment, as the kernels see it."""
-        return frozenset(self._space(problem).choices().get("vec", ()))
+        """The vector widths (`vec`) the problem's space offers: its alignment, as the kernels see it
+        (once per problem: ranking asks it for every candidate at every tuned shape)."""
+        if problem not in self._widths:
+            self._widths[problem] = frozenset(self._space(problem).choices().get("vec", ()))
+        return self._widths[problem]
 
     def rank(self, problem: Problem) -> list[Prediction]:
         """Every candidate with its prediction, fastest first (the candidates' order breaks ties)."""
@@ -341,7 +345,7 @@ class CostModel:
         """The stored trials whose config runs on this problem as it is: config key -> tuned shape ->
         its stored time there."""
         if problem not in self._runs_here:
-            space = ops.for_problem(problem).space(problem)
+            space = self._space(problem)
             found: dict[str, dict[Problem, float]] = {}
             for shape in self.shapes:
                 for config, time_us in reversed(shape.trials):  # fastest last, so it stays

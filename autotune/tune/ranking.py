@@ -71,8 +71,10 @@ class AdditiveModel:
 
     def predict(self, config: Config) -> float:
         """The predicted time (the results' unit)."""
-        point = self._point(config)
-        return math.exp(self._mean + sum(e.get(v, 0.0) for e, v in zip(self._effects, point, strict=True)))
+        return math.exp(self._log_time(self._point(config)))
+
+    def _log_time(self, point: tuple[int, ...]) -> float:
+        return self._mean + sum(e.get(v, 0.0) for e, v in zip(self._effects, point, strict=True))
 
 
 class PairModel(AdditiveModel):
@@ -99,8 +101,6 @@ class PairModel(AdditiveModel):
                 ]
                 self._pairs[(i, j)] = new
 
-    def predict(self, config: Config) -> float:
-        point = self._point(config)
-        log_time = self._mean + sum(e.get(v, 0.0) for e, v in zip(self._effects, point, strict=True))
-        log_time += sum(cells.get((point[i], point[j]), 0.0) for (i, j), cells in self._pairs.items())
-        return math.exp(log_time)
+    def _log_time(self, point: tuple[int, ...]) -> float:
+        pairs = sum(cells.get((point[i], point[j]), 0.0) for (i, j), cells in self._pairs.items())
+        return super()._log_time(point) + pairs
