@@ -133,8 +133,9 @@ def test_every_hopper_kernel_of_the_records_ships_as_machine_code(uses: list[shi
 
 
 def test_the_shipped_kernels_stay_small() -> None:
+    # 25.7 MiB with the int4 records at every M of the three tuned kinds (their 106 kernels: 3.7 MiB).
     total = sum(path.stat().st_size for path in KERNELS.iterdir())
-    assert total < 25 * 2**20
+    assert total < 28 * 2**20
 
 
 def test_a_newer_gpu_gets_the_ptx_and_an_older_one_nothing(uses: list[shipset.Use]) -> None:
