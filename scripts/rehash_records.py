@@ -62,8 +62,18 @@ def cubin(job: CompileJob, kernels: Path | None, work: Path) -> bytes:
 
 
 def problem_of(line: dict[str, Any]) -> Problem:
-    # Records written before GEMM and the transposed GEMV carry neither k nor trans (as on import).
-    return Problem(line["op"], line["dtype"], line["m"], line["n"], line.get("k", 0), line.get("trans", False))
+    # Records written before GEMM and the transposed GEMV carry neither k nor trans (as on import);
+    # those of ops with per-input dtypes or variants (the int4 op) carry inputs and variant.
+    return Problem(
+        line["op"],
+        line["dtype"],
+        line["m"],
+        line["n"],
+        line.get("k", 0),
+        line.get("trans", False),
+        tuple(line.get("inputs") or ()),
+        line.get("variant") or "",
+    )
 
 
 def main() -> int:

@@ -25,35 +25,63 @@ SAMPLE: list[tuple[str, int, str, dict[str, int]]] = [
         "float16",
         1,
         "g128",
-        dict(mt=1, block=256, tiles=1, unroll=4, cluster=1, policy=1, min_blocks=1, persist=2, rpw=0),
+        dict(mt=1, block=256, tiles=1, unroll=4, cluster=1, policy=1, min_blocks=1, persist=2, rpw=0, ring=2),
     ),
-    ("bfloat16", 16, "g32a", dict(mt=2, block=128, tiles=2, unroll=2, cluster=2, policy=2, min_blocks=2, persist=0)),
-    ("float16", 64, "g64a", dict(mt=8, block=64, tiles=1, unroll=1, cluster=8, policy=0, min_blocks=8, persist=0)),
-    ("bfloat16", 1, "g128", dict(mt=1, block=512, tiles=2, unroll=1, cluster=4, policy=1, min_blocks=1, persist=1)),
+    (
+        "bfloat16",
+        16,
+        "g32a",
+        dict(mt=2, block=128, tiles=2, unroll=2, cluster=2, policy=2, min_blocks=2, persist=0, ring=2),
+    ),
+    (
+        "float16",
+        64,
+        "g64a",
+        dict(mt=8, block=64, tiles=1, unroll=1, cluster=8, policy=0, min_blocks=8, persist=0, ring=2),
+    ),
+    (
+        "bfloat16",
+        1,
+        "g128",
+        dict(mt=1, block=512, tiles=2, unroll=1, cluster=4, policy=1, min_blocks=1, persist=1, ring=2),
+    ),
     (
         "float16",
         1,
         "g128a",
-        dict(mt=1, block=256, tiles=1, unroll=1, cluster=1, policy=2, min_blocks=4, persist=0, rpw=0),
+        dict(mt=1, block=256, tiles=1, unroll=1, cluster=1, policy=2, min_blocks=4, persist=0, rpw=0, ring=2),
+    ),
+    # rings of 3 and 4 register stages (one tile, persistent; two tiles, K split, zero points, bfloat16)
+    (
+        "float16",
+        1,
+        "g128",
+        dict(mt=1, block=128, tiles=1, unroll=2, cluster=1, policy=2, min_blocks=1, persist=8, rpw=0, ring=3),
+    ),
+    (
+        "bfloat16",
+        16,
+        "g64a",
+        dict(mt=2, block=64, tiles=2, unroll=1, cluster=8, policy=1, min_blocks=2, persist=0, ring=4),
     ),
     # the CUDA-core GEMV (M = 1, float16): rows a warp, pieces in flight, each group size and zero points
     (
         "float16",
         1,
         "g128",
-        dict(mt=1, block=256, tiles=1, unroll=2, cluster=1, policy=0, min_blocks=1, persist=0, rpw=4),
+        dict(mt=1, block=256, tiles=1, unroll=2, cluster=1, policy=0, min_blocks=1, persist=0, rpw=4, ring=2),
     ),
     (
         "float16",
         1,
         "g32a",
-        dict(mt=1, block=128, tiles=1, unroll=4, cluster=1, policy=0, min_blocks=2, persist=0, rpw=2),
+        dict(mt=1, block=128, tiles=1, unroll=4, cluster=1, policy=0, min_blocks=2, persist=0, rpw=2, ring=2),
     ),
     (
         "float16",
         1,
         "g64",
-        dict(mt=1, block=512, tiles=1, unroll=1, cluster=1, policy=0, min_blocks=1, persist=0, rpw=8),
+        dict(mt=1, block=512, tiles=1, unroll=1, cluster=1, policy=0, min_blocks=1, persist=0, rpw=8, ring=2),
     ),
 ]
 
@@ -150,7 +178,7 @@ def test_the_cuda_core_gemv_geometry() -> None:
 
 def test_geometry_and_bytes() -> None:
     problem = ops.make_problem("qgemm", "float16", 5, 1001, 3584, variant="g128a")
-    config: Mapping[str, int] = dict(mt=1, block=256, tiles=2, unroll=2, cluster=2, policy=1, persist=0)
+    config: Mapping[str, int] = dict(mt=1, block=256, tiles=2, unroll=2, cluster=2, policy=1, persist=0, ring=2)
     launch = qgemm.OP.launch(problem, config, 132)
     assert launch.grid == (1001 // 256 + 1, 2, 1) and launch.block == (256, 1, 1)
     # 5 rows of x, 112 pieces split in 2 (56, whole quads), 80 bytes a piece, rows 64 bytes off 128
@@ -160,6 +188,22 @@ def test_geometry_and_bytes() -> None:
     assert qgemm.OP.bytes_moved(problem) == 1001 * 3584 // 2 + groups * 2 + groups + (5 * 3584 + 5 * 1001) * 2
     operands = qgemm.OP.operands(problem)
     assert operands.inputs == (5 * 3584, 1001 * 3584, groups, groups) and operands.sizes == (5, 1001, 3584)
+
+
+def test_two_stages_keep_the_instance_text_of_the_records_before_rings() -> None:
+    """ring 2 is qgemm_body's default RING: its instance names none, so the shipped records' cubins stay
+    as they were (scripts/rehash_records.py compared them); rings of 3 and 4 name theirs."""
+    problem = ops.make_problem("qgemm", "float16", 1, 4096, 4096, variant="g128")
+    two = {**qgemm.OP.default_config(problem), "ring": 2}
+    three = {**two, "ring": 3}
+    assert qgemm.OP.kernel_name(problem, two).endswith("_o1")
+    assert qgemm.OP.kernel_name(problem, three).endswith("_o1_r3")
+    assert "128, 1, 1, 0>(x," in qgemm.OP.kernel_source(problem, two)  # GROUP, SYM, CLUSTER, POLICY
+    assert "128, 1, 1, 0, 3>(x," in qgemm.OP.kernel_source(problem, three)
+    space = qgemm.OP.space(problem)
+    assert space.check({**three, "tiles": 2, "unroll": 2}) is not None  # 3 x 2 x 2 stage-steps > 8
+    assert space.check({**three, "tiles": 2, "unroll": 1}) is None
+    assert space.check({**three, "rpw": 2}) is not None  # the CUDA-core GEMV has no ring
 
 
 def _array(shape: tuple[int, ...], dtype: str, pointer: int = 4096) -> DeviceArray:

@@ -25,12 +25,16 @@
 // pairs, so one 16-byte shared load gives B for both.
 //
 // Work: a warp owns TILES tiles of 16 rows of W and walks the block's K range, UNROLL steps (of 4 pieces
-// a quad) a stage, two stages of registers in flight. The grid's z covers M in tiles of 8 * MT rows of x;
+// a quad) a stage, RING stages of registers in flight. RING 2 asks for one stage while it multiplies the
+// other; RING 3 or 4 rotate: before a stage is multiplied, the stage RING - 1 ahead is asked for into
+// the slot just emptied, so RING - 1 stages stay in flight while each one multiplies (on the H200 that
+// took 28672 x 4096 at M = 1 from 22.8 to 20.0 us, experiments/int4_ring.cu). The grid's z covers M in tiles of 8 * MT rows of x;
 // its y splits K into CLUSTER parts, one thread-block cluster per row tile, added through distributed
 // shared memory (common.cuh: cluster_sum); its x may hold fewer blocks than row tiles (a persistent
 // grid), which then stride over them: x is staged once per block, and the last wave is not left mostly
-// empty. The first stage of a block's first tile is loaded before x is staged, and the first stage of
-// its next tile while the last stage of this one is multiplied, so no tile starts with no load in flight.
+// empty. The first stage (RING - 1 of a ring) of a block's first tile is loaded before x is staged; with
+// RING 2 the first stage of its next tile while the last stage of this one is multiplied, so no tile
+// starts with no load in flight (a ring starts each later tile by asking for its first stages).
 //
 // Preconditions (autotune/ops/qgemm: space and bind): K % GROUP == 0, K % 32 == 0, x, W, out 16-byte
 // aligned, dynamic shared memory as x_row_bytes below times the rows of x staged.
@@ -267,12 +271,14 @@ __device__ __forceinline__ void multiply(const Stage<T, UNROLL, TILES, GROUP>& s
   }
 }
 
-template <typename T, int MT, int BLOCK, int TILES, int UNROLL, int GROUP, int SYM, int CLUSTER, int POLICY>
+template <typename T, int MT, int BLOCK, int TILES, int UNROLL, int GROUP, int SYM, int CLUSTER, int POLICY,
+          int RING = 2>
 __device__ __forceinline__ void qgemm_body(const T* __restrict__ x, const unsigned char* __restrict__ qweight,
                                            const T* __restrict__ scales, const unsigned char* __restrict__ zeros,
                                            T* __restrict__ out, int M, int N, int K, float alpha, float beta) {
   static_assert(BLOCK % 32 == 0, "whole warps");
   static_assert(GROUP % PIECE == 0, "a 16-byte piece lies inside one group");
+  static_assert(RING >= 2, "two stages of registers at least");
   constexpr int WARPS = BLOCK / 32;
   constexpr int ROWS_PER_BLOCK = WARPS * TILES * 16;
   constexpr int XROWS = 8 * MT;  // rows of x a block computes
@@ -302,9 +308,21 @@ __device__ __forceinline__ void qgemm_body(const T* __restrict__ x, const unsign
   // before staging x, whose loads they overlap.
   wait_for_prior_grid();
   constexpr int STEP = QUAD * UNROLL;
-  Stage<T, UNROLL, TILES, GROUP> first, second;
+  Stage<T, UNROLL, TILES, GROUP> first, second;   // RING 2
+  Stage<T, UNROLL, TILES, GROUP> ring[RING];      // RING > 2, slot i holding stages i, i + RING, ...
   Rows<T, TILES> rows = rows_at(blockIdx.x);
-  if (piece_count > 0) fetch<T, UNROLL, TILES, GROUP, SYM, POLICY>(first, rows, 0, c, piece_begin, piece_count);
+  // A ring's first RING - 1 stages of the tile `rows` points at, those within the split.
+  auto start_ring = [&]() {
+#pragma unroll
+    for (int r = 0; r < RING - 1; ++r)
+      if (r * STEP < per_split && piece_count > 0)
+        fetch<T, UNROLL, TILES, GROUP, SYM, POLICY>(ring[r], rows, r * STEP, c, piece_begin, piece_count);
+  };
+  if constexpr (RING == 2) {
+    if (piece_count > 0) fetch<T, UNROLL, TILES, GROUP, SYM, POLICY>(first, rows, 0, c, piece_begin, piece_count);
+  } else {
+    start_ring();
+  }
 
   // Stage x[m0 .. m0 + x_rows, the split's pieces] as the pairs (0,4), (1,5), (2,6), (3,7) of each
   // 8 elements; pieces past K (the split's padding to whole quads) hold zeros.
@@ -333,17 +351,34 @@ __device__ __forceinline__ void qgemm_body(const T* __restrict__ x, const unsign
 #pragma unroll
         for (int e = 0; e < 4; ++e) d[t][n][e] = 0.0f;
 
-    // Two stages of registers: the loads of the next UNROLL steps are in flight while these are
-    // multiplied; past this tile's last stage, the next tile's first.
-    for (int s0 = 0; s0 < per_split && piece_count > 0; s0 += 2 * STEP) {
-      if (s0 + STEP < per_split)
-        fetch<T, UNROLL, TILES, GROUP, SYM, POLICY>(second, rows, s0 + STEP, c, piece_begin, piece_count);
-      multiply<T, MT, UNROLL, TILES, GROUP>(first, s0, per_split, c, g, x_rows, row_bytes, x_slice, d);
-      if (s0 + 2 * STEP < per_split)
-        fetch<T, UNROLL, TILES, GROUP, SYM, POLICY>(first, rows, s0 + 2 * STEP, c, piece_begin, piece_count);
-      else if (next < tiles)
-        fetch<T, UNROLL, TILES, GROUP, SYM, POLICY>(first, rows_at(next), 0, c, piece_begin, piece_count);
-      multiply<T, MT, UNROLL, TILES, GROUP>(second, s0 + STEP, per_split, c, g, x_rows, row_bytes, x_slice, d);
+    if constexpr (RING == 2) {
+      // Two stages of registers: the loads of the next UNROLL steps are in flight while these are
+      // multiplied; past this tile's last stage, the next tile's first.
+      for (int s0 = 0; s0 < per_split && piece_count > 0; s0 += 2 * STEP) {
+        if (s0 + STEP < per_split)
+          fetch<T, UNROLL, TILES, GROUP, SYM, POLICY>(second, rows, s0 + STEP, c, piece_begin, piece_count);
+        multiply<T, MT, UNROLL, TILES, GROUP>(first, s0, per_split, c, g, x_rows, row_bytes, x_slice, d);
+        if (s0 + 2 * STEP < per_split)
+          fetch<T, UNROLL, TILES, GROUP, SYM, POLICY>(first, rows, s0 + 2 * STEP, c, piece_begin, piece_count);
+        else if (next < tiles)
+          fetch<T, UNROLL, TILES, GROUP, SYM, POLICY>(first, rows_at(next), 0, c, piece_begin, piece_count);
+        multiply<T, MT, UNROLL, TILES, GROUP>(second, s0 + STEP, per_split, c, g, x_rows, row_bytes, x_slice, d);
+      }
+    } else {
+      // The ring: before stage s is multiplied, stage s + RING - 1 goes into the slot of stage s - 1,
+      // which was multiplied last. Slots are compile-time indices: the loop is unrolled RING times.
+      if (tile != (int)blockIdx.x) start_ring();
+      for (int s0 = 0; s0 < per_split && piece_count > 0; s0 += RING * STEP) {
+#pragma unroll
+        for (int i = 0; i < RING; ++i) {
+          const int s = s0 + i * STEP;
+          if (s >= per_split) break;
+          if (s + (RING - 1) * STEP < per_split)
+            fetch<T, UNROLL, TILES, GROUP, SYM, POLICY>(ring[(i + RING - 1) % RING], rows, s + (RING - 1) * STEP, c,
+                                                        piece_begin, piece_count);
+          multiply<T, MT, UNROLL, TILES, GROUP>(ring[i], s, per_split, c, g, x_rows, row_bytes, x_slice, d);
+        }
+      }
     }
 
     // d[t][n] holds out rows (m) 8n + 2c, 8n + 2c + 1 at columns (W rows) 16t + g and 16t + g + 8 of the

@@ -47,16 +47,19 @@ _PERSIST = (0, 1, 2, 4, 8)
 # left the SM 16 warps, too few to keep its loads in flight (ncu: 44% of DRAM bandwidth).
 _MIN_BLOCKS = (1, 2, 3, 4, 8)
 MAX_THREADS_HINTED = 1024  # block x min_blocks: 64 registers a thread, the fewest the loop runs in
-# Registers a thread holds for its loads in flight (8 per tile and step) and its sums (4 per tile of W
-# and of x): past these ptxas spills.
-MAX_LOADS_IN_FLIGHT = 4  # tiles x unroll
+# Registers a thread holds for its loads in flight (8 per tile and step, in `ring` stages) and its sums
+# (4 per tile of W and of x): past these ptxas spills.
+MAX_LOADS_IN_FLIGHT = 8  # ring x tiles x unroll
+# Stages of registers (qgemm.cu: RING): 2 asks for one while it multiplies the other; 3 and 4 rotate,
+# asking for the stage RING - 1 ahead before each one multiplies (experiments/int4_ring.cu).
+_RINGS = (2, 3, 4)
 MAX_SUMS = 8  # tiles x mt
 # The CUDA-core GEMV: rows a warp (0: the tensor-core kernel), each lane holding `unroll` 16-byte
 # pieces of each in flight; past 16 such loads a thread (64 registers) ptxas spills.
 _RPWS = (0, 1, 2, 4, 8)
 SIMT_MAX_LOADS = 16  # rpw x unroll
 # Parameters the CUDA-core GEMV does not read: pinned to one value, so that one kernel is not tuned twice.
-_SIMT_PINNED = {"mt": 1, "tiles": 1, "cluster": 1, "policy": 0, "persist": 0}
+_SIMT_PINNED = {"mt": 1, "tiles": 1, "cluster": 1, "policy": 0, "persist": 0, "ring": 2}
 # Its tilings measured first: the experiment's fastest (experiments/int4_async.cu, docs/lowbit.md).
 _SIMT_SEEDS: tuple[dict[str, int], ...] = (
     dict(rpw=2, unroll=4, block=256),
@@ -82,6 +85,12 @@ _SEEDS: tuple[dict[str, int], ...] = (
     dict(block=128, tiles=1, unroll=4, policy=1, persist=4),
     dict(block=256, tiles=2, unroll=2, policy=1, persist=2),
     dict(block=512, tiles=1, unroll=2, policy=2, persist=1),
+    # Rings, the fastest in experiments/int4_ring.cu on the H200 (M = 1): 28672x4096, 37888x3584,
+    # 3584x18944 and 4096x14336.
+    dict(block=128, tiles=1, unroll=2, policy=2, ring=3, persist=8),
+    dict(block=128, tiles=1, unroll=1, policy=2, ring=4, min_blocks=2),
+    dict(block=64, tiles=2, unroll=1, policy=2, ring=3, cluster=8, min_blocks=2, persist=8),
+    dict(block=64, tiles=1, unroll=2, policy=1, ring=3, cluster=8, min_blocks=8, persist=4),
 )
 
 
@@ -212,8 +221,8 @@ class QGemm(Op):
         def constraint(c: Mapping[str, int]) -> str | None:
             if c.get("rpw", 0):
                 return simt_constraint(c)
-            if c["tiles"] * c["unroll"] > MAX_LOADS_IN_FLIGHT:
-                return f"more than {MAX_LOADS_IN_FLIGHT} tiles x steps in flight a thread (runs out of registers)"
+            if c["ring"] * c["tiles"] * c["unroll"] > MAX_LOADS_IN_FLIGHT:
+                return f"more than {MAX_LOADS_IN_FLIGHT} stages x tiles x steps a thread (runs out of registers)"
             if c["tiles"] * c["mt"] > MAX_SUMS:
                 return f"more than {MAX_SUMS} tiles of sums a thread (tiles x mt)"
             if c["block"] * c["min_blocks"] > MAX_THREADS_HINTED:
@@ -247,6 +256,7 @@ class QGemm(Op):
                 Param("cluster", cluster_choices()),
                 Param("policy", (0, 1, 2)),
                 Param("min_blocks", _MIN_BLOCKS),
+                Param("ring", _RINGS),
                 # Blocks per SM of a persistent grid (0: a block per row tile): x is staged once
                 # per block, and row tiles are not left to a last, mostly empty wave.
                 Param("persist", _PERSIST, compiled=False),
@@ -267,6 +277,7 @@ class QGemm(Op):
             "min_blocks": 1,
             "persist": 0,
             "cluster": 1,
+            "ring": 2,
         }
         if simt_serves(problem):
             config["rpw"] = 0
@@ -302,9 +313,10 @@ class QGemm(Op):
                 f"qgemm_simt_{problem.dtype}_{problem.variant}_b{c['block']}_r{c['rpw']}_u{c['unroll']}"
                 f"_o{c['min_blocks']}"
             )
+        ring = f"_r{c['ring']}" if c["ring"] != 2 else ""  # two stages: the name it had before rings
         return (
             f"qgemm_{problem.dtype}_{problem.variant}_m{c['mt']}_b{c['block']}_t{c['tiles']}_u{c['unroll']}"
-            f"_c{c['cluster']}_p{c['policy']}_o{c['min_blocks']}"
+            f"_c{c['cluster']}_p{c['policy']}_o{c['min_blocks']}{ring}"
         )
 
     def kernel_source(self, problem: Problem, config: Mapping[str, int]) -> str:
@@ -324,6 +336,7 @@ class QGemm(Op):
         template_args = (
             f"{t}, {c['mt']}, {c['block']}, {c['tiles']}, {c['unroll']}, {group_of(problem)}, "
             f"{int(symmetric(problem))}, {c['cluster']}, {c['policy']}"
+            + (f", {c['ring']}" if c["ring"] != 2 else "")  # RING's default: the instance text it had before
         )
         return (
             f'#include "{KERNEL_FILE}"\n'
