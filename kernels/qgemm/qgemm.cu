@@ -28,13 +28,14 @@
 // a quad) a stage, RING stages of registers in flight. RING 2 asks for one stage while it multiplies the
 // other; RING 3 or 4 rotate: before a stage is multiplied, the stage RING - 1 ahead is asked for into
 // the slot just emptied, so RING - 1 stages stay in flight while each one multiplies (on the H200 that
-// took 28672 x 4096 at M = 1 from 22.8 to 20.0 us, experiments/int4_ring.cu). The grid's z covers M in tiles of 8 * MT rows of x;
-// its y splits K into CLUSTER parts, one thread-block cluster per row tile, added through distributed
-// shared memory (common.cuh: cluster_sum); its x may hold fewer blocks than row tiles (a persistent
-// grid), which then stride over them: x is staged once per block, and the last wave is not left mostly
-// empty. The first stage (RING - 1 of a ring) of a block's first tile is loaded before x is staged; with
-// RING 2 the first stage of its next tile while the last stage of this one is multiplied, so no tile
-// starts with no load in flight (a ring starts each later tile by asking for its first stages).
+// took 28672 x 4096 at M = 1 from 22.8 to 20.0 us, experiments/int4_ring.cu).
+// The grid's z covers M in tiles of 8 * MT rows of x; its y splits K into CLUSTER parts, one thread-block
+// cluster per row tile, added through distributed shared memory (common.cuh: cluster_sum); its x may hold
+// fewer blocks than row tiles (a persistent grid), which then stride over them: x is staged once per block,
+// and the last wave is not left mostly empty. The first stage (RING - 1 of a ring) of a block's first tile
+// is loaded before x is staged; with RING 2 the first stage of its next tile while the last stage of this
+// one is multiplied, so no tile starts with no load in flight (a ring starts each later tile by asking for
+// its first stages).
 //
 // Preconditions (autotune/ops/qgemm: space and bind): K % GROUP == 0, K % 32 == 0, x, W, out 16-byte
 // aligned, dynamic shared memory as x_row_bytes below times the rows of x staged.

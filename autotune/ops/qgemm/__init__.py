@@ -47,12 +47,12 @@ _PERSIST = (0, 1, 2, 4, 8)
 # left the SM 16 warps, too few to keep its loads in flight (ncu: 44% of DRAM bandwidth).
 _MIN_BLOCKS = (1, 2, 3, 4, 8)
 MAX_THREADS_HINTED = 1024  # block x min_blocks: 64 registers a thread, the fewest the loop runs in
-# Registers a thread holds for its loads in flight (8 per tile and step, in `ring` stages) and its sums
-# (4 per tile of W and of x): past these ptxas spills.
-MAX_LOADS_IN_FLIGHT = 8  # ring x tiles x unroll
 # Stages of registers (qgemm.cu: RING): 2 asks for one while it multiplies the other; 3 and 4 rotate,
 # asking for the stage RING - 1 ahead before each one multiplies (experiments/int4_ring.cu).
 _RINGS = (2, 3, 4)
+# Registers a thread holds for its loads in flight (8 per tile and step, in `ring` stages) and its sums
+# (4 per tile of W and of x): past these ptxas spills.
+MAX_LOADS_IN_FLIGHT = 8  # ring x tiles x unroll
 MAX_SUMS = 8  # tiles x mt
 # The CUDA-core GEMV: rows a warp (0: the tensor-core kernel), each lane holding `unroll` 16-byte
 # pieces of each in flight; past 16 such loads a thread (64 registers) ptxas spills.
