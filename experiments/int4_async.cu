@@ -23,7 +23,7 @@
 // object a line. Build and run from the repository root on a GPU machine:
 //   nvcc -O3 -arch=sm_90 -std=c++17 -I kernels -I kernels/common -o /tmp/int4_async \
 //     experiments/int4_async.cu && /tmp/int4_async
-#include "bench_common.cuh"
+#include "int4_harness.cuh"
 #include "qgemm/qgemm.cu"
 
 #include <algorithm>
@@ -435,48 +435,45 @@ __device__ __forceinline__ void body(const __half* __restrict__ x, const unsigne
 }
 }  // namespace at_qgemm_simt
 
-#define ARGS                                                                                              \
-  const __half *x, const unsigned char *qweight, const __half *scales, const unsigned char *zeros, __half *out, \
-      int M, int N, int K, float alpha, float beta
 #define PASS x, qweight, scales, zeros, out, M, N, K, alpha, beta
 
 // qgemm's instances (template <T, MT, BLOCK, TILES, UNROLL, GROUP, SYM, CLUSTER, POLICY>) at the
 // H200 sweeps' M = 1 picks, float16 g128; as the op generates them, only a K split has cluster dims.
 template <int BLOCK, int TILES, int UNROLL, int POLICY, int MINB>
-__global__ void __launch_bounds__(BLOCK, MINB) qgemm_kernel(ARGS) {
+__global__ void __launch_bounds__(BLOCK, MINB) qgemm_kernel(INT4_ARGS) {
   at_qgemm::qgemm_body<__half, 1, BLOCK, TILES, UNROLL, 128, 1, 1, POLICY>(PASS);
 }
 template <int BLOCK, int TILES, int UNROLL, int CLUSTER, int POLICY, int MINB>
-__global__ void __cluster_dims__(1, CLUSTER, 1) __launch_bounds__(BLOCK, MINB) qgemm_split_kernel(ARGS) {
+__global__ void __cluster_dims__(1, CLUSTER, 1) __launch_bounds__(BLOCK, MINB) qgemm_split_kernel(INT4_ARGS) {
   at_qgemm::qgemm_body<__half, 1, BLOCK, TILES, UNROLL, 128, 1, CLUSTER, POLICY>(PASS);
 }
 template <int BLOCK, int STAGES, int MINB>
-__global__ void __launch_bounds__(BLOCK, MINB) async_kernel(ARGS) {
+__global__ void __launch_bounds__(BLOCK, MINB) async_kernel(INT4_ARGS) {
   at_qgemm_async::body<__half, BLOCK, STAGES, 128, 1, 1>(PASS);
 }
 template <int BLOCK, int STAGES, int CLUSTER, int MINB>
-__global__ void __cluster_dims__(1, CLUSTER, 1) __launch_bounds__(BLOCK, MINB) async_split_kernel(ARGS) {
+__global__ void __cluster_dims__(1, CLUSTER, 1) __launch_bounds__(BLOCK, MINB) async_split_kernel(INT4_ARGS) {
   at_qgemm_async::body<__half, BLOCK, STAGES, 128, 1, CLUSTER>(PASS);
 }
 
 template <int BLOCK, int RPW, int UNROLL, int ACC, int MINB>
-__global__ void __launch_bounds__(BLOCK, MINB) simt_kernel(ARGS) {
+__global__ void __launch_bounds__(BLOCK, MINB) simt_kernel(INT4_ARGS) {
   at_qgemm_simt::body<BLOCK, RPW, UNROLL, ACC>(x, qweight, scales, out, N, K, alpha, beta);
 }
 
 template <int BLOCK, int STAGES, int QPS, int MINB>
-__global__ void __launch_bounds__(BLOCK, MINB) bulk_kernel(ARGS) {
+__global__ void __launch_bounds__(BLOCK, MINB) bulk_kernel(INT4_ARGS) {
   at_qgemm_bulk::body<__half, BLOCK, STAGES, QPS, 128, 1, 1>(PASS);
 }
 template <int BLOCK, int STAGES, int QPS, int CLUSTER, int MINB>
-__global__ void __cluster_dims__(1, CLUSTER, 1) __launch_bounds__(BLOCK, MINB) bulk_split_kernel(ARGS) {
+__global__ void __cluster_dims__(1, CLUSTER, 1) __launch_bounds__(BLOCK, MINB) bulk_split_kernel(INT4_ARGS) {
   at_qgemm_bulk::body<__half, BLOCK, STAGES, QPS, 128, 1, CLUSTER>(PASS);
 }
 
 struct Variant {
   const char* kernel;
   int block, tiles, unroll, stages, cluster, policy, min_blocks, persist;
-  void (*fn)(ARGS);
+  void (*fn)(INT4_ARGS);
   int qps = 0;  // bulk: steps a stage
   int rpw = 0;  // simt: rows a warp (tiles: pieces a row in flight, unroll: ACC)
 };
@@ -551,77 +548,15 @@ int main() {
                                      {3584, 18944, narrow}, {4096, 4096, narrow}};
   std::mt19937 rng(7);
   for (const Shape& shape : shapes) {
-    const int n = shape.n, k = shape.k, groups = k / 128;
-    const size_t code_bytes = (size_t)n * k / 2;
-    std::vector<unsigned char> codes(code_bytes);
-    std::vector<__half> scale_h((size_t)n * groups), x_h(k);
-    std::vector<float> scale_f(scale_h.size()), x_f(k);
-    for (auto& b : codes) b = (unsigned char)(rng() & 0xFF);
-    std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
-    for (size_t i = 0; i < scale_h.size(); ++i) scale_f[i] = __half2float(scale_h[i] = __float2half(0.01f + 0.02f * std::fabs(unit(rng))));
-    for (int i = 0; i < k; ++i) x_f[i] = __half2float(x_h[i] = __float2half(unit(rng)));
-    // float64 reference: y[r] = sum_k x[k] (q[r, k] - 8) s[r, k / 128], even k in the low nibble.
-    std::vector<double> ref(n);
-    double ref_max = 0.0;
-    for (int r = 0; r < n; ++r) {
-      double acc = 0.0;
-      for (int kk = 0; kk < k; ++kk) {
-        const unsigned char byte = codes[(size_t)r * (k / 2) + kk / 2];
-        const int q = kk % 2 ? byte >> 4 : byte & 0xF;
-        acc += (double)x_f[kk] * (q - 8) * scale_f[(size_t)r * groups + kk / 128];
-      }
-      ref[r] = acc;
-      ref_max = std::max(ref_max, std::fabs(acc));
-    }
-    unsigned char* d_codes;
-    __half *d_x, *d_scales, *d_out;
-    CHECK(cudaMalloc(&d_codes, code_bytes));
-    CHECK(cudaMalloc(&d_x, k * sizeof(__half)));
-    CHECK(cudaMalloc(&d_scales, scale_h.size() * sizeof(__half)));
-    CHECK(cudaMalloc(&d_out, n * sizeof(__half)));
-    CHECK(cudaMemcpy(d_codes, codes.data(), code_bytes, cudaMemcpyHostToDevice));
-    CHECK(cudaMemcpy(d_x, x_h.data(), k * sizeof(__half), cudaMemcpyHostToDevice));
-    CHECK(cudaMemcpy(d_scales, scale_h.data(), scale_h.size() * sizeof(__half), cudaMemcpyHostToDevice));
-    // Timing reads rotating copies of the codes (4x the L2), filled with one byte: the time does not
-    // depend on the values.
-    std::vector<unsigned char*> rotating = rotating_buffers<unsigned char>(setup.prop, code_bytes, 0x5A);
-    if (rotating.empty()) return 1;
-    for (const Variant& v : shape.variants) {
-      dim3 grid;
-      size_t shared;
-      geometry(v, n, k, setup.prop.multiProcessorCount, grid, shared);
-      CHECK(cudaFuncSetAttribute(v.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared));
-      CHECK(cudaMemset(d_out, 0xFF, n * sizeof(__half)));  // NaN: a row never written fails
-      v.fn<<<grid, v.block, shared>>>(d_x, d_codes, d_scales, nullptr, d_out, 1, n, k, 1.0f, 0.0f);
-      CHECK(cudaGetLastError());
-      CHECK(cudaDeviceSynchronize());
-      std::vector<__half> got(n);
-      CHECK(cudaMemcpy(got.data(), d_out, n * sizeof(__half), cudaMemcpyDeviceToHost));
-      double err = 0.0;
-      for (int r = 0; r < n; ++r) {
-        const double y = __half2float(got[r]);
-        err = std::isfinite(y) ? std::max(err, std::fabs(y - ref[r])) : INFINITY;
-      }
-      const double rel = err / ref_max;
-      const auto launch = [&](int i) {
-        v.fn<<<grid, v.block, shared>>>(d_x, rotating[i % rotating.size()], d_scales, nullptr, d_out, 1, n, k, 1.0f,
-                                         0.0f);
-      };
-      const float us = best_of(launch, setup.start, setup.stop);
-      CHECK(cudaGetLastError());
-      const double bytes = code_bytes + scale_h.size() * 2.0 + k * 2.0 + n * 2.0;
+    const int n = shape.n, k = shape.k;
+    const auto print = [&](const Variant& v, float us, double gbs, double rel) {
       printf("{\"kernel\": \"%s\", \"rpw\": %d, \"block\": %d, \"tiles\": %d, \"unroll\": %d, \"stages\": %d, \"qps\": %d, \"cluster\": %d, "
              "\"policy\": %d, \"min_blocks\": %d, \"persist\": %d, \"n\": %d, \"k\": %d, \"us\": %.2f, \"gbs\": %.0f, "
              "\"rel_err\": %.3g, \"ok\": %s}\n",
              v.kernel, v.rpw, v.block, v.tiles, v.unroll, v.stages, v.qps, v.cluster, v.policy, v.min_blocks, v.persist, n, k, us,
-             bytes / us / 1e3, rel, rel < 2e-3 ? "true" : "false");
-      fflush(stdout);
-    }
-    for (auto* b : rotating) cudaFree(b);
-    cudaFree(d_codes);
-    cudaFree(d_x);
-    cudaFree(d_scales);
-    cudaFree(d_out);
+             gbs, rel, rel < 2e-3 ? "true" : "false");
+    };
+    if (run_int4_shape(setup, rng, n, k, shape.variants, geometry, print)) return 1;
   }
   return 0;
 }
