@@ -1,8 +1,10 @@
 """Replays of the public brute-forced spaces (scripts/search_replay.py) where compiling takes time: a
 config the study submits is compiled DELAY measurements later, in the order submitted, or at once
-when the study blocks on it (time passes until it is ready). scripts/bench_search_replay.py compiles
-every config instantly, which favours a study that measures the candidates it asked last (`tpe-fresh`
-ranks only the FRESH compiled candidates asked last): with a delay, those may still be compiling.
+when the study blocks on it (time passes until it is ready). Without --compile-times,
+scripts/bench_search_replay.py compiles every config instantly, which favours a study that measures the
+candidates it asked last (`tpe-fresh` ranks only the FRESH compiled candidates asked last): with a delay,
+those may still be compiling. bench_search_replay.py --compile-times replaces this fixed delay with each
+config's recorded compile time on a pool of compile slots.
 
     PYTHONPATH=.:scripts python experiments/search_compile_delay.py \\
         gemm=/tmp/hub/gemm_3090.json.gz conv=/tmp/hub/conv_a4000.json.gz --delays 0 4 8 --seeds 20
@@ -66,7 +68,7 @@ class DelayedPool:
             _, future = self.queue.popleft()
             future.finish()
 
-    def oldest(self) -> None:
+    def wait_any(self, futures: Any) -> None:
         """The study waits for any compile: the oldest outstanding one completes."""
         while self.queue:
             _, future = self.queue.popleft()
@@ -78,18 +80,12 @@ class DelayedPool:
 _POOL: DelayedPool | None = None
 
 
-def _wait_for_any(futures: Any, return_when: Any = None) -> None:
-    assert _POOL is not None
-    _POOL.oldest()
-
-
 def one_run(task: tuple[str, str, int, int, int]) -> tuple[str, str, int, list[float | None]]:
     global _POOL
     path, strategy, delay, seed, cap = task
     replay = replay_lib.load(Path(path))
     measurer = replay_lib.ReplayMeasurer(replay)
     _POOL = DelayedPool(replay_lib.DEFAULT_WORKERS, delay)
-    search.wait = _wait_for_any  # the study's wait for the first compile to finish
     plain = measurer.measure
 
     def measure(config: Any, compiled: Any) -> Any:

@@ -88,8 +88,8 @@ def main() -> None:
     pool.install()
     search.make_sampler = make_sampler  # type: ignore[assignment]
     replay_lib = sys.modules["search_replay"]
-    replay_lib.STRATEGIES["tpe-model"] = lambda replay, seed, cap, workers: replay_lib.run_study(
-        replay, seed, cap, "tpe-model", workers
+    replay_lib.STRATEGIES["tpe-model"] = lambda replay, seed, cap, workers, timed: replay_lib.run_study(
+        replay, seed, cap, "tpe-model", workers, timed
     )
     spaces = {name: Path(path) for name, path in (entry.split("=", 1) for entry in args.spaces)}
     pool.run_all(spaces, ["tpe-model"], args.seeds, 200, 2, args.workers)  # prints a row per space

@@ -43,42 +43,59 @@ def _replay(path: str, name: str) -> replay_lib.Replay:
     return replay_lib.load(Path(path), name)
 
 
-def _one_run(task: tuple[str, str, str, int, int, int]) -> tuple[str, str, list[float | None]]:
-    name, path, strategy, seed, cap, workers = task
+def _one_run(task: tuple[str, str, str, int, int, int, bool]) -> tuple[str, str, replay_lib.Run]:
+    name, path, strategy, seed, cap, workers, compile_times = task
     replay = _replay(path, name)
-    return name, strategy, replay_lib.STRATEGIES[strategy](replay, seed, cap, workers)
+    return name, strategy, replay_lib.STRATEGIES[strategy](replay, seed, cap, workers, compile_times)
 
 
 def run_all(
-    spaces: Mapping[str, Path], strategies: Sequence[str], seeds: int, cap: int, processes: int, workers: int
+    spaces: Mapping[str, Path],
+    strategies: Sequence[str],
+    seeds: int,
+    cap: int,
+    processes: int,
+    workers: int,
+    compile_times: bool = False,
 ) -> list[dict[str, Any]]:
     tasks = [
-        (name, str(path), s, seed, cap, workers)
+        (name, str(path), s, seed, cap, workers, compile_times)
         for name, path in spaces.items()
         for s in strategies
         for seed in range(seeds)
     ]
-    traces: dict[tuple[str, str], list[list[float | None]]] = {}
+    runs: dict[tuple[str, str], list[replay_lib.Run]] = {}
     with multiprocessing.Pool(processes) as pool:
-        for name, strategy, trace in pool.imap_unordered(_one_run, tasks):
-            traces.setdefault((name, strategy), []).append(trace)
+        for name, strategy, run in pool.imap_unordered(_one_run, tasks):
+            runs.setdefault((name, strategy), []).append(run)
     rows = []
     for name, path in spaces.items():
         replay = _replay(str(path), name)
         for strategy in strategies:
+            timed = compile_times and replay.timed
             row = {
                 "space": name,
                 "strategy": strategy,
-                "workers": None if strategy == "ga" else workers,  # the GA keeps no trials pending
-                **replay_lib.summarise(traces[name, strategy], replay.optimum),
+                "workers": None if strategy in replay_lib.UNPOOLED else workers,  # the GA keeps no trials pending
+                # "recorded": each config compiled in its recorded time on `workers` slots, as a sweep's pool
+                # does (the GA: a generation at a time); "instant": every config compiled when asked for.
+                "compile": "recorded" if timed else "instant",
+                **replay_lib.summarise([r.values for r in runs[name, strategy]], replay.optimum),
             }
+            if replay.timed:  # the clock: recorded measurement times (and compile times where "recorded")
+                row["median_seconds_to_2pct"] = replay_lib.median_seconds_to(runs[name, strategy], replay.optimum, 0.02)
+            traces = [r.values for r in runs[name, strategy]]
             row["valid_configs"] = len(replay.values)
             row["failing_configs"] = sum(v is None for v in replay.values.values())
             row["optimum"] = replay.optimum
-            row["curve_2pct"] = _reach_curve(traces[name, strategy], replay.optimum, cap)
+            row["curve_2pct"] = _reach_curve(traces, replay.optimum, cap)
             rows.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "curve_2pct"}), flush=True)
     return rows
+
+
+def _row_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
+    return row["space"], row["strategy"], row["workers"], row.get("compile", "instant")
 
 
 def _reach_curve(traces: Sequence[Sequence[float | None]], optimum: float, cap: int) -> list[float]:
@@ -122,6 +139,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=replay_lib.DEFAULT_WORKERS,
         help="the compile pool's size: trials the Study keeps pending (not the GA's)",
     )
+    parser.add_argument(
+        "--compile-times",
+        action="store_true",
+        help="compile each config in the time the cache file recorded for it, on --workers slots (a sweep's "
+        "compile pool), instead of at once; its evaluations and seconds to 2%% are reported",
+    )
     parser.add_argument("--merge", action="store_true", help="keep the --out report's rows for other runs")
     parser.add_argument("--out", type=Path, default=Path("results/search_replay.json"))
     args = parser.parse_args(argv)
@@ -150,10 +173,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     rows = run_all(
-        {n: Path(p) for n, p in spaces.items()}, strategies, args.seeds, args.cap, args.processes, args.workers
+        {n: Path(p) for n, p in spaces.items()},
+        strategies,
+        args.seeds,
+        args.cap,
+        args.processes,
+        args.workers,
+        args.compile_times,
     )
-    new = {(r["space"], r["strategy"], r["workers"]) for r in rows}
-    rows = [r for r in old if (r["space"], r["strategy"], r["workers"]) not in new] + rows
+    new = {_row_key(r) for r in rows}
+    rows = [r for r in old if _row_key(r) not in new] + rows
     report = {"seeds": args.seeds, "cap": args.cap, "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1) + "\n")

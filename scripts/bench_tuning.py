@@ -13,6 +13,7 @@ cache, so compile time is counted.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import sys
 import tempfile
@@ -58,6 +59,9 @@ def bench_space(problem: Problem) -> Space:
 class _Measurer(Measurer):
     def __init__(self, worker: Worker, gpu: GpuInfo, problem: Problem) -> None:
         self._worker, self._gpu, self._problem = worker, gpu, problem
+        # Every measured config with its outcome and the seconds its compile and its measurement took:
+        # a brute force's log is a replayable space (write_space).
+        self.log: list[tuple[Config, Outcome, float, float]] = []
 
     def compile_job(self, config: Config) -> CompileJob:
         p = self._problem
@@ -71,28 +75,74 @@ class _Measurer(Measurer):
         pass
 
     def measure(self, config: Config, compiled: CompileResult) -> Outcome:
+        begin = time.monotonic()
         if compiled.cubin is None:
-            return Outcome(Status.COMPILE_ERROR, compiled.message)
-        return self._worker.measure(compiled.cubin, compiled.job.name, config)
+            outcome = Outcome(Status.COMPILE_ERROR, compiled.message)
+        else:
+            outcome = self._worker.measure(compiled.cubin, compiled.job.name, config)
+        self.log.append((dict(config), outcome, compiled.seconds, time.monotonic() - begin))
+        return outcome
 
 
 def search(
-    worker: Worker, gpu: GpuInfo, problem: Problem, sampler: str, budget: Budget, workers: int | None, seed: int
+    worker: Worker,
+    gpu: GpuInfo,
+    problem: Problem,
+    sampler: str,
+    budget: Budget,
+    workers: int | None,
+    seed: int,
+    space_out: Path | None = None,
 ) -> tuple[float, int, float | None, list[list[float]]]:
-    """(seconds, trials, best us, trace) of one search from a cold compile cache."""
+    """(seconds, trials, best us, trace) of one search from a cold compile cache; with `space_out`,
+    every config it measured is written there as a Kernel Tuner cache file (write_space)."""
     trace: list[list[float]] = []
+    measurer = _Measurer(worker, gpu, problem)
     start = time.monotonic()
 
     def on_trial(_config: Config, _outcome: Outcome, result: Any) -> None:
         if result.best_us is not None:
             trace.append([round(time.monotonic() - start, 3), result.measured, result.best_us])
 
-    with tempfile.TemporaryDirectory() as cache, CompilePool(workers, Path(cache)) as pool:
-        study = Study(
-            bench_space(problem), _Measurer(worker, gpu, problem), pool, sampler=sampler, seed=seed, on_trial=on_trial
-        )
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as cache, CompilePool(workers, Path(cache)) as pool:
+        study = Study(bench_space(problem), measurer, pool, sampler=sampler, seed=seed, on_trial=on_trial)
         result = study.run(budget)
-    return time.monotonic() - start, result.measured, result.best_us, trace
+    seconds = time.monotonic() - start
+    if space_out is not None:
+        write_space(space_out, gpu, problem, bench_space(problem), measurer.log)
+    return seconds, result.measured, result.best_us, trace
+
+
+_FAILED = {Status.COMPILE_ERROR: "CompilationFailedConfig"}  # Kernel Tuner's words for a failed config
+
+
+def write_space(
+    path: Path, gpu: GpuInfo, problem: Problem, space: Space, log: list[tuple[Config, Outcome, float, float]]
+) -> None:
+    """The measured configs as a Kernel Tuner cache file (scripts/search_replay.py replays it): a valid
+    config's key holds its time in us, or a failure string; configs the constraints rule out are absent,
+    as in Kernel Tuner's files. Each record also keeps its compile and measurement seconds (with a cold
+    compile cache and this machine's compile pool), from which a replay's compile delay follows."""
+    names = [p.name for p in space.params]
+    cache = {
+        ",".join(str(config[name]) for name in names): {
+            "time": outcome.time_us if outcome.ok else _FAILED.get(outcome.status, "RuntimeFailedConfig"),
+            "compile_time": round(compile_s * 1e3, 2),  # ms, as Kernel Tuner records them
+            "benchmark_time": round(measure_s * 1e3, 2),
+        }
+        for config, outcome, compile_s, measure_s in log
+    }
+    data = {
+        "device_name": gpu.name,
+        "kernel_name": f"{problem.op} {problem.dtype} {problem.m}x{problem.n}",
+        "objective": "time",
+        "tune_params_keys": names,
+        "tune_params": {p.name: list(p.choices) for p in space.params},
+        # Configs that differ only in the other parameters run one cubin: a replay compiles it once.
+        "compiled_params": [p.name for p in space.params if p.compiled],
+        "cache": cache,
+    }
+    path.write_bytes(gzip.compress(json.dumps(data).encode()))
 
 
 def write(folder: Path, gpu: GpuInfo, rows: list[dict[str, Any]]) -> Path:
@@ -123,6 +173,12 @@ def main() -> int:
     )
     parser.add_argument("--serial-seconds", type=float, default=MAX_SECONDS, help="time limit of a serial search")
     parser.add_argument("--seed", type=int, default=1, help="the samplers' seed (repeat with others to see the spread)")
+    parser.add_argument(
+        "--workers", type=int, help="compile processes of the pooled searches (default: one per CPU core)"
+    )
+    parser.add_argument(
+        "--spaces-only", action="store_true", help="the brute force alone, each shape's space written for replays"
+    )
     args = parser.parse_args()
     rerun = {(*SHAPES[i], sampler) for i in args.only for sampler in args.samplers}
     earlier = json.loads(args.merge.read_text())["rows"] if args.merge else []
@@ -139,14 +195,20 @@ def main() -> int:
                 print(f"{problem}: optimum {optimum:.2f} us over {size} points, from {args.optimum_from}", flush=True)
             else:
                 size = bench_space(problem).size()
-                seconds, _, measured, _ = search(worker, gpu, problem, "grid", Budget(size), None, 0)
+                space_file = args.out / f"space_{problem.op}_{m}x{n}_{slugify(gpu.name)}.json.gz"
+                seconds, _, measured, _ = search(
+                    worker, gpu, problem, "grid", Budget(size), args.workers, 0, space_file
+                )
                 assert measured is not None
                 optimum = measured
                 print(f"{problem}: brute force over {size} points in {seconds:.0f} s, optimum {optimum:.2f} us")
+                print(f"  wrote {space_file}", flush=True)
+                if args.spaces_only:
+                    continue
             target = Budget(MAX_TRIALS, MAX_SECONDS, target_us=1.02 * optimum)
             serial_target = Budget(MAX_TRIALS, args.serial_seconds, target_us=1.02 * optimum)
             for sampler in args.samplers:
-                t, trials, best, trace = search(worker, gpu, problem, sampler, target, None, args.seed)
+                t, trials, best, trace = search(worker, gpu, problem, sampler, target, args.workers, args.seed)
                 serial, _, serial_best, _ = search(worker, gpu, problem, sampler, serial_target, 1, args.seed)
                 reached = best is not None and best <= 1.02 * optimum
                 serial_reached = serial_best is not None and serial_best <= 1.02 * optimum

@@ -15,13 +15,14 @@ the evaluations a strategy needed are positions in that list.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import random
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,19 +47,48 @@ class ReplayError(ValueError):
 
 @dataclass(frozen=True)
 class Replay:
-    """A fully measured space: each valid config's value (None where it failed) and the optimum."""
+    """A fully measured space: each valid config's value (None where it failed) and the optimum; where
+    the file records them, each config's compile and measurement seconds, and which parameters change
+    the compiled kernel (configs differing only in the others share one compile)."""
 
     name: str
     space: Space
     values: Mapping[tuple[int, ...], float | None]
     optimum: float
+    compile_s: Mapping[tuple[int, ...], float] = field(default_factory=dict)
+    measure_s: Mapping[tuple[int, ...], float] = field(default_factory=dict)
+    compiled_params: tuple[str, ...] | None = None  # None: every parameter
 
     @property
     def names(self) -> tuple[str, ...]:
         return self.space.names
 
+    @property
+    def timed(self) -> bool:
+        """Whether the file recorded compile and measurement times (Kernel Tuner's do)."""
+        return bool(self.compile_s) and bool(self.measure_s)
+
+    def point(self, config: Mapping[str, int]) -> tuple[int, ...]:
+        return tuple(config[n] for n in self.names)
+
     def value(self, config: Mapping[str, int]) -> float | None:
-        return self.values[tuple(config[n] for n in self.names)]
+        return self.values[self.point(config)]
+
+    def kernel(self, point: tuple[int, ...]) -> tuple[int, ...]:
+        """What identifies the compiled kernel of a config: the values of the compiled parameters."""
+        if self.compiled_params is None:
+            return point
+        return tuple(v for n, v in zip(self.names, point, strict=True) if n in self.compiled_params)
+
+    @functools.cached_property
+    def kernel_compile_s(self) -> Mapping[tuple[int, ...], float]:
+        """Each kernel's compile seconds: the longest its configs recorded (in a brute force, only the
+        first config of a kernel compiled it; the others found it cached)."""
+        seconds: dict[tuple[int, ...], float] = {}
+        for point, s in self.compile_s.items():
+            key = self.kernel(point)
+            seconds[key] = max(seconds.get(key, 0.0), s)
+        return seconds
 
 
 def load(path: Path, name: str | None = None) -> Replay:
@@ -82,13 +112,18 @@ def load(path: Path, name: str | None = None) -> Replay:
         encoders.append({str(c): (c if as_int else i) for i, c in enumerate(choices)})
         params.append(Param(pname, tuple(c if as_int else i for i, c in enumerate(choices))))
     values: dict[tuple[int, ...], float | None] = {}
+    compile_s: dict[tuple[int, ...], float] = {}
+    measure_s: dict[tuple[int, ...], float] = {}
     for key, record in cache.items():
         parts = key.split(",")
         if len(parts) != len(encoders) or any(p not in e for p, e in zip(parts, encoders, strict=False)):
             raise ReplayError(f"{path}: cache key {key!r} does not match tune_params")
+        point = tuple(e[p] for p, e in zip(parts, encoders, strict=True))
         value = record.get(objective)
-        number = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
-        values[tuple(e[p] for p, e in zip(parts, encoders, strict=True))] = float(value) if number else None
+        values[point] = float(value) if _positive(value) else None
+        if _positive(record.get("compile_time"), zero=True) and _positive(record.get("benchmark_time"), zero=True):
+            compile_s[point] = record["compile_time"] / 1e3  # Kernel Tuner's times are in ms
+            measure_s[point] = record["benchmark_time"] / 1e3
     measured = [v for v in values.values() if v is not None]
     if not measured:
         raise ReplayError(f"{path}: no config in the cache has a measured {objective}")
@@ -97,29 +132,102 @@ def load(path: Path, name: str | None = None) -> Replay:
     def constraint(config: Mapping[str, int]) -> str | None:
         return None if tuple(config[n] for n in names) in values else "not in the cache (breaks its restrictions)"
 
-    return Replay(name or path.name, Space(tuple(params), constraint), values, min(measured))
+    compiled = data.get("compiled_params")
+    if compiled is not None and not (isinstance(compiled, list) and set(compiled) <= set(names)):
+        raise ReplayError(f"{path}: compiled_params {compiled!r} are not names of tune_params")
+    if compile_s and len(compile_s) < len(values):  # a config without times takes the median ones
+        typical_compile, typical_measure = statistics.median(compile_s.values()), statistics.median(measure_s.values())
+        for point in values.keys() - compile_s.keys():
+            compile_s[point], measure_s[point] = typical_compile, typical_measure
+    return Replay(
+        name or path.name,
+        Space(tuple(params), constraint),
+        values,
+        min(measured),
+        compile_s,
+        measure_s,
+        tuple(compiled) if compiled is not None else None,
+    )
+
+
+def _positive(value: Any, zero: bool = False) -> bool:
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    return number and (value >= 0 if zero else value > 0)
 
 
 # -- the product's search -----------------------------------------------------------------------------
-class InstantPool:
-    """CompilePool's interface: every job 'compiles' at once (a replay has no compile step)."""
+@dataclass
+class Run:
+    """One replayed run: the values measured, in order (None for a failure), and the simulated clock
+    (seconds) when each measurement ended."""
 
-    def __init__(self, workers: int) -> None:
-        self.workers = workers
+    values: list[float | None] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
+
+
+class _ClockFuture(Future):  # type: ignore[type-arg]
+    """A compile that is done once the pool's clock reaches its finish; waiting for it moves the clock there."""
+
+    def __init__(self, pool: ReplayPool, job: CompileJob, finish: float) -> None:
+        super().__init__()
+        self._pool, self.finish = pool, finish
+        self.set_result(CompileResult(job, Path("replay.cubin"), "", 0.0, False))
+
+    def done(self) -> bool:
+        return self.finish <= self._pool.clock
+
+    def result(self, timeout: float | None = None) -> CompileResult:
+        self._pool.clock = max(self._pool.clock, self.finish)
+        return super().result(timeout)  # type: ignore[no-any-return]
+
+
+class ReplayPool:
+    """CompilePool's interface on a simulated clock. With `compile_times`, a job takes its kernel's recorded
+    compile seconds on the first of `workers` compile slots to come free, in the order submitted (the
+    pool's FIFO threads), and a kernel compiled or compiling already costs nothing more (the cubin cache);
+    without, every job is compiled the moment it is submitted. Measurements move the clock by their
+    recorded seconds (ReplayMeasurer); without recorded times, by one second each."""
+
+    def __init__(self, replay: Replay, workers: int, compile_times: bool = False) -> None:
+        self.replay, self.workers = replay, workers
+        self.compile_times = compile_times and replay.timed
+        self.clock = 0.0
+        self._free = [0.0] * workers  # when each compile slot is next free
+        self._kernels: dict[tuple[int, ...], float] = {}  # kernel -> when its compile ends
 
     def submit(self, job: CompileJob) -> Future[CompileResult]:
-        future: Future[CompileResult] = Future()
-        future.set_result(CompileResult(job, Path("replay.cubin"), "", 0.0, False))
-        return future
+        finish = self.clock
+        if self.compile_times:
+            kernel = self.replay.kernel(tuple(int(v) for v in job.name.split(",")))
+            if kernel in self._kernels:
+                finish = max(finish, self._kernels[kernel])
+            else:
+                slot = min(range(self.workers), key=self._free.__getitem__)
+                finish = max(finish, self._free[slot]) + self.replay.kernel_compile_s[kernel]
+                self._free[slot] = self._kernels[kernel] = finish
+        return _ClockFuture(self, job, finish)
+
+    def wait_any(self, futures: Sequence[Future[CompileResult]]) -> None:
+        self.clock = max(self.clock, min(f.finish for f in futures if isinstance(f, _ClockFuture)))
+
+    def measured(self, point: tuple[int, ...]) -> float:
+        """One measurement of `point` has run; the clock after it."""
+        self.clock += self.replay.measure_s[point] if self.replay.timed else 1.0
+        return self.clock
 
 
 class ReplayMeasurer(Measurer):
-    """Measures a config by looking its value up; keeps the values in measuring order."""
+    """Measures a config by looking its value up; keeps the values (and the pool's clock) in measuring order."""
 
-    def __init__(self, replay: Replay) -> None:
+    def __init__(self, replay: Replay, pool: ReplayPool | None = None) -> None:
         self.replay = replay
-        self.trace: list[float | None] = []
+        self.pool = pool or ReplayPool(replay, DEFAULT_WORKERS)
+        self.run = Run()
         self.invalid = 0
+
+    @property
+    def trace(self) -> list[float | None]:
+        return self.run.values
 
     def compile_job(self, config: Config) -> CompileJob:
         return CompileJob(",".join(str(config[n]) for n in self.replay.names), "", "replay", "")
@@ -132,20 +240,27 @@ class ReplayMeasurer(Measurer):
 
     def measure(self, config: Config, compiled: CompileResult) -> Outcome:
         value = self.replay.value(config)
-        self.trace.append(value)
+        self.run.values.append(value)
+        self.run.seconds.append(self.pool.measured(self.replay.point(config)))
         if value is None:
             return Outcome(Status.LAUNCH_ERROR, "failed in the replayed cache")
         return Outcome(Status.OK, time_us=value, times_us=[value])
 
 
 def run_study(
-    replay: Replay, seed: int, cap: int, sampler: str = DEFAULT_SAMPLER, workers: int = DEFAULT_WORKERS
-) -> list[float | None]:
+    replay: Replay,
+    seed: int,
+    cap: int,
+    sampler: str = DEFAULT_SAMPLER,
+    workers: int = DEFAULT_WORKERS,
+    compile_times: bool = False,
+) -> Run:
     """The product's Study, unstopped by patience, for `cap` measured trials (fewer when it ends)."""
-    measurer = ReplayMeasurer(replay)
-    study = Study(replay.space, measurer, InstantPool(workers), sampler=sampler, seed=seed)  # type: ignore[arg-type]
+    pool = ReplayPool(replay, workers, compile_times)
+    measurer = ReplayMeasurer(replay, pool)
+    study = Study(replay.space, measurer, pool, sampler=sampler, seed=seed)  # type: ignore[arg-type]
     study.run(Budget(trials=cap))
-    return measurer.trace
+    return measurer.run
 
 
 # -- a genetic algorithm, after Kernel Tuner's ----------------------------------------------------------
@@ -162,23 +277,39 @@ class GeneticAlgorithm:
     tries: int = 100  # attempts at a valid child before a random valid config stands in
 
 
-def run_ga(replay: Replay, seed: int, cap: int, ga: GeneticAlgorithm = GeneticAlgorithm()) -> list[float | None]:
+def run_ga(
+    replay: Replay,
+    seed: int,
+    cap: int,
+    ga: GeneticAlgorithm = GeneticAlgorithm(),
+    workers: int = DEFAULT_WORKERS,
+    compile_times: bool = False,
+) -> Run:
     """Tournament selection, uniform crossover, mutation to neighbouring values, elitism; only valid
-    configs enter the population, and configs measured before cost nothing when they come back."""
+    configs enter the population, and configs measured before cost nothing when they come back. Each
+    generation's new configs compile together on `workers` slots and are measured as they finish (Kernel
+    Tuner itself compiles one at a time: this is the faster GA)."""
     rng = random.Random(seed)
     valid = sorted(replay.values)
     sizes = [len(p.choices) for p in replay.space.params]
     index = [{v: i for i, v in enumerate(p.choices)} for p in replay.space.params]
     known: dict[tuple[int, ...], float] = {}
-    trace: list[float | None] = []
+    run = Run()
+    pool = ReplayPool(replay, workers, compile_times)
+
+    def evaluate(generation: Sequence[tuple[int, ...]]) -> None:
+        new = [c for c in dict.fromkeys(generation) if c not in known][: max(cap - len(run.values), 0)]
+        jobs = [(c, pool.submit(CompileJob(",".join(map(str, c)), "", "replay", ""))) for c in new]
+        for config, future in jobs:  # FIFO slots: they finish in the order submitted, bar cached kernels
+            future.result()
+            value = replay.values[config]
+            run.values.append(value)
+            run.seconds.append(pool.measured(config))
+            known[config] = float("inf") if value is None else value
+        if any(c not in known for c in generation):
+            raise _BudgetSpent
 
     def fitness(config: tuple[int, ...]) -> float:
-        if config not in known:
-            if len(trace) >= cap:
-                raise _BudgetSpent
-            value = replay.values[config]
-            trace.append(value)
-            known[config] = float("inf") if value is None else value
         return known[config]
 
     def child(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
@@ -196,28 +327,31 @@ def run_ga(replay: Replay, seed: int, cap: int, ga: GeneticAlgorithm = GeneticAl
     stale = 0  # generations that measured nothing new: the space is used up around the population
     try:
         while len(known) < len(valid) and stale < 100:
-            before = len(trace)
+            before = len(run.values)
+            evaluate(population)
             ranked = sorted(population, key=fitness)
             nxt = ranked[: ga.elite]
             while len(nxt) < len(ranked):
                 a, b = (min(rng.sample(ranked, min(ga.tournament, len(ranked))), key=fitness) for _ in range(2))
                 nxt.append(child(a, b))
             population = nxt
-            stale = stale + 1 if len(trace) == before else 0
+            stale = stale + 1 if len(run.values) == before else 0
     except _BudgetSpent:
         pass
-    return trace
+    return run
 
 
-UNPOOLED = frozenset({"ga"})  # strategies that propose one config at a time, whatever the pool
-# name -> (replay, seed, evaluation cap, compile pool workers) -> the values measured, in order
-STRATEGIES: dict[str, Callable[[Replay, int, int, int], list[float | None]]] = {
-    "default": lambda replay, seed, cap, workers: run_study(replay, seed, cap, DEFAULT_SAMPLER, workers),
-    "tpe-valid": lambda replay, seed, cap, workers: run_study(replay, seed, cap, "tpe-valid", workers),
-    "tpe-local": lambda replay, seed, cap, workers: run_study(replay, seed, cap, "tpe-local", workers),
-    "tpe-ranked": lambda replay, seed, cap, workers: run_study(replay, seed, cap, "tpe-ranked", workers),
-    "tpe-fresh": lambda replay, seed, cap, workers: run_study(replay, seed, cap, "tpe-fresh", workers),
-    "ga": lambda replay, seed, cap, _: run_ga(replay, seed, cap),
+UNPOOLED = frozenset({"ga"})  # strategies that keep no trials pending (the GA waits for each generation)
+# name -> (replay, seed, evaluation cap, compile pool workers, recorded compile times?) -> the run
+STRATEGIES: dict[str, Callable[[Replay, int, int, int, bool], Run]] = {
+    **{
+        name: functools.partial(
+            lambda replay, seed, cap, workers, timed, sampler: run_study(replay, seed, cap, sampler, workers, timed),
+            sampler=DEFAULT_SAMPLER if name == "default" else name,
+        )
+        for name in ("default", "tpe-valid", "tpe-local", "tpe-ranked", "tpe-fresh")
+    },
+    "ga": lambda replay, seed, cap, workers, timed: run_ga(replay, seed, cap, workers=workers, compile_times=timed),
 }
 
 
@@ -228,6 +362,17 @@ def evaluations_to(trace: Sequence[float | None], optimum: float, within: float)
         if value is not None and value <= optimum * (1 + within):
             return i + 1
     return None
+
+
+def median_seconds_to(runs: Sequence[Run], optimum: float, within: float) -> float | None:
+    """The median simulated seconds until a config within `within` of the optimum was measured (a run
+    that never got there counts as infinite; an infinite median is None)."""
+    times = []
+    for run in runs:
+        reached = evaluations_to(run.values, optimum, within)
+        times.append(float("inf") if reached is None else run.seconds[reached - 1])
+    value = statistics.median(times)
+    return None if value == float("inf") else round(value, 3)
 
 
 def sweep_stop(trace: Sequence[float | None], trials: int = DEFAULT_TRIALS, patience: int = DEFAULT_PATIENCE) -> int:

@@ -61,7 +61,9 @@ def test_damaged_or_unusable_files_are_one_line_errors(tmp_path: Path) -> None:
 
 def test_default_study_counts_failures_and_skips_invalid_configs(replay: replay_lib.Replay) -> None:
     measurer = replay_lib.ReplayMeasurer(replay)
-    study = Study(replay.space, measurer, replay_lib.InstantPool(workers=4), sampler=replay_lib.DEFAULT_SAMPLER, seed=3)  # type: ignore[arg-type]
+    study = Study(
+        replay.space, measurer, replay_lib.ReplayPool(replay, workers=4), sampler=replay_lib.DEFAULT_SAMPLER, seed=3
+    )  # type: ignore[arg-type]
     failing = [dict(zip(PARAMS, key, strict=True)) for key, value in replay.values.items() if value is None]
     study.warm_start(failing)
     result = study.run(Budget(trials=60))
@@ -74,14 +76,14 @@ def test_default_study_counts_failures_and_skips_invalid_configs(replay: replay_
 @pytest.mark.parametrize("sampler", ["tpe-valid", "tpe-local", "tpe-ranked", "tpe-fresh"])
 def test_valid_samplers_reach_the_optimum_within_the_whole_space(replay: replay_lib.Replay, sampler: str) -> None:
     measurer = replay_lib.ReplayMeasurer(replay)
-    study = Study(replay.space, measurer, replay_lib.InstantPool(workers=4), sampler=sampler, seed=7)  # type: ignore[arg-type]
+    study = Study(replay.space, measurer, replay_lib.ReplayPool(replay, workers=4), sampler=sampler, seed=7)  # type: ignore[arg-type]
     result = study.run(Budget(trials=VALID, target_us=replay.optimum))
     assert result.stopped == "target reached" and result.best_config == OPTIMUM
     assert len(measurer.trace) < VALID and measurer.invalid == 0
 
 
 def test_ga_reaches_the_optimum_within_the_whole_space(replay: replay_lib.Replay) -> None:
-    trace = replay_lib.STRATEGIES["ga"](replay, 7, VALID, 4)
+    trace = replay_lib.STRATEGIES["ga"](replay, 7, VALID, 4, False).values
     assert len(trace) <= VALID and trace.count(None) <= FAILING
     assert replay_lib.evaluations_to(trace, replay.optimum, 0.0) is not None
 
@@ -89,7 +91,7 @@ def test_ga_reaches_the_optimum_within_the_whole_space(replay: replay_lib.Replay
 @pytest.mark.parametrize("sampler", ["tpe-valid", "tpe-local", "tpe-ranked", "tpe-fresh"])
 def test_valid_tpe_proposes_no_invalid_config(replay: replay_lib.Replay, sampler: str) -> None:
     measurer = replay_lib.ReplayMeasurer(replay)
-    study = Study(replay.space, measurer, replay_lib.InstantPool(workers=4), sampler=sampler, seed=1)  # type: ignore[arg-type]
+    study = Study(replay.space, measurer, replay_lib.ReplayPool(replay, workers=4), sampler=sampler, seed=1)  # type: ignore[arg-type]
     result = study.run(Budget(trials=40))
     assert measurer.invalid == 0 and result.measured == 40 and result.kicks == 0
 
@@ -104,7 +106,7 @@ def test_ga_measures_each_config_once(replay: replay_lib.Replay) -> None:
             return original[key]
 
     counted = replay_lib.Replay(replay.name, replay.space, Counting(original), replay.optimum)
-    trace = replay_lib.run_ga(counted, seed=2, cap=30)
+    trace = replay_lib.run_ga(counted, seed=2, cap=30).values
     assert len(trace) == 30 == len(set(seen))
 
 
@@ -136,3 +138,62 @@ def test_an_out_that_cannot_take_the_report_is_refused_before_any_replay(
     (tmp_path / "report.json").write_text("{not json")
     assert bench_search_replay.main([space, "--merge", "--out", str(tmp_path / "report.json")]) == 2
     assert "not a replay report" in capsys.readouterr().err
+
+
+def _timed(
+    replay: replay_lib.Replay, compile_s: float, measure_s: float, compiled: tuple[str, ...]
+) -> replay_lib.Replay:
+    """The same space with every config taking these compile and measurement seconds, and only the
+    `compiled` parameters changing the kernel."""
+    return replay_lib.Replay(
+        replay.name,
+        replay.space,
+        replay.values,
+        replay.optimum,
+        {point: compile_s for point in replay.values},
+        {point: measure_s for point in replay.values},
+        compiled,
+    )
+
+
+def test_a_timed_pool_compiles_on_its_slots_in_order_and_once_per_kernel(replay: replay_lib.Replay) -> None:
+    timed = _timed(replay, 2.0, 0.5, ("block", "tile", "vec", "smem"))  # unroll is a launch-time parameter
+    pool = replay_lib.ReplayPool(timed, workers=2, compile_times=True)
+
+    def job(**config: int) -> replay_lib.CompileJob:
+        point = {**OPTIMUM, **config}
+        return replay_lib.CompileJob(",".join(str(point[n]) for n in PARAMS), "", "replay", "")
+
+    first, second, third = pool.submit(job(block=32)), pool.submit(job(block=64)), pool.submit(job(block=128))
+    same_kernel = pool.submit(job(block=32, unroll=4))
+    assert [f.finish for f in (first, second, third, same_kernel)] == [2.0, 2.0, 4.0, 2.0]  # type: ignore[attr-defined]
+    assert not first.done()
+    pool.wait_any([third, first])
+    assert pool.clock == 2.0 and first.done() and same_kernel.done() and not third.done()
+    assert pool.measured(timed.point({**OPTIMUM, "block": 32})) == 2.5
+    third.result()  # waiting for a compile moves the clock to its end
+    assert pool.clock == 4.0
+    untimed = replay_lib.ReplayPool(timed, workers=2)  # compile_times off: everything is ready when asked
+    assert untimed.submit(job(block=256)).done()
+
+
+def test_recorded_compile_times_cost_seconds_not_evaluations_for_a_fifo_study(replay: replay_lib.Replay) -> None:
+    """The default study measures in the order asked, so compile times move its clock, not its choices:
+    the same evaluations, and the seconds they took grow with the compile time."""
+    timed = _timed(replay, 3.0, 0.1, tuple(PARAMS))
+    instant = replay_lib.run_study(timed, seed=4, cap=40, workers=4)
+    compiled = replay_lib.run_study(timed, seed=4, cap=40, workers=4, compile_times=True)
+    assert compiled.values == instant.values
+    assert instant.seconds[-1] == pytest.approx(40 * 0.1)
+    # 40 compiles of 3 s on 4 slots take at least 30 s; the last measurement ends after them.
+    assert compiled.seconds[-1] >= 30.0
+    assert replay_lib.median_seconds_to([compiled], timed.optimum, 10.0) == compiled.seconds[0]
+
+
+def test_a_timed_ga_measures_what_the_untimed_one_does(replay: replay_lib.Replay) -> None:
+    timed = _timed(replay, 1.0, 0.25, tuple(PARAMS))
+    plain = replay_lib.run_ga(timed, seed=5, cap=60)
+    compiled = replay_lib.run_ga(timed, seed=5, cap=60, workers=4, compile_times=True)
+    assert compiled.values == plain.values and len(compiled.values) == 60
+    # The first generation: 20 compiles on 4 slots end at 5 s, so its last measurement ends after that.
+    assert compiled.seconds[19] >= 5.0 and plain.seconds[19] == pytest.approx(20 * 0.25)

@@ -18,7 +18,8 @@ import struct
 import subprocess
 import tempfile
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -281,6 +282,10 @@ class CompilePool:
 
     def submit(self, job: CompileJob) -> Future[CompileResult]:
         return self._executor.submit(compile_kernel, job, self._cache_dir, owner=self)
+
+    def wait_any(self, futures: Sequence[Future[CompileResult]]) -> None:
+        """Until one of these compiles is done (a replay's pool moves its clock instead: scripts/search_replay.py)."""
+        wait(futures, return_when=FIRST_COMPLETED)
 
     def close(self) -> None:
         """Queued jobs are dropped and running compiles ended: nothing outlives the sweep."""

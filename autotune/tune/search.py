@@ -11,7 +11,7 @@ import random
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import optuna
@@ -225,7 +225,7 @@ class Study:
         if not self._ranked or len(self._results) < ranking.RANK_AFTER or len(pending) == 1:
             return pending.popleft()
         if not any(future.done() for _, _, future in pending):
-            wait([future for _, _, future in pending], return_when=FIRST_COMPLETED)
+            self._pool.wait_any([future for _, _, future in pending])
         model = ranking.PairModel(self.space, self._results)
         ready = [entry for entry in pending if entry[2].done()]  # in the order asked
         if self._fresh:
