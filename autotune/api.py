@@ -31,13 +31,20 @@ from autotune.select.choose import Choice, Selector
 
 if TYPE_CHECKING:
     from autotune.tune.devices import DeviceResult
+    from autotune.tune.search import Budget
     from autotune.tune.tuner import Progress, SweepReport, TrialHook
 
 # Kept equal to autotune.tune.search.SAMPLERS (tests/test_search.py checks), which imports Optuna: the
 # CLI validates --sampler without paying for that import.
 SAMPLERS = ("tpe", "tpe-valid", "tpe-local", "tpe-ranked", "tpe-fresh", "random", "grid")
-# A shape whose best has not improved by 1% in this many trials has stopped improving.
-DEFAULT_PATIENCE = 32
+DEFAULT_SAMPLER = "tpe-fresh"  # autotune.tune.search.DEFAULT_SAMPLER, checked the same way
+# A sweep's budget per shape: trials, and the trials without a 1% gain after which a shape has stopped
+# improving. A shape nothing stored seeds (no earlier sweep, no other GPU's, no tuned neighbour) gets
+# the UNSEEN budget when the sweep runs at the default one: replayed on fully measured spaces, a blind
+# search stopped at 64/32 most often before it came within 2% of the optimum, at 128/64 up to 7 times
+# as often (docs/findings.md, "Search on spaces never seen").
+DEFAULT_TRIALS, DEFAULT_PATIENCE = 64, 32
+UNSEEN_TRIALS, UNSEEN_PATIENCE = 128, 64
 # sweep --retime: a problem whose earlier best, measured again under edited kernels, is at most this
 # much slower than stored keeps it instead of being re-swept.
 RETIME_TOLERANCE = 0.02
@@ -318,10 +325,10 @@ def sweep(
     trans: bool = False,
     dtype: str | None = None,
     shapes_file: Path | None = None,
-    trials: int = 64,
+    trials: int = DEFAULT_TRIALS,
     timeout: float | None = None,
     patience: int | None = DEFAULT_PATIENCE,
-    sampler: str = "tpe",
+    sampler: str = DEFAULT_SAMPLER,
     seed: int | None = None,
     db: str | None = None,
     device: int = 0,
@@ -379,10 +386,10 @@ def sweep(
 def sweep_problems(
     problems: list[Problem] | tuple[str | None, str | None] | None,
     *,
-    trials: int = 64,
+    trials: int = DEFAULT_TRIALS,
     timeout: float | None = None,
     patience: int | None = DEFAULT_PATIENCE,
-    sampler: str = "tpe",
+    sampler: str = DEFAULT_SAMPLER,
     seed: int | None = None,
     db: str | None = None,
     device: int = 0,
@@ -405,7 +412,6 @@ def sweep_problems(
         raise AutotuneError(f"unknown sampler {sampler!r}: choose one of {', '.join(SAMPLERS)}")
     from autotune.store import check_url
     from autotune.tune.fleet import lease as claim_lease
-    from autotune.tune.search import Budget
     from autotune.tune.tuner import run_sweep
 
     check_url(db)
@@ -416,7 +422,7 @@ def sweep_problems(
         problems,
         lambda: _open(db),
         sampler=sampler,
-        budget=Budget(trials, timeout, patience),
+        budget=sweep_budget(trials, timeout, patience),
         seed=seed,
         device=device,
         progress=progress,
@@ -426,6 +432,19 @@ def sweep_problems(
     )
     _selector(db).forget()
     return report
+
+
+def sweep_budget(trials: int, timeout: float | None, patience: int | None) -> Budget:
+    """The budget per shape; at the default trials and patience, with the UNSEEN one for shapes nothing
+    stored seeds (asked for explicitly, a budget holds for every shape)."""
+    from autotune.tune.search import Budget
+
+    unseen = (
+        Budget(UNSEEN_TRIALS, timeout, UNSEEN_PATIENCE)
+        if (trials, patience) == (DEFAULT_TRIALS, DEFAULT_PATIENCE)
+        else None
+    )
+    return Budget(trials, timeout, patience, unseen=unseen)
 
 
 def sweep_devices(devices: str, *, log_level: int = logging.INFO, **options: Any) -> list[DeviceResult]:

@@ -219,14 +219,21 @@ def sweep(
     trans: Trans = False,
     shapes: ShapesFile = None,
     dtype: Dtype = None,
-    trials: Annotated[int, typer.Option("--trials", help="trials per shape, counting stored ones")] = 64,
+    trials: Annotated[
+        int,
+        typer.Option(
+            "--trials",
+            help="trials per shape, counting stored ones (with the default trials and patience, a shape that "
+            "no stored sweep or tuned neighbour seeds gets 128 trials and a patience of 64)",
+        ),
+    ] = api.DEFAULT_TRIALS,
     timeout: Annotated[float | None, typer.Option("--timeout", help="seconds per shape")] = None,
     patience: Annotated[
         int, typer.Option("--patience", min=0, help="stop a shape after N trials without 1% gain (0: never)")
     ] = api.DEFAULT_PATIENCE,
     sampler: Annotated[
         str, typer.Option("--sampler", help="tpe, tpe-valid, tpe-local, tpe-ranked, tpe-fresh, random or grid")
-    ] = "tpe",
+    ] = api.DEFAULT_SAMPLER,
     seed: Annotated[int | None, typer.Option("--seed", help="sampler seed")] = None,
     device: Annotated[int, typer.Option("--device", help="GPU index")] = 0,
     stale: Annotated[

@@ -140,6 +140,7 @@ def test_the_api_knows_the_same_samplers() -> None:
     from autotune.tune import search
 
     assert api.SAMPLERS == search.SAMPLERS
+    assert api.DEFAULT_SAMPLER == search.DEFAULT_SAMPLER
 
 
 def test_a_sampler_that_proposes_nothing_new_is_kicked_to_unexplored_configs() -> None:

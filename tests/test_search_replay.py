@@ -59,11 +59,9 @@ def test_damaged_or_unusable_files_are_one_line_errors(tmp_path: Path) -> None:
         replay_lib.load(tmp_path / "gflops.json")
 
 
-def test_default_study_counts_failures_and_skips_invalid_configs(replay: replay_lib.Replay) -> None:
+def test_plain_tpe_counts_failures_and_skips_invalid_configs(replay: replay_lib.Replay) -> None:
     measurer = replay_lib.ReplayMeasurer(replay)
-    study = Study(
-        replay.space, measurer, replay_lib.ReplayPool(replay, workers=4), sampler=replay_lib.DEFAULT_SAMPLER, seed=3
-    )  # type: ignore[arg-type]
+    study = Study(replay.space, measurer, replay_lib.ReplayPool(replay, workers=4), sampler="tpe", seed=3)  # type: ignore[arg-type]
     failing = [dict(zip(PARAMS, key, strict=True)) for key, value in replay.values.items() if value is None]
     study.warm_start(failing)
     result = study.run(Budget(trials=60))
@@ -117,12 +115,14 @@ def test_report_arithmetic() -> None:
     assert replay_lib.evaluations_to(traces[1], 1.0, 0.05) is None
     row = replay_lib.summarise(traces, 1.0)
     assert row["runs"] == 2 and row["median_to_2pct"] is None and row["reach_2pct_at_50"] == 0.5
-    flat: list[float | None] = [5.0] + [5.0] * 40 + [1.0]  # patience 32 stops the sweep before the 1.0
-    assert replay_lib.sweep_stop(flat) == 33 and replay_lib.sweep_stop([1.0] * 10) == 10
+    flat: list[float | None] = [5.0] + [5.0] * 70 + [1.0]  # patience 32 or 64 stops the sweep before the 1.0
+    assert replay_lib.sweep_stop(flat, 64, 32) == 33 and replay_lib.sweep_stop([1.0] * 10) == 10
+    # The default stop is an unseen space's budget: 128 trials, patience 64.
+    assert (replay_lib.DEFAULT_TRIALS, replay_lib.DEFAULT_PATIENCE) == (128, 64) and replay_lib.sweep_stop(flat) == 65
     assert replay_lib.summarise([flat], 1.0)["reach_2pct_default_budget"] == 0.0
-    # A patience of 50 lets the same run reach the 1.0 at its 42nd evaluation, within 100 trials.
+    # A patience of 75 lets the same run reach the 1.0 at its 72nd evaluation, within 150 trials.
     budgets = replay_lib.summarise([flat], 1.0)["reach_2pct_budgets"]
-    assert budgets["64/32"] == 0.0 and budgets["100/50"] == 1.0 and budgets["200/100"] == 1.0
+    assert budgets["64/32"] == 0.0 and budgets["150/75"] == 1.0 and budgets["200/100"] == 1.0
 
 
 def test_an_out_that_cannot_take_the_report_is_refused_before_any_replay(
@@ -178,11 +178,11 @@ def test_a_timed_pool_compiles_on_its_slots_in_order_and_once_per_kernel(replay:
 
 
 def test_recorded_compile_times_cost_seconds_not_evaluations_for_a_fifo_study(replay: replay_lib.Replay) -> None:
-    """The default study measures in the order asked, so compile times move its clock, not its choices:
+    """A plain TPE study measures in the order asked, so compile times move its clock, not its choices:
     the same evaluations, and the seconds they took grow with the compile time."""
     timed = _timed(replay, 3.0, 0.1, tuple(PARAMS))
-    instant = replay_lib.run_study(timed, seed=4, cap=40, workers=4)
-    compiled = replay_lib.run_study(timed, seed=4, cap=40, workers=4, compile_times=True)
+    instant = replay_lib.run_study(timed, seed=4, cap=40, sampler="tpe", workers=4)
+    compiled = replay_lib.run_study(timed, seed=4, cap=40, sampler="tpe", workers=4, compile_times=True)
     assert compiled.values == instant.values
     assert instant.seconds[-1] == pytest.approx(40 * 0.1)
     # 40 compiles of 3 s on 4 slots take at least 30 s; the last measurement ends after them.

@@ -311,6 +311,19 @@ def test_warm_start_measures_the_nearest_best_first(store: Store) -> None:
     assert worker.setups == [NEARBY]
 
 
+def test_a_shape_nothing_stored_seeds_gets_the_unseen_budget_and_a_seeded_one_the_default(store: Store) -> None:
+    budget = Budget(6, unseen=Budget(10))
+
+    def run(problem: Problem) -> int:
+        worker = FakeWorker()
+        Tuner(store, worker, InstantPool(), H200, sampler="random", budget=budget, seed=3, confirm=False).tune(problem)  # type: ignore[arg-type]
+        return len(worker.measured)
+
+    assert run(SHAPE) == 10  # an empty store: a blind search, the larger budget
+    assert run(NEARBY) == 6  # SHAPE's best seeds it now
+    assert Budget(6).for_problem(seeded=False).trials == 6  # no unseen budget given: one budget for all
+
+
 # --- a sweep killed with SIGKILL resumes without losing or repeating a trial ----------------------
 
 CHILD = textwrap.dedent(
@@ -645,3 +658,13 @@ def test_retime_sweeps_a_problem_with_no_earlier_measurement_in_full(store: Stor
         store, worker, InstantPool(), H200, sampler="random", budget=Budget(6), seed=1, confirm=False, retime=0.02
     )  # type: ignore[arg-type]
     assert tuner.tune(SHAPE).result.stopped == "budget reached" and len(worker.measured) == 6
+
+
+def test_the_default_sweep_budget_doubles_for_unseen_shapes_and_an_asked_for_one_holds_for_all() -> None:
+    from autotune import api
+
+    default = api.sweep_budget(api.DEFAULT_TRIALS, None, api.DEFAULT_PATIENCE)
+    assert (default.trials, default.patience) == (64, 32)
+    assert default.unseen is not None and (default.unseen.trials, default.unseen.patience) == (128, 64)
+    assert api.sweep_budget(64, 30.0, 16).unseen is None and api.sweep_budget(100, None, 32).unseen is None
+    assert default.for_problem(seeded=False).timeout_s is None

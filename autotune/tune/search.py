@@ -26,6 +26,7 @@ from autotune.tune.grid import ValidGridSampler
 from autotune.tune.valid_tpe import FRESH_LOCAL_SHARE, LOCAL_SHARE, ValidTPESampler
 
 SAMPLERS = ("tpe", "tpe-valid", "tpe-local", "tpe-ranked", "tpe-fresh", "random", "grid")
+DEFAULT_SAMPLER = "tpe-fresh"  # a sweep's, unless asked for another (docs/findings.md, "Search on spaces never seen")
 # Samplers whose study measures, among the compiled candidates, the one predicted fastest first
 # (autotune/tune/ranking.py) instead of the one asked first; "tpe-fresh" only among the FRESH most recently
 # asked, from a TPE that proposes knowing the results alone (no constant liar).
@@ -48,6 +49,14 @@ class Budget:
     timeout_s: float | None = None  # wall time for this run on the problem
     patience: int | None = None  # stop after this many measured trials without a 1% improvement
     target_us: float | None = None  # stop as soon as a config this fast is found (benchmarks)
+    # The budget of a problem that nothing stored seeds (no earlier sweep of it, no other GPU's, no tuned
+    # neighbour): a search that starts blind needs more trials to find the optimum (docs/findings.md,
+    # "Search on spaces never seen"). None: the same budget for every problem.
+    unseen: Budget | None = None
+
+    def for_problem(self, seeded: bool) -> Budget:
+        """This budget, or its `unseen` one where nothing stored seeds the problem."""
+        return self if seeded or self.unseen is None else self.unseen
 
 
 @dataclass
@@ -104,7 +113,7 @@ class Study:
         measurer: Measurer,
         pool: CompilePool,
         *,
-        sampler: str = "tpe",
+        sampler: str = DEFAULT_SAMPLER,
         seed: int | None = None,
         on_trial: Callable[[Config, Outcome, StudyResult], None] | None = None,
     ) -> None:

@@ -30,7 +30,7 @@ from autotune.store.models import QUEUE
 from autotune.store.rows import Provenance, TrialRow
 from autotune.tune import fleet, vendor
 from autotune.tune.confirm import confirm_leaders
-from autotune.tune.search import SAMPLERS, Budget, Measurer, Study, StudyResult
+from autotune.tune.search import DEFAULT_SAMPLER, SAMPLERS, Budget, Measurer, Study, StudyResult
 
 WARM_START_NEIGHBOURS = 3
 # Best configs of this very problem under an earlier kernel source, measured again first.
@@ -214,7 +214,7 @@ class Tuner:
         pool: CompilePool,
         gpu: GpuInfo,
         *,
-        sampler: str = "tpe",
+        sampler: str = DEFAULT_SAMPLER,
         budget: Budget | None = None,
         seed: int | None = None,
         progress: Progress | None = None,
@@ -281,7 +281,11 @@ class Tuner:
             retime_count = study.warm_start(earlier)
         else:
             study.warm_start([*first, *earlier, *other_gpus, *variants, *neighbours, *known])
-        self._progress.problem_started(problem, index, total, self._budget.trials)
+        # Seeded: something stored about this problem or its neighbours guides the search (the op's own
+        # seed tilings are the same for every shape, so they do not count).
+        seeded = bool(study.result.reused or earlier or other_gpus or variants or neighbours or first)
+        budget = self._budget.for_problem(seeded)
+        self._progress.problem_started(problem, index, total, budget.trials)
         log.info(
             "tuning %s on %s (%d of %d): %d trials stored",
             problem,
@@ -291,7 +295,7 @@ class Tuner:
             study.result.reused,
         )
         needs_vendor = self._vendor and vendor.vendor_missing(self._store, problem, problem_id)
-        if study.result.reused < self._budget.trials or needs_vendor:
+        if study.result.reused < budget.trials or needs_vendor:
             try:
                 self._worker.setup(problem, seed=_fresh_seed())
             except (AutotuneError, WorkerLost) as exc:
@@ -303,12 +307,12 @@ class Tuner:
                         study.result.vendor_us = vendor.time_vendor(
                             self._store, self._worker, self.gpu, self._gpu_id, problem, problem_id
                         )
-                    if study.result.reused >= self._budget.trials:
+                    if study.result.reused >= budget.trials:
                         study.result.stopped = "already tuned"
                     elif not retimed or not self._kept_after_retime(problem, study, retime_count, earlier_rows):
                         if retimed:
                             study.warm_start([*first, *other_gpus, *variants, *neighbours, *known])
-                        study.run(self._budget)
+                        study.run(budget)
                 except SetupLost as exc:
                     study.result.stopped = f"setup failed: {exc}"
         else:
@@ -391,7 +395,7 @@ def run_sweep(
     problems: Sequence[Problem] | tuple[str | None, str | None] | None,
     open_store: Callable[[], Any],
     *,
-    sampler: str = "tpe",
+    sampler: str = DEFAULT_SAMPLER,
     budget: Budget | None = None,
     seed: int | None = None,
     device: int = 0,
