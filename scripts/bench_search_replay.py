@@ -10,13 +10,16 @@ Configs absent from a file broke its restrictions: they are invalid and cost no 
 constraints rule configs out before compiling. Configs that failed (an error string for a time)
 are evaluations with a failed outcome. See scripts/search_replay.py for the replay itself.
 
-Strategies: `default` is what a sweep runs by default (autotune.tune.search.Study, sampler "tpe", driven
-through a replay Measurer); `tpe-valid` the Study with the sampler that proposes only valid new
-configs; `tpe-local` that sampler with a share of one-step moves of the best config; `ga` a plain
-genetic algorithm after Kernel Tuner's. --workers sets the trials a Study keeps pending (a sweep's
-compile pool size; 16 by default, as on a 16-core host). Each run is replayed up to --cap
-evaluations, unstopped; `reach_2pct_default_budget` applies a sweep's default stop (64 trials, patience
-32) to the same sequence of evaluations, which is exactly where that sweep would have stopped.
+Strategies: `default` is what a sweep runs by default (autotune.tune.search.Study with the default
+sampler, driven through a replay Measurer); the others name a sampler of the Study (`tpe-valid` proposes
+only valid new configs, `tpe-local` adds one-step moves of the best config, `tpe-ranked` and `tpe-fresh`
+rank the compiled candidates); `ga` is a plain genetic algorithm after Kernel Tuner's. --workers sets the
+trials a Study keeps pending (a sweep's compile pool size; 16 by default, as on a 16-core host). Each run
+is replayed up to --cap evaluations, unstopped; `reach_2pct_default_budget` applies the stop a sweep at
+the default budget gives a shape nothing stored seeds (128 trials, patience 64: autotune/api.py's unseen
+budget) to the same sequence of evaluations, which is exactly where that sweep would have stopped.
+With --compile-times, each config compiles in the time its cache file recorded, on --workers compile
+slots, and rows also report the simulated seconds to 2% (the recorded measurement times included).
 
     python scripts/bench_search_replay.py gemm_3090=RTX_3090.json.gz conv_a4000=A4000.json.gz
     python scripts/bench_search_replay.py --seeds 5 --strategies default,ga SPACE=FILE   # a quick look
@@ -76,10 +79,12 @@ def run_all(
             row = {
                 "space": name,
                 "strategy": strategy,
+                "sampler": replay_lib.DEFAULT_SAMPLER if strategy == "default" else strategy,  # the GA: "ga"
                 "workers": None if strategy in replay_lib.UNPOOLED else workers,  # the GA keeps no trials pending
                 # "recorded": each config compiled in its recorded time on `workers` slots, as a sweep's pool
                 # does (the GA: a generation at a time); "instant": every config compiled when asked for.
                 "compile": "recorded" if timed else "instant",
+                "default_budget": f"{replay_lib.DEFAULT_TRIALS}/{replay_lib.DEFAULT_PATIENCE}",  # trials/patience
                 **replay_lib.summarise([r.values for r in runs[name, strategy]], replay.optimum),
             }
             if replay.timed:  # the clock: recorded measurement times (and compile times where "recorded")
@@ -104,25 +109,36 @@ def _reach_curve(traces: Sequence[Sequence[float | None]], optimum: float, cap: 
     return [sum(h is not None and h <= n for h in hits) / len(traces) for n in range(1, cap + 1)]
 
 
+# The plot's lines: what a sweep runs by default, plain TPE and the genetic algorithm, at a sweep's 16
+# pending trials, each compiled at once (solid) and in its recorded time (dashed); the other rows are
+# in the report.
+PLOTTED = ("default", "tpe", "ga")
+
+
 def plot(report: Mapping[str, Any], path: Path) -> Path:
     from plotting import pyplot, save_beside  # beside this script, as `python scripts/...` runs it
 
     plt = pyplot()
-    spaces = list(dict.fromkeys(r["space"] for r in report["rows"]))
-    fig, axes = plt.subplots(1, len(spaces), figsize=(6.0 * len(spaces), 4.2), squeeze=False)
+    rows = [r for r in report["rows"] if r["strategy"] in PLOTTED and r["workers"] in (None, 16)]
+    spaces = list(dict.fromkeys(r["space"] for r in rows))
+    fig, axes = plt.subplots(1, len(spaces), figsize=(5.0 * len(spaces), 4.2), squeeze=False)
     for axis, space in zip(axes[0], spaces, strict=True):
-        for row in (r for r in report["rows"] if r["space"] == space):
+        for row in (r for r in rows if r["space"] == space):
             curve = row["curve_2pct"]
-            pending = "" if row["workers"] is None else f", {row['workers']} pending"
-            label = f"{row['strategy']}{pending} (median {row['median_to_2pct']})"
-            style = {None: "-", 1: "-", 4: "-.", 16: "--"}.get(row["workers"], ":")
-            axis.plot(range(1, len(curve) + 1), curve, style, label=label)
-        axis.axvline(replay_lib.DEFAULT_TRIALS, color="grey", linestyle=":", label="default budget (64 trials)")
+            timed = row.get("compile", "instant") == "recorded"
+            seconds = f", {row['median_seconds_to_2pct']} s" if timed and row.get("median_seconds_to_2pct") else ""
+            compiled = row.get("compile", "instant")
+            median = row["median_to_2pct"] or "over half the runs never"
+            label = f"{row['strategy']} ({row['sampler']}), {compiled}: median {median}{seconds}"
+            color = {"default": "C0", "tpe": "C1", "ga": "C2"}[row["strategy"]]
+            axis.plot(range(1, len(curve) + 1), curve, "--" if timed else "-", color=color, label=label)
+        trials = replay_lib.DEFAULT_TRIALS
+        axis.axvline(trials, color="grey", linestyle=":", label=f"budget of an unseen space ({trials} trials)")
         axis.set_xlabel("evaluations (failed configs included)")
         axis.set_ylabel(f"fraction of {report['seeds']} runs within 2% of the optimum")
         axis.set_ylim(0, 1.02)
         axis.set_title(space)
-        axis.legend(fontsize=7, loc="lower right")
+        axis.legend(fontsize=6, loc="lower right")
     return save_beside(fig, path)
 
 

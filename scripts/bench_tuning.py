@@ -29,8 +29,8 @@ from autotune.core.problem import Problem
 from autotune.core.space import Config, Param, Space
 from autotune.measure.worker.client import Worker
 from autotune.ops import gemv, source_hash
+from autotune.tune.search import DEFAULT_SAMPLER, Budget, Measurer, Study
 from autotune.tune.search import SAMPLERS as PRODUCT_SAMPLERS
-from autotune.tune.search import Budget, Measurer, Study
 
 BENCH_CHOICES = {
     "block": (64, 128, 256, 512),
@@ -44,7 +44,7 @@ BENCH_CHOICES = {
     "persist": (0, 2),
 }
 SHAPES = [(4096, 8192), (1024, 1024), (256, 131072)]
-SAMPLERS = ("tpe", "random", "grid")  # by default; --samplers takes any of the product's
+SAMPLERS = (DEFAULT_SAMPLER, "tpe", "random", "grid")  # by default; --samplers takes any of the product's
 MAX_TRIALS, MAX_SECONDS = 400, 60.0
 
 

@@ -26,13 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autotune import api
 from autotune.build.compiler import CompileJob, CompileResult
 from autotune.core.outcome import Outcome, Status
 from autotune.core.space import Config, Param, Space
 from autotune.tune.search import Budget, Measurer, Study
 
-# What a sweep runs by default: autotune/cli.py's --trials and --patience, Tuner's sampler.
-DEFAULT_TRIALS, DEFAULT_PATIENCE, DEFAULT_SAMPLER = 64, 32, "tpe"
+# What a sweep runs by default on a space nothing stored seeds, as nothing seeds a replayed space: the
+# unseen budget (autotune/api.py) and the default sampler.
+DEFAULT_TRIALS, DEFAULT_PATIENCE, DEFAULT_SAMPLER = api.UNSEEN_TRIALS, api.UNSEEN_PATIENCE, api.DEFAULT_SAMPLER
 # A sweep's compile pool has os.cpu_count() workers (CompilePool); the study keeps that many trials
 # pending, which constant liar sees as running. 16: the cores of the GPU machines our results come from.
 DEFAULT_WORKERS = 16
@@ -349,7 +351,7 @@ STRATEGIES: dict[str, Callable[[Replay, int, int, int, bool], Run]] = {
             lambda replay, seed, cap, workers, timed, sampler: run_study(replay, seed, cap, sampler, workers, timed),
             sampler=DEFAULT_SAMPLER if name == "default" else name,
         )
-        for name in ("default", "tpe-valid", "tpe-local", "tpe-ranked", "tpe-fresh")
+        for name in ("default", "tpe", "tpe-valid", "tpe-local", "tpe-ranked", "tpe-fresh")
     },
     "ga": lambda replay, seed, cap, workers, timed: run_ga(replay, seed, cap, workers=workers, compile_times=timed),
 }
@@ -376,7 +378,7 @@ def median_seconds_to(runs: Sequence[Run], optimum: float, within: float) -> flo
 
 
 def sweep_stop(trace: Sequence[float | None], trials: int = DEFAULT_TRIALS, patience: int = DEFAULT_PATIENCE) -> int:
-    """How many of these evaluations a sweep's default budget runs: `trials`, or fewer where
+    """How many of these evaluations a sweep's default budget on an unseen space runs: `trials`, or fewer where
     `patience` trials in a row bring no 1% improvement (the rule of Study.run)."""
     best: float | None = None
     since = 0
