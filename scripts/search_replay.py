@@ -5,12 +5,15 @@ A Kernel Tuner cache file (JSON, gzip'd or not) holds `tune_params` (name -> val
 names another, is a number, or a string such as "RuntimeFailedConfig" where the config failed).
 Configs absent from the cache broke the space's restrictions: here they are invalid, ruled out by
 the `Space`'s constraint before anything is measured, as the product's constraints rule out configs.
-A config present with a failure costs an evaluation and measures as a launch error.
+A config present with a failure costs an evaluation and measures as a launch error. Records may also
+hold `compile_time` and `benchmark_time` (ms, as Kernel Tuner writes them), and the file
+`compiled_params`, the parameters that change the compiled kernel (all of them when absent).
 
 `run_study` drives the product's search (autotune.tune.search.Study) through a replay Measurer and a
-compile pool that compiles nothing; `run_ga` is a plain genetic algorithm in the manner of Kernel
-Tuner's. Each returns the replayed values of the configs it measured, in order (None for a failure):
-the evaluations a strategy needed are positions in that list.
+compile pool on a simulated clock (ReplayPool: every config compiled when asked for, or in its recorded
+time); `run_ga` is a plain genetic algorithm in the manner of Kernel Tuner's. Each returns a Run: the
+replayed values of the configs it measured, in order (None for a failure), so that the evaluations a
+strategy needed are positions in that list, and the clock when each measurement ended.
 """
 
 from __future__ import annotations
