@@ -8,6 +8,8 @@ shapes chose most) where brute force takes under a minute. Every compile starts 
 cache, so compile time is counted.
 
     python scripts/bench_tuning.py --out results    # writes results/tuning_<gpu>.json
+    python scripts/bench_tuning.py --spaces-only --out results   # only the brute force: each shape's
+        # space with every config's time, as results/space_gemv_<m>x<n>_<gpu>.json.gz (search replays)
 """
 
 from __future__ import annotations
@@ -121,8 +123,8 @@ def write_space(
 ) -> None:
     """The measured configs as a Kernel Tuner cache file (scripts/search_replay.py replays it): a valid
     config's key holds its time in us, or a failure string; configs the constraints rule out are absent,
-    as in Kernel Tuner's files. Each record also keeps its compile and measurement seconds (with a cold
-    compile cache and this machine's compile pool), from which a replay's compile delay follows."""
+    as in Kernel Tuner's files. Each record also keeps its compile and measurement times in ms (with a cold
+    compile cache and this machine's compile pool), which `bench_search_replay.py --compile-times` replays."""
     names = [p.name for p in space.params]
     cache = {
         ",".join(str(config[name]) for name in names): {
