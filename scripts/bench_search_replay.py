@@ -76,6 +76,7 @@ def run_all(
         replay = _replay(str(path), name)
         for strategy in strategies:
             timed = compile_times and replay.timed
+            traces = [r.values for r in runs[name, strategy]]
             row = {
                 "space": name,
                 "strategy": strategy,
@@ -85,11 +86,10 @@ def run_all(
                 # does (the GA: a generation at a time); "instant": every config compiled when asked for.
                 "compile": "recorded" if timed else "instant",
                 "default_budget": f"{replay_lib.DEFAULT_TRIALS}/{replay_lib.DEFAULT_PATIENCE}",  # trials/patience
-                **replay_lib.summarise([r.values for r in runs[name, strategy]], replay.optimum),
+                **replay_lib.summarise(traces, replay.optimum),
             }
             if replay.timed:  # the clock: recorded measurement times (and compile times where "recorded")
                 row["median_seconds_to_2pct"] = replay_lib.median_seconds_to(runs[name, strategy], replay.optimum, 0.02)
-            traces = [r.values for r in runs[name, strategy]]
             row["valid_configs"] = len(replay.values)
             row["failing_configs"] = sum(v is None for v in replay.values.values())
             row["optimum"] = replay.optimum
