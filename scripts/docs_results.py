@@ -353,7 +353,9 @@ def faults_table(report: dict[str, Any]) -> str:
         "",
         f"Problem {report['problem']}; sweep killed midway: {report['sweep_killed_midway']} "
         f"({report['rows_before_kill']} rows before the kill); resumed with exit code {report['resumed_exit_code']}; "
-        f"{report['rows_found']} rows found of {report['rows_expected']} expected, {report['duplicates']} duplicates; "
+        f"{report['rows_found']} rows of our kernels found of {report['rows_expected']} expected"
+        + (f" (and {report['vendor_rows']} of cuBLASLt's algorithms)" if report.get("vendor_rows") else "")
+        + f", {report['duplicates']} duplicates; "
         f"rows finished before the kill kept as they were: {report['completed_rows_kept']}.",
     ]
     return "\n".join(lines)

@@ -33,7 +33,7 @@ from autotune.core.outcome import Outcome, Status
 from autotune.core.problem import Problem
 from autotune.core.space import Config, config_key
 from autotune.measure.worker.client import Worker
-from autotune.ops import gemv
+from autotune.ops import gemv, source_hash
 from autotune.tune.search import Budget
 from autotune.tune.tuner import StoreMeasurer, Tuner
 
@@ -141,19 +141,24 @@ def run_sweep(db: str, trials: int, measure_timeout: float) -> None:
         print(f"drill sweep: measured {result.measured}, reused {result.reused}, stopped: {result.stopped}")
 
 
-def _rows(db: Path) -> list[tuple[int, str, str, float | None]]:
+def _rows(db: Path) -> list[tuple[int, str, str, float | None, str]]:
+    """The finished trials: (id, config key, status, time, source hash). A sweep also times cuBLASLt
+    (autotune/tune/vendor.py): those rows carry the library's version as their source hash."""
     with sqlite3.connect(db) as connection:
-        query = "select id, config_key, status, time_us from trials where status not in ('invalid', 'running')"
+        query = (
+            "select id, config_key, status, time_us, source_hash from trials where status not in ('invalid', 'running')"
+        )
         return [tuple(row) for row in connection.execute(query)]
 
 
-def finished_so_far(db: Path) -> int:
-    """Finished trials in the sweep's database while it runs: 0 until its migrations have made the
-    tables (the file appears first), and while SQLite answers that the file is busy."""
+def finished_so_far(db: Path, source: str) -> int:
+    """Finished trials of our kernel source in the sweep's database while it runs: 0 until its
+    migrations have made the tables (the file appears first), and while SQLite answers that the
+    file is busy."""
     if not db.exists():
         return 0
     try:
-        return len(_rows(db))
+        return sum(row[4] == source for row in _rows(db))
     except sqlite3.OperationalError:
         return 0
 
@@ -169,25 +174,29 @@ def _child(db: Path, trials: int, measure_timeout: float) -> subprocess.Popen[by
 
 
 def drill(db: Path, *, trials: int = 40, kill_after: int = 14, measure_timeout: float = 8.0) -> dict[str, Any]:
-    """Run the whole drill; returns the report that main() writes as JSON."""
+    """Run the whole drill; returns the report that main() writes as JSON. Our kernels' rows (the
+    problem's source hash) must number `trials`; cuBLASLt's rows, timed by the same sweep where the
+    library is present, are counted apart and checked for duplicates and losses the same way."""
+    source = source_hash(PROBLEM)
     child = _child(db, trials, measure_timeout)
     deadline = time.monotonic() + 300
     while child.poll() is None and time.monotonic() < deadline:
-        if finished_so_far(db) >= kill_after:
+        if finished_so_far(db, source) >= kill_after:
             break
         time.sleep(0.1)
     killed = child.poll() is None
     if killed:
         child.send_signal(signal.SIGKILL)
     child.wait()
-    before = {row[1]: row for row in _rows(db) if row[2] == "ok"}
+    before = {(row[1], row[4]): row for row in _rows(db) if row[2] == "ok"}
     resumed = _child(db, trials, measure_timeout)
     resumed_code = resumed.wait(timeout=900)
     after = _rows(db)
-    by_key = {row[1]: row for row in after}
+    by_key = {(row[1], row[4]): row for row in after}
+    ours = [row for row in after if row[4] == source]
     faults = []
     for fault in FAULTS:
-        row = by_key.get(config_key(fault.config))
+        row = by_key.get((config_key(fault.config), source))
         recorded = row[2] if row else "missing"
         faults.append(
             {
@@ -202,11 +211,12 @@ def drill(db: Path, *, trials: int = 40, kill_after: int = 14, measure_timeout: 
     return {
         "problem": str(PROBLEM),
         "sweep_killed_midway": killed,
-        "rows_before_kill": len(before),
+        "rows_before_kill": sum(key[1] == source for key in before),
         "resumed_exit_code": resumed_code,
         "faults": faults,
         "rows_expected": trials,
-        "rows_found": len(after),
+        "rows_found": len(ours),
+        "vendor_rows": len(after) - len(ours),
         "duplicates": len(after) - len(by_key),
         "completed_rows_kept": kept,
     }
@@ -230,7 +240,8 @@ def main() -> int:
         print(f"{fault['kind']:22} recorded as {fault['recorded_as']:14} survived={fault['survived']}")
     print(
         f"killed midway: {report['sweep_killed_midway']}, rows expected {report['rows_expected']}, "
-        f"found {report['rows_found']}, duplicates {report['duplicates']}, kept {report['completed_rows_kept']}"
+        f"found {report['rows_found']} (and {report['vendor_rows']} of cuBLASLt), duplicates {report['duplicates']}, "
+        f"kept {report['completed_rows_kept']}"
     )
     ok = all(f["survived"] for f in report["faults"]) and report["rows_found"] == report["rows_expected"]
     ok = ok and report["duplicates"] == 0 and report["completed_rows_kept"]
