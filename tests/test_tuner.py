@@ -476,6 +476,21 @@ def test_a_re_sweep_after_a_kernel_edit_measures_the_earlier_best_first(
     assert worker.measured[:2] == [first, second]
 
 
+def test_cublaslt_trials_are_not_an_earlier_kernel_source(store: Store) -> None:
+    """A sweep stores cuBLASLt's algorithms under the library's version: a re-sweep after a kernel
+    edit must not take them for the problem's earlier best (nor re-time ours against their times)."""
+    from autotune.vendor.mapping import SOURCE_PREFIX, vendor_config
+
+    tune(store, FakeWorker(), 4, SHAPE)
+    pid = store.problem_id(SHAPE, H200.name)
+    assert pid is not None
+    where = Provenance(pid, store.upsert_gpu(H200), f"{SOURCE_PREFIX}13.0.0", toolchain(), H200.driver, H200.cuda)
+    store.record_trial(where, vendor_config(0), Outcome(Status.OK, time_us=0.5, times_us=[0.5]))
+    earlier = store.earlier_best(pid, "n3w50urce", 8)
+    assert earlier and not any(row.source_hash.startswith(SOURCE_PREFIX) for row in earlier)
+    assert all("cublas_algo" not in row.config for row in earlier)
+
+
 def test_a_re_sweep_measures_the_leaders_other_prefetch_choices_first(store: Store) -> None:
     before = FakeWorker()
     tune(store, before, 12, SHAPE, seed=2)

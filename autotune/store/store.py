@@ -197,10 +197,13 @@ class Store:
 
     def earlier_best(self, problem_id: int, source_hash: str, top: int) -> list[TrialRow]:
         """The `top` fastest OK trials of the problem measured with another kernel source: after a
-        kernel edit, still the likeliest configs to be fast, so a re-sweep measures them first."""
+        kernel edit, still the likeliest configs to be fast, so a re-sweep measures them first.
+        cuBLASLt's trials (a source hash of their own) are not an earlier kernel of ours: its
+        configs name algorithms, and its times would be the mark a re-time compares ours with."""
         stmt = (
             select(orm.Trial)
             .where(orm.Trial.problem_id == problem_id, orm.Trial.source_hash != source_hash)
+            .where(~orm.Trial.source_hash.startswith(VENDOR_SOURCE_PREFIX))
             .where(orm.Trial.status == Status.OK, orm.Trial.time_us.is_not(None))
             .order_by(*TRIAL_ORDER)
             .limit(top)
