@@ -21,12 +21,13 @@ import pytest
 from autotune import api, bundle, exports, ops
 from autotune.bundle import header
 from autotune.core.errors import AutotuneError
-from autotune.core.fingerprint import GpuInfo
+from autotune.core.fingerprint import GpuInfo, toolchain
 from autotune.core.problem import Problem
 from autotune.core.target import targeting
 from autotune.gpu import tma
 from autotune.ops import gemv
 from autotune.store import open_store
+from autotune.store.rows import Provenance
 from tests.fakes import ok, record, run_cli
 
 QUERY_SOURCE = Path(__file__).with_name("bundle_query.c")
@@ -109,7 +110,7 @@ def test_the_bundle_holds_every_tuned_problem_its_kernel_and_a_manifest(built: t
     assert len(manifest["entries"]) == len(made.entries) >= 100 and manifest["skipped"] == []
     assert [e for e in manifest["entries"] if e["op"] == "gemm" and e["trans"]]  # B stored N x K too
     families = {entry["family"] for entry in manifest["entries"]}
-    assert families == {"gemv", "skinny", "skinny_tc", "simt", "mma", "wgmma"}
+    assert families == {"gemv", "skinny", "skinny_tc", "simt", "mma", "wgmma", "strips"}
     for entry in manifest["entries"]:
         assert (folder / entry["kernel_file"]).is_file() and entry["backend"] == "kernel"
     files = {kernel["file"] for kernel in manifest["kernels"]}
@@ -228,6 +229,10 @@ SAMPLED = (
     Problem("gemv", "float32", 1000, 3000),
     Problem("gemv", "bfloat16", 4096, 1024, trans=True),
     Problem("gemv", "float32", 333, 1000, trans=True),
+    # Tall and narrow transposed GEMVs: the strips family (an odd width: scalar loads only).
+    Problem("gemv", "float16", 131072, 256, trans=True),
+    Problem("gemv", "bfloat16", 70001, 1000, trans=True),
+    Problem("gemv", "float32", 20000, 255, trans=True),
     Problem("gemm", "float16", 8, 4096, 4096),
     Problem("gemm", "bfloat16", 16, 1000, 2048),
     Problem("gemm", "float32", 4, 1000, 2000),
@@ -272,7 +277,7 @@ def sampled_bundle() -> bundle.Bundle:
 @needs_gcc
 def test_shape_rules_and_launches_match_the_ops_for_sampled_configs_of_every_family(tmp_path: Path) -> None:
     made = sampled_bundle()
-    assert {e.family for e in made.entries} == {"gemv", "skinny", "skinny_tc", "simt", "mma", "wgmma"}
+    assert {e.family for e in made.entries} == {"gemv", "skinny", "skinny_tc", "simt", "mma", "wgmma", "strips"}
     (tmp_path / bundle.HEADER).write_text(header.render(made))
     program = compile_query("gcc", tmp_path, tmp_path / "query")
     questions, expected = [], []
@@ -457,6 +462,23 @@ def test_a_bundle_leaving_problems_out_is_refused_unless_partial_is_allowed(
     assert [(s["m"], s["reason"]) for s in skipped] == [
         (1024, "no kernel: the shipped kernel gemv_f16.fatbin.xz is damaged: reinstall autotune-kernels")
     ]
+
+
+def test_a_problem_only_cublaslt_was_measured_on_is_neither_bundled_nor_refused(
+    tuned: str, fake_kernels: None, tmp_path: Path
+) -> None:
+    """As the H100's tall transposed GEMVs are since their family changed: no trial of ours, only the
+    library's. The bundle carries our kernels, so the problem is not one it lost."""
+    from autotune.vendor.mapping import SOURCE_PREFIX, vendor_config
+
+    tall = Problem("gemv", "float16", 131072, 256, trans=True)
+    with open_store(tuned, import_shipped=False) as store:
+        pid = store.problem_id(tall, H200)
+        gpu = GpuInfo(H200, "GPU-1111", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
+        where = Provenance(pid, store.upsert_gpu(gpu), f"{SOURCE_PREFIX}130100", toolchain(), "13.0", "13.0")
+        store.record_trial(where, vendor_config(0), ok(21.9))
+    made = bundle.export_bundle(tmp_path / "b", "h200", db=tuned)
+    assert [e.problem for e in made.entries] == [Problem("gemv", "float16", 4096, 8192)] and made.skipped == []
 
 
 def test_op_filters_take_blas_names_and_families(tuned: str, fake_kernels: None, tmp_path: Path) -> None:

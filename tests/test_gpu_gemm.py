@@ -18,6 +18,7 @@ from autotune.core.problem import Problem
 from autotune.core.space import Config
 from autotune.measure.worker.client import Worker
 from autotune.ops import gemm, source_hash
+from autotune.ops.gemv import strips
 
 pytestmark = pytest.mark.gpu
 
@@ -38,7 +39,9 @@ GEMM_SHAPES = [
     (12, 200, 4100),
     (5, 1000, 1016),
 ]
-TRANS_SHAPES = [(1, 1), (999, 1001), (131072, 256), (256, 8192)]
+# Transposed: tall, narrow shapes (131072 x 256, and with odd rows and columns, scalar loads) run in
+# the strips family, the rest in skinny.
+TRANS_SHAPES = [(1, 1), (999, 1001), (131072, 256), (256, 8192), (100003, 255), (65541, 1000)]
 DTYPES = ["float32", "float16", "bfloat16"]
 RANDOM_SAMPLES = 3  # per problem, beside the default, the seeds and the space's first and last
 
@@ -49,7 +52,8 @@ def _sample(problem: Problem) -> list[Config]:
     op = ops.for_problem(problem)
     configs = list(op.space(problem))
     rng = random.Random(f"{problem}")
-    seeds = gemm.OP.seed_configs(problem) if problem.op == "gemm" else []
+    strips_family = op.kernel_file(problem) == strips.KERNEL_FILE
+    seeds = gemm.OP.seed_configs(problem) if problem.op == "gemm" else op.seed_configs(problem) if strips_family else []
     default = op.default_config(problem)
     picked = [default, configs[0], configs[-1], *seeds]
     # Split-K reduced in a cluster of blocks (the skinny families), where the problem allows it.
@@ -171,6 +175,28 @@ def test_transposed_gemv_on_torch_tensors(dtype: str, tmp_path: Path) -> None:
     assert (y.double() - want).abs().max().item() <= 1e-2 * scale
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_tall_transposed_gemv_on_a_strided_view_with_beta_called_again_and_again(dtype: str, tmp_path: Path) -> None:
+    """The strips family on some columns of a wider matrix (row stride 320), y = 2 Aᵀx - 0.5 y, five
+    times: its split partials and arrival counter must be back at zero after each call."""
+    torch = pytest.importorskip("torch")
+    import autotune
+
+    kind = getattr(torch, dtype)
+    wide = torch.rand(70001, 320, device="cuda", dtype=kind) * 2 - 1
+    a, x = wide[:, :256], torch.rand(70001, device="cuda", dtype=kind) * 2 - 1
+    problem = autotune.best("gemv", 70001, 256, dtype=dtype, trans=True, gpu=torch.cuda.get_device_name()).problem
+    assert ops.for_problem(problem).kernel_file(problem) == strips.KERNEL_FILE
+    want = a.double().t() @ x.double()
+    scale = (a.double().abs().t() @ x.double().abs()).max().item()
+    db = str(tmp_path / "t.db")
+    for _ in range(5):
+        before = torch.rand(256, device="cuda", dtype=kind)
+        out = before.clone()
+        autotune.gemv(a, x, out=out, alpha=2.0, beta=-0.5, trans=True, db=db)
+        assert (out.double() - (2 * want - 0.5 * before.double())).abs().max().item() <= 2e-2 * scale + 1e-2
+
+
 def test_short_real_gemm_sweep_then_best(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
@@ -189,7 +215,7 @@ def test_short_real_gemm_sweep_then_best(tmp_path: Path) -> None:
     assert '"measured"' in best.output
 
 
-@pytest.mark.parametrize("op", ["gemm", "gemv_trans"])
+@pytest.mark.parametrize("op", ["gemm", "gemv_trans", "gemv_trans_tall"])
 def test_unaligned_views_fall_back_to_scalar_loads(op: str, tmp_path: Path) -> None:
     """Contiguous views starting 2 bytes into a buffer: 16-byte loads would fault or misread."""
     torch = pytest.importorskip("torch")
@@ -205,7 +231,7 @@ def test_unaligned_views_fall_back_to_scalar_loads(op: str, tmp_path: Path) -> N
         got, want = autotune.gemm(a, b, db=db), a.double() @ b.double()
         scale = (a.double().abs() @ b.double().abs()).max().item()
     else:
-        a, x = view(4096, 512), view(4096)
+        a, x = view(4096, 512) if op == "gemv_trans" else view(65536, 256), view(4096 if op == "gemv_trans" else 65536)
         got, want = autotune.gemv(a, x, trans=True, db=db), a.double().t() @ x.double()
         scale = (a.double().abs().t() @ x.double().abs()).max().item()
     assert a.data_ptr() % 16 != 0

@@ -39,6 +39,7 @@ from autotune.core.problem import BLAS_PREFIX, Problem
 from autotune.core.space import Config
 from autotune.core.target import targeting
 from autotune.gpu.geometry import Launch
+from autotune.vendor.mapping import SOURCE_PREFIX as VENDOR_SOURCE_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,7 @@ class Entry:
 
     index: int
     problem: Problem
-    family: str  # the kernel family: gemv, skinny (also the transposed GEMV), skinny_tc, simt, mma, wgmma
+    family: str  # the kernel family: gemv, skinny (also the transposed GEMV), skinny_tc, simt, mma, wgmma, strips
     config: Config
     kernel_name: str
     kernel_file: str  # relative to the bundle folder
@@ -218,6 +219,13 @@ def _skip(bundle: Bundle, problem: Problem, reason: str) -> None:
     bundle.skipped.append({**_problem_dict(problem), "reason": _FOLDERS.sub("", reason)})
 
 
+def _ours_measured(store: Any, problem: Problem, gpu: str) -> bool:
+    """Whether any trial of one of our kernels, of any source, is stored for the problem on `gpu`."""
+    problem_id = store.problem_id(problem, gpu, create=False)
+    trials = store.trials(problem_id) if problem_id is not None else []
+    return any(not t.source_hash.startswith(VENDOR_SOURCE_PREFIX) for t in trials)
+
+
 def build(gpu: str | None, op_names: Sequence[str] = (), db: str | None = None) -> Bundle:
     """The bundle of one GPU's tuned problems (of the ops `op_names` name, else of every op), in
     memory; nothing is written."""
@@ -237,6 +245,11 @@ def build(gpu: str | None, op_names: Sequence[str] = (), db: str | None = None) 
     for problem in problems:
         choice = selector.choose(problem, target.name, vendor=False)  # a bundle carries our kernels only
         if choice.source != MEASURED:
+            if not _ours_measured(store, problem, target.name):
+                # Only cuBLASLt was timed on it here (a shape whose family changed since this GPU's
+                # sweep): not a problem of ours to bundle, nor one the bundle lost.
+                log.info("%s: only cuBLASLt was measured on %s, not in the bundle", problem, target.name)
+                continue
             reason = "no correct measurement of the current kernel source that its space still allows"
             _skip(bundle, problem, reason)
             continue

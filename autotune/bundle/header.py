@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from autotune.core.errors import AutotuneError
-from autotune.core.limits import MAX_GRID_Y
+from autotune.core.limits import MAX_GRID_Y, MAX_REGISTERS_PER_THREAD, REGISTERS_PER_SM
 from autotune.gpu import tma
 from autotune.ops import gemm
 from autotune.ops import gemv as gemv_op
 from autotune.ops.gemm import mma
 from autotune.ops.gemm import skinny as gemm_skinny
+from autotune.ops.gemv import strips
 
 if TYPE_CHECKING:
     from autotune.bundle import Bundle, Entry
@@ -30,7 +31,7 @@ TEMPLATE = Path(__file__).with_name("template.h")
 CONFIG_FIELDS = (
     "block", "lanes", "vec", "unroll", "rows", "x_smem", "policy", "cluster", "split", "persist", "prefetch",
     "order", "nt", "kw", "mt", "a_chunk", "wn", "stages", "bm", "bn", "bk", "wm", "tm", "tn", "occ", "swizzle",
-    "wgs", "layout", "tma",
+    "wgs", "layout", "tma", "width", "per_sm",
 )  # fmt: skip
 FAMILY_CONSTANTS = {
     "gemv": "AUTOTUNE_FAMILY_GEMV",
@@ -39,6 +40,7 @@ FAMILY_CONSTANTS = {
     "simt": "AUTOTUNE_FAMILY_SIMT",
     "mma": "AUTOTUNE_FAMILY_MMA",
     "wgmma": "AUTOTUNE_FAMILY_WGMMA",
+    "strips": "AUTOTUNE_FAMILY_STRIPS",
 }
 DTYPE_CONSTANTS = {"float32": "AUTOTUNE_FLOAT32", "float16": "AUTOTUNE_FLOAT16", "bfloat16": "AUTOTUNE_BFLOAT16"}
 _SIMPLE_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t", "?": "\\?"}
@@ -109,6 +111,13 @@ def _constants(bundle: Bundle) -> str:
         f"#define AUTOTUNE_GEMV_MAX_SHARED_BYTES {_int(gemv_op.MAX_SHARED_BYTES)}",
         f"#define AUTOTUNE_MMA_SPLIT_MAX_TILES {_int(mma.SPLIT_MAX_TILES)}",
         f"#define AUTOTUNE_MAX_GRID_Y {_int(MAX_GRID_Y)}",
+        f"#define AUTOTUNE_STRIPS_MIN_N {_int(strips.MIN_N)}",
+        f"#define AUTOTUNE_STRIPS_MAX_N {_int(strips.MAX_N)}",
+        f"#define AUTOTUNE_STRIPS_ROWS_PER_COLUMN {_int(strips.ROWS_PER_COLUMN)}",
+        f"#define AUTOTUNE_STRIPS_MIN_WIDTH {_int(strips.WIDTHS[0])}",
+        f"#define AUTOTUNE_STRIPS_REGISTER_BASE {_int(strips.REGISTER_BASE)}",
+        f"#define AUTOTUNE_REGISTERS_PER_SM {_int(REGISTERS_PER_SM)}",
+        f"#define AUTOTUNE_MAX_REGISTERS_PER_THREAD {_int(MAX_REGISTERS_PER_THREAD)}",
         "/* cuTensorMapEncodeTiled's arguments for TMA entries (cuda.h's enum values). */",
         f"#define AUTOTUNE_TMA_MAP_BYTES {_int(tma.MAP_BYTES)}",
     ]

@@ -23,14 +23,15 @@
 
 /* Kernel families (autotune/ops/): which rules say whether an entry's config runs a shape, and
  * how its launch geometry follows from the shape. A transposed GEMV runs the skinny GEMM family as
- * the one-row GEMM (1 x n) = (1 x m) A. */
+ * the one-row GEMM (1 x n) = (1 x m) A, or, tall and narrow, the strips family (same arguments). */
 enum {
   AUTOTUNE_FAMILY_GEMV = 1,
   AUTOTUNE_FAMILY_SKINNY = 2,
   AUTOTUNE_FAMILY_SKINNY_TC = 3,
   AUTOTUNE_FAMILY_SIMT = 4,
   AUTOTUNE_FAMILY_MMA = 5,
-  AUTOTUNE_FAMILY_WGMMA = 6
+  AUTOTUNE_FAMILY_WGMMA = 6,
+  AUTOTUNE_FAMILY_STRIPS = 7
 };
 
 /* What runs an entry. Every entry of this format runs one of the kernels in the bundle. A cuBLAS
@@ -70,7 +71,7 @@ typedef struct autotune_entry {
   int dtype_code;          /* AUTOTUNE_FLOAT32, ... */
   int m, n, k, trans;      /* the tuned problem (k = 0 for a GEMV; trans: y = A^T x) */
   int family;              /* AUTOTUNE_FAMILY_* */
-  const char *family_name; /* "gemv", "skinny", "skinny_tc", "simt", "mma", "wgmma" */
+  const char *family_name; /* "gemv", "skinny", "skinny_tc", "simt", "mma", "wgmma", "strips" */
   int backend;             /* AUTOTUNE_BACKEND_KERNEL */
   const char *kernel_file; /* relative to the bundle folder: a cubin or a fatbin */
   const char *kernel_name; /* the extern "C" kernel in it */
@@ -102,9 +103,19 @@ static inline int64_t autotune_pow2_ceil(int64_t v) {
 
 static inline int64_t autotune_itemsize(int dtype_code) { return dtype_code == AUTOTUNE_FLOAT32 ? 4 : 2; }
 
-/* The family that serves a problem on this GPU (autotune/ops/gemm/__init__.py: family). */
+/* Whether a transposed GEMV of m rows and n columns is tall and narrow enough for the strips family
+ * (autotune/ops/gemv/strips.py: serves). */
+static inline int autotune_strips_serve(int64_t m, int64_t n) {
+  return n >= AUTOTUNE_STRIPS_MIN_N && n <= AUTOTUNE_STRIPS_MAX_N && m >= (int64_t)AUTOTUNE_STRIPS_ROWS_PER_COLUMN * n;
+}
+
+/* The family that serves a problem on this GPU (autotune/ops/gemm/__init__.py: family; the transposed
+ * GEMV's: autotune/ops/gemv/transposed.py). */
 static inline int autotune_family_for(int gemm, int dtype_code, int64_t m, int64_t n, int64_t k, int trans) {
-  if (!gemm) return trans ? AUTOTUNE_FAMILY_SKINNY : AUTOTUNE_FAMILY_GEMV;
+  if (!gemm) {
+    if (!trans) return AUTOTUNE_FAMILY_GEMV;
+    return autotune_strips_serve(m, n) ? AUTOTUNE_FAMILY_STRIPS : AUTOTUNE_FAMILY_SKINNY;
+  }
   if (m <= AUTOTUNE_SKINNY_MAX_M) {
     return m >= AUTOTUNE_TC_MIN_M && dtype_code != AUTOTUNE_FLOAT32 ? AUTOTUNE_FAMILY_SKINNY_TC : AUTOTUNE_FAMILY_SKINNY;
   }
@@ -210,6 +221,24 @@ static inline int autotune_skinny_tc_runs(const autotune_config *c, int64_t m, i
   return autotune_split_ok(m, k, itemsize, c->split, step, autotune_ceil_div(n, columns), c->cluster);
 }
 
+/* The strips family (strips.py: _reason) on a transposed GEMV of m rows and n columns. */
+static inline int autotune_strips_runs(const autotune_config *c, int64_t m, int64_t n, int64_t itemsize) {
+  int64_t words = c->vec > 0 ? c->width / c->vec : 0, loaded = autotune_max64(1, c->vec * itemsize / 4);
+  int64_t registers = (int64_t)c->unroll * (loaded + 1) + c->vec + AUTOTUNE_STRIPS_REGISTER_BASE;
+  if (!autotune_strips_serve(m, n) || !autotune_two_widest_ok(c->vec, n, itemsize, 16)) return 0;
+  if (words == 0 || words > c->block || c->block % words) return 0;
+  if (c->width > AUTOTUNE_STRIPS_MIN_WIDTH && c->width / 2 >= n) return 0;
+  return registers <= autotune_min64(AUTOTUNE_MAX_REGISTERS_PER_THREAD, AUTOTUNE_REGISTERS_PER_SM / c->block);
+}
+
+/* Its contiguous shares of the rows (strips.py: splits): about per_sm blocks an SM over all strips,
+ * none smaller than what a block's teams read in one step. */
+static inline int64_t autotune_strips_splits(const autotune_config *c, int64_t m, int64_t n, int sm_count) {
+  int64_t strips = autotune_ceil_div(n, c->width), teams = (int64_t)c->block * c->vec / c->width;
+  int64_t most = autotune_max64(1, m / (teams * c->unroll));
+  return autotune_max64(1, autotune_min64(most, (int64_t)c->per_sm * sm_count / strips));
+}
+
 static inline int autotune_simt_runs(const autotune_config *c, int64_t n, int64_t k) {
   return k % c->vec == 0 && n % c->vec == 0;
 }
@@ -278,6 +307,7 @@ static inline int autotune_runs(const autotune_entry *e, int64_t m, int64_t n, i
     case AUTOTUNE_FAMILY_SIMT: return autotune_simt_runs(c, n, k);
     case AUTOTUNE_FAMILY_MMA: return autotune_mma_runs(c, m, n, k, b_nk);
     case AUTOTUNE_FAMILY_WGMMA: return autotune_wgmma_runs(c, m, n, k, b_nk);
+    case AUTOTUNE_FAMILY_STRIPS: return autotune_strips_runs(c, m, n, item);
     default: return 0;
   }
 }
@@ -325,6 +355,11 @@ static inline int autotune_launch_for(const autotune_entry *e, int64_t m, int64_
     case AUTOTUNE_FAMILY_WGMMA:
       grid_x = autotune_ceil_div(m, c->bm) * autotune_ceil_div(n, c->bn);
       global_split = 0;
+      break;
+    case AUTOTUNE_FAMILY_STRIPS:
+      tiles = grid_x = autotune_ceil_div(n, c->width);
+      grid_y = autotune_strips_splits(c, m, n, sm_count), workspace = grid_y * n;
+      global_split = grid_y > 1;
       break;
     default: return -1;
   }

@@ -2,8 +2,10 @@
 
 yᵀ = xᵀ A is C (1 x n) = A' (1 x m) · B (m x n), so the skinny GEMM family serves it: every
 thread streams whole 16-byte pieces of A's rows, which the usual GEMV kernels cannot do when they
-reduce along columns. Its kernels take (x, A, y, 1, n, m, m, lda, n) in the GEMM argument order:
-A is the GEMM's B, so a view of some of a matrix's columns (lda > n) runs in place.
+reduce along columns. Tall, narrow shapes (strips.serves: 131072 x 256, 65536 x 1024) go to the
+strips family instead, whose teams read whole rows of a strip. Both families' kernels take
+(x, A, y, 1, n, m, m, lda, n) in the GEMM argument order: A is the GEMM's B, so a view of some of a
+matrix's columns (lda > n) runs in place. A problem is tuned within one family, as GEMM's are.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from autotune.gpu.geometry import Launch
 from autotune.ops.base import DeviceReference, Op, Operands
 from autotune.ops.gemm import shared as gemm_shared
 from autotune.ops.gemm import skinny as gemm_skinny
+from autotune.ops.gemv import strips
 
 
 def as_gemm(problem: Problem) -> Problem:
@@ -32,27 +35,37 @@ class GemvTransposed(Op):
     shapes_file = Path(__file__).with_name("shapes.txt")  # the GEMV's
 
     def kernel_file(self, problem: Problem) -> str:
-        return gemm_skinny.KERNEL_FILE
+        return strips.KERNEL_FILE if strips.serves(problem) else gemm_skinny.KERNEL_FILE
 
     def default_config(self, problem: Problem) -> Config:
+        if strips.serves(problem):
+            return strips.default_config(problem)
         return dict(gemm_skinny.default_config(as_gemm(problem)))
 
     def seed_configs(self, problem: Problem) -> list[Config]:
+        if strips.serves(problem):
+            return strips.seed_configs(problem)
         return [dict(c) for c in gemm_skinny.seed_configs(as_gemm(problem))]
 
     def space(self, problem: Problem) -> Space:
-        return gemm_skinny.space(as_gemm(problem))
+        return strips.space(problem) if strips.serves(problem) else gemm_skinny.space(as_gemm(problem))
 
     def family(self, problem: Problem, config: Mapping[str, int]) -> str:
-        return gemm_skinny.NAME
+        return strips.NAME if strips.serves(problem) else gemm_skinny.NAME
 
     def kernel_name(self, problem: Problem, config: Mapping[str, int]) -> str:
+        if strips.serves(problem):
+            return strips.kernel_name(problem, config)
         return gemm_skinny.kernel_name(as_gemm(problem), config)
 
     def kernel_source(self, problem: Problem, config: Mapping[str, int]) -> str:
+        if strips.serves(problem):
+            return strips.kernel_source(problem, config)
         return gemm_skinny.kernel_source(as_gemm(problem), config)
 
     def launch(self, problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
+        if strips.serves(problem):
+            return strips.launch(problem, config, sm_count)
         return gemm_skinny.launch(as_gemm(problem), config, sm_count)
 
     def operands(self, problem: Problem) -> Operands:
