@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from autotune.core.errors import AutotuneError
 from autotune.core.problem import ITEMSIZE, Problem
@@ -28,6 +29,43 @@ def as_gemm(problem: Problem) -> Problem:
     return Problem("gemm", problem.dtype, 1, problem.n, problem.m)
 
 
+class _OneRowGemm:
+    """gemm's skinny family asked about the one-row GEMM a transposed GEMV is: the functions the
+    strips module has, each translating the GEMV problem (`as_gemm`) first."""
+
+    NAME = gemm_skinny.NAME
+    KERNEL_FILE = gemm_skinny.KERNEL_FILE
+
+    @staticmethod
+    def default_config(problem: Problem) -> Config:
+        return dict(gemm_skinny.default_config(as_gemm(problem)))
+
+    @staticmethod
+    def seed_configs(problem: Problem) -> list[Config]:
+        return [dict(c) for c in gemm_skinny.seed_configs(as_gemm(problem))]
+
+    @staticmethod
+    def space(problem: Problem) -> Space:
+        return gemm_skinny.space(as_gemm(problem))
+
+    @staticmethod
+    def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
+        return gemm_skinny.kernel_name(as_gemm(problem), config)
+
+    @staticmethod
+    def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
+        return gemm_skinny.kernel_source(as_gemm(problem), config)
+
+    @staticmethod
+    def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
+        return gemm_skinny.launch(as_gemm(problem), config, sm_count)
+
+
+def family_of(problem: Problem) -> Any:
+    """The family that serves a transposed GEMV: strips where A is tall and narrow, else skinny."""
+    return strips if strips.serves(problem) else _OneRowGemm
+
+
 class GemvTransposed(Op):
     name = "gemv"
     transposable = True
@@ -35,38 +73,30 @@ class GemvTransposed(Op):
     shapes_file = Path(__file__).with_name("shapes.txt")  # the GEMV's
 
     def kernel_file(self, problem: Problem) -> str:
-        return strips.KERNEL_FILE if strips.serves(problem) else gemm_skinny.KERNEL_FILE
+        return str(family_of(problem).KERNEL_FILE)
 
     def default_config(self, problem: Problem) -> Config:
-        if strips.serves(problem):
-            return strips.default_config(problem)
-        return dict(gemm_skinny.default_config(as_gemm(problem)))
+        return dict(family_of(problem).default_config(problem))
 
     def seed_configs(self, problem: Problem) -> list[Config]:
-        if strips.serves(problem):
-            return strips.seed_configs(problem)
-        return [dict(c) for c in gemm_skinny.seed_configs(as_gemm(problem))]
+        return [dict(c) for c in family_of(problem).seed_configs(problem)]
 
     def space(self, problem: Problem) -> Space:
-        return strips.space(problem) if strips.serves(problem) else gemm_skinny.space(as_gemm(problem))
+        result: Space = family_of(problem).space(problem)
+        return result
 
     def family(self, problem: Problem, config: Mapping[str, int]) -> str:
-        return strips.NAME if strips.serves(problem) else gemm_skinny.NAME
+        return str(family_of(problem).NAME)
 
     def kernel_name(self, problem: Problem, config: Mapping[str, int]) -> str:
-        if strips.serves(problem):
-            return strips.kernel_name(problem, config)
-        return gemm_skinny.kernel_name(as_gemm(problem), config)
+        return str(family_of(problem).kernel_name(problem, config))
 
     def kernel_source(self, problem: Problem, config: Mapping[str, int]) -> str:
-        if strips.serves(problem):
-            return strips.kernel_source(problem, config)
-        return gemm_skinny.kernel_source(as_gemm(problem), config)
+        return str(family_of(problem).kernel_source(problem, config))
 
     def launch(self, problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
-        if strips.serves(problem):
-            return strips.launch(problem, config, sm_count)
-        return gemm_skinny.launch(as_gemm(problem), config, sm_count)
+        result: Launch = family_of(problem).launch(problem, config, sm_count)
+        return result
 
     def operands(self, problem: Problem) -> Operands:
         # x is the one-row A' of the GEMM, A its B.
