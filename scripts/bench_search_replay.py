@@ -81,7 +81,9 @@ def run_all(
                 "space": name,
                 "strategy": strategy,
                 "sampler": replay_lib.DEFAULT_SAMPLER if strategy == "default" else strategy,  # the GA: "ga"
-                "workers": None if strategy in replay_lib.UNPOOLED else workers,  # the GA keeps no trials pending
+                # The GA keeps no trials pending; with recorded compile times it compiles each
+                # generation on `workers` slots, which its seconds depend on.
+                "workers": None if strategy in replay_lib.UNPOOLED and not timed else workers,
                 # "recorded": each config compiled in its recorded time on `workers` slots, as a sweep's pool
                 # does (the GA: a generation at a time); "instant": every config compiled when asked for.
                 "compile": "recorded" if timed else "instant",

@@ -197,3 +197,27 @@ def test_a_timed_ga_measures_what_the_untimed_one_does(replay: replay_lib.Replay
     assert compiled.values == plain.values and len(compiled.values) == 60
     # The first generation: 20 compiles on 4 slots end at 5 s, so its last measurement ends after that.
     assert compiled.seconds[19] >= 5.0 and plain.seconds[19] == pytest.approx(20 * 0.25)
+
+
+def test_the_genetic_algorithms_row_names_its_compile_slots_only_where_compiles_take_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With recorded compile times the GA compiles each generation on --workers slots, and its seconds
+    depend on how many: rows of 4 and 16 slots are two rows, not one replacing the other in a merge."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "scripts"))
+    from scripts import bench_search_replay
+
+    data = _write_cache(tmp_path / "tiny.json.gz")
+    cache = data["cache"]
+    assert isinstance(cache, dict)
+    for record in cache.values():
+        record.update(compile_time=1500.0, benchmark_time=100.0)  # ms, as Kernel Tuner writes them
+    (tmp_path / "timed.json.gz").write_bytes(gzip.compress(json.dumps(data).encode()))
+    spaces = {"timed": tmp_path / "timed.json.gz"}
+    rows = {
+        (workers, compile_times): bench_search_replay.run_all(spaces, ["ga"], 2, 40, 1, workers, compile_times)[0]
+        for workers, compile_times in ((4, True), (16, True), (16, False))
+    }
+    assert [row["workers"] for row in rows.values()] == [4, 16, None]
+    assert [row["compile"] for row in rows.values()] == ["recorded", "recorded", "instant"]
+    assert len({bench_search_replay._row_key(row) for row in rows.values()}) == 3
