@@ -1,23 +1,24 @@
 // Transposed GEMV over column strips: y = alpha * A^T x + beta * y with A K x N row-major (row r at
 // A + r*lda, lda >= N), x K long and y N long, elements of type T (float, __half, __nv_bfloat16),
-// accumulated in float. It serves the tall, narrow transposed GEMVs (many rows, N up to a few thousand
-// columns), where the skinny GEMM family, which reads B in tiles of at most 128 threads along N, keeps
-// too few bytes in flight per row and reduces too many K splits (131072 x 256 float16 on an H200: 25.2 us
-// against cuBLAS's 21.9).
+// accumulated in float. It serves the tall, narrow transposed GEMVs (64 to 1024 columns, at least 64 rows
+// a column: autotune/ops/gemv/strips.py), where the skinny GEMM family, which reads B in tiles of at most
+// 128 threads along N, keeps too few bytes in flight per row and reduces too many K splits (131072 x 256
+// float16 on an H200: 25.2 us against cuBLAS's 21.9).
 //
 // The kernel takes the GEMM argument list of the family it stands beside (the transposed GEMV is the
 // one-row GEMM C = x^T A): A := x (1 x K), B := the matrix (K x N, row stride ldb), C := y; M is 1 and
 // lda, ldc are not used. Names below are those of the GEMV: rows are B's K rows, columns its N.
 //
 // Strips: the columns are cut into strips of WIDTH; a team of WORDS = WIDTH / VEC threads reads one row
-// of a strip with VEC-wide loads (16 bytes when N and ldb allow, one element otherwise), each thread
-// owning VEC columns. A block of BLOCK threads holds TEAMS = BLOCK / WORDS teams; team t reads rows
+// of a strip with VEC-element loads (8 or 16 bytes where N and ldb allow, one element otherwise), each
+// thread owning VEC columns. A block of BLOCK threads holds TEAMS = BLOCK / WORDS teams; team t reads rows
 // t, t + TEAMS, ... of its block's share, UNROLL rows in flight. Grid: (strips, splits), the rows cut
 // into gridDim.y contiguous shares.
 // Reduction: each block adds its teams' column sums in shared memory in team order. One split: the
 // block writes y. Several: each block writes its WIDTH float partials to workspace[split * N + column];
 // the last block of a strip to arrive (a counter per strip, counters[strip]) adds them in split order
-// (PARTS threads per column, each over every PARTS-th split, then the parts in order: deterministic),
+// (PARTS threads per column, each over a contiguous range of the splits, then the parts in order:
+// deterministic),
 // zeroes them, writes y and resets its counter, so workspace and counters are zero again after each
 // launch, as every split-K family here leaves them.
 //
