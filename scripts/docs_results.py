@@ -678,6 +678,64 @@ def worker_retime() -> dict[str, str]:
     }
 
 
+def transposed_gemv() -> dict[str, str]:
+    """The transposed GEMV against cuBLAS (results/gemv_trans_nvidia-h200.json): the geometric mean, the
+    span and the shapes within 2% or faster."""
+    report = _load("gemv_trans_nvidia-h200")
+    rows = report["rows"]
+    return {
+        "geomean": f"{report['geomean_speedup']:.3f}",
+        "range": f"{min(r['speedup'] for r in rows):.2f}{DASH}{max(r['speedup'] for r in rows):.2f}",
+        "within": str(sum(r["speedup"] >= 0.98 for r in rows)),
+        "rows": str(len(rows)),
+    }
+
+
+def strips_rows() -> dict[str, str]:
+    """The tall transposed shapes the strips family serves, time and ratio to cuBLAS, named
+    <dtype letter><tall: 131072x256 | wide: 65536x1024> (results/gemv_trans_nvidia-h200.json)."""
+    figures = {}
+    for r in _load("gemv_trans_nvidia-h200")["rows"]:
+        if (r["m"], r["n"]) in ((131072, 256), (65536, 1024)):
+            name = f"{r['dtype'][0]}{'tall' if r['n'] == 256 else 'wide'}"
+            figures[f"{name}_us"], figures[name] = f"{r['ours_us']:.2f}", f"{r['speedup']:.2f}"
+    return figures
+
+
+def compile_slot_replays() -> dict[str, str]:
+    """Replays with recorded compile times on 4, 8 and 16 slots (results/search_replay.json): the default
+    sampler's evaluations, reach and seconds to 2%, the genetic algorithm's, and tpe-ranked's on 16."""
+    rows = {
+        (r["space"], r["strategy"], r["workers"]): r
+        for r in _load("search_replay")["rows"]
+        if r.get("compile") == "recorded"
+    }
+
+    def count(value: float) -> str:  # evaluations: a median of 50 runs, a whole or a half
+        return f"{value:g}"
+
+    figures: dict[str, str] = {}
+    for space, short in (("conv_a4000", "conv"), ("gemm_rtx3090", "gemm")):
+        ga = rows[space, "ga", 16]
+        for slots in (4, 8, 16):
+            ours = rows[space, "default", slots]
+            figures[f"{short}{slots}"] = count(ours["median_to_2pct"])
+            figures[f"{short}{slots}_reach"] = f"{100 * ours['reach_2pct_default_budget']:.0f}"
+            figures[f"{short}{slots}_s"] = f"{ours['median_seconds_to_2pct']:.1f}"
+        figures[f"{short}_ga"] = count(ga["median_to_2pct"])
+        ranked = rows[space, "tpe-ranked", 16]
+        figures[f"{short}_ranked"], figures[f"{short}_ranked_s"] = (
+            count(ranked["median_to_2pct"]),
+            f"{ranked['median_seconds_to_2pct']:.1f}",
+        )
+    conv_ga = rows["conv_a4000", "ga", 16]["median_to_2pct"]  # the GA's evaluations do not depend on slots
+    for slots in (4, 8, 16):
+        figures[f"conv{slots}_vs_ga"] = f"{rows['conv_a4000', 'default', slots]['median_to_2pct'] / conv_ga:.2f}"
+        figures[f"conv{slots}_ga_s"] = f"{rows['conv_a4000', 'ga', slots]['median_seconds_to_2pct']:.1f}"
+    figures["gemm16_ga_s"] = f"{rows['gemm_rtx3090', 'ga', 16]['median_seconds_to_2pct']:.1f}"
+    return figures
+
+
 def shipped_kernels() -> dict[str, str]:
     """How many kernel instances ship precompiled (db/kernels/index.json)."""
     return {"count": str(len(json.loads(KERNEL_INDEX.read_text())["files"]))}
@@ -980,6 +1038,40 @@ FIGURES = [
         r"\((?P<range>[\d.]+-[\d.]+)\)",
         worker_retime,
         "results/retime_nvidia-h200.json",
+    ),
+    Figure(
+        DOCS / "findings.md",
+        r"On the H200, geometric mean (?P<geomean>[\d.]+) over cuBLAS \(0\.96 before cluster reductions\), "
+        r"(?P<range>[\d.]+\u2013[\d.]+); (?P<within>\d+) of (?P<rows>\d+)\s+shapes within 2%",
+        transposed_gemv,
+        "results/gemv_trans_nvidia-h200.json",
+    ),
+    Figure(
+        DOCS / "findings.md",
+        r"131072\u00d7256 float16 (?P<ftall_us>[\d.]+) µs \((?P<ftall>[\d.]+)\u00d7 cuBLAS;.*?"
+        r"bfloat16 (?P<btall_us>[\d.]+) \((?P<btall>[\d.]+)\u00d7;.*?"
+        r"float32 (?P<stall_us>[\d.]+) \((?P<stall>[\d.]+)\u00d7;.*?"
+        r"65536\u00d71024 float16 (?P<fwide_us>[\d.]+) \((?P<fwide>[\d.]+)\u00d7;.*?"
+        r"bfloat16 (?P<bwide_us>[\d.]+) \((?P<bwide>[\d.]+)\u00d7;.*?"
+        r"float32 (?P<swide_us>[\d.]+) \((?P<swide>[\d.]+)\u00d7",
+        strips_rows,
+        "results/gemv_trans_nvidia-h200.json",
+    ),
+    Figure(
+        DOCS / "findings.md",
+        r"convolution (?P<conv4>[\d.]+) / (?P<conv8>[\d.]+) / (?P<conv16>[\d.]+) evaluations to 2% "
+        r"\((?P<conv4_vs_ga>[\d.]+)x / (?P<conv8_vs_ga>[\d.]+)x / (?P<conv16_vs_ga>[\d.]+)x the genetic "
+        r"algorithm's\s+(?P<conv_ga>[\d.]+)\), 2% under 128/64 in (?P<conv4_reach>\d+)% / (?P<conv8_reach>\d+)% "
+        r"/ (?P<conv16_reach>\d+)% of runs, but (?P<conv4_s>[\d.]+) / (?P<conv8_s>[\d.]+) / (?P<conv16_s>[\d.]+) "
+        r"s to 2% \(the genetic\s+algorithm (?P<conv4_ga_s>[\d.]+) / (?P<conv8_ga_s>[\d.]+) / "
+        r"(?P<conv16_ga_s>[\d.]+) s\); GEMM, where a measurement outlasts a compile, (?P<gemm4>[\d.]+) / "
+        r"(?P<gemm8>[\d.]+) / (?P<gemm16>[\d.]+)\s+evaluations, (?P<gemm4_reach>\d+)% / (?P<gemm8_reach>\d+)% / "
+        r"(?P<gemm16_reach>\d+)%, (?P<gemm4_s>[\d.]+) / (?P<gemm8_s>[\d.]+) / (?P<gemm16_s>[\d.]+) s \(the "
+        r"genetic algorithm (?P<gemm_ga>[\d.]+) evaluations, (?P<gemm16_ga_s>[\d.]+) s\).*?"
+        r"\(`tpe-ranked`, 16 slots\): (?P<conv_ranked>[\d.]+) and (?P<gemm_ranked>[\d.]+) evaluations to 2% on "
+        r"the convolution and GEMM, (?P<conv_ranked_s>[\d.]+) and\s+(?P<gemm_ranked_s>[\d.]+) s",
+        compile_slot_replays,
+        "results/search_replay.json",
     ),
     Figure(DOCS / "development.md", r"`--rebuild` compiles all (?P<count>\d+)", shipped_kernels, KERNELS_SOURCE),
     Figure(DOCS / "deploy.md", r"shipped kernels \((?P<count>\d+) instances", shipped_kernels, KERNELS_SOURCE),
