@@ -52,8 +52,8 @@ def _sample(problem: Problem) -> list[Config]:
     op = ops.for_problem(problem)
     configs = list(op.space(problem))
     rng = random.Random(f"{problem}")
-    strips_family = op.kernel_file(problem) == strips.KERNEL_FILE
-    seeds = gemm.OP.seed_configs(problem) if problem.op == "gemm" else op.seed_configs(problem) if strips_family else []
+    # Seeds of GEMM's families and of strips (skinny's transposed-GEMV seeds stay unsampled, as before).
+    seeds = op.seed_configs(problem) if problem.op == "gemm" or op.kernel_file(problem) == strips.KERNEL_FILE else []
     default = op.default_config(problem)
     picked = [default, configs[0], configs[-1], *seeds]
     # Split-K reduced in a cluster of blocks (the skinny families), where the problem allows it.
