@@ -2,25 +2,32 @@
 // x is the MMA's A operand (16 rows of x a tile) and the dequantized W its B operand (8 rows of W a tile),
 // out[M x N] = alpha * x @ dequant(W)^T + beta * out, in docs/lowbit.md's canonical format.
 //
-// The idea: qgemm.cu puts 16 rows of W in A and 8 rows of x in B and holds at most 8 tiles of sums a
-// thread, so at 64 rows of x each 16-row tile of W meets 8 tiles of x, each loaded from shared memory
-// again for every tile of W. Here a warp dequantizes NT tiles of W rows once a step (scaled in registers,
+// The ideas: qgemm.cu puts 16 rows of W in A and 8 rows of x in B, holds at most 8 tiles of sums a thread
+// (so at 64 rows of x each 16-row tile of W meets 8 tiles of x, each loaded from shared memory again for
+// every tile of W), and stages x's whole slice of K before its first multiply (one block an SM past 16
+// rows of x: docs/lowbit.md). Here a warp dequantizes NT tiles of W rows once a step (scaled in registers,
 // as F.linear's weight is rounded) and multiplies them by XT tiles of x, each loaded once a step and used
-// NT times. It was measured as a kernel of the int4 op's space (`nt` > 0 tiles of W a warp beside
-// qgemm.cu's other parameters, all of its configs checked against float64 by the GPU tests) in 32-trial
-// sweeps on the H200: slower than qgemm.cu's best on 19 of 24 float16 g128 problems
-// (int4_batch_x_in_a_nvidia-h200.txt; docs/lowbit.md says why), so it is not in the package.
+// NT times; and x streams through shared memory a stage at a time (RING - 1 stages in flight by cp.async,
+// no registers held) beside RING - 1 stages of W's codes in registers.
+//
+// Measured as a kernel of the int4 op's space (`nt` > 0 tiles of W a warp beside qgemm.cu's other
+// parameters; every sampled config checked against float64 by tests/test_gpu_qgemm.py) in 40-trial sweeps
+// on the H200: slower than qgemm.cu's best on 19 of 24 float16 g128 problems, as was an earlier version
+// that staged x whole (int4_batch_x_in_a_nvidia-h200.txt), so it is not in the package. Its configs that
+// won held 150-250 registers a thread (the W stages and up to 64 sums): 8-12 warps an SM.
 //
 // Fragments (PTX ISA, mma.m16n8k16 .row.col): lane = 4 g + c holds A (x) at rows g and g + 8, B (W) at
 // column (row of W) g, both at the k slots {2c, 2c+1, 2c+8, 2c+9}, and D at rows (of x) g, g+8 and columns
 // (rows of W) 2c, 2c+1. The k slots map to the codes a lane has loaded exactly as in qgemm.cu: lane c of a
 // quad reads piece 4s + c of its row of W, and word j of the piece gives the pairs (0,4), (1,5), (2,6),
-// (3,7) of its 8 codes; x is staged as the same pairs (qgemm.cu's layout), so one 16-byte shared load
-// of rows g and g + 8 gives A for two MMAs.
+// (3,7) of its 8 codes. x is copied as it is (a 16-byte load per 8 elements, in qgemm.cu's 80-byte piece
+// slots, so that the 8 rows and 4 pieces a warp reads share no bank) and put into the same pairs with 4
+// byte permutes when loaded.
 //
-// Work: a block of BLOCK / 32 warps owns NT * 8 rows of W a warp and 16 XT rows of x (the grid's z), K
-// split over the grid's y into CLUSTER parts added through distributed shared memory. A warp walks its
-// split UNROLL steps (of 4 pieces a quad) a stage, RING - 1 stages of loads in flight while one multiplies.
+// Work: a block of BLOCK / 32 warps owns NT * 8 rows of W a warp and 16 XT rows of x (the grid's z:
+// M / (16 XT)), K split over the grid's y into CLUSTER parts added through distributed shared memory;
+// dynamic shared memory RING * rows of x * x_row_bytes(4 UNROLL). A stage is UNROLL steps of 4 pieces a
+// quad (128 UNROLL values of K); one barrier a stage hands x's slots over.
 // Not a program: an instance (end of file) compiles with nvcc -arch=sm_90 -std=c++17 -I kernels -I kernels/common.
 #pragma once
 #include "qgemm/qgemm.cu"
@@ -31,6 +38,37 @@ using at_qgemm::Codes;
 using at_qgemm::PIECE;
 using at_qgemm::PIECE_BYTES;
 using at_qgemm::QUAD;
+
+// 16 bytes from global to shared memory without a register; zeros where !valid (src-size 0).
+__device__ __forceinline__ void copy16(void* dst, const void* src, bool valid) {
+  const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(to), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void copies_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int PENDING> __device__ __forceinline__ void copies_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory");
+}
+
+// The 8 values of x a 16-byte load holds, as the pairs (0,4), (1,5), (2,6), (3,7) the codes come in.
+__device__ __forceinline__ uint4 as_pairs(uint4 v) {
+  return make_uint4(__byte_perm(v.x, v.z, 0x5410), __byte_perm(v.x, v.z, 0x7632), __byte_perm(v.y, v.w, 0x5410),
+                    __byte_perm(v.y, v.w, 0x7632));
+}
+
+// Ask for x's rows m0 .. m0 + x_rows of the STEP pieces from piece s of the split into `slot`: piece p
+// of row m at m * row_bytes + p * PIECE_BYTES. Pieces past the split's last (its padding to whole
+// stages) are zeros.
+template <int BLOCK, int STEP, typename T>
+__device__ __forceinline__ void copy_x(unsigned char* slot, const T* x, int m0, int x_rows, int K, int piece_begin,
+                                       int piece_count, int s, int row_bytes) {
+  constexpr int WORDS = STEP * 4;  // 16-byte words of a row a stage
+  for (int i = threadIdx.x; i < x_rows * WORDS; i += BLOCK) {
+    const int m = i / WORDS, word = i % WORDS;
+    const bool valid = s * 4 + word < piece_count * 4;
+    const T* src = valid ? x + (size_t)(m0 + m) * K + (size_t)(piece_begin * 4 + s * 4 + word) * 8 : x;
+    copy16(slot + m * row_bytes + (word / 4) * PIECE_BYTES + (word % 4) * 16, src, valid);
+  }
+}
 
 // One stage of a thread's loads: UNROLL steps of its piece of each of its NT rows of W, with the
 // scale (a T pair) and zero point of each piece's group.
@@ -69,12 +107,12 @@ __device__ __forceinline__ void fetch(Stage<T, UNROLL, NT>& st, const Rows<T, NT
 // dequantized and scaled once, against the staged x pairs of rows g and g + 8 of each of the XT tiles.
 template <typename T, int XT, int UNROLL, int NT>
 __device__ __forceinline__ void multiply(const Stage<T, UNROLL, NT>& st, int s0, int per_split, int c, int g,
-                                         int x_rows, int row_bytes, const unsigned char* x_slice,
+                                         int x_rows, int row_bytes, const unsigned char* x_slot,
                                          float (&d)[XT][NT][4]) {
 #pragma unroll
   for (int u = 0; u < UNROLL; ++u) {
     if (s0 + u * QUAD >= per_split) break;
-    const int piece = s0 + u * QUAD + c;
+    const int piece = u * QUAD + c;  // in the stage's slot of x
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       unsigned w[NT][4];
@@ -84,27 +122,19 @@ __device__ __forceinline__ void multiply(const Stage<T, UNROLL, NT>& st, int s0,
 #pragma unroll
         for (int i = 0; i < 4; ++i) w[t][i] = at_qgemm::times<T>(w[t][i], st.scale[u][t]);
       }
-      // Every tile's x pairs first, then the first MMA of every (x tile, W tile) and the second after
-      // them: the two MMAs of one tile pair add into the same sums, so back to back the second waits
-      // out the first's latency.
-      uint4 lo[XT], hi[XT];
 #pragma unroll
       for (int xt = 0; xt < XT; ++xt) {
         const int m = 16 * xt + g;
-        const unsigned char* at = x_slice + piece * PIECE_BYTES + j * 16;
-        lo[xt] = m < x_rows ? *reinterpret_cast<const uint4*>(at + m * row_bytes) : make_uint4(0u, 0u, 0u, 0u);
-        hi[xt] = m + 8 < x_rows ? *reinterpret_cast<const uint4*>(at + (m + 8) * row_bytes) : make_uint4(0u, 0u, 0u, 0u);
+        const unsigned char* at = x_slot + piece * PIECE_BYTES + j * 16;
+        const uint4 lo = m < x_rows ? as_pairs(*reinterpret_cast<const uint4*>(at + m * row_bytes)) : make_uint4(0u, 0u, 0u, 0u);
+        const uint4 hi = m + 8 < x_rows ? as_pairs(*reinterpret_cast<const uint4*>(at + (m + 8) * row_bytes))
+                                        : make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          at_qgemm::mma<T, false>(d[xt][t], lo.x, hi.x, lo.y, hi.y, w[t][0], w[t][1]);
+          at_qgemm::mma<T, false>(d[xt][t], lo.z, hi.z, lo.w, hi.w, w[t][2], w[t][3]);
+        }
       }
-#pragma unroll
-      for (int xt = 0; xt < XT; ++xt)
-#pragma unroll
-        for (int t = 0; t < NT; ++t)
-          at_qgemm::mma<T, false>(d[xt][t], lo[xt].x, hi[xt].x, lo[xt].y, hi[xt].y, w[t][0], w[t][1]);
-#pragma unroll
-      for (int xt = 0; xt < XT; ++xt)
-#pragma unroll
-        for (int t = 0; t < NT; ++t)
-          at_qgemm::mma<T, false>(d[xt][t], lo[xt].z, hi[xt].z, lo[xt].w, hi[xt].w, w[t][2], w[t][3]);
     }
   }
 }
@@ -120,7 +150,7 @@ __device__ __forceinline__ void batch_body(const T* __restrict__ x, const unsign
   constexpr int ROWS_PER_BLOCK = WARPS * NT * 8;
   constexpr int XROWS = 16 * XT;
   constexpr int STEP = QUAD * UNROLL;
-  extern __shared__ __align__(16) unsigned char x_slice[];
+  extern __shared__ __align__(16) unsigned char x_slots[];  // RING stages of x
   __shared__ float cluster_part[CLUSTER > 1 ? ROWS_PER_BLOCK * XROWS : 1];
 
   at_qgemm::launch_dependents();
@@ -132,7 +162,7 @@ __device__ __forceinline__ void batch_body(const T* __restrict__ x, const unsign
   const int piece_begin = min(pieces, (int)blockIdx.y * per_split);
   // A split may hold no piece (K split more ways than it has quads): its sums stay zero.
   const int piece_count = min(pieces, piece_begin + per_split) - piece_begin;
-  const int row_bytes = at_qgemm::x_row_bytes(per_split);
+  const int row_bytes = at_qgemm::x_row_bytes(STEP);  // a row of x's slot of one stage
   const int m0 = blockIdx.z * XROWS;
   const int x_rows = min(XROWS, M - m0);  // rows of x staged; A rows past them are zeros
   const int groups_per_row = K / GROUP;
@@ -148,30 +178,19 @@ __device__ __forceinline__ void batch_body(const T* __restrict__ x, const unsign
   }
 
   // The weights may be written by the grid before (PDL): wait, then ask for the first RING - 1 stages
-  // before staging x, whose loads they overlap.
+  // of W (registers) and of x (shared memory, a commit group each, empty past the split).
   at_qgemm::wait_for_prior_grid();
+  const int slot_bytes = x_rows * row_bytes;
   Stage<T, UNROLL, NT> ring[RING];  // slot i holds stages i, i + RING, ...
 #pragma unroll
-  for (int r = 0; r < RING - 1; ++r)
-    if (r * STEP < per_split && piece_count > 0)
+  for (int r = 0; r < RING - 1; ++r) {
+    if (r * STEP < per_split && piece_count > 0) {
       fetch<T, UNROLL, NT, GROUP, SYM, POLICY>(ring[r], rows, r * STEP, c, piece_begin, piece_count);
-
-  // Stage x[m0 .. m0 + x_rows, the split's pieces] as the pairs (0,4), (1,5), (2,6), (3,7) of each
-  // 8 elements (qgemm.cu's layout); pieces past K (the split's padding to whole quads) hold zeros.
-  const int words = per_split * 4;
-  for (int i = tid; i < x_rows * words; i += BLOCK) {
-    const int m = i / words, word = i % words;
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (word < piece_count * 4)
-      v = __ldg(reinterpret_cast<const uint4*>(x + (size_t)(m0 + m) * K + (size_t)(piece_begin * 4 + word) * 8));
-    uint4 pairs;
-    pairs.x = __byte_perm(v.x, v.z, 0x5410);
-    pairs.y = __byte_perm(v.x, v.z, 0x7632);
-    pairs.z = __byte_perm(v.y, v.w, 0x5410);
-    pairs.w = __byte_perm(v.y, v.w, 0x7632);
-    *reinterpret_cast<uint4*>(x_slice + m * row_bytes + (word / 4) * PIECE_BYTES + (word % 4) * 16) = pairs;
+      copy_x<BLOCK, STEP>(x_slots + r * slot_bytes, x, m0, x_rows, K, piece_begin, piece_count, r * STEP,
+                                 row_bytes);
+    }
+    copies_commit();
   }
-  __syncthreads();
 
   float d[XT][NT][4];
 #pragma unroll
@@ -181,17 +200,25 @@ __device__ __forceinline__ void batch_body(const T* __restrict__ x, const unsign
 #pragma unroll
       for (int e = 0; e < 4; ++e) d[xt][t][e] = 0.0f;
 
-  // The ring: before stage s is multiplied, stage s + RING - 1 goes into the slot of stage s - 1,
-  // which was multiplied last. Slots are compile-time indices: the loop is unrolled RING times.
+  // Stage s: wait for this thread's copies of its x, then the barrier makes every thread's visible and
+  // tells that stage s - 1 is multiplied everywhere, so its slot takes stage s + RING - 1 (x and W);
+  // then stage s multiplies. Slots are compile-time indices: the loop is unrolled RING times.
   for (int s0 = 0; s0 < per_split && piece_count > 0; s0 += RING * STEP) {
 #pragma unroll
     for (int i = 0; i < RING; ++i) {
       const int s = s0 + i * STEP;
       if (s >= per_split) break;
-      if (s + (RING - 1) * STEP < per_split)
-        fetch<T, UNROLL, NT, GROUP, SYM, POLICY>(ring[(i + RING - 1) % RING], rows, s + (RING - 1) * STEP, c,
-                                                 piece_begin, piece_count);
-      multiply<T, XT, UNROLL, NT>(ring[i], s, per_split, c, g, x_rows, row_bytes, x_slice, d);
+      copies_wait<RING - 2>();
+      __syncthreads();
+      const int ahead = s + (RING - 1) * STEP;
+      if (ahead < per_split) {
+        fetch<T, UNROLL, NT, GROUP, SYM, POLICY>(ring[(i + RING - 1) % RING], rows, ahead, c, piece_begin,
+                                                 piece_count);
+        copy_x<BLOCK, STEP>(x_slots + ((i + RING - 1) % RING) * slot_bytes, x, m0, x_rows, K, piece_begin,
+                                   piece_count, ahead, row_bytes);
+      }
+      copies_commit();
+      multiply<T, XT, UNROLL, NT>(ring[i], s, per_split, c, g, x_rows, row_bytes, x_slots + i * slot_bytes, d);
     }
   }
 
@@ -222,8 +249,8 @@ __device__ __forceinline__ void batch_body(const T* __restrict__ x, const unsign
 
 }  // namespace at_qgemm_batch
 
-// One instance (grid: N / (BLOCK / 32 * NT * 8) blocks, CLUSTER, M / (16 XT); x's slice in dynamic shared memory):
-//   extern "C" __global__ void __cluster_dims__(1, 4, 1) __launch_bounds__(128, 1) qgemm_batch_<key>(
+// One instance:
+//   extern "C" __global__ void __cluster_dims__(1, 4, 1) __launch_bounds__(128, 1) qgemm_batch_probe(
 //       const __half* x, const unsigned char* qweight, const __half* scales, const unsigned char* zeros,
 //       __half* out, int M, int N, int K, float alpha, float beta, float* workspace, unsigned int* counters) {
 //     at_qgemm_batch::batch_body<__half, 4, 128, 4, 1, 128, 1, 4, 2, 2>(x, qweight, scales, zeros, out, M, N,
