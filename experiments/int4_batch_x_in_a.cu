@@ -4,17 +4,17 @@
 //
 // The ideas: qgemm.cu puts 16 rows of W in A and 8 rows of x in B, holds at most 8 tiles of sums a thread
 // (so at 64 rows of x each 16-row tile of W meets 8 tiles of x, each loaded from shared memory again for
-// every tile of W), and stages x's whole slice of K before its first multiply (one block an SM past 16
-// rows of x: docs/lowbit.md). Here a warp dequantizes NT tiles of W rows once a step (scaled in registers,
-// as F.linear's weight is rounded) and multiplies them by XT tiles of x, each loaded once a step and used
-// NT times; and x streams through shared memory a stage at a time (RING - 1 stages in flight by cp.async,
-// no registers held) beside RING - 1 stages of W's codes in registers.
+// every tile of W), stages x's whole slice of K before its first multiply, and holds W's codes in
+// register stages (past 16 rows of x: one block an SM, docs/lowbit.md). Here a warp dequantizes NT tiles
+// of W rows once a step (scaled in registers, as F.linear's weight is rounded) and multiplies them by XT
+// tiles of x, each loaded once a step and used NT times; x and W's codes stream through shared memory a
+// stage at a time, RING - 1 stages in flight by cp.async (no registers held; each lane copies the pieces
+// of W it reads itself, so only x's slots need the block's barrier), the scales in register stages.
 //
 // Measured as a kernel of the int4 op's space (`nt` > 0 tiles of W a warp beside qgemm.cu's other
 // parameters; every sampled config checked against float64 by tests/test_gpu_qgemm.py) in 40-trial sweeps
-// on the H200: slower than qgemm.cu's best on 19 of 24 float16 g128 problems, as was an earlier version
-// that staged x whole (int4_batch_x_in_a_nvidia-h200.txt), so it is not in the package. Its configs that
-// won held 150-250 registers a thread (the W stages and up to 64 sums): 8-12 warps an SM.
+// on the H200: faster than qgemm.cu's best on 10 of 24 float16 g128 problems (by 2-9%), slower on the
+// rest (int4_batch_x_in_a_nvidia-h200.txt, with two earlier versions), so it is not in the package.
 //
 // Fragments (PTX ISA, mma.m16n8k16 .row.col): lane = 4 g + c holds A (x) at rows g and g + 8, B (W) at
 // column (row of W) g, both at the k slots {2c, 2c+1, 2c+8, 2c+9}, and D at rows (of x) g, g+8 and columns
@@ -26,8 +26,8 @@
 //
 // Work: a block of BLOCK / 32 warps owns NT * 8 rows of W a warp and 16 XT rows of x (the grid's z:
 // M / (16 XT)), K split over the grid's y into CLUSTER parts added through distributed shared memory;
-// dynamic shared memory RING * rows of x * x_row_bytes(4 UNROLL). A stage is UNROLL steps of 4 pieces a
-// quad (128 UNROLL values of K); one barrier a stage hands x's slots over.
+// dynamic shared memory RING * (rows of x * x_row_bytes(4 UNROLL) + rows of W * w_row_bytes). A stage is
+// UNROLL steps of 4 pieces a quad (128 UNROLL values of K); one barrier a stage hands x's slots over.
 // Not a program: an instance (end of file) compiles with nvcc -arch=sm_90 -std=c++17 -I kernels -I kernels/common.
 #pragma once
 #include "qgemm/qgemm.cu"
@@ -70,13 +70,16 @@ __device__ __forceinline__ void copy_x(unsigned char* slot, const T* x, int m0, 
   }
 }
 
-// One stage of a thread's loads: UNROLL steps of its piece of each of its NT rows of W, with the
-// scale (a T pair) and zero point of each piece's group.
+// One stage of a thread's registers: the scale (a T pair) and zero point of the group of each of its
+// UNROLL pieces of each of its NT rows of W (the codes go to shared memory).
 template <typename T, int UNROLL, int NT> struct Stage {
-  uint4 w[UNROLL][NT];
   unsigned scale[UNROLL][NT];
   typename Codes<T>::Zero zero[UNROLL][NT];
 };
+
+// Bytes between rows of W in a stage's slot: STEP 16-byte pieces, 64 more where that is a multiple of
+// 128 (so that rows g and g + 1 of a warp's read share no bank).
+template <int STEP> __host__ __device__ constexpr int w_row_bytes() { return STEP * 16 + (STEP * 16 % 128 == 0 ? 64 : 0); }
 
 // A thread's rows of W (one in each of its warp's NT tiles) at its split's first piece.
 template <typename T, int NT> struct Rows {
@@ -87,16 +90,17 @@ template <typename T, int NT> struct Rows {
 
 // Issue the loads of the UNROLL steps from piece s0 on. Pieces past the split's end (its padding to
 // whole quads) read its last piece again, which meets zero x: no predicate on any load.
-template <typename T, int UNROLL, int NT, int GROUP, int SYM, int POLICY>
-__device__ __forceinline__ void fetch(Stage<T, UNROLL, NT>& st, const Rows<T, NT>& rows, int s0, int c,
-                                      int piece_begin, int piece_count) {
+template <typename T, int UNROLL, int NT, int GROUP, int SYM>
+__device__ __forceinline__ void fetch(Stage<T, UNROLL, NT>& st, unsigned char* w_slot, const Rows<T, NT>& rows, int s0,
+                                      int g, int c, int piece_begin, int piece_count) {
+  constexpr int W_ROW = w_row_bytes<QUAD * UNROLL>();
 #pragma unroll
   for (int u = 0; u < UNROLL; ++u) {
     const int piece = min(s0 + u * QUAD + c, piece_count - 1);
     const int group = (piece_begin + piece) * PIECE / GROUP;
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
-      st.w[u][t] = at_qgemm::load_stream<POLICY>(rows.w[t] + piece);
+      copy16(w_slot + (8 * t + g) * W_ROW + (u * QUAD + c) * 16, rows.w[t] + piece, true);
       st.scale[u][t] = at_qgemm::scale_pair<T>(rows.scale[t][group]);
       st.zero[u][t] = Codes<T>::zero(SYM ? 8 : rows.zero[t][group] & 0xF);
     }
@@ -106,19 +110,23 @@ __device__ __forceinline__ void fetch(Stage<T, UNROLL, NT>& st, const Rows<T, NT
 // d += x times the stage's weights: per word of each piece, the 8 codes of the thread's NT rows of W,
 // dequantized and scaled once, against the staged x pairs of rows g and g + 8 of each of the XT tiles.
 template <typename T, int XT, int UNROLL, int NT>
-__device__ __forceinline__ void multiply(const Stage<T, UNROLL, NT>& st, int s0, int per_split, int c, int g,
-                                         int x_rows, int row_bytes, const unsigned char* x_slot,
-                                         float (&d)[XT][NT][4]) {
+__device__ __forceinline__ void multiply(const Stage<T, UNROLL, NT>& st, const unsigned char* w_slot, int s0,
+                                         int per_split, int c, int g, int x_rows, int row_bytes,
+                                         const unsigned char* x_slot, float (&d)[XT][NT][4]) {
+  constexpr int W_ROW = w_row_bytes<QUAD * UNROLL>();
 #pragma unroll
   for (int u = 0; u < UNROLL; ++u) {
     if (s0 + u * QUAD >= per_split) break;
-    const int piece = u * QUAD + c;  // in the stage's slot of x
+    const int piece = u * QUAD + c;  // in the stage's slots
+    uint4 codes[NT];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) codes[t] = *reinterpret_cast<const uint4*>(w_slot + (8 * t + g) * W_ROW + piece * 16);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       unsigned w[NT][4];
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
-        Codes<T>::of(reinterpret_cast<const unsigned*>(&st.w[u][t])[j], st.zero[u][t], w[t]);
+        Codes<T>::of(reinterpret_cast<const unsigned*>(&codes[t])[j], st.zero[u][t], w[t]);
 #pragma unroll
         for (int i = 0; i < 4; ++i) w[t][i] = at_qgemm::times<T>(w[t][i], st.scale[u][t]);
       }
@@ -139,7 +147,7 @@ __device__ __forceinline__ void multiply(const Stage<T, UNROLL, NT>& st, int s0,
   }
 }
 
-template <typename T, int XT, int BLOCK, int NT, int UNROLL, int GROUP, int SYM, int CLUSTER, int POLICY, int RING>
+template <typename T, int XT, int BLOCK, int NT, int UNROLL, int GROUP, int SYM, int CLUSTER, int RING>
 __device__ __forceinline__ void batch_body(const T* __restrict__ x, const unsigned char* __restrict__ qweight,
                                            const T* __restrict__ scales, const unsigned char* __restrict__ zeros,
                                            T* __restrict__ out, int M, int N, int K, float alpha, float beta) {
@@ -150,7 +158,7 @@ __device__ __forceinline__ void batch_body(const T* __restrict__ x, const unsign
   constexpr int ROWS_PER_BLOCK = WARPS * NT * 8;
   constexpr int XROWS = 16 * XT;
   constexpr int STEP = QUAD * UNROLL;
-  extern __shared__ __align__(16) unsigned char x_slots[];  // RING stages of x
+  extern __shared__ __align__(16) unsigned char x_slots[];  // RING stages of x, then RING stages of W
   __shared__ float cluster_part[CLUSTER > 1 ? ROWS_PER_BLOCK * XROWS : 1];
 
   at_qgemm::launch_dependents();
@@ -181,11 +189,14 @@ __device__ __forceinline__ void batch_body(const T* __restrict__ x, const unsign
   // of W (registers) and of x (shared memory, a commit group each, empty past the split).
   at_qgemm::wait_for_prior_grid();
   const int slot_bytes = x_rows * row_bytes;
+  constexpr int W_SLOT = ROWS_PER_BLOCK * w_row_bytes<STEP>();  // a stage of the block's rows of W
+  // This warp's rows of W in slot i: its own pieces, copied and read by each lane alone (no barrier).
+  unsigned char* const w_slots = x_slots + RING * slot_bytes + warp * NT * 8 * w_row_bytes<STEP>();
   Stage<T, UNROLL, NT> ring[RING];  // slot i holds stages i, i + RING, ...
 #pragma unroll
   for (int r = 0; r < RING - 1; ++r) {
     if (r * STEP < per_split && piece_count > 0) {
-      fetch<T, UNROLL, NT, GROUP, SYM, POLICY>(ring[r], rows, r * STEP, c, piece_begin, piece_count);
+      fetch<T, UNROLL, NT, GROUP, SYM>(ring[r], w_slots + r * W_SLOT, rows, r * STEP, g, c, piece_begin, piece_count);
       copy_x<BLOCK, STEP>(x_slots + r * slot_bytes, x, m0, x_rows, K, piece_begin, piece_count, r * STEP,
                                  row_bytes);
     }
@@ -212,13 +223,14 @@ __device__ __forceinline__ void batch_body(const T* __restrict__ x, const unsign
       __syncthreads();
       const int ahead = s + (RING - 1) * STEP;
       if (ahead < per_split) {
-        fetch<T, UNROLL, NT, GROUP, SYM, POLICY>(ring[(i + RING - 1) % RING], rows, ahead, c, piece_begin,
-                                                 piece_count);
+        fetch<T, UNROLL, NT, GROUP, SYM>(ring[(i + RING - 1) % RING], w_slots + ((i + RING - 1) % RING) * W_SLOT, rows,
+                                         ahead, g, c, piece_begin, piece_count);
         copy_x<BLOCK, STEP>(x_slots + ((i + RING - 1) % RING) * slot_bytes, x, m0, x_rows, K, piece_begin,
                                    piece_count, ahead, row_bytes);
       }
       copies_commit();
-      multiply<T, XT, UNROLL, NT>(ring[i], s, per_split, c, g, x_rows, row_bytes, x_slots + i * slot_bytes, d);
+      multiply<T, XT, UNROLL, NT>(ring[i], w_slots + i * W_SLOT, s, per_split, c, g, x_rows, row_bytes,
+                                  x_slots + i * slot_bytes, d);
     }
   }
 
@@ -253,6 +265,6 @@ __device__ __forceinline__ void batch_body(const T* __restrict__ x, const unsign
 //   extern "C" __global__ void __cluster_dims__(1, 4, 1) __launch_bounds__(128, 1) qgemm_batch_probe(
 //       const __half* x, const unsigned char* qweight, const __half* scales, const unsigned char* zeros,
 //       __half* out, int M, int N, int K, float alpha, float beta, float* workspace, unsigned int* counters) {
-//     at_qgemm_batch::batch_body<__half, 4, 128, 4, 1, 128, 1, 4, 2, 2>(x, qweight, scales, zeros, out, M, N,
+//     at_qgemm_batch::batch_body<__half, 4, 128, 4, 1, 128, 1, 4, 2>(x, qweight, scales, zeros, out, M, N,
 //                                                                     K, alpha, beta);
 //   }
