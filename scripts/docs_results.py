@@ -857,9 +857,10 @@ def lowbit_decode() -> dict[str, str]:
 
 
 def lowbit_headline() -> dict[str, str]:
-    """The README's int4 line: g128 float16 at M = 1 over torch's float16, and the pairs it is taken over."""
+    """The README's int4 line: g128 float16 at M = 1, 16 and 64 over torch's float16, and the pairs it is
+    taken over."""
     figures = lowbit_prose()
-    return {key: figures[key] for key in ("f16_torch", "pairs")}
+    return {key: figures[key] for key in ("f16_torch", "f16_m16", "f16_m64", "pairs")}
 
 
 def model_figures(weights: str = "float16") -> dict[str, str]:
@@ -951,8 +952,8 @@ FIGURES = [
     ),
     Figure(
         README,
-        r"int4 weights \(g128, float16\) at\s+M = 1 run (?P<f16_torch>[\d.]+)x\s+torch's float16 GEMV,\s+geometric "
-        r"mean over\s+(?P<pairs>\d+)",
+        r"int4 weights \(g128, float16\) at\s+M = 1 run (?P<f16_torch>[\d.]+)x\s+torch's float16 GEMV,\s+"
+        r"(?P<f16_m16>[\d.]+)x at M = 16\s+and (?P<f16_m64>[\d.]+)x at M = 64,\s+geometric mean over\s+(?P<pairs>\d+)",
         lowbit_headline,
         f"results/{LOWBIT_H200}.json",
     ),
