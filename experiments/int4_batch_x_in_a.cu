@@ -88,8 +88,9 @@ template <typename T, int NT> struct Rows {
   const unsigned char* zero[NT];
 };
 
-// Issue the loads of the UNROLL steps from piece s0 on. Pieces past the split's end (its padding to
-// whole quads) read its last piece again, which meets zero x: no predicate on any load.
+// Ask for this lane's pieces of the UNROLL steps from piece s0 on, into its rows of the warp's W slot,
+// and load their groups' scales and zero points. Pieces past the split's end (its padding to whole
+// quads) read its last piece again, which meets zero x: no predicate on any copy.
 template <typename T, int UNROLL, int NT, int GROUP, int SYM>
 __device__ __forceinline__ void fetch(Stage<T, UNROLL, NT>& st, unsigned char* w_slot, const Rows<T, NT>& rows, int s0,
                                       int g, int c, int piece_begin, int piece_count) {
@@ -107,8 +108,9 @@ __device__ __forceinline__ void fetch(Stage<T, UNROLL, NT>& st, unsigned char* w
   }
 }
 
-// d += x times the stage's weights: per word of each piece, the 8 codes of the thread's NT rows of W,
-// dequantized and scaled once, against the staged x pairs of rows g and g + 8 of each of the XT tiles.
+// d += x times the stage's weights: per word of each piece, the 8 codes of the thread's NT rows of W
+// (from its own slot rows), dequantized and scaled once, against rows g and g + 8 of x's slot in each
+// of the XT tiles, put into pairs as they are loaded.
 template <typename T, int XT, int UNROLL, int NT>
 __device__ __forceinline__ void multiply(const Stage<T, UNROLL, NT>& st, const unsigned char* w_slot, int s0,
                                          int per_split, int c, int g, int x_rows, int row_bytes,
