@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Any
 
 import numpy as np
 import pytest
@@ -216,3 +217,37 @@ def test_quantized_weight_state_dict_round_trip() -> None:
         with pytest.raises(AutotuneError, match="this module"):
             QuantizedWeight.empty(6, 128, 32, sym).load_state_dict(state)
         assert module.to("cpu").qweight.device.type == "cpu"
+
+
+def _extreme_scales(shape: tuple[int, int], dtype: Any, rng: np.random.Generator) -> Any:
+    """Scales across the dtype's range: ordinary magnitudes of both signs, and in the first row its
+    largest value (15 times it overflows), smallest normal (negative), smallest subnormal and zero."""
+    import torch
+
+    values = torch.from_numpy(rng.standard_normal(shape) * 10.0 ** rng.uniform(-6, 3, shape)).to(dtype)
+    info = torch.finfo(dtype)
+    values[0, :4] = torch.tensor([info.max, -info.tiny, info.tiny * info.eps, 0.0])
+    return values
+
+
+def test_dequantize_in_the_scales_dtype_is_the_float32_values_rounded_bit_for_bit() -> None:
+    torch = pytest.importorskip("torch")
+    from autotune.ops.qgemm.module import QuantizedWeight
+
+    rng = np.random.default_rng(RNG_SEED)
+    for dtype, as_bits in ((torch.float16, torch.int16), (torch.bfloat16, torch.int16), (torch.float32, torch.int32)):
+        for group in int4.GROUPS:
+            for sym in (True, False):
+                n, k = 5, 4 * group
+                grouped = (n, k // group)
+                qweight = torch.from_numpy(rng.integers(0, 256, (n, k // 2), dtype=np.uint8))
+                scales = _extreme_scales(grouped, dtype, rng)
+                zeros = None if sym else torch.from_numpy(rng.integers(0, 16, grouped, dtype=np.uint8))
+                weight = int4.int4_weight(qweight, scales, zeros, group)
+                want = int4.dequantize(weight).to(dtype)
+                got = int4.dequantize_in_scale_dtype(weight)
+                assert got.dtype == dtype and got.shape == (n, k)
+                assert torch.equal(got.view(as_bits), want.view(as_bits)), (dtype, group, sym)
+                module = QuantizedWeight(qweight, scales, zeros, group)
+                assert torch.equal(module.dequantize().view(as_bits), want.view(as_bits))
+                assert torch.equal(module.dequantize(torch.float32), int4.dequantize(weight))

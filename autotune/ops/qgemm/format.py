@@ -240,6 +240,22 @@ def dequantize(weight: Int4Weight) -> Any:
     return ((codes - offset) * scales).reshape(n, k)
 
 
+def dequantize_in_scale_dtype(weight: Int4Weight) -> Any:
+    """The weight's values (N, K) in its scales' own dtype, torch tensors only: dequantize()'s values
+    rounded to that dtype, bit for bit. q - z and s are exact in it, so its one multiply rounds the
+    exact product once, as the cast of the float32 product does; the temporaries are uint8 codes and
+    the result itself, not dequantize()'s three float32 (N, K) arrays (what a linear of more than
+    qgemm.MAX_M rows writes and reads before its GEMM)."""
+    n, k, group = weight.n, weight.k, weight.group
+    packed = weight.qweight
+    codes = packed.new_empty((n, k // 2, 2))  # even k from the low nibble: pack_int4's order
+    codes[..., 0] = packed & 0x0F
+    codes[..., 1] = packed >> 4
+    values = codes.view(n, k // group, group).to(weight.scales.dtype)
+    values.sub_(SYM_OFFSET if weight.zeros is None else weight.zeros[..., None])
+    return values.mul_(weight.scales[..., None]).view(n, k)
+
+
 def int4_weight(qweight: Any, scales: Any, zeros: Any | None, group: int) -> Int4Weight:
     """Arrays already in the canonical format (a checkpoint's) -> an Int4Weight, checked."""
     n, k = check_format(qweight, scales, zeros, group)

@@ -95,8 +95,12 @@ class QuantizedWeight(torch.nn.Module):  # type: ignore[misc]  # torch is untype
         return int4.int4_weight(self.qweight, self.scales, self.zeros, self.group)
 
     def dequantize(self, dtype: torch.dtype | None = None) -> torch.Tensor:
-        """The weight's values (N, K) in `dtype`, by default the activations' (float32: exact)."""
-        return int4.dequantize(self.weight()).to(dtype or self.dtype)
+        """The weight's values (N, K) in `dtype`, by default the activations' (float32: exact). In
+        the activations' dtype they are made in it directly, the same bits with no float32 copies."""
+        weight = self.weight()
+        if dtype is None or dtype == self.dtype:
+            return int4.dequantize_in_scale_dtype(weight)
+        return int4.dequantize(weight).to(dtype)
 
     def forward(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         """x @ W^T (+ bias), what autotune.linear(x, self, bias) computes."""
