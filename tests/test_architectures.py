@@ -34,13 +34,16 @@ SHAPES = (
 )
 
 
-# The int4 op (tensor-core MMAs of 16-bit weights: sm_80 and up), one GEMV and one skinny problem.
+# The int4 op (tensor-core MMAs of 16-bit weights: sm_80 and up), one GEMV and one skinny problem; the
+# int4 dequantization in the same dtypes and variants.
 INT4 = (("float16", 1, "g128"), ("bfloat16", 16, "g64a"))
 
 
 def _problems() -> list[Problem]:
     plain = [Problem(op, dtype, m, n, k, trans) for dtype in DTYPES for op, m, n, k, trans in SHAPES]
-    return plain + [make_problem("qgemm", dtype, m, 4096, 4096, variant=variant) for dtype, m, variant in INT4]
+    int4 = [make_problem("qgemm", dtype, m, 4096, 4096, variant=variant) for dtype, m, variant in INT4]
+    dequant = [make_problem("qdequant", dtype, 4096, 4096, variant=variant) for dtype, _, variant in INT4]
+    return plain + int4 + dequant
 
 
 def _jobs_for(capability: str, arch: str) -> list[CompileJob]:

@@ -25,7 +25,7 @@ from autotune.core.problem import (
     parse_dtype,
     parse_shapes,
 )
-from autotune.ops import gemm, gemv, qgemm
+from autotune.ops import gemm, gemv, qdequant, qgemm
 from autotune.ops.base import Op
 
 DEFAULT_OP = "hgemv"
@@ -203,3 +203,4 @@ def in_space_order(problem: Problem, config: Mapping[str, int]) -> dict[str, int
 register(gemv.OP)
 register(gemm.OP)
 register(qgemm.OP)
+register(qdequant.OP)
