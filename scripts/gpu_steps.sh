@@ -263,6 +263,16 @@ sm__warps_active.avg.pct_of_peak_sustained_active python3 scripts/profile_vs_cub
         sweep sweep-int4 20 --op "${case%%:*}" --variant "${case##*:}" --shapes /tmp/int4.txt \
           --trials "${INT4_TRIALS:-24}" ${PATIENCE:+--patience $PATIENCE}
       done ;;
+    qdequant)
+      # The int4 dequantization op (autotune/ops/qdequant, what a linear of more than 64 rows needs): its
+      # GPU tests, then its standard shapes swept in each tuned kind (every config: 27). Export after it.
+      step qdequant
+      python3 -m pytest -m gpu -q -p no:cacheprovider ${XDIST:+-n $XDIST} tests/test_gpu_qdequant.py 2>&1 \
+        | tee "$OUT/qdequant-tests.log" | tail -5
+      for case in hqdequant:g128 hqdequant:g128a bqdequant:g128; do
+        step "sweep-qdequant $case"
+        sweep sweep-qdequant 10 --op "${case%%:*}" --variant "${case##*:}" --trials 27
+      done ;;
     bench-int4)
       # scripts/bench_lowbit.py on the tuned database: BENCH_INT4_ARGS adds its options ("--m 1 --merge").
       # gemlite's autotuned configs start from results/gemlite_configs_<gpu>.json and come back in

@@ -99,6 +99,16 @@ def test_summary_takes_geometric_means_at_m1_and_the_worst_gemlite_shape() -> No
     assert got["g128 bfloat16 M=1 geomean speedup over torch_fp16"] is None  # a null time is left out
 
 
+def test_the_large_batch_goal_is_the_worst_m_of_1024_rows_or_more() -> None:
+    rows = [row(64, 4096, 4096, 10.0, torch_fp16=13.0)]  # below 1024 rows: not this goal's
+    report = {"copy_gbs": 4000.0, "rows": rows}
+    assert figures(report)["g128 float16 M>=1024 worst geomean speedup over torch_fp16"] is None
+    rows += [row(1024, 4096, 4096, 100.0, torch_fp16=90.0), row(1024, 28672, 4096, 500.0, torch_fp16=360.0)]
+    rows += [row(4096, 4096, 4096, 300.0, torch_fp16=285.0)]
+    got = figures({"copy_gbs": 4000.0, "rows": rows})
+    assert got["g128 float16 M>=1024 worst geomean speedup over torch_fp16"] == pytest.approx(math.sqrt(0.9 * 0.72))
+
+
 def test_summary_holds_only_big_matrices_to_the_copy_bandwidth() -> None:
     big = row(1, 28672, 4096, 16.0)  # 56 MiB packed
     report = {"copy_gbs": 4000.0, "rows": [row(1, 4096, 4096, 100.0), big]}
