@@ -11,8 +11,8 @@ from autotune.core.arrays import DeviceArray, contiguous
 from autotune.core.errors import AutotuneError
 from autotune.core.problem import Problem, check_dim
 from autotune.ops.call import Bound
-from autotune.ops.qgemm.call import ACTIVATIONS
-from autotune.ops.qgemm.format import GROUPS, variant_name
+from autotune.ops.qgemm.call import ACTIVATIONS, packed_shape, scale_group
+from autotune.ops.qgemm.format import variant_name
 
 
 def input_dtypes(dtype: str) -> tuple[str, str, str]:
@@ -27,21 +27,10 @@ def bind(name: str, arrays: Sequence[DeviceArray | None], out: DeviceArray | Non
     qweight, scales, zeros = arrays
     if qweight is None or scales is None:
         raise AutotuneError("qweight and scales are required (zeros may be None: a symmetric weight)")
-    if qweight.dtype != "uint8" or len(qweight.shape) != 2 or not contiguous(qweight):
-        got = f"{qweight.dtype} {qweight.shape}"
-        raise AutotuneError(f"qweight must be a contiguous uint8 matrix (N, K // 2), got {got}")
-    n, k = qweight.shape[0], 2 * qweight.shape[1]
-    if scales.dtype not in ACTIVATIONS or len(scales.shape) != 2 or scales.shape[0] != n or not contiguous(scales):
-        got = f"{scales.dtype} {scales.shape}"
-        raise AutotuneError(f"scales must be a contiguous float16 or bfloat16 matrix (N, K // group), got {got}")
-    groups = scales.shape[1]
-    group = k // groups if groups and k % groups == 0 else 0
-    if group not in GROUPS:
-        sizes = ", ".join(map(str, GROUPS))
-        raise AutotuneError(f"scales has {groups} columns: K = {k} in groups of {sizes} needs K // group")
-    if zeros is not None and (zeros.dtype != "uint8" or zeros.shape != scales.shape or not contiguous(zeros)):
-        got = f"{zeros.dtype} {zeros.shape}"
-        raise AutotuneError(f"zeros must be a contiguous uint8 matrix {scales.shape} or None, got {got}")
+    n, k = packed_shape(qweight)
+    if scales.dtype not in ACTIVATIONS:
+        raise AutotuneError(f"scales must be float16 or bfloat16 (the dequantized weight's dtype), got {scales.dtype}")
+    group = scale_group(scales, zeros, n, k, scales.dtype)
     if out is not None and (out.shape != (n, k) or out.dtype != scales.dtype or not contiguous(out)):
         got = f"{out.dtype} {out.shape}"
         raise AutotuneError(f"out must be a contiguous {scales.dtype} matrix ({n}, {k}), got {got}")

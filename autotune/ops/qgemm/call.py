@@ -36,23 +36,10 @@ def bind(name: str, arrays: Sequence[DeviceArray | None], out: DeviceArray | Non
     if not x.shape or not contiguous(x):
         raise AutotuneError(f"x must be a contiguous array (..., K), got shape {x.shape}")
     k, m = x.shape[-1], math.prod(x.shape[:-1])
-    if qweight.dtype != "uint8" or len(qweight.shape) != 2 or not contiguous(qweight):
-        got = f"{qweight.dtype} {qweight.shape}"
-        raise AutotuneError(f"qweight must be a contiguous uint8 matrix (N, K // 2), got {got}")
-    n = qweight.shape[0]
-    if 2 * qweight.shape[1] != k:
-        raise AutotuneError(f"x has K = {k} but qweight holds {2 * qweight.shape[1]} codes a row")
-    if len(scales.shape) != 2 or scales.shape[0] != n or not contiguous(scales) or scales.dtype != x.dtype:
-        got = f"{scales.dtype} {scales.shape}"
-        raise AutotuneError(f"scales must be a contiguous {x.dtype} matrix (N, K // group), got {got}")
-    groups = scales.shape[1]
-    group = k // groups if groups and k % groups == 0 else 0
-    if group not in GROUPS:
-        sizes = ", ".join(map(str, GROUPS))
-        raise AutotuneError(f"scales has {groups} columns: K = {k} in groups of {sizes} needs K // group")
-    if zeros is not None and (zeros.dtype != "uint8" or zeros.shape != scales.shape or not contiguous(zeros)):
-        got = f"{zeros.dtype} {zeros.shape}"
-        raise AutotuneError(f"zeros must be a contiguous uint8 matrix {scales.shape} or None, got {got}")
+    n, codes = packed_shape(qweight)
+    if codes != k:
+        raise AutotuneError(f"x has K = {k} but qweight holds {codes} codes a row")
+    group = scale_group(scales, zeros, n, k, x.dtype)
     out_shape = (*x.shape[:-1], n)
     if out is not None and (out.shape != out_shape or out.dtype != x.dtype or not contiguous(out)):
         got = f"{out.dtype} {out.shape}"
@@ -67,6 +54,31 @@ def bind(name: str, arrays: Sequence[DeviceArray | None], out: DeviceArray | Non
         variant=variant_name(group, zeros is None),
     )
     return Bound(problem, out_shape)
+
+
+def packed_shape(qweight: DeviceArray) -> tuple[int, int]:
+    """(N, K) of an int4 weight's packed codes: a contiguous uint8 matrix (N, K // 2)."""
+    if qweight.dtype != "uint8" or len(qweight.shape) != 2 or not contiguous(qweight):
+        got = f"{qweight.dtype} {qweight.shape}"
+        raise AutotuneError(f"qweight must be a contiguous uint8 matrix (N, K // 2), got {got}")
+    return qweight.shape[0], 2 * qweight.shape[1]
+
+
+def scale_group(scales: DeviceArray, zeros: DeviceArray | None, n: int, k: int, dtype: str) -> int:
+    """The group size of an (N, K) int4 weight whose scales are a contiguous `dtype` matrix
+    (N, K // group) and whose zero points, if any, a contiguous uint8 matrix of the same shape."""
+    if len(scales.shape) != 2 or scales.shape[0] != n or not contiguous(scales) or scales.dtype != dtype:
+        got = f"{scales.dtype} {scales.shape}"
+        raise AutotuneError(f"scales must be a contiguous {dtype} matrix (N, K // group), got {got}")
+    groups = scales.shape[1]
+    group = k // groups if groups and k % groups == 0 else 0
+    if group not in GROUPS:
+        sizes = ", ".join(map(str, GROUPS))
+        raise AutotuneError(f"scales has {groups} columns: K = {k} in groups of {sizes} needs K // group")
+    if zeros is not None and (zeros.dtype != "uint8" or zeros.shape != scales.shape or not contiguous(zeros)):
+        got = f"{zeros.dtype} {zeros.shape}"
+        raise AutotuneError(f"zeros must be a contiguous uint8 matrix {scales.shape} or None, got {got}")
+    return group
 
 
 def torch_fake(x: Any, qweight: Any, scales: Any, zeros: Any = None, alpha: float = 1.0) -> Any:
