@@ -156,6 +156,27 @@ def test_int4_call_poisoned_out_3d_x_side_stream_and_graph() -> None:
     assert _rel_err(static_y, fresh.double() @ deq64.T) < 2e-3
 
 
+def test_more_than_64_rows_run_in_a_cuda_graph() -> None:
+    """Past the int4 kernels' 64 rows the weight is dequantized on every call, with nothing read back
+    from the GPU (the zero points' values are checked at load), so the call is captured like any other."""
+    torch = pytest.importorskip("torch")
+    import autotune
+
+    n, k = 1001, 3584
+    qw = autotune.quantize(torch.randn(n, k, device="cuda", dtype=torch.float16), "int4", group=128, sym=False)
+    deq64 = qw.dequantize(torch.float32).double()
+    static_x = torch.zeros(65, k, device="cuda", dtype=torch.float16)
+    autotune.linear(static_x, qw)  # plans and kernels loaded before capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_y = autotune.linear(static_x, qw)
+    fresh = torch.randn(65, k, device="cuda", dtype=torch.float16)
+    static_x.copy_(fresh)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert _rel_err(static_y, fresh.double() @ deq64.T) < 2e-3
+
+
 def test_compiled_model_runs_the_int4_op() -> None:
     torch = pytest.importorskip("torch")
     import autotune

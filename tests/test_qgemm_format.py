@@ -251,3 +251,15 @@ def test_dequantize_in_the_scales_dtype_is_the_float32_values_rounded_bit_for_bi
                 module = QuantizedWeight(qweight, scales, zeros, group)
                 assert torch.equal(module.dequantize().view(as_bits), want.view(as_bits))
                 assert torch.equal(module.dequantize(torch.float32), int4.dequantize(weight))
+
+
+def test_dequantize_leaves_the_zero_points_values_to_the_checks_at_load() -> None:
+    """A linear of more than 64 rows dequantizes on every call: reading the zero points back there would
+    wait for the GPU and could not be captured in a CUDA graph. Made and loaded buffers are checked."""
+    torch = pytest.importorskip("torch")
+
+    module = autotune.quantize(torch.from_numpy(_weights(6, 128)).half(), "int4", group=64, sym=False)
+    module.zeros[0, 0] = 200  # written past the checks
+    with pytest.raises(AutotuneError, match=r"zeros must lie in \[0, 15\], found 200"):
+        module.weight()
+    assert module.dequantize().shape == (6, 128)

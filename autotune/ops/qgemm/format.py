@@ -256,14 +256,16 @@ def dequantize_in_scale_dtype(weight: Int4Weight) -> Any:
     return values.mul_(weight.scales[..., None]).view(n, k)
 
 
-def int4_weight(qweight: Any, scales: Any, zeros: Any | None, group: int) -> Int4Weight:
-    """Arrays already in the canonical format (a checkpoint's) -> an Int4Weight, checked."""
-    n, k = check_format(qweight, scales, zeros, group)
+def int4_weight(qweight: Any, scales: Any, zeros: Any | None, group: int, *, values: bool = True) -> Int4Weight:
+    """Arrays already in the canonical format (a checkpoint's) -> an Int4Weight, checked (`values`:
+    the zero points' values too, see check_format)."""
+    n, k = check_format(qweight, scales, zeros, group, values=values)
     return Int4Weight(qweight, scales, zeros, group, zeros is None, n, k, _stored_name(scales))
 
 
-def check_format(qweight: Any, scales: Any, zeros: Any | None, group: int) -> tuple[int, int]:
-    """(N, K) of arrays in the canonical format; a one-line AutotuneError for anything else."""
+def check_format(qweight: Any, scales: Any, zeros: Any | None, group: int, *, values: bool = True) -> tuple[int, int]:
+    """(N, K) of arrays in the canonical format; a one-line AutotuneError for anything else. Without
+    `values` the zero points' values are not read: on a GPU that read waits for the device."""
     group = check_group(group)
     arrays = [("qweight", qweight), ("scales", scales)] + ([] if zeros is None else [("zeros", zeros)])
     kinds = {_is_numpy(array, what) for what, array in arrays}
@@ -283,16 +285,16 @@ def check_format(qweight: Any, scales: Any, zeros: Any | None, group: int) -> tu
     if _stored_name(scales) not in SCALE_DTYPES:
         raise AutotuneError(f"int4 scales must be {', '.join(SCALE_DTYPES)}, got {dtype_name(scales.dtype)}")
     if zeros is not None:
-        _check_zeros(zeros, grouped)
+        _check_zeros(zeros, grouped, values)
     return n, k
 
 
-def _check_zeros(zeros: Any, grouped: tuple[int, int]) -> None:
+def _check_zeros(zeros: Any, grouped: tuple[int, int], values: bool) -> None:
     if tuple(zeros.shape) != grouped or dtype_name(zeros.dtype) != "uint8":
         described = f"{dtype_name(zeros.dtype)} {tuple(zeros.shape)}"
         raise AutotuneError(f"int4 zeros must be uint8 of shape (N, K // group) = {grouped}, got {described}")
     size = zeros.size if isinstance(zeros, np.ndarray) else zeros.numel()
-    if size:
+    if values and size:
         largest = int(zeros.max())
         if largest > CODE_MAX:
             raise AutotuneError(f"int4 zeros must lie in [0, 15], found {largest}")

@@ -97,7 +97,10 @@ class QuantizedWeight(torch.nn.Module):  # type: ignore[misc]  # torch is untype
     def dequantize(self, dtype: torch.dtype | None = None) -> torch.Tensor:
         """The weight's values (N, K) in `dtype`, by default the activations' (float32: exact). In
         the activations' dtype they are made in it directly, the same bits with no float32 copies."""
-        weight = self.weight()
+        # The zero points' values were checked when the buffers were made or loaded; reading them back
+        # on every call would wait for the GPU (a linear of more than 64 rows dequantizes on each call)
+        # and cannot run inside a CUDA graph's capture.
+        weight = int4.int4_weight(self.qweight, self.scales, self.zeros, self.group, values=False)
         if dtype is None or dtype == self.dtype:
             return int4.dequantize_in_scale_dtype(weight)
         return int4.dequantize(weight).to(dtype)
