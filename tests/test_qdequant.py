@@ -15,9 +15,14 @@ from autotune.build.compiler import CompileJob
 from autotune.core.arrays import DeviceArray
 from autotune.core.errors import AutotuneError
 from autotune.core.paths import kernels_dir
+from autotune.gpu import driver
 from autotune.ops import qdequant, source_hash
 from autotune.ops.qgemm import VARIANTS
+from autotune.runtime.launcher import Runtime
+from autotune.select.choose import Choice
 from tests.nvcc import compile_all
+from tests.test_launch import CudaArray
+from tests.test_runtime import H200, FakeCuda, cuda  # noqa: F401
 
 
 def _problem(dtype: str = "float16", m: int = 4096, n: int = 4096, variant: str = "g128") -> ops.Problem:
@@ -132,3 +137,40 @@ def test_bind_refuses_arrays_not_in_the_format(
 
     with pytest.raises(AutotuneError, match=said):
         qdequant.OP.bind([made(a) for a in arrays], made(out), ())
+
+
+@pytest.mark.parametrize("zeros", [True, False])
+def test_a_call_launches_the_arrays_in_the_kernels_order(
+    cuda: FakeCuda,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    zeros: bool,
+) -> None:
+    """Runtime.call of the op against a double of the driver: qweight, scales, zeros (a null pointer
+    when symmetric), out, then M, N, alpha and beta, as kernel_source declares them, on the op's grid."""
+    monkeypatch.setattr(driver, "pointer_device", lambda pointer: 0)
+    cuda.arg_types = qdequant.OP.arg_types
+    rows, codes = 96, 256
+    config = {"threads": 128, "chunks": 2, "policy": 1}
+    runtime = Runtime(lambda problem, device, db: Choice(problem, H200.name, config, "measured"))
+    qweight = CudaArray((rows, codes // 2), "|u1", pointer=1 << 24)
+    scales = CudaArray((rows, codes // 64), pointer=2 << 24)
+    zero_points = CudaArray((rows, codes // 64), "|u1", pointer=3 << 24) if zeros else None
+    out = CudaArray((rows, codes), pointer=4 << 24)
+    assert runtime.call(qdequant.OP, qweight, scales, zero_points, out=out, alpha=0.5, beta=2.0) is out
+    (launch,) = cuda.launches
+    assert launch.args[:8] == [1 << 24, 2 << 24, (3 << 24) if zeros else 0, 4 << 24, rows, codes, 0.5, 2.0]
+    problem = _problem(m=rows, n=codes, variant="g64" if not zeros else "g64a")
+    geometry = qdequant.OP.launch(problem, config, H200.sm_count)
+    assert launch.grid == geometry.grid == (rows * codes // 32 // 256, 1, 1) and launch.block == (128, 1, 1)
+    name = qdequant.OP.kernel_name(problem, config)
+    declared = qdequant.OP.kernel_source(problem, config).split(f"{name}(", 1)[1].split(")", 1)[0]
+    assert [p.split()[-1].lstrip("*") for p in declared.split(",")][:8] == [
+        "qweight",
+        "scales",
+        "zeros",
+        "out",
+        "M",
+        "N",
+        "alpha",
+        "beta",
+    ]
