@@ -12,13 +12,14 @@ import numpy as np
 import pytest
 
 from autotune import ops
-from autotune.build.compiler import CompileJob, CompilePool, compile_kernel
+from autotune.build.compiler import CompileJob, compile_kernel
 from autotune.core.outcome import Status
 from autotune.core.problem import Problem
 from autotune.core.space import Config
 from autotune.measure.worker.client import Worker
-from autotune.ops import gemm, source_hash
+from autotune.ops import gemm
 from autotune.ops.gemv import strips
+from tests.worker_checks import measure_configs
 
 pytestmark = pytest.mark.gpu
 
@@ -66,31 +67,7 @@ def _sample(problem: Problem) -> list[Config]:
 
 def _measure_all(problem: Problem) -> list[tuple[Config, str, str]]:
     """(config, status, message) of each sampled config, measured by a real worker."""
-    op = ops.for_problem(problem)
-    results = []
-    with Worker() as worker, CompilePool() as pool:
-        gpu = worker.hello()
-        worker.setup(problem, seed=7)
-        jobs = [
-            (
-                c,
-                pool.submit(
-                    CompileJob(
-                        op.kernel_name(problem, c),
-                        op.kernel_source(problem, c),
-                        op.compile_arch(problem, gpu.arch),
-                        source_hash(problem),
-                    )
-                ),
-            )
-            for c in _sample(problem)
-        ]
-        for config, future in jobs:
-            compiled = future.result()
-            assert compiled.cubin is not None, compiled.message
-            outcome = worker.measure(compiled.cubin, compiled.job.name, config)
-            results.append((config, outcome.status.value, outcome.message))
-    return results
+    return measure_configs(problem, _sample(problem), seed=7)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -11,10 +11,8 @@ from typing import Any
 import pytest
 
 from autotune import ops
-from autotune.build.compiler import CompileJob, CompilePool
 from autotune.core.outcome import Status
-from autotune.measure.worker.client import Worker
-from autotune.ops import source_hash
+from tests.worker_checks import measure_configs
 
 pytestmark = pytest.mark.gpu
 
@@ -31,26 +29,8 @@ PROBLEMS = [
 def test_every_qdequant_config_is_correct(case: tuple[str, int, int, str]) -> None:
     dtype, m, n, variant = case
     problem = ops.make_problem("qdequant", dtype, m, n, variant=variant)
-    op = ops.for_problem(problem)
-    wrong = []
-    with Worker() as worker, CompilePool() as pool:
-        gpu = worker.hello()
-        worker.setup(problem, seed=5)
-        jobs = [
-            (
-                c,
-                pool.submit(
-                    CompileJob(op.kernel_name(problem, c), op.kernel_source(problem, c), gpu.arch, source_hash(problem))
-                ),
-            )
-            for c in op.space(problem)
-        ]
-        for config, future in jobs:
-            compiled = future.result()
-            assert compiled.cubin is not None, compiled.message
-            outcome = worker.measure(compiled.cubin, compiled.job.name, config)
-            if outcome.status != Status.OK:
-                wrong.append((config, outcome.status.value, outcome.message))
+    configs = ops.for_problem(problem).space(problem)
+    wrong = [r for r in measure_configs(problem, configs, seed=5) if r[1] != Status.OK.value]
     assert not wrong, wrong
 
 

@@ -12,12 +12,10 @@ from typing import Any
 import pytest
 
 from autotune import ops
-from autotune.build.compiler import CompileJob, CompilePool
 from autotune.core.outcome import Status
 from autotune.core.problem import Problem
 from autotune.core.space import Config
-from autotune.measure.worker.client import Worker
-from autotune.ops import source_hash
+from tests.worker_checks import measure_configs
 
 pytestmark = pytest.mark.gpu
 
@@ -52,26 +50,7 @@ def _sample(problem: Problem) -> list[Config]:
 def test_every_sampled_qgemm_config_is_correct(case: tuple[str, int, int, int, str]) -> None:
     dtype, m, n, k, variant = case
     problem = ops.make_problem("qgemm", dtype, m, n, k, variant=variant)
-    op = ops.for_problem(problem)
-    wrong = []
-    with Worker() as worker, CompilePool() as pool:
-        gpu = worker.hello()
-        worker.setup(problem, seed=11)
-        jobs = [
-            (
-                c,
-                pool.submit(
-                    CompileJob(op.kernel_name(problem, c), op.kernel_source(problem, c), gpu.arch, source_hash(problem))
-                ),
-            )
-            for c in _sample(problem)
-        ]
-        for config, future in jobs:
-            compiled = future.result()
-            assert compiled.cubin is not None, compiled.message
-            outcome = worker.measure(compiled.cubin, compiled.job.name, config)
-            if outcome.status != Status.OK:
-                wrong.append((config, outcome.status.value, outcome.message))
+    wrong = [r for r in measure_configs(problem, _sample(problem), seed=11) if r[1] != Status.OK.value]
     assert not wrong, wrong
 
 
