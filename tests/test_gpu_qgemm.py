@@ -118,6 +118,8 @@ def test_int4_call_poisoned_out_3d_x_side_stream_and_graph() -> None:
     assert torch.equal(op_out, out)
 
     side = torch.cuda.Stream()
+    # A new stream does not wait for the default one: the operands (and out's copy) must be there first.
+    side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         on_side = autotune.linear(x1, qw)
     side.synchronize()
@@ -202,6 +204,8 @@ def test_the_cuda_core_gemv_keeps_activations_in_the_thousands_finite(sym: bool)
     before = torch.randn(1, n, device="cuda", dtype=torch.float16)
     out.copy_(before)
     side = torch.cuda.Stream()
+    # A new stream does not wait for the default one: the operands (and out's copy) must be there first.
+    side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         runtime.call(qgemm.OP, x / 1000, qw.qweight, qw.scales, qw.zeros, out=out, alpha=0.5, beta=2.0)
     side.synchronize()
