@@ -1,5 +1,5 @@
 """The int4 dequantization op (autotune/ops/qdequant, kernels/qdequant/dequant.cu) on the CPU: the
-problem a call binds, its one-line refusals, launch geometry over every piece of 32 codes, bytes, and
+problem a call binds, its one-line refusals, launch geometry over every word of 8 codes, bytes, and
 its configs and reference compiling for sm_90."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def _problem(dtype: str = "float16", m: int = 4096, n: int = 4096, variant: str 
 
 
 def _jobs() -> list[CompileJob]:
-    """Every pieces-a-thread and load path in float16 g128 (threads change only the launch bounds),
+    """Every words-a-thread and load path in float16 g128 (threads change only the launch bounds),
     each block size at the default, and each dtype and variant at the default."""
     configs = [c for c in qdequant.OP.space(_problem()) if c["threads"] == 256]
     configs += [dict(qdequant.OP.default_config(_problem()), threads=t) for t in (128, 512)]
@@ -85,17 +85,17 @@ def test_problems_the_kernel_cannot_run_are_refused_in_one_line(problem: ops.Pro
 
 
 @pytest.mark.parametrize("shape", [(1, 32), (7, 96), (28672, 4096), (3584, 18944)])
-def test_the_grid_covers_every_piece_of_32_codes_once(shape: tuple[int, int]) -> None:
+def test_the_grid_covers_every_word_of_8_codes_once(shape: tuple[int, int]) -> None:
     m, n = shape
     problem = _problem(m=m, n=n, variant="g32")
-    pieces = m * n // qdequant.PIECE
+    words = m * n // qdequant.WORD
     configs = list(qdequant.OP.space(problem))
     assert len(configs) == 27
     for config in configs:
         launch = qdequant.OP.launch(problem, config, 132)
         per_block = config["threads"] * config["chunks"]
         assert launch.block == (config["threads"], 1, 1) and launch.shared_bytes == 0
-        assert launch.grid[0] == math.ceil(pieces / per_block) and launch.grid[1:] == (1, 1)
+        assert launch.grid[0] == math.ceil(words / per_block) and launch.grid[1:] == (1, 1)
 
 
 def test_operands_and_bytes() -> None:
@@ -161,7 +161,7 @@ def test_a_call_launches_the_arrays_in_the_kernels_order(
     assert launch.args[:8] == [1 << 24, 2 << 24, (3 << 24) if zeros else 0, 4 << 24, rows, codes, 0.5, 2.0]
     problem = _problem(m=rows, n=codes, variant="g64" if not zeros else "g64a")
     geometry = qdequant.OP.launch(problem, config, H200.sm_count)
-    assert launch.grid == geometry.grid == (rows * codes // 32 // 256, 1, 1) and launch.block == (128, 1, 1)
+    assert launch.grid == geometry.grid == (rows * codes // 8 // 256, 1, 1) and launch.block == (128, 1, 1)
     name = qdequant.OP.kernel_name(problem, config)
     declared = qdequant.OP.kernel_source(problem, config).split(f"{name}(", 1)[1].split(")", 1)[0]
     assert [p.split()[-1].lstrip("*") for p in declared.split(",")][:8] == [

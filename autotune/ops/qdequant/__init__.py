@@ -28,9 +28,9 @@ from autotune.ops.qgemm.call import ACTIVATIONS
 NAME = "qdequant"
 KERNEL_FILE = "qdequant/dequant.cu"  # under kernels/, the mirror of this folder
 REFERENCE_FILE = "qdequant/reference.cu"
-PIECE = 32  # codes a 16-byte load holds (dequant.cu: PIECE)
+WORD = 8  # codes a 4-byte load holds, their values one 16-byte store (dequant.cu: WORD)
 _THREADS = (128, 256, 512)
-_CHUNKS = (1, 2, 4)  # pieces of 32 codes a thread, all loads issued before the first value is computed
+_CHUNKS = (2, 4, 8)  # words a thread, all loads issued before the first value is computed
 _REFERENCE_THREADS = 256
 
 
@@ -90,7 +90,7 @@ class QDequant(Op):
         )
 
     def default_config(self, problem: Problem) -> Config:
-        return {"threads": 256, "chunks": 2, "policy": 0}
+        return {"threads": 256, "chunks": 4, "policy": 0}
 
     # -- how it is built and launched ---------------------------------------------------------
 
@@ -116,10 +116,10 @@ class QDequant(Op):
         )
 
     def launch(self, problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
-        pieces = problem.m * problem.n // PIECE
+        words = problem.m * problem.n // WORD
         per_block = config["threads"] * config["chunks"]
         return Launch(
-            grid=(math.ceil(pieces / per_block), 1, 1),
+            grid=(math.ceil(words / per_block), 1, 1),
             block=(config["threads"], 1, 1),
             shared_bytes=0,
             workspace_floats=0,
