@@ -8,7 +8,7 @@ named after the GPU (its slug, as `autotune export` names them):
 
     <slug>.jsonl             GEMV, y = A x             <slug>-gemv-trans.jsonl   GEMV, y = Aᵀx
     <slug>-gemm.jsonl        GEMM, B stored K x N      <slug>-gemm-nt.jsonl      GEMM, B stored N x K
-    <slug>-qgemm.jsonl       int4 weight-only GEMV/GEMM
+    <slug>-<op>.jsonl        any other op (qgemm: int4 weight-only GEMV/GEMM, qdequant: int4 dequantization)
     <slug>-cublas.jsonl      cuBLASLt's trials, every op
 
 Problems the shipped files hold already keep their rows, except with --replace-stale: after a kernel
@@ -47,7 +47,7 @@ ProblemKey = tuple[object, ...]  # op, dtype, m, n, k or None, trans[, inputs, v
 # The sweep's log line for a finished problem: "sgemm 2x6144x4096 (B stored N x K): best 26.94 us after"
 _FINISHED = re.compile(r"\b([shb])(gemv|gemm) (\d+)x(\d+)(?:x(\d+))?( \([^)]*\))?: best .* after ")
 _DTYPES = {"s": "float32", "h": "float16", "b": "bfloat16"}
-SUFFIXES = ("", "-gemv-trans", "-gemm", "-gemm-nt", "-qgemm", "-cublas")
+SUFFIXES = ("", "-gemv-trans", "-gemm", "-gemm-nt", "-cublas")  # and "-<op>" of every other op
 
 
 def problem_key(trial: dict[str, Any]) -> ProblemKey:
@@ -64,9 +64,9 @@ def file_suffix(trial: dict[str, Any]) -> str:
         return "-cublas"
     if trial["op"] == "gemv":
         return "-gemv-trans" if trial.get("trans") else ""
-    if trial["op"] == "qgemm":
-        return "-qgemm"
-    return "-gemm-nt" if trial.get("trans") else "-gemm"
+    if trial["op"] == "gemm":
+        return "-gemm-nt" if trial.get("trans") else "-gemm"
+    return f"-{trial['op']}"
 
 
 def finished_problems(log: str) -> set[ProblemKey]:
@@ -108,7 +108,8 @@ def merge(
     gpu_line, trials = lines[0], [line for line in lines[1:] if line.get("kind") == "trial"]
     slug = slugify(gpu_line["name"])
     shipped: set[tuple[str, ProblemKey]] = set()  # (file suffix, problem)
-    files = {suffix: records_dir / f"{slug}{suffix}.jsonl" for suffix in SUFFIXES}
+    suffixes = [*SUFFIXES, *sorted({file_suffix(t) for t in trials} - set(SUFFIXES))]
+    files = {suffix: records_dir / f"{slug}{suffix}.jsonl" for suffix in suffixes}
     contents: dict[str, list[dict[str, Any]]] = {}
     for suffix, path in files.items():
         contents[suffix] = read_lines(path) if path.exists() else [gpu_line]

@@ -130,3 +130,15 @@ def test_a_faster_trial_of_the_same_source_joins_a_shipped_problem(run: dict[str
     assert dict(merged.added) == {"nvidia-h200.jsonl": 2} and len(merged.faster) == 1
     lines = [json.loads(raw) for raw in (run["records"] / "nvidia-h200.jsonl").read_text().splitlines()]
     assert lines == [gpu, gemv, slower, faster]  # the export's rows of it, the shipped row once
+
+
+def test_an_op_other_than_gemv_and_gemm_ships_in_a_file_named_after_it(tmp_path: Path) -> None:
+    """A new op's trials (the int4 dequantization's) go to <slug>-<op>.jsonl, made where missing."""
+    gpu = json.loads((SHIPPED / "nvidia-h200.jsonl").read_text().splitlines()[0])
+    trial = _first(SHIPPED / "nvidia-h200-qdequant.jsonl", variant="g128")
+    records = tmp_path / "records"
+    records.mkdir()
+    export = tmp_path / "export.jsonl"
+    _write(export, [gpu, trial])
+    assert dict(merge_records.merge(export, records).added) == {"nvidia-h200-qdequant.jsonl": 1}
+    assert sorted(p.name for p in records.iterdir()) == ["nvidia-h200-qdequant.jsonl"]
