@@ -22,7 +22,7 @@ from autotune.core.gpus import capability as gpu_capability
 from autotune.core.gpus import described
 from autotune.core.log import show_on_stderr
 from autotune.core.problem import Problem, parse_input_dtypes, read_shapes_file
-from autotune.ops import make_problem, qgemm, resolve_op, shape_dims, standard_shapes
+from autotune.ops import make_problem, qdequant, qgemm, resolve_op, shape_dims, standard_shapes
 from autotune.runtime import tune_on_miss
 from autotune.runtime.launcher import Runtime
 from autotune.runtime.misses import Misses
@@ -629,7 +629,12 @@ def _linear_quantized(x: Any, weight: Any, bias: Any, db: str | None) -> Any:
     if rows == 0:
         raise AutotuneError(f"linear of x {tuple(shape)} and an int4 weight: x has no rows")
     if rows > qgemm.MAX_M:
-        return linear(x, weight.dequantize(), bias, db=db)
+        # A prefill's batch: the GEMM's tensor cores in the activations' dtype beat any int4 kernel
+        # here, so one kernel writes the dense weight (the bits of weight.dequantize(), which takes
+        # several torch kernels and temporaries) and the dense linear runs on it.
+        packed = (buffers["qweight"], scales, buffers["zeros"])
+        dense = _RUNTIME._call(qdequant.OP, packed, None, 1.0, 0.0, None, db, ())
+        return linear(x, dense, bias, db=db)
     # x goes in as it is, in any shape (..., K): the op reads its leading dimensions as rows and
     # makes the output (..., N), so a (K,) vector or a (1, 1, K) decode step costs no reshape on
     # either side. contiguous() is x itself where x is.
@@ -647,7 +652,7 @@ def _linear_quantized(x: Any, weight: Any, bias: Any, db: str | None) -> Any:
 # The weight formats quantize() makes (docs/lowbit.md), and the types of weights linear() runs in
 # them (QuantizedWeight adds itself when autotune/ops/qgemm/module.py is imported: it needs torch).
 # linear() reads of such a weight its out_features and in_features, its buffers in `_buffers`
-# (torch.nn.Module's: qweight, scales and zeros) and, for more than qgemm.MAX_M rows, dequantize().
+# (torch.nn.Module's: qweight, scales and zeros).
 QUANTIZED_FORMATS = ("int4",)
 QUANTIZED_TYPES: tuple[type, ...] = ()
 

@@ -248,7 +248,11 @@ def lowbit_summary(report: dict[str, Any], label: str, dtype: str) -> str:
             absent.append(name)
             continue
         unit = "x" if "speedup" in name else "%"
-        text = f"{name}: {figure.value:.2f}x" if unit == "x" else f"{name}: {figure.value:.1f}%"
+        # Near the goal one more digit: 0.798 shown as 0.80 would read as a goal of 0.8 met.
+        digits = 2 if unit == "x" else 1
+        if figure.goal is not None and round(figure.value, digits) >= figure.goal > figure.value:
+            digits += 1
+        text = f"{name}: {figure.value:.{digits}f}{unit}"
         if figure.goal is not None:
             met = "met" if figure.value >= figure.goal else "missed"
             text += f" (goal ≥ {figure.goal:g}{unit}, **{met}**)"

@@ -14,10 +14,10 @@ from typing import Any, ClassVar
 import pytest
 
 import autotune
-from autotune import api
+from autotune import api, ops
 from autotune.core.errors import AutotuneError
 from autotune.core.problem import Problem
-from autotune.ops import qgemm
+from autotune.ops import qdequant, qgemm
 from autotune.ops.qgemm.call import input_dtypes
 from autotune.ops.qgemm.format import variant_name
 from autotune.runtime import operands
@@ -131,7 +131,12 @@ def _ready(monkeypatch: pytest.MonkeyPatch, weight: Int4Module, m: int) -> Runti
     problem = Problem(
         "qgemm", dtype, m, n, k, inputs=input_dtypes(dtype), variant=variant_name(weight.group, weight.sym)
     )
-    runtime = Runtime(lambda p, device, db: Choice(problem, H200.name, qgemm.OP.default_config(problem), "default"))
+    # The int4 GEMM's problem for the weight; any other (the dequantization of many rows) at its default.
+    runtime = Runtime(
+        lambda p, device, db: Choice(
+            problem if p.op == "qgemm" else p, H200.name, ops.for_problem(p).default_config(p), "default"
+        )
+    )
     monkeypatch.setattr(operands, "default_stream", lambda array, device: 0)
     monkeypatch.setattr(operands, "empty_like", lambda a, shape, device, dtype=None: Tensor(shape, 9 << 20))
     runtime._tensor = FakeTensor
@@ -218,10 +223,17 @@ def test_non_contiguous_x_is_made_contiguous_and_many_rows_dequantize(
     strided = Tensor((4, 1024), 1 << 20, strides=(2048, 1))  # every other row of a wider matrix
     api.linear(strided, weight)
     assert cuda.launches[-1].args[0] == (1 << 20) + (64 << 20)  # a contiguous copy, not x
+    # More rows than the int4 GEMM takes: one dequantization kernel writes the dense weight (codes,
+    # scales, no zeros, out), and the dense GEMM runs x times its transpose.
     gemms: list[tuple[Any, ...]] = []
-    monkeypatch.setattr(runtime, "gemm", lambda a, b, **options: gemms.append((a, b)) or "dequantized")
+    monkeypatch.setattr(runtime, "gemm", lambda a, b, **options: gemms.append((a, b)) or "dense GEMM")
+    monkeypatch.setattr(FakeTensor, "T", property(lambda t: ("transposed", t.data_ptr())), raising=False)
+    cuda.arg_types = qdequant.OP.arg_types
     many = Tensor((qgemm.MAX_M + 1, 1024), 1 << 20)
-    assert api.linear(many, weight) == "dequantized" and weight.dequantized == 1 and len(cuda.launches) == 1
+    assert api.linear(many, weight) == "dense GEMM" and weight.dequantized == 0
+    dequant = cuda.launches[-1]
+    assert len(cuda.launches) == 2 and dequant.args[:6] == [4 << 20, 5 << 20, 0, 9 << 20, 512, 1024]
+    assert gemms == [(many, ("transposed", 9 << 20))]
     with pytest.raises(AutotuneError, match="features"):
         api.linear(Tensor((1, 1000), 1 << 20), weight)
     with pytest.raises(AutotuneError, match="no rows"):
