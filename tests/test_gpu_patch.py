@@ -134,6 +134,19 @@ def test_int4_logits_match_the_dequantized_model_eager_and_compiled(fuse: bool) 
         assert _deviation(got, exact) < 1e-2
 
 
+def test_a_compiled_int4_prefill_of_more_than_64_tokens_dequantizes_with_our_op() -> None:
+    import autotune
+
+    torch._dynamo.reset()
+    model = autotune.patch(_llama(), "int4", group=128, sym=False)
+    ids = torch.arange(80, device="cuda").remainder(500).unsqueeze(0)  # 80 rows of x a linear
+    compiled, ops = _compiled_ops(model, ids, fullgraph=True)
+    assert ops.count("autotune.qdequant") == 2 * 7 and "autotune.qgemm" not in ops
+    eager = _logits(model, ids)
+    want = _logits(autotune.unpatch(model), ids)
+    assert _deviation(compiled, want) < 1e-2 and _deviation(eager, want) < 1e-2
+
+
 def test_a_model_patched_on_the_cpu_runs_our_kernels_once_moved(monkeypatch: pytest.MonkeyPatch) -> None:
     import autotune
 

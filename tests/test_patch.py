@@ -350,6 +350,18 @@ def test_fused_int4_siblings_trace_under_torch_compile_fullgraph(runtime: Any) -
     assert model.q_proj.fused_group.state is None and model.q_proj.fused_group.fusing
 
 
+def test_int4_linears_of_more_than_64_rows_dequantize_with_the_op_eager_and_compiled(runtime: Any) -> None:
+    model = autotune.patch(_block(torch.float16), "int4", group=32, sym=False)
+    x = torch.randn(65, 64, dtype=torch.float16)
+    with torch.no_grad():
+        want = autotune.unpatch(autotune.patch(_block(torch.float16), "int4", group=32, sym=False))(x)
+        eager = model(x)
+        assert runtime.calls == ["qdequant", "gemm"] * 7 and _close(eager, want, 1e-2)
+        runtime.calls.clear()
+        compiled = torch.compile(model, fullgraph=True, backend="aot_eager")(x)
+    assert runtime.calls == ["qdequant", "gemm"] * 7 and _close(compiled, want, 1e-2)
+
+
 # -- transformers and peft -------------------------------------------------------------------------
 
 

@@ -1,6 +1,7 @@
 """A double of the launch path for CPU tests where torch is installed: the calls autotune.linear and the
-torch ops make (gemm, gemv, the int4 qgemm), done by torch on the CPU and counted. `install` puts it in
-the launch path's place, registers CPU kernels for torch.ops.autotune.linear, gemm and qgemm (so that
+torch ops make (gemm, gemv, the int4 qgemm and qdequant), done by torch on the CPU and counted. `install`
+puts it in the launch path's place, registers CPU kernels for torch.ops.autotune.linear, gemm, qgemm and
+qdequant (so that
 torch.compile's graphs run on the CPU too) and lets patched models send CPU tensors down that path."""
 
 from __future__ import annotations
@@ -37,10 +38,12 @@ class TorchRuntime:
         return _into(x @ a.T, out, beta)  # a (1, K) x gives a (1, N) y, as the launch path's GEMV does
 
     def _call(self, op: Any, arrays: Any, out: Any, alpha: float, beta: float, *rest: Any) -> Any:
-        """The int4 op (x, qweight, scales, zeros): x times the weight the arrays hold, dequantized."""
-        assert op.name == "qgemm", op.name
-        self._called("qgemm")
-        return _into(alpha * _int4_product(*arrays), out, beta)
+        """The int4 ops: qgemm (x, qweight, scales, zeros), x times the weight the arrays hold, dequantized;
+        qdequant (qweight, scales, zeros), that weight in the scales' dtype."""
+        assert op.name in ("qgemm", "qdequant"), op.name
+        self._called(op.name)
+        result = _int4_product(*arrays) if op.name == "qgemm" else _int4_weight(*arrays)
+        return _into(alpha * result, out, beta)
 
 
 def _into(product: Any, out: Any, beta: float) -> Any:
@@ -51,6 +54,11 @@ def _int4_product(x: Any, qweight: Any, scales: Any, zeros: Any = None) -> Any:
     group = x.shape[-1] // scales.shape[1]
     weight = int4.dequantize(int4.int4_weight(qweight, scales, zeros, group))
     return (x.float() @ weight.T).to(x.dtype)
+
+
+def _int4_weight(qweight: Any, scales: Any, zeros: Any = None) -> Any:
+    group = 2 * qweight.shape[1] // scales.shape[1]
+    return int4.dequantize(int4.int4_weight(qweight, scales, zeros, group)).to(scales.dtype)
 
 
 @contextmanager
@@ -68,9 +76,14 @@ def _cpu_kernels(runtime: TorchRuntime) -> Iterator[None]:
         runtime._called("qgemm")
         return alpha * _int4_product(x, qweight, scales, zeros)
 
+    def qdequant(qweight: Any, scales: Any, zeros: Any = None, alpha: float = 1.0) -> Any:
+        runtime._called("qdequant")
+        return alpha * _int4_weight(qweight, scales, zeros)
+
     library.impl("linear", linear, "CPU")
     library.impl("gemm", gemm, "CPU")
     library.impl("qgemm", qgemm, "CPU")
+    library.impl("qdequant", qdequant, "CPU")
     try:
         yield
     finally:

@@ -50,10 +50,12 @@ def int4_linear(x: torch.Tensor, weight: QuantizedWeight, bias: torch.Tensor | N
 
 def _compiled_int4_linear(x: torch.Tensor, weight: QuantizedWeight, bias: torch.Tensor | None) -> Any:
     """What api.linear does with an int4 weight, in torch ops that dynamo traces: the int4 kernels up to
-    qgemm.MAX_M rows of x, the float GEMM on the dequantized weight beyond."""
-    if x.numel() > qgemm.MAX_M * weight.in_features:
-        return torch.ops.autotune.linear(x, dequantized(weight, x.dtype), bias)
+    qgemm.MAX_M rows of x, beyond them the float GEMM on the weight the dequantization op writes (in
+    x's dtype, the scales')."""
     buffers = weight._buffers
+    if x.numel() > qgemm.MAX_M * weight.in_features:
+        dense = torch.ops.autotune.qdequant(buffers["qweight"], buffers["scales"], buffers["zeros"])
+        return torch.ops.autotune.linear(x, dense, bias)
     y = torch.ops.autotune.qgemm(x.contiguous(), buffers["qweight"], buffers["scales"], buffers["zeros"])
     return y if bias is None else y + bias  # the qgemm op takes no bias: Inductor fuses the add
 
