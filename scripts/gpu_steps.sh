@@ -305,6 +305,12 @@ torch.cuda.synchronize()" > "$OUT/ncu-int4.txt" 2>&1
       nvcc -O3 -arch=sm_90 -o /tmp/int4_access experiments/int4_access/access.cu && /tmp/int4_access > "$OUT/int4_access.jsonl"
       nvcc -O3 -arch=sm_90 -std=c++17 -I kernels -I kernels/common -o /tmp/int4_async experiments/int4_async.cu \
         && /tmp/int4_async | tee "$OUT/int4_async.jsonl" | tail -40 ;;
+    int4-wgmma)
+      # The int4 skinny GEMM on wgmma (experiments/int4_wgmma.cu) beside cuBLAS: PROBE_QUICK=1 for M 16 and 64 only.
+      step int4-wgmma
+      nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -I kernels/common -o /tmp/int4_wgmma \
+        experiments/int4_wgmma.cu -lcublas && /tmp/int4_wgmma > "$OUT/int4_wgmma.jsonl"
+      grep -c '"us"' "$OUT/int4_wgmma.jsonl" ;;
     host-int4)
       # Where an int4 call's host time goes: autotune.linear of each x shape beside F.linear and the
       # float16 GEMV, and its profile.
