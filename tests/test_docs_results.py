@@ -68,6 +68,23 @@ def test_the_int4_table_marks_what_was_not_measured_and_states_each_goal_met_or_
     assert "Not measured: M = 1 geomean speedup over tinygemm;" in text
 
 
+def test_a_figure_just_under_its_goal_shows_the_digit_that_misses_it() -> None:
+    docs = _docs_results()
+    rows = [
+        {
+            **{"format": "int4", "group": 128, "sym": True, "dtype": "float16", "m": m, "n": 4096, "k": 4096},
+            **{"ours_us": 100.0, "ours_fp16_us": 80.0, "torch_fp16_us": torch_us, "tinygemm_us": None},
+            **{"gemlite_us": None, "bytes": 10_000_000, "max_rel_err": 3e-4, "peer_max_rel_err": 2e-4, "notes": []},
+        }
+        for m, torch_us in ((1024, 79.8), (4096, 99.0))
+    ]
+    text = docs.lowbit_table({"copy_gbs": 2000.0, "rows": rows})
+    assert "M≥1024 worst geomean speedup over torch float16: 0.798x (goal ≥ 0.8x, **missed**)" in text
+    rows[0]["torch_fp16_us"] = 80.4  # 0.804 rounds to 0.80 and meets the goal: two digits
+    text = docs.lowbit_table({"copy_gbs": 2000.0, "rows": rows})
+    assert "M≥1024 worst geomean speedup over torch float16: 0.80x (goal ≥ 0.8x, **met**)" in text
+
+
 @pytest.mark.shipped_records
 def test_the_readmes_first_example_prints_what_best_prints(tmp_path: Path) -> None:
     readme = (ROOT / "README.md").read_text()
