@@ -1,8 +1,8 @@
 """A double of the launch path for CPU tests where torch is installed: the calls autotune.linear and the
 torch ops make (gemm, gemv, the int4 qgemm and qdequant), done by torch on the CPU and counted. `install`
 puts it in the launch path's place, registers CPU kernels for torch.ops.autotune.linear, gemm, qgemm and
-qdequant (so that
-torch.compile's graphs run on the CPU too) and lets patched models send CPU tensors down that path."""
+qdequant (so that torch.compile's graphs run on the CPU too) and lets patched models send CPU tensors down
+that path."""
 
 from __future__ import annotations
 
