@@ -22,7 +22,7 @@ from autotune.gpu.geometry import Launch
 from autotune.ops.base import DeviceReference, Op, Operands
 from autotune.ops.call import Bound
 from autotune.ops.qdequant import call
-from autotune.ops.qgemm import VARIANTS, group_of, symmetric
+from autotune.ops.qgemm import VARIANTS, group_of, kind_fault, symmetric
 from autotune.ops.qgemm.call import ACTIVATIONS
 
 NAME = "qdequant"
@@ -67,10 +67,9 @@ class QDequant(Op):
     def input_fault(self, problem: Problem) -> str | None:
         if problem.dtype not in ACTIVATIONS:
             return f"int4 weights dequantize to float16 or bfloat16, not {problem.dtype}"
-        if problem.inputs != call.input_dtypes(problem.dtype):
-            return f"{NAME} reads inputs {','.join(call.input_dtypes(problem.dtype))}, not {','.join(problem.inputs)}"
-        if problem.variant not in VARIANTS:
-            return f"{NAME} needs a variant: one of {', '.join(VARIANTS)}"
+        fault = kind_fault(NAME, problem, call.input_dtypes(problem.dtype))
+        if fault:
+            return fault
         if problem.n % group_of(problem):
             return f"N = {problem.n} (codes a row) is not a multiple of the group size {group_of(problem)}"
         return None

@@ -103,6 +103,16 @@ def group_of(problem: Problem) -> int:
     return int(problem.variant.rstrip("a")[1:])
 
 
+def kind_fault(name: str, problem: Problem, inputs: tuple[str, ...]) -> str | None:
+    """Why an int4 op's problem names the wrong input dtypes (`inputs` are the right ones) or no
+    variant of the format; None where it names both right."""
+    if problem.inputs != inputs:
+        return f"{name} reads inputs {','.join(inputs)}, not {','.join(problem.inputs)}"
+    if problem.variant not in VARIANTS:
+        return f"{name} needs a variant: one of {', '.join(VARIANTS)}"
+    return None
+
+
 def symmetric(problem: Problem) -> bool:
     return not problem.variant.endswith("a")
 
@@ -201,10 +211,9 @@ class QGemm(Op):
     def input_fault(self, problem: Problem) -> str | None:
         if problem.dtype not in call.ACTIVATIONS:
             return f"int4 weights take float16 or bfloat16 activations, not {problem.dtype}"
-        if problem.inputs != call.input_dtypes(problem.dtype):
-            return f"{NAME} reads inputs {','.join(call.input_dtypes(problem.dtype))}, not {','.join(problem.inputs)}"
-        if problem.variant not in VARIANTS:
-            return f"{NAME} needs a variant: one of {', '.join(VARIANTS)}"
+        fault = kind_fault(NAME, problem, call.input_dtypes(problem.dtype))
+        if fault:
+            return fault
         if problem.k % group_of(problem):
             return f"K = {problem.k} is not a multiple of the group size {group_of(problem)}"
         smallest = {"mt": 1, "cluster": cluster_choices()[-1], "block": 64, "tiles": 1}
