@@ -13,8 +13,13 @@ code changed are left as they are (stale: the next sweep measures them again).
 The instance text comes from today's autotune/ops: before using this, check that
 `git diff REV -- autotune/ops` leaves the text written for these configs as it was.
 
+Where an op now names another kernel file for some problems (a new kernel joining their space, in a
+file that includes the old one), `--file-was NEW=OLD` says which file those trials were measured
+with; a carried trial's config also gains the parameters today's space adds (Op.carried_over).
+
     python scripts/rehash_records.py --since HEAD          # what it would do
     python scripts/rehash_records.py --since HEAD --write  # and rewrite the files
+    python scripts/rehash_records.py --since HEAD --file-was qgemm/qgemm_wgmma.cu=qgemm/qgemm.cu
 """
 
 from __future__ import annotations
@@ -80,8 +85,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--since", required=True, help="the git revision the records were measured at")
     parser.add_argument("--write", action="store_true", help="rewrite the records files (default: report only)")
+    parser.add_argument(
+        "--file-was",
+        action="append",
+        default=[],
+        metavar="NEW=OLD",
+        help="trials of problems whose kernel file is NEW today were measured with OLD at REV",
+    )
     parser.add_argument("files", nargs="*", type=Path, help="records files (default: db/records/*.jsonl)")
     args = parser.parse_args()
+    was = dict(pair.split("=", 1) for pair in args.file_was)
     files = args.files or sorted((db_dir() / "records").glob("*.jsonl"))
     with tempfile.TemporaryDirectory(prefix="autotune-rehash-") as tmp:
         work = Path(tmp)
@@ -100,7 +113,7 @@ def main() -> int:
                 op = ops.for_problem(problem)
                 name = op.kernel_file(problem)
                 today = file_hash(name)
-                if line["source_hash"] == file_hash(name, old_kernels) and line["source_hash"] != today:
+                if line["source_hash"] == file_hash(was.get(name, name), old_kernels) and line["source_hash"] != today:
                     to_check[(path, index)] = (ops.compile_job(problem, line["config"], arch, op), today)
         unique = {job for job, _ in to_check.values()}
         print(f"{len(to_check)} trials of REV's source in {len(files)} files: {len(unique)} instances to compare")
@@ -115,7 +128,10 @@ def main() -> int:
     counts: Counter[str] = Counter()
     for (path, index), (job, today) in to_check.items():
         if same[job]:
-            parsed[path][index]["source_hash"] = today
+            line = parsed[path][index]
+            line["source_hash"] = today
+            problem = problem_of(line)
+            line["config"] = ops.in_space_order(problem, ops.for_problem(problem).carried_over(problem, line["config"]))
             counts[path.name + ": carried"] += 1
         else:
             counts[path.name + ": code changed, left stale"] += 1

@@ -27,7 +27,7 @@ def measure_configs(problem: Problem, configs: Iterable[Config], seed: int) -> l
                     CompileJob(
                         op.kernel_name(problem, c),
                         op.kernel_source(problem, c),
-                        op.compile_arch(problem, gpu.arch),
+                        op.compile_arch(problem, gpu.arch, c),
                         source_hash(problem),
                     )
                 ),

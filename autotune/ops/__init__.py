@@ -188,7 +188,7 @@ def compile_job(problem: Problem, config: Mapping[str, int], gpu_arch: str, op: 
     return CompileJob(
         op.kernel_name(problem, config),
         op.kernel_source(problem, config),
-        op.compile_arch(problem, gpu_arch),
+        op.compile_arch(problem, gpu_arch, config),
         file_hash(op.kernel_file(problem)),
     )
 

@@ -144,8 +144,9 @@ class Op(ABC):
     def kernel_source(self, problem: Problem, config: Mapping[str, int]) -> str:
         """A translation unit with one extern "C" instance (a stable, unmangled name)."""
 
-    def compile_arch(self, problem: Problem, arch: str) -> str:
-        """nvcc's -arch for this problem's kernels on a GPU of `arch` ("sm_90"): the GPU's own."""
+    def compile_arch(self, problem: Problem, arch: str, config: Mapping[str, int] | None = None) -> str:
+        """nvcc's -arch for this problem's kernels (or `config`'s, where an op's configs span kernels
+        of different architectures) on a GPU of `arch` ("sm_90"): the GPU's own."""
         return arch
 
     @abstractmethod

@@ -123,7 +123,7 @@ class Gemm(Op):
     def family(self, problem: Problem, config: Mapping[str, int]) -> str:
         return str(self._family(problem).NAME)
 
-    def compile_arch(self, problem: Problem, arch: str) -> str:
+    def compile_arch(self, problem: Problem, arch: str, config: Mapping[str, int] | None = None) -> str:
         return family_compile_arch(self._family(problem), arch)
 
     def kernel_file(self, problem: Problem) -> str:
