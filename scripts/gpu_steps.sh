@@ -255,13 +255,14 @@ sm__warps_active.avg.pct_of_peak_sustained_active python3 scripts/profile_vs_cub
         | tee "$OUT/kernel-tuner.log" | tail -40 ;;
     sweep-int4)
       # The int4 op's standard shapes (autotune/ops/qgemm/shapes.txt) at the M of INT4_M (default "1 4 16"),
-      # for each INT4_CASES entry OP:VARIANT (default "hqgemm:g128 hqgemm:g128a bqgemm:g128"). Export after it.
+      # for each INT4_CASES entry OP:VARIANT (default "hqgemm:g128 hqgemm:g128a bqgemm:g128"), on the GPUs of
+      # DEVICES ("all": one sweep process a GPU) or GPU 0. Export after it.
       awk -v keep="${INT4_M:-1 4 16}" 'BEGIN { n = split(keep, m, " "); for (i = 1; i <= n; i++) want[m[i]] = 1 }
         /^#/ || NF < 3 { next } ($1 in want)' autotune/ops/qgemm/shapes.txt > /tmp/int4.txt
       for case in ${INT4_CASES:-hqgemm:g128 hqgemm:g128a bqgemm:g128}; do
         step "sweep-int4 $case ($(wc -l < /tmp/int4.txt) shapes)"
         sweep sweep-int4 20 --op "${case%%:*}" --variant "${case##*:}" --shapes /tmp/int4.txt \
-          --trials "${INT4_TRIALS:-24}" ${PATIENCE:+--patience $PATIENCE}
+          --trials "${INT4_TRIALS:-24}" ${PATIENCE:+--patience $PATIENCE} ${DEVICES:+--devices $DEVICES}
       done ;;
     qdequant)
       # The int4 dequantization op (autotune/ops/qdequant, what a linear of more than 64 rows needs): its

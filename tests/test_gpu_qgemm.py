@@ -32,6 +32,14 @@ PROBLEMS = [
     ("float16", 1, 333, 128, "g64"),
 ]
 RANDOM_SAMPLES = 4
+# Past 16 rows on Hopper the wgmma kernel shares the space: odd N, K split unevenly over a cluster
+# (9 steps in parts of 3, the fourth empty), slices of x past M, every group size, both dtypes.
+WGMMA_PROBLEMS = [
+    ("float16", 33, 999, 1152, "g128a"),
+    ("bfloat16", 64, 4100, 2048, "g32"),
+    ("float16", 17, 515, 4096, "g64a"),
+    ("bfloat16", 40, 1001, 3584, "g128"),
+]
 
 
 def _sample(problem: Problem) -> list[Config]:
@@ -52,6 +60,71 @@ def test_every_sampled_qgemm_config_is_correct(case: tuple[str, int, int, int, s
     problem = ops.make_problem("qgemm", dtype, m, n, k, variant=variant)
     wrong = [r for r in measure_configs(problem, _sample(problem), seed=11) if r[1] != Status.OK.value]
     assert not wrong, wrong
+
+
+def _wgmma_sample(problem: Problem) -> list[Config]:
+    """The wgmma kernel's seeds and one config of each (rows of x, warpgroups, cluster) at random."""
+    op = ops.for_problem(problem)
+    picked = [c for c in op.seed_configs(problem) if c.get("wgmma")]
+    shuffled = [c for c in op.space(problem) if c.get("wgmma")]
+    random.Random(str(problem)).shuffle(shuffled)
+    for config in shuffled:
+        if all(
+            (config["mt"], config["block"], config["cluster"]) != (c["mt"], c["block"], c["cluster"]) for c in picked
+        ):
+            picked.append(config)
+    return picked
+
+
+@pytest.mark.parametrize("case", WGMMA_PROBLEMS, ids=str)
+def test_every_sampled_wgmma_config_is_correct(case: tuple[str, int, int, int, str]) -> None:
+    dtype, m, n, k, variant = case
+    problem = ops.make_problem("qgemm", dtype, m, n, k, variant=variant)
+    configs = _wgmma_sample(problem)
+    assert len(configs) > 10
+    wrong = [r for r in measure_configs(problem, configs, seed=13) if r[1] != Status.OK.value]
+    assert not wrong, wrong
+
+
+def test_the_wgmma_kernel_on_a_side_stream_in_a_graph_with_alpha_and_beta() -> None:
+    """Pinned to the wgmma kernel in clusters of 4 (its partial sums added across the cluster while
+    the next tile runs): alpha, beta, a side stream and a CUDA graph."""
+    torch = pytest.importorskip("torch")
+    import autotune
+    from autotune.ops import qgemm
+    from autotune.runtime.launcher import Runtime
+    from autotune.select.choose import Choice
+
+    m, n, k = 48, 3000, 4096
+    problem = ops.make_problem("qgemm", "float16", m, n, k, variant="g128a")
+    config = {**qgemm.OP.default_config(problem), "wgmma": 1, "mt": 8, "block": 256, "cluster": 4, "ring": 4}
+    config["persist"] = 4
+    assert qgemm.OP.space(problem).check(config) is None
+    runtime = Runtime(lambda p, device, db: Choice(p, device.gpu.name, config, "measured"))
+    qw = autotune.quantize(torch.randn(n, k, device="cuda", dtype=torch.float16), "int4", group=128, sym=False)
+    deq64 = qw.dequantize(torch.float32).double()
+    x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
+    runtime.call(qgemm.OP, x, qw.qweight, qw.scales, qw.zeros, out=out)
+    assert _rel_err(out, x.double() @ deq64.T) < 2e-3
+    before = torch.randn(m, n, device="cuda", dtype=torch.float16)
+    out.copy_(before)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())  # a new stream does not wait for the default one
+    with torch.cuda.stream(side):
+        runtime.call(qgemm.OP, x, qw.qweight, qw.scales, qw.zeros, out=out, alpha=0.5, beta=2.0)
+    side.synchronize()
+    assert _rel_err(out, 0.5 * x.double() @ deq64.T + 2.0 * before.double()) < 2e-3
+    static_x = torch.zeros_like(x)
+    static_y = torch.empty_like(out)
+    runtime.call(qgemm.OP, static_x, qw.qweight, qw.scales, qw.zeros, out=static_y)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        runtime.call(qgemm.OP, static_x, qw.qweight, qw.scales, qw.zeros, out=static_y)
+    static_x.copy_(x)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert _rel_err(static_y, x.double() @ deq64.T) < 2e-3
 
 
 def _rel_err(y: Any, reference: Any) -> float:

@@ -1,6 +1,6 @@
 """The int4 weight-only op on the CPU: its problem key (defaults, variants, one-line refusals), its space,
 launch geometry and bytes, the Python call's checks through a fake device array, and a sample of its
-instances and its float64 reference compiled for sm_90."""
+instances (the wgmma kernel's for sm_90a) and its float64 reference compiled for sm_90."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from autotune.build.compiler import CompileJob
 from autotune.core.arrays import DeviceArray
 from autotune.core.errors import AutotuneError
 from autotune.core.paths import kernels_dir
+from autotune.core.target import targeting
 from autotune.ops import qgemm, source_hash
 from tests.nvcc import compile_all
 
@@ -83,6 +84,25 @@ SAMPLE: list[tuple[str, int, str, dict[str, int]]] = [
         "g64",
         dict(mt=1, block=512, tiles=1, unroll=1, cluster=1, policy=0, min_blocks=1, persist=0, rpw=8, ring=2),
     ),
+    # the wgmma kernel (M > 16): n64 in clusters of 4, n32 in clusters of 2, n16 alone; every group size
+    (
+        "float16",
+        64,
+        "g128",
+        dict(mt=8, block=256, tiles=1, unroll=1, cluster=4, policy=0, min_blocks=1, persist=1, ring=4, wgmma=1),
+    ),
+    (
+        "bfloat16",
+        33,
+        "g32a",
+        dict(mt=4, block=128, tiles=1, unroll=1, cluster=2, policy=0, min_blocks=1, persist=0, ring=2, wgmma=1),
+    ),
+    (
+        "float16",
+        24,
+        "g64a",
+        dict(mt=2, block=256, tiles=1, unroll=1, cluster=1, policy=0, min_blocks=1, persist=2, ring=3, wgmma=1),
+    ),
 ]
 
 
@@ -90,11 +110,12 @@ def _jobs() -> list[CompileJob]:
     jobs = []
     for dtype, m, variant, config in SAMPLE:
         problem = ops.make_problem("qgemm", dtype, m, 4096, 4096, variant=variant)
+        config = qgemm.OP.carried_over(problem, config)  # wgmma = 0 where the space has the switch
         assert qgemm.OP.space(problem).check(config) is None, config
         job = CompileJob(
             qgemm.OP.kernel_name(problem, config),
             qgemm.OP.kernel_source(problem, config),
-            "sm_90",
+            qgemm.OP.compile_arch(problem, "sm_90", config),
             source_hash(problem),
         )
         jobs.append(job)
@@ -166,6 +187,65 @@ def test_the_cuda_core_gemv_is_in_the_space_of_one_float16_row_only() -> None:
         assert "rpw" not in qgemm.OP.space(other).names and qgemm.OP.kernel_file(other) == qgemm.KERNEL_FILE
     # a source edit of the GEMV stales the float16 M = 1 records only
     assert source_hash(one) != source_hash(ops.make_problem("qgemm", "float16", 4, 4096, 14336))
+
+
+def test_the_wgmma_kernel_is_in_the_space_past_16_rows_on_hopper_only() -> None:
+    problem = ops.make_problem("qgemm", "float16", 17, 4096, 14336)
+    space = qgemm.OP.space(problem)
+    assert "wgmma" in space.names and qgemm.OP.kernel_file(problem) == qgemm.WGMMA_FILE
+    seeds = qgemm.OP.seed_configs(problem)
+    assert {s["wgmma"] for s in seeds} == {0, 1}  # both kernels measured first
+    assert qgemm.OP.default_config(problem)["wgmma"] == 0  # qgemm.cu: what every GPU runs
+    wgmma = next(s for s in seeds if s["wgmma"])
+    assert qgemm.OP.family(problem, wgmma) == "qgemm_wgmma" and qgemm.OP.family(problem, seeds[0]) == "qgemm"
+    assert qgemm.OP.compile_arch(problem, "sm_90", wgmma) == "sm_90a"
+    assert qgemm.OP.compile_arch(problem, "sm_90", seeds[0]) == "sm_90"
+    # the mma kernel's parameters it does not read stay pinned, and its own choices are checked
+    assert "tiles=2" in (space.check({**wgmma, "tiles": 2}) or "")
+    assert "mt=1" in (space.check({**wgmma, "mt": 1}) or "")
+    assert "block=512" in (space.check({**wgmma, "block": 512}) or "")
+    assert "persist=4" in (space.check({**wgmma, "persist": 4}) or "")
+    wide = ops.make_problem("qgemm", "float16", 64, 4096, 14336)
+    refused = qgemm.OP.space(wide).check({**wgmma, "mt": 8, "cluster": 1})
+    assert "shared memory" in (refused or "")  # x's 64 rows of 14336
+    assert qgemm.OP.kernel_name(problem, wgmma) != qgemm.OP.kernel_name(problem, {**wgmma, "ring": 2})
+    for other in (
+        ops.make_problem("qgemm", "float16", 16, 4096, 14336),  # 16 rows: qgemm.cu was faster
+        ops.make_problem("qgemm", "float16", 64, 4096, 4160, variant="g64"),  # K not in whole steps of 128
+    ):
+        assert "wgmma" not in qgemm.OP.space(other).names and qgemm.OP.kernel_file(other) == qgemm.KERNEL_FILE
+    with targeting("8.0"):  # sm_90a cubins run on Hopper only
+        assert "wgmma" not in qgemm.OP.space(problem).names and qgemm.OP.kernel_file(problem) == qgemm.KERNEL_FILE
+
+
+def test_the_wgmma_kernel_geometry() -> None:
+    problem = ops.make_problem("qgemm", "bfloat16", 40, 999, 1152, variant="g128a")
+    config = {**qgemm.OP.default_config(problem), "wgmma": 1, "mt": 4, "block": 256, "cluster": 4, "ring": 3}
+    assert qgemm.OP.space(problem).check({**config, "persist": 2}) is None
+    # 8 tiles of 128 rows of W; 9 steps of K split 3, 3, 3, 0; x in slices of 32 rows
+    assert qgemm.OP.launch(problem, config, 132).grid == (8, 4, 2)
+    # one wave of clusters walking the tiles: 120 of 132 SMs (GPCs), or all of them
+    assert qgemm.OP.launch(problem, {**config, "persist": 1}, 24).grid == (5, 4, 2)
+    assert qgemm.OP.launch(problem, {**config, "persist": 2}, 24).grid == (6, 4, 2)
+    assert qgemm.OP.launch(problem, {**config, "persist": 1}, 132).grid == (8, 4, 2)  # no more than tiles
+    wide = ops.make_problem("qgemm", "float16", 64, 37888, 3584)
+    assert qgemm.OP.launch(wide, {**config, "mt": 8, "persist": 1}, 132).grid == (30, 4, 1)
+    launch = qgemm.OP.launch(problem, config, 132)
+    assert launch.block == (256, 1, 1) and launch.workspace_floats == 0
+    # x 32 x 384 halves, two buffers of 128 x 32 partial sums, three stages of 256 x 32 bytes, alignment
+    assert launch.shared_bytes == 32 * 384 * 2 + 2 * 128 * 32 * 4 + 3 * 256 * 32 + 1024
+    source = qgemm.OP.kernel_source(problem, config)
+    assert "__cluster_dims__(1, 4, 1)" in source and "<__nv_bfloat16, 32, 2, 4, 3, 128, 0>(x," in source
+
+
+def test_a_config_carried_over_gains_or_loses_the_wgmma_switch() -> None:
+    wide = ops.make_problem("qgemm", "float16", 64, 4096, 4096)
+    narrow = ops.make_problem("qgemm", "float16", 8, 4096, 4096)
+    mma = {k: v for k, v in qgemm.OP.default_config(narrow).items()}
+    assert qgemm.OP.carried_over(wide, mma) == {**mma, "wgmma": 0}
+    assert qgemm.OP.carried_over(narrow, {**mma, "wgmma": 0}) == mma
+    tensor = {**qgemm.OP.default_config(wide), "wgmma": 1, "mt": 8, "block": 256, "cluster": 4, "ring": 4}
+    assert qgemm.OP.space(narrow).check(qgemm.OP.carried_over(narrow, tensor)) is not None  # refused, not run
 
 
 def test_the_cuda_core_gemv_geometry() -> None:

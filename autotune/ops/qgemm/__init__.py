@@ -3,9 +3,10 @@ N x K layout, docs/lowbit.md's canonical format): parameters, constraints, launc
 operands and the float64 reference, for M <= 64 (kernels/qgemm/qgemm.cu). A problem's variant names the
 group and symmetry ("g128", "g128a"); its inputs are (x's dtype, int4, x's dtype, uint8).
 
-Two kernels share one space where M = 1 and x is float16: the tensor-core kernel (rpw = 0) and a
-CUDA-core GEMV (kernels/qgemm/qgemm_simt.cu, rpw > 0 rows a warp), each faster on some shapes; the
-tuner measures both. Elsewhere the space has no rpw and every config runs on tensor cores."""
+Kernels share one space where each is faster on some shapes, and the tuner measures them all: where M = 1
+and x is float16, the tensor-core kernel (rpw = 0) and a CUDA-core GEMV (kernels/qgemm/qgemm_simt.cu,
+rpw > 0 rows a warp); past 16 rows of x on Hopper, the mma.sync kernel (wgmma = 0) and a wgmma kernel
+(kernels/qgemm/qgemm_wgmma.cu, wgmma = 1; sm_90a). Elsewhere every config runs qgemm.cu."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from autotune.core.dtypes import CUDA_TYPE, UNIT_ROUNDOFF
 from autotune.core.limits import MAX_SHARED_BYTES_OPT_IN
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.core.space import Config, Param, Space
+from autotune.core.target import target_capabilities
 from autotune.gpu.geometry import Launch, cluster_choices, cluster_declaration
 from autotune.ops.base import DeviceReference, Op, Operands
 from autotune.ops.call import Bound
@@ -30,6 +32,7 @@ NAME = "qgemm"
 KERNEL_FILE = "qgemm/qgemm.cu"  # under kernels/, the mirror of this folder
 SIMT_FILE = "qgemm/qgemm_simt.cu"  # the CUDA-core GEMV (M = 1, float16); it includes KERNEL_FILE
 REFERENCE_FILE = "qgemm/reference.cu"
+WGMMA_FILE = "qgemm/qgemm_wgmma.cu"  # the wgmma kernel (16 < M <= 64, sm_90a); it includes KERNEL_FILE
 MAX_M = 64  # larger batches dequantize and run a float16 GEMM (autotune.linear)
 PIECE = 32  # codes a 16-byte load holds (qgemm.cu: PIECE)
 QUAD = 4  # pieces a quad of lanes reads a step (qgemm.cu: QUAD)
@@ -60,6 +63,25 @@ _RPWS = (0, 1, 2, 4, 8)
 SIMT_MAX_LOADS = 16  # rpw x unroll
 # Parameters the CUDA-core GEMV does not read: pinned to one value, so that one kernel is not tuned twice.
 _SIMT_PINNED = {"mt": 1, "tiles": 1, "cluster": 1, "policy": 0, "persist": 0, "ring": 2}
+# The wgmma kernel (wgmma = 1) reads mt (8 mt rows of x a block: wgmma's n), block (one or two
+# warpgroups of 64 rows of W), cluster (K split over a thread-block cluster), ring (stages of codes in
+# shared memory) and persist (the grid, _wgmma_clusters), and pins the rest.
+WGMMA_MIN_M = 17  # from here on wgmma is in the space: at M = 16 it ran 0.81x qgemm.cu (experiment)
+WGMMA_STEP = 128  # codes of a row one step covers (qgemm_wgmma.cu: STEP): K a multiple of it
+_WGMMA_PINNED = {"tiles": 1, "unroll": 1, "policy": 0, "min_blocks": 1}
+_WGMMA_MTS = (2, 4, 8)
+_WGMMA_BLOCKS = (128, 256)
+_WGMMA_PERSIST = (0, 1, 2)
+# Its tilings measured first: the experiment's fastest on the H200 (experiments/int4_wgmma.cu, M = 32
+# and 64): two warpgroups, rings of 4, K split 2-8 ways, one wave of clusters walking the tiles.
+_WGMMA_SEEDS: tuple[dict[str, int], ...] = (
+    dict(wgmma=1, mt=8, block=256, cluster=4, ring=4, persist=1),
+    dict(wgmma=1, mt=8, block=256, cluster=4, ring=4, persist=0),
+    dict(wgmma=1, mt=8, block=256, cluster=8, ring=4, persist=1),
+    dict(wgmma=1, mt=4, block=256, cluster=2, ring=4, persist=2),
+    dict(wgmma=1, mt=4, block=256, cluster=4, ring=4, persist=1),
+    dict(wgmma=1, mt=4, block=256, cluster=8, ring=4, persist=0),
+)
 # Its tilings measured first: the experiment's fastest (experiments/int4_async.cu, docs/lowbit.md).
 _SIMT_SEEDS: tuple[dict[str, int], ...] = (
     dict(rpw=2, unroll=4, block=256),
@@ -158,6 +180,36 @@ def simt_serves(problem: Problem) -> bool:
     return problem.m == 1 and problem.dtype == "float16"
 
 
+def wgmma_serves(problem: Problem) -> bool:
+    """Whether the wgmma kernel (wgmma = 1) is in this problem's space: more than 16 rows of x, K in
+    whole steps, and answers for Hopper GPUs only (autotune/core/target.py; sm_90a cubins run on no
+    other compute capability)."""
+    hopper = all(cc == "9.0" for cc in target_capabilities())
+    return problem.m >= WGMMA_MIN_M and problem.k % WGMMA_STEP == 0 and hopper
+
+
+def _wgmma_shared_bytes(problem: Problem, c: Mapping[str, int]) -> int:
+    """Mirrors qgemm_wgmma.cu's shared_bytes: x's slice (8 mt rows over a split's whole steps), the
+    partial sums of a tile (two buffers in a cluster), the codes' stages and 1024 bytes of alignment."""
+    rows_x, warpgroups = 8 * c["mt"], c["block"] // 128
+    per_split = math.ceil(problem.k // WGMMA_STEP / c["cluster"])
+    partials = 64 * warpgroups * rows_x * 4 * (2 if c["cluster"] > 1 else 1)
+    return rows_x * per_split * WGMMA_STEP * 2 + partials + c["ring"] * c["block"] * 32 + 1024
+
+
+def _wgmma_clusters(problem: Problem, c: Mapping[str, int], sm_count: int) -> int:
+    """Clusters in the wgmma kernel's grid (blocks along x), each walking the tiles gridDim.x apart:
+    persist 0, a cluster a tile; 1, as many as a Hopper GPU holds at once at one block an SM (clusters
+    do not span its GPCs: of 132 SMs the H200 ran 30 clusters of 4 and 15 of 8 together, 120 SMs;
+    experiments/int4_wgmma.cu), so no cluster waits for a second wave; 2, every SM's worth (clusters of
+    1 and 2 fit all of them). A wave that does not fit is slower, never wrong: the tuner measures."""
+    tiles = math.ceil(problem.n / (c["block"] // 2))  # 64 rows of W a warpgroup
+    if c["persist"] == 0:
+        return tiles
+    blocks = sm_count * 10 // 11 if c["persist"] == 1 else sm_count
+    return max(1, min(tiles, blocks // c["cluster"]))
+
+
 def _simt_shared_bytes(problem: Problem) -> int:
     """x staged whole as pairs: 2 bytes an element (qgemm_simt.cu)."""
     return 2 * problem.k
@@ -198,14 +250,15 @@ class QGemm(Op):
         return tuple(found)
 
     def carried_over(self, problem: Problem, config: Mapping[str, int]) -> dict[str, int]:
-        """A sibling's config with rpw as this problem's space has it: added as 0 (the tensor-core
-        kernel) for one float16 row, dropped elsewhere (where a CUDA-core config stays one this space
-        refuses)."""
+        """A sibling's config with rpw and wgmma as this problem's space has them: added as 0 (qgemm.cu)
+        where the space has them, dropped elsewhere (where a config of the other kernel stays one this
+        space refuses)."""
         carried = dict(config)
-        if simt_serves(problem):
-            carried.setdefault("rpw", 0)
-        elif carried.get("rpw", 0) == 0:
-            carried.pop("rpw", None)
+        for name, serves in (("rpw", simt_serves(problem)), ("wgmma", wgmma_serves(problem))):
+            if serves:
+                carried.setdefault(name, 0)
+            elif carried.get(name, 0) == 0:
+                carried.pop(name, None)
         return carried
 
     def input_fault(self, problem: Problem) -> str | None:
@@ -235,6 +288,8 @@ class QGemm(Op):
         def constraint(c: Mapping[str, int]) -> str | None:
             if c.get("rpw", 0):
                 return simt_constraint(c)
+            if c.get("wgmma", 0):
+                return wgmma_constraint(c)
             if c["ring"] * c["tiles"] * c["unroll"] > MAX_LOADS_IN_FLIGHT:
                 return f"more than {MAX_LOADS_IN_FLIGHT} stages x tiles x steps a thread (runs out of registers)"
             if c["tiles"] * c["mt"] > MAX_SUMS:
@@ -260,7 +315,23 @@ class QGemm(Op):
                 return f"x ({_simt_shared_bytes(problem)} bytes) exceeds shared memory"
             return None
 
+        def wgmma_constraint(c: Mapping[str, int]) -> str | None:
+            unread = [f"{name}={c[name]}" for name, value in _WGMMA_PINNED.items() if c[name] != value]
+            if unread:
+                pinned = ", ".join(f"{name}={value}" for name, value in _WGMMA_PINNED.items())
+                return f"the wgmma kernel does not read {', '.join(unread)}: it runs with {pinned}"
+            if c["mt"] not in _WGMMA_MTS:
+                return f"the wgmma kernel multiplies 8 mt rows of x with mt in {_WGMMA_MTS}, not mt={c['mt']}"
+            if c["block"] not in _WGMMA_BLOCKS:
+                return f"the wgmma kernel runs one or two warpgroups (block 128 or 256), not block={c['block']}"
+            if c["persist"] not in _WGMMA_PERSIST:
+                return f"the wgmma kernel's grid is persist 0, 1 or 2 (_wgmma_clusters), not persist={c['persist']}"
+            if _wgmma_shared_bytes(problem, c) > MAX_SHARED_BYTES:
+                return f"x's slice ({_wgmma_shared_bytes(problem, c)} bytes with partials) exceeds shared memory"
+            return None
+
         simt = (Param("rpw", _RPWS),) if simt_serves(problem) else ()
+        wgmma = (Param("wgmma", (0, 1)),) if wgmma_serves(problem) else ()
         return Space(
             params=(
                 Param("mt", _mt_choices(problem)),
@@ -275,6 +346,7 @@ class QGemm(Op):
                 # per block, and row tiles are not left to a last, mostly empty wave.
                 Param("persist", _PERSIST, compiled=False),
                 *simt,
+                *wgmma,
             ),
             constraint=constraint,
         )
@@ -295,6 +367,8 @@ class QGemm(Op):
         }
         if simt_serves(problem):
             config["rpw"] = 0
+        if wgmma_serves(problem):
+            config["wgmma"] = 0
         for mt in reversed(_mt_choices(problem)):
             for cluster in cluster_choices():
                 candidate = {**config, "mt": mt, "cluster": cluster}
@@ -306,7 +380,13 @@ class QGemm(Op):
         check = self.space(problem).check
         seeds = []
         simt = _SIMT_SEEDS if simt_serves(problem) else ()
-        for tiling in (*_SEEDS, *({**_SIMT_PINNED, "min_blocks": 1, **t} for t in simt)):
+        wgmma = _WGMMA_SEEDS if wgmma_serves(problem) else ()
+        tilings = (
+            *_SEEDS,
+            *({**_SIMT_PINNED, "min_blocks": 1, **t} for t in simt),
+            *({**_WGMMA_PINNED, **t} for t in wgmma),
+        )
+        for tiling in tilings:
             config = {**self.default_config(problem), **tiling}
             if check(config) is None and config not in seeds:
                 seeds.append(config)
@@ -315,13 +395,26 @@ class QGemm(Op):
     # -- how it is built and launched ---------------------------------------------------------
 
     def kernel_file(self, problem: Problem) -> str:
+        if wgmma_serves(problem):
+            return WGMMA_FILE
         return SIMT_FILE if simt_serves(problem) else KERNEL_FILE
 
     def family(self, problem: Problem, config: Mapping[str, int]) -> str:
+        if config.get("wgmma", 0):
+            return "qgemm_wgmma"
         return "qgemm_simt" if config.get("rpw", 0) else NAME
+
+    def compile_arch(self, problem: Problem, arch: str, config: Mapping[str, int] | None = None) -> str:
+        """sm_90a for the wgmma kernel (which wgmma_serves offers on Hopper only), the GPU's own else."""
+        return "sm_90a" if config is not None and config.get("wgmma", 0) else arch
 
     def kernel_name(self, problem: Problem, config: Mapping[str, int]) -> str:
         c = config
+        if c.get("wgmma", 0):
+            return (
+                f"qgemm_wgmma_{problem.dtype}_{problem.variant}_m{c['mt']}_w{c['block'] // 128}_c{c['cluster']}"
+                f"_r{c['ring']}"
+            )
         if c.get("rpw", 0):
             return (
                 f"qgemm_simt_{problem.dtype}_{problem.variant}_b{c['block']}_r{c['rpw']}_u{c['unroll']}"
@@ -336,6 +429,18 @@ class QGemm(Op):
     def kernel_source(self, problem: Problem, config: Mapping[str, int]) -> str:
         c = config
         t = CUDA_TYPE[problem.dtype]
+        if c.get("wgmma", 0):
+            return (
+                f'#include "{WGMMA_FILE}"\n'
+                f'extern "C" __global__ void {cluster_declaration(c["cluster"])}__launch_bounds__({c["block"]}, 1)\n'
+                f"{self.kernel_name(problem, config)}(const {t}* x, const unsigned char* qweight, const {t}* scales,\n"
+                f"    const unsigned char* zeros, {t}* out, int M, int N, int K, float alpha, float beta,\n"
+                f"    float* workspace, unsigned int* counters) {{\n"
+                f"  at_qgemm_wgmma::qgemm_wgmma_body<{t}, {8 * c['mt']}, {c['block'] // 128}, {c['cluster']}, "
+                f"{c['ring']}, {group_of(problem)}, {int(symmetric(problem))}>(x, qweight, scales, zeros, out, M, N,\n"
+                f"      K, alpha, beta);\n"
+                f"}}\n"
+            )
         if c.get("rpw", 0):
             return (
                 f'#include "{SIMT_FILE}"\n'
@@ -365,6 +470,14 @@ class QGemm(Op):
 
     def launch(self, problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
         c = config
+        if c.get("wgmma", 0):
+            return Launch(
+                grid=(_wgmma_clusters(problem, c, sm_count), c["cluster"], math.ceil(problem.m / (8 * c["mt"]))),
+                block=(c["block"], 1, 1),
+                shared_bytes=_wgmma_shared_bytes(problem, c),
+                workspace_floats=0,
+                counters=0,
+            )
         if c.get("rpw", 0):
             rows_per_block = c["block"] // 32 * c["rpw"]
             return Launch(
