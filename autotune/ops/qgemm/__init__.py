@@ -210,6 +210,30 @@ def _wgmma_clusters(problem: Problem, c: Mapping[str, int], sm_count: int) -> in
     return max(1, min(tiles, blocks // c["cluster"]))
 
 
+def _instance(include: str, attributes: str, name: str, t: str, call: str) -> str:
+    """One extern "C" instance of a kernel file: every kernel of the op takes the same arguments (the
+    shipped records' instances were written this way: their text, and so their cubins, stay as they were)."""
+    return (
+        f'#include "{include}"\n'
+        f'extern "C" __global__ void {attributes}\n'
+        f"{name}(const {t}* x, const unsigned char* qweight, const {t}* scales,\n"
+        f"    const unsigned char* zeros, {t}* out, int M, int N, int K, float alpha, float beta,\n"
+        f"    float* workspace, unsigned int* counters) {{\n"
+        f"  {call}\n"
+        f"}}\n"
+    )
+
+
+def _pinned_fault(c: Mapping[str, int], pinned: Mapping[str, int], kernel: str) -> str | None:
+    """Why `c` sets a parameter `kernel` does not read to other than its pinned value (one kernel is
+    not tuned twice under two names), or None."""
+    unread = [f"{name}={c[name]}" for name, value in pinned.items() if c[name] != value]
+    if not unread:
+        return None
+    runs_with = ", ".join(f"{name}={value}" for name, value in pinned.items())
+    return f"{kernel} does not read {', '.join(unread)}: it runs with {runs_with}"
+
+
 def _simt_shared_bytes(problem: Problem) -> int:
     """x staged whole as pairs: 2 bytes an element (qgemm_simt.cu)."""
     return 2 * problem.k
@@ -303,10 +327,9 @@ class QGemm(Op):
             return None
 
         def simt_constraint(c: Mapping[str, int]) -> str | None:
-            unread = [f"{name}={c[name]}" for name, value in _SIMT_PINNED.items() if c[name] != value]
+            unread = _pinned_fault(c, _SIMT_PINNED, "the CUDA-core GEMV (rpw > 0)")
             if unread:
-                pinned = ", ".join(f"{name}={value}" for name, value in _SIMT_PINNED.items())
-                return f"the CUDA-core GEMV (rpw > 0) does not read {', '.join(unread)}: it runs with {pinned}"
+                return unread
             if c["rpw"] * c["unroll"] > SIMT_MAX_LOADS:
                 return f"more than {SIMT_MAX_LOADS} pieces (rpw x unroll) in flight a thread (runs out of registers)"
             if c["block"] * c["min_blocks"] > MAX_THREADS_HINTED:
@@ -316,10 +339,9 @@ class QGemm(Op):
             return None
 
         def wgmma_constraint(c: Mapping[str, int]) -> str | None:
-            unread = [f"{name}={c[name]}" for name, value in _WGMMA_PINNED.items() if c[name] != value]
+            unread = _pinned_fault(c, _WGMMA_PINNED, "the wgmma kernel")
             if unread:
-                pinned = ", ".join(f"{name}={value}" for name, value in _WGMMA_PINNED.items())
-                return f"the wgmma kernel does not read {', '.join(unread)}: it runs with {pinned}"
+                return unread
             if c["mt"] not in _WGMMA_MTS:
                 return f"the wgmma kernel multiplies 8 mt rows of x with mt in {_WGMMA_MTS}, not mt={c['mt']}"
             if c["block"] not in _WGMMA_BLOCKS:
@@ -429,43 +451,35 @@ class QGemm(Op):
     def kernel_source(self, problem: Problem, config: Mapping[str, int]) -> str:
         c = config
         t = CUDA_TYPE[problem.dtype]
+        group, sym = group_of(problem), int(symmetric(problem))
         if c.get("wgmma", 0):
-            return (
-                f'#include "{WGMMA_FILE}"\n'
-                f'extern "C" __global__ void {cluster_declaration(c["cluster"])}__launch_bounds__({c["block"]}, 1)\n'
-                f"{self.kernel_name(problem, config)}(const {t}* x, const unsigned char* qweight, const {t}* scales,\n"
-                f"    const unsigned char* zeros, {t}* out, int M, int N, int K, float alpha, float beta,\n"
-                f"    float* workspace, unsigned int* counters) {{\n"
-                f"  at_qgemm_wgmma::qgemm_wgmma_body<{t}, {8 * c['mt']}, {c['block'] // 128}, {c['cluster']}, "
-                f"{c['ring']}, {group_of(problem)}, {int(symmetric(problem))}>(x, qweight, scales, zeros, out, M, N,\n"
-                f"      K, alpha, beta);\n"
-                f"}}\n"
+            return _instance(
+                WGMMA_FILE,
+                f"{cluster_declaration(c['cluster'])}__launch_bounds__({c['block']}, 1)",
+                self.kernel_name(problem, config),
+                t,
+                f"at_qgemm_wgmma::qgemm_wgmma_body<{t}, {8 * c['mt']}, {c['block'] // 128}, {c['cluster']}, "
+                f"{c['ring']}, {group}, {sym}>(x, qweight, scales, zeros, out, M, N,\n      K, alpha, beta);",
             )
         if c.get("rpw", 0):
-            return (
-                f'#include "{SIMT_FILE}"\n'
-                f'extern "C" __global__ void __launch_bounds__({c["block"]}, {c["min_blocks"]})\n'
-                f"{self.kernel_name(problem, config)}(const {t}* x, const unsigned char* qweight, const {t}* scales,\n"
-                f"    const unsigned char* zeros, {t}* out, int M, int N, int K, float alpha, float beta,\n"
-                f"    float* workspace, unsigned int* counters) {{\n"
-                f"  at_qgemm_simt::gemv_body<{c['block']}, {c['rpw']}, {c['unroll']}, {group_of(problem)}, "
-                f"{int(symmetric(problem))}>(x, qweight, scales, zeros, out, N, K, alpha, beta);\n"
-                f"}}\n"
+            return _instance(
+                SIMT_FILE,
+                f"__launch_bounds__({c['block']}, {c['min_blocks']})",
+                self.kernel_name(problem, config),
+                t,
+                f"at_qgemm_simt::gemv_body<{c['block']}, {c['rpw']}, {c['unroll']}, {group}, "
+                f"{sym}>(x, qweight, scales, zeros, out, N, K, alpha, beta);",
             )
         template_args = (
-            f"{t}, {c['mt']}, {c['block']}, {c['tiles']}, {c['unroll']}, {group_of(problem)}, "
-            f"{int(symmetric(problem))}, {c['cluster']}, {c['policy']}"
+            f"{t}, {c['mt']}, {c['block']}, {c['tiles']}, {c['unroll']}, {group}, {sym}, {c['cluster']}, {c['policy']}"
             + (f", {c['ring']}" if c["ring"] != 2 else "")  # RING's default: the instance text it had before
         )
-        return (
-            f'#include "{KERNEL_FILE}"\n'
-            f'extern "C" __global__ void {cluster_declaration(c["cluster"])}'
-            f"__launch_bounds__({c['block']}, {c['min_blocks']})\n"
-            f"{self.kernel_name(problem, config)}(const {t}* x, const unsigned char* qweight, const {t}* scales,\n"
-            f"    const unsigned char* zeros, {t}* out, int M, int N, int K, float alpha, float beta,\n"
-            f"    float* workspace, unsigned int* counters) {{\n"
-            f"  at_qgemm::qgemm_body<{template_args}>(x, qweight, scales, zeros, out, M, N, K, alpha, beta);\n"
-            f"}}\n"
+        return _instance(
+            KERNEL_FILE,
+            f"{cluster_declaration(c['cluster'])}__launch_bounds__({c['block']}, {c['min_blocks']})",
+            self.kernel_name(problem, config),
+            t,
+            f"at_qgemm::qgemm_body<{template_args}>(x, qweight, scales, zeros, out, M, N, K, alpha, beta);",
         )
 
     def launch(self, problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
