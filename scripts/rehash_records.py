@@ -99,9 +99,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="autotune-rehash-") as tmp:
         work = Path(tmp)
         old_kernels = kernels_at(args.since, work / "old")
-        # Per records file: its lines, and for each trial to check, the job (arch + instance) to compare.
+        # Per records file: its lines, and for each trial to check, the job (arch + instance) to compare,
+        # today's hash and the trial's problem.
         parsed: dict[Path, list[dict[str, Any]]] = {}
-        to_check: dict[tuple[Path, int], tuple[CompileJob, str]] = {}
+        to_check: dict[tuple[Path, int], tuple[CompileJob, str, Problem]] = {}
         for path in files:
             lines = [json.loads(text) for text in path.read_text().splitlines() if text.strip()]
             parsed[path] = lines
@@ -114,8 +115,8 @@ def main() -> int:
                 name = op.kernel_file(problem)
                 today = file_hash(name)
                 if line["source_hash"] == file_hash(was.get(name, name), old_kernels) and line["source_hash"] != today:
-                    to_check[(path, index)] = (ops.compile_job(problem, line["config"], arch, op), today)
-        unique = {job for job, _ in to_check.values()}
+                    to_check[(path, index)] = (ops.compile_job(problem, line["config"], arch, op), today, problem)
+        unique = {job for job, _, _ in to_check.values()}
         print(f"{len(to_check)} trials of REV's source in {len(files)} files: {len(unique)} instances to compare")
         with ThreadPoolExecutor() as pool:
             same = dict(
@@ -126,11 +127,10 @@ def main() -> int:
                 )
             )
     counts: Counter[str] = Counter()
-    for (path, index), (job, today) in to_check.items():
+    for (path, index), (job, today, problem) in to_check.items():
         if same[job]:
             line = parsed[path][index]
             line["source_hash"] = today
-            problem = problem_of(line)
             line["config"] = ops.in_space_order(problem, ops.for_problem(problem).carried_over(problem, line["config"]))
             counts[path.name + ": carried"] += 1
         else:
