@@ -848,6 +848,50 @@ def lowbit_prose() -> dict[str, str]:
     }
 
 
+def _lowbit_rows(case: str, m: int) -> dict[tuple[int, int], dict[str, Any]]:
+    """The H200's int4 rows of one kind ("g128 float16") at M = m, by (N, K)."""
+    return {(r["n"], r["k"]): r for r in _load(LOWBIT_H200)["rows"] if case_label(r) == case and r["m"] == m}
+
+
+def _over_torch(case: str, m: int) -> str:
+    """One kind's goal figure at M = m: its geomean over torch's float16 (bench_lowbit.goal_figures)."""
+    value = {f.name: f.value for f in goal_figures(_load(LOWBIT_H200))}[f"{case} M={m} geomean speedup over torch_fp16"]
+    return "n/a" if value is None else f"{value:.2f}"
+
+
+BIG_PAIRS = ((28672, 4096), (37888, 3584))  # the two widest (N, K) pairs of the int4 benchmark
+
+
+def lowbit_wgmma() -> dict[str, str]:
+    """The int4 wgmma kernel's figures at M = 64: ours (and torch's float16) on 28672x4096 and 37888x3584
+    in each tuned kind, each kind's geomean over torch's float16, and the error range at M = 32 and 64."""
+    kinds = {"f16": "g128 float16", "f16a": "g128a float16", "bf16": "g128 bfloat16"}
+    found: dict[str, str] = {}
+    errors = []
+    for key, case in kinds.items():
+        rows = _lowbit_rows(case, 64)
+        found[f"{key}_28672"], found[f"{key}_37888"] = (f"{rows[nk]['ours_us']:.1f}" for nk in BIG_PAIRS)
+        found[f"{key}_m64"] = _over_torch(case, 64)
+        for m in (32, 64):
+            errors += [r["max_rel_err"] / r["peer_max_rel_err"] for r in _lowbit_rows(case, m).values()]
+    rows = _lowbit_rows(kinds["f16"], 64)
+    found["torch_28672"], found["torch_37888"] = (f"{rows[nk]['torch_fp16_us']:.1f}" for nk in BIG_PAIRS)
+    found["errors"] = f"{min(errors):.2f}-{max(errors):.2f}"
+    return found
+
+
+def lowbit_m16() -> dict[str, str]:
+    """M = 16 in each tuned kind over torch's float16, float16 g128's times on 37888x3584 and 4608x3584,
+    its time over M = 8's (geometric mean over the pairs) and what M = 16 would reach at M = 8's times."""
+    kinds = {"f16": "g128 float16", "f16a": "g128a float16", "bf16": "g128 bfloat16"}
+    found = {key: _over_torch(case, 16) for key, case in kinds.items()}
+    m16, m8 = _lowbit_rows(kinds["f16"], 16), _lowbit_rows(kinds["f16"], 8)
+    found["t37888"], found["t4608"] = (f"{m16[nk]['ours_us']:.1f}" for nk in ((37888, 3584), (4608, 3584)))
+    found["over_m8"] = f"{_geomean([m16[nk]['ours_us'] / m8[nk]['ours_us'] for nk in m8]):.2f}"
+    found["at_m8"] = f"{_geomean([m16[nk]['torch_fp16_us'] / m8[nk]['ours_us'] for nk in m8]):.2f}"
+    return found
+
+
 def lowbit_decode() -> dict[str, str]:
     """The int4 decode step (results/decode_nvidia-h200.json): its CUDA graph's speedup over torch.mv's
     float16 graph, and host µs per call, int4's and the float16 GEMV's."""
@@ -997,6 +1041,25 @@ FIGURES = [
         r".*?(?P<bf16_torch>[\d.]+)x torch's\s+bfloat16; tinygemm\s+"
         r"(?P<bf16_tinygemm>[\d.]+x|n/a) and gemlite[^\d]*?(?P<bf16_gemlite>[\d.]+x|n/a)\s+as fast as ours",
         lowbit_prose,
+        f"results/{LOWBIT_H200}.json",
+    ),
+    Figure(
+        DOCS / "lowbit.md",
+        r"M = 64: 28672\u00d74096 [\d.]+ → (?P<f16_28672>[\d.]+) µs \(torch's float16 (?P<torch_28672>[\d.]+)\), "
+        r"37888\u00d73584 [\d.]+ → (?P<f16_37888>[\d.]+) \((?P<torch_37888>[\d.]+)\); g128a\s+[\d.]+ → "
+        r"(?P<f16a_28672>[\d.]+) and [\d.]+ → (?P<f16a_37888>[\d.]+); bfloat16 [\d.]+ → (?P<bf16_28672>[\d.]+) "
+        r"and [\d.]+ → (?P<bf16_37888>[\d.]+)\. Geometric means at M = 64 over\s+the eight pairs: float16 g128 "
+        r"[\d.]+x → (?P<f16_m64>[\d.]+)x torch's float16, g128a [\d.]+x → (?P<f16a_m64>[\d.]+)x, bfloat16 "
+        r"[\d.]+x →\s+(?P<bf16_m64>[\d.]+)x; errors at M = 32 and 64 (?P<errors>[\d.]+-[\d.]+)x",
+        lowbit_wgmma,
+        f"results/{LOWBIT_H200}.json",
+    ),
+    Figure(
+        DOCS / "lowbit.md",
+        r"float16 g128 [\d.]+x →\s+(?P<f16>[\d.]+)x \(37888\u00d73584 [\d.]+ → (?P<t37888>[\d.]+) µs, 4608\u00d73584 "
+        r"[\d.]+ → (?P<t4608>[\d.]+)\), g128a [\d.]+x → (?P<f16a>[\d.]+)x, bfloat16 [\d.]+x → (?P<bf16>[\d.]+)x\."
+        r"\s+M = 16 still runs (?P<over_m8>[\d.]+)x the time of M = 8.*?it would be (?P<at_m8>[\d.]+)x",
+        lowbit_m16,
         f"results/{LOWBIT_H200}.json",
     ),
     Figure(
