@@ -286,19 +286,25 @@ sm__warps_active.avg.pct_of_peak_sustained_active python3 scripts/profile_vs_cub
       configs=gemlite_configs_$gpu.json
       AUTOTUNE_DB="$DB" python3 scripts/bench_lowbit.py --out "$OUT" --gemlite-configs "$OUT/$configs" ${BENCH_INT4_ARGS:-} 2>&1 | grep -v '^{' | tee "$OUT/bench-int4.log" | tail -16 ;;
     ncu-int4)
-      # Nsight Compute on the int4 GEMV of 28672x4096 (M = 1, g128, float16) as autotune.linear runs it.
-      step ncu-int4
-      ncu --clock-control none --launch-skip 3 --launch-count 2 -k regex:qgemm --section SpeedOfLight \
-        --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats \
-        --section SchedulerStats --section ComputeWorkloadAnalysis \
-        env AUTOTUNE_DB="$DB" python3 -c "
+      # Nsight Compute on the int4 op on 28672x4096 (g128, float16) as autotune.linear runs it, for each
+      # M of NCU_M (default 1): the full set of sections, then where its warps wait by SASS instruction
+      # (scripts/ncu_stalls.py), in $OUT/ncu-int4-m<M>.txt.
+      for m in ${NCU_M:-1}; do
+        step "ncu-int4 M = $m"
+        ncu --clock-control none --launch-skip 3 --launch-count 1 -k regex:qgemm --set full --import-source yes \
+          -f -o /tmp/ncu-int4 env AUTOTUNE_DB="$DB" python3 -c "
 import torch, autotune
 w = torch.randn(28672, 4096, device='cuda', dtype=torch.float16)
 qw = autotune.quantize(w, 'int4', group=128)
-x = torch.randn(1, 4096, device='cuda', dtype=torch.float16)
+x = torch.randn($m, 4096, device='cuda', dtype=torch.float16)
 for _ in range(6): autotune.linear(x, qw)
-torch.cuda.synchronize()" > "$OUT/ncu-int4.txt" 2>&1
-      grep -E "Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers|Stall|Warp Cycles|Issued|Eligible|Issue Slots|Grid Size|Block Size|Shared Memory" "$OUT/ncu-int4.txt" | head -80 ;;
+torch.cuda.synchronize()" > /tmp/ncu-int4.log 2>&1 || tail -5 /tmp/ncu-int4.log
+        { ncu -i /tmp/ncu-int4.ncu-rep --page details
+          ncu -i /tmp/ncu-int4.ncu-rep --page source --csv --print-source sass > /tmp/ncu-int4-source.csv
+          python3 scripts/ncu_stalls.py /tmp/ncu-int4-source.csv; } > "$OUT/ncu-int4-m$m.txt" 2>&1
+        grep -E "qgemm|Duration|DRAM Throughput|Registers Per|Eligible Warps|Issue Slots Busy|samples$" \
+          "$OUT/ncu-int4-m$m.txt" | head -12
+      done ;;
     int4-probes)
       # The int4 GEMV's probes (docs/lowbit.md): the read-only access pattern probe, and the cp.async and
       # cp.async.bulk kernels checked and timed beside qgemm's swept instances.
