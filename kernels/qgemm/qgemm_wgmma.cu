@@ -132,8 +132,12 @@ __device__ __forceinline__ void qgemm_wgmma_body(const T* __restrict__ x, const 
   static_assert(RING >= 2, "two stages at least");
   constexpr int THREADS = 128 * WG, ROWS = 64 * WG, STAGE_BYTES = THREADS * 32, PART = ROWS * MX;
   extern __shared__ unsigned char smem_raw[];
-  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~(uintptr_t)1023);
-  const uint32_t sx = (uint32_t)__cvta_generic_to_shared(smem);
+  // Aligned by an offset from smem_raw, not by rounding a generic address: the compiler then still knows
+  // the pointers below address shared memory and emits LDS/STS, not generic loads and stores.
+  const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
+  unsigned char* smem = smem_raw + ((1024 - (raw & 1023)) & 1023);
+  const uint32_t sx = raw + ((1024 - (raw & 1023)) & 1023);
+  const uint64_t x_descriptor = descriptor(sx);
 
   at_qgemm::launch_dependents();
   const int all_steps = K / STEP, per_split = (all_steps + CLUSTER - 1) / CLUSTER;
@@ -150,17 +154,42 @@ __device__ __forceinline__ void qgemm_wgmma_body(const T* __restrict__ x, const 
   unsigned scale_ring[RING][2];
   typename Codes<T>::Zero zero_ring[RING][2];
 
-  // Step `step` of `tile`: this thread's pieces of its two rows into stage `slot`, their scales and zero
-  // points into registers. Rows past N read row N - 1 (never written).
-  const auto ask = [&](int tile, int step, int slot) {
+  // The tile being asked for, and this thread's two rows of it at its K part's first code. Up to 32 rows
+  // of x the rows' pointers are kept, so that a step's loads cost an add each (with the descriptor
+  // added to below, a warp's step went from 225 instructions to 175 at MX = 32, and 27 configs ran 1.04x
+  // faster, geometric mean); at MX = 64, whose 32 sums a thread crowd the registers, each step works
+  // its addresses out again (kept, they ran 0.97x).
+  constexpr bool KEEP_ROWS = MX < 64;
+  int aimed = 0;
+  const unsigned char* row_codes[2];
+  const T* row_scales[2];
+  const unsigned char* row_zeros[2];
+  const auto rows_of = [&](int tile, int h, const unsigned char*& w, const T*& s, const unsigned char*& z) {
+    const size_t row = (size_t)min(tile * ROWS + wrow + 8 * h, N - 1);  // rows past N: N - 1, never written
+    const int k = kbase + at_qgemm::PIECE * c;
+    w = qweight + row * (K / 2) + k / 2;
+    s = scales + row * groups_per_row + k / GROUP;
+    z = SYM ? zeros : zeros + row * groups_per_row + k / GROUP;
+  };
+  const auto aim = [&](int tile) {
+    aimed = tile;
+    if constexpr (KEEP_ROWS) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) rows_of(tile, h, row_codes[h], row_scales[h], row_zeros[h]);
+    }
+  };
+  // Step `step` of the aimed tile: this thread's pieces of its two rows into stage `slot`, their scales
+  // and zero points into registers.
+  const auto ask = [&](int step, int slot) {
     if (step < steps) {
-      const int k = kbase + STEP * step + at_qgemm::PIECE * c, group = k / GROUP;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const size_t row = (size_t)min(tile * ROWS + wrow + 8 * h, N - 1);
-        copy16(my_codes + slot * STAGE_BYTES + h * THREADS * 16, qweight + row * (K / 2) + k / 2);
-        scale_ring[slot][h] = at_qgemm::scale_pair<T>(scales[row * groups_per_row + group]);
-        zero_ring[slot][h] = Codes<T>::zero(SYM ? 8 : zeros[row * groups_per_row + group] & 0xF);
+        const unsigned char *w = row_codes[h], *z = row_zeros[h];
+        const T* s = row_scales[h];
+        if constexpr (!KEEP_ROWS) rows_of(aimed, h, w, s, z);
+        copy16(my_codes + slot * STAGE_BYTES + h * THREADS * 16, w + step * (STEP / 2));
+        scale_ring[slot][h] = at_qgemm::scale_pair<T>(s[step * (STEP / GROUP)]);
+        zero_ring[slot][h] = Codes<T>::zero(SYM ? 8 : z[step * (STEP / GROUP)] & 0xF);
       }
     }
     copies_commit();  // one group a step, empty or not, so that the waits count steps
@@ -170,8 +199,9 @@ __device__ __forceinline__ void qgemm_wgmma_body(const T* __restrict__ x, const 
   // asked for before x is staged, so their DRAM trips overlap the staging.
   at_qgemm::wait_for_prior_grid();
   int tile = blockIdx.x;
+  aim(tile);
 #pragma unroll
-  for (int r = 0; r < RING - 1; ++r) ask(tile, r, r);
+  for (int r = 0; r < RING - 1; ++r) ask(r, r);
 
   // x's rows [m0, m0 + MX) over this block's K part, permuted as the A fragments are (rows past M and
   // steps past the part hold zeros). Eight 16-byte loads are in flight before the first is stored (one
@@ -261,7 +291,7 @@ __device__ __forceinline__ void qgemm_wgmma_body(const T* __restrict__ x, const 
       for (int r = 0; r < RING; ++r) {
         const int s = s0 + r;
         if (s < steps) {
-          ask(tile, s + RING - 1, (r + RING - 1) % RING);
+          ask(s + RING - 1, (r + RING - 1) % RING);
           copies_wait<RING - 1>();  // this step's codes are in
           const uint4 lo = *reinterpret_cast<const uint4*>(codes + r * STAGE_BYTES + tid * 16);
           const uint4 hi = *reinterpret_cast<const uint4*>(codes + r * STAGE_BYTES + THREADS * 16 + tid * 16);
@@ -284,7 +314,8 @@ __device__ __forceinline__ void qgemm_wgmma_body(const T* __restrict__ x, const 
 #pragma unroll
           for (int i = 0; i < 8; ++i) {
             const int u = 8 * s + i;
-            Wgmma<T, MX>::run(d, frag[i], descriptor(sx + (u >> 2) * (MX * 128) + (u & 3) * 32));
+            // The descriptor's address field counts 16 bytes and cannot carry out of shared memory's range.
+            Wgmma<T, MX>::run(d, frag[i], x_descriptor + (uint64_t)(((u >> 2) * (MX * 128) + (u & 3) * 32) >> 4));
           }
           commit();
           if (s == 0) add_pending();  // the previous tile's sums, beside this tile's first wgmmas
@@ -297,8 +328,9 @@ __device__ __forceinline__ void qgemm_wgmma_body(const T* __restrict__ x, const 
     // The next tile's first steps are asked for now, so their loads overlap this tile's sums.
     const int next = tile + gridDim.x;
     if (next < tiles) {
+      aim(next);
 #pragma unroll
-      for (int r = 0; r < RING - 1; ++r) ask(next, r, r);
+      for (int r = 0; r < RING - 1; ++r) ask(r, r);
     }
     if constexpr (CLUSTER > 1) {
       keep(part + parity * PART, d);
