@@ -184,8 +184,8 @@ __device__ __forceinline__ void qgemm_wgmma_body(const T* __restrict__ x, const 
     if (step < steps) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const unsigned char *w = row_codes[h], *z = row_zeros[h];
-        const T* s = row_scales[h];
+        const unsigned char *w = KEEP_ROWS ? row_codes[h] : nullptr, *z = KEEP_ROWS ? row_zeros[h] : nullptr;
+        const T* s = KEEP_ROWS ? row_scales[h] : nullptr;  // else set by rows_of, not read unset
         if constexpr (!KEEP_ROWS) rows_of(aimed, h, w, s, z);
         copy16(my_codes + slot * STAGE_BYTES + h * THREADS * 16, w + step * (STEP / 2));
         scale_ring[slot][h] = at_qgemm::scale_pair<T>(s[step * (STEP / GROUP)]);
