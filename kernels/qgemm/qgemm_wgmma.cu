@@ -157,8 +157,8 @@ __device__ __forceinline__ void qgemm_wgmma_body(const T* __restrict__ x, const 
   // The tile being asked for, and this thread's two rows of it at its K part's first code. Up to 32 rows
   // of x the rows' pointers are kept, so that a step's loads cost an add each (with the descriptor
   // added to below, a warp's step went from 225 instructions to 175 at MX = 32, and 27 configs ran 1.04x
-  // faster, geometric mean); at MX = 64, whose 32 sums a thread crowd the registers, each step works
-  // its addresses out again (kept, they ran 0.97x).
+  // faster, geometric mean); at MX = 64 each step works its addresses out again: kept there, they ran
+  // 0.97x over 16 configs (one block an SM either way; why was not found).
   constexpr bool KEEP_ROWS = MX < 64;
   int aimed = 0;
   const unsigned char* row_codes[2];
