@@ -892,6 +892,108 @@ def lowbit_m16() -> dict[str, str]:
     return found
 
 
+INT4_AB = ROOT / "experiments" / "int4_ab_nvidia-h200.jsonl"  # experiments/int4_ab.py's A/B rounds
+
+
+def _ab_ratios(round_: str, tree: str, keep: Callable[[dict[str, int]], bool], base: str = "old") -> list[float]:
+    """Each config's fastest time under `base` over its fastest under `tree`, in one A/B round."""
+    times: dict[tuple[str, str, str], dict[str, list[float]]] = {}
+    for line in INT4_AB.read_text().splitlines():
+        row = json.loads(line)
+        if row["round"] == round_:
+            times.setdefault((row["key"], row["config"], row["what"]), {}).setdefault(row["tree"], []).append(row["us"])
+    ratios = []
+    for (_, config, _), by_tree in times.items():
+        if keep({name: int(value) for name, value in (part.split("=") for part in config.split())}):
+            ratios.append(min(by_tree[base]) / min(by_tree[tree]))
+    return ratios
+
+
+def lowbit_ab() -> dict[str, str]:
+    """The wgmma kernel's A/B figures (experiments/int4_ab_nvidia-h200.jsonl): geomeans, spans and counts
+    of each change's configs against the kernels before it."""
+
+    def wgmma(c: dict[str, int]) -> bool:
+        return c.get("wgmma", 0) == 1
+
+    def mma(c: dict[str, int]) -> bool:
+        return not c.get("wgmma", 0) and not c.get("rpw", 0)
+
+    def every(c: dict[str, int]) -> bool:
+        return True
+
+    found: dict[str, str] = {}
+    # Each change: its round, its tree, which configs, and what the prose states (geomean, count, span).
+    for key, ratios, stated in (
+        ("scales", _ab_ratios("scales-at-use", "new", wgmma), "gns"),
+        ("moved", _ab_ratios("scales-at-use", "new2", wgmma), "gs"),
+        ("mma", _ab_ratios("scales-at-use", "new", mma), "gns"),
+        ("stage16", _ab_ratios("x-staging", "new2", every), "g"),
+        ("stage32", _ab_ratios("x-staging", "new", every), "gn"),
+        ("offset", _ab_ratios("step-instructions-split", "va", every), "g"),
+        ("mx32", _ab_ratios("step-instructions", "new", lambda c: c["mt"] == 4), "gns"),
+    ):
+        figures = {"g": f"{_geomean(ratios):.2f}", "n": str(len(ratios)), "s": _span(ratios, 2)}
+        found.update({key + {"g": "", "n": "_n", "s": "_span"}[part]: figures[part] for part in stated})
+    kept = _ab_ratios("step-instructions-split", "vb", lambda c: c["mt"] == 8, base="va")
+    found["kept_cost"], found["kept_n"] = f"{100 * (1 - _geomean(kept)):.0f}", str(len(kept))
+    return found
+
+
+def lowbit_fewer_instructions() -> dict[str, str]:
+    """float16 g128's times after the wgmma kernel's step lost instructions: 28672x4096 at M = 64, and
+    28672x4096 and 37888x3584 at M = 32."""
+    m64, m32 = _lowbit_rows("g128 float16", 64), _lowbit_rows("g128 float16", 32)
+    return {
+        "m64": f"{m64[(28672, 4096)]['ours_us']:.1f}",
+        "m32_28672": f"{m32[(28672, 4096)]['ours_us']:.1f}",
+        "m32_37888": f"{m32[(37888, 3584)]['ours_us']:.1f}",
+    }
+
+
+INT4_NCU = ROOT / "experiments" / "int4_ncu_m64{}_nvidia-h200.txt"  # the M = 64 wgmma pick, Nsight Compute
+
+
+def _ncu_profile(suffix: str) -> tuple[dict[str, float], dict[str, float]]:
+    """A profile's counters (Nsight's details page) and the warp-state sample shares (%) of its listed
+    instructions summed by what they wait in: the partial sums' adds, the barrier's release, the scale
+    pairs."""
+    text = INT4_NCU.with_name(INT4_NCU.name.format(suffix)).read_text()
+    counters = {}
+    for name in ("Executed Instructions", "Elapsed Cycles", "Duration", "Issue Slots Busy"):
+        match = re.search(rf"^\s+{name}\s+\S+\s+([\d,.]+)$", text, flags=re.M)
+        assert match is not None, name
+        counters[name] = float(match.group(1).replace(",", ""))
+    listed = [(float(m[1]), m[2]) for m in re.finditer(r"^\s*([\d.]+)%\s+(?:0x[0-9a-f]+\s+)?(\S.*)$", text, re.M)]
+    shares = {
+        "adds": sum(p for p, sass in listed if sass.startswith("FADD")),
+        "release": sum(p for p, sass in listed if sass.startswith("ERRBAR")),
+        "scales": sum(p for p, sass in listed if sass.startswith("PRMT") and "0x5410" in sass),
+    }
+    return counters, shares
+
+
+def lowbit_ncu() -> dict[str, str]:
+    """The wgmma pick's Nsight figures before and after its step lost instructions
+    (experiments/int4_ncu_m64*_nvidia-h200.txt)."""
+    before, waits = _ncu_profile("")
+    after, waits_after = _ncu_profile("_fewer_instructions")
+    return {
+        "adds": f"{waits['adds']:.0f}",
+        "release": f"{waits['release']:.0f}",
+        "scales": f"{waits['scales']:.0f}",
+        "instructions": f"{after['Executed Instructions'] / 1e6:.1f}",
+        "instructions_before": f"{before['Executed Instructions'] / 1e6:.1f}",
+        "cycles": f"{after['Elapsed Cycles'] / 1e3:.0f}",
+        "cycles_before": f"{before['Elapsed Cycles'] / 1e3:.0f}",
+        "us": f"{after['Duration']:.1f}",
+        "us_before": f"{before['Duration']:.1f}",
+        "issue": f"{after['Issue Slots Busy']:.0f}",
+        "release_after": f"{waits_after['release']:.0f}",
+        "adds_after": f"{waits_after['adds']:.0f}",
+    }
+
+
 def lowbit_decode() -> dict[str, str]:
     """The int4 decode step (results/decode_nvidia-h200.json): its CUDA graph's speedup over torch.mv's
     float16 graph, and host µs per call, int4's and the float16 GEMV's."""
@@ -1060,6 +1162,37 @@ FIGURES = [
         r"[\d.]+ → (?P<t4608>[\d.]+)\), g128a [\d.]+x → (?P<f16a>[\d.]+)x, bfloat16 [\d.]+x → (?P<bf16>[\d.]+)x\."
         r"\s+M = 16 still runs (?P<over_m8>[\d.]+)x the time of M = 8.*?it would be (?P<at_m8>[\d.]+)x",
         lowbit_m16,
+        f"results/{LOWBIT_H200}.json",
+    ),
+    Figure(
+        DOCS / "lowbit.md",
+        r"multiplied ran\s+(?P<scales>[\d.]+)x over the (?P<scales_n>\d+) wgmma\s+picks \((?P<scales_span>[\d.-]+)x\);"
+        r".*?next tile's loads,\s+(?P<moved>[\d.]+)x \((?P<moved_span>[\d.-]+)x\)\..*?ran\s+(?P<mma>[\d.]+)x over its"
+        r"\s+(?P<mma_n>\d+) picks at M = 1-64\s+\((?P<mma_span>[\d.-]+)x\).*?\(16: (?P<stage16>[\d.]+)x,\s+32:"
+        r"\s+(?P<stage32>[\d.]+)x over (?P<stage32_n>\d+) configs\).*?\(alone\s+(?P<offset>[\d.]+)x\).*?and"
+        r"\s+(?P<mx32_n>\d+) configs ran\s+(?P<mx32>[\d.]+)x faster\s+\((?P<mx32_span>[\d.-]+)x\); at MX = 64 kept"
+        r"\s+pointers cost\s+(?P<kept_cost>\d+)% over (?P<kept_n>\d+) configs",
+        lowbit_ab,
+        "experiments/int4_ab_nvidia-h200.jsonl",
+    ),
+    Figure(
+        DOCS / "lowbit.md",
+        r"cluster's\s+shared\s+memory\s+\((?P<adds>\d+)%\s+of\s+samples\),\s+the\s+cluster\s+barrier's\s+release"
+        r"\s+\((?P<release>\d+)%\)\s+and\s+the\s+scale\s+pairs\s+built\s+as\s+soon\s+as\s+their\s+loads\s+were"
+        r"\s+issued\s+\((?P<scales>\d+)%\).*?new\s+M\s+=\s+64\s+pick:\s+(?P<instructions>[\d.]+)\s+million"
+        r"\s+instructions\s+executed\s+instead\s+of\s+(?P<instructions_before>[\d.]+),\s+(?P<cycles>\d+)\s+thousand"
+        r"\s+cycles\s+instead\s+of\s+(?P<cycles_before>\d+)\s+\((?P<us>[\d.]+)\s+µs\s+under\s+the\s+profiler"
+        r"\s+against\s+(?P<us_before>[\d.]+)\),\s+issue\s+slots\s+still\s+(?P<issue>\d+)%\s+busy,.*?release"
+        r"\s+(?P<release_after>\d+)%\s+of\s+samples,\s+the\s+partial\s+sums'\s+adds\s+(?P<adds_after>\d+)%\)",
+        lowbit_ncu,
+        "experiments/int4_ncu_m64*_nvidia-h200.txt",
+    ),
+    Figure(
+        DOCS / "lowbit.md",
+        r"28672\u00d74096\s+at\s+M\s+=\s+64\s+[\d.]+\s+→\s+(?P<m64>[\d.]+)\s+µs,\s+and\s+at\s+M\s+=\s+32\s+the\s+wgmma"
+        r"\s+kernel\s+now\s+also\s+serves\s+28672\u00d74096\s+in\s+every\s+kind\s+\(float16\s+g128\s+[\d.]+\s+→"
+        r"\s+(?P<m32_28672>[\d.]+)\s+µs;\s+37888\u00d73584\s+[\d.]+\s+→\s+(?P<m32_37888>[\d.]+)\)",
+        lowbit_fewer_instructions,
         f"results/{LOWBIT_H200}.json",
     ),
     Figure(
