@@ -230,6 +230,7 @@ sm__warps_active.avg.pct_of_peak_sustained_active python3 scripts/profile_vs_cub
         AUTOTUNE_CACHE_DIR="$(mktemp -d /tmp/deploy-cache.XXXX)" XDG_DATA_HOME="$(mktemp -d /tmp/deploy-data.XXXX)")
       "${deploy_env[@]}" "$py" -c "import importlib.util as u, shutil, sys, torch, autotune; print('python', sys.version.split()[0], 'torch', torch.__version__, 'nvcc', shutil.which('nvcc'), 'pycuda', u.find_spec('pycuda'))"
       "${deploy_env[@]}" "$py" -m pytest -q -p no:cacheprovider -rs tests/test_gpu_deploy.py 2>&1 | tee "$OUT/deploy-tests.log" | tail -15
+      "$py" experiments/host_launch.py  # the host's speed, which the first call's medians move with
       "${deploy_env[@]}" "$py" scripts/bench_first_call.py --out "$OUT" ${REPEATS:+--repeats $REPEATS} ${PROFILE:+--profile} 2>&1 | tee "$OUT/first-call.log" | tail -12 ;;
     first-call)
       # The same benchmark where PyCUDA and nvcc are installed (tuning's environment).
