@@ -10,7 +10,6 @@ from dataclasses import dataclass, field, replace
 
 from autotune import ops
 from autotune.core.problem import Problem
-from autotune.vendor.mapping import is_vendor, rank_of
 
 GAP = "  "  # between columns
 # Below this many characters of room, the last column moves onto lines of its own under the row,
@@ -21,11 +20,12 @@ INDENT = "    "
 
 def config_items(config: dict[str, int] | None, problem: Problem, *, brief: bool = False) -> list[str]:
     """A config as `key=value` words in the order of the problem's space (records store them sorted);
-    a cuBLASLt config as what it means (`brief`: without the explanation)."""
+    a library family's config (cuBLASLt's) as what it means (`brief`: without the explanation)."""
     if not config:
         return ["-"]
-    if is_vendor(config):
-        words = f"cuBLASLt algorithm {rank_of(config)}"
+    library = ops.library_for(config)
+    if library is not None:
+        words = library.describe(config)
         return [words if brief else f"{words} (the heuristic's answer of that rank)"]
     return [f"{k}={v}" for k, v in ops.in_space_order(problem, config).items()]
 

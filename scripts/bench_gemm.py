@@ -20,13 +20,12 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from autotune import api
+from autotune import api, ops
 from autotune.bench.compare import Bench, GemmRow
 from autotune.core.fingerprint import slugify
 from autotune.core.problem import DTYPES, read_shapes_file
 from autotune.ops import standard_shapes
 from autotune.ops.gemm import SKINNY_MAX_M
-from autotune.vendor.mapping import is_vendor
 
 
 def plan(
@@ -67,7 +66,7 @@ def main() -> int:
         pick = api.best("gemm", m, n, k, trans=args.trans, dtype=dtype, gpu=gpu, db=args.db)
         row = bench.compare_gemm(choice, pick=pick)
         rows.append(row)
-        which = "cublas" if is_vendor(row.pick_config or {}) else "ours"
+        which = "cublas" if ops.library_for(row.pick_config or {}) else "ours"
         print(
             f"{dtype:9} {m:6} {n:6} {k:6} {row.ours_us:9.2f} {row.cublas_us:9.2f} {row.ratio:6.2f} "
             f"{row.ours_tflops:8.1f} {row.pick_us or 0:8.2f} {row.source} (pick: {which})",

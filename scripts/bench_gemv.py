@@ -18,12 +18,11 @@ import json
 import sys
 from pathlib import Path
 
-from autotune import api
+from autotune import api, ops
 from autotune.bench.compare import Bench, as_json
 from autotune.core.fingerprint import slugify
 from autotune.core.problem import DTYPES, read_shapes_file
 from autotune.ops import standard_shapes
-from autotune.vendor.mapping import is_vendor
 
 
 def main() -> int:
@@ -62,7 +61,7 @@ def main() -> int:
             print(
                 f"{dtype:9} {m:7} {n:7} {row.ours_us:9.2f} {row.cublas_us:9.2f} {row.speedup:7.2f} "
                 f"{row.ours_gbs:6.0f} {100 * row.ours_gbs / copy_gbs:6.1f} {read_floor} {row.pick_us or 0:8.2f} "
-                f"{row.source} (pick: {'cublas' if is_vendor(row.pick_config or {}) else 'ours'})",
+                f"{row.source} (pick: {'cublas' if ops.library_for(row.pick_config or {}) else 'ours'})",
                 flush=True,
             )
     report = as_json(gpu, copy_gbs, launch_us, rows)

@@ -34,7 +34,6 @@ from autotune.core.target import targeting
 from autotune.select.choose import choose
 from autotune.select.cost import ABSENT_MARGIN, NEIGHBOURS, SIGMA, CostModel
 from autotune.store import open_store
-from autotune.vendor.mapping import SOURCE_PREFIX as VENDOR_SOURCE_PREFIX
 
 ROOT = Path(__file__).resolve().parent.parent
 TOP = 3  # trials per shape the shipped records keep
@@ -56,7 +55,7 @@ class Pool:
         self.trials: dict[Problem, list[Any]] = {}
         self.best: dict[Problem, Any] = {}
         for row in store.tuned(gpu, op, dtype, None, trans=trans):
-            if row.source_hash.startswith(VENDOR_SOURCE_PREFIX):  # cuBLASLt led: our kernels' best instead
+            if ops.library_of_source(row.source_hash) is not None:  # cuBLASLt led: our kernels' best instead
                 row = store.best(gpu, row.problem, ops.source_hash(row.problem))
             if row is None or row.source_hash != ops.source_hash(row.problem):
                 continue

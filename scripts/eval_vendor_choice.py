@@ -28,8 +28,8 @@ from typing import Any
 
 from autotune.core.problem import Problem
 from autotune.core.target import targeting
+from autotune.ops.cublas import FAMILY as CUBLAS
 from autotune.store import open_store
-from autotune.vendor.mapping import SOURCE_PREFIX
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from eval_cost_model import Pool, _families, _problems  # a sibling script
@@ -42,7 +42,7 @@ def vendor_bests(store: Any, gpu: str, problems: Sequence[Problem]) -> dict[Prob
     found = {}
     for problem in problems:
         row = store.vendor_best(gpu, problem)
-        if row is not None and row.source_hash.startswith(SOURCE_PREFIX):
+        if row is not None and CUBLAS.owns_source(row.source_hash):
             found[problem] = float(row.time_us)
     return found
 
@@ -54,7 +54,8 @@ def leave_one_out(pool: Pool, family: list[Problem], vendor: dict[Problem, float
             continue
         model = pool.model(hidden, family)
         ours = model.rank(hidden)[0]
-        theirs = model.predict_vendor(hidden, {p: t for p, t in vendor.items() if p != hidden})
+        timed = {p: t for p, t in vendor.items() if p != hidden}
+        theirs = model.predict_config_free(hidden, timed, CUBLAS.config(0), "cuBLASLt's own pick", "cuBLASLt")
         ours_us, vendor_us = float(pool.best[hidden].time_us), vendor[hidden]
         picks_vendor = theirs is not None and theirs.time_us < ours.time_us
         fastest = min(ours_us, vendor_us)

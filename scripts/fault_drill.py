@@ -143,7 +143,7 @@ def run_sweep(db: str, trials: int, measure_timeout: float) -> None:
 
 def _rows(db: Path) -> list[tuple[int, str, str, float | None, str]]:
     """The finished trials: (id, config key, status, time, source hash). A sweep also times cuBLASLt
-    (autotune/tune/vendor.py): those rows carry the library's version as their source hash."""
+    (autotune/tune/libraries.py): those rows carry the library's version as their source hash."""
     with sqlite3.connect(db) as connection:
         query = (
             "select id, config_key, status, time_us, source_hash from trials where status not in ('invalid', 'running')"

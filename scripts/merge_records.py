@@ -37,11 +37,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autotune import ops
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import slugify
 from autotune.core.paths import db_dir
 from autotune.store.records import parse_records, write_lines
-from autotune.vendor.mapping import SOURCE_PREFIX as VENDOR_SOURCE_PREFIX
 
 ProblemKey = tuple[object, ...]  # op, dtype, m, n, k or None, trans[, inputs, variant]
 # The sweep's log line for a finished problem: "sgemm 2x6144x4096 (B stored N x K): best 26.94 us after"
@@ -60,7 +60,7 @@ def problem_key(trial: dict[str, Any]) -> ProblemKey:
 
 def file_suffix(trial: dict[str, Any]) -> str:
     """Which shipped file of the GPU a trial belongs in."""
-    if str(trial["source_hash"]).startswith(VENDOR_SOURCE_PREFIX):
+    if ops.library_of_source(str(trial["source_hash"])) is not None:
         return "-cublas"
     if trial["op"] == "gemv":
         return "-gemv-trans" if trial.get("trans") else ""

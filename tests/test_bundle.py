@@ -469,7 +469,10 @@ def test_a_problem_only_cublaslt_was_measured_on_is_neither_bundled_nor_refused(
 ) -> None:
     """As the H100's tall transposed GEMVs are since their family changed: no trial of ours, only the
     library's. The bundle carries our kernels, so the problem is not one it lost."""
-    from autotune.vendor.mapping import SOURCE_PREFIX, vendor_config
+    from autotune.ops.cublas import FAMILY as CUBLAS
+    from autotune.ops.cublas.mapping import SOURCE_PREFIX
+
+    vendor_config = CUBLAS.config
 
     tall = Problem("gemv", "float16", 131072, 256, trans=True)
     with open_store(tuned, import_shipped=False) as store:

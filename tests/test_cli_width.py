@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune import api, cli
-from autotune.vendor.mapping import is_vendor
+from autotune import api, cli, ops
 from tests.fakes import WIDTH, printed, run_cli
 from tests.test_cli import _fresh_api  # noqa: F401  (a fixture, used by name)
 
@@ -66,7 +65,7 @@ def test_list_shows_the_config_best_answers(
     for entry in listed:
         choice = api.best("hgemm", entry["m"], entry["n"], entry["k"], trans=entry["trans"], gpu="NVIDIA H200", db=db)
         assert (entry["config"], entry["best_us"], entry["source"]) == (choice.config, choice.time_us, choice.source)
-    picks = {(e["m"], e["n"], e["k"], e["trans"]): is_vendor(e["config"]) for e in listed}
+    picks = {(e["m"], e["n"], e["k"], e["trans"]): ops.library_for(e["config"]) is not None for e in listed}
     assert picks[1, 4096, 4096, False] is False  # the tie, which ours takes
     assert any(picks.values()) and not all(picks.values())  # both kinds of answer are compared
 

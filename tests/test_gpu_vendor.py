@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from autotune.core.problem import Problem
+from autotune.ops.cublas import FAMILY as CUBLAS
 from autotune.select.choose import Choice
-from autotune.vendor.mapping import vendor_config
 
 pytestmark = [pytest.mark.gpu, pytest.mark.vendor]
 
@@ -25,7 +25,7 @@ DTYPES = ("float32", "float16", "bfloat16")
 
 def _torch() -> Any:
     torch = pytest.importorskip("torch")
-    from autotune.vendor import cublaslt
+    from autotune.ops.cublas import binding as cublaslt
 
     if not cublaslt.available():
         pytest.skip("no cuBLASLt on this machine")
@@ -35,7 +35,7 @@ def _torch() -> Any:
 def _runtime(rank: int) -> Any:
     from autotune.runtime.launcher import Runtime
 
-    return Runtime(lambda p, device, db: Choice(p, device.gpu.name, vendor_config(rank), "measured"))
+    return Runtime(lambda p, device, db: Choice(p, device.gpu.name, CUBLAS.config(rank), "measured"))
 
 
 def _close(got: Any, want: Any, scale: Any) -> None:
@@ -48,8 +48,8 @@ def _close(got: Any, want: Any, scale: Any) -> None:
 @pytest.mark.parametrize("shape", [(4096, 4096), (1001, 999), (3, 100003), (100003, 3)])
 def test_every_gemv_algorithm_is_right(dtype: str, trans: bool, shape: tuple[int, int]) -> None:
     torch = _torch()
-    from autotune.vendor import cublaslt
-    from autotune.vendor.mapping import ALIGNED_BYTES, matmul_for
+    from autotune.ops.cublas import binding as cublaslt
+    from autotune.ops.cublas.mapping import ALIGNED_BYTES, matmul_for
 
     m, n = shape
     problem = Problem("gemv", dtype, m, n, trans=trans)
@@ -77,8 +77,8 @@ def test_every_gemv_algorithm_is_right(dtype: str, trans: bool, shape: tuple[int
 @pytest.mark.parametrize("shape", [(8, 4096, 4096), (33, 1001, 999), (200, 3000, 2000), (100003, 3, 256)])
 def test_every_gemm_algorithm_is_right(dtype: str, nk: bool, shape: tuple[int, int, int]) -> None:
     torch = _torch()
-    from autotune.vendor import cublaslt
-    from autotune.vendor.mapping import ALIGNED_BYTES, matmul_for
+    from autotune.ops.cublas import binding as cublaslt
+    from autotune.ops.cublas.mapping import ALIGNED_BYTES, matmul_for
 
     m, n, k = shape
     problem = Problem("gemm", dtype, m, n, k, trans=nk)
@@ -165,8 +165,8 @@ def test_a_sweep_times_cublas_and_the_selector_answers_it(tmp_path: Path) -> Non
     assert done.returncode == 0, done.stderr[-2000:]
     assert "cuBLAS us" in done.stdout
     from autotune.ops import source_hash
+    from autotune.ops.cublas import binding as cublaslt
     from autotune.store import open_store
-    from autotune.vendor import cublaslt
 
     store = open_store(str(db), import_shipped=False)
     gpu = torch.cuda.get_device_name(0)

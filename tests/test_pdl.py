@@ -127,12 +127,10 @@ def test_the_workers_side_imports_neither_the_launch_path_nor_the_selector() -> 
 
 def test_the_gpu_layer_imports_nothing_above_core() -> None:
     """gpu/ (the driver binding, launch geometry, tensor maps, device state, launch plans) is the bottom
-    layer above core/: ops, the worker and the launch path build on it, never the other way. One
-    exception: a device's cuBLASLt handle comes from the vendor binding (vendor/cublaslt.py, itself on
-    core/ and vendor/mapping.py alone), which the cuBLASLt family's own folder is to hold."""
+    layer above core/: ops, the worker and the launch path build on it, never the other way. A library
+    family's handle and workspaces are kept by the device for any library (the family's plan asks)."""
     package = Path(__file__).resolve().parents[1] / "autotune"
     allowed = ("from autotune.core", "from autotune.gpu", "import autotune.core")
-    allowed += ("from autotune.vendor import cublaslt",)
     reaching = sorted(
         f"{path.relative_to(package)}: {line.strip()}"
         for path in (package / "gpu").rglob("*.py")

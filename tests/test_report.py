@@ -22,10 +22,10 @@ from autotune.core.fingerprint import GpuInfo
 from autotune.core.outcome import Outcome, Status
 from autotune.core.problem import Problem
 from autotune.ops import gemv
+from autotune.ops.cublas import FAMILY as CUBLAS
 from autotune.report import gather, render, svg, write_report
 from autotune.report.page import plot_count
 from autotune.store import Store, open_store
-from autotune.vendor.mapping import is_vendor, vendor_config
 from tests.fakes import ok, record, run_cli
 
 H200 = GpuInfo("NVIDIA H200", "GPU-1111", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
@@ -153,8 +153,8 @@ def test_the_banner_counts_what_the_database_holds(db: str) -> None:
     )
     assert "read floor µs" in " ".join(parse(html).text)
     with open_store(db, import_shipped=False) as store:
-        measure(store, SMALL, vendor_config(0), ok(2.0), src="cublasLt-130000")
-        measure(store, GEMM, vendor_config(1), ok(30.0), src="cublasLt-130000")
+        measure(store, SMALL, CUBLAS.config(0), ok(2.0), src="cublasLt-130000")
+        measure(store, GEMM, CUBLAS.config(1), ok(30.0), src="cublasLt-130000")
     with sqlite3.connect(db) as connection:
         connection.execute("DELETE FROM read_floors")
         connection.execute("UPDATE trials SET origin = 'shipped:h200.jsonl' WHERE time_us IN (20.0, 30.0)")
@@ -326,7 +326,7 @@ def test_report_of_the_shipped_records(tmp_path: Path) -> None:
     assert f"For {held.vendor_ties} of them our fastest kernel is within 2%" in banner_text(html)
     chosen = api.listed_choices(api.list_problems(db=url), db=url)
     api._open.cache_clear()
-    assert sum(is_vendor(choice.config) for choice in chosen) == held.vendor_best - held.vendor_ties > 0
+    assert sum(CUBLAS.owns(choice.config) for choice in chosen) == held.vendor_best - held.vendor_ties > 0
     stated_ties = f"in the shipped records {held.vendor_ties} of cuBLASLt's {held.vendor_best})"
     assert stated_ties in " ".join(DOC.read_text(encoding="utf-8").split())
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.vendor.mapping import OPS as VENDOR_OPS
+from autotune.ops.cublas.mapping import OPS as VENDOR_OPS
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "db" / "records"

@@ -479,7 +479,10 @@ def test_a_re_sweep_after_a_kernel_edit_measures_the_earlier_best_first(
 def test_cublaslt_trials_are_not_an_earlier_kernel_source(store: Store) -> None:
     """A sweep stores cuBLASLt's algorithms under the library's version: a re-sweep after a kernel
     edit must not take them for the problem's earlier best (nor re-time ours against their times)."""
-    from autotune.vendor.mapping import SOURCE_PREFIX, vendor_config
+    from autotune.ops.cublas import FAMILY as CUBLAS
+    from autotune.ops.cublas.mapping import SOURCE_PREFIX
+
+    vendor_config = CUBLAS.config
 
     tune(store, FakeWorker(), 4, SHAPE)
     pid = store.problem_id(SHAPE, H200.name)

@@ -9,9 +9,10 @@ import pytest
 
 from autotune.core.errors import AutotuneError
 from autotune.core.problem import Problem
+from autotune.ops.cublas import FAMILY as CUBLAS
+from autotune.ops.cublas.mapping import OP_N, OP_T, Matrix, matmul_for, required_alignment
 from autotune.select.cost import CostModel
 from autotune.store.record_lines import BadLine, parse_trial
-from autotune.vendor.mapping import OP_N, OP_T, Matrix, matmul_for, rank_of, required_alignment, vendor_config
 
 
 def test_gemm_is_the_transposed_product_in_column_major() -> None:
@@ -40,10 +41,10 @@ def test_alignment_and_ranks() -> None:
     assert required_alignment((0, 256, 4096), problem, None) == 16
     assert required_alignment((2, 256, 4096), problem, None) == 2
     assert required_alignment((0, 256, 4096), problem, (68, 64, 64)) == 2  # rows 136 bytes apart
-    assert rank_of(vendor_config(3)) == 3
+    assert CUBLAS.rank_of(CUBLAS.config(3)) == 3
     for bad in ({"cublas_algo": 8}, {"cublas_algo": True}, {"cublas_algo": "1"}):
         with pytest.raises(AutotuneError):
-            rank_of(bad)
+            CUBLAS.rank_of(bad)
     with pytest.raises(AutotuneError, match="does not serve"):
         matmul_for(Problem("rowsum", "float32", 4, 4))
 
@@ -83,11 +84,11 @@ def test_the_cost_model_predicts_cublas_from_its_times_on_tuned_shapes() -> None
     assert model.roofline is not None
     timed = {p: 2 * model.roofline.time_us(p) for p in shapes}
     new = Problem("gemm", "float16", 8, 3000, 4096)
-    prediction = model.predict_vendor(new, timed)
+    prediction = model.predict_config_free(new, timed, CUBLAS.config(0), "cuBLASLt's own pick", "cuBLASLt")
     assert prediction is not None and prediction.config == {"cublas_algo": 0}
     assert prediction.time_us == pytest.approx(2 * model.roofline.time_us(new), rel=1e-6)
     assert "cuBLASLt" in prediction.basis
-    assert model.predict_vendor(new, {}) is None
+    assert model.predict_config_free(new, {}, CUBLAS.config(0), "its own pick", "cuBLASLt") is None
 
 
 @pytest.mark.vendor

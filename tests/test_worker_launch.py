@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from autotune import ops
 from autotune.core.outcome import Status
 from autotune.core.problem import Problem
 from autotune.gpu import device as device_module
@@ -25,6 +26,7 @@ from autotune.measure.worker import runner as runner_module
 from autotune.measure.worker import server
 from autotune.measure.worker.runner import ALPHA, BETA, Runner
 from autotune.ops import gemv
+from autotune.ops.library import Library
 from tests.test_runner_dtypes import SUPPORT, FakeKernels, FakePycuda, compiled, pycuda  # noqa: F401 (fixtures)
 from tests.test_runtime import H200, SPLIT_K, FakeCuda, cuda  # noqa: F401 (fixture)
 
@@ -197,3 +199,73 @@ def test_the_worker_frees_scratch_before_each_problem(monkeypatch: pytest.Monkey
     state.setup(PROBLEM, seed=3)
     state.setup(PROBLEM, seed=4)
     assert released == [(1, 0), (1, 0)]
+
+
+class RecordingLibrary(Library):
+    """A library family as a test double: three candidates, plans that record where they were made
+    and what they launched."""
+
+    name, label, config_key, source_prefix, max_candidates = "fakelib", "FakeLib", "fakelib_rank", "fakelib-", 8
+
+    def __init__(self) -> None:
+        self.plans: list[tuple[Any, ...]] = []
+        self.launches: list[tuple[tuple[int, ...], float, float, int]] = []
+
+    def serves(self, problem: Problem) -> bool:
+        return problem.op == "gemv"
+
+    def enabled(self) -> bool:
+        return True
+
+    def fingerprint(self) -> str | None:
+        return "fakelib-1"
+
+    def candidates(self, device: Any, problem: Problem) -> int:
+        return 3
+
+    def plan(self, device: Any, problem: Problem, config: Any, aligned: bool, leading: Any, order: Any) -> Any:
+        self.plans.append((device, problem, self.rank_of(config), aligned, leading, order))
+        library = self
+
+        class Plan:
+            needs_scratch, workspace_bytes = False, 0
+
+            def launch(self, pointers: tuple[int, ...], alpha: float, beta: float, stream: int, allocator: Any) -> None:
+                library.launches.append((pointers, alpha, beta, stream))
+
+        return Plan()
+
+
+def test_a_library_candidate_is_timed_through_the_plan_the_launch_path_runs(
+    worker_device: FakeCuda,
+    pycuda: FakePycuda,  # noqa: F811
+    compiled: list[str],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker measures a library family's rank through that family's plan, made on the worker's
+    Device as the launch path makes it for callers; a rank beyond the library's offer is invalid."""
+    library = RecordingLibrary()
+    monkeypatch.setitem(ops._LIBRARIES, library.name, library)
+    runner: Runner
+    runner = Runner(FakeKernels(), CallingTimer(lambda: runner.copies), SUPPORT, PROBLEM, H200, seed=3)  # type: ignore[arg-type]
+
+    outcome = runner.measure_library(library.name, library.config(2))
+
+    assert outcome.status == Status.OK, outcome.message
+    device = runner_module.launch_device(0)
+    assert library.plans == [(device, PROBLEM, 2, True, None, (0, 1))]
+    arrays = [(*(int(b) for b in copy), int(runner._out)) for copy in runner._inputs]
+    assert [launch[0] for launch in library.launches] == [arrays[0]] * 2 + [
+        arrays[i % runner.copies] for i in range(2 * runner.copies)
+    ]
+    assert [launch[1:] for launch in library.launches[:3]] == [(1.0, 0.0, 0), (ALPHA, BETA, 0), (1.0, 0.0, 0)]
+    assert runner.measure_library(library.name, library.config(3)).status == Status.INVALID
+
+    # The launch path asks the same family for the plan of a choice of its config.
+    from autotune.runtime.launcher import Runtime
+    from autotune.select.choose import Choice
+
+    choice = Choice(PROBLEM, H200.name, library.config(1), "measured")
+    runtime = Runtime(lambda problem, dev, db: choice)
+    plan = runtime.plan(choice, device, True)
+    assert library.plans[-1] == (device, PROBLEM, 1, True, None, (0, 1)) and plan is runtime.plan(choice, device, True)

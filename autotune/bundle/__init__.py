@@ -39,7 +39,6 @@ from autotune.core.problem import BLAS_PREFIX, Problem
 from autotune.core.space import Config
 from autotune.core.target import targeting
 from autotune.gpu.geometry import Launch
-from autotune.vendor.mapping import SOURCE_PREFIX as VENDOR_SOURCE_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +222,7 @@ def _ours_measured(store: Any, problem: Problem, gpu: str) -> bool:
     """Whether any trial of one of our kernels, of any source, is stored for the problem on `gpu`."""
     problem_id = store.problem_id(problem, gpu, create=False)
     trials = store.trials(problem_id) if problem_id is not None else []
-    return any(not t.source_hash.startswith(VENDOR_SOURCE_PREFIX) for t in trials)
+    return any(ops.library_of_source(t.source_hash) is None for t in trials)
 
 
 def build(gpu: str | None, op_names: Sequence[str] = (), db: str | None = None) -> Bundle:

@@ -92,57 +92,55 @@ class Device:
         self._capture_maps_host = 0
         self._capture_maps_used = 0
         self._capture_maps_slots = 0
-        # cuBLASLt (autotune/runtime/vendor_plan.py): one handle, a workspace per stream and per
-        # capture, and workspaces set aside before captures (warmup), as for split-K scratch.
-        self._vendor_handle = 0
-        self._vendor_workspaces: dict[Any, tuple[int, int, Any]] = {}  # key -> (address, bytes, owner)
-        self._vendor_reserved: list[tuple[int, int]] = []
+        # Library families (autotune/ops/library.py: cuBLASLt): a handle each, a workspace per stream
+        # and per capture, and workspaces set aside before captures (warmup), as for split-K scratch.
+        self._library_handles: dict[str, int] = {}
+        self._library_workspaces: dict[Any, tuple[int, int, Any]] = {}  # key -> (address, bytes, owner)
+        self._library_reserved: list[tuple[int, int]] = []
         self._lock = threading.Lock()
 
-    def vendor_handle(self) -> int:
-        """This GPU's cuBLASLt handle, made once (in its context)."""
-        from autotune.vendor import cublaslt
-
+    def library_handle(self, name: str, create: Callable[[], int]) -> int:
+        """This GPU's handle of library `name`, made once by `create` in its context."""
         with self._lock:
-            if not self._vendor_handle:
+            if name not in self._library_handles:
                 with driver.in_context(self.context):
-                    self._vendor_handle = cublaslt.create_handle()
-            return self._vendor_handle
+                    self._library_handles[name] = create()
+            return self._library_handles[name]
 
-    def vendor_workspace(self, nbytes: int, stream: int, allocator: Allocator | None) -> int:
-        """A cuBLASLt workspace of at least `nbytes` that only `stream` uses (cuBLASLt leaves it dirty,
-        so it is never a split-K buffer); while the stream captures, one set aside before the capture
-        (`reserve_vendor`) or from the caller's allocator, kept for the graph's life."""
+    def library_workspace(self, nbytes: int, stream: int, allocator: Allocator | None) -> int:
+        """A library's workspace of at least `nbytes` that only `stream` uses (a library leaves it
+        dirty, so it is never a split-K buffer); while the stream captures, one set aside before the
+        capture (`reserve_library_workspace`) or from the caller's allocator, kept for the graph's life."""
         with self._lock:
             capture = driver.capture_id(stream)
             key: Any = (capture, stream) if capture else stream
-            found = self._vendor_workspaces.get(key)
+            found = self._library_workspaces.get(key)
             if found is not None and found[1] >= nbytes:
                 return found[0]
             owner: Any = None
             if not capture:
                 with driver.in_context(self.context):
                     pointer = driver.mem_alloc(nbytes)
-            elif (fitting := next((r for r in self._vendor_reserved if r[1] >= nbytes), None)) is not None:
-                self._vendor_reserved.remove(fitting)
+            elif (fitting := next((r for r in self._library_reserved if r[1] >= nbytes), None)) is not None:
+                self._library_reserved.remove(fitting)
                 pointer = fitting[0]
             elif allocator is not None:
                 pointer, owner = allocator(nbytes, self.index)
             else:
                 raise AutotuneError(
-                    "cuBLASLt's algorithm for this shape needs a workspace, which cannot be allocated while a "
-                    "CUDA graph captures: call autotune.warmup(...) with these operands before capturing"
+                    "the library algorithm picked for this shape (cuBLASLt's) needs a workspace, which cannot be "
+                    "allocated while a CUDA graph captures: call autotune.warmup(...) with these operands first"
                 )
             # A smaller workspace it replaces stays allocated: calls still queued on the stream use it.
-            self._vendor_workspaces[key] = (pointer, nbytes, owner)
+            self._library_workspaces[key] = (pointer, nbytes, owner)
             return pointer
 
-    def reserve_vendor(self, nbytes: int, captures: int = 1) -> None:
-        """Set aside cuBLASLt workspaces of `nbytes` for calls captured later (autotune.warmup)."""
+    def reserve_library_workspace(self, nbytes: int, captures: int = 1) -> None:
+        """Set aside library workspaces of `nbytes` for calls captured later (autotune.warmup)."""
         with self._lock, driver.in_context(self.context):
-            fitting = [r for r in self._vendor_reserved if r[1] >= nbytes]
+            fitting = [r for r in self._library_reserved if r[1] >= nbytes]
             for _ in range(captures - len(fitting)):
-                self._vendor_reserved.append((driver.mem_alloc(nbytes), nbytes))
+                self._library_reserved.append((driver.mem_alloc(nbytes), nbytes))
 
     def function(self, cubin: bytes, cubin_key: str, name: str, shared_bytes: int) -> int:
         """The kernel `name` of a cubin, loaded into this GPU's context once."""

@@ -3,7 +3,9 @@ problems and their sizes, standard shapes, kernel source hashes, compile jobs.
 
 Each op is an `Op` (autotune/ops/base.py) in its own folder; `register` adds one (the shipped ops
 are registered here; a plug-in or a test registers its own), `for_problem` finds the op whose
-kernels run a problem.
+kernels run a problem. A library family (autotune/ops/library.py: cuBLASLt's algorithms, in
+ops/cublas/) is registered beside them with `register_library`; `library_for` and
+`library_of_source` say which one a config or a trial's source hash belongs to.
 """
 
 from __future__ import annotations
@@ -25,13 +27,15 @@ from autotune.core.problem import (
     parse_dtype,
     parse_shapes,
 )
-from autotune.ops import gemm, gemv, qdequant, qgemm
+from autotune.ops import cublas, gemm, gemv, qdequant, qgemm
 from autotune.ops.base import Op
+from autotune.ops.library import Library
 
 DEFAULT_OP = "hgemv"
 DEFAULT_DTYPE = "float16"
 _OPS: dict[str, Op] = {}
 _MODULES: dict[str, str] = {}  # op name -> the module whose import registers it
+_LIBRARIES: dict[str, Library] = {}  # family name -> the library family
 
 
 def register(op: Op, module: str | None = None) -> Op:
@@ -49,6 +53,39 @@ def unregister(name: str) -> None:
     """Forget a registered op (a test's, a plug-in's); unknown names are ignored."""
     _OPS.pop(name, None)
     _MODULES.pop(name, None)
+
+
+def register_library(library: Library) -> Library:
+    """Make a library family (its configs, sources, plans) known to every stage."""
+    _LIBRARIES[library.name] = library
+    return library
+
+
+def libraries() -> tuple[Library, ...]:
+    return tuple(_LIBRARIES.values())
+
+
+def library_for(config: Mapping[str, object]) -> Library | None:
+    """The library family whose candidate `config` names, None for a config of our kernels."""
+    for library in _LIBRARIES.values():
+        if library.owns(config):
+            return library
+    return None
+
+
+def library_of_source(source_hash: str) -> Library | None:
+    """The library family a trial of this source hash timed, None for a source of our kernels."""
+    for library in _LIBRARIES.values():
+        if library.owns_source(source_hash):
+            return library
+    return None
+
+
+def library_named(name: str) -> Library:
+    try:
+        return _LIBRARIES[name]
+    except KeyError:
+        raise AutotuneError(f"unknown library family {name!r}: choose one of {', '.join(_LIBRARIES)}") from None
 
 
 def registering_module(name: str) -> str:
@@ -204,3 +241,4 @@ register(gemv.OP)
 register(gemm.OP)
 register(qgemm.OP)
 register(qdequant.OP)
+register_library(cublas.FAMILY)

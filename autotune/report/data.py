@@ -17,7 +17,6 @@ from autotune.core.timing_bounds import is_plausible_time_us
 from autotune.select.choose import VENDOR_MARGIN
 from autotune.store import ProblemSummary, Store, TrialRow
 from autotune.store.trials import MEASURED
-from autotune.vendor.mapping import is_vendor
 
 MESSAGE_CHARS = 240  # a failure's message is shown as its last line, cut to this many characters
 
@@ -55,8 +54,9 @@ class Shape:
 
     @property
     def best_is_vendor(self) -> bool:
-        """Whether the best stored config is a cuBLASLt algorithm rather than one of our kernels."""
-        return is_vendor(self.summary.best_config or {})
+        """Whether the best stored config is a library's candidate (cuBLASLt's algorithm) rather than
+        one of our kernels."""
+        return ops.library_for(self.summary.best_config or {}) is not None
 
     @property
     def vendor_tie(self) -> bool:
@@ -64,14 +64,14 @@ class Shape:
         a tie, which `autotune best` (and the launch path) gives to ours."""
         if not self.best_is_vendor or self.summary.best_us is None:
             return False
-        ours = [_ok_time(trial) for trial in self.trials if not is_vendor(trial.config)]
+        ours = [_ok_time(trial) for trial in self.trials if ops.library_for(trial.config) is None]
         fastest = min((time for time in ours if time is not None), default=None)
         return fastest is not None and fastest <= self.summary.best_us * (1 + VENDOR_MARGIN)
 
     @property
     def vendor_stored(self) -> bool:
         """Whether a cuBLASLt algorithm was timed on this problem (it then takes part in 'best')."""
-        return any(is_vendor(trial.config) for trial in self.trials)
+        return any(ops.library_for(trial.config) is not None for trial in self.trials)
 
     @property
     def kept_only(self) -> bool:
@@ -86,7 +86,8 @@ class Shape:
         if not config:
             return "-"
         text = " ".join(f"{k}={v}" for k, v in ops.in_space_order(self.problem, config).items())
-        return f"cuBLASLt {text}" if self.best_is_vendor else text
+        library = ops.library_for(config)
+        return f"{library.label} {text}" if library is not None else text
 
     def ok_times(self) -> list[float]:
         return [time for time in map(_ok_time, self.trials) if time is not None]

@@ -19,7 +19,7 @@ import operator
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Union, cast
+from typing import Any, cast
 
 from autotune import ops
 from autotune.build.shipped import find_kernel
@@ -33,17 +33,15 @@ from autotune.gpu.device import Allocator, Device
 from autotune.gpu.plan import LaunchPlan
 from autotune.ops.base import Op
 from autotune.ops.call import Leading, Reroute
+from autotune.ops.library import LibraryPlan
 from autotune.runtime import operands as opnd
 from autotune.runtime.misses import Misses, Tally
 from autotune.select.choose import Choice
-from autotune.vendor.mapping import is_vendor, rank_of
-
-if TYPE_CHECKING:
-    from autotune.runtime.vendor_plan import VendorPlan
 
 log = logging.getLogger(__name__)
-# What runs a call: one of our kernels, or cuBLASLt where it was measured fastest (both have launch()).
-Plan = Union[LaunchPlan, "VendorPlan"]
+# What runs a call: one of our kernels, or a library family's candidate (cuBLASLt's algorithm) where
+# the selection picked it; both have launch().
+Plan = LaunchPlan | LibraryPlan
 Chooser = Callable[[Problem, Device, "str | None"], Choice]
 GEMV = ops.get("gemv")
 GEMM = ops.get("gemm")
@@ -137,11 +135,10 @@ class Runtime:
         problem = choice.problem
         config = choice.config
         op = ops.for_problem(problem)
-        if is_vendor(config):  # the `cublas` family's algorithm: no kernel of ours to find
-            from autotune.runtime.vendor_plan import VendorPlan
-
-            log.debug("%s on GPU %d: cuBLASLt %s (%s)", problem, device.index, config, choice.source)
-            return VendorPlan(device, problem, rank_of(config), aligned, leading, op.input_order(problem))
+        library = ops.library_for(config)
+        if library is not None:  # a library's candidate: no kernel of ours to find
+            log.debug("%s on GPU %d: %s (%s)", problem, device.index, library.describe(config), choice.source)
+            return library.plan(device, problem, config, aligned, leading, op.input_order(problem))
         if not aligned:
             op, config = scalar_loads(problem, config)
         job = ops.compile_job(problem, config, device.gpu.arch, op)
@@ -431,7 +428,7 @@ class Runtime:
                 continue
             if not isinstance(plan, LaunchPlan):
                 if plan.workspace_bytes:
-                    device.reserve_vendor(plan.workspace_bytes, captures)
+                    device.reserve_library_workspace(plan.workspace_bytes, captures)
             elif plan.geom.workspace_floats or plan.geom.counters:
                 device.reserve(plan.geom, captures)
 

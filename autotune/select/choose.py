@@ -13,12 +13,14 @@ from autotune.core import gpus
 from autotune.core.problem import Problem
 from autotune.core.space import Config
 from autotune.core.target import targeting
-from autotune.ops import source_hash
+from autotune.ops import cublas, source_hash
 from autotune.select.cost import CostModel, Prediction, Timed, shape_distance
-from autotune.vendor import enabled as vendor_enabled
-from autotune.vendor.mapping import OPS as VENDOR_OPS
-from autotune.vendor.mapping import SOURCE_PREFIX as VENDOR_SOURCE_PREFIX
-from autotune.vendor.mapping import vendor_config
+
+# The selection policy is the one place outside its folder that knows the `cublas` family is the
+# vendor's: it takes cuBLASLt only where that beats our kernels by VENDOR_MARGIN (or where nothing of
+# ours is known), and answers it from the library's own heuristic where it cannot tell.
+VENDOR = cublas.FAMILY
+vendor_config = VENDOR.config
 
 # Stored trials per tuned shape the cost model learns from: what the shipped records keep, and what
 # it was judged on (scripts/eval_cost_model.py).
@@ -193,9 +195,7 @@ def predicted(problem: Problem, gpu: str, best: Prediction, candidates: int, not
 
 def vendor_fingerprint() -> str | None:
     """This machine's cuBLASLt as a vendor trial's source hash, None where it has none."""
-    from autotune.vendor import cublaslt
-
-    return cublaslt.fingerprint() if cublaslt.available() else None
+    return VENDOR.fingerprint()
 
 
 def _clearly_faster(vendor: TunedRow, ours: TunedRow | None) -> bool:
@@ -278,7 +278,7 @@ class Selector:
         of the problem's current source in its place (the cost model learns our kernels from them)."""
         found = []
         for row in rows:
-            if row.source_hash.startswith(VENDOR_SOURCE_PREFIX):
+            if VENDOR.owns_source(row.source_hash):
                 ours = self._store.best(gpu, row.problem, source_hash(row.problem))
                 if ours is None:
                     continue
@@ -300,7 +300,7 @@ class Selector:
                 notes.append(
                     f"measured with {what} {was}, this machine has {here}: re-tune with `autotune sweep --stale`"
                 )
-        vendor = vendor and vendor_enabled()
+        vendor = vendor and VENDOR.enabled()
         if vendor:
             row, why_not = self._vendor(problem, gpu, exact, local_driver)
             if row is not None:
@@ -343,7 +343,7 @@ class Selector:
         """On a shape never tuned: cuBLASLt's own pick where the cost model predicts it ahead of our
         candidate (or ours has no prediction), from cuBLASLt's times on the tuned shapes of this
         machine's library version (none where it has no cuBLASLt)."""
-        if problem.op not in VENDOR_OPS:
+        if not VENDOR.serves(problem):
             return None
         fingerprint = vendor_fingerprint()
         if fingerprint is None:
@@ -364,7 +364,8 @@ class Selector:
             )
             return Choice(problem, gpu, vendor_config(0), ESTIMATE, notes=(*ours.notes[:-1], note))
         rows = _tuned(self._store, gpu, problem, fingerprint)
-        prediction = model.predict_vendor(problem, {row.problem: row.time_us for row in rows})
+        timed = {row.problem: row.time_us for row in rows}
+        prediction = model.predict_config_free(problem, timed, vendor_config(0), "cuBLASLt's own pick", "cuBLASLt")
         if prediction is None:
             if ours.source != DEFAULT:
                 return None

@@ -39,7 +39,6 @@ from autotune.core.limits import MAX_SM_COUNT
 from autotune.core.problem import Problem
 from autotune.core.space import Config, Space, config_key
 from autotune.core.timing_bounds import is_plausible_time_us
-from autotune.vendor.mapping import vendor_config
 
 # Width of the distance weighting in octaves (shape_distance): a tuned shape one octave further away
 # than the nearest weighs exp(-2), about a seventh, of it. Chosen by leave-one-shape-out on the
@@ -284,10 +283,13 @@ class CostModel:
         )
         return Prediction(config, roof * correction, candidate, roof, correction, tuple(timed_on), basis)
 
-    def predict_vendor(self, problem: Problem, timed: Mapping[Problem, float]) -> Prediction | None:
-        """cuBLASLt's predicted time on `problem` from its best times on tuned shapes (`timed`): the
-        roofline times the distance-weighted correction those shapes show, as for our configs (the
-        library fills the GPU as it sees fit, so no grid share). None where nothing says."""
+    def predict_config_free(
+        self, problem: Problem, timed: Mapping[Problem, float], config: Config, what: str, who: str
+    ) -> Prediction | None:
+        """The predicted time on `problem` of a candidate whose config means nothing across shapes (a
+        library's own pick, `config`, `what` it is, `who` makes it), from its best times on tuned shapes
+        (`timed`): the roofline times the distance-weighted correction those shapes show, as for our
+        configs (a library fills the GPU as it sees fit, so no grid share). None where nothing says."""
         shapes = sorted(
             (p for p, time in timed.items() if p.shape != problem.shape and is_plausible_time_us(time)),
             key=lambda p: shape_distance(p.shape, problem.shape),
@@ -296,10 +298,10 @@ class CostModel:
             return None
         roof = self.roofline.time_us(problem)
         correction = self._correction(self.roofline, problem, [(shape, timed[shape]) for shape in shapes])
-        candidate = Candidate(vendor_config(0), "cuBLASLt's own pick", shapes[0].shape)
+        candidate = Candidate(dict(config), what, shapes[0].shape)
         evidence = _evidence([s.shape for s in shapes], len(shapes))
-        basis = f"cuBLASLt: roofline {roof:.2f} us ({self.roofline.text()}) x {correction:.2f} {evidence}"
-        return Prediction(vendor_config(0), roof * correction, candidate, roof, correction, (), basis)
+        basis = f"{who}: roofline {roof:.2f} us ({self.roofline.text()}) x {correction:.2f} {evidence}"
+        return Prediction(dict(config), roof * correction, candidate, roof, correction, (), basis)
 
     def _correction(self, roofline: Roofline, problem: Problem, times: Sequence[tuple[Problem, float]]) -> float:
         """How far above the roofline `problem` should run: the geometric mean of time / roofline over

@@ -56,7 +56,6 @@ from autotune.core.errors import AutotuneError
 from autotune.core.problem import DTYPES, Problem, split_inputs
 from autotune.select import stamps as stamping
 from autotune.select.stamps import Stamps
-from autotune.vendor.mapping import SOURCE_PREFIX as VENDOR_SOURCE_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -228,7 +227,8 @@ class Table:
         return None if found is None else _first_usable(*self._group(found[0])[found[1]], source_hash)
 
     def vendor_best(self, gpu_name: str, problem: Problem) -> TrialRow | None:
-        """The fastest usable cuBLASLt trial of exactly this problem, of any library version."""
+        """The fastest usable trial of a library family (cuBLASLt's) of exactly this problem, of any
+        library version."""
         if self._exact_texts is not None:
             index = self._keys.get(group_key(gpu_name, problem))
             if index is None or not _known(problem):
@@ -237,14 +237,14 @@ class Table:
             rows = [
                 self._checked(gpu_name, problem, values)
                 for values in entries
-                if isinstance(values, list) and len(values) == 6 and str(values[3]).startswith(VENDOR_SOURCE_PREFIX)
+                if isinstance(values, list) and len(values) == 6 and ops.library_of_source(str(values[3])) is not None
             ]
         else:
             found = self._find(gpu_name, problem)
             if found is None:
                 return None
             problem, trials = self._group(found[0])[found[1]]
-            vendor = {t.source_hash for t in trials if t.source_hash.startswith(VENDOR_SOURCE_PREFIX)}
+            vendor = {t.source_hash for t in trials if ops.library_of_source(t.source_hash) is not None}
             rows = [_first_usable(problem, trials, source) for source in vendor]
         usable = [row for row in rows if row is not None]
         return min(usable, key=lambda row: row.time_us) if usable else None

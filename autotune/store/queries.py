@@ -27,7 +27,6 @@ from autotune.core.space import Space
 from autotune.core.target import targeting
 from autotune.store import models as orm
 from autotune.store.rows import sound_capability, usable
-from autotune.vendor.mapping import SOURCE_PREFIX as VENDOR_SOURCE_PREFIX
 
 PROBLEM_ORDER = (
     orm.Problem.gpu_name,
@@ -171,7 +170,7 @@ class Admission:
     def __call__(self, problem: orm.Problem, trial: orm.Trial) -> bool:
         if not usable(trial, problem):
             return False
-        if trial.source_hash.startswith(VENDOR_SOURCE_PREFIX):
+        if ops.library_of_source(trial.source_hash) is not None:  # a library's rank: no space of ours
             return True
         space = self._space(problem)
         return space is not None and space.check(trial.config) is None

@@ -17,10 +17,6 @@ from autotune.core.problem import MAX_DIM, Problem
 from autotune.core.target import check_capability
 from autotune.core.timing_bounds import MAX_TIME_US, MIN_TIME_US, is_plausible_time_us
 from autotune.store.rows import parse_utc, problem_or_fault
-from autotune.vendor.mapping import CONFIG_KEY as VENDOR_CONFIG_KEY
-from autotune.vendor.mapping import OPS as VENDOR_OPS
-from autotune.vendor.mapping import SOURCE_PREFIX as VENDOR_SOURCE_PREFIX
-from autotune.vendor.mapping import is_vendor, rank_of
 
 _GPU_TYPES: dict[str, type] = {
     "name": str,
@@ -169,17 +165,17 @@ def _inputs_and_variant(line: dict[str, Any]) -> tuple[tuple[str, ...], str]:
 
 
 def _config(problem: Problem, config: dict[str, Any], source_hash: str) -> dict[str, int]:
-    """A config of the problem's space, or (a trial of the `cublas` family: its source hash names
-    the library) the rank of a cuBLASLt algorithm; nothing else, so no file reaches nvcc."""
-    if source_hash.startswith(VENDOR_SOURCE_PREFIX) or is_vendor(config):
-        if not source_hash.startswith(VENDOR_SOURCE_PREFIX) or set(config) != {VENDOR_CONFIG_KEY}:
-            raise BadLine(
-                f"a cuBLASLt trial has config {{{VENDOR_CONFIG_KEY!r}: rank}} and source {VENDOR_SOURCE_PREFIX}*"
-            )
-        if problem.op not in VENDOR_OPS:
-            raise BadLine(f"cuBLASLt does not serve {problem.op}")
+    """A config of the problem's space, or (a trial of a library family, `cublas`: its source hash
+    names the library) the rank of a library's candidate; nothing else, so no file reaches nvcc."""
+    library = ops.library_of_source(source_hash) or ops.library_for(config)
+    if library is not None:
+        if not library.owns_source(source_hash) or set(config) != {library.config_key}:
+            key, prefix = library.config_key, library.source_prefix
+            raise BadLine(f"a {library.label} trial has config {{{key!r}: rank}} and source {prefix}*")
+        if not library.serves(problem):
+            raise BadLine(f"{library.label} does not serve {problem.op}")
         try:
-            rank_of(config)
+            library.rank_of(config)
         except AutotuneError as exc:
             raise BadLine(str(exc)) from None
         return config

@@ -28,7 +28,6 @@ from autotune.store.database import Database
 from autotune.store.queries import get_or_create_problem, new_gpu, problem_filters, ranked_ok
 from autotune.store.record_lines import CLOCK_FIELDS, BadLine, parse_gpu, parse_line, parse_trial
 from autotune.store.rows import as_utc, usable
-from autotune.vendor.mapping import SOURCE_PREFIX as VENDOR_SOURCE_PREFIX
 
 # --- export --------------------------------------------------------------------------------------
 
@@ -157,7 +156,7 @@ def record_lines(
                     wanted[problem.id] = _problem_of(problem) in problems
                 if not wanted[problem.id]:
                     continue
-            if current_only and trial.source_hash.startswith(VENDOR_SOURCE_PREFIX):
+            if current_only and ops.library_of_source(trial.source_hash) is not None:
                 # cuBLASLt's best of each library version travels too: the selector sets it
                 # against our kernels on a machine with that version.
                 key = (problem.id, trial.source_hash)

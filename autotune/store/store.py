@@ -10,8 +10,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from sqlalchemy import delete, func, select, union
+from sqlalchemy import ColumnElement, delete, func, or_, select, union
 
+from autotune import ops
 from autotune.core.asked import Asked
 from autotune.core.errors import AutotuneError, AutotuneWarning
 from autotune.core.fingerprint import GpuInfo
@@ -54,9 +55,13 @@ from autotune.store.rows import (
     usable,
 )
 from autotune.store.sqlite import NoWritablePlace
-from autotune.vendor.mapping import SOURCE_PREFIX as VENDOR_SOURCE_PREFIX
 
 MEMORY = "sqlite://"  # an in-memory database: lives as long as its engine
+
+
+def _library_sources() -> ColumnElement[bool]:
+    """Trials of a library family (cuBLASLt's algorithms), by their source hash's prefix."""
+    return or_(*(orm.Trial.source_hash.startswith(library.source_prefix) for library in ops.libraries()))
 
 
 class Store:
@@ -203,7 +208,7 @@ class Store:
         stmt = (
             select(orm.Trial)
             .where(orm.Trial.problem_id == problem_id, orm.Trial.source_hash != source_hash)
-            .where(~orm.Trial.source_hash.startswith(VENDOR_SOURCE_PREFIX))
+            .where(~_library_sources())
             .where(orm.Trial.status == Status.OK, orm.Trial.time_us.is_not(None))
             .order_by(*TRIAL_ORDER)
             .limit(top)
@@ -366,10 +371,11 @@ class Store:
         return rows[0] if rows else None
 
     def vendor_best(self, gpu_name: str, problem: Problem) -> BestRow | None:
-        """The fastest OK cuBLASLt trial of exactly this problem, of any library version."""
+        """The fastest OK trial of a library family (cuBLASLt's) of exactly this problem, of any
+        library version."""
         filters = [
             *problem_filters(gpu_name=gpu_name, **orm.problem_columns(problem)),
-            orm.Trial.source_hash.startswith(VENDOR_SOURCE_PREFIX),
+            _library_sources(),
         ]
         with self.db.session_scope() as session:
             found = first_usable(session, filters, None)

@@ -70,7 +70,7 @@ class StudyResult:
     kicks: int = 0  # uniformly drawn configs measured because the sampler proposed nothing new
     dropped: int = 0  # compiled candidates a ranked study passed over too often and never measured
     confirmed: int = 0  # leaders measured again on fresh buffers (autotune/tune/confirm.py)
-    vendor_us: float | None = None  # cuBLASLt's best algorithm, timed beside (autotune/tune/vendor.py)
+    vendor_us: float | None = None  # cuBLASLt's best algorithm, timed beside (autotune/tune/libraries.py)
 
 
 class Measurer:

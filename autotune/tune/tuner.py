@@ -28,7 +28,7 @@ from autotune.ops.base import Op
 from autotune.select import choose as select
 from autotune.store.models import QUEUE
 from autotune.store.rows import Provenance, TrialRow
-from autotune.tune import fleet, vendor
+from autotune.tune import fleet, libraries
 from autotune.tune.confirm import confirm_leaders
 from autotune.tune.search import DEFAULT_SAMPLER, SAMPLERS, Budget, Measurer, Study, StudyResult
 
@@ -240,7 +240,7 @@ class Tuner:
         # Re-time mode: after a kernel edit, a problem whose earlier best configs, measured again
         # under the new kernels, come within this fraction of their stored time is not re-swept.
         self._retime = retime
-        self._vendor = vendor  # time cuBLASLt's algorithms too (autotune/tune/vendor.py)
+        self._vendor = vendor  # time the library families' candidates too (autotune/tune/libraries.py)
 
     def tune(self, problem: Problem, index: int = 0, total: int = 1, first: Sequence[Config] = ()) -> ProblemReport:
         """Tune one problem; `first` configs are measured before the sampler's own picks."""
@@ -294,7 +294,7 @@ class Tuner:
             total,
             study.result.reused,
         )
-        needs_vendor = self._vendor and vendor.vendor_missing(self._store, problem, problem_id)
+        needs_vendor = self._vendor and libraries.untimed(self._store, problem, problem_id)
         if study.result.reused < budget.trials or needs_vendor:
             try:
                 self._worker.setup(problem, seed=_fresh_seed())
@@ -304,7 +304,7 @@ class Tuner:
             else:
                 try:
                     if needs_vendor:
-                        study.result.vendor_us = vendor.time_vendor(
+                        study.result.vendor_us = libraries.time_libraries(
                             self._store, self._worker, self.gpu, self._gpu_id, problem, problem_id
                         )
                     if study.result.reused >= budget.trials:
@@ -377,7 +377,7 @@ def stale_problems(store: Any, gpu: GpuInfo, op: str | None, dtype: str | None) 
         problem_id = store.problem_id(problem, gpu.name, create=False)
         rows = store.completed_trials(problem_id, source_hash(problem))
         fresh = any(row.status is Status.OK and is_fresh(row, gpu) for row in rows)
-        if not fresh or vendor.vendor_missing(store, problem, problem_id):  # cuBLASLt here never timed
+        if not fresh or libraries.untimed(store, problem, problem_id):  # cuBLASLt here never timed
             stale.append(problem)
     return stale
 

@@ -291,16 +291,17 @@ class Worker:
         back as an Outcome; only a fresh worker's failed setup raises (SetupLost: no config ran)."""
         return self._measured(cubin=str(cubin), kernel=kernel, config=dict(config))
 
-    def measure_vendor(self, config: Mapping[str, int]) -> Outcome:
-        """Verify and time one cuBLASLt algorithm of the set-up problem, as `measure` does a kernel."""
-        return self._measured(vendor=True, config=dict(config))
+    def measure_library(self, family: str, config: Mapping[str, int]) -> Outcome:
+        """Verify and time one candidate of library `family` (cuBLASLt's algorithm) for the set-up
+        problem, as `measure` does a kernel."""
+        return self._measured(library=family, config=dict(config))
 
-    def vendor_algorithms(self) -> tuple[int, str]:
-        """(how many cuBLASLt algorithms the set-up problem has, the library's fingerprint)."""
-        result = self.request("vendor_algorithms", SETUP_TIMEOUT_S)
+    def library_candidates(self, family: str) -> tuple[int, str]:
+        """(how many candidates library `family` offers the set-up problem, the library's fingerprint)."""
+        result = self.request("library_candidates", SETUP_TIMEOUT_S, family=family)
         count, fingerprint = result.get("count"), result.get("fingerprint")
         if not isinstance(count, int) or not isinstance(fingerprint, str):
-            raise AutotuneError(f"the GPU worker's vendor_algorithms reply is malformed: {result}")
+            raise AutotuneError(f"the GPU worker's library_candidates reply is malformed: {result}")
         return count, fingerprint
 
     def _measured(self, **payload: Any) -> Outcome:

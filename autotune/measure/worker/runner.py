@@ -72,8 +72,7 @@ class Runner:
         self._ref = cuda.mem_alloc(count * 8)
         self._absref = cuda.mem_alloc(count * 8)
         self._result = cuda.mem_alloc(4 * 8)
-        self._vendor: Any = None  # the cuBLASLt call of this problem, made on first use
-        self._vendor_workspace: Any = None
+        self._candidates: dict[str, int] = {}  # each library family's count for this problem, asked once
         dtype = problem.dtype
         self._random = RandomFill(
             kernels, support, lambda: _fixed_kernels(BYTE_FILL_FILE, gpu.arch), gpu.sm_count, seed
@@ -205,39 +204,25 @@ class Runner:
         call = KernelCall(geom, tuple(self._operands.sizes), self._op.arg_types, order, programmatic)
         return LaunchPlan(device, function, call, self.problem.dtype, programmatic)
 
-    def measure_vendor(self, config: Mapping[str, int]) -> Outcome:
-        """A cuBLASLt algorithm (the heuristic's answer of rank config["cublas_algo"] for this problem),
-        checked and timed exactly as our kernels are, on the same buffers."""
-        from autotune.vendor.mapping import rank_of
+    def measure_library(self, family: str, config: Mapping[str, int]) -> Outcome:
+        """A library family's candidate (cuBLASLt's algorithm of rank config["cublas_algo"]), checked
+        and timed as our kernels are, on the same buffers, through the plan the launch path runs it by."""
+        library = ops.library_named(family)
+        count = self.library_candidates(family)
+        rank = library.rank_of(config)
+        if rank >= count:
+            return Outcome(Status.INVALID, f"{library.label} offers {count} algorithms for this problem")
+        order = tuple(range(len(self._operands.inputs)))
+        plan = library.plan(launch_device(self._device_index), self.problem, config, True, None, order)
+        arrays = [(*(int(buffer) for buffer in buffers), int(self._out)) for buffers in self._inputs]
+        return self._checked_and_timed(lambda copy, alpha, beta: plan.launch(arrays[copy], alpha, beta, 0, None))
 
-        call = self._vendor_call()
-        rank = rank_of(config)
-        if rank >= len(call.algos):
-            return Outcome(Status.INVALID, f"cuBLASLt offers {len(call.algos)} algorithms for this problem")
-        call.choose(rank)
-        workspace = int(self._vendor_workspace)
-
-        def run(copy: int, alpha: float, beta: float) -> None:
-            pointers = [int(buffer) for buffer in self._inputs[copy]]
-            call.run((pointers[0], pointers[1], int(self._out)), alpha, beta, workspace, 0)
-
-        return self._checked_and_timed(run)
-
-    def vendor_algorithms(self) -> int:
-        """How many algorithms cuBLASLt's heuristic offers for this problem (0 where it has none)."""
-        return len(self._vendor_call().algos)
-
-    def _vendor_call(self) -> Any:
-        """This problem's cuBLASLt handle, descriptors and heuristic answer (16-byte aligned arrays, as
-        the launch path's aligned plans), and a workspace for the hungriest algorithm: made once."""
-        if self._vendor is None:
-            from autotune.vendor import cublaslt
-            from autotune.vendor.mapping import ALIGNED_BYTES, matmul_for
-
-            call = cublaslt.LtCall(_vendor_handle(), matmul_for(self.problem), ALIGNED_BYTES)
-            self._vendor_workspace = driver().mem_alloc(max([1, *(a.workspace_size for a in call.algos)]))
-            self._vendor = call
-        return self._vendor
+    def library_candidates(self, family: str) -> int:
+        """How many candidates library `family` offers for this problem (0 where it has none)."""
+        if family not in self._candidates:
+            device = launch_device(self._device_index)
+            self._candidates[family] = ops.library_named(family).candidates(device, self.problem)
+        return self._candidates[family]
 
     def _checked_and_timed(self, call: Call) -> Outcome:
         problem, rel_error = self.verify(call)
@@ -264,11 +249,3 @@ def launch_device(index: int) -> Device:
     """This process's Device of GPU `index` (autotune/gpu/device.py: the primary context PyCUDA made
     current, loaded kernels, per-stream scratch), made on first use."""
     return Device(index)
-
-
-@functools.cache
-def _vendor_handle() -> int:
-    """The worker's one cuBLASLt handle (its one CUDA context), made on first use."""
-    from autotune.vendor import cublaslt
-
-    return cublaslt.create_handle()

@@ -115,8 +115,8 @@ def _handle(state: _State, request: dict[str, Any]) -> dict[str, Any]:
         return state.setup(problem, int(request["seed"]), fresh_memory)
     if command == "measure":
         return _measure(state, request)
-    if command == "vendor_algorithms":
-        return _vendor_algorithms(state)
+    if command == "library_candidates":
+        return _library_candidates(state, str(request["family"]))
     raise AutotuneError(f"unknown worker command {command!r}")
 
 
@@ -129,8 +129,8 @@ def _measure(state: _State, request: dict[str, Any]) -> dict[str, Any]:
         raise AutotuneError("measure before setup")
     cuda = driver()
     try:
-        if request.get("vendor"):
-            outcome = state.runner.measure_vendor(request["config"])
+        if request.get("library"):
+            outcome = state.runner.measure_library(str(request["library"]), request["config"])
         else:
             outcome = state.runner.measure(Path(request["cubin"]), request["kernel"], request["config"])
     except (cuda.Error, DriverError) as exc:  # PyCUDA's (a later sync), or the launch plan's own
@@ -141,13 +141,12 @@ def _measure(state: _State, request: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def _vendor_algorithms(state: _State) -> dict[str, Any]:
-    """How many cuBLASLt algorithms the set-up problem has, and the library's fingerprint."""
-    from autotune.vendor import cublaslt
-
+def _library_candidates(state: _State, family: str) -> dict[str, Any]:
+    """How many candidates library `family` offers the set-up problem, and the library's fingerprint."""
     if state.runner is None:
-        raise AutotuneError("vendor_algorithms before setup")
-    return {"count": state.runner.vendor_algorithms(), "fingerprint": cublaslt.fingerprint()}
+        raise AutotuneError("library_candidates before setup")
+    count = state.runner.library_candidates(family)
+    return {"count": count, "fingerprint": ops.library_named(family).fingerprint()}
 
 
 def serve(device: int, requests: IO[str], replies: IO[str]) -> None:

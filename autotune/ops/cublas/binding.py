@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.core.errors import AutotuneError
-from autotune.vendor.mapping import MAX_ALGOS, SOURCE_PREFIX, WORKSPACE_BYTES, Matmul, Matrix
+from autotune.ops.cublas.mapping import MAX_ALGOS, SOURCE_PREFIX, WORKSPACE_BYTES, Matmul, Matrix
 
 # cublasLt.h and library_types.h enums (CUDA 12 and 13).
 CUDA_DATA_TYPE = {"float32": 0, "float16": 2, "bfloat16": 14}  # cudaDataType_t

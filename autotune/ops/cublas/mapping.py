@@ -9,14 +9,13 @@ matrix with `ld` elements between rows is the column-major transpose with the sa
 - GEMV y = A x (A M x N row-major) is y = op(A') x with A' = A as N x M col-major, op T: m = M,
   n = 1, k = N. The transposed GEMV y = Aᵀ x takes the same A' with op N: m = N, k = M.
 
-The config of a vendor trial is the rank of the algorithm in the heuristic's answer for these very
+The config of a `cublas` trial is the rank of the algorithm in the heuristic's answer for these very
 descriptors and preference: the same library version answers the same list, so a stored rank
 replays the same kernel (the version is in the trial's source hash).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from autotune.core.errors import AutotuneError
@@ -30,22 +29,6 @@ MAX_ALGOS = 8  # algorithms asked of the heuristic, each timed (PyTorch's Tunabl
 WORKSPACE_BYTES = 32 * 2**20  # what cuBLAS recommends on Hopper, and what torch gives it there
 ALIGNED_BYTES = 16  # the launch path's aligned plans (16-byte rows and arrays), vendor ones too
 OP_N, OP_T = 0, 1
-
-
-def is_vendor(config: Mapping[str, object]) -> bool:
-    """Whether `config` names a cuBLASLt algorithm rather than one of our kernels' configs."""
-    return CONFIG_KEY in config
-
-
-def vendor_config(rank: int) -> dict[str, int]:
-    return {CONFIG_KEY: rank}
-
-
-def rank_of(config: Mapping[str, object]) -> int:
-    value = config.get(CONFIG_KEY)
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < MAX_ALGOS:
-        raise AutotuneError(f"a cuBLAS config is {{{CONFIG_KEY!r}: 0..{MAX_ALGOS - 1}}}, not {dict(config)}")
-    return value
 
 
 @dataclass(frozen=True)
