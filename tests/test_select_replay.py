@@ -1,0 +1,60 @@
+"""The selector's picks of results/select_nvidia-h200.json (the held-out shapes of scripts/bench_select.py,
+none of them in the shipped records), replayed on the CPU from the shipped selection table with the
+cuBLASLt version the records were timed with: what the file measured is what `autotune best` and the
+launch path answer today, cuBLASLt's algorithms (a library family, autotune/ops/cublas/) included."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune import api, ops
+from autotune.select import choose
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "results" / "select_nvidia-h200.json"
+CUBLAS_RECORDS = ROOT / "db" / "records" / "nvidia-h200-cublas.jsonl"
+# Picks that changed after the file was measured, each for a change to the selection or the records
+# made since (the file is re-measured on a GPU by scripts/bench_select.py):
+CHANGED_SINCE = {
+    # cost.py: a tuned shape says nothing of a config that cannot run on it where it allows fewer
+    # load widths, so an odd neighbour's scalar-load leader no longer wins.
+    "gemv/float16/512x512",
+    # The Llama-2-7B gate shapes: the edge set and longer sweeps put a predicted config of ours
+    # ahead of cuBLASLt's own pick (the file had cuBLASLt at 26.12 / 26.42 us, the sweep 25.6).
+    "gemv/bfloat16/11008x4096/t",
+    "gemm/float16/8x11008x4096/kn",
+}
+
+
+def _library_version() -> str:
+    versions = {
+        json.loads(line)["source_hash"] for line in CUBLAS_RECORDS.read_text().splitlines() if '"trial"' in line
+    }
+    assert len(versions) == 1, versions
+    return versions.pop()
+
+
+@pytest.mark.shipped_records
+@pytest.mark.vendor
+def test_the_held_out_picks_replay(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No default database (the shipped selection table answers), cuBLASLt taking part."""
+    version = _library_version()
+    monkeypatch.setattr(choose, "vendor_fingerprint", lambda: version)
+    api.forget_choices()
+    rows: list[dict[str, Any]] = json.loads(RESULTS.read_text())["rows"]
+    changed, library_picks = set(), 0
+    for row in rows:
+        choice = api.best(
+            row["op"], row["m"], row["n"], row["k"], trans=row["trans"], dtype=row["dtype"], gpu="NVIDIA H200"
+        )
+        if dict(choice.config) != row["config"]:
+            changed.add(row["id"])
+        elif ops.library_for(choice.config) is not None:
+            library_picks += 1
+    api.forget_choices()
+    assert changed == CHANGED_SINCE
+    assert library_picks == sum(ops.library_for(row["config"]) is not None for row in rows) - 2 > 20
