@@ -40,6 +40,8 @@ def fingerprint() -> str | None:
 
 
 class Cublas(Library):
+    """cuBLASLt's algorithms for our GEMV and GEMM problems, ranked by its heuristic (at most 8)."""
+
     name = mapping.FAMILY
     label = "cuBLASLt"
     config_key = mapping.CONFIG_KEY
