@@ -892,6 +892,51 @@ def lowbit_m16() -> dict[str, str]:
     return found
 
 
+GEMM_WS = ROOT / "experiments" / "gemm_ws_nvidia-h200.jsonl"  # experiments/gemm_ws.cu (EPILOGUES=1)
+
+
+def gemm_ws() -> dict[str, str]:
+    """The persistent warp-specialized GEMM's epilogue variants beside cuBLAS (findings.md, GEMM)."""
+    rows = [json.loads(line) for line in GEMM_WS.read_text().splitlines()]
+
+    def row(dtype: str, mnk: tuple[int, int, int], **kind: int) -> dict[str, Any]:
+        found = [
+            r
+            for r in rows
+            if r["dtype"] == dtype and (r["m"], r["n"], r["k"]) == mnk and all(r[k] == v for k, v in kind.items())
+        ]
+        assert len(found) == 1, (dtype, mnk, kind, len(found))
+        return found[0]
+
+    cube, big, wide, whole = (4096, 4096, 4096), (8192, 8192, 8192), (4096, 14336, 4096), (4224, 4096, 4096)
+    registers = row("float16", cube, pingpong=0, store=1, tma_store=0)
+    bare = row("float16", cube, store=0)
+    plain = row("float16", cube, pingpong=0, store=1, tma_store=1)
+    swizzled = row("float16", cube, store=1, tma_store=2)
+    big_row = row("float16", big, store=1, tma_store=2)
+    cublas_big = [r["cublas_us"] for r in rows if (r["m"], r["n"], r["k"]) == big and r["dtype"] == "float16"]
+    return {
+        "registers": f"{registers['ours_us']:.1f}",
+        "bare": f"{bare['ours_us']:.1f}",
+        "reg_ratio": f"{registers['vs_cublas']:.2f}",
+        "cublas": f"{registers['cublas_us']:.1f}",
+        "share": f"{round(100 * (1 - bare['ours_us'] / registers['ours_us']))}",
+        "plain": f"{plain['ours_us']:.1f}",
+        "plain_ratio": f"{plain['vs_cublas']:.2f}",
+        "swizzled": f"{swizzled['ours_us']:.1f}",
+        "tflops": f"{swizzled['ours_tflops']:.0f}",
+        "ratio": f"{swizzled['vs_cublas']:.2f}",
+        "bf16": f"{row('bfloat16', cube, tma_store=2)['vs_cublas']:.2f}",
+        # "in both dtypes": one figure where both round alike, else both (and the doc no longer matches)
+        "wide": "/".join(sorted({f"{row(d, wide, tma_store=2)['vs_cublas']:.2f}" for d in ("float16", "bfloat16")})),
+        "big": f"{big_row['ours_us']:.0f}",
+        "big_cublas": f"{big_row['cublas_us']:.0f}",
+        "big_spread": _span(cublas_big, 0).replace("-", "\u2013"),  # an en dash, as findings.md writes spans
+        "pingpong": f"{row('float16', cube, pingpong=1)['vs_cublas']:.2f}",
+        "whole": f"{row('float16', whole, store=1, tma_store=2)['vs_cublas']:.2f}",
+    }
+
+
 INT4_AB = ROOT / "experiments" / "int4_ab_nvidia-h200.jsonl"  # experiments/int4_ab.py's A/B rounds
 
 
@@ -1086,6 +1131,20 @@ def linear_grad_figures() -> dict[str, str]:
 
 
 FIGURES = [
+    Figure(
+        DOCS / "findings.md",
+        r"C cost (?P<share>\d+)% of the call: (?P<registers>[\d.]+) µs against (?P<bare>[\d.]+) with one sum a thread"
+        r"\s+written\s+instead \((?P<reg_ratio>[\d.]+)\u00d7 cuBLAS's (?P<cublas>[\d.]+)\).*?go on:"
+        r" (?P<plain>[\d.]+) µs"
+        r"\s+\((?P<plain_ratio>[\d.]+)\u00d7\).*?\*\*(?P<swizzled>[\d.]+) µs,\s+(?P<tflops>\d+) TFLOP/s,"
+        r" (?P<ratio>[\d.]+)\u00d7\*\* \(bfloat16 (?P<bf16>[\d.]+)\u00d7; 4096\u00d714336\u00d74096"
+        r" (?P<wide>[\d.]+)\u00d7 in both dtypes;"
+        r"\s+8192³ (?P<big>\d+) µs against\s+cuBLAS's (?P<big_cublas>\d+), whose own times over that run's rows"
+        r" spread\s+(?P<big_spread>[\d\u2013]+) µs\).*?ran\s+(?P<pingpong>[\d.]+)\u00d7: the.*?has 3\.88\) ran"
+        r" (?P<whole>[\d.]+)\u00d7",
+        gemm_ws,
+        "experiments/gemm_ws_nvidia-h200.jsonl",
+    ),
     Figure(
         README,
         r"cost (?P<ours>[\d.]+-[\d.]+) µs of host time with `out=`\s+against\s+torch\.mv's\s+"
