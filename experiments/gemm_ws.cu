@@ -21,7 +21,8 @@
 //   TMA_STORE  0: C written from registers (store_pair: alpha, beta); 1: staged row-major in shared
 //              memory, one bulk tensor store (a warp's 8 rows fall on the same banks); 2: staged in
 //              64-column blocks of 128-byte rows, 128-byte swizzled, four bulk tensor stores (no bank
-//              conflicts). The store runs while the consumer goes on; beta must be 0 (C is not read)
+//              conflicts). The store runs while the consumer goes on; beta must be 0 (C is not read);
+//              3: 2's staging written out by the consumer's threads, 16-byte coalesced stores (no map)
 //   STORE      false: one sum a thread written instead of C (the check fails): the cost of the epilogue
 //
 // Limits of this experiment: M % BM == 0, N % BN == 0, K % 64 == 0 (other shapes are skipped), B N x K
@@ -179,11 +180,26 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
                 Convert<T>::from_float2(alpha * d[sl][4 * j + 2 * h], alpha * d[sl][4 * j + 2 * h + 1]);
             // 1: row-major rows of BN (a warp's 8 rows hit the same banks); 2: 64-column blocks of 128-byte
             // rows, 128-byte swizzled (16-byte chunk c of row r at c ^ r % 8): the 8 rows spread over all banks.
+            // 3: 2's layout, written out with 16-byte stores by the warpgroup's threads (no C tensor map).
             const uint32_t at = TMA_STORE == 1 ? mine + (r * BN + col) * 2
                                                : mine + (j / 8) * ROWS * 128 + r * 128 + (((j % 8) ^ (r % 8)) << 4) +
                                                      (lane % 4) * 4;
             asm volatile("st.shared.b32 [%0], %1;" ::"r"(at), "r"(*(const uint32_t*)&v));
           }
+      if (TMA_STORE == 3) {  // the swizzled stage written out by the warpgroup: a warp stores a row's 512 bytes
+        asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory");
+        const int row = tm * BM + (PINGPONG ? 0 : c * ROWS);
+#pragma unroll 4
+        for (int q = t; q < ROWS * BN / 8; q += 128) {
+          const int r = q / (BN / 8), cc = q % (BN / 8);
+          uint4 v;
+          asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                       : "r"(mine + (cc / 8) * ROWS * 128 + r * 128 + (((cc % 8) ^ (r % 8)) << 4)));
+          *reinterpret_cast<uint4*>(C + (size_t)(row + r) * ldc + tn * BN + cc * 8) = v;
+        }
+        continue;
+      }
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the bulk copy reads what was written
       asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory");
       if (t == 0) {
@@ -372,6 +388,7 @@ int main() {
       run<__half, 128, 256, 3, 2, 8, false, false>("float16", s[0], s[1], s[2], blas, sms, setup.start, setup.stop);
     }
     run<__half, 128, 256, 3, 2, 8, false, true, 2>("float16", s[0], s[1], s[2], blas, sms, setup.start, setup.stop);
+    run<__half, 128, 256, 3, 2, 8, false, true, 3>("float16", s[0], s[1], s[2], blas, sms, setup.start, setup.stop);
     run<__nv_bfloat16, 128, 256, 3, 2, 8, false, true, 2>("bfloat16", s[0], s[1], s[2], blas, sms, setup.start,
                                                           setup.stop);
   }
