@@ -9,7 +9,8 @@ decode: B is streamed once, memory-bound) that is `skinny_tc` (tensor cores) for
 M >= TC_MIN_M, else `skinny` (CUDA cores). Larger products go to `simt` for float32 (CUDA cores) and,
 for float16/bfloat16, to `wgmma` (Hopper's warpgroup MMA, sm_90a) when K and N are multiples of 8
 (16-byte rows) and this machine's GPUs are Hopper (or it has none), else to `mma` (mma.sync, any
-tensor-core GPU, any shape).
+tensor-core GPU, any shape). `ws` (persistent and warp-specialized: a TMA producer warpgroup, two
+wgmma consumers; Hopper) is reachable by name (family_named) until it is swept on a GPU.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from autotune.ops.gemm import simt as gemm_simt
 from autotune.ops.gemm import skinny as gemm_skinny
 from autotune.ops.gemm import skinny_tc as gemm_skinny_tc
 from autotune.ops.gemm import wgmma as gemm_wgmma
+from autotune.ops.gemm import ws as gemm_ws
 
 NAME = "gemm"
 SKINNY_MAX_M = 16
@@ -65,7 +67,7 @@ def wgmma_runs_here() -> bool:
 
 def family_named(name: str) -> ModuleType:
     """A kernel family by its NAME, whether or not `family` would pick it (tests, benchmarks, checks)."""
-    modules = (gemm_skinny, gemm_skinny_tc, gemm_simt, gemm_mma, gemm_wgmma)
+    modules = (gemm_skinny, gemm_skinny_tc, gemm_simt, gemm_mma, gemm_wgmma, gemm_ws)
     families: dict[str, ModuleType] = {m.NAME: m for m in modules}
     try:
         return families[name]

@@ -1,0 +1,146 @@
+"""Tensor-core GEMM family "ws" (Hopper: persistent, warp-specialized; a TMA producer warpgroup and two
+wgmma consumer warpgroups, half/bfloat16): space, geometry, source. kernels/gemm/gemm_ws.cu says how
+it runs.
+
+Built for sm_90a only (ARCH_SUFFIX), as the wgmma family, whose layouts, descriptors and tensor maps
+it shares. One block an SM walks its tiles, so the grid is min(tiles, SMs). Not yet picked by
+gemm.family (the wgmma family serves Hopper until this one is swept on a GPU); gemm.family_named("ws")
+reaches it for tests and benchmarks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from autotune.core.problem import ITEMSIZE, Problem
+from autotune.core.space import Config, Param, Space
+from autotune.gpu.geometry import Launch
+from autotune.gpu.tma import Box, OperandMaps
+from autotune.ops.gemm import shared as gemm_shared
+from autotune.ops.gemm import wgmma
+
+NAME = "ws"
+KERNEL_FILE = "gemm/gemm_ws.cu"  # under kernels/, beside this folder's mirror
+DTYPES = wgmma.DTYPES
+ARG_TYPES = gemm_shared.ARG_TYPES  # A, B, C, M, N, K, lda, ldb, ldc, alpha, beta, workspace, counters
+ARCH = wgmma.ARCH
+ARCH_SUFFIX = wgmma.ARCH_SUFFIX
+
+THREADS = 384  # a producer warpgroup and two consumers
+CONSUMERS = 2
+BK = 64  # k of a stage: 128-byte rows of A (and of an N x K B), the 128-byte swizzle
+ALIGN_PAD = 1024  # the kernel rounds its shared base up to 1024 bytes
+MBARRIER_BYTES = 1024  # the full and empty mbarriers, padded so that C's staging stays 1024-aligned
+_TILES = (128, 256)
+_STAGES = (2, 3, 4, 5, 6)
+_GROUPS = (1, 4, 8, 16)
+
+
+def accumulators(config: Mapping[str, int]) -> int:
+    """Float accumulators a consumer thread holds: its m64 slices (BM / 2 / 64) times BN / 2."""
+    return config["bm"] // CONSUMERS // 64 * config["bn"] // 2
+
+
+def shared_bytes(problem: Problem, config: Mapping[str, int]) -> int:
+    """Mirrors gemm_ws.cu: STAGES * (BM + BN) * BK * sizeof(T) + 1024 + 1024 + BM * BN * sizeof(T)
+    (the stages, alignment, mbarriers, and C staged for its stores)."""
+    c, item = config, ITEMSIZE[problem.dtype]
+    return c["stages"] * (c["bm"] + c["bn"]) * BK * item + ALIGN_PAD + MBARRIER_BYTES + c["bm"] * c["bn"] * item
+
+
+def problem_reason(problem: Problem) -> str | None:
+    """As the wgmma family's (16-byte rows of A and B: K, and N for a K x N B, multiples of 8), and M
+    and N above 64: the tiles are 128 or 256 a side (smaller products are the skinny and wgmma families')."""
+    reason = wgmma.problem_reason(problem)
+    if reason is not None:
+        return reason.replace("wgmma family", "ws family")
+    if min(problem.m, problem.n) <= 64:
+        return f"the ws family's tiles are 128 or 256 a side: m and n above 64, got m={problem.m}, n={problem.n}"
+    return None
+
+
+def space(problem: Problem) -> Space:
+    def constraint(c: Mapping[str, int]) -> str | None:
+        if (reason := problem_reason(problem)) is not None:
+            return reason
+        if accumulators(c) > wgmma.MAX_ACCUMULATORS:
+            return f"{accumulators(c)} accumulators a thread (a {c['bm']}x{c['bn']} tile on two warpgroups) spill"
+        if (reason := gemm_shared.output_tile_reason(problem, c, shared_bytes(problem, c))) is not None:
+            return reason
+        if c["stages"] > max(2, gemm_shared.tile_count(problem.k, BK)):
+            return f"{c['stages']} stages for {gemm_shared.tile_count(problem.k, BK)} k-tiles"
+        return gemm_shared.swizzle_reason(c["group"], gemm_shared.tile_count(problem.m, c["bm"]))
+
+    return Space(
+        params=(
+            Param("bm", _TILES),
+            Param("bn", _TILES),
+            Param("stages", _STAGES),
+            Param("group", _GROUPS),
+        ),
+        constraint=constraint,
+    )
+
+
+def default_config(problem: Problem) -> Config:
+    """Valid for every problem the family serves: 128 x 128 tiles, two stages, tiles in row order."""
+    return {"bm": 128, "bn": 128, "stages": 2, "group": 1}
+
+
+def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
+    c = config
+    return (
+        f"gemm_ws_{problem.dtype}_{c['bm']}x{c['bn']}_s{c['stages']}_g{c['group']}{gemm_shared.layout_suffix(problem)}"
+    )
+
+
+def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
+    """A translation unit with one extern "C" instance of the template (a stable, unmangled name)."""
+    c = config
+    args = [c[k] for k in ("bm", "bn", "stages", "group")]
+    return gemm_shared.instance_source(
+        KERNEL_FILE,
+        kernel_name(problem, c),
+        problem.dtype,
+        f"{THREADS}, 1",
+        "at_ws::gemm_ws_body",
+        args,
+        b_nk=gemm_shared.b_is_n_by_k(problem),
+    )
+
+
+def operand_maps(problem: Problem, config: Mapping[str, int]) -> OperandMaps:
+    """A's boxes of BM rows of BK, B's of BN rows of BK (N x K) or one 64-column atom of BK k-rows
+    (K x N): the wgmma family's TMA boxes."""
+    c = config
+    a = Box(c["bm"], BK, 2 * BK)
+    if gemm_shared.b_is_n_by_k(problem):
+        return OperandMaps(a=a, b=Box(c["bn"], BK, 2 * BK), b_nk=True)
+    return OperandMaps(a=a, b=Box(BK, wgmma.B_ATOM_COLUMNS, 128))
+
+
+def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
+    """One block an SM, walking tiles blockIdx.x, + gridDim.x, ...; the tensor maps in the workspace."""
+    c = config
+    tiles = gemm_shared.tile_count(problem.m, c["bm"]) * gemm_shared.tile_count(problem.n, c["bn"])
+    return Launch(
+        grid=(min(tiles, sm_count), 1, 1),
+        block=(THREADS, 1, 1),
+        shared_bytes=shared_bytes(problem, c),
+        workspace_floats=0,
+        counters=0,
+        operand_maps=operand_maps(problem, c),
+    )
+
+
+# experiments/gemm_ws.cu's best on the H200 (128 x 256, 3 stages, groups of 8 tile rows: 0.98-0.99x
+# cuBLAS at 4096^3), then the square tile with more stages.
+_SEEDS = (
+    dict(bm=128, bn=256, stages=3, group=8),
+    dict(bm=256, bn=128, stages=3, group=8),
+    dict(bm=128, bn=128, stages=5, group=8),
+)
+
+
+def seed_configs(problem: Problem) -> list[Config]:
+    return [dict(seed) for seed in _SEEDS if space(problem).check(seed) is None]

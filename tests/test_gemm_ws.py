@@ -1,0 +1,215 @@
+"""The "ws" GEMM family (persistent, warp-specialized, Hopper) on the CPU: space and constraints, launch
+geometry, the sm_90a compile arch and nvcc compiles of its kernels (registers and spills read from
+ptxas), for B stored K x N and N x K; on a Hopper GPU (`pytest -m gpu`), results against float64 in
+both layouts with tails, beta 0 (C poisoned with NaN) and beta != 0, and rows with gaps between them."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autotune.build.compiler import INCLUDE_FOLDERS, CompileJob
+from autotune.core.paths import kernels_dir
+from autotune.core.problem import Problem
+from autotune.core.space import Config, config_key
+from autotune.ops import gemm
+from autotune.ops.gemm import shared as gemm_shared
+from autotune.ops.gemm import wgmma as gemm_wgmma
+from autotune.ops.gemm import ws as gemm_ws
+from tests import direct_launch
+from tests.limits import MAX_SHARED
+from tests.nvcc import NvccRun, compile_all, run_nvcc
+from tests.test_gemm_wgmma import _NAN_BITS, _ROUNDOFF, _SENTINEL, GPU_CASES, _from_bits, _padded, _to_bits
+
+SHAPES = [(65, 72, 40), (1000, 1008, 1016), (4096, 4096, 4096), (8192, 8192, 8192), (4096, 14336, 4096)]
+
+
+def _problem(m: int, n: int, k: int, dtype: str = "float16", trans: bool = False) -> Problem:
+    return Problem("gemm", dtype, m, n, k, trans=trans)
+
+
+def _config(**overrides: int) -> Config:
+    return {**dict(bm=128, bn=256, stages=3, group=8), **overrides}
+
+
+def test_the_family_is_reachable_by_name_and_not_yet_picked() -> None:
+    assert gemm.family_named("ws") is gemm_ws
+    # The wgmma family serves Hopper until this one is swept on a GPU.
+    assert gemm.family(_problem(4096, 4096, 4096)) is gemm_wgmma
+    assert gemm.family_compile_arch(gemm_ws, "sm_90") == "sm_90a"
+
+
+def test_default_config_and_seeds_are_valid_where_the_family_serves() -> None:
+    for ((m, n, k), trans), dtype in itertools.product(itertools.product(SHAPES, (False, True)), gemm_ws.DTYPES):
+        problem = _problem(m, n, k, dtype, trans)
+        space = gemm_ws.space(problem)
+        assert space.check(gemm_ws.default_config(problem)) is None, problem
+        assert all(space.check(seed) is None for seed in gemm_ws.seed_configs(problem)), problem
+    assert gemm_ws.seed_configs(_problem(4096, 4096, 4096))[0] == _config()
+    assert "k and n divisible by 8" in (gemm_ws.space(_problem(1000, 1001, 1016)).check(_config()) or "")
+    assert "ws family" in (gemm_ws.problem_reason(_problem(1000, 1008, 1016, "float32")) or "")
+    assert gemm_ws.problem_reason(_problem(1000, 1001, 1016, trans=True)) is None
+    assert "above 64" in (gemm_ws.problem_reason(_problem(64, 4096, 4096)) or "")
+
+
+def test_shared_memory_and_accumulators() -> None:
+    problem = _problem(4096, 4096, 4096)
+    # Three stages of 128 x 64 and 256 x 64, alignment, mbarriers and C's 128 x 256 staging.
+    assert gemm_ws.shared_bytes(problem, _config()) == 3 * 384 * 64 * 2 + 1024 + 1024 + 128 * 256 * 2 <= MAX_SHARED
+    space = gemm_ws.space(problem)
+    assert "exceed" in (space.check(_config(stages=4)) or "")  # 4 stages of 48 KiB and C do not fit
+    assert space.check(_config(bm=128, bn=128, stages=6)) is None
+    assert "spill" in (space.check(_config(bm=256, bn=256, stages=2)) or "")
+    assert gemm_ws.accumulators(_config()) == 128 == gemm_ws.accumulators(_config(bm=256, bn=128))
+
+
+@pytest.mark.parametrize("trans", [False, True], ids=["kn", "nk"])
+def test_geometry_of_every_config_is_launchable(trans: bool) -> None:
+    for size in (1000, 8192):
+        problem = _problem(size, size + (1 if trans else 8), size, trans=trans)
+        configs = list(gemm_ws.space(problem))
+        assert configs and len({gemm_ws.kernel_name(problem, c) for c in configs}) == len(configs)
+        for config in configs:
+            launch = gemm_ws.launch(problem, config, sm_count=132)
+            tiles = gemm_shared.tile_count(problem.m, config["bm"]) * gemm_shared.tile_count(problem.n, config["bn"])
+            assert launch.grid == (min(tiles, 132), 1, 1) and launch.block == (384, 1, 1)
+            assert launch.shared_bytes == gemm_ws.shared_bytes(problem, config) <= MAX_SHARED
+            maps = launch.operand_maps
+            assert maps is not None and maps.b_nk == trans
+            assert (maps.a.rows, maps.a.cols, maps.a.swizzle) == (config["bm"], 64, 128)
+            if trans:
+                assert (maps.b.rows, maps.b.cols, maps.b.swizzle) == (config["bn"], 64, 128)
+            else:
+                assert (maps.b.rows, maps.b.cols, maps.b.swizzle) == (64, 64, 128)
+
+
+def test_source_instantiates_the_template() -> None:
+    nk = _problem(4096, 4096, 4096, "bfloat16", trans=True)
+    source = gemm_ws.kernel_source(nk, _config())
+    assert '#include "gemm/gemm_ws.cu"' in source and "__launch_bounds__(384, 1)" in source
+    assert "at_ws::gemm_ws_body<__nv_bfloat16, true, 128, 256, 3, 8>" in source
+    assert gemm_ws.kernel_name(nk, _config()) == "gemm_ws_bfloat16_128x256_s3_g8_nt"
+    assert gemm_ws.kernel_name(_problem(4096, 4096, 4096), _config()) == "gemm_ws_float16_128x256_s3_g8"
+
+
+def _seed_jobs() -> list[CompileJob]:
+    """The seeds in both layouts and dtypes, at a shape with tails."""
+    depends = hashlib.sha256((kernels_dir() / gemm_ws.KERNEL_FILE).read_bytes()).hexdigest()[:16]
+    arch = gemm.family_compile_arch(gemm_ws, "sm_90")
+    jobs = []
+    for trans, dtype in itertools.product((False, True), gemm_ws.DTYPES):
+        problem = _problem(1000, 1001 if trans else 1008, 1016, dtype, trans)
+        for config in gemm_ws.seed_configs(problem):
+            jobs.append(
+                CompileJob(gemm_ws.kernel_name(problem, config), gemm_ws.kernel_source(problem, config), arch, depends)
+            )
+    return jobs
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@pytest.mark.arch  # twelve sm_90a instances: with the other architecture compiles, in .ci/run
+@pytest.mark.nvcc(jobs=_seed_jobs)
+def test_seed_instances_compile_for_sm_90a() -> None:
+    compile_all(_seed_jobs())
+
+
+def _ptxas_runs() -> list[NvccRun]:
+    includes = [arg for folder in INCLUDE_FOLDERS for arg in ("-I", str(kernels_dir() / folder))]
+    flags = ("--cubin", "-arch=sm_90a", "-O3", "-Xptxas", "-v", *includes)
+    problem = _problem(8192, 8192, 8192, trans=True)
+    return [NvccRun(flags, gemm_ws.kernel_source(problem, c), ".cubin") for c in gemm_ws.seed_configs(problem)]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@pytest.mark.nvcc(jobs=_ptxas_runs)
+def test_seed_kernels_do_not_spill() -> None:
+    """The consumers' 128 accumulators fit in the registers setmaxnreg gives them (ptxas counts the
+    block's 384 threads: 168 a thread), and no wgmma is serialized."""
+    for done in run_nvcc(_ptxas_runs()):
+        text = done.output
+        assert done.returncode == 0, text
+        assert "0 bytes spill stores, 0 bytes spill loads" in text, text
+        assert int(re.search(r"Used (\d+) registers", text).group(1)) <= 168, text  # type: ignore[union-attr]
+        assert "serialized" not in text and "Performance Loss" not in text, text
+
+
+def _gpu_configs(problem: Problem) -> list[Config]:
+    """The default, the seeds and a two-stage square tile in groups of 4, where each fits."""
+    space = gemm_ws.space(problem)
+    picked = [gemm_ws.default_config(problem), *gemm_ws.seed_configs(problem), _config(bn=128, stages=2, group=4)]
+    return list({config_key(c): c for c in picked if space.check(c) is None}.values())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: f"{c[0]}x{c[1]}x{c[2]}_{'nk' if c[3] else 'kn'}_{c[4]}")
+def test_results_match_float64_on_the_gpu(case: tuple, tmp_path: Path) -> None:
+    """The wgmma family's cases (test_gemm_wgmma.GPU_CASES), with a grid of 3 blocks so that every block
+    walks several tiles."""
+    from autotune.build.compiler import compile_kernel
+    from autotune.gpu import tma
+    from autotune.measure import gpu
+
+    m, n, k, trans, dtype, extra = case
+    cuda = gpu.driver()
+    gpu.context()
+    if cuda.Device(0).compute_capability() != (9, 0):
+        pytest.skip("the ws family needs a Hopper GPU (sm_90)")
+    problem = _problem(m, n, k, dtype, trans)
+    assert gemm_ws.problem_reason(problem) is None
+    _, _, _, lda, ldb, ldc = gemm_shared.contiguous_sizes(problem)
+    if extra is not None:
+        lda, ldb, ldc = (-(-length // 8) * 8 + more for length, more in zip((lda, ldb, ldc), extra, strict=True))
+    sizes = (m, n, k, lda, ldb, ldc)
+    rng = np.random.default_rng(m * n + k)
+    b_rows, b_cols = (n, k) if trans else (k, n)
+    a_bits = _padded(m, k, lda, dtype, rng.standard_normal((m, k)).astype(np.float32), np.nan)
+    b_bits = _padded(b_rows, b_cols, ldb, dtype, rng.standard_normal((b_rows, b_cols)).astype(np.float32), np.nan)
+    a = _from_bits(a_bits[:, :k], dtype)
+    b = _from_bits(b_bits[:, :b_cols], dtype)
+    b_kn = b.T if trans else b
+    exact, scale = a @ b_kn, np.abs(a) @ np.abs(b_kn)
+    c0_bits = _padded(m + 1, n, ldc, dtype, rng.standard_normal((m + 1, n)).astype(np.float32), _SENTINEL)
+    c0_bits[m] = _to_bits(np.full(ldc, _SENTINEL, np.float32), dtype)
+    c0 = _from_bits(c0_bits[:m, :n], dtype)
+    a_gpu, b_gpu = cuda.to_device(a_bits), cuda.to_device(b_bits)
+
+    kernels = gpu.Kernels()
+    arch = gemm.family_compile_arch(gemm_ws, "sm_90")
+    for config in _gpu_configs(problem):
+        name = gemm_ws.kernel_name(problem, config)
+        compiled = compile_kernel(CompileJob(name, gemm_ws.kernel_source(problem, config), arch, "t"), tmp_path)
+        assert compiled.cubin is not None, compiled.message
+        function = kernels.function(compiled.cubin, name, gemm_ws.ARG_TYPES)
+        launch = gemm_ws.launch(problem, config, sm_count=3)
+        direct_launch.opt_in_shared(cuda, function, launch.shared_bytes)
+        assert launch.operand_maps is not None
+        maps = tma.encode_operands(launch.operand_maps, dtype, sizes, int(a_gpu), int(b_gpu))
+        maps_gpu = cuda.to_device(np.frombuffer(maps, np.uint8).copy())
+        for alpha, beta in ((1.5, 0.0), (0.5, -2.0)):
+            c_in = c0_bits.copy()
+            if beta == 0:
+                c_in[:m, :n] = _NAN_BITS[dtype]
+            c_gpu = cuda.to_device(c_in)
+            function.prepared_call(
+                launch.grid, launch.block, a_gpu, b_gpu, c_gpu, m, n, k, lda, ldb, ldc,
+                np.float32(alpha), np.float32(beta), maps_gpu, 0, shared_size=launch.shared_bytes,
+            )  # fmt: skip
+            cuda.Context.synchronize()
+            c_bits = cuda.from_device_like(c_gpu, c_in)
+            got = _from_bits(c_bits[:m, :n], dtype)
+            want = alpha * exact + beta * c0
+            bound = abs(alpha) * scale + abs(beta) * np.abs(c0)
+            tol = (k * 2.0**-22 + 2 * _ROUNDOFF[dtype]) * bound + 1e-6
+            where = f"{name} alpha={alpha} beta={beta} lds={(lda, ldb, ldc)}"
+            assert np.isfinite(got).all(), where
+            err = np.abs(got - want)
+            assert (err <= tol).all(), (where, np.unravel_index(int(np.argmax(err - tol)), err.shape), float(err.max()))
+            outside = np.ones(c_bits.shape, bool)
+            outside[:m, :n] = False
+            assert (c_bits[outside] == c_in[outside]).all(), where
