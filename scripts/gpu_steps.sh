@@ -98,6 +98,26 @@ sm__warps_active.avg.pct_of_peak_sustained_active python3 scripts/profile_vs_cub
       sweep sweep-sgemm 6 --op sgemm --shapes /tmp/square.txt --trials "${GEMM_TRIALS:-40}"
       step "sweep-gemm hgemm"
       sweep sweep-hgemm 22 --op hgemm --trials "${GEMM_TRIALS:-40}" ;;
+    ws)
+      # The ws GEMM family (issue 58, not yet picked by gemm.family): its GPU tests, then the square
+      # float16 and bfloat16 GEMMs in both layouts swept and benchmarked beside cuBLAS with the family
+      # named (AUTOTUNE_GEMM_FAMILY=ws: the worker inherits it; its records carry ws's source hash).
+      step ws
+      python3 -m pytest -m gpu -q -p no:cacheprovider ${XDIST:+-n $XDIST} tests/test_gemm_ws.py 2>&1 | tee "$OUT/ws-tests.log" | tail -8
+      printf '4096 4096 4096\n8192 8192 8192\n' > /tmp/square.txt
+      (
+        export AUTOTUNE_GEMM_FAMILY=ws
+        for op in hgemm bgemm; do
+          for layout in "" --trans; do
+            step "ws sweep $op $layout"
+            sweep sweep-ws 6 --op $op --shapes /tmp/square.txt $layout --trials "${GEMM_TRIALS:-24}"
+          done
+        done
+        for layout in "" --trans; do
+          python3 scripts/bench_gemm.py --db "$DB" --out "$OUT/ws$layout" --shapes /tmp/square.txt \
+            --dtypes float16 bfloat16 --skinny-dtypes float16 $layout 2>&1 | tee -a "$OUT/ws-bench.log" | tail -8
+        done
+      ) ;;
     sweep-skinny)
       # The half-precision skinny goal shapes (M <= 16): tensor cores for M >= 2, the CUDA-core
       # family (the transposed GEMV's) for M = 1.

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from autotune.build.compiler import INCLUDE_FOLDERS, CompileJob
+from autotune.core.errors import AutotuneError
 from autotune.core.paths import kernels_dir
 from autotune.core.problem import Problem
 from autotune.core.space import Config, config_key
@@ -43,6 +44,29 @@ def test_the_family_is_reachable_by_name_and_not_yet_picked() -> None:
     # The wgmma family serves Hopper until this one is swept on a GPU.
     assert gemm.family(_problem(4096, 4096, 4096)) is gemm_wgmma
     assert gemm.family_compile_arch(gemm_ws, "sm_90") == "sm_90a"
+
+
+def test_the_family_can_be_named_for_sweeps_and_benchmarks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """AUTOTUNE_GEMM_FAMILY=ws: the dispatcher takes it where it serves the problem on Hopper (the tuning
+    worker inherits the variable); elsewhere the usual family; an unknown name is a one-line error."""
+    from autotune.core import fingerprint
+
+    monkeypatch.setattr(fingerprint, "local_compute_capabilities", lambda: ("9.0",))
+    monkeypatch.setenv(gemm.FAMILY_VARIABLE, "ws")
+    assert gemm.family(_problem(4096, 4096, 4096)) is gemm_ws
+    assert gemm.OP.kernel_file(_problem(4096, 4096, 4096)) == gemm_ws.KERNEL_FILE  # its own records
+    unaligned = gemm.OP.for_unaligned(_problem(4096, 4096, 4096))  # whole 16-byte chunks: mma stands in
+    assert unaligned.kernel_file(_problem(4096, 4096, 4096)) == "gemm/gemm_mma.cu"
+    assert gemm.family(_problem(64, 4096, 4096)) is gemm_wgmma  # tiles of 128: not for 64 rows
+    assert gemm.family(_problem(8, 4096, 4096)).NAME == "skinny_tc"
+    assert gemm.family(_problem(4096, 4096, 4096, "float32")).NAME == "simt"
+    monkeypatch.setattr(fingerprint, "local_compute_capabilities", lambda: ("8.0",))
+    assert gemm.family(_problem(4096, 4096, 4096)).NAME == "mma"
+    monkeypatch.setenv(gemm.FAMILY_VARIABLE, "mma")
+    assert gemm.family(_problem(4096, 4096, 4096)).NAME == "mma"
+    monkeypatch.setenv(gemm.FAMILY_VARIABLE, "fast")
+    with pytest.raises(AutotuneError, match="AUTOTUNE_GEMM_FAMILY='fast': choose ws, wgmma, mma"):
+        gemm.family(_problem(4096, 4096, 4096))
 
 
 def test_default_config_and_seeds_are_valid_where_the_family_serves() -> None:

@@ -15,6 +15,7 @@ wgmma consumers; Hopper) is reachable by name (family_named) until it is swept o
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -43,6 +44,11 @@ SKINNY_MAX_M = 16
 # FMAs grow with M while the tensor-core loop stays bound by streaming B. M = 1 stays on CUDA cores,
 # where the transposed GEMV (a one-row GEMM) was tuned.
 TC_MIN_M = 2
+# Names the family for half-precision products of more than SKINNY_MAX_M rows where it can serve them
+# (ws, wgmma or mma): a family in development is swept and benchmarked this way before the dispatcher
+# picks it. The tuning worker inherits it, and its records carry that family's source hash.
+FAMILY_VARIABLE = "AUTOTUNE_GEMM_FAMILY"
+_CHOSEN_BY_NAME = ("ws", "wgmma", "mma")
 
 
 def family(problem: Problem) -> ModuleType:
@@ -53,9 +59,22 @@ def family(problem: Problem) -> ModuleType:
         return gemm_skinny
     if problem.dtype == "float32":
         return gemm_simt
+    named = os.environ.get(FAMILY_VARIABLE)
+    if named:
+        chosen = _chosen(named)
+        reason = getattr(chosen, "problem_reason", None)  # mma serves every shape
+        hopper_only = getattr(chosen, "ARCH_SUFFIX", "") == "a"
+        if (reason is None or reason(problem) is None) and (not hopper_only or wgmma_runs_here()):
+            return chosen
     if gemm_wgmma.problem_reason(problem) is None and wgmma_runs_here():
         return gemm_wgmma
     return gemm_mma
+
+
+def _chosen(name: str) -> ModuleType:
+    if name not in _CHOSEN_BY_NAME:
+        raise AutotuneError(f"{FAMILY_VARIABLE}={name[:40]!r}: choose {', '.join(_CHOSEN_BY_NAME)} (or unset it)")
+    return family_named(name)
 
 
 def wgmma_runs_here() -> bool:
@@ -118,9 +137,9 @@ class Gemm(Op):
         return call.torch_fake(*args)
 
     def for_unaligned(self, problem: Problem) -> Op:
-        """Families with a `vec` parameter fall back to scalar loads themselves; wgmma copies whole
-        16-byte chunks, so `mma` (with vec=1) stands in for it."""
-        return Gemm(family_named("mma")) if self._family(problem).NAME == "wgmma" else self
+        """Families with a `vec` parameter fall back to scalar loads themselves; wgmma and ws copy whole
+        16-byte chunks, so `mma` (with vec=1) stands in for them."""
+        return Gemm(family_named("mma")) if self._family(problem).NAME in ("wgmma", "ws") else self
 
     def family(self, problem: Problem, config: Mapping[str, int]) -> str:
         return str(self._family(problem).NAME)
