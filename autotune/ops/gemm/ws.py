@@ -4,8 +4,8 @@ it runs.
 
 Built for sm_90a only (ARCH_SUFFIX), as the wgmma family, whose layouts, descriptors and tensor maps
 it shares. One block an SM walks its tiles, so the grid is min(tiles, SMs). Not yet picked by
-gemm.family (the wgmma family serves Hopper until this one is swept on a GPU); gemm.family_named("ws")
-reaches it for tests and benchmarks.
+gemm.family on its own (the wgmma family serves Hopper until this one is swept on a GPU):
+gemm.family_named("ws") reaches it for tests, and AUTOTUNE_GEMM_FAMILY=ws for sweeps and benchmarks.
 """
 
 from __future__ import annotations
