@@ -26,19 +26,6 @@ if TYPE_CHECKING:
 ENABLE_VARIABLE = "AUTOTUNE_VENDOR"
 
 
-def enabled() -> bool:
-    """Whether cuBLASLt takes part: AUTOTUNE_VENDOR=0 keeps it out of sweeps and selection alike (our
-    kernels only, as the test suite runs them)."""
-    return os.environ.get(ENABLE_VARIABLE, "1").strip() != "0"
-
-
-def fingerprint() -> str | None:
-    """This machine's cuBLASLt as a trial's source hash ("cublasLt-<version>"), None where it has none."""
-    from autotune.ops.cublas import binding
-
-    return binding.fingerprint() if binding.available() else None
-
-
 class Cublas(Library):
     """cuBLASLt's algorithms for our GEMV and GEMM problems, ranked by its heuristic (at most 8)."""
 
@@ -52,10 +39,15 @@ class Cublas(Library):
         return problem.op in mapping.OPS
 
     def enabled(self) -> bool:
-        return enabled()
+        """AUTOTUNE_VENDOR=0 keeps cuBLASLt out of sweeps and selection alike (our kernels only, as the
+        test suite runs them)."""
+        return os.environ.get(ENABLE_VARIABLE, "1").strip() != "0"
 
     def fingerprint(self) -> str | None:
-        return fingerprint()
+        """This machine's cuBLASLt as a trial's source hash ("cublasLt-<version>"), None where it has none."""
+        from autotune.ops.cublas import binding
+
+        return binding.fingerprint() if binding.available() else None
 
     def candidates(self, device: Device, problem: Problem) -> int:
         from autotune.ops.cublas.plan import CublasPlan
