@@ -68,21 +68,22 @@ def shared_bytes(problem: Problem, config: Mapping[str, int]) -> int:
     return stages + ALIGN_PAD + (c["stages"] * MBARRIER_BYTES if c["tma"] else 0)
 
 
-def problem_reason(problem: Problem) -> str | None:
-    """Why this family cannot serve the problem at all, or None. The rows of A and B must be whole
-    16-byte pieces: A's are K long, B's N (K x N) or K (N x K, a trans=True problem)."""
+def problem_reason(problem: Problem, family: str = NAME) -> str | None:
+    """Why this family (or `family`, which reads A and B as it does: ws) cannot serve the problem at
+    all, or None. The rows of A and B must be whole 16-byte pieces: A's are K long, B's N (K x N) or K
+    (N x K, a trans=True problem)."""
     if problem.dtype not in DTYPES:
-        return f"the wgmma family serves {' and '.join(DTYPES)}, not {problem.dtype}"
+        return f"the {family} family serves {' and '.join(DTYPES)}, not {problem.dtype}"
     if gemm_shared.b_is_n_by_k(problem):
         if problem.k % VEC:
             return (
-                f"the wgmma family needs k divisible by {VEC} (16-byte rows of A and of B stored n x k), "
+                f"the {family} family needs k divisible by {VEC} (16-byte rows of A and of B stored n x k), "
                 f"got k={problem.k}"
             )
         return None
     if problem.k % VEC or problem.n % VEC:
         return (
-            f"the wgmma family needs k and n divisible by {VEC} (16-byte rows of A and B), "
+            f"the {family} family needs k and n divisible by {VEC} (16-byte rows of A and B), "
             f"got k={problem.k}, n={problem.n}"
         )
     return None

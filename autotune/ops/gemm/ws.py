@@ -51,9 +51,9 @@ def shared_bytes(problem: Problem, config: Mapping[str, int]) -> int:
 def problem_reason(problem: Problem) -> str | None:
     """As the wgmma family's (16-byte rows of A and B: K, and N for a K x N B, multiples of 8), and M
     and N above 64: the tiles are 128 or 256 a side (smaller products are the skinny and wgmma families')."""
-    reason = wgmma.problem_reason(problem)
+    reason = wgmma.problem_reason(problem, NAME)
     if reason is not None:
-        return reason.replace("wgmma family", "ws family")
+        return reason
     if min(problem.m, problem.n) <= 64:
         return f"the ws family's tiles are 128 or 256 a side: m and n above 64, got m={problem.m}, n={problem.n}"
     return None
