@@ -8,7 +8,9 @@ import hashlib
 import itertools
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -429,6 +431,15 @@ def _gpu_configs(problem: Problem) -> list[Config]:
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: f"{c[0]}x{c[1]}x{c[2]}_{'nk' if c[3] else 'kn'}_{c[4]}")
 def test_results_match_float64_on_the_gpu(case: tuple, tmp_path: Path) -> None:
+    check_family_against_float64(gemm_wgmma, case, _gpu_configs, tmp_path)
+
+
+def check_family_against_float64(
+    family: Any, case: tuple, configs: Callable[[Problem], list[Config]], tmp_path: Path, sm_count: int = 132
+) -> None:
+    """A Hopper GEMM family (wgmma, ws) on one of GPU_CASES: every config `configs` gives for the problem,
+    launched directly on a grid made for `sm_count` SMs, against float64 with alpha and beta, C's gaps
+    and the row after it left as they were."""
     from autotune.build.compiler import compile_kernel
     from autotune.gpu import tma
     from autotune.measure import gpu
@@ -437,9 +448,9 @@ def test_results_match_float64_on_the_gpu(case: tuple, tmp_path: Path) -> None:
     cuda = gpu.driver()
     gpu.context()
     if cuda.Device(0).compute_capability() != (9, 0):
-        pytest.skip("the wgmma family needs a Hopper GPU (sm_90)")
+        pytest.skip(f"the {family.NAME} family needs a Hopper GPU (sm_90)")
     problem = _problem(m, n, k, dtype, trans)
-    assert gemm_wgmma.problem_reason(problem) is None
+    assert family.problem_reason(problem) is None
     _, _, _, lda, ldb, ldc = gemm_shared.contiguous_sizes(problem)
     if extra is not None:
         lda, ldb, ldc = (-(-length // 8) * 8 + more for length, more in zip((lda, ldb, ldc), extra, strict=True))
@@ -459,13 +470,13 @@ def test_results_match_float64_on_the_gpu(case: tuple, tmp_path: Path) -> None:
     a_gpu, b_gpu = cuda.to_device(a_bits), cuda.to_device(b_bits)
 
     kernels = gpu.Kernels()
-    arch = gemm.family_compile_arch(gemm_wgmma, "sm_90")
-    for config in _gpu_configs(problem):
-        name = gemm_wgmma.kernel_name(problem, config)
-        compiled = compile_kernel(CompileJob(name, gemm_wgmma.kernel_source(problem, config), arch, "t"), tmp_path)
+    arch = gemm.family_compile_arch(family, "sm_90")
+    for config in configs(problem):
+        name = family.kernel_name(problem, config)
+        compiled = compile_kernel(CompileJob(name, family.kernel_source(problem, config), arch, "t"), tmp_path)
         assert compiled.cubin is not None, compiled.message
-        function = kernels.function(compiled.cubin, name, gemm_wgmma.ARG_TYPES)
-        launch = gemm_wgmma.launch(problem, config, sm_count=132)
+        function = kernels.function(compiled.cubin, name, family.ARG_TYPES)
+        launch = family.launch(problem, config, sm_count=sm_count)
         direct_launch.opt_in_shared(cuda, function, launch.shared_bytes)
         maps_gpu = None
         if launch.operand_maps is not None:

@@ -11,7 +11,6 @@ import re
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from autotune.build.compiler import INCLUDE_FOLDERS, CompileJob
@@ -23,10 +22,9 @@ from autotune.ops import gemm
 from autotune.ops.gemm import shared as gemm_shared
 from autotune.ops.gemm import wgmma as gemm_wgmma
 from autotune.ops.gemm import ws as gemm_ws
-from tests import direct_launch
 from tests.limits import MAX_SHARED
 from tests.nvcc import NvccRun, compile_all, run_nvcc
-from tests.test_gemm_wgmma import _NAN_BITS, _ROUNDOFF, _SENTINEL, GPU_CASES, _from_bits, _padded, _to_bits
+from tests.test_gemm_wgmma import GPU_CASES, check_family_against_float64
 
 SHAPES = [(65, 72, 40), (1000, 1008, 1016), (4096, 4096, 4096), (8192, 8192, 8192), (4096, 14336, 4096)]
 
@@ -173,67 +171,6 @@ def _gpu_configs(problem: Problem) -> list[Config]:
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: f"{c[0]}x{c[1]}x{c[2]}_{'nk' if c[3] else 'kn'}_{c[4]}")
 def test_results_match_float64_on_the_gpu(case: tuple, tmp_path: Path) -> None:
-    """The wgmma family's cases (test_gemm_wgmma.GPU_CASES), with a grid of 3 blocks so that every block
-    walks several tiles."""
-    from autotune.build.compiler import compile_kernel
-    from autotune.gpu import tma
-    from autotune.measure import gpu
-
-    m, n, k, trans, dtype, extra = case
-    cuda = gpu.driver()
-    gpu.context()
-    if cuda.Device(0).compute_capability() != (9, 0):
-        pytest.skip("the ws family needs a Hopper GPU (sm_90)")
-    problem = _problem(m, n, k, dtype, trans)
-    assert gemm_ws.problem_reason(problem) is None
-    _, _, _, lda, ldb, ldc = gemm_shared.contiguous_sizes(problem)
-    if extra is not None:
-        lda, ldb, ldc = (-(-length // 8) * 8 + more for length, more in zip((lda, ldb, ldc), extra, strict=True))
-    sizes = (m, n, k, lda, ldb, ldc)
-    rng = np.random.default_rng(m * n + k)
-    b_rows, b_cols = (n, k) if trans else (k, n)
-    a_bits = _padded(m, k, lda, dtype, rng.standard_normal((m, k)).astype(np.float32), np.nan)
-    b_bits = _padded(b_rows, b_cols, ldb, dtype, rng.standard_normal((b_rows, b_cols)).astype(np.float32), np.nan)
-    a = _from_bits(a_bits[:, :k], dtype)
-    b = _from_bits(b_bits[:, :b_cols], dtype)
-    b_kn = b.T if trans else b
-    exact, scale = a @ b_kn, np.abs(a) @ np.abs(b_kn)
-    c0_bits = _padded(m + 1, n, ldc, dtype, rng.standard_normal((m + 1, n)).astype(np.float32), _SENTINEL)
-    c0_bits[m] = _to_bits(np.full(ldc, _SENTINEL, np.float32), dtype)
-    c0 = _from_bits(c0_bits[:m, :n], dtype)
-    a_gpu, b_gpu = cuda.to_device(a_bits), cuda.to_device(b_bits)
-
-    kernels = gpu.Kernels()
-    arch = gemm.family_compile_arch(gemm_ws, "sm_90")
-    for config in _gpu_configs(problem):
-        name = gemm_ws.kernel_name(problem, config)
-        compiled = compile_kernel(CompileJob(name, gemm_ws.kernel_source(problem, config), arch, "t"), tmp_path)
-        assert compiled.cubin is not None, compiled.message
-        function = kernels.function(compiled.cubin, name, gemm_ws.ARG_TYPES)
-        launch = gemm_ws.launch(problem, config, sm_count=3)
-        direct_launch.opt_in_shared(cuda, function, launch.shared_bytes)
-        assert launch.operand_maps is not None
-        maps = tma.encode_operands(launch.operand_maps, dtype, sizes, int(a_gpu), int(b_gpu))
-        maps_gpu = cuda.to_device(np.frombuffer(maps, np.uint8).copy())
-        for alpha, beta in ((1.5, 0.0), (0.5, -2.0)):
-            c_in = c0_bits.copy()
-            if beta == 0:
-                c_in[:m, :n] = _NAN_BITS[dtype]
-            c_gpu = cuda.to_device(c_in)
-            function.prepared_call(
-                launch.grid, launch.block, a_gpu, b_gpu, c_gpu, m, n, k, lda, ldb, ldc,
-                np.float32(alpha), np.float32(beta), maps_gpu, 0, shared_size=launch.shared_bytes,
-            )  # fmt: skip
-            cuda.Context.synchronize()
-            c_bits = cuda.from_device_like(c_gpu, c_in)
-            got = _from_bits(c_bits[:m, :n], dtype)
-            want = alpha * exact + beta * c0
-            bound = abs(alpha) * scale + abs(beta) * np.abs(c0)
-            tol = (k * 2.0**-22 + 2 * _ROUNDOFF[dtype]) * bound + 1e-6
-            where = f"{name} alpha={alpha} beta={beta} lds={(lda, ldb, ldc)}"
-            assert np.isfinite(got).all(), where
-            err = np.abs(got - want)
-            assert (err <= tol).all(), (where, np.unravel_index(int(np.argmax(err - tol)), err.shape), float(err.max()))
-            outside = np.ones(c_bits.shape, bool)
-            outside[:m, :n] = False
-            assert (c_bits[outside] == c_in[outside]).all(), where
+    """The wgmma family's cases and checks (test_gemm_wgmma.GPU_CASES), with a grid made for 3 SMs so
+    that every block walks several tiles."""
+    check_family_against_float64(gemm_ws, case, _gpu_configs, tmp_path, sm_count=3)
