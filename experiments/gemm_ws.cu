@@ -2,7 +2,7 @@
 // same run: C = alpha * A W^T + beta * C, A row-major M x K, W row-major N x K (an nn.Linear's weight,
 // the wgmma family's B_NK layout), C row-major M x N, float16 or bfloat16, float32 accumulation.
 //
-//   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -I kernels/common -I kernels/gemm -o /tmp/gemm_ws \
+//   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -I kernels -I kernels/common -I kernels/gemm -o /tmp/gemm_ws \
 //        experiments/gemm_ws.cu -lcublas -lcuda && /tmp/gemm_ws
 //
 // One block an SM (grid = SM count) walks output tiles tile = blockIdx.x, + gridDim.x, ... in groups
@@ -39,29 +39,15 @@
 #include <vector>
 
 #include "bench_common.cuh"
-#include "gemm_wgmma.cu"
+#include "gemm/gemm_ws.cu"  // the family's helpers (kernels/gemm/), gemm_wgmma.cu's with them
 
 using namespace at_wgmma;
 using at_tma::fence_mbarrier_init;
 using at_tma::mbarrier_init;
 using at_tma::prefetch_tensor_map;
-
-constexpr int BK = 64;  // a k-tile: 128 bytes of each row, one 128-byte swizzle row
-
-__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-
-// Tile `tile` of the walk: GROUP consecutive tile rows are walked column by column.
-template <int GROUP>
-__device__ __forceinline__ void tile_at(int tile, int tiles_m, int tiles_n, int& tm, int& tn) {
-  const int width = GROUP * tiles_n;
-  const int first_m = tile / width * GROUP;
-  const int rows = min(tiles_m - first_m, GROUP);
-  const int in_group = tile % width;
-  tm = first_m + in_group % rows;
-  tn = in_group / rows;
-}
+using at_ws::BK;  // a k-tile: 128 bytes of each row, one 128-byte swizzle row
+using at_ws::mbarrier_arrive;
+using at_ws::tile_at;  // GROUP consecutive tile rows walked column by column
 
 template <typename T, int BM, int BN, int STAGES, int CONSUMERS, int GROUP, bool PINGPONG, bool STORE, int TMA_STORE>
 __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
