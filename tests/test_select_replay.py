@@ -57,4 +57,6 @@ def test_the_held_out_picks_replay(monkeypatch: pytest.MonkeyPatch) -> None:
             library_picks += 1
     api.forget_choices()
     assert changed == CHANGED_SINCE
-    assert library_picks == sum(ops.library_for(row["config"]) is not None for row in rows) - 2 > 20
+    # Every cuBLASLt pick of the file that did not change comes back as cuBLASLt's.
+    kept = [row for row in rows if row["id"] not in CHANGED_SINCE]
+    assert library_picks == sum(ops.library_for(row["config"]) is not None for row in kept) > 20
