@@ -18,16 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results" / "select_nvidia-h200.json"
 CUBLAS_RECORDS = ROOT / "db" / "records" / "nvidia-h200-cublas.jsonl"
 # Picks that changed after the file was measured, each for a change to the selection or the records
-# made since (the file is re-measured on a GPU by scripts/bench_select.py):
-CHANGED_SINCE = {
-    # cost.py: a tuned shape says nothing of a config that cannot run on it where it allows fewer
-    # load widths, so an odd neighbour's scalar-load leader no longer wins.
-    "gemv/float16/512x512",
-    # The Llama-2-7B gate shapes: the edge set and longer sweeps put a predicted config of ours
-    # ahead of cuBLASLt's own pick (the file had cuBLASLt at 26.12 / 26.42 us, the sweep 25.6).
-    "gemv/bfloat16/11008x4096/t",
-    "gemm/float16/8x11008x4096/kn",
-}
+# made since (the file is re-measured on a GPU by scripts/bench_select.py); none at present.
+CHANGED_SINCE: set[str] = set()
 
 
 def _library_version() -> str:
