@@ -101,16 +101,18 @@ sm__warps_active.avg.pct_of_peak_sustained_active python3 scripts/profile_vs_cub
     ws)
       # The ws GEMM family (issue 58, not yet picked by gemm.family): its GPU tests, then the square
       # float16 and bfloat16 GEMMs in both layouts swept and benchmarked beside cuBLAS with the family
-      # named (AUTOTUNE_GEMM_FAMILY=ws: the worker inherits it; its records carry ws's source hash).
+      # named (AUTOTUNE_GEMM_FAMILY=ws: the worker inherits it; its records carry ws's source hash), in a
+      # database of their own without the shipped records (whose GEMM configs are the wgmma family's).
       step ws
       python3 -m pytest -m gpu -q -p no:cacheprovider ${XDIST:+-n $XDIST} tests/test_gemm_ws.py 2>&1 | tee "$OUT/ws-tests.log" | tail -8
       printf '4096 4096 4096\n8192 8192 8192\n' > /tmp/square.txt
       (
-        export AUTOTUNE_GEMM_FAMILY=ws
+        export AUTOTUNE_GEMM_FAMILY=ws DB=/tmp/autotune-ws.db
+        rm -f "$DB"
         for op in hgemm bgemm; do
           for layout in "" --trans; do
             step "ws sweep $op $layout"
-            sweep sweep-ws 6 --op $op --shapes /tmp/square.txt $layout --trials "${GEMM_TRIALS:-24}"
+            sweep sweep-ws 6 --no-shipped --op $op --shapes /tmp/square.txt $layout --trials "${GEMM_TRIALS:-24}"
           done
         done
         for layout in "" --trans; do

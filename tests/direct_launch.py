@@ -32,3 +32,35 @@ class Scratch:
     def get(self, floats: int, counters: int) -> tuple[Any, Any]:
         """(workspace, counters) with room for at least this many; 0 (a null pointer) for none yet."""
         return self._grown("workspace", floats), self._grown("counters", counters)
+
+
+class ClusterFunction:
+    """A kernel of a cubin launched in thread-block clusters given at launch (Launch.cluster_dims), which
+    PyCUDA's launches cannot give: loaded and launched through the driver binding, with PyCUDA's
+    prepare() argument notation, on the legacy default stream of the current context."""
+
+    def __init__(
+        self, cubin: bytes, name: str, arg_types: str, shared_bytes: int, cluster_dims: tuple[int, int, int]
+    ) -> None:
+        from autotune.gpu import driver
+
+        self._function = driver.load_function(cubin, name)
+        if shared_bytes:
+            driver.allow_shared(self._function, shared_bytes)
+        self._arg_types = arg_types
+        self._cluster_dims = cluster_dims
+
+    def prepared_call(
+        self, grid: tuple[int, int, int], block: tuple[int, int, int], *args: Any, shared_size: int
+    ) -> None:
+        import ctypes
+
+        from autotune.gpu import driver
+        from autotune.measure.pdl import argument_values
+
+        values = argument_values(self._arg_types, args)
+        params = (ctypes.c_void_p * len(values))(*(ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values))
+        attribute = driver.cluster_attribute(*self._cluster_dims)
+        config = driver.LaunchConfig(*grid, *block, shared_size, None, ctypes.pointer(attribute), 1)
+        function = ctypes.c_void_p(self._function)
+        driver.check(driver.lib().cuLaunchKernelEx(ctypes.byref(config), function, params, None), "cuLaunchKernelEx")

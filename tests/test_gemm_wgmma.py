@@ -475,9 +475,15 @@ def check_family_against_float64(
         name = family.kernel_name(problem, config)
         compiled = compile_kernel(CompileJob(name, family.kernel_source(problem, config), arch, "t"), tmp_path)
         assert compiled.cubin is not None, compiled.message
-        function = kernels.function(compiled.cubin, name, family.ARG_TYPES)
         launch = family.launch(problem, config, sm_count=sm_count)
-        direct_launch.opt_in_shared(cuda, function, launch.shared_bytes)
+        if launch.cluster_dims is None:
+            function = kernels.function(compiled.cubin, name, family.ARG_TYPES)
+            direct_launch.opt_in_shared(cuda, function, launch.shared_bytes)
+        else:  # clusters given at launch, which PyCUDA's launches cannot give
+            cubin = compiled.cubin.read_bytes()
+            function = direct_launch.ClusterFunction(
+                cubin, name, family.ARG_TYPES, launch.shared_bytes, launch.cluster_dims
+            )
         maps_gpu = None
         if launch.operand_maps is not None:
             maps = tma.encode_operands(launch.operand_maps, dtype, sizes, int(a_gpu), int(b_gpu))

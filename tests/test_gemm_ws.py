@@ -34,12 +34,12 @@ def _problem(m: int, n: int, k: int, dtype: str = "float16", trans: bool = False
 
 
 def _config(**overrides: int) -> Config:
-    return {**dict(bm=128, bn=256, stages=3, group=8), **overrides}
+    return {**dict(bm=128, bn=256, stages=3, group=8, cluster=1), **overrides}
 
 
 def test_the_family_is_reachable_by_name_and_not_yet_picked() -> None:
     assert gemm.family_named("ws") is gemm_ws
-    # The wgmma family serves Hopper until this one is swept on a GPU.
+    # The wgmma family serves Hopper, whose shipped records are its (ws.py says why).
     assert gemm.family(_problem(4096, 4096, 4096)) is gemm_wgmma
     assert gemm.family_compile_arch(gemm_ws, "sm_90") == "sm_90a"
 
@@ -99,14 +99,17 @@ def test_geometry_of_every_config_is_launchable(trans: bool) -> None:
         assert configs and len({gemm_ws.kernel_name(problem, c) for c in configs}) == len(configs)
         for config in configs:
             launch = gemm_ws.launch(problem, config, sm_count=132)
-            tiles = gemm_shared.tile_count(problem.m, config["bm"]) * gemm_shared.tile_count(problem.n, config["bn"])
-            assert launch.grid == (min(tiles, 132), 1, 1) and launch.block == (384, 1, 1)
+            pair = config["cluster"]
+            units = gemm_shared.tile_count(gemm_shared.tile_count(problem.m, config["bm"]), pair)
+            units *= gemm_shared.tile_count(problem.n, config["bn"])
+            assert launch.grid == (min(units, 132 // pair) * pair, 1, 1) and launch.block == (384, 1, 1)
+            assert launch.cluster_dims == ((pair, 1, 1) if pair > 1 else None)
             assert launch.shared_bytes == gemm_ws.shared_bytes(problem, config) <= MAX_SHARED
             maps = launch.operand_maps
             assert maps is not None and maps.b_nk == trans
             assert (maps.a.rows, maps.a.cols, maps.a.swizzle) == (config["bm"], 64, 128)
             if trans:
-                assert (maps.b.rows, maps.b.cols, maps.b.swizzle) == (config["bn"], 64, 128)
+                assert (maps.b.rows, maps.b.cols, maps.b.swizzle) == (config["bn"] // pair, 64, 128)
             else:
                 assert (maps.b.rows, maps.b.cols, maps.b.swizzle) == (64, 64, 128)
 
@@ -115,9 +118,28 @@ def test_source_instantiates_the_template() -> None:
     nk = _problem(4096, 4096, 4096, "bfloat16", trans=True)
     source = gemm_ws.kernel_source(nk, _config())
     assert '#include "gemm/gemm_ws.cu"' in source and "__launch_bounds__(384, 1)" in source
-    assert "at_ws::gemm_ws_body<__nv_bfloat16, true, 128, 256, 3, 8>" in source
-    assert gemm_ws.kernel_name(nk, _config()) == "gemm_ws_bfloat16_128x256_s3_g8_nt"
-    assert gemm_ws.kernel_name(_problem(4096, 4096, 4096), _config()) == "gemm_ws_float16_128x256_s3_g8"
+    assert "at_ws::gemm_ws_body<__nv_bfloat16, true, 128, 256, 3, 8, 1>" in source
+    assert gemm_ws.kernel_name(nk, _config()) == "gemm_ws_bfloat16_128x256_s3_g8_c1_nt"
+    assert gemm_ws.kernel_name(_problem(4096, 4096, 4096), _config(cluster=2)) == "gemm_ws_float16_128x256_s3_g8_c2"
+    # The cluster is given at launch (Launch.cluster_dims), not compiled in.
+    assert "__cluster_dims__" not in gemm_ws.kernel_source(nk, _config(cluster=2))
+
+
+def test_clusters_pair_tile_rows_where_there_are_two(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two blocks a cluster take vertically adjacent tiles: a problem of one tile row has no pair, an odd
+    count leaves the last unit's second tile past M (zero filled, not stored); a GPU without clusters
+    runs none."""
+    space = gemm_ws.space(_problem(4096, 4096, 4096))
+    assert space.check(_config(cluster=2)) is None
+    assert "one 128-row tile" in (gemm_ws.space(_problem(100, 4096, 4096)).check(_config(cluster=2)) or "")
+    odd = _problem(5 * 128, 4096, 4096)  # 5 tile rows: 3 units of two
+    assert gemm_ws.launch(odd, _config(cluster=2), sm_count=132).grid == (3 * 16 * 2, 1, 1)
+    big = _problem(8192, 8192, 8192)  # 1024 units: as many clusters as the SMs hold, whole ones
+    assert gemm_ws.launch(big, _config(cluster=2), sm_count=131).grid == (130, 1, 1)
+    from autotune.core import fingerprint
+
+    monkeypatch.setattr(fingerprint, "local_compute_capabilities", lambda: ("8.0",))
+    assert "no thread-block clusters" in (gemm_ws.space(_problem(4096, 4096, 4096)).check(_config(cluster=2)) or "")
 
 
 def _seed_jobs() -> list[CompileJob]:
@@ -164,7 +186,12 @@ def test_seed_kernels_do_not_spill() -> None:
 def _gpu_configs(problem: Problem) -> list[Config]:
     """The default, the seeds and a two-stage square tile in groups of 4, where each fits."""
     space = gemm_ws.space(problem)
-    picked = [gemm_ws.default_config(problem), *gemm_ws.seed_configs(problem), _config(bn=128, stages=2, group=4)]
+    picked = [
+        gemm_ws.default_config(problem),
+        *gemm_ws.seed_configs(problem),
+        _config(bn=128, stages=2, group=4),
+        _config(bn=128, stages=2, group=4, cluster=2),
+    ]
     return list({config_key(c): c for c in picked if space.check(c) is None}.values())
 
 

@@ -11,15 +11,24 @@
 //           column: BM / 128 * BN / 2 accumulators a thread (at most 128)
 //   STAGES  shared-memory stages of BK = 64 k (A's and B's 128-byte swizzled boxes, as the TMA writes)
 //   GROUP   tile order: GROUP consecutive tile rows walked column by column (block_tile's SWIZZLE)
+//   CLUSTER blocks of a thread-block cluster (1 or 2, launched with that cluster shape along x): the
+//           blocks of a cluster take CLUSTER vertically adjacent tiles at once, which read the same
+//           columns of B, and each loads 1 / CLUSTER of B's stage multicast into all of them
 //
-// 384 threads, one block an SM, grid = min(tiles, SMs): block b takes tiles b, b + gridDim.x, ...
+// 384 threads, one block an SM, grid = min(tiles, SMs) rounded to whole clusters: cluster q takes the
+// tiles of units q, q + clusters, ... (a unit: CLUSTER tiles one above the other, one a block; the
+// units walked in GROUP order as tiles are)
 //   warpgroup 0, the producer, gives back registers (setmaxnreg.dec 40) and its thread 0 issues the TMA
 //     copies of every k-tile of every tile of the block into the ring of stages, each completing on the
 //     stage's "full" mbarrier, after waiting for the stage's "empty" one; it runs ahead into the next
 //     tile while the consumers write C;
 //   warpgroups 1 and 2, the consumers (setmaxnreg.inc 232), wait for a stage, issue their wgmmas of it
 //     (both operands from shared memory by descriptor), keep one group in flight and give the stage
-//     before back (one arrive a warp, so the empty barrier counts 8).
+//     before back (one arrive a warp, on the empty barrier of every block of the cluster, since each
+//     writes into this block's stage: it counts 8 * CLUSTER).
+// With CLUSTER > 1 the blocks' barriers are made before any block copies (a cluster barrier), and each
+// block's producer stays until every block has given back each of its stages for the last time, so no
+// arrive reaches a block that has exited.
 // Epilogue with beta == 0: each consumer stages its rows of C (alpha applied, rounded to T) in shared
 // memory as 64-column blocks of 128-byte rows, 128-byte swizzled (16-byte chunk c of row r at c ^ r % 8,
 // so a warp's 8 rows fall on all 32 banks), then its threads write them out a row's 16-byte chunks at a
@@ -39,6 +48,7 @@
 //   SHARED_BYTES = STAGES * (BM + BN) * BK * sizeof(T) + 1024 (alignment) + 1024 (mbarriers) + BM * BN * sizeof(T)
 #pragma once
 #include "gemm_wgmma.cu"
+#include "tma_multicast.cuh"
 
 namespace at_ws {
 
@@ -85,7 +95,7 @@ __device__ __forceinline__ void tile_at(int tile, int tiles_m, int tiles_n, int&
   tile_n = in_group / rows;
 }
 
-template <typename T, bool B_NK, int BM, int BN, int STAGES, int GROUP>
+template <typename T, bool B_NK, int BM, int BN, int STAGES, int GROUP, int CLUSTER>
 __device__ __forceinline__ void gemm_ws_body(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
                                              int M, int N, int K, int lda, int ldb, int ldc, float alpha,
                                              float beta, float* __restrict__ workspace,
@@ -95,6 +105,8 @@ __device__ __forceinline__ void gemm_ws_body(const T* __restrict__ A, const T* _
   constexpr int SLICES = ROWS / 64;     // its m64 slices
   static_assert(ROWS % 64 == 0 && SLICES * BN / 2 <= 128, "m64 slices, at most 128 accumulators a thread");
   static_assert(BN % 64 == 0 && BM <= 256 && BN <= 256, "64-column blocks, TMA boxes of at most 256 rows");
+  static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of one or two blocks");
+  static_assert(BN / 64 % CLUSTER == 0, "each block of a cluster loads whole 64-column atoms of B");
   constexpr int A_BYTES = BM * BK * (int)sizeof(T), B_BYTES = BN * BK * (int)sizeof(T);
   constexpr int STAGE_BYTES = A_BYTES + B_BYTES;  // a multiple of 1024: every swizzle atom stays aligned
   typedef LayoutA<BK> LA;
@@ -106,6 +118,7 @@ __device__ __forceinline__ void gemm_ws_body(const T* __restrict__ A, const T* _
   const uint32_t base = (smem_addr(smem_raw) + (ATOM_BYTES - 1)) & ~(uint32_t)(ATOM_BYTES - 1);
   const uint32_t full = base + STAGES * STAGE_BYTES, empty = full + 8 * STAGES;
   const uint32_t c_stage = base + STAGES * STAGE_BYTES + 1024;  // after the mbarriers, 1024-aligned
+  const uint32_t rank = CLUSTER > 1 ? at_cluster::block_rank() : 0;
   const void* map_a = workspace;
   const void* map_b = reinterpret_cast<const unsigned char*>(workspace) + at_tma::MAP_BYTES;
   if (threadIdx.x == 0) {
@@ -113,12 +126,19 @@ __device__ __forceinline__ void gemm_ws_body(const T* __restrict__ A, const T* _
     prefetch_tensor_map(map_b);
     for (int s = 0; s < STAGES; ++s) {
       mbarrier_init(full + 8 * s, 1);                  // the producer's expect-tx, then the bytes
-      mbarrier_init(empty + 8 * s, CONSUMERS * 4);     // one arrive a consumer warp
+      mbarrier_init(empty + 8 * s, CLUSTER * CONSUMERS * 4);  // one arrive a consumer warp of the cluster
     }
     fence_mbarrier_init();
   }
-  __syncthreads();
-  const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN, tiles = tiles_m * tiles_n;
+  if constexpr (CLUSTER > 1) {  // every block's barriers made before any block copies or arrives
+    at_cluster::arrive();
+    at_cluster::wait();
+  } else {
+    __syncthreads();
+  }
+  const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
+  const int units_m = (tiles_m + CLUSTER - 1) / CLUSTER, units = units_m * tiles_n;
+  const int cluster = blockIdx.x / CLUSTER, clusters = gridDim.x / CLUSTER;
   const int k_tiles = (K + BK - 1) / BK;
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
 
@@ -127,20 +147,43 @@ __device__ __forceinline__ void gemm_ws_body(const T* __restrict__ A, const T* _
     if (t != 0) return;
     int s = 0;
     uint32_t phase = 0;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      int tile_m, tile_n;
-      tile_at<GROUP>(tile, tiles_m, tiles_n, tile_m, tile_n);
+    for (int unit = cluster; unit < units; unit += clusters) {
+      int unit_m, tile_n;
+      tile_at<GROUP>(unit, units_m, tiles_n, unit_m, tile_n);
+      const int tile_m = unit_m * CLUSTER + rank;  // past M in the last unit: zero filled, not stored
       for (int kt = 0; kt < k_tiles; ++kt) {
-        mbarrier_wait(empty + 8 * s, phase ^ 1);  // a fresh barrier's previous phase counts as done
+        // A fresh barrier's previous phase counts as done. Every block's consumers give the stage back.
+        mbarrier_wait(empty + 8 * s, phase ^ 1);
         const uint32_t bar = full + 8 * s, a = base + s * STAGE_BYTES, b = a + A_BYTES;
-        mbarrier_arrive_expect_tx(bar, STAGE_BYTES);
+        mbarrier_arrive_expect_tx(bar, STAGE_BYTES);  // A's bytes and all of B's, whoever copies them
         tma_load_2d(a, map_a, bar, kt * BK, tile_m * BM);
-        if constexpr (B_NK) {
+        if constexpr (CLUSTER > 1) {
+          constexpr uint16_t EVERY_BLOCK = (1u << CLUSTER) - 1;
+          if constexpr (B_NK) {  // this block's BN / CLUSTER rows of B's box
+            constexpr int ROWS_B = BN / CLUSTER;
+            at_multicast::tma_load_2d(b + rank * ROWS_B * BK * (int)sizeof(T), map_b, bar, kt * BK,
+                                      tile_n * BN + rank * ROWS_B, EVERY_BLOCK);
+          } else {  // this block's 64-column atoms
+            constexpr int ATOMS = BN / 64 / CLUSTER;
+#pragma unroll
+            for (int j = rank * ATOMS; j < (rank + 1) * ATOMS; ++j)
+              at_multicast::tma_load_2d(b + j * LB::ATOM_STRIDE, map_b, bar, tile_n * BN + 64 * j, kt * BK,
+                                        EVERY_BLOCK);
+          }
+        } else if constexpr (B_NK) {
           tma_load_2d(b, map_b, bar, kt * BK, tile_n * BN);
         } else {
 #pragma unroll
           for (int j = 0; j < BN / 64; ++j) tma_load_2d(b + j * LB::ATOM_STRIDE, map_b, bar, tile_n * BN + 64 * j, kt * BK);
         }
+        if (++s == STAGES) s = 0, phase ^= 1;
+      }
+    }
+    if constexpr (CLUSTER > 1) {
+      // Stay until every block's consumers have given back each stage for the last time: their arrives
+      // land in this block's shared memory.
+      for (int i = 0; i < STAGES; ++i) {
+        mbarrier_wait(empty + 8 * s, phase ^ 1);
         if (++s == STAGES) s = 0, phase ^= 1;
       }
     }
@@ -160,9 +203,20 @@ __device__ __forceinline__ void gemm_ws_body(const T* __restrict__ A, const T* _
   float d[SLICES][BN / 2];
   int s = 0;
   uint32_t phase = 0;
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    int tile_m, tile_n;
-    tile_at<GROUP>(tile, tiles_m, tiles_n, tile_m, tile_n);
+  // Gives stage `stage` back to the producer of every block that writes into it.
+  auto give_back = [&](int stage) {
+    if (lane != 0) return;
+    if constexpr (CLUSTER > 1) {
+#pragma unroll
+      for (uint32_t r = 0; r < CLUSTER; ++r) at_multicast::mbarrier_arrive(empty + 8 * stage, r);
+    } else {
+      mbarrier_arrive(empty + 8 * stage);
+    }
+  };
+  for (int unit = cluster; unit < units; unit += clusters) {
+    int unit_m, tile_n;
+    tile_at<GROUP>(unit, units_m, tiles_n, unit_m, tile_n);
+    const int tile_m = unit_m * CLUSTER + rank;
     int previous = -1;
     for (int kt = 0; kt < k_tiles; ++kt) {
       mbarrier_wait(full + 8 * s, phase);
@@ -177,12 +231,12 @@ __device__ __forceinline__ void gemm_ws_body(const T* __restrict__ A, const T* _
         }
       wgmma_commit();
       wgmma_wait<1>();  // the k-tile before this one is done: its stage goes back to the producer
-      if (previous >= 0 && lane == 0) mbarrier_arrive(empty + 8 * previous);
+      if (previous >= 0) give_back(previous);
       previous = s;
       if (++s == STAGES) s = 0, phase ^= 1;
     }
     wgmma_wait<0>();
-    if (previous >= 0 && lane == 0) mbarrier_arrive(empty + 8 * previous);
+    if (previous >= 0) give_back(previous);
 #pragma unroll
     for (int sl = 0; sl < SLICES; ++sl) fence_registers(d[sl]);
 
@@ -246,5 +300,5 @@ __device__ __forceinline__ void gemm_ws_body(const T* __restrict__ A, const T* _
 //   extern "C" __global__ void __launch_bounds__(384, 1) gemm_ws_<key>(const __half* A, const __half* B,
 //       __half* C, int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta,
 //       float* workspace, unsigned int* counters)
-//   { at_ws::gemm_ws_body<__half, true, 128, 256, 3, 8>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta,
-//                                                      workspace, counters); }
+//   { at_ws::gemm_ws_body<__half, true, 128, 256, 3, 8, 2>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta,
+//                                                         workspace, counters); }

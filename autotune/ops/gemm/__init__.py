@@ -10,7 +10,7 @@ M >= TC_MIN_M, else `skinny` (CUDA cores). Larger products go to `simt` for floa
 for float16/bfloat16, to `wgmma` (Hopper's warpgroup MMA, sm_90a) when K and N are multiples of 8
 (16-byte rows) and this machine's GPUs are Hopper (or it has none), else to `mma` (mma.sync, any
 tensor-core GPU, any shape). `ws` (persistent and warp-specialized: a TMA producer warpgroup, two
-wgmma consumers; Hopper) is reachable by name (family_named) until it is swept on a GPU.
+wgmma consumers; Hopper) is reachable by name (family_named, AUTOTUNE_GEMM_FAMILY): ws.py says why.
 """
 
 from __future__ import annotations

@@ -3,9 +3,13 @@ wgmma consumer warpgroups, half/bfloat16): space, geometry, source. kernels/gemm
 it runs.
 
 Built for sm_90a only (ARCH_SUFFIX), as the wgmma family, whose layouts, descriptors and tensor maps
-it shares. One block an SM walks its tiles, so the grid is min(tiles, SMs). Not yet picked by
-gemm.family on its own (the wgmma family serves Hopper until this one is swept on a GPU):
-gemm.family_named("ws") reaches it for tests, and AUTOTUNE_GEMM_FAMILY=ws for sweeps and benchmarks.
+it shares. One block an SM walks its tiles, so the grid is min(tiles, SMs), in whole clusters where
+`cluster` is 2 (two blocks on vertically adjacent tiles, B's stages multicast to both, the cluster
+given at launch). Not picked by gemm.family on its
+own: swept on an H200 it runs 0.97-0.98x cuBLAS at 4096^3 where wgmma runs 0.90x, but switching
+families means re-sweeping every shipped wgmma record, and the H100's cannot be re-timed
+(docs/findings.md). gemm.family_named("ws") reaches it for tests, and AUTOTUNE_GEMM_FAMILY=ws for sweeps
+and benchmarks (in a database without the shipped records, whose GEMM configs are wgmma's).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from collections.abc import Mapping
 
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.core.space import Config, Param, Space
-from autotune.gpu.geometry import Launch
+from autotune.gpu.geometry import Launch, cluster_choices
 from autotune.gpu.tma import Box, OperandMaps
 from autotune.ops.gemm import shared as gemm_shared
 from autotune.ops.gemm import wgmma
@@ -34,6 +38,7 @@ MBARRIER_BYTES = 1024  # the full and empty mbarriers, padded so that C's stagin
 _TILES = (128, 256)
 _STAGES = (2, 3, 4, 5, 6)
 _GROUPS = (1, 4, 8, 16)
+_CLUSTERS = (1, 2)  # blocks a cluster, along M: each loads 1 / cluster of B's stage for all of them
 
 
 def accumulators(config: Mapping[str, int]) -> int:
@@ -59,17 +64,26 @@ def problem_reason(problem: Problem) -> str | None:
     return None
 
 
+def units_m(problem: Problem, config: Mapping[str, int]) -> int:
+    """Rows of the units the blocks walk: `cluster` tile rows, one a block of a cluster."""
+    return gemm_shared.tile_count(gemm_shared.tile_count(problem.m, config["bm"]), config["cluster"])
+
+
 def space(problem: Problem) -> Space:
     def constraint(c: Mapping[str, int]) -> str | None:
         if (reason := problem_reason(problem)) is not None:
             return reason
+        if c["cluster"] not in cluster_choices():
+            return f"cluster={c['cluster']}: this GPU has no thread-block clusters"
+        if c["cluster"] > 1 and gemm_shared.tile_count(problem.m, c["bm"]) < c["cluster"]:
+            return f"cluster={c['cluster']} pairs tile rows, and m={problem.m} is one {c['bm']}-row tile"
         if accumulators(c) > wgmma.MAX_ACCUMULATORS:
             return f"{accumulators(c)} accumulators a thread (a {c['bm']}x{c['bn']} tile on two warpgroups) spill"
         if (reason := gemm_shared.output_tile_reason(problem, c, shared_bytes(problem, c))) is not None:
             return reason
         if c["stages"] > max(2, gemm_shared.tile_count(problem.k, BK)):
             return f"{c['stages']} stages for {gemm_shared.tile_count(problem.k, BK)} k-tiles"
-        return gemm_shared.swizzle_reason(c["group"], gemm_shared.tile_count(problem.m, c["bm"]))
+        return gemm_shared.swizzle_reason(c["group"], units_m(problem, c))
 
     return Space(
         params=(
@@ -77,27 +91,30 @@ def space(problem: Problem) -> Space:
             Param("bn", _TILES),
             Param("stages", _STAGES),
             Param("group", _GROUPS),
+            Param("cluster", _CLUSTERS),
         ),
         constraint=constraint,
     )
 
 
 def default_config(problem: Problem) -> Config:
-    """Valid for every problem the family serves: 128 x 128 tiles, two stages, tiles in row order."""
-    return {"bm": 128, "bn": 128, "stages": 2, "group": 1}
+    """Valid for every problem the family serves: 128 x 128 tiles, two stages, tiles in row order, no
+    cluster."""
+    return {"bm": 128, "bn": 128, "stages": 2, "group": 1, "cluster": 1}
 
 
 def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
     c = config
     return (
-        f"gemm_ws_{problem.dtype}_{c['bm']}x{c['bn']}_s{c['stages']}_g{c['group']}{gemm_shared.layout_suffix(problem)}"
+        f"gemm_ws_{problem.dtype}_{c['bm']}x{c['bn']}_s{c['stages']}_g{c['group']}_c{c['cluster']}"
+        f"{gemm_shared.layout_suffix(problem)}"
     )
 
 
 def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
     """A translation unit with one extern "C" instance of the template (a stable, unmangled name)."""
     c = config
-    args = [c[k] for k in ("bm", "bn", "stages", "group")]
+    args = [c[k] for k in ("bm", "bn", "stages", "group", "cluster")]
     return gemm_shared.instance_source(
         KERNEL_FILE,
         kernel_name(problem, c),
@@ -110,35 +127,41 @@ def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
 
 
 def operand_maps(problem: Problem, config: Mapping[str, int]) -> OperandMaps:
-    """A's boxes of BM rows of BK, B's of BN rows of BK (N x K) or one 64-column atom of BK k-rows
-    (K x N): the wgmma family's TMA boxes."""
+    """A's boxes of BM rows of BK, B's of BN / cluster rows of BK (N x K: a block of a cluster loads its
+    share of the stage) or one 64-column atom of BK k-rows (K x N): the wgmma family's TMA boxes."""
     c = config
     a = Box(c["bm"], BK, 2 * BK)
     if gemm_shared.b_is_n_by_k(problem):
-        return OperandMaps(a=a, b=Box(c["bn"], BK, 2 * BK), b_nk=True)
+        return OperandMaps(a=a, b=Box(c["bn"] // c["cluster"], BK, 2 * BK), b_nk=True)
     return OperandMaps(a=a, b=Box(BK, wgmma.B_ATOM_COLUMNS, 128))
 
 
 def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
-    """One block an SM, walking tiles blockIdx.x, + gridDim.x, ...; the tensor maps in the workspace."""
+    """One block an SM, a cluster walking units (`cluster` tiles) cluster index, + clusters, ...; the
+    tensor maps in the workspace."""
     c = config
-    tiles = gemm_shared.tile_count(problem.m, c["bm"]) * gemm_shared.tile_count(problem.n, c["bn"])
+    units = units_m(problem, c) * gemm_shared.tile_count(problem.n, c["bn"])
+    clusters = min(units, max(1, sm_count // c["cluster"]))
     return Launch(
-        grid=(min(tiles, sm_count), 1, 1),
+        grid=(clusters * c["cluster"], 1, 1),
         block=(THREADS, 1, 1),
         shared_bytes=shared_bytes(problem, c),
         workspace_floats=0,
         counters=0,
         operand_maps=operand_maps(problem, c),
+        cluster_dims=(c["cluster"], 1, 1) if c["cluster"] > 1 else None,
     )
 
 
-# experiments/gemm_ws.cu's best on the H200 (128 x 256, 3 stages, groups of 8 tile rows: 0.98-0.99x
-# cuBLAS at 4096^3), then the square tile with more stages.
+# The sweeps' bests on the H200 (docs/findings.md): 128 x 256 tiles with 3 stages in groups of 8 tile
+# rows, alone and in clusters of two (on par), 128 x 128 with 5-6 stages where N is 3584-4608, and the
+# tall tile.
 _SEEDS = (
-    dict(bm=128, bn=256, stages=3, group=8),
-    dict(bm=256, bn=128, stages=3, group=8),
-    dict(bm=128, bn=128, stages=5, group=8),
+    dict(bm=128, bn=256, stages=3, group=8, cluster=1),
+    dict(bm=128, bn=256, stages=3, group=8, cluster=2),
+    dict(bm=128, bn=128, stages=6, group=16, cluster=1),
+    dict(bm=128, bn=128, stages=5, group=8, cluster=1),
+    dict(bm=256, bn=128, stages=3, group=8, cluster=1),
 )
 
 
