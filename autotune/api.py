@@ -650,7 +650,7 @@ def _linear_quantized(x: Any, weight: Any, bias: Any, db: str | None) -> Any:
 
 
 # The weight formats quantize() makes (docs/lowbit.md), and the types of weights linear() runs in
-# them (QuantizedWeight adds itself when autotune/ops/qgemm/module.py is imported: it needs torch).
+# them (QuantizedWeight adds itself when autotune/model/quantized.py is imported: it needs torch).
 # linear() reads of such a weight its out_features and in_features, its buffers in `_buffers`
 # (torch.nn.Module's: qweight, scales and zeros).
 QUANTIZED_FORMATS = ("int4",)
@@ -667,7 +667,7 @@ def quantize(weight: Any, format: str = "int4", *, group: int = 128, sym: bool =
     from autotune.ops.qgemm import format as int4
 
     if int4.is_torch_tensor(weight):
-        from autotune.ops.qgemm.module import QuantizedWeight
+        from autotune.model.quantized import QuantizedWeight
 
         return QuantizedWeight.from_float(weight, group, sym, scale_dtype)
     return int4.quantize_int4(weight, group, sym, scale_dtype)
