@@ -23,7 +23,7 @@ from autotune.core.gpus import described
 from autotune.core.log import show_on_stderr
 from autotune.core.problem import Problem, parse_input_dtypes, read_shapes_file
 from autotune.ops import make_problem, qdequant, qgemm, resolve_op, shape_dims, standard_shapes
-from autotune.runtime import tune_on_miss
+from autotune.runtime import process, tune_on_miss
 from autotune.runtime.launcher import Runtime
 from autotune.runtime.misses import Misses
 from autotune.select import table  # at import: its first use is a launch's first call
@@ -559,7 +559,7 @@ def linear(x: Any, weight: Any, bias: Any = None, *, db: str | None = None) -> A
     ) and _recording():
         from autotune.runtime import linear_grad
 
-        return linear_grad.linear(x, weight, bias, db, quantized)
+        return linear_grad.linear(x, weight, bias, db, quantized, linear, gemm)
     if quantized:
         return _linear_quantized(x, weight, bias, db)
     shape, k = x.shape, weight.shape[-1]
@@ -647,6 +647,10 @@ def _linear_quantized(x: Any, weight: Any, bias: Any, db: str | None) -> Any:
     out = bias.new_empty((*shape[:-1], n))
     out.copy_(bias)
     return _RUNTIME._call(qgemm.OP, arrays, out, 1.0, 1.0, None, db, ())
+
+
+# torch's custom ops (autotune/runtime/torch_ops.py), below this module, launch through these.
+process.install(process.Surface(launch_path, linear))
 
 
 # The weight formats quantize() makes (docs/lowbit.md), and the types of weights linear() runs in
