@@ -10,17 +10,21 @@ autotune.api, so they are installed before any module can ask.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from autotune.runtime.launcher import Runtime
 
 
-@dataclass(frozen=True)
 class Surface:
-    launch_path: Callable[[], Runtime]  # autotune.api.launch_path: the process's Runtime
-    linear: Callable[..., Any]  # autotune.linear(x, weight, bias=None, *, db=None)
+    """A plain class, not a dataclass: this module is loaded by `import autotune`, where a dataclass
+    costs its generated methods' compilation."""
+
+    __slots__ = ("launch_path", "linear")
+
+    def __init__(self, launch_path: Callable[[], Runtime], linear: Callable[..., Any]) -> None:
+        self.launch_path = launch_path  # autotune.api.launch_path: the process's Runtime
+        self.linear = linear  # autotune.linear(x, weight, bias=None, *, db=None)
 
 
 _INSTALLED: list[Surface] = []
