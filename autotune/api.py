@@ -23,7 +23,7 @@ from autotune.core.gpus import described
 from autotune.core.log import show_on_stderr
 from autotune.core.problem import Problem, parse_input_dtypes, read_shapes_file
 from autotune.ops import make_problem, qdequant, qgemm, resolve_op, shape_dims, standard_shapes
-from autotune.runtime import tune_on_miss
+from autotune.runtime import process, tune_on_miss
 from autotune.runtime.launcher import Runtime
 from autotune.runtime.misses import Misses
 from autotune.select import table  # at import: its first use is a launch's first call
@@ -559,7 +559,7 @@ def linear(x: Any, weight: Any, bias: Any = None, *, db: str | None = None) -> A
     ) and _recording():
         from autotune.runtime import linear_grad
 
-        return linear_grad.linear(x, weight, bias, db, quantized)
+        return linear_grad.linear(x, weight, bias, db, quantized, linear, gemm)
     if quantized:
         return _linear_quantized(x, weight, bias, db)
     shape, k = x.shape, weight.shape[-1]
@@ -649,8 +649,12 @@ def _linear_quantized(x: Any, weight: Any, bias: Any, db: str | None) -> Any:
     return _RUNTIME._call(qgemm.OP, arrays, out, 1.0, 1.0, None, db, ())
 
 
+# torch's custom ops (autotune/runtime/torch_ops.py), below this module, launch through these.
+process.install(process.Surface(launch_path, linear))
+
+
 # The weight formats quantize() makes (docs/lowbit.md), and the types of weights linear() runs in
-# them (QuantizedWeight adds itself when autotune/ops/qgemm/module.py is imported: it needs torch).
+# them (QuantizedWeight adds itself when autotune/model/quantized.py is imported: it needs torch).
 # linear() reads of such a weight its out_features and in_features, its buffers in `_buffers`
 # (torch.nn.Module's: qweight, scales and zeros).
 QUANTIZED_FORMATS = ("int4",)
@@ -667,7 +671,7 @@ def quantize(weight: Any, format: str = "int4", *, group: int = 128, sym: bool =
     from autotune.ops.qgemm import format as int4
 
     if int4.is_torch_tensor(weight):
-        from autotune.ops.qgemm.module import QuantizedWeight
+        from autotune.model.quantized import QuantizedWeight
 
         return QuantizedWeight.from_float(weight, group, sym, scale_dtype)
     return int4.quantize_int4(weight, group, sym, scale_dtype)

@@ -239,11 +239,11 @@ def _gpu_configs(problem: Problem) -> list[Config]:
 @pytest.mark.parametrize("trans", [False, True], ids=["kn", "nk"])
 @pytest.mark.parametrize("shape", GPU_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_results_match_float64_on_the_gpu(shape: tuple[int, int, int], trans: bool) -> None:
-    from autotune.measure import gpu
+    from autotune.measure import pycuda_gpu
 
-    cuda = gpu.driver()
-    gpu.context()
-    kernels, scratch = gpu.Kernels(), direct_launch.Scratch(cuda)
+    cuda = pycuda_gpu.driver()
+    pycuda_gpu.context()
+    kernels, scratch = pycuda_gpu.Kernels(), direct_launch.Scratch(cuda)
     m, n, k = shape
     dtype = gemm_mma.DTYPES[(GPU_SHAPES.index(shape) + trans) % 2]  # each shape and layout in one of them
     problem = _problem(m, n, k, dtype, trans)

@@ -239,13 +239,13 @@ def _gpu_configs(problem: Problem) -> list[Config]:
 @LAYOUTS
 @pytest.mark.parametrize("shape", GPU_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_results_match_float64_on_the_gpu(shape: tuple[int, int, int], trans: bool) -> None:
-    from autotune.measure import gpu
+    from autotune.measure import pycuda_gpu
 
-    cuda = gpu.driver()
-    gpu.context()
+    cuda = pycuda_gpu.driver()
+    pycuda_gpu.context()
     m, n, k = shape
     problem = _problem(m, n, k, trans=trans)
-    kernels = gpu.Kernels()
+    kernels = pycuda_gpu.Kernels()
     rng = np.random.default_rng(sum(shape) + trans)
     b_rows, b_cols = (n, k) if trans else (k, n)
     a = rng.standard_normal((m, k)).astype(np.float32)

@@ -444,11 +444,11 @@ def _gpu_configs(problem: Problem, aligned: bool) -> list[Config]:
 def test_results_match_float64_on_the_gpu(
     case: tuple[str, tuple[int, int, int], bool, tuple[int, int, int]], tmp_path: Path
 ) -> None:
-    from autotune.measure import gpu
+    from autotune.measure import pycuda_gpu
 
     dtype, (m, n, k), b_nk, (pad_a, pad_b, pad_c) = case
-    cuda = gpu.driver()
-    info = gpu.device_info()
+    cuda = pycuda_gpu.driver()
+    info = pycuda_gpu.device_info()
     problem = _problem(m, n, k, dtype, trans=b_nk)
     lda, ldb, ldc = k + pad_a, (k if b_nk else n) + pad_b, n + pad_c
     per_16_bytes = 16 // (4 if dtype == "float32" else 2)
@@ -461,7 +461,7 @@ def test_results_match_float64_on_the_gpu(
     exact = a64[:, :k] @ w
     scale = np.abs(a64[:, :k]) @ np.abs(w)
     a_gpu, b_gpu = cuda.to_device(a), cuda.to_device(b)
-    kernels, scratch = gpu.Kernels(), direct_launch.Scratch(cuda)
+    kernels, scratch = pycuda_gpu.Kernels(), direct_launch.Scratch(cuda)
     configs = _gpu_configs(problem, aligned)
     assert configs
     for config in configs:

@@ -534,11 +534,11 @@ def test_results_are_exact_on_the_gpu(dtype: str, shape: tuple[int, int, int], t
     the result to 16 bits. The gaps between rows hold NaN (a load of one would show) and so does C
     where beta is 0 (it must not be read); C's gaps must stay NaN (nothing written past N). Each
     launch runs twice, so the split-K workspace and counters must be left zeroed."""
-    from autotune.measure import gpu
+    from autotune.measure import pycuda_gpu
 
-    cuda = gpu.driver()
-    gpu.context()
-    kernels = gpu.Kernels()
+    cuda = pycuda_gpu.driver()
+    pycuda_gpu.context()
+    kernels = pycuda_gpu.Kernels()
     problem = _problem(*shape, dtype, trans)
     m, n, k = shape
     rng = np.random.default_rng(sum(shape) + trans)

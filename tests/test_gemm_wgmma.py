@@ -442,11 +442,11 @@ def check_family_against_float64(
     and the row after it left as they were."""
     from autotune.build.compiler import compile_kernel
     from autotune.gpu import tma
-    from autotune.measure import gpu
+    from autotune.measure import pycuda_gpu
 
     m, n, k, trans, dtype, extra = case
-    cuda = gpu.driver()
-    gpu.context()
+    cuda = pycuda_gpu.driver()
+    pycuda_gpu.context()
     if cuda.Device(0).compute_capability() != (9, 0):
         pytest.skip(f"the {family.NAME} family needs a Hopper GPU (sm_90)")
     problem = _problem(m, n, k, dtype, trans)
@@ -469,7 +469,7 @@ def check_family_against_float64(
     c0 = _from_bits(c0_bits[:m, :n], dtype)
     a_gpu, b_gpu = cuda.to_device(a_bits), cuda.to_device(b_bits)
 
-    kernels = gpu.Kernels()
+    kernels = pycuda_gpu.Kernels()
     arch = gemm.family_compile_arch(family, "sm_90")
     for config in configs(problem):
         name = family.kernel_name(problem, config)

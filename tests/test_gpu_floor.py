@@ -15,7 +15,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.mark.parametrize("words", [1, 333, 3 * 8 * 512 + 5, 1 << 16])
 def test_every_read_kernel_reads_every_word_and_no_more(words: int) -> None:
-    from autotune.measure.gpu import Kernels, context, device_info, driver
+    from autotune.measure.pycuda_gpu import Kernels, context, device_info, driver
 
     context()
     cuda = driver()

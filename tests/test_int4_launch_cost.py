@@ -1,6 +1,6 @@
 """What autotune.linear(x, W) costs the host with an int4 weight W, counted as tests/test_launch_cost.py
 counts a float16 launch: the Python functions a call of a seen signature runs, through a double of the
-driver. The weight is a stand-in for QuantizedWeight (autotune/ops/qgemm/module.py needs torch) that
+driver. The weight is a stand-in for QuantizedWeight (autotune/model/quantized.py needs torch) that
 keeps its buffers where torch.nn.Module does, behind a Python __getattr__, so that reading them the
 slow way counts as the Python call it is under torch."""
 

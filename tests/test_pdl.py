@@ -14,7 +14,7 @@ import pytest
 from autotune.core.fingerprint import GpuInfo
 from autotune.gpu import driver
 from autotune.measure import pdl
-from autotune.measure.gpu import programmatic_launch
+from autotune.measure.pycuda_gpu import programmatic_launch
 from autotune.ops import gemm, gemv
 
 LAYOUT_PROGRAM = r"""

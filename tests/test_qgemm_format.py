@@ -197,7 +197,7 @@ def test_torch_and_numpy_give_the_same_bits() -> None:
 
 def test_quantized_weight_state_dict_round_trip() -> None:
     torch = pytest.importorskip("torch")
-    from autotune.ops.qgemm.module import QuantizedWeight
+    from autotune.model.quantized import QuantizedWeight
 
     w = torch.from_numpy(_weights(6, 128)).half()
     for sym in (True, False):
@@ -232,7 +232,7 @@ def _extreme_scales(shape: tuple[int, int], dtype: Any, rng: np.random.Generator
 
 def test_dequantize_in_the_scales_dtype_is_the_float32_values_rounded_bit_for_bit() -> None:
     torch = pytest.importorskip("torch")
-    from autotune.ops.qgemm.module import QuantizedWeight
+    from autotune.model.quantized import QuantizedWeight
 
     rng = np.random.default_rng(RNG_SEED)
     for dtype, as_bits in ((torch.float16, torch.int16), (torch.bfloat16, torch.int16), (torch.float32, torch.int32)):

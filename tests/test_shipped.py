@@ -410,12 +410,12 @@ def test_prepare_names_no_gpu_it_cannot_target(tmp_path: Path) -> None:
 
 
 def test_the_pycuda_hint_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    from autotune.measure import gpu
+    from autotune.measure import pycuda_gpu
 
     monkeypatch.setitem(sys.modules, "pycuda", None)
     monkeypatch.setitem(sys.modules, "pycuda.driver", None)
     with pytest.raises(AutotuneError) as raised:
-        gpu.driver()
+        pycuda_gpu.driver()
     assert "pip install 'autotune-kernels[cuda]'" in str(raised.value) and "\n" not in str(raised.value)
 
 

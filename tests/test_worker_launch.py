@@ -21,7 +21,7 @@ from autotune.core.problem import Problem
 from autotune.gpu import device as device_module
 from autotune.gpu import driver
 from autotune.gpu.driver import DriverError
-from autotune.measure import gpu as measure_gpu
+from autotune.measure import pycuda_gpu as measure_gpu
 from autotune.measure.worker import runner as runner_module
 from autotune.measure.worker import server
 from autotune.measure.worker.runner import ALPHA, BETA, Runner

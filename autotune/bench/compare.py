@@ -103,7 +103,7 @@ class Bench:
         self.launcher = ChoiceLauncher()  # after torch: both use the primary context
         self.device = self.launcher.device
         from autotune.build.compiler import compile_support
-        from autotune.measure.gpu import Kernels, context
+        from autotune.measure.pycuda_gpu import Kernels, context
 
         context()  # PyCUDA's timer and read kernels load into the primary context too
         from autotune.measure.worker.timing import Timer

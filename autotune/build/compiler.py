@@ -25,20 +25,15 @@ from pathlib import Path
 
 from autotune.build.procgroup import GROUPS
 from autotune.core.fingerprint import nvcc_version
+
+# The compiler's input, defined below the op registry that makes jobs; its users import it from here.
+from autotune.core.jobs import CompileJob as CompileJob
 from autotune.core.paths import cache_home, kernels_dir
 
 NVCC_OPTIONS = ("-O3", "-lineinfo")
 COMPILE_TIMEOUT_S = 300
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class CompileJob:
-    name: str  # the extern "C" kernel name inside the cubin
-    source: str  # a translation unit that includes a file of kernels/
-    arch: str  # "sm_90"
-    depends_hash: str  # hash of the kernels/ files the source includes
 
 
 @dataclass(frozen=True)

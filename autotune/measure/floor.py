@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from autotune.build.compiler import compile_fixed
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import GpuInfo
-from autotune.measure.gpu import Kernels, has_programmatic_launch
+from autotune.measure.pycuda_gpu import Kernels, has_programmatic_launch
 
 WORD_BYTES = 16  # every load is one 16-byte vector
 LOADS_PER_THREAD = (1, 2, 4, 8)

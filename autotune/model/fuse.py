@@ -42,7 +42,7 @@ import torch
 
 from autotune.core.errors import AutotuneError
 from autotune.model.modules import Int4Linear, PatchedLinear, float_linear, int4_linear
-from autotune.ops.qgemm.module import QuantizedWeight
+from autotune.model.quantized import QuantizedWeight
 
 log = logging.getLogger(__name__)
 

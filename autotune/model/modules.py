@@ -15,9 +15,9 @@ import torch
 
 import autotune.runtime.torch_ops  # noqa: F401  (registers torch.ops.autotune.*, which compiled graphs call)
 from autotune import api
+from autotune.model.quantized import QuantizedWeight
 from autotune.ops import qgemm
 from autotune.ops.qgemm import format as int4
-from autotune.ops.qgemm.module import QuantizedWeight
 
 # Our kernels run CUDA tensors; a patched model moved elsewhere (.cpu(), .to("meta")) runs F.linear, so
 # that .to() after patching keeps working. The CPU tests set this to send every device's tensors down

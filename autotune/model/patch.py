@@ -17,7 +17,7 @@ import torch
 from autotune.core.errors import AutotuneError
 from autotune.model import fuse as fusing
 from autotune.model.modules import Int4Linear, PatchedLinear
-from autotune.ops.qgemm.module import QuantizedWeight
+from autotune.model.quantized import QuantizedWeight
 
 log = logging.getLogger(__name__)
 

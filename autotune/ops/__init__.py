@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from autotune.build.compiler import CompileJob
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import file_hash
+from autotune.core.jobs import CompileJob
 from autotune.core.problem import (
     BLAS_PREFIX,
     INPUT_BITS,

@@ -24,6 +24,10 @@ from autotune.core.errors import AutotuneError
 
 # (dY rows (R, N), W (N, K)) -> dX rows (R, K): our GEMM, by the Python API or the torch op.
 Product = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+# What the autograd functions launch, handed down by autotune.api.linear (the surface above this
+# module): that linear itself, run with autograd off, and the launch path's GEMM (`db=` taken by both).
+Linear = Callable[..., Any]
+Gemm = Callable[..., Any]
 
 
 def input_grads(
@@ -56,46 +60,49 @@ class _Linear(torch.autograd.Function):  # type: ignore[misc]  # torch is untype
     """autotune.linear with a float weight (the forward runs with autograd off: the usual path)."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, db: str | None) -> Any:
-        from autotune import api
-
+    def forward(
+        ctx: Any,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        db: str | None,
+        untracked: Linear,
+        gemm: Gemm,
+    ) -> Any:
         ctx.save_for_backward(x, weight)
-        ctx.db = db
-        return api.linear(x, weight, bias, db=db)
+        ctx.db, ctx.gemm = db, gemm
+        return untracked(x, weight, bias, db=db)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        from autotune import api
-
         x, weight = ctx.saved_tensors
         needs = tuple(ctx.needs_input_grad[:3])
-        return (*input_grads(grad, x, weight, needs, lambda a, b: api.gemm(a, b, db=ctx.db)), None)
+        return (*input_grads(grad, x, weight, needs, lambda a, b: ctx.gemm(a, b, db=ctx.db)), None, None, None)
 
 
 class _QuantizedLinear(torch.autograd.Function):  # type: ignore[misc]
     """autotune.linear with an int4 weight: gradients for x and the bias; the weight is frozen."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, bias: torch.Tensor | None, weight: Any, db: str | None) -> Any:
-        from autotune import api
-
+    def forward(
+        ctx: Any, x: torch.Tensor, bias: torch.Tensor | None, weight: Any, db: str | None, untracked: Linear, gemm: Gemm
+    ) -> Any:
         ctx.save_for_backward(x)
-        ctx.weight, ctx.db = weight, db
-        return api.linear(x, weight, bias, db=db)
+        ctx.weight, ctx.db, ctx.gemm = weight, db, gemm
+        return untracked(x, weight, bias, db=db)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        from autotune import api
-
         (x,) = ctx.saved_tensors
         needs = (ctx.needs_input_grad[0], False, ctx.needs_input_grad[1])
         dequantized = lambda: ctx.weight.dequantize(x.dtype)  # noqa: E731  (only when dX is asked for)
-        dx, _, db = input_grads(grad, x, None, needs, lambda a, b: api.gemm(a, b, db=ctx.db), dequantized)
-        return dx, db, None, None
+        dx, _, db = input_grads(grad, x, None, needs, lambda a, b: ctx.gemm(a, b, db=ctx.db), dequantized)
+        return dx, db, None, None, None, None
 
 
-def linear(x: Any, weight: Any, bias: Any, db: str | None, quantized: bool) -> Any:
-    """autotune.linear where autograd records the call (api.linear decides that)."""
+def linear(x: Any, weight: Any, bias: Any, db: str | None, quantized: bool, untracked: Linear, gemm: Gemm) -> Any:
+    """autotune.linear where autograd records the call (api.linear decides that, and passes itself as
+    `untracked`, which the forward runs with autograd off, and the launch path's `gemm`, for dX)."""
     if quantized:
         frozen = [name for name, buffer in weight._buffers.items() if buffer is not None and buffer.requires_grad]
         if frozen:
@@ -103,8 +110,8 @@ def linear(x: Any, weight: Any, bias: Any, db: str | None, quantized: bool) -> A
                 f"an int4 weight is frozen: its {', '.join(frozen)} take no gradient (x's and the bias' do); "
                 "train a float weight, or an adapter beside this one"
             )
-        return _QuantizedLinear.apply(x, bias, weight, db)
-    return _Linear.apply(x, weight, bias, db)
+        return _QuantizedLinear.apply(x, bias, weight, db, untracked, gemm)
+    return _Linear.apply(x, weight, bias, db, untracked, gemm)
 
 
 def register_linear_autograd() -> None:

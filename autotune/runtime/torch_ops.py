@@ -22,11 +22,12 @@ from typing import Any
 
 import torch
 
-import autotune
 from autotune import ops
-from autotune.api import launch_path
 from autotune.ops.base import Op
-from autotune.runtime import linear_grad
+from autotune.runtime import linear_grad, process
+
+# The process's launch path and autotune.linear, which autotune.api (above this module) installed.
+_SURFACE = process.installed()
 
 _LIBRARY = torch.library.Library("autotune", "DEF")
 _REGISTERED: set[str] = set()
@@ -48,7 +49,7 @@ def register_op(op: Op) -> bool:
 def _implementation(op: Op) -> Callable[..., Any]:
     """The op's CUDA kernel for torch: the schema's tensors are the call's arrays, then alpha, then
     the op's options in order."""
-    call = launch_path()._call  # positional: the least a call costs on the launch path
+    call = _SURFACE.launch_path()._call  # positional: the least a call costs on the launch path
     count = len(op.input_names)
 
     def implementation(*args: Any) -> Any:
@@ -75,7 +76,7 @@ _LIBRARY.define("linear(Tensor x, Tensor weight, Tensor? bias=None) -> Tensor")
 
 
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> Any:
-    return autotune.linear(x, weight, bias)
+    return _SURFACE.linear(x, weight, bias)
 
 
 def _linear_fake(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:

@@ -9,7 +9,7 @@ from typing import Any
 
 from autotune.core.errors import AutotuneError
 from autotune.core.problem import DTYPES, input_bytes
-from autotune.measure.gpu import Kernels
+from autotune.measure.pycuda_gpu import Kernels
 
 # Inputs held as packed integers (int4 codes two to a byte, int8, uint8 zero points): every bit
 # pattern is a value, so they are filled with uniformly random bytes.

@@ -31,7 +31,7 @@ from autotune.core.problem import ITEMSIZE, Problem, input_bytes
 from autotune.gpu.device import Device
 from autotune.gpu.geometry import KernelCall
 from autotune.gpu.plan import LaunchPlan
-from autotune.measure.gpu import Kernels, driver, programmatic_launch
+from autotune.measure.pycuda_gpu import Kernels, driver, programmatic_launch
 from autotune.measure.sensors import Reading, medians
 from autotune.measure.worker.fill import BYTE_FILL_FILE, RandomFill
 from autotune.measure.worker.timing import Timer

@@ -33,10 +33,10 @@ class _State:
 
     def gpu(self) -> Any:
         if self._gpu is None:
-            from autotune.measure import gpu
+            from autotune.measure import pycuda_gpu
 
-            self._gpu = gpu.device_info(self.device)
-            self._kernels = gpu.Kernels()
+            self._gpu = pycuda_gpu.device_info(self.device)
+            self._kernels = pycuda_gpu.Kernels()
         return self._gpu
 
     def support(self) -> Path:
@@ -71,7 +71,7 @@ class _State:
 def _context_is_poisoned() -> bool:
     """After a CUDA error: does the context still work? Sticky errors (illegal address) break it."""
     try:
-        from autotune.measure.gpu import driver
+        from autotune.measure.pycuda_gpu import driver
 
         cuda = driver()
         cuda.Context.synchronize()
@@ -123,7 +123,7 @@ def _handle(state: _State, request: dict[str, Any]) -> dict[str, Any]:
 def _measure(state: _State, request: dict[str, Any]) -> dict[str, Any]:
     from autotune.core.outcome import Outcome, Status
     from autotune.gpu.driver import DriverError
-    from autotune.measure.gpu import driver
+    from autotune.measure.pycuda_gpu import driver
 
     if state.runner is None:
         raise AutotuneError("measure before setup")

@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-from autotune.measure.gpu import Kernels, driver
+from autotune.measure.pycuda_gpu import Kernels, driver
 from autotune.measure.sensors import Reading, Sensors
 
 Launcher = Callable[[int], None]  # launches call number i (which picks the rotating buffer)

@@ -1,7 +1,8 @@
 """The only module that imports PyCUDA: the primary context, device facts, loading cubins, timing.
 
-Used in two places: the tuning worker subprocess, and autotune.gemv() in the caller's own process
-(where torch or cupy share the same primary context). Nothing here runs at import time.
+Used by the tuning worker subprocess and by `autotune bench` in the caller's own process (where
+torch shares the same primary context); the launch path binds the driver itself (autotune/gpu/).
+Named for PyCUDA so as not to read as that GPU layer. Nothing here runs at import time.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ Its buffers are the canonical format's arrays (autotune/ops/qgemm/format.py, doc
 scales and zeros (None when symmetric, so absent from the state_dict); the metadata travels as the
 module's extra state, so a state_dict loads into QuantizedWeight.from_state_dict or into a module of the
 same shape made by QuantizedWeight.empty. Imported only where torch is, never by `import autotune`.
+
+It sits in model/, beside the library surface, not with the int4 op in ops/qgemm/: its forward is
+autotune.linear, and it makes autotune.linear take it as a weight; the op below knows neither.
 """
 
 from __future__ import annotations
