@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -107,18 +108,26 @@ class InstantPool:
 def writer(db: str, journal: Path, seed: int, stop: Path) -> None:
     """Sweeps every problem with growing budgets; logs every finish_trial that returned."""
     from autotune.store import open_store
+    from autotune.store.rows import Provenance
     from autotune.tune.search import Budget
     from autotune.tune.tuner import Tuner
 
     store = open_store(db, import_shipped=False)
     log = journal.open("a", buffering=1)
-    finish = store.finish_trial
+    start, finish = store.start_trial, store.finish_trial
+    keys: dict[int, str] = {}  # the config key of each trial this writer started, for its journal line
+
+    def noted_start(where: Provenance, config: Mapping[str, Any]) -> int:
+        trial_id = start(where, config)
+        keys[trial_id] = config_key(config)
+        return trial_id
 
     def logged_finish(trial_id: int, outcome: Outcome) -> None:
-        key = store._started[trial_id][0]
+        key = keys.pop(trial_id)
         finish(trial_id, outcome)
         log.write(f"{trial_id} {key}\n")  # only once it returned
 
+    store.start_trial = noted_start  # type: ignore[method-assign]
     store.finish_trial = logged_finish  # type: ignore[method-assign]
     rng = random.Random(seed)
     while not stop.exists():
