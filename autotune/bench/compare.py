@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from autotune import ops
+from autotune.bench import harness
 from autotune.core.errors import AutotuneError
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.measure.floor import VARIANTS, ReadKernel, ReadKernels, words_for
@@ -24,7 +25,6 @@ from autotune.runtime.choice_launcher import ChoiceLauncher
 from autotune.runtime.operands import describe
 from autotune.select.choose import Choice
 
-ROTATION_BYTES_PER_L2 = 4
 COPY_BYTES = 2 * 2**30
 
 
@@ -134,7 +134,7 @@ class Bench:
                 self._read_kernels = ReadKernels(self.launcher.gpu, self.kernels)
             kernels, torch = self._read_kernels, self.torch
             words = words_for(nbytes)
-            copies = self._copies(nbytes)
+            copies = self.copies(nbytes)
             buffers = [
                 torch.randint(-(2**31), 2**31 - 1, (words * 4,), dtype=torch.int32, device="cuda")
                 for _ in range(copies)
@@ -148,8 +148,9 @@ class Bench:
             self._floors[nbytes] = ReadFloor(medians[best], VARIANTS[best].describe())
         return self._floors[nbytes]
 
-    def _copies(self, operand_bytes: int) -> int:
-        return max(1, min(256, math.ceil(ROTATION_BYTES_PER_L2 * self.launcher.gpu.l2_bytes / operand_bytes)))
+    def copies(self, operand_bytes: int) -> int:
+        """How many rotating copies of an operand of `operand_bytes` keep it cold in this card's L2."""
+        return harness.rotation_copies(operand_bytes, self.launcher.gpu.l2_bytes)
 
     def compare(self, choice: Choice, reps: int = 7, pick: Choice | None = None) -> BenchRow:
         """One GEMV (either layout) timed beside cuBLAS on the same rotating buffers; `pick`, the
@@ -158,7 +159,7 @@ class Bench:
         problem: Problem = choice.problem
         kind = getattr(torch, problem.dtype)
         x_len, y_len = (problem.m, problem.n) if problem.trans else (problem.n, problem.m)
-        copies = self._copies(problem.matrix_bytes)
+        copies = self.copies(problem.matrix_bytes)
         a = [torch.rand(problem.m, problem.n, device="cuda", dtype=kind) * 2 - 1 for _ in range(copies)]
         x = [torch.rand(x_len, device="cuda", dtype=kind) * 2 - 1 for _ in range(copies)]
         y = torch.full((y_len,), float("nan"), device="cuda", dtype=kind)  # NaN never passes
@@ -211,7 +212,7 @@ class Bench:
         torch = self.torch
         p: Problem = choice.problem
         kind = getattr(torch, p.dtype)
-        copies = self._copies((p.m * p.k + p.k * p.n) * ITEMSIZE[p.dtype])
+        copies = self.copies((p.m * p.k + p.k * p.n) * ITEMSIZE[p.dtype])
         a = [torch.rand(p.m, p.k, device="cuda", dtype=kind) * 2 - 1 for _ in range(copies)]
         if p.trans:
             b = [(torch.rand(p.n, p.k, device="cuda", dtype=kind) * 2 - 1).t() for _ in range(copies)]
@@ -270,20 +271,15 @@ def _pick_fields(pick: Choice, pick_us: float) -> dict[str, Any]:
 
 
 def _worst_error(torch: Any, calls: list[Callable[[int], None]], out: Any, want: Any, scale: Any) -> float:
-    """The worst `_max_error` of the calls, each run alone into `out` poisoned with NaN first (NaN if
+    """The worst `harness.max_error` of the calls, each run alone into `out` poisoned with NaN first (NaN if
     any left one)."""
     errors = []
     for call in calls:
         out.fill_(float("nan"))
         call(0)
         torch.cuda.synchronize()
-        errors.append(_max_error(out.double(), want, scale))
+        errors.append(harness.max_error(out.double(), want, scale))
     return math.nan if any(math.isnan(e) for e in errors) else max(errors)
-
-
-def _max_error(got: Any, want: Any, scale: Any) -> float:
-    """Worst |got - want| relative to the float64 sum of |terms| of that output."""
-    return float(((got - want).abs() / scale.clamp_min(1e-30)).max())
 
 
 def geomean(values: list[float]) -> float:
