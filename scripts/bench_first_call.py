@@ -305,6 +305,7 @@ def main() -> int:
 
     import torch
 
+    from autotune.bench.harness import report_path, write_json
     from autotune.core.fingerprint import slugify
 
     gpu = torch.cuda.get_device_name(0)
@@ -343,9 +344,7 @@ def main() -> int:
         "worst_median_ms": worst,
         "settings": settings,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"first_call_{slugify(gpu)}.json"
-    path.write_text(json.dumps(result, indent=1) + "\n")
+    path = write_json(report_path(args.out, "first_call", gpu), result)
     if profiles:  # where the time goes, not a result: beside the JSON for whoever asked
         (args.out / f"first_call_profile_{slugify(gpu)}.txt").write_text("\n".join(profiles))
     verdict = "meets" if worst is not None and worst <= GOAL_MS else "misses"

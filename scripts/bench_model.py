@@ -20,7 +20,7 @@ For each mode (eager modules; `torch.compile`d forward) and copy:
   what a user's plain loop pays, host included).
 - Host time per patched linear (float16 unfused, eager): each distinct linear of the first layer and
   the lm_head called with a decode step's (1, 1, K) x, HELD_CALLS at a time queued behind a sleeping
-  kernel (scripts/bench_decode.py's host_us_per_call), the torch copy's module beside ours'; the rows'
+  kernel (autotune/bench/harness.py's host_us_per_call), the torch copy's module beside ours'; the rows'
   `host` list.
 - Correctness by teacher forcing: the same tokens (the prompt and torch's greedy continuation) fed one
   at a time to a float32 copy, torch's and ours; `logit_dev` is ours' max |logit - float32's|,
@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import copy
 import gc
-import json
 import random
 import re
 import statistics
@@ -42,10 +41,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from bench_decode import host_us_per_call
 
 import autotune
-from autotune.core.fingerprint import slugify
+from autotune.bench.harness import host_us_per_call, report_path, write_json
 
 PROMPT, NEW_TOKENS, ROUNDS, REPLAYS, WALL_ROUNDS = 16, 64, 12, 20, 12
 # Kernel names of products: ours (autotune's families), cuBLAS's and cuBLASLt's; not attention's.
@@ -344,15 +342,14 @@ def main() -> int:
 
     torch._dynamo.config.cache_size_limit = 64  # one compiled step per model copy, all in one process
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"model_{slugify(gpu)}.json"
+    path = report_path(args.out, "model", gpu)
     rows: list[dict[str, Any]] = []
 
     def save() -> None:  # after every row: a run cut short keeps what it measured
         report = {"gpu": gpu, "torch": torch.__version__, "transformers": transformers.__version__,
                   "prompt": PROMPT, "new_tokens": NEW_TOKENS, "rounds": ROUNDS, "replays": REPLAYS,
                   "rows": rows}  # fmt: skip
-        path.write_text(json.dumps(report, indent=1) + "\n")
+        write_json(path, report)
 
     for layers in args.layers:
         variants = [(weights, fused == "yes") for weights in args.weights for fused in args.fused]

@@ -118,7 +118,7 @@ PLOTTED = ("default", "tpe", "ga")
 
 
 def plot(report: Mapping[str, Any], path: Path) -> Path:
-    from plotting import pyplot, save_beside  # beside this script, as `python scripts/...` runs it
+    from autotune.bench.harness import pyplot, save_beside
 
     plt = pyplot()
     rows = [r for r in report["rows"] if r["strategy"] in PLOTTED and r["workers"] in (None, 16)]

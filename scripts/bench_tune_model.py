@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import statistics
 import tempfile
 import time
@@ -26,7 +25,7 @@ from bench_model import PROMPT, ROUNDS, DecodeGraph, built_on_gpu
 
 import autotune
 from autotune import api
-from autotune.core.fingerprint import slugify
+from autotune.bench.harness import report_path, write_json
 
 
 def phi3(layers: int) -> Any:
@@ -84,11 +83,9 @@ def main() -> int:
     api.sweep_problems(decode, trials=64, patience=None, db=db)
     api.forget_choices()
     point("64 trials", time.perf_counter() - began, len(decode))
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"tune_model_{slugify(gpu)}.json"
     report = {"gpu": gpu, "model": "phi-3-mini-widths", "layers": args.layers, "rows": rows,
               "met": [choice.to_dict() for choice in tuning.met]}  # fmt: skip
-    path.write_text(json.dumps(report, indent=1) + "\n")
+    path = write_json(report_path(args.out, "tune_model", gpu), report)
     print(f"wrote {path}")
     return 0
 
