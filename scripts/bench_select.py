@@ -53,7 +53,7 @@ from typing import Any
 
 from autotune import api
 from autotune.bench import harness
-from autotune.bench.harness import gpu_names, plot_or_say_why_not, visible_devices, write_json
+from autotune.bench.harness import geomean, gpu_names, plot_or_say_why_not, visible_devices, write_json
 from autotune.core import paths
 from autotune.core.fingerprint import slugify
 from autotune.core.problem import Problem
@@ -271,10 +271,6 @@ def split_over(shapes: Sequence[Shape], gpus: int, done: Sequence[Mapping[str, A
 
 
 # -- regret and the summary -----------------------------------------------------------------------------
-
-
-def geomean(values: Sequence[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def regret_of(pick_us: float, sweep_best_us: float | None, cublas_us: float) -> tuple[float, float]:

@@ -282,17 +282,13 @@ def _worst_error(torch: Any, calls: list[Callable[[int], None]], out: Any, want:
     return math.nan if any(math.isnan(e) for e in errors) else max(errors)
 
 
-def geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
 def as_json(gpu: str, copy_gbs: float, launch_floor_us: float, rows: list[BenchRow]) -> dict[str, Any]:
     for row in rows:
         row.pct_copy = 100.0 * row.ours_gbs / copy_gbs
     report: dict[str, Any] = {"gpu": gpu, "copy_gbs": copy_gbs, "launch_floor_us": launch_floor_us}
-    report["geomean_speedup"] = geomean([r.speedup for r in rows])
+    report["geomean_speedup"] = harness.geomean([r.speedup for r in rows])
     bounds = [r.bound for r in rows if r.bound is not None]
     if bounds and len(bounds) == len(rows):
-        report["geomean_bound"] = geomean(bounds)
+        report["geomean_bound"] = harness.geomean(bounds)
     report["rows"] = [asdict(r) for r in rows]
     return report

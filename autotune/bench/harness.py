@@ -207,6 +207,11 @@ def _gemm_call(bench: Bench, choice: Choice, a: list[Any], b: list[Any], c: Any)
 # -- the report tail -------------------------------------------------------------------------------------
 
 
+def geomean(values: Sequence[float]) -> float:
+    """The geometric mean, the summary of ratios every report gives."""
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
 def report_path(folder: Path, name: str, gpu: str) -> Path:
     """Where a benchmark's report for `gpu` goes: <folder>/<name>_<gpu as a slug>.json."""
     return folder / f"{name}_{slugify(gpu)}.json"
