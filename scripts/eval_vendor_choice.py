@@ -32,7 +32,7 @@ from autotune.ops.cublas import FAMILY as CUBLAS
 from autotune.store import open_store
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from eval_cost_model import Pool, _families, _problems  # a sibling script
+from eval_cost_model import Pool, source_families, stored_problems  # a sibling script
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -110,10 +110,10 @@ def main() -> int:
                 continue  # one row per card of the same model
             seen.add(gpu.name)
             with targeting(gpu.compute_capability):
-                for op, dtype, trans in sorted({(p.op, p.dtype, p.trans) for p in _problems(store, gpu.name)}):
+                for op, dtype, trans in sorted({(p.op, p.dtype, p.trans) for p in stored_problems(store, gpu.name)}):
                     pool = Pool(store, gpu.name, gpu.sm_count, op, dtype, trans)
                     vendor = vendor_bests(store, gpu.name, list(pool.best))
-                    rows = [r for family in _families(pool) for r in leave_one_out(pool, family, vendor)]
+                    rows = [r for family in source_families(pool) for r in leave_one_out(pool, family, vendor)]
                     if rows:
                         group = {"gpu": gpu.name, "op": op, "dtype": dtype, "trans": trans}
                         groups.append({**group, "summary": summarise(rows), "shapes": rows})
