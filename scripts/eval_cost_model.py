@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune import ops
+from autotune.bench.harness import write_json
 from autotune.core.problem import Problem
 from autotune.core.space import config_key
 from autotune.core.target import targeting
@@ -225,8 +226,7 @@ def main() -> int:
         store.close()
     _print(report)
     if not args.no_write:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "cost_model_loso.json").write_text(json.dumps(report, indent=1) + "\n")
+        write_json(args.out / "cost_model_loso.json", report)
     return 0
 
 

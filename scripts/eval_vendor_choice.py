@@ -17,7 +17,6 @@ Writes results/vendor_choice_loso.json and prints a table.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import sys
@@ -26,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from autotune.bench.harness import write_json
 from autotune.core.problem import Problem
 from autotune.core.target import targeting
 from autotune.ops.cublas import FAMILY as CUBLAS
@@ -130,8 +130,7 @@ def main() -> int:
         layout = "T" if g["trans"] else " "
         print(f"{g['gpu'][:12]:12} {g['op']} {g['dtype']:8} {layout}: {counts} | {cells}")
     if not args.no_write:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "vendor_choice_loso.json").write_text(json.dumps({"groups": groups}, indent=1) + "\n")
+        write_json(args.out / "vendor_choice_loso.json", {"groups": groups})
     return 0
 
 

@@ -33,6 +33,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from autotune.bench.harness import write_json  # noqa: E402
 from autotune.build.compiler import CompileJob, CompileResult  # noqa: E402
 from autotune.core.fingerprint import GpuInfo  # noqa: E402
 from autotune.core.outcome import Outcome, Status  # noqa: E402
@@ -470,8 +471,7 @@ def main() -> int:
         return 2
     report = run(args.seconds, args.writers, args.readers, args.seed, args.keep, args.url, args.namespaces)
     report["database"] = "sqlite" if args.url is None else args.url.split(":", 1)[0].split("+")[0]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    write_json(args.out, report)
     print(json.dumps(report))
     ok = passed(report)
     print(f"wrote {args.out}: {'PASS' if ok else 'FAIL'}")
