@@ -16,9 +16,7 @@ import argparse
 import functools
 import json
 import math
-import statistics
 import time
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,11 +25,10 @@ from bench_lowbit import Case, unique_bytes
 
 import autotune
 from autotune.bench.compare import Bench
-from autotune.bench.harness import report_path, rotation_copies, write_json
+from autotune.bench.harness import IsolatedClock, Launcher, report_path, rotation_copies, write_json
 from autotune.core.errors import AutotuneError
 from autotune.ops.qgemm.format import Int4Weight, dequantize, int4_weight, unpack_int4
 
-Launcher = Callable[[int], Any]
 TINYGEMM_INNER_K_TILES = (2, 4, 8)
 
 
@@ -150,28 +147,6 @@ def rel_err(torch: Any, y: Any, want: Any) -> float:
     return float((got - want).abs().max() / want.abs().max())
 
 
-class Clock:
-    """Isolated and back-to-back median times of named launchers, all taken in turns."""
-
-    def __init__(self, bench: Bench, reps: int) -> None:
-        self.timer, self.reps = bench.timer, reps
-
-    def _isolated(self, run: Launcher, i: int) -> None:
-        run(i)
-        self.timer.launch_empty()
-
-    def time(self, runs: Mapping[str, Launcher]) -> dict[str, float]:
-        launchers: list[Launcher] = [lambda _i: self.timer.launch_empty()]
-        for run in runs.values():
-            launchers += [run, functools.partial(self._isolated, run)]
-        medians = [statistics.median(s) for s in self.timer.measure_interleaved(launchers, reps=self.reps)]
-        times = {"separator_us": medians[0]}
-        for j, name in enumerate(runs):
-            times[f"{name}_b2b_us"] = medians[1 + 2 * j]
-            times[f"{name}_us"] = medians[2 + 2 * j] - medians[0]
-        return times
-
-
 def variants(torch: Any, weights: Weights, xs: list[Any], case: Case) -> dict[str, Launcher]:
     """Every variant as a launcher of call i on copy i % copies."""
     c = len(xs)
@@ -227,7 +202,9 @@ def best_of(times: dict[str, float], names: list[str]) -> tuple[str | None, floa
     return best, times[f"{best}_us"], min(times[f"{n}_b2b_us"] for n in present)
 
 
-def measure_row(torch: Any, clock: Clock, weights: Weights, case: Case, m: int, copy_gbs: float) -> dict[str, Any]:
+def measure_row(
+    torch: Any, clock: IsolatedClock, weights: Weights, case: Case, m: int, copy_gbs: float
+) -> dict[str, Any]:
     n, k = weights.exact.shape
     xs = [torch.randn(m, k, device="cuda", dtype=getattr(torch, case.dtype)) for _ in weights.ours]
     runs = variants(torch, weights, xs, case)
@@ -281,7 +258,7 @@ def run_benchmark(args: argparse.Namespace, pairs: list[tuple[int, int]]) -> Pat
     path = report_path(args.out, "lowbit", gpu.name)
     if args.merge and path.exists():  # gemlite's thorough autotune makes a full run longer than one sitting
         report["rows"] = [r for r in json.loads(path.read_text())["rows"] if not measured(args, pairs, r)]
-    clock = Clock(bench, args.reps)
+    clock = IsolatedClock(bench, args.reps)
     print(f"{gpu.name}: device-to-device copy {copy_gbs:.0f} GB/s; gemlite: {gemlite_info}", flush=True)
     for case in args.cases:
         for n, k in pairs:

@@ -4,7 +4,9 @@ what it measures with comes from here, so that every published number is taken t
 
 - Samples in turns: every variant of a comparison is timed in the same rounds (the GPU's clocks and
   the host's speed drift within a run by more than the differences measured, so drift must weigh on
-  all alike), on operands rotated over enough copies to be cold in L2 (`rotation_copies`).
+  all alike), on operands rotated over enough copies to be cold in L2 (`rotation_copies`): GPU time
+  by CUDA events (`median_event_ms`, `steps_in_turns_us`) or by the worker's spin-kernel timer
+  (`IsolatedClock`), host time per call behind a held stream (`host_us_per_call`).
 - The vendor baseline: cuBLAS through torch, on the same buffers as ours (`time_in_turns`).
 - Checks of ours: one call into an output poisoned with NaN, its worst error against the float64
   product relative to the sum of |terms| of each output (`max_error`, `MAX_ERROR`).
@@ -16,6 +18,7 @@ torch and matplotlib are imported by the caller or on first use: the package nee
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -29,6 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.core.fingerprint import slugify
 from autotune.core.problem import ITEMSIZE
+
+Launcher = Callable[[int], Any]  # call i of a timed launcher reads copy i % copies of its operands
 
 if TYPE_CHECKING:
     from autotune.bench.compare import Bench
@@ -99,6 +104,30 @@ def steps_in_turns_us(
         for name, run in runs.items():
             medians[name].append(median_event_ms(torch, run, max(1, steps // rounds)) * 1e3)
     return {name: statistics.median(values) for name, values in medians.items()}
+
+
+class IsolatedClock:
+    """Isolated and back-to-back median times of named launchers, all taken in turns. Isolated: each
+    call followed by the timer's empty kernel, which cannot start before the call has finished, less
+    that separator's own time (timed alone in the same turns, as "separator_us")."""
+
+    def __init__(self, bench: Bench, reps: int) -> None:
+        self.timer, self.reps = bench.timer, reps
+
+    def _isolated(self, run: Launcher, i: int) -> None:
+        run(i)
+        self.timer.launch_empty()
+
+    def time(self, runs: Mapping[str, Launcher]) -> dict[str, float]:
+        launchers: list[Launcher] = [lambda _i: self.timer.launch_empty()]
+        for run in runs.values():
+            launchers += [run, functools.partial(self._isolated, run)]
+        medians = [statistics.median(s) for s in self.timer.measure_interleaved(launchers, reps=self.reps)]
+        times = {"separator_us": medians[0]}
+        for j, name in enumerate(runs):
+            times[f"{name}_b2b_us"] = medians[1 + 2 * j]
+            times[f"{name}_us"] = medians[2 + 2 * j] - medians[0]
+        return times
 
 
 # -- checks of ours against float64 --------------------------------------------------------------------
