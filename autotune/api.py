@@ -57,6 +57,12 @@ Inputs = str | Sequence[str]
 _default_opened = threading.Event()
 
 
+def default_store_opened() -> bool:
+    """Whether this process opened the default database: from then on the launch path selects from
+    the store, before that from the selection table (scripts/bench_first_call.py reports which)."""
+    return _default_opened.is_set()
+
+
 # The databases (by URL, None: the default one) this process opens without the shipped records.
 _WITHOUT_SHIPPED: set[str | None] = set()
 
@@ -469,7 +475,7 @@ def _sweep_on(device: int, log_level: int, **options: Any) -> SweepReport:
     return sweep(device=device, **options)
 
 
-def _choose_on(problem: Problem, device: Any, db: str | None) -> Choice:
+def choose_on(problem: Problem, device: Any, db: str | None) -> Choice:
     """The config for `problem` on the GPU the operands live on."""
     gpu = device.gpu
     return _launch_selector(db).choose(problem, gpu.name, gpu.driver, gpu.cuda)
@@ -508,7 +514,7 @@ def wait_for_tuning(timeout: float | None = None) -> bool:
     return _MISS_TUNER.wait(timeout)
 
 
-_RUNTIME = Runtime(_choose_on, Misses(_note_asked, on_miss=_on_miss))
+_RUNTIME = Runtime(choose_on, Misses(_note_asked, on_miss=_on_miss))
 gemv = _RUNTIME.gemv
 gemm = _RUNTIME.gemm
 
@@ -862,7 +868,7 @@ def warmup(
         runtime.gemm(*pair[:2], db=db)
     for problem in problems:
         target = runtime.device(device)
-        choice = _choose_on(problem, target, db)
+        choice = choose_on(problem, target, db)
         runtime.plan(choice, target, True)  # its kernel found (shipped, cached or compiled) and loaded
         runtime.warmup_scratch(choice, target, captures)
     for signature in runtime.signatures():
@@ -987,7 +993,7 @@ def bench(
     from autotune.bench.compare import Bench
 
     runner = Bench()
-    choice = _choose_on(problem, runner.device, db)
+    choice = choose_on(problem, runner.device, db)
     if ops.for_problem(problem).compute_bound:  # rated in TFLOP/s beside cuBLAS's GEMM
         return runner.compare_gemm(choice), runner.copy_gbs(), choice
     row = runner.compare(choice)

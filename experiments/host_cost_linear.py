@@ -16,16 +16,13 @@ import cProfile
 import pstats
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-from bench_decode import host_us_per_call
-
 import autotune
 import autotune.runtime.torch_ops
+from autotune.bench.harness import host_us_per_call
 
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}
 

@@ -20,18 +20,16 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import autotune
 from autotune.bench.compare import Bench
-from autotune.core.fingerprint import slugify
+from autotune.bench.harness import host_us_per_call, median_event_ms, report_path, write_json
 from autotune.gpu import driver
 
 # (layers, [(rows, cols) of each GEMV of a layer]): Llama-3-8B's projections, and a model 1024 wide.
@@ -43,35 +41,6 @@ MODELS: dict[str, tuple[int, list[tuple[int, int]]]] = {
 INT4_MODELS: dict[str, tuple[str, int]] = {"llama-like-int4": ("llama-like", 128)}
 ROWS = [*MODELS, *INT4_MODELS]  # what a run measures unless --models says otherwise
 EMPTY_KERNEL = 'extern "C" __global__ void empty_kernel(const void*, const void*, void*, int, int) {}\n'
-HELD_CALLS = 100  # calls queued behind one held stream per host-time sample
-
-
-def median_event_ms(torch: Any, run: Callable[[], None], reps: int) -> float:
-    """Median GPU-visible time of `run` (host work included when the host is the bottleneck)."""
-    samples = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        run()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end))
-    return statistics.median(samples)
-
-
-def host_us_per_call(torch: Any, calls: dict[str, Callable[[], None]], rounds: int = 40) -> dict[str, float]:
-    """Median host time per call of each callable, HELD_CALLS at a time queued behind a sleeping
-    kernel (the calls never wait for the GPU), taken in turns so that drift weighs on all alike."""
-    samples: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(rounds):
-        for name, call in calls.items():
-            torch.cuda._sleep(50_000_000)  # about 25 ms of GPU time: longer than the calls below
-            begin = time.perf_counter_ns()
-            for _ in range(HELD_CALLS):
-                call()
-            samples[name].append((time.perf_counter_ns() - begin) / 1e3 / HELD_CALLS)
-            torch.cuda.synchronize()
-    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def empty_function(arch: str) -> int:
@@ -332,9 +301,7 @@ def main() -> int:
         rows.append(row)
         print(json.dumps(row), flush=True)
     report = {"gpu": gpu.name, "rows": rows}
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"decode_{slugify(gpu.name)}.json"
-    path.write_text(json.dumps(report, indent=1) + "\n")
+    path = write_json(report_path(args.out, "decode", gpu.name), report)
     print(
         f"{'model':15} {'calls':>5} {'floor':>7} {'ours':>7} {'torch':>7} {'ours g':>7} {'torch g':>7} "
         f"{'host ours':>9} {'torch':>6} {'bare':>6}"

@@ -11,7 +11,6 @@ so both spend the same trials per problem.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -23,7 +22,8 @@ from typing import Any
 
 from sqlalchemy import select
 
-from autotune.core.fingerprint import local_gpus, slugify
+from autotune.bench.harness import report_path, write_json
+from autotune.core.fingerprint import local_gpus
 from autotune.store import models as orm
 from autotune.store import open_store
 
@@ -86,9 +86,7 @@ def main() -> None:
         "speedup": runs[0]["wall_s"] / runs[1]["wall_s"],
     }
     print(f"{len(gpus)} GPUs against one: {report['speedup']:.2f}x faster")
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"devices_{slugify(gpus[0].name)}.json"
-    path.write_text(json.dumps(report, indent=1) + "\n")
+    path = write_json(report_path(args.out, "devices", gpus[0].name), report)
     print(f"wrote {path}")
 
 

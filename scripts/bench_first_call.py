@@ -100,7 +100,7 @@ def child(op: str, dtype: str, m: int, n: int, k: int, profile: bool = False) ->
         "ms": ms,
         "source": origins[0][0] if origins else None,
         "origin": origins[0][1] if origins else None,
-        "selected_by": "store" if api._default_opened.is_set() else "table",
+        "selected_by": "store" if api.default_store_opened() else "table",
         "phases_ms": phases,
         "gc_ms": gc_ms,  # Python's garbage collections during the call (inside the phases, not beside them)
         "gc_generations": generations,
@@ -170,7 +170,7 @@ def phase_timers(api: Any) -> dict[str, float]:
 
         setattr(owner, name, timed)
 
-    clock(api._RUNTIME, "_choose", "select config")
+    clock(api.launch_path(), "chooser", "select config")
     clock(launcher, "find_kernel", "find kernel")
     clock(device.Device, "function", "load module")
     clock(launcher, "Device", "open device")
@@ -194,11 +194,11 @@ def cpu_child(op: str, dtype: str, m: int, n: int, k: int) -> dict[str, Any]:
     before = set(sys.modules)
     collections = garbage_collections()
     start = time.perf_counter()
-    choice = api._choose_on(problem, device, None)
+    choice = api.choose_on(problem, device, None)
     ms = (time.perf_counter() - start) * 1e3
     gc_ms, _ = collections()
     imported = sorted({name.split(".")[0] for name in set(sys.modules) - before})
-    selected_by = "store" if api._default_opened.is_set() else "table"
+    selected_by = "store" if api.default_store_opened() else "table"
     return {"ms": ms, "gc_ms": gc_ms, "source": choice.source, "selected_by": selected_by, "imported": imported}
 
 
@@ -305,6 +305,7 @@ def main() -> int:
 
     import torch
 
+    from autotune.bench.harness import report_path, write_json
     from autotune.core.fingerprint import slugify
 
     gpu = torch.cuda.get_device_name(0)
@@ -343,9 +344,7 @@ def main() -> int:
         "worst_median_ms": worst,
         "settings": settings,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"first_call_{slugify(gpu)}.json"
-    path.write_text(json.dumps(result, indent=1) + "\n")
+    path = write_json(report_path(args.out, "first_call", gpu), result)
     if profiles:  # where the time goes, not a result: beside the JSON for whoever asked
         (args.out / f"first_call_profile_{slugify(gpu)}.txt").write_text("\n".join(profiles))
     verdict = "meets" if worst is not None and worst <= GOAL_MS else "misses"

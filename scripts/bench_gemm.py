@@ -14,7 +14,6 @@ batched-decode products in float16).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from dataclasses import asdict
@@ -22,7 +21,7 @@ from pathlib import Path
 
 from autotune import api, ops
 from autotune.bench.compare import Bench, GemmRow
-from autotune.core.fingerprint import slugify
+from autotune.bench.harness import report_path, write_json
 from autotune.core.problem import DTYPES, read_shapes_file
 from autotune.ops import standard_shapes
 from autotune.ops.gemm import SKINNY_MAX_M
@@ -72,9 +71,8 @@ def main() -> int:
             f"{row.ours_tflops:8.1f} {row.pick_us or 0:8.2f} {row.source} (pick: {which})",
             flush=True,
         )
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"gemm_{'nt_' if args.trans else ''}{slugify(gpu)}.json"
-    path.write_text(json.dumps({"gpu": gpu, "rows": [asdict(r) for r in rows]}, indent=1) + "\n")
+    report = {"gpu": gpu, "rows": [asdict(r) for r in rows]}
+    path = write_json(report_path(args.out, "gemm_nt" if args.trans else "gemm", gpu), report)
     geomean = math.exp(sum(math.log(r.ratio) for r in rows) / len(rows))
     print(f"wrote {path}: geometric-mean ratio {geomean:.3f}, worst {min(r.ratio for r in rows):.3f}")
     return 0

@@ -14,13 +14,12 @@ over cuBLAS a GEMV at the floor would show, and the geometric mean of those boun
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from autotune import api, ops
 from autotune.bench.compare import Bench, as_json
-from autotune.core.fingerprint import slugify
+from autotune.bench.harness import report_path, write_json
 from autotune.core.problem import DTYPES, read_shapes_file
 from autotune.ops import standard_shapes
 
@@ -65,9 +64,7 @@ def main() -> int:
                 flush=True,
             )
     report = as_json(gpu, copy_gbs, launch_us, rows)
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"gemv{'_trans' if args.trans else ''}_{slugify(gpu)}.json"
-    path.write_text(json.dumps(report, indent=1) + "\n")
+    path = write_json(report_path(args.out, "gemv_trans" if args.trans else "gemv", gpu), report)
     bound = f"; at the read floor it would be {report['geomean_bound']:.3f}" if "geomean_bound" in report else ""
     worst = min(r.speedup for r in rows)
     print(f"wrote {path}: geometric-mean speedup {report['geomean_speedup']:.3f}, worst {worst:.3f}{bound}")

@@ -18,25 +18,21 @@ import argparse
 import copy
 import functools
 import json
-import statistics
 import sys
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from bench_decode import median_event_ms
 from torch._dynamo.utils import counters
 
 import autotune
 import autotune.runtime.torch_ops  # registers torch.ops.autotune.linear
-from autotune.core.fingerprint import slugify
+from autotune.bench.harness import report_path, steps_in_turns_us, write_json
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, MLP = 4096, 32, 8, 128, 14336
 Linear = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-WARM_S = 0.5  # seconds every variant runs before timing starts
 
 
 class Decoder(torch.nn.Module):
@@ -92,24 +88,6 @@ def ours_op(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return torch.ops.autotune.linear(x, weight)
 
 
-def steps_in_turns_us(runs: Mapping[str, Callable[[], Any]], steps: int, rounds: int = 10) -> dict[str, float]:
-    """Median step time of each callable, in microseconds: each variant's per-round median over
-    `rounds` rounds of steps / rounds steps, the variants taking turns. The host's speed (an eager
-    step is bound by it) and the GPU's clocks drift within a run by more than the differences being
-    measured, so drift must weigh on all alike; and every variant first runs for WARM_S together, as
-    the clocks take tens of milliseconds from rest to settle (docs/method.md)."""
-    begin = time.perf_counter()
-    while time.perf_counter() - begin < WARM_S:
-        for run in runs.values():
-            run()
-        torch.cuda.synchronize()
-    medians: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(rounds):
-        for name, run in runs.items():
-            medians[name].append(median_event_ms(torch, run, max(1, steps // rounds)) * 1e3)
-    return {name: statistics.median(values) for name, values in medians.items()}
-
-
 def measure(batch: int, layers: int, kv_len: int, dtype: torch.dtype, steps: int) -> dict[str, Any]:
     torch.manual_seed(batch)
     model = Decoder(layers, batch, kv_len, dtype, torch_linear)
@@ -124,7 +102,7 @@ def measure(batch: int, layers: int, kv_len: int, dtype: torch.dtype, steps: int
             raise SystemExit(f"batch {batch}: autotune.linear's stack differs from F.linear's by {error:.3g}")
         variants = {"torch": torch_linear, "ours": ours_eager}
         runs = {name: functools.partial(step_with, model, linear, h) for name, linear in variants.items()}
-        eager = steps_in_turns_us(runs, steps)
+        eager = steps_in_turns_us(torch, runs, steps)
         row.update({f"{name}_eager_us": us for name, us in eager.items()})
         # Both compiled variants coexist (one module each, sharing the weights), so that their steps
         # can take turns like the eager ones.
@@ -141,7 +119,7 @@ def measure(batch: int, layers: int, kv_len: int, dtype: torch.dtype, steps: int
             print(f"batch {batch}: compiled without CUDA graphs: {skips}", flush=True)
         counters.clear()
         runs = {name: functools.partial(step, h) for name, step in compiled.items()}
-        row.update({f"{name}_compiled_us": us for name, us in steps_in_turns_us(runs, steps).items()})
+        row.update({f"{name}_compiled_us": us for name, us in steps_in_turns_us(torch, runs, steps).items()})
     print(json.dumps(row), flush=True)
     return row
 
@@ -158,9 +136,7 @@ def main() -> int:
     dtype = getattr(torch, args.dtype)
     gpu = torch.cuda.get_device_name()
     rows = [measure(int(b), args.layers, args.kv_len, dtype, args.steps) for b in args.batches.split(",")]
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"linear_{slugify(gpu)}.json"
-    path.write_text(json.dumps({"gpu": gpu, "dtype": args.dtype, "rows": rows}, indent=2) + "\n")
+    path = write_json(report_path(args.out, "linear", gpu), {"gpu": gpu, "dtype": args.dtype, "rows": rows}, indent=2)
     print(f"wrote {path}")
     return 0
 

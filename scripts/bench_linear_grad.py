@@ -16,17 +16,15 @@ both at the first shape.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from bench_decode import median_event_ms
 
 import autotune
-from autotune.core.fingerprint import slugify
+from autotune.bench.harness import median_event_ms, report_path, write_json
 
 # (M, N, K): Llama-3-8B's q/o projection, gate+up and down, at a few training batch x sequence sizes.
 SHAPES = [(512, 4096, 4096), (2048, 4096, 4096), (2048, 28672, 4096), (2048, 4096, 14336), (8192, 4096, 4096)]
@@ -128,9 +126,7 @@ def main() -> int:
                 f" {row['gpu_ratio']:4.2f}x  error vs torch's {worst:4.2f}x",
                 flush=True,
             )
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"linear_grad_{slugify(gpu)}.json"
-    path.write_text(json.dumps({"gpu": gpu, "rows": rows}, indent=1) + "\n")
+    path = write_json(report_path(args.out, "linear_grad", gpu), {"gpu": gpu, "rows": rows})
     print(f"wrote {path}")
     return 0
 

@@ -201,7 +201,7 @@ def read_report(path: Path) -> dict[str, Any]:
 
 def draw(report: Mapping[str, Any], path: Path) -> Path:
     """Per case, bandwidth at M = 1 per (N, K): ours, ours float16, torch float16, tinygemm, gemlite."""
-    from plotting import pyplot, save_beside
+    from autotune.bench.harness import pyplot, save_beside
 
     plt = pyplot()
     labels = list(dict.fromkeys(case_label(r) for r in report["rows"]))
@@ -234,7 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     report = read_report(path)
     print_summary(report)
-    from plotting import plot_or_say_why_not
+    from autotune.bench.harness import plot_or_say_why_not
 
     plot_or_say_why_not(draw, report, path, print)
     return 0

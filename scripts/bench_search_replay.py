@@ -40,6 +40,8 @@ from typing import Any
 
 import search_replay as replay_lib
 
+from autotune.bench.harness import write_json
+
 
 @functools.cache
 def _replay(path: str, name: str) -> replay_lib.Replay:
@@ -118,7 +120,7 @@ PLOTTED = ("default", "tpe", "ga")
 
 
 def plot(report: Mapping[str, Any], path: Path) -> Path:
-    from plotting import pyplot, save_beside  # beside this script, as `python scripts/...` runs it
+    from autotune.bench.harness import pyplot, save_beside
 
     plt = pyplot()
     rows = [r for r in report["rows"] if r["strategy"] in PLOTTED and r["workers"] in (None, 16)]
@@ -202,8 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     new = {_row_key(r) for r in rows}
     rows = [r for r in old if _row_key(r) not in new] + rows
     report = {"seeds": args.seeds, "cap": args.cap, "rows": rows}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    write_json(args.out, report)
     print(args.out, plot(report, args.out))
     return 0
 

@@ -41,7 +41,6 @@ import math
 import os
 import signal
 import sqlite3
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -52,11 +51,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench_tuning_vs_kernel_tuner import gpu_names, save_json, visible_devices
-from bench_untuned import MAX_ERROR
-from plotting import plot_or_say_why_not
-
 from autotune import api
+from autotune.bench import compare, harness
+from autotune.bench.harness import geomean, gpu_names, plot_or_say_why_not, visible_devices, write_json
 from autotune.core import paths
 from autotune.core.fingerprint import slugify
 from autotune.core.problem import Problem
@@ -276,10 +273,6 @@ def split_over(shapes: Sequence[Shape], gpus: int, done: Sequence[Mapping[str, A
 # -- regret and the summary -----------------------------------------------------------------------------
 
 
-def geomean(values: Sequence[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
 def regret_of(pick_us: float, sweep_best_us: float | None, cublas_us: float) -> tuple[float, float]:
     """(tuned_us, regret): the least of the sweep's best, the pick and cuBLAS, and pick / that - 1."""
     tuned_us = min(t for t in (sweep_best_us, pick_us, cublas_us) if t is not None)
@@ -406,101 +399,9 @@ def time_together(bench: Any, pick: Any, tuned: Any | None, reps: int = REPS) ->
     same rotating buffers with Bench's timer, as Bench.compare / compare_gemm time one config beside
     cuBLAS; each of ours is first run once into a NaN-poisoned output and checked against float64.
     The buffers are handed back to the GPU after (the sweeps' worker needs the memory)."""
-    timing = _time_in_turns(bench, pick, tuned, reps)
+    timing = compare.time_in_turns(bench, pick, tuned, reps)
     bench.torch.cuda.empty_cache()
     return timing
-
-
-def _time_in_turns(bench: Any, pick: Any, tuned: Any | None, reps: int) -> dict[str, Any]:
-    from autotune.core.problem import ITEMSIZE
-
-    torch = bench.torch
-    p: Problem = pick.problem
-    kind = getattr(torch, p.dtype)
-    ours = [pick] if tuned is None or tuned.config == pick.config else [pick, tuned]
-    cublas: dict[str, Callable[[int], Any]] = {}
-    if p.op == "gemv":
-        x_len, y_len = (p.m, p.n) if p.trans else (p.n, p.m)
-        copies = bench._copies(p.matrix_bytes)
-        a = [torch.rand(p.m, p.n, device="cuda", dtype=kind) * 2 - 1 for _ in range(copies)]
-        x = [torch.rand(x_len, device="cuda", dtype=kind) * 2 - 1 for _ in range(copies)]
-        out = torch.empty(y_len, device="cuda", dtype=kind)
-        launchers = [_gemv_call(bench, c, a, x, out) for c in ours]
-        want, scale = _reference(a[0].double().t() if p.trans else a[0].double(), x[0].double())
-        if p.trans:  # cuBLAS on the transposed view, both ways torch offers it (as Bench.compare)
-            cublas["torch.mv(A.t(), x)"] = lambda i: torch.mv(a[i % copies].t(), x[i % copies], out=out)
-            cublas["x @ A"] = lambda i: torch.matmul(x[i % copies], a[i % copies])
-        else:
-            cublas["torch.mv"] = lambda i: torch.mv(a[i % copies], x[i % copies], out=out)
-            cublas["F.linear"] = lambda i: torch.nn.functional.linear(x[i % copies], a[i % copies])
-    else:
-        copies = bench._copies((p.m * p.k + p.k * p.n) * ITEMSIZE[p.dtype])
-        a = [torch.rand(p.m, p.k, device="cuda", dtype=kind) * 2 - 1 for _ in range(copies)]
-        if p.trans:  # B is the transpose of a row-major N x K matrix, as Bench.compare_gemm holds it
-            b = [(torch.rand(p.n, p.k, device="cuda", dtype=kind) * 2 - 1).t() for _ in range(copies)]
-        else:
-            b = [torch.rand(p.k, p.n, device="cuda", dtype=kind) * 2 - 1 for _ in range(copies)]
-        out = torch.empty(p.m, p.n, device="cuda", dtype=kind)
-        launchers = [_gemm_call(bench, c, a, b, out) for c in ours]
-        want, scale = _reference(a[0].double(), b[0].double())
-        cublas["torch.mm"] = lambda i: torch.mm(a[i % copies], b[i % copies], out=out)
-        cublas["F.linear"] = lambda i: torch.nn.functional.linear(a[i % copies], b[i % copies].t())
-    errors = [_error(torch, launch, out, want, scale) for launch in launchers]
-    del want, scale
-    samples = bench.timer.measure_interleaved([*launchers, *cublas.values()], reps=reps)
-    medians = [statistics.median(s) for s in samples]
-    calls = dict(zip(cublas, medians[len(launchers) :], strict=True))
-    fastest = min(calls, key=lambda name: calls[name])
-    timing: dict[str, Any] = {
-        "pick_us": medians[0],
-        "pick_error": errors[0],
-        "pick_correct": errors[0] <= MAX_ERROR,  # False for NaN too
-        "cublas_us": calls[fastest],
-        "cublas_call": fastest,
-        "cublas_calls_us": calls,
-    }
-    if tuned is not None:  # the sweep's best: its own samples, or the pick's where it is the same config
-        last = len(launchers) - 1
-        timing.update(sweep_best_us=medians[last], sweep_error=errors[last], sweep_correct=errors[last] <= MAX_ERROR)
-    return timing
-
-
-def _gemv_call(bench: Any, choice: Any, a: list[Any], x: list[Any], y: Any) -> Callable[[int], None]:
-    from autotune.runtime.operands import describe
-
-    da, dx, dy = [describe(t, "A") for t in a], [describe(t, "x") for t in x], describe(y, "y")
-
-    def call(i: int) -> None:
-        bench.launcher.gemv(choice, da[i % len(da)], dx[i % len(dx)], dy, 1.0, 0.0)
-
-    return call
-
-
-def _gemm_call(bench: Any, choice: Any, a: list[Any], b: list[Any], c: Any) -> Callable[[int], None]:
-    from autotune.runtime.operands import describe
-
-    da, db, dc = [describe(t, "A") for t in a], [describe(t, "B") for t in b], describe(c, "C")
-
-    def call(i: int) -> None:
-        bench.launcher.gemm(choice, da[i % len(da)], db[i % len(db)], dc, 1.0, 0.0)
-
-    return call
-
-
-def _reference(left: Any, right: Any) -> tuple[Any, Any]:
-    """The float64 product and the sum of |terms| of each of its elements."""
-    return left @ right, left.abs() @ right.abs()
-
-
-def _error(torch: Any, launch: Callable[[int], Any], out: Any, want: Any, scale: Any) -> float:
-    """One call into an output poisoned with NaN (which never passes), its worst error against float64
-    relative to the sum of |terms| (Bench's measure)."""
-    from autotune.bench.compare import _max_error
-
-    out.fill_(float("nan"))
-    launch(0)
-    torch.cuda.synchronize()
-    return float(_max_error(out.double(), want, scale))
 
 
 def copy_database(source: Path, target: Path) -> None:
@@ -752,7 +653,7 @@ def run_parallel(
                         break  # a line still being written: read again next time
                     add_result(state, entry["id"], entry["row"], entry["error"], say)
                     seen[0] += 1
-                    save_json(state_path, state)
+                    write_json(state_path, state)
                 if finished:
                     if process.returncode:
                         say(f"a GPU process exited {process.returncode}")
@@ -788,9 +689,8 @@ def plot(report: Mapping[str, Any], path: Path) -> Path:
     """Regret per shape as bars, a panel per op, coloured by the pick's source; a red edge: the pick
     is below 0.98x cuBLAS. Linear up to 20%, logarithmic above (a default config can be 10x off)."""
     from matplotlib.patches import Patch
-    from plotting import pyplot, save_beside
 
-    plt = pyplot()
+    plt = harness.pyplot()
     ops = [op for op in ("gemv", "gemm") if any(r["op"] == op for r in report["rows"])]
     fig, axes = plt.subplots(len(ops), 1, figsize=(14, 4.4 * len(ops)), squeeze=False)
     colours = {"measured": "C2", "estimate": "C0", "default": "C1"}
@@ -824,7 +724,7 @@ def plot(report: Mapping[str, Any], path: Path) -> Path:
             plt.Line2D([], [], color="grey", linestyle="--", label="15%: goal for the worst"),
         ]
         axis.legend(handles=handles, fontsize=7, loc="upper right")
-    out = save_beside(fig, path)
+    out = harness.save_beside(fig, path)
     plt.close(fig)
     return out
 
@@ -921,7 +821,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if resume is not None and not resume.is_file():
         say(f"nothing to resume at {resume}: a new set")
     state = load_state(resume, args) if resume is not None and resume.is_file() else new_state(args)
-    save_json(state_path, state)
+    write_json(state_path, state)
     todo = [s for s in shapes if s.id not in state["rows"]]
     names = gpu_names()
     say(f"{len(todo)} of {len(shapes)} shapes to do on {args.gpus} GPU(s) ({', '.join(names) or 'nvidia-smi: none'})")
@@ -937,7 +837,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         def on_row(shape: Shape, row: dict[str, Any] | None, error: str | None) -> None:
             add_result(state, shape.id, row, error, say)
-            save_json(state_path, state)
+            write_json(state_path, state)
 
         run_shapes(todo, ctx, on_row, list(state["rows"].values()), state["gpu"])
     elif todo:
@@ -951,7 +851,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     report = build_report(state)
     path = args.out / f"select_{slugify(state['gpu'])}.json"
-    save_json(path, report)
+    write_json(path, report)
     say(f"wrote {path} ({'complete' if report['complete'] else 'partial'}, {len(report['rows'])} shapes)")
     for op, line in report["summary"].items():
         if line.get("shapes"):

@@ -4,7 +4,7 @@ results/tune_model_<gpu>.json.
 Run on the GPU machine:  python scripts/bench_tune_model.py --out results
 transformers' Phi3ForCausalLM at Phi-3-mini's widths (hidden 3072, MLP 8192, 32 heads, vocabulary 32064;
 8 layers, random float16 weights), patched, in a new database (the shipped records, none of them of
-these shapes). GPU time per decode step (scripts/bench_model.py's captured decode step, torch's copy
+these shapes). GPU time per decode step (autotune/bench/decode_graph.py's captured decode step, torch's copy
 timed in turns) at three points: with the untuned picks (the selector's estimates), after
 `tune_model` (its default trials, five minutes at most, the seconds it took recorded), and after a
 64-trial sweep of the same problems (`patience` off).
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import statistics
 import tempfile
 import time
@@ -22,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from bench_model import PROMPT, ROUNDS, DecodeGraph, built_on_gpu
 
 import autotune
 from autotune import api
-from autotune.core.fingerprint import slugify
+from autotune.bench.decode_graph import PROMPT, ROUNDS, DecodeGraph, built_on_gpu
+from autotune.bench.harness import report_path, write_json
 
 
 def phi3(layers: int) -> Any:
@@ -84,11 +83,9 @@ def main() -> int:
     api.sweep_problems(decode, trials=64, patience=None, db=db)
     api.forget_choices()
     point("64 trials", time.perf_counter() - began, len(decode))
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"tune_model_{slugify(gpu)}.json"
     report = {"gpu": gpu, "model": "phi-3-mini-widths", "layers": args.layers, "rows": rows,
               "met": [choice.to_dict() for choice in tuning.met]}  # fmt: skip
-    path.write_text(json.dumps(report, indent=1) + "\n")
+    path = write_json(report_path(args.out, "tune_model", gpu), report)
     print(f"wrote {path}")
     return 0
 

@@ -24,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from autotune.bench.harness import report_path, write_json
 from autotune.build.compiler import CompileJob, CompilePool, CompileResult
 from autotune.core.fingerprint import GpuInfo, slugify
 from autotune.core.outcome import Outcome, Status
@@ -148,10 +149,8 @@ def write_space(
 
 
 def write(folder: Path, gpu: GpuInfo, rows: list[dict[str, Any]]) -> Path:
-    path = folder / f"tuning_{slugify(gpu.name)}.json"
     report = {"gpu": gpu.name, "limits": {"trials": MAX_TRIALS, "seconds": MAX_SECONDS}, "rows": rows}
-    path.write_text(json.dumps(report, indent=1) + "\n")
-    return path
+    return write_json(report_path(folder, "tuning", gpu.name), report)
 
 
 def known_optimum(report: Path, m: int, n: int) -> tuple[int, float, float]:

@@ -58,6 +58,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from autotune.bench.harness import gpu_names, plot_or_say_why_not, pyplot, report_path, visible_devices, write_json
 from autotune.core.fingerprint import slugify
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.core.space import Config, Space, config_key
@@ -721,37 +722,6 @@ def load_state(path: Path, args: argparse.Namespace) -> dict[str, Any]:
     return state
 
 
-def save_json(path: Path, data: Mapping[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    scratch = path.with_name(path.name + ".tmp")
-    scratch.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(scratch, path)
-
-
-def visible_devices(count: int) -> list[str]:
-    """The CUDA_VISIBLE_DEVICES value of each of `count` runs at once: the first `count` GPUs this
-    process may use (its own CUDA_VISIBLE_DEVICES where set)."""
-    given = os.environ.get("CUDA_VISIBLE_DEVICES")
-    devices = [d.strip() for d in given.split(",") if d.strip()] if given else [str(i) for i in range(count)]
-    if len(devices) < count:
-        raise SystemExit(f"--gpus {count}, but CUDA_VISIBLE_DEVICES={given} leaves {len(devices)}")
-    return devices[:count]
-
-
-def gpu_names() -> list[str]:
-    """This machine's GPUs as nvidia-smi names them (no CUDA context), [] without one."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return []
-    try:
-        out = subprocess.run(
-            [smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=30
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
-
-
 @dataclass
 class Running:
     spec: dict[str, Any]
@@ -881,7 +851,7 @@ def _schedule(
                     say(f"{run.spec['id']}: {result['error']}")
                     continue
             state["runs"][run.spec["id"]] = result
-            save_json(runs_path, state)
+            write_json(runs_path, state)
             say(describe(result))
 
 
@@ -965,7 +935,7 @@ def retime(
                     continue
                 with lock:
                     state["retimed"][shape_key(m, n)] = {"runs": ids, **done}
-                    save_json(runs_path, state)
+                    write_json(runs_path, state)
                 ok = [value for value in done["configs"].values() if value is not None]
                 optimum = f"{min(ok):.2f} us" if ok else "none"
                 say(
@@ -1122,10 +1092,7 @@ def build_report(
 
 def plot(report: Mapping[str, Any], path: Path) -> Path:
     """Best config so far (as re-timed) over the optimum against seconds, a panel per shape."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     shapes = [s for s in report["shapes"] if s["optimum_us"] is not None]
     colours = {
@@ -1281,7 +1248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.dry_run:
         plan = dry_run(args, [s for s in specs_all if s["id"] in chosen], say)
         path = args.out / "tuning_vs_kernel_tuner_plan.json"
-        save_json(path, plan)
+        write_json(path, plan)
         minutes = plan["estimated_s"] / 60
         say(f"wrote {path}: {len(plan['runs'])} runs in {plan['rounds']} rounds, about {minutes:.0f} min")
         return 0
@@ -1296,7 +1263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if resume is not None and not resume.is_file():
         say(f"nothing to resume at {resume}: a new set")
     state = load_state(resume, args) if resume is not None and resume.is_file() else new_state(args)
-    save_json(runs_path, state)
+    write_json(runs_path, state)
     todo = [s for s in specs_all if s["id"] in chosen and s["id"] not in state["runs"]]
     say(f"{len(todo)} runs to do of {len(specs_all)}, on {args.gpus} GPU(s); state in {runs_path}")
     names = gpu_names()
@@ -1314,8 +1281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if state["gpu"] is None:
         say("no run finished: no report")
         return 1
-    path = args.out / f"tuning_vs_kernel_tuner_{slugify(state['gpu'])}.json"
-    save_json(path, report)
+    path = write_json(report_path(args.out, "tuning_vs_kernel_tuner", state["gpu"]), report)
     say(f"wrote {path} ({'complete' if report['complete'] else 'partial'})")
     for key, line in report["summary"].items():
         say(
@@ -1323,8 +1289,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{line['ratio_other_shapes_vs_kernel_tuner']}"
         )
     if report["rows"]:
-        from plotting import plot_or_say_why_not  # beside this script, as `python scripts/...` runs it
-
         plot_or_say_why_not(plot, report, path.with_suffix(".png"), say)
     return 0
 

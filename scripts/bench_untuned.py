@@ -25,8 +25,8 @@ from typing import Any
 
 from autotune import api, ops
 from autotune.bench.compare import Bench
+from autotune.bench.harness import MAX_ERROR, report_path, write_json
 from autotune.build.compiler import CompilePool
-from autotune.core.fingerprint import slugify
 from autotune.core.problem import Problem
 from autotune.ops import make_problem, source_hash
 from autotune.select.choose import Choice, nearest
@@ -42,10 +42,6 @@ MISFITS = [
     ("float32", 2048, 2047, False),
     ("float16", 5000, 7001, True),
 ]
-
-
-# Worst error against float64 relative to sum |a||x| that passes: float16 rounding of y is 5e-4.
-MAX_ERROR = 1e-2
 
 
 def nearest_valid(problem: Problem, gpu: str, db: str | None) -> Choice | None:
@@ -117,7 +113,7 @@ def main() -> int:
     copy_gbs = bench.copy_gbs()
     print(f"{gpu}: device-to-device copy {copy_gbs:.0f} GB/s", flush=True)
     rows: list[dict[str, Any]] = []
-    path = args.out / f"untuned_{slugify(gpu)}.json"
+    path = report_path(args.out, "untuned", gpu)
     args.out.mkdir(parents=True, exist_ok=True)
     wrong = 0
     for problem, plan in plans.items():
@@ -142,7 +138,7 @@ def main() -> int:
                 f"err {row.max_error:.1e}{'' if correct else ' WRONG'}  {json.dumps(row.config)}",
                 flush=True,
             )
-            path.write_text(json.dumps({"gpu": gpu, "copy_gbs": copy_gbs, "rows": rows}, indent=1) + "\n")
+            write_json(path, {"gpu": gpu, "copy_gbs": copy_gbs, "rows": rows})
     print(f"wrote {path}" + (f"; {wrong} results WRONG (error over {MAX_ERROR})" if wrong else ""))
     return 1 if wrong else 0
 

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling scripts 
 
 from bench_lowbit import case_label, goal_figures
 from plot_decode import table as decode_table
-from results_table import _FAMILY_BY_PARAM, gemm_table
+from results_table import FAMILY_BY_PARAM, gemm_table
 from results_table import table as gemv_table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -92,7 +92,7 @@ def gemv_headline(report: dict[str, Any]) -> str:
 
 
 def _family(config: dict[str, Any]) -> str:
-    return next((f for key, f in _FAMILY_BY_PARAM.items() if key in config), "?")
+    return next((f for key, f in FAMILY_BY_PARAM.items() if key in config), "?")
 
 
 def gemm_headline(report: dict[str, Any]) -> str:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune import ops
+from autotune.bench.harness import write_json
 from autotune.core.problem import Problem
 from autotune.core.space import config_key
 from autotune.core.target import targeting
@@ -205,11 +206,11 @@ def main() -> int:
             if any(key[0] == gpu.name for key in pools):
                 continue  # one row per card of the same model
             with targeting(gpu.compute_capability):
-                for op, dtype, trans in sorted({(p.op, p.dtype, p.trans) for p in _problems(store, gpu.name)}):
+                for op, dtype, trans in sorted({(p.op, p.dtype, p.trans) for p in stored_problems(store, gpu.name)}):
                     pool = Pool(store, gpu.name, gpu.sm_count, op, dtype, trans)
                     if op == "gemv":
                         pools[(gpu.name, dtype, trans)] = pool
-                    for family in _families(pool):
+                    for family in source_families(pool):
                         rows = leave_one_out(pool, family, knobs)
                         group = {
                             "gpu": gpu.name,
@@ -225,16 +226,15 @@ def main() -> int:
         store.close()
     _print(report)
     if not args.no_write:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "cost_model_loso.json").write_text(json.dumps(report, indent=1) + "\n")
+        write_json(args.out / "cost_model_loso.json", report)
     return 0
 
 
-def _problems(store: Any, gpu: str) -> list[Problem]:
+def stored_problems(store: Any, gpu: str) -> list[Problem]:
     return [Problem(p.op, p.dtype, p.m, p.n, p.k, p.trans) for p in store.problems(gpu)]
 
 
-def _families(pool: Pool) -> list[list[Problem]]:
+def source_families(pool: Pool) -> list[list[Problem]]:
     """The tuned problems grouped by kernel source, groups of 3 or more (fewer leave nothing to learn)."""
     groups: dict[str, list[Problem]] = defaultdict(list)
     for problem in pool.trials:

@@ -17,7 +17,6 @@ Writes results/vendor_choice_loso.json and prints a table.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import sys
@@ -26,13 +25,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from autotune.bench.harness import write_json
 from autotune.core.problem import Problem
 from autotune.core.target import targeting
 from autotune.ops.cublas import FAMILY as CUBLAS
 from autotune.store import open_store
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from eval_cost_model import Pool, _families, _problems  # a sibling script
+from eval_cost_model import Pool, source_families, stored_problems  # a sibling script
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -110,10 +110,10 @@ def main() -> int:
                 continue  # one row per card of the same model
             seen.add(gpu.name)
             with targeting(gpu.compute_capability):
-                for op, dtype, trans in sorted({(p.op, p.dtype, p.trans) for p in _problems(store, gpu.name)}):
+                for op, dtype, trans in sorted({(p.op, p.dtype, p.trans) for p in stored_problems(store, gpu.name)}):
                     pool = Pool(store, gpu.name, gpu.sm_count, op, dtype, trans)
                     vendor = vendor_bests(store, gpu.name, list(pool.best))
-                    rows = [r for family in _families(pool) for r in leave_one_out(pool, family, vendor)]
+                    rows = [r for family in source_families(pool) for r in leave_one_out(pool, family, vendor)]
                     if rows:
                         group = {"gpu": gpu.name, "op": op, "dtype": dtype, "trans": trans}
                         groups.append({**group, "summary": summarise(rows), "shapes": rows})
@@ -130,8 +130,7 @@ def main() -> int:
         layout = "T" if g["trans"] else " "
         print(f"{g['gpu'][:12]:12} {g['op']} {g['dtype']:8} {layout}: {counts} | {cells}")
     if not args.no_write:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "vendor_choice_loso.json").write_text(json.dumps({"groups": groups}, indent=1) + "\n")
+        write_json(args.out / "vendor_choice_loso.json", {"groups": groups})
     return 0
 
 

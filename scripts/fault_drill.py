@@ -12,7 +12,6 @@ tests/test_compile.py compiles the planted faults, tests/test_drill_polling.py c
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sqlite3
@@ -26,9 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autotune.bench.harness import report_path, write_json
 from autotune.build.compiler import CompileJob, CompilePool, CompileResult
 from autotune.core.dtypes import CUDA_TYPE
-from autotune.core.fingerprint import local_gpus, slugify
+from autotune.core.fingerprint import local_gpus
 from autotune.core.outcome import Outcome, Status
 from autotune.core.problem import Problem
 from autotune.core.space import Config, config_key
@@ -233,9 +233,7 @@ def main() -> int:
         return 2
     with tempfile.TemporaryDirectory() as tmp:
         report = {"gpu": gpus[0].name, **drill(Path(tmp) / "drill.db", trials=args.trials)}
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"faults_{slugify(gpus[0].name)}.json"
-    path.write_text(json.dumps(report, indent=1) + "\n")
+    path = write_json(report_path(args.out, "faults", gpus[0].name), report)
     for fault in report["faults"]:
         print(f"{fault['kind']:22} recorded as {fault['recorded_as']:14} survived={fault['survived']}")
     print(

@@ -3,10 +3,11 @@ errors and their times. Needs torch, CUDA and PyCUDA (the benchmarks' timer); ge
 
 Timing reuses autotune/measure: Bench's device-to-device copy and its spin-kernel timer, whose
 measure_interleaved takes the samples of every variant in turns. A variant's call i reads copy i % copies of
-its weight and x; the copies of one form together hold ROTATION_BYTES_PER_L2 times the L2, so the weight
-comes from DRAM on every call. The timer's empty kernel (launched plainly, without programmatic dependent
-launch) is the separator of the isolated times: it cannot start before the call ahead of it has finished,
-and it is timed alone in the same turns so that its own time is taken off.
+its weight and x; the copies of one form together hold ROTATION_BYTES_PER_L2 times the L2
+(autotune/bench/harness.py's rotation_copies), so the weight comes from DRAM on every call. The timer's
+empty kernel (launched plainly, without programmatic dependent launch) is the separator of the isolated
+times: it cannot start before the call ahead of it has finished, and it is timed alone in the same turns so
+that its own time is taken off.
 """
 
 from __future__ import annotations
@@ -15,9 +16,7 @@ import argparse
 import functools
 import json
 import math
-import statistics
 import time
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,19 +24,12 @@ from typing import Any
 from bench_lowbit import Case, unique_bytes
 
 import autotune
-from autotune.bench.compare import ROTATION_BYTES_PER_L2, Bench
+from autotune.bench.compare import Bench
+from autotune.bench.harness import IsolatedClock, Launcher, report_path, rotation_copies, write_json
 from autotune.core.errors import AutotuneError
-from autotune.core.fingerprint import slugify
 from autotune.ops.qgemm.format import Int4Weight, dequantize, int4_weight, unpack_int4
 
-Launcher = Callable[[int], Any]
 TINYGEMM_INNER_K_TILES = (2, 4, 8)
-MAX_COPIES = 256
-
-
-def copies_for(nbytes: int, l2_bytes: int) -> int:
-    """Copies of an operand of `nbytes` that together hold ROTATION_BYTES_PER_L2 times the L2."""
-    return max(1, min(MAX_COPIES, math.ceil(ROTATION_BYTES_PER_L2 * l2_bytes / nbytes)))
 
 
 def first_line(exc: BaseException) -> str:
@@ -155,28 +147,6 @@ def rel_err(torch: Any, y: Any, want: Any) -> float:
     return float((got - want).abs().max() / want.abs().max())
 
 
-class Clock:
-    """Isolated and back-to-back median times of named launchers, all taken in turns."""
-
-    def __init__(self, bench: Bench, reps: int) -> None:
-        self.timer, self.reps = bench.timer, reps
-
-    def _isolated(self, run: Launcher, i: int) -> None:
-        run(i)
-        self.timer.launch_empty()
-
-    def time(self, runs: Mapping[str, Launcher]) -> dict[str, float]:
-        launchers: list[Launcher] = [lambda _i: self.timer.launch_empty()]
-        for run in runs.values():
-            launchers += [run, functools.partial(self._isolated, run)]
-        medians = [statistics.median(s) for s in self.timer.measure_interleaved(launchers, reps=self.reps)]
-        times = {"separator_us": medians[0]}
-        for j, name in enumerate(runs):
-            times[f"{name}_b2b_us"] = medians[1 + 2 * j]
-            times[f"{name}_us"] = medians[2 + 2 * j] - medians[0]
-        return times
-
-
 def variants(torch: Any, weights: Weights, xs: list[Any], case: Case) -> dict[str, Launcher]:
     """Every variant as a launcher of call i on copy i % copies."""
     c = len(xs)
@@ -232,7 +202,9 @@ def best_of(times: dict[str, float], names: list[str]) -> tuple[str | None, floa
     return best, times[f"{best}_us"], min(times[f"{n}_b2b_us"] for n in present)
 
 
-def measure_row(torch: Any, clock: Clock, weights: Weights, case: Case, m: int, copy_gbs: float) -> dict[str, Any]:
+def measure_row(
+    torch: Any, clock: IsolatedClock, weights: Weights, case: Case, m: int, copy_gbs: float
+) -> dict[str, Any]:
     n, k = weights.exact.shape
     xs = [torch.randn(m, k, device="cuda", dtype=getattr(torch, case.dtype)) for _ in weights.ours]
     runs = variants(torch, weights, xs, case)
@@ -270,13 +242,6 @@ def measured(args: argparse.Namespace, pairs: list[tuple[int, int]], row: dict[s
     return case in cases and (row["n"], row["k"]) in pairs and row["m"] in args.m
 
 
-def write_report(path: Path, report: dict[str, Any]) -> None:
-    """Whole or not at all: a run cut short leaves the rows of the shapes it finished."""
-    part = path.with_suffix(".part")
-    part.write_text(json.dumps(report, indent=1) + "\n")
-    part.replace(path)
-
-
 def run_benchmark(args: argparse.Namespace, pairs: list[tuple[int, int]]) -> Path:
     """Every case, (N, K) pair and M of `args`; returns the report's path, rewritten after each pair."""
     try:
@@ -290,14 +255,14 @@ def run_benchmark(args: argparse.Namespace, pairs: list[tuple[int, int]]) -> Pat
     report: dict[str, Any] = {"gpu": gpu.name, "copy_gbs": copy_gbs, "l2_bytes": gpu.l2_bytes}
     report.update({"gemlite": gemlite_info, "rows": []})
     args.out.mkdir(parents=True, exist_ok=True)
-    path: Path = args.out / f"lowbit_{slugify(gpu.name)}.json"
+    path = report_path(args.out, "lowbit", gpu.name)
     if args.merge and path.exists():  # gemlite's thorough autotune makes a full run longer than one sitting
         report["rows"] = [r for r in json.loads(path.read_text())["rows"] if not measured(args, pairs, r)]
-    clock = Clock(bench, args.reps)
+    clock = IsolatedClock(bench, args.reps)
     print(f"{gpu.name}: device-to-device copy {copy_gbs:.0f} GB/s; gemlite: {gemlite_info}", flush=True)
     for case in args.cases:
         for n, k in pairs:
-            copies = copies_for(unique_bytes(1, n, k, case), gpu.l2_bytes)
+            copies = rotation_copies(unique_bytes(1, n, k, case), gpu.l2_bytes)
             weights = build_weights(torch, gemlite, case, n, k, copies)
             for m in args.m:
                 held = gemlite is not None and gemlite_holds(gemlite, m, n, k, case.group)
@@ -312,6 +277,6 @@ def run_benchmark(args: argparse.Namespace, pairs: list[tuple[int, int]]) -> Pat
             if gemlite is not None and args.gemlite_configs is not None:
                 gemlite.cache_config(str(args.gemlite_configs))  # this pair's autotune kept for later runs
             report["gemlite"]["autotune_s"] = sum(r["gemlite_autotune_s"] or 0.0 for r in report["rows"])
-            write_report(path, report)
+            write_json(path, report)  # whole or not at all: a run cut short keeps the shapes it finished
     print(f"wrote {path}", flush=True)
     return path

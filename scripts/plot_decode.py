@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from plotting import bars_beside, pyplot, save_beside
+from autotune.bench.harness import bars_beside, pyplot, save_beside
 
 
 def table(report: dict[str, Any]) -> str:

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from docs_results import model_table
-from plotting import bars_beside, pyplot, save_beside
+
+from autotune.bench.harness import bars_beside, pyplot, save_beside
 
 
 def label(row: dict[str, Any]) -> str:

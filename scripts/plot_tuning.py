@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-from plotting import pyplot, save_beside
+from autotune.bench.harness import pyplot, save_beside
 
 
 def main(path: Path) -> Path:

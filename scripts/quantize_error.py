@@ -14,12 +14,12 @@ reports the mean and the max over rows.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import autotune
+from autotune.bench.harness import write_json
 from autotune.ops.qgemm.format import dequantize, int4_weight
 
 GROUPS = (32, 64, 128)
@@ -92,9 +92,7 @@ def main() -> int:
                     | {"torchao_mean": ao_mean, "torchao_max": ao_max}
                 )
     report = {"torchao": torchao.__version__, "device": device, "dtype": args.dtype, "n": args.n, "k": args.k}
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / "quantize_error.json"
-    path.write_text(json.dumps(report | {"rows": rows}, indent=1) + "\n")
+    path = write_json(args.out / "quantize_error.json", report | {"rows": rows})
     print(f"wrote {path}")
     return 0
 

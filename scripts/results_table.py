@@ -12,7 +12,7 @@ from pathlib import Path
 
 # The GEMM family a config belongs to, told by a parameter only that family has (checked in this
 # order: mma's parameters are all shared with another family).
-_FAMILY_BY_PARAM = {"occ": "simt", "layout": "wgmma", "nt": "skinny", "prefetch": "skinny_tc", "bm": "mma"}
+FAMILY_BY_PARAM = {"occ": "simt", "layout": "wgmma", "nt": "skinny", "prefetch": "skinny_tc", "bm": "mma"}
 
 
 def gemm_table(report: dict[str, object]) -> str:
@@ -23,7 +23,7 @@ def gemm_table(report: dict[str, object]) -> str:
         "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
-        family = next((f for key, f in _FAMILY_BY_PARAM.items() if key in r["config"]), "?")
+        family = next((f for key, f in FAMILY_BY_PARAM.items() if key in r["config"]), "?")
         config = " ".join(f"{k}={v}" for k, v in r["config"].items())
         lines.append(
             f"| {r['dtype']} | {r['m']} | {r['n']} | {r['k']} | {family} | {r['ours_us']:.2f} | "

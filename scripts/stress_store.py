@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from autotune.bench.harness import write_json  # noqa: E402
 from autotune.build.compiler import CompileJob, CompileResult  # noqa: E402
 from autotune.core.fingerprint import GpuInfo  # noqa: E402
 from autotune.core.outcome import Outcome, Status  # noqa: E402
@@ -107,18 +109,26 @@ class InstantPool:
 def writer(db: str, journal: Path, seed: int, stop: Path) -> None:
     """Sweeps every problem with growing budgets; logs every finish_trial that returned."""
     from autotune.store import open_store
+    from autotune.store.rows import Provenance
     from autotune.tune.search import Budget
     from autotune.tune.tuner import Tuner
 
     store = open_store(db, import_shipped=False)
     log = journal.open("a", buffering=1)
-    finish = store.finish_trial
+    start, finish = store.start_trial, store.finish_trial
+    keys: dict[int, str] = {}  # the config key of each trial this writer started, for its journal line
+
+    def noted_start(where: Provenance, config: Mapping[str, Any]) -> int:
+        trial_id = start(where, config)
+        keys[trial_id] = config_key(config)
+        return trial_id
 
     def logged_finish(trial_id: int, outcome: Outcome) -> None:
-        key = store._started[trial_id][0]
+        key = keys.pop(trial_id)
         finish(trial_id, outcome)
         log.write(f"{trial_id} {key}\n")  # only once it returned
 
+    store.start_trial = noted_start  # type: ignore[method-assign]
     store.finish_trial = logged_finish  # type: ignore[method-assign]
     rng = random.Random(seed)
     while not stop.exists():
@@ -461,8 +471,7 @@ def main() -> int:
         return 2
     report = run(args.seconds, args.writers, args.readers, args.seed, args.keep, args.url, args.namespaces)
     report["database"] = "sqlite" if args.url is None else args.url.split(":", 1)[0].split("+")[0]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    write_json(args.out, report)
     print(json.dumps(report))
     ok = passed(report)
     print(f"wrote {args.out}: {'PASS' if ok else 'FAIL'}")

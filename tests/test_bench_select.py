@@ -224,7 +224,7 @@ def test_state_keeps_rows_of_one_gpu_and_resumes_with_the_same_trials(tmp_path: 
     assert bench.add_result(state, "y", None, "RuntimeError: boom", said.append)
     assert state["gpu"] == H200 and list(state["rows"]) == [shape.id] and state["errors"] == {"y": "RuntimeError: boom"}
     path = tmp_path / bench.STATE_FILE
-    bench.save_json(path, state)
+    bench.write_json(path, state)
     assert bench.load_state(path, args)["rows"][shape.id]["regret"] == pytest.approx(0.25)
     with pytest.raises(SystemExit, match="--trials 40"):
         bench.load_state(path, SimpleNamespace(trials=64, patience=None))
@@ -316,7 +316,7 @@ class FakeBench:
         self.timer = SimpleNamespace(measure_interleaved=self._measure)
         self.calls: list[int] = []
 
-    def _copies(self, nbytes: int) -> int:
+    def copies(self, nbytes: int) -> int:
         return 3
 
     def _off(self, choice: Any) -> float:

@@ -51,12 +51,12 @@ def forget() -> None:
 def launch_choice(problem: Problem = SHIPPED, db: str | None = None) -> Choice:
     """What the launch path selects for `problem` on an H200 (the device as the launcher sees it)."""
     device = SimpleNamespace(gpu=H200)
-    return api._choose_on(problem, device, db)
+    return api.choose_on(problem, device, db)
 
 
 def from_table() -> bool:
     """Whether the last selection came from the table: the default database was never opened."""
-    return not api._default_opened.is_set()
+    return not api.default_store_opened()
 
 
 @pytest.fixture

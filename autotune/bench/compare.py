@@ -16,15 +16,16 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from autotune import ops
+from autotune.bench import harness
 from autotune.core.errors import AutotuneError
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.measure.floor import VARIANTS, ReadKernel, ReadKernels, words_for
 from autotune.ops import gemm, gemv
+from autotune.runtime import operands
 from autotune.runtime.choice_launcher import ChoiceLauncher
 from autotune.runtime.operands import describe
 from autotune.select.choose import Choice
 
-ROTATION_BYTES_PER_L2 = 4
 COPY_BYTES = 2 * 2**30
 
 
@@ -134,7 +135,7 @@ class Bench:
                 self._read_kernels = ReadKernels(self.launcher.gpu, self.kernels)
             kernels, torch = self._read_kernels, self.torch
             words = words_for(nbytes)
-            copies = self._copies(nbytes)
+            copies = self.copies(nbytes)
             buffers = [
                 torch.randint(-(2**31), 2**31 - 1, (words * 4,), dtype=torch.int32, device="cuda")
                 for _ in range(copies)
@@ -148,8 +149,9 @@ class Bench:
             self._floors[nbytes] = ReadFloor(medians[best], VARIANTS[best].describe())
         return self._floors[nbytes]
 
-    def _copies(self, operand_bytes: int) -> int:
-        return max(1, min(256, math.ceil(ROTATION_BYTES_PER_L2 * self.launcher.gpu.l2_bytes / operand_bytes)))
+    def copies(self, operand_bytes: int) -> int:
+        """How many rotating copies of an operand of `operand_bytes` keep it cold in this card's L2."""
+        return harness.rotation_copies(operand_bytes, self.launcher.gpu.l2_bytes)
 
     def compare(self, choice: Choice, reps: int = 7, pick: Choice | None = None) -> BenchRow:
         """One GEMV (either layout) timed beside cuBLAS on the same rotating buffers; `pick`, the
@@ -158,7 +160,7 @@ class Bench:
         problem: Problem = choice.problem
         kind = getattr(torch, problem.dtype)
         x_len, y_len = (problem.m, problem.n) if problem.trans else (problem.n, problem.m)
-        copies = self._copies(problem.matrix_bytes)
+        copies = self.copies(problem.matrix_bytes)
         a = [torch.rand(problem.m, problem.n, device="cuda", dtype=kind) * 2 - 1 for _ in range(copies)]
         x = [torch.rand(x_len, device="cuda", dtype=kind) * 2 - 1 for _ in range(copies)]
         y = torch.full((y_len,), float("nan"), device="cuda", dtype=kind)  # NaN never passes
@@ -211,7 +213,7 @@ class Bench:
         torch = self.torch
         p: Problem = choice.problem
         kind = getattr(torch, p.dtype)
-        copies = self._copies((p.m * p.k + p.k * p.n) * ITEMSIZE[p.dtype])
+        copies = self.copies((p.m * p.k + p.k * p.n) * ITEMSIZE[p.dtype])
         a = [torch.rand(p.m, p.k, device="cuda", dtype=kind) * 2 - 1 for _ in range(copies)]
         if p.trans:
             b = [(torch.rand(p.n, p.k, device="cuda", dtype=kind) * 2 - 1).t() for _ in range(copies)]
@@ -270,33 +272,105 @@ def _pick_fields(pick: Choice, pick_us: float) -> dict[str, Any]:
 
 
 def _worst_error(torch: Any, calls: list[Callable[[int], None]], out: Any, want: Any, scale: Any) -> float:
-    """The worst `_max_error` of the calls, each run alone into `out` poisoned with NaN first (NaN if
+    """The worst `harness.max_error` of the calls, each run alone into `out` poisoned with NaN first (NaN if
     any left one)."""
     errors = []
     for call in calls:
         out.fill_(float("nan"))
         call(0)
         torch.cuda.synchronize()
-        errors.append(_max_error(out.double(), want, scale))
+        errors.append(harness.max_error(out.double(), want, scale))
     return math.nan if any(math.isnan(e) for e in errors) else max(errors)
-
-
-def _max_error(got: Any, want: Any, scale: Any) -> float:
-    """Worst |got - want| relative to the float64 sum of |terms| of that output."""
-    return float(((got - want).abs() / scale.clamp_min(1e-30)).max())
-
-
-def geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def as_json(gpu: str, copy_gbs: float, launch_floor_us: float, rows: list[BenchRow]) -> dict[str, Any]:
     for row in rows:
         row.pct_copy = 100.0 * row.ours_gbs / copy_gbs
     report: dict[str, Any] = {"gpu": gpu, "copy_gbs": copy_gbs, "launch_floor_us": launch_floor_us}
-    report["geomean_speedup"] = geomean([r.speedup for r in rows])
+    report["geomean_speedup"] = harness.geomean([r.speedup for r in rows])
     bounds = [r.bound for r in rows if r.bound is not None]
     if bounds and len(bounds) == len(rows):
-        report["geomean_bound"] = geomean(bounds)
+        report["geomean_bound"] = harness.geomean(bounds)
     report["rows"] = [asdict(r) for r in rows]
     return report
+
+
+def time_in_turns(bench: Bench, pick: Choice, tuned: Choice | None, reps: int) -> dict[str, Any]:
+    """The pick, the sweep's best (`tuned`, where it is another config) and cuBLAS's calls timed in
+    turns on the same rotating buffers with Bench's timer, as Bench.compare / compare_gemm time one
+    config beside cuBLAS; each of ours is first run once into a NaN-poisoned output and checked against
+    float64. The fastest of torch's calls is cuBLAS's time; every one's is kept."""
+    torch = bench.torch
+    p = pick.problem
+    kind = getattr(torch, p.dtype)
+    ours = [pick] if tuned is None or tuned.config == pick.config else [pick, tuned]
+    cublas: dict[str, Callable[[int], Any]] = {}
+    if p.op == "gemv":
+        x_len, y_len = (p.m, p.n) if p.trans else (p.n, p.m)
+        copies = bench.copies(p.matrix_bytes)
+        a = [torch.rand(p.m, p.n, device="cuda", dtype=kind) * 2 - 1 for _ in range(copies)]
+        x = [torch.rand(x_len, device="cuda", dtype=kind) * 2 - 1 for _ in range(copies)]
+        out = torch.empty(y_len, device="cuda", dtype=kind)
+        launchers = [_gemv_call(bench, c, a, x, out) for c in ours]
+        want, scale = harness.float64_reference(a[0].double().t() if p.trans else a[0].double(), x[0].double())
+        if p.trans:  # cuBLAS on the transposed view, both ways torch offers it (as Bench.compare)
+            cublas["torch.mv(A.t(), x)"] = lambda i: torch.mv(a[i % copies].t(), x[i % copies], out=out)
+            cublas["x @ A"] = lambda i: torch.matmul(x[i % copies], a[i % copies])
+        else:
+            cublas["torch.mv"] = lambda i: torch.mv(a[i % copies], x[i % copies], out=out)
+            cublas["F.linear"] = lambda i: torch.nn.functional.linear(x[i % copies], a[i % copies])
+    else:
+        copies = bench.copies((p.m * p.k + p.k * p.n) * ITEMSIZE[p.dtype])
+        a = [torch.rand(p.m, p.k, device="cuda", dtype=kind) * 2 - 1 for _ in range(copies)]
+        if p.trans:  # B is the transpose of a row-major N x K matrix, as Bench.compare_gemm holds it
+            b = [(torch.rand(p.n, p.k, device="cuda", dtype=kind) * 2 - 1).t() for _ in range(copies)]
+        else:
+            b = [torch.rand(p.k, p.n, device="cuda", dtype=kind) * 2 - 1 for _ in range(copies)]
+        out = torch.empty(p.m, p.n, device="cuda", dtype=kind)
+        launchers = [_gemm_call(bench, c, a, b, out) for c in ours]
+        want, scale = harness.float64_reference(a[0].double(), b[0].double())
+        cublas["torch.mm"] = lambda i: torch.mm(a[i % copies], b[i % copies], out=out)
+        cublas["F.linear"] = lambda i: torch.nn.functional.linear(a[i % copies], b[i % copies].t())
+    errors = [harness.checked_call_error(torch, launch, out, want, scale) for launch in launchers]
+    del want, scale
+    samples = bench.timer.measure_interleaved([*launchers, *cublas.values()], reps=reps)
+    medians = [statistics.median(s) for s in samples]
+    calls = dict(zip(cublas, medians[len(launchers) :], strict=True))
+    fastest = min(calls, key=lambda name: calls[name])
+    timing: dict[str, Any] = {
+        "pick_us": medians[0],
+        "pick_error": errors[0],
+        "pick_correct": errors[0] <= harness.MAX_ERROR,  # False for NaN too
+        "cublas_us": calls[fastest],
+        "cublas_call": fastest,
+        "cublas_calls_us": calls,
+    }
+    if tuned is not None:  # the sweep's best: its own samples, or the pick's where it is the same config
+        last = len(launchers) - 1
+        timing.update(
+            sweep_best_us=medians[last], sweep_error=errors[last], sweep_correct=errors[last] <= harness.MAX_ERROR
+        )
+    return timing
+
+
+def _gemv_call(bench: Bench, choice: Choice, a: list[Any], x: list[Any], y: Any) -> Callable[[int], None]:
+    describe = operands.describe  # looked up at each call: tests stand in for it
+    da, dx, dy = [describe(t, "A") for t in a], [describe(t, "x") for t in x], describe(y, "y")
+
+    def call(i: int) -> None:
+        bench.launcher.gemv(choice, da[i % len(da)], dx[i % len(dx)], dy, 1.0, 0.0)
+
+    return call
+
+
+def _gemm_call(bench: Bench, choice: Choice, a: list[Any], b: list[Any], c: Any) -> Callable[[int], None]:
+    describe = operands.describe  # looked up at each call: tests stand in for it
+    da, db, dc = [describe(t, "A") for t in a], [describe(t, "B") for t in b], describe(c, "C")
+
+    def call(i: int) -> None:
+        bench.launcher.gemm(choice, da[i % len(da)], db[i % len(db)], dc, 1.0, 0.0)
+
+    return call
+
+
+# -- the report tail -------------------------------------------------------------------------------------
