@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune import cli
+from autotune import cli, ops
 from autotune.core.fingerprint import GpuInfo
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.ops import gemv
@@ -39,6 +39,11 @@ class Trial:
 
 def gemv16(m: int, n: int) -> Problem:
     return Problem("gemv", "float16", m, n)
+
+
+def gemm16(m: int, n: int, k: int) -> Problem:
+    """A float16 GEMM with B K x N (the tensor-core skinny family's for m <= 16)."""
+    return ops.make_problem("gemm", "float16", m, n, k)
 
 
 def roofline_us(problem: Problem) -> float:
@@ -158,6 +163,34 @@ def test_a_grid_that_leaves_most_sms_idle_is_predicted_slower() -> None:
     # Without the SM count the grid has no say.
     blind = CostModel(stored((gemv16(4096, 4096), A, 1.0), (gemv16(8192, 8192), A, 1.0)))
     assert blind.roofline is not None and blind.roofline.fill(short, WHOLE_ROW) == 1.0
+
+
+# A split-K tensor-core skinny GEMM config of 8x8192x8192 (one wave of 256 blocks on 132 SMs) and
+# one whose blocks are small enough to stay within a wave on 8x11008x4096.
+SPLIT_TC = {"wn": 1, "kw": 8, "vec": 4, "unroll": 1, "policy": 1, "prefetch": 1, "cluster": 2, "split": 2, "stages": 0}
+TMA_TC = {**SPLIT_TC, "kw": 4, "vec": 8, "prefetch": 0, "stages": 4}
+
+
+def test_a_grid_that_spills_into_a_second_wave_is_predicted_from_its_threads_path_not_its_bytes() -> None:
+    """float16 8x11008x4096 moves two thirds of 8x8192x8192's bytes, but SPLIT_TC's blocks, half the K
+    each, take two waves there: each thread's path is as long as on 8x8192x8192 (the H200 ran it at
+    34.1 us where the bytes said 26.9). TMA_TC's grid stays within its wave: the roofline speaks."""
+    big, small = gemm16(8, 8192, 8192), gemm16(8, 4096, 4096)
+    wide = gemm16(8, 11008, 4096)
+    model = CostModel({big: [Trial(SPLIT_TC, 37.0), Trial(TMA_TC, 37.4)], small: [Trial(TMA_TC, 12.6)]}, SMS)
+    assert model.roofline is not None
+    assert (model.roofline.waves(big, SPLIT_TC), model.roofline.waves(wide, SPLIT_TC)) == (1, 2)
+    split, tma = model.predict(wide, SPLIT_TC), model.predict(wide, TMA_TC)
+    assert split is not None and tma is not None
+    assert split.time_us > 36.0 and "2 here" in split.basis
+    assert tma.time_us < 30.0 and "wave" not in tma.basis
+    assert model.rank(wide)[0].config == TMA_TC
+
+
+def test_waves_are_unknown_where_the_family_does_not_estimate_its_registers() -> None:
+    """A GEMV block of 128 threads may hold 16 to an SM or 4: the waves rule does not speak for it."""
+    model = CostModel(every_shape_prefers(A, B), SMS)
+    assert model.roofline is not None and model.roofline.waves(gemv16(4608, 3584), A) is None
 
 
 # --- the selector ------------------------------------------------------------------------------------

@@ -18,8 +18,13 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results" / "select_nvidia-h200.json"
 CUBLAS_RECORDS = ROOT / "db" / "records" / "nvidia-h200-cublas.jsonl"
 # Picks that changed after the file was measured, each for a change to the selection or the records
-# made since (the file is re-measured on a GPU by scripts/bench_select.py); none at present.
-CHANGED_SINCE: set[str] = set()
+# made since (the file is re-measured on a GPU by scripts/bench_select.py).
+CHANGED_SINCE: set[str] = {
+    # The cost model's waves rule (cost.py: CostModel._more_waves_floor): 8x8192x8192's split-2 leader
+    # takes two waves here, so it is predicted at 37.0 us, not 26.9 (it ran 34.1); the pick is its
+    # TMA-staged runner-up there, predicted at 27.1 us, not yet timed on this shape.
+    "gemm/float16/8x11008x4096/kn",
+}
 
 
 def _library_version() -> str:

@@ -17,6 +17,12 @@ stored trials of one GPU, op, dtype and layout, so that the selector can pick th
   slower there. Counted so, float16 4096x11008 went to a scalar-load config of the odd 4097x8191 and
   ran at 31.7 us on the H200, where the vec=8 leaders of 4096x8192 are picked now.
 
+Where a config's grid takes more waves of blocks on the new shape than on the nearest tuned shape that
+holds it, and each thread's path (its share of the bytes times the waves) grows faster than the bytes,
+its time there scaled by that path is a floor (CostModel._more_waves_floor): a split-K config tuned at
+twice the K spills into a second wave where K halves and N grows. Only for families that estimate
+their registers (Op.registers), since the blocks an SM holds, so the waves, follow from them.
+
 A stored trial is evidence for the config it timed only: a neighbour's leader that Space.fit must
 change to run on the new shape (vec=8 to vec=1 on an odd N) is a candidate, but its time with 16-byte
 loads says nothing of its time with scalar ones. On issue 30's held-out shapes, counting it did: the
@@ -35,7 +41,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from autotune import ops
-from autotune.core.limits import MAX_SM_COUNT
+from autotune.core.limits import MAX_SHARED_BYTES_OPT_IN, MAX_SM_COUNT, MAX_THREADS_PER_SM, REGISTERS_PER_SM
 from autotune.core.problem import Problem
 from autotune.core.space import Config, Space, config_key
 from autotune.core.timing_bounds import is_plausible_time_us
@@ -55,6 +61,11 @@ FULL_GRID = 0.5
 NEIGHBOURS = 4
 # The most of the fastest tuned call that the fixed latency may take (fit_roofline).
 LATENCY_SHARE = 0.9
+# How much faster than the bytes a thread's critical path must grow for the waves rule to speak
+# (CostModel._more_waves_floor): 5%, so that rounding in the grid does not trigger it.
+PATH_MARGIN = 1.05
+# Blocks an SM of compute capability 8.0 or 9.0 holds at once, whatever their size (Roofline.waves).
+MAX_BLOCKS_PER_SM = 32
 
 
 class Timed(Protocol):
@@ -102,11 +113,51 @@ class Roofline:
     def time_us(self, problem: Problem, fill: float = 1.0) -> float:
         return self.latency_us + self.work_us(problem) / fill
 
+    def waves(self, problem: Problem, config: Mapping[str, int]) -> int | None:
+        """How many waves of blocks the SMs take the config's grid in (by the threads, registers and
+        shared memory a block needs); None where the SM count is unknown, the config is of another
+        space, or its family does not estimate its registers (Op.registers): a GEMV block of 128
+        threads may hold 16 to an SM or 4, and the waves with it."""
+        if self.sm_count is None or not 1 <= self.sm_count <= MAX_SM_COUNT:
+            return None
+        op = ops.for_problem(problem)
+        try:
+            launch = op.launch(problem, config, self.sm_count)
+            registers = op.registers(problem, config)
+        except (KeyError, ValueError, ZeroDivisionError):
+            return None
+        if registers is None:
+            return None
+        per_sm = _blocks_per_sm(math.prod(launch.block), registers, launch.shared_bytes)
+        return math.ceil(math.prod(launch.grid) / (self.sm_count * per_sm))
+
+    def critical_path(self, problem: Problem, config: Mapping[str, int]) -> float | None:
+        """The bytes each thread of the config's grid streams one after the other: its share of the
+        bytes times the waves its blocks run in. It sees what bytes alone do not: the row length a
+        thread walks, the rows a block takes, the split of K, the blocks to the SMs."""
+        waves = self.waves(problem, config)
+        if waves is None or self.sm_count is None:
+            return None
+        op = ops.for_problem(problem)
+        launch = op.launch(problem, config, self.sm_count)
+        return waves * op.bytes_moved(problem) / (math.prod(launch.grid) * math.prod(launch.block))
+
     def text(self) -> str:
         rate = f"{self.bytes_per_us / self.scale / 1e6:.2f} TB/s"
         if self.flops_per_us:
             rate += f" or {self.flops_per_us / self.scale / 1e6:.0f} TFLOP/s"
         return f"{self.latency_us:.2f} us + bytes at {rate}"
+
+
+def _blocks_per_sm(threads: int, registers: float | None, shared_bytes: int) -> int:
+    """Blocks of `threads` threads an SM holds at once, by its threads, registers (where the family
+    estimates them) and shared memory."""
+    limits = [MAX_BLOCKS_PER_SM, MAX_THREADS_PER_SM // threads]
+    if registers:
+        limits.append(int(REGISTERS_PER_SM // (registers * threads)))
+    if shared_bytes:
+        limits.append(MAX_SHARED_BYTES_OPT_IN // shared_bytes)
+    return max(1, min(limits))
 
 
 def fit_roofline(best: Sequence[tuple[Problem, float]], sm_count: int | None) -> Roofline | None:
@@ -281,7 +332,42 @@ class CostModel:
         basis = f"roofline {roof:.2f} us ({self.roofline.text()}) x {correction:.2f} " + _evidence(
             timed_on, len(shapes)
         )
-        return Prediction(config, roof * correction, candidate, roof, correction, tuple(timed_on), basis)
+        time_us = roof * correction
+        floor = self._more_waves_floor(problem, config, stored)
+        if floor is not None and floor[0] > time_us:
+            time_us, basis = floor[0], floor[1] + "; else " + basis
+        return Prediction(config, time_us, candidate, roof, correction, tuple(timed_on), basis)
+
+    def _more_waves_floor(
+        self, problem: Problem, config: Mapping[str, int], stored: Mapping[Problem, float]
+    ) -> tuple[float, str] | None:
+        """Where the config's grid takes more waves here than on the nearest tuned shape that holds it,
+        and each thread's critical path (Roofline.critical_path) grows faster than the bytes: its time
+        there, the part above the latency scaled by the path's growth. The roofline scales by bytes,
+        which shrink where K halves; a split config's blocks then halve their work but spill into a
+        second wave (float16 8x11008x4096 K x N on the H200: 8x8192x8192's leader, split 2, at 34.1 us
+        where the bytes said 26.9). None where the rule does not speak."""
+        assert self.roofline is not None
+        timed = sorted(stored, key=lambda p: (shape_distance(p.shape, problem.shape), p.shape))
+        if not timed:
+            return None
+        there = timed[0]
+        waves_here, waves_there = self.roofline.waves(problem, config), self.roofline.waves(there, config)
+        if waves_here is None or waves_there is None or waves_here <= waves_there:
+            return None
+        path_here = self.roofline.critical_path(problem, config)
+        path_there = self.roofline.critical_path(there, config)
+        if path_here is None or not path_there:
+            return None
+        op = ops.for_problem(problem)
+        growth = path_here / path_there
+        if growth <= op.bytes_moved(problem) / op.bytes_moved(there) * PATH_MARGIN:
+            return None
+        latency = self.roofline.latency_us
+        floor = latency + (stored[there] - latency) * growth
+        why = f"{stored[there]:.2f} us on {_text(there.shape)} in {waves_there} wave(s), {waves_here} here"
+        why += f": x {growth:.2f} its threads' path"
+        return floor, why
 
     def predict_config_free(
         self, problem: Problem, timed: Mapping[Problem, float], config: Config, what: str, who: str
