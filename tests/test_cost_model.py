@@ -193,6 +193,23 @@ def test_waves_are_unknown_where_the_family_does_not_estimate_its_registers() ->
     assert model.roofline is not None and model.roofline.waves(gemv16(4608, 3584), A) is None
 
 
+def test_a_librarys_time_on_an_odd_shape_is_predicted_from_the_odd_shapes_alone() -> None:
+    """cuBLASLt ran at the roofline on the even shapes and at twice it on the odd ones (no 16-byte loads):
+    an odd shape is predicted from the odd shapes' times only (float16 3x131071x1024 on the H200: 67.9 us
+    from aligned shapes' times, where it ran 130.1)."""
+    model = CostModel(every_shape_prefers(A, B), SMS)
+    even = [gemv16(2048, 2048), gemv16(4096, 4096)]
+    odd = [gemv16(2049, 2047), gemv16(4097, 4095)]
+    timed = {**{p: roofline_us(p) for p in even}, **{p: 2 * roofline_us(p) for p in odd}}
+    new = gemv16(3001, 3003)
+    predicted = model.predict_config_free(new, timed, {"cublas_algo": 0}, "cuBLASLt's own pick", "cuBLASLt")
+    assert predicted is not None
+    assert predicted.time_us == pytest.approx(2 * roofline_us(new), rel=1e-6)
+    assert "4097x4095" in predicted.basis and "4096x4096" not in predicted.basis
+    aligned = model.predict_config_free(gemv16(3000, 3000), timed, {"cublas_algo": 0}, "its pick", "cuBLASLt")
+    assert aligned is not None and aligned.time_us == pytest.approx(roofline_us(gemv16(3000, 3000)), rel=1e-6)
+
+
 # --- the selector ------------------------------------------------------------------------------------
 
 
