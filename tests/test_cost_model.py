@@ -193,6 +193,28 @@ def test_waves_are_unknown_where_the_family_does_not_estimate_its_registers() ->
     assert model.roofline is not None and model.roofline.waves(gemv16(4608, 3584), A) is None
 
 
+def test_a_config_its_threads_held_back_is_floored_by_their_path_on_a_shape_twice_as_long() -> None:
+    """SCALAR_SPLIT ran at 5x the roofline on 6x32769 (96 blocks of 64 threads: their steps, not the
+    memory, set the time); on 5x65537 each thread walks about twice the row for 1.7x the bytes: at
+    least its time there scaled by that path (the H200 ran bfloat16's at 6.83 and 10.66 us). A config
+    that ran near the roofline gets no floor, and the floor ranks nothing: predict() is unchanged."""
+    scalar_split = {**SPLIT, "vec": 1}
+    near, far = gemv16(6, 32769), gemv16(5, 65537)
+    model = CostModel(
+        stored((gemv16(4096, 4096), A, 1.0), (gemv16(8192, 8192), A, 1.0), (near, scalar_split, 5.0), (near, B, 1.2)),
+        SMS,
+    )
+    assert model.roofline is not None
+    growth = model.roofline.critical_path(far, scalar_split) / model.roofline.critical_path(near, scalar_split)  # type: ignore[operator]
+    assert 1.9 < growth < 2.2
+    floor = model.threads_bound_floor(far, scalar_split)
+    latency = model.roofline.latency_us
+    assert floor is not None and floor == pytest.approx(latency + (5.0 * roofline_us(near) - latency) * growth)
+    assert model.threads_bound_floor(far, B) is None
+    prediction = model.predict(far, scalar_split)
+    assert prediction is not None and prediction.time_us < floor / 1.5
+
+
 def test_a_librarys_time_on_an_odd_shape_is_predicted_from_the_odd_shapes_alone() -> None:
     """cuBLASLt ran at the roofline on the even shapes and at twice it on the odd ones (no 16-byte loads):
     an odd shape is predicted from the odd shapes' times only (float16 3x131071x1024 on the H200: 67.9 us

@@ -70,6 +70,9 @@ LATENCY_SHARE = 0.9
 # How much faster than the bytes a thread's critical path must grow for the waves rule to speak
 # (CostModel._more_waves_floor): 5%, so that rounding in the grid does not trigger it.
 PATH_MARGIN = 1.05
+# A config that ran this many times slower than the roofline where it was timed was bound by its
+# threads' steps there, not by the memory (CostModel.threads_bound_floor): 6x32769's leader ran 5.3x.
+THREADS_BOUND = 3.0
 # Blocks an SM of compute capability 8.0 or 9.0 holds at once, whatever their size (Roofline.waves).
 MAX_BLOCKS_PER_SM = 32
 
@@ -122,8 +125,8 @@ class Roofline:
     def waves(self, problem: Problem, config: Mapping[str, int]) -> int | None:
         """How many waves of blocks the SMs take the config's grid in (by the threads, registers and
         shared memory a block needs); None where the SM count is unknown, the config is of another
-        space, or its family does not estimate its registers (Op.registers): a GEMV block of 128
-        threads may hold 16 to an SM or 4, and the waves with it."""
+        space, or its family does not estimate its registers (Op.registers) and its grid has more
+        blocks than the GPU has SMs: a GEMV block of 128 threads may hold 16 to an SM or 4."""
         if self.sm_count is None or not 1 <= self.sm_count <= MAX_SM_COUNT:
             return None
         op = ops.for_problem(problem)
@@ -132,10 +135,11 @@ class Roofline:
             registers = op.registers(problem, config)
         except (KeyError, ValueError, ZeroDivisionError):
             return None
+        blocks = math.prod(launch.grid)
         if registers is None:
-            return None
+            return 1 if blocks <= self.sm_count else None
         per_sm = _blocks_per_sm(math.prod(launch.block), registers, launch.shared_bytes)
-        return math.ceil(math.prod(launch.grid) / (self.sm_count * per_sm))
+        return math.ceil(blocks / (self.sm_count * per_sm))
 
     def critical_path(self, problem: Problem, config: Mapping[str, int]) -> float | None:
         """The bytes each thread of the config's grid streams one after the other: its share of the
@@ -354,13 +358,43 @@ class CostModel:
         second wave (float16 8x11008x4096 K x N on the H200: 8x8192x8192's leader, split 2, at 34.1 us
         where the bytes said 26.9). None where the rule does not speak."""
         assert self.roofline is not None
-        timed = sorted(stored, key=lambda p: (shape_distance(p.shape, problem.shape), p.shape))
-        if not timed:
+        there = _nearest(stored, problem)
+        if there is None:
             return None
-        there = timed[0]
         waves_here, waves_there = self.roofline.waves(problem, config), self.roofline.waves(there, config)
         if waves_here is None or waves_there is None or waves_here <= waves_there:
             return None
+        scaled = self._scaled_by_path(problem, config, there, stored[there])
+        if scaled is None:
+            return None
+        return scaled[
+            0
+        ], f"{stored[there]:.2f} us on {_text(there.shape)} in {waves_there} wave(s), {waves_here} here" + scaled[1]
+
+    def threads_bound_floor(self, problem: Problem, config: Mapping[str, int]) -> float | None:
+        """Where the config ran at under 1/THREADS_BOUND of the roofline's speed on the nearest tuned
+        shape that holds it (its threads' steps, not the memory, set its time there) and each thread's
+        path grows faster than the bytes here: its time there scaled by that path. bfloat16 5x65537 on
+        the H200: 6x32769's leader (64-thread blocks, 16-way split) walks twice the row per thread
+        there, ran 10.66 us where the bytes said 5.23. The selector weighs it against cuBLASLt's
+        prediction (choose.py); it does not rank our candidates, where it was measured to cost more
+        than it gained (docs/findings.md). None where the rule does not speak."""
+        if self.roofline is None:
+            return None
+        stored = self._stored_as(problem).get(config_key(config), {})
+        there = _nearest(stored, problem)
+        if there is None or stored[there] < THREADS_BOUND * self.roofline.time_us(there):
+            return None
+        scaled = self._scaled_by_path(problem, config, there, stored[there])
+        return None if scaled is None else scaled[0]
+
+    def _scaled_by_path(
+        self, problem: Problem, config: Mapping[str, int], there: Problem, time_there: float
+    ) -> tuple[float, str] | None:
+        """`time_there`, the config's time on `there`, its part above the latency scaled by how much
+        longer each thread's path is here, with what it was scaled by; None where the path is unknown
+        or grows no faster than the bytes (the roofline already scales by those)."""
+        assert self.roofline is not None
         path_here = self.roofline.critical_path(problem, config)
         path_there = self.roofline.critical_path(there, config)
         if path_here is None or not path_there:
@@ -370,10 +404,7 @@ class CostModel:
         if growth <= op.bytes_moved(problem) / op.bytes_moved(there) * PATH_MARGIN:
             return None
         latency = self.roofline.latency_us
-        floor = latency + (stored[there] - latency) * growth
-        why = f"{stored[there]:.2f} us on {_text(there.shape)} in {waves_there} wave(s), {waves_here} here"
-        why += f": x {growth:.2f} its threads' path"
-        return floor, why
+        return latency + (time_there - latency) * growth, f": x {growth:.2f} its threads' path"
 
     def predict_config_free(
         self, problem: Problem, timed: Mapping[Problem, float], config: Config, what: str, who: str
@@ -451,6 +482,11 @@ class CostModel:
                         found.setdefault(config_key(config), {})[shape.problem] = time_us
             self._runs_here[problem] = found
         return self._runs_here[problem]
+
+
+def _nearest(stored: Mapping[Problem, float], problem: Problem) -> Problem | None:
+    """The tuned shape nearest to `problem` among those `stored` holds times of."""
+    return min(stored, key=lambda p: (shape_distance(p.shape, problem.shape), p.shape), default=None)
 
 
 def _fitted(config: Mapping[str, int], fitted: Mapping[str, int]) -> str:
