@@ -47,10 +47,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from autotune import ops
-from autotune.core.limits import MAX_SHARED_BYTES_OPT_IN, MAX_SM_COUNT, MAX_THREADS_PER_SM, REGISTERS_PER_SM
+from autotune.core.limits import MAX_SM_COUNT
 from autotune.core.problem import Problem
 from autotune.core.space import Config, Space, config_key
 from autotune.core.timing_bounds import is_plausible_time_us
+from autotune.select import grid
 
 # Width of the distance weighting in octaves (shape_distance): a tuned shape one octave further away
 # than the nearest weighs exp(-2), about a seventh, of it. Chosen by leave-one-shape-out on the
@@ -73,8 +74,6 @@ PATH_MARGIN = 1.05
 # A config that ran this many times slower than the roofline where it was timed was bound by its
 # threads' steps there, not by the memory (CostModel.threads_bound_floor): 6x32769's leader ran 5.3x.
 THREADS_BOUND = 3.0
-# Blocks an SM of compute capability 8.0 or 9.0 holds at once, whatever their size (Roofline.waves).
-MAX_BLOCKS_PER_SM = 32
 
 
 class Timed(Protocol):
@@ -123,51 +122,16 @@ class Roofline:
         return self.latency_us + self.work_us(problem) / fill
 
     def waves(self, problem: Problem, config: Mapping[str, int]) -> int | None:
-        """How many waves of blocks the SMs take the config's grid in (by the threads, registers and
-        shared memory a block needs); None where the SM count is unknown, the config is of another
-        space, or its family does not estimate its registers (Op.registers) and its grid has more
-        blocks than the GPU has SMs: a GEMV block of 128 threads may hold 16 to an SM or 4."""
-        if self.sm_count is None or not 1 <= self.sm_count <= MAX_SM_COUNT:
-            return None
-        op = ops.for_problem(problem)
-        try:
-            launch = op.launch(problem, config, self.sm_count)
-            registers = op.registers(problem, config)
-        except (KeyError, ValueError, ZeroDivisionError):
-            return None
-        blocks = math.prod(launch.grid)
-        if registers is None:
-            return 1 if blocks <= self.sm_count else None
-        per_sm = _blocks_per_sm(math.prod(launch.block), registers, launch.shared_bytes)
-        return math.ceil(blocks / (self.sm_count * per_sm))
+        return None if self.sm_count is None else grid.waves(problem, config, self.sm_count)
 
     def critical_path(self, problem: Problem, config: Mapping[str, int]) -> float | None:
-        """The bytes each thread of the config's grid streams one after the other: its share of the
-        bytes times the waves its blocks run in. It sees what bytes alone do not: the row length a
-        thread walks, the rows a block takes, the split of K, the blocks to the SMs."""
-        waves = self.waves(problem, config)
-        if waves is None or self.sm_count is None:
-            return None
-        op = ops.for_problem(problem)
-        launch = op.launch(problem, config, self.sm_count)
-        return waves * op.bytes_moved(problem) / (math.prod(launch.grid) * math.prod(launch.block))
+        return None if self.sm_count is None else grid.critical_path(problem, config, self.sm_count)
 
     def text(self) -> str:
         rate = f"{self.bytes_per_us / self.scale / 1e6:.2f} TB/s"
         if self.flops_per_us:
             rate += f" or {self.flops_per_us / self.scale / 1e6:.0f} TFLOP/s"
         return f"{self.latency_us:.2f} us + bytes at {rate}"
-
-
-def _blocks_per_sm(threads: int, registers: float | None, shared_bytes: int) -> int:
-    """Blocks of `threads` threads an SM holds at once, by its threads, registers (where the family
-    estimates them) and shared memory."""
-    limits = [MAX_BLOCKS_PER_SM, MAX_THREADS_PER_SM // threads]
-    if registers:
-        limits.append(int(REGISTERS_PER_SM // (registers * threads)))
-    if shared_bytes:
-        limits.append(MAX_SHARED_BYTES_OPT_IN // shared_bytes)
-    return max(1, min(limits))
 
 
 def fit_roofline(best: Sequence[tuple[Problem, float]], sm_count: int | None) -> Roofline | None:
