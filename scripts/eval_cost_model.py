@@ -8,6 +8,9 @@ stored data only.
    reported as at least the third's (a lower bound, "misses").
 2. Shapes no tuned config fits (results/untuned_<gpu>.json, scripts/bench_untuned.py): several
    candidates were timed there on the GPU; the model predicts each from the full records.
+3. cuBLASLt's own pick, leave one shape out: on every tuned shape that holds a cuBLASLt time, its time
+   predicted from its times on the other tuned shapes of the GPU, op, dtype and layout, as the
+   selector predicts it before it takes the library over our kernels (median |log(predicted/measured)|).
 
 Writes results/cost_model_loso.json and prints a summary.
 
@@ -32,7 +35,7 @@ from autotune.bench.harness import write_json
 from autotune.core.problem import Problem
 from autotune.core.space import config_key
 from autotune.core.target import targeting
-from autotune.select.choose import choose
+from autotune.select.choose import choose, vendor_config
 from autotune.select.cost import ABSENT_MARGIN, NEIGHBOURS, SIGMA, CostModel
 from autotune.store import open_store
 
@@ -55,7 +58,11 @@ class Pool:
         self.gpu, self.sm_count = gpu, sm_count
         self.trials: dict[Problem, list[Any]] = {}
         self.best: dict[Problem, Any] = {}
+        self.vendor: dict[Problem, float] = {}  # cuBLASLt's best time, where timed
         for row in store.tuned(gpu, op, dtype, None, trans=trans):
+            vendor = store.vendor_best(gpu, row.problem)
+            if vendor is not None:
+                self.vendor[row.problem] = vendor.time_us
             if ops.library_of_source(row.source_hash) is not None:  # cuBLASLt led: our kernels' best instead
                 row = store.best(gpu, row.problem, ops.source_hash(row.problem))
             if row is None or row.source_hash != ops.source_hash(row.problem):
@@ -103,6 +110,21 @@ def leave_one_out(pool: Pool, family: list[Problem], knobs: dict[str, Any]) -> l
             }
         )
     return rows
+
+
+def vendor_leave_one_out(pool: Pool, family: list[Problem], knobs: dict[str, Any]) -> list[tuple[float, float]]:
+    """(predicted, measured) time of cuBLASLt's own pick on each of the family's shapes that holds one,
+    predicted from its times on every other tuned shape of the pool (Selector._vendor_if_faster)."""
+    pairs = []
+    for hidden in family:
+        if hidden not in pool.vendor:
+            continue
+        others = {p: t for p, t in pool.vendor.items() if p != hidden}
+        model = pool.model(hidden, family, **knobs)
+        predicted = model.predict_config_free(hidden, others, vendor_config(0), "cuBLASLt's own pick", "cuBLASLt")
+        if predicted is not None:
+            pairs.append((predicted.time_us, pool.vendor[hidden]))
+    return pairs
 
 
 def _rank_of(ranked: Sequence[Any], config: dict[str, int]) -> int | None:
@@ -219,7 +241,10 @@ def main() -> int:
                             "trans": trans,
                             "family": ops.for_problem(family[0]).family(family[0], pool.best[family[0]].config),
                         }
-                        report["groups"].append({**group, "summary": summarise(rows), "shapes": rows})
+                        summary = summarise(rows)
+                        vendor = vendor_leave_one_out(pool, family, knobs)
+                        summary["vendor"] = {"shapes": len(vendor), "median_abs_log": median_abs_log(vendor)}
+                        report["groups"].append({**group, "summary": summary, "shapes": rows, "vendor": vendor})
                 for path in sorted((ROOT / "results").glob("untuned_*.json")):
                     if json.loads(path.read_text())["gpu"] == gpu.name:
                         report["untuned"].append(untuned(pools, path, knobs))
@@ -252,7 +277,7 @@ def _print(report: dict[str, Any]) -> None:
     print(f"knobs {report['knobs']}")
     print(
         "gpu / op / family: shapes | top3 hits old new | regret geomean of hits old new | worst old new | "
-        "geomean >= old new | |log| shown-vs-best old new | |log| stored new"
+        "geomean >= old new | |log| shown-vs-best old new | |log| stored new | |log| cuBLASLt (shapes)"
     )
     for g in report["groups"]:
         s = g["summary"]
@@ -265,7 +290,13 @@ def _print(report: dict[str, Any]) -> None:
             f"{_fmt(o['regret_geomean_at_least'])} {_fmt(n['regret_geomean_at_least'])} | "
             f"{_fmt(o['shown_time_median_abs_log_vs_best'], False)} ({o['shown_time_count']}) "
             f"{_fmt(n['shown_time_median_abs_log_vs_best'], False)} | {_fmt(n['stored_trials_median_abs_log'], False)}"
+            f" | {_fmt(s['vendor']['median_abs_log'], False)} ({s['vendor']['shapes']})"
         )
+    vendor = [pair for g in report["groups"] for pair in g["vendor"]]
+    print(
+        f"cuBLASLt's own pick, leave one shape out: median |log(predicted/measured)| "
+        f"{_fmt(median_abs_log(vendor), False)} over {len(vendor)} shapes"
+    )
     for u in report["untuned"]:
         print(f"untuned shapes on {u['gpu']}: median |log(predicted/measured)| {_fmt(u['median_abs_log'], False)}")
         for p in u["problems"]:

@@ -16,10 +16,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from autotune import ops
 from autotune.core.problem import DTYPES, Problem
 from autotune.ops import standard_shapes
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "scripts"
 if str(SCRIPTS) not in sys.path:  # the script imports the scripts beside it, as `python scripts/x.py` runs it
     sys.path.insert(0, str(SCRIPTS))
 bench: Any = importlib.import_module("bench_select")
@@ -95,6 +97,31 @@ def test_no_held_out_shape_is_a_standard_or_planned_shape() -> None:
     for shape in bench.HELD_OUT:
         sizes = (shape.m, shape.n) if shape.op == "gemv" else (shape.m, shape.n, shape.k)
         assert sizes not in (gemv if shape.op == "gemv" else gemm), shape.id
+
+
+@pytest.mark.shipped_records
+def test_no_held_out_size_is_stored_or_listed_in_any_dtype_or_layout() -> None:
+    """Stricter than the two above: a held-out shape's sizes are in no GPU's shipped records and in none
+    of the ops' shape files (shapes.txt, edge_shapes.txt, llm_shapes.txt), whatever the dtype or layout,
+    so that neither a record of the same sizes nor a later sweep of a listed set leaks an answer."""
+    known: set[tuple[str, tuple[int, ...]]] = set()
+    for problems in bench.shipped_problems().values():
+        known |= {(p.op, tuple(d for d in (p.m, p.n, p.k) if d)) for p in problems}
+    listed = 0
+    for op in ("gemv", "gemm"):
+        for path in Path(ops.get(op).shapes_file).parent.glob("*shapes.txt"):
+            shapes = ops.parse_shapes(path.read_text(), str(path), ops.shape_dims(op))
+            known |= {(op, tuple(shape)) for shape in shapes}
+            listed += 1
+    assert listed == 5  # shapes.txt and edge_shapes.txt of both, gemm's llm_shapes.txt
+    clash = [s.id for s in bench.HELD_OUT if (s.op, tuple(d for d in (s.m, s.n, s.k) if d)) in known]
+    assert clash == []
+
+
+def test_the_held_out_set_is_the_one_the_h200_results_measured() -> None:
+    """Frozen: results/select_nvidia-h200.json measured exactly these shapes."""
+    rows = json.loads((ROOT / "results" / "select_nvidia-h200.json").read_text())["rows"]
+    assert [row["id"] for row in rows] == [s.id for s in bench.HELD_OUT]
 
 
 def test_a_stored_held_out_shape_stops_the_run(monkeypatch: pytest.MonkeyPatch) -> None:

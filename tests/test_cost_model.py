@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune import cli
+from autotune import cli, ops
 from autotune.core.fingerprint import GpuInfo
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.ops import gemv
@@ -39,6 +39,11 @@ class Trial:
 
 def gemv16(m: int, n: int) -> Problem:
     return Problem("gemv", "float16", m, n)
+
+
+def gemm16(m: int, n: int, k: int) -> Problem:
+    """A float16 GEMM with B K x N (the tensor-core skinny family's for m <= 16)."""
+    return ops.make_problem("gemm", "float16", m, n, k)
 
 
 def roofline_us(problem: Problem) -> float:
@@ -158,6 +163,73 @@ def test_a_grid_that_leaves_most_sms_idle_is_predicted_slower() -> None:
     # Without the SM count the grid has no say.
     blind = CostModel(stored((gemv16(4096, 4096), A, 1.0), (gemv16(8192, 8192), A, 1.0)))
     assert blind.roofline is not None and blind.roofline.fill(short, WHOLE_ROW) == 1.0
+
+
+# A split-K tensor-core skinny GEMM config of 8x8192x8192 (one wave of 256 blocks on 132 SMs) and
+# one whose blocks are small enough to stay within a wave on 8x11008x4096.
+SPLIT_TC = {"wn": 1, "kw": 8, "vec": 4, "unroll": 1, "policy": 1, "prefetch": 1, "cluster": 2, "split": 2, "stages": 0}
+TMA_TC = {**SPLIT_TC, "kw": 4, "vec": 8, "prefetch": 0, "stages": 4}
+
+
+def test_a_grid_that_spills_into_a_second_wave_is_predicted_from_its_threads_path_not_its_bytes() -> None:
+    """float16 8x11008x4096 moves two thirds of 8x8192x8192's bytes, but SPLIT_TC's blocks, half the K
+    each, take two waves there: each thread's path is as long as on 8x8192x8192 (the H200 ran it at
+    34.1 us where the bytes said 26.9). TMA_TC's grid stays within its wave: the roofline speaks."""
+    big, small = gemm16(8, 8192, 8192), gemm16(8, 4096, 4096)
+    wide = gemm16(8, 11008, 4096)
+    model = CostModel({big: [Trial(SPLIT_TC, 37.0), Trial(TMA_TC, 37.4)], small: [Trial(TMA_TC, 12.6)]}, SMS)
+    assert model.roofline is not None
+    assert (model.roofline.waves(big, SPLIT_TC), model.roofline.waves(wide, SPLIT_TC)) == (1, 2)
+    split, tma = model.predict(wide, SPLIT_TC), model.predict(wide, TMA_TC)
+    assert split is not None and tma is not None
+    assert split.time_us > 36.0 and "2 here" in split.basis
+    assert tma.time_us < 30.0 and "wave" not in tma.basis
+    assert model.rank(wide)[0].config == TMA_TC
+
+
+def test_waves_are_unknown_where_the_family_does_not_estimate_its_registers() -> None:
+    """A GEMV block of 128 threads may hold 16 to an SM or 4: the waves rule does not speak for it."""
+    model = CostModel(every_shape_prefers(A, B), SMS)
+    assert model.roofline is not None and model.roofline.waves(gemv16(4608, 3584), A) is None
+
+
+def test_a_config_its_threads_held_back_is_floored_by_their_path_on_a_shape_twice_as_long() -> None:
+    """SCALAR_SPLIT ran at 5x the roofline on 6x32769 (96 blocks of 64 threads: their steps, not the
+    memory, set the time); on 5x65537 each thread walks about twice the row for 1.7x the bytes: at
+    least its time there scaled by that path (the H200 ran bfloat16's at 6.83 and 10.66 us). A config
+    that ran near the roofline gets no floor, and the floor ranks nothing: predict() is unchanged."""
+    scalar_split = {**SPLIT, "vec": 1}
+    near, far = gemv16(6, 32769), gemv16(5, 65537)
+    model = CostModel(
+        stored((gemv16(4096, 4096), A, 1.0), (gemv16(8192, 8192), A, 1.0), (near, scalar_split, 5.0), (near, B, 1.2)),
+        SMS,
+    )
+    assert model.roofline is not None
+    growth = model.roofline.critical_path(far, scalar_split) / model.roofline.critical_path(near, scalar_split)  # type: ignore[operator]
+    assert 1.9 < growth < 2.2
+    floor = model.threads_bound_floor(far, scalar_split)
+    latency = model.roofline.latency_us
+    assert floor is not None and floor == pytest.approx(latency + (5.0 * roofline_us(near) - latency) * growth)
+    assert model.threads_bound_floor(far, B) is None
+    prediction = model.predict(far, scalar_split)
+    assert prediction is not None and prediction.time_us < floor / 1.5
+
+
+def test_a_librarys_time_on_an_odd_shape_is_predicted_from_the_odd_shapes_alone() -> None:
+    """cuBLASLt ran at the roofline on the even shapes and at twice it on the odd ones (no 16-byte loads):
+    an odd shape is predicted from the odd shapes' times only (float16 3x131071x1024 on the H200: 67.9 us
+    from aligned shapes' times, where it ran 130.1)."""
+    model = CostModel(every_shape_prefers(A, B), SMS)
+    even = [gemv16(2048, 2048), gemv16(4096, 4096)]
+    odd = [gemv16(2049, 2047), gemv16(4097, 4095)]
+    timed = {**{p: roofline_us(p) for p in even}, **{p: 2 * roofline_us(p) for p in odd}}
+    new = gemv16(3001, 3003)
+    predicted = model.predict_config_free(new, timed, {"cublas_algo": 0}, "cuBLASLt's own pick", "cuBLASLt")
+    assert predicted is not None
+    assert predicted.time_us == pytest.approx(2 * roofline_us(new), rel=1e-6)
+    assert "4097x4095" in predicted.basis and "4096x4096" not in predicted.basis
+    aligned = model.predict_config_free(gemv16(3000, 3000), timed, {"cublas_algo": 0}, "its pick", "cuBLASLt")
+    assert aligned is not None and aligned.time_us == pytest.approx(roofline_us(gemv16(3000, 3000)), rel=1e-6)
 
 
 # --- the selector ------------------------------------------------------------------------------------

@@ -517,6 +517,28 @@ def test_warm_start_borrows_the_same_shape_in_another_dtype(store: Store) -> Non
     assert expected in worker.measured[:2]
 
 
+def test_warm_start_borrows_another_dtypes_estimate_where_that_dtype_never_tuned_the_shape(store: Store) -> None:
+    """float16 holds no best for SHAPE, only tuned shapes an octave either side: bfloat16's sweep of
+    SHAPE measures first the selector's estimate for float16 SHAPE (the cost model's pick, B), then the
+    nearest float16 shape's leader (A), both before the sampler's picks."""
+    from autotune.select.choose import ESTIMATE, Selector
+    from tests.fakes import record
+
+    a = {**gemv.DEFAULT_CONFIG, "block": 128, "lanes": 128, "vec": 8, "rows": 2, "policy": 1}
+    b = {**gemv.DEFAULT_CONFIG, "block": 256, "lanes": 64, "vec": 8, "rows": 2, "policy": 1}
+    wide = Problem("gemv", "float16", SHAPE.m, 2 * SHAPE.n)
+    # A leads at the nearest shape (NEARBY sorts first of the two), B gains more than it loses by the far one.
+    for problem, times in ((NEARBY, {10.0: a, 10.2: b}), (wide, {21.0: a, 20.0: b})):
+        for time_us, config in times.items():
+            record(store, problem, config, Outcome(Status.OK, time_us=time_us, times_us=[time_us]), H200)
+    assert store.best(H200.name, SHAPE, source_hash(SHAPE)) is None
+    estimate = Selector(store).choose(SHAPE, H200.name, vendor=False)
+    assert (estimate.source, estimate.config) == (ESTIMATE, b)
+    worker = FakeWorker()
+    tune(store, worker, 4, dataclasses.replace(SHAPE, dtype="bfloat16"))
+    assert worker.measured[:2] == [b, a]  # 16-bit to 16-bit: the same vec
+
+
 def test_an_int4_warm_start_borrows_the_other_activation_dtypes_best(store: Store) -> None:
     """bfloat16's int4 problem reads bfloat16 scales: its sibling is float16's with float16 scales."""
     from autotune import ops

@@ -152,6 +152,12 @@ class Op(ABC):
     @abstractmethod
     def launch(self, problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch: ...
 
+    def registers(self, problem: Problem, config: Mapping[str, int]) -> float | None:
+        """Registers per thread of `config`'s kernel as its family estimates them (None where it does
+        not): with the threads per block, how many blocks an SM holds at once, so how many waves a
+        grid takes (the cost model, autotune/select/cost.py)."""
+        return None
+
     @abstractmethod
     def operands(self, problem: Problem) -> Operands: ...
 

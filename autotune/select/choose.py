@@ -374,7 +374,11 @@ class Selector:
             # default on 14 of the 15 held-out GEMMs that got it: docs/findings.md).
             note = f"nothing tuned near {_text(problem.shape)} in {problem.dtype}: cuBLASLt's own pick ({fingerprint})"
             return Choice(problem, gpu, vendor_config(0), DEFAULT, notes=(*ours.notes[:-1], note))
-        if ours.predicted_us is not None and ours.predicted_us <= prediction.time_us:
+        ours_us = ours.predicted_us
+        if ours_us is not None:
+            # Our pick's time as its threads' path says, where that is longer (cost.threads_bound_floor).
+            ours_us = max(ours_us, model.threads_bound_floor(problem, ours.config) or 0.0)
+        if ours_us is not None and ours_us <= prediction.time_us:
             return None
         return predicted(problem, gpu, prediction, len(model.candidates(problem)) + 1, ours.notes[:-1])
 

@@ -17,6 +17,18 @@ stored trials of one GPU, op, dtype and layout, so that the selector can pick th
   slower there. Counted so, float16 4096x11008 went to a scalar-load config of the odd 4097x8191 and
   ran at 31.7 us on the H200, where the vec=8 leaders of 4096x8192 are picked now.
 
+Where a config's grid takes more waves of blocks on the new shape than on the nearest tuned shape that
+holds it, and each thread's path (its share of the bytes times the waves) grows faster than the bytes,
+its time there scaled by that path is a floor (CostModel._more_waves_floor): a split-K config tuned at
+twice the K spills into a second wave where K halves and N grows. Only for families that estimate
+their registers (Op.registers), since the blocks an SM holds, so the waves, follow from them.
+
+A library's own pick (cuBLASLt's: predict_config_free) has no config to compare across shapes; its time
+is predicted from its times on the tuned shapes whose rows allow the same load widths as the new one's,
+where any do: on odd N its kernels, too, lose their 16-byte loads. From every shape, the held-out float16
+3x131071x1024 (K x N) was predicted at 67.9 us and ran 130.1 on the H200; leave one shape out over the
+shipped records, the median error of these predictions fell from 0.039 to 0.034 (|log|, 719 shapes).
+
 A stored trial is evidence for the config it timed only: a neighbour's leader that Space.fit must
 change to run on the new shape (vec=8 to vec=1 on an odd N) is a candidate, but its time with 16-byte
 loads says nothing of its time with scalar ones. On issue 30's held-out shapes, counting it did: the
@@ -39,6 +51,7 @@ from autotune.core.limits import MAX_SM_COUNT
 from autotune.core.problem import Problem
 from autotune.core.space import Config, Space, config_key
 from autotune.core.timing_bounds import is_plausible_time_us
+from autotune.select import grid
 
 # Width of the distance weighting in octaves (shape_distance): a tuned shape one octave further away
 # than the nearest weighs exp(-2), about a seventh, of it. Chosen by leave-one-shape-out on the
@@ -55,6 +68,12 @@ FULL_GRID = 0.5
 NEIGHBOURS = 4
 # The most of the fastest tuned call that the fixed latency may take (fit_roofline).
 LATENCY_SHARE = 0.9
+# How much faster than the bytes a thread's critical path must grow for the waves rule to speak
+# (CostModel._more_waves_floor): 5%, so that rounding in the grid does not trigger it.
+PATH_MARGIN = 1.05
+# A config that ran this many times slower than the roofline where it was timed was bound by its
+# threads' steps there, not by the memory (CostModel.threads_bound_floor): 6x32769's leader ran 5.3x.
+THREADS_BOUND = 3.0
 
 
 class Timed(Protocol):
@@ -101,6 +120,12 @@ class Roofline:
 
     def time_us(self, problem: Problem, fill: float = 1.0) -> float:
         return self.latency_us + self.work_us(problem) / fill
+
+    def waves(self, problem: Problem, config: Mapping[str, int]) -> int | None:
+        return None if self.sm_count is None else grid.waves(problem, config, self.sm_count)
+
+    def critical_path(self, problem: Problem, config: Mapping[str, int]) -> float | None:
+        return None if self.sm_count is None else grid.critical_path(problem, config, self.sm_count)
 
     def text(self) -> str:
         rate = f"{self.bytes_per_us / self.scale / 1e6:.2f} TB/s"
@@ -281,7 +306,69 @@ class CostModel:
         basis = f"roofline {roof:.2f} us ({self.roofline.text()}) x {correction:.2f} " + _evidence(
             timed_on, len(shapes)
         )
-        return Prediction(config, roof * correction, candidate, roof, correction, tuple(timed_on), basis)
+        time_us = roof * correction
+        floor = self._more_waves_floor(problem, config, stored)
+        if floor is not None and floor[0] > time_us:
+            time_us, basis = floor[0], floor[1] + "; else " + basis
+        return Prediction(config, time_us, candidate, roof, correction, tuple(timed_on), basis)
+
+    def _more_waves_floor(
+        self, problem: Problem, config: Mapping[str, int], stored: Mapping[Problem, float]
+    ) -> tuple[float, str] | None:
+        """Where the config's grid takes more waves here than on the nearest tuned shape that holds it,
+        and each thread's critical path (Roofline.critical_path) grows faster than the bytes: its time
+        there, the part above the latency scaled by the path's growth. The roofline scales by bytes,
+        which shrink where K halves; a split config's blocks then halve their work but spill into a
+        second wave (float16 8x11008x4096 K x N on the H200: 8x8192x8192's leader, split 2, at 34.1 us
+        where the bytes said 26.9). None where the rule does not speak."""
+        assert self.roofline is not None
+        there = _nearest(stored, problem)
+        if there is None:
+            return None
+        waves_here, waves_there = self.roofline.waves(problem, config), self.roofline.waves(there, config)
+        if waves_here is None or waves_there is None or waves_here <= waves_there:
+            return None
+        scaled = self._scaled_by_path(problem, config, there, stored[there])
+        if scaled is None:
+            return None
+        return scaled[
+            0
+        ], f"{stored[there]:.2f} us on {_text(there.shape)} in {waves_there} wave(s), {waves_here} here" + scaled[1]
+
+    def threads_bound_floor(self, problem: Problem, config: Mapping[str, int]) -> float | None:
+        """Where the config ran at under 1/THREADS_BOUND of the roofline's speed on the nearest tuned
+        shape that holds it (its threads' steps, not the memory, set its time there) and each thread's
+        path grows faster than the bytes here: its time there scaled by that path. bfloat16 5x65537 on
+        the H200: 6x32769's leader (64-thread blocks, 16-way split) walks twice the row per thread
+        there, ran 10.66 us where the bytes said 5.23. The selector weighs it against cuBLASLt's
+        prediction (choose.py); it does not rank our candidates, where it was measured to cost more
+        than it gained (docs/findings.md). None where the rule does not speak."""
+        if self.roofline is None:
+            return None
+        stored = self._stored_as(problem).get(config_key(config), {})
+        there = _nearest(stored, problem)
+        if there is None or stored[there] < THREADS_BOUND * self.roofline.time_us(there):
+            return None
+        scaled = self._scaled_by_path(problem, config, there, stored[there])
+        return None if scaled is None else scaled[0]
+
+    def _scaled_by_path(
+        self, problem: Problem, config: Mapping[str, int], there: Problem, time_there: float
+    ) -> tuple[float, str] | None:
+        """`time_there`, the config's time on `there`, its part above the latency scaled by how much
+        longer each thread's path is here, with what it was scaled by; None where the path is unknown
+        or grows no faster than the bytes (the roofline already scales by those)."""
+        assert self.roofline is not None
+        path_here = self.roofline.critical_path(problem, config)
+        path_there = self.roofline.critical_path(there, config)
+        if path_here is None or not path_there:
+            return None
+        op = ops.for_problem(problem)
+        growth = path_here / path_there
+        if growth <= op.bytes_moved(problem) / op.bytes_moved(there) * PATH_MARGIN:
+            return None
+        latency = self.roofline.latency_us
+        return latency + (time_there - latency) * growth, f": x {growth:.2f} its threads' path"
 
     def predict_config_free(
         self, problem: Problem, timed: Mapping[Problem, float], config: Config, what: str, who: str
@@ -296,6 +383,10 @@ class CostModel:
         )
         if self.roofline is None or not shapes:
             return None
+        # The library's kernels, too, load as wide as the rows' alignment allows: where some tuned shapes
+        # allow the same load widths as this one, only they speak for it.
+        alike = [shape for shape in shapes if self._load_widths(shape) == self._load_widths(problem)]
+        shapes = alike or shapes
         roof = self.roofline.time_us(problem)
         correction = self._correction(self.roofline, problem, [(shape, timed[shape]) for shape in shapes])
         candidate = Candidate(dict(config), what, shapes[0].shape)
@@ -355,6 +446,11 @@ class CostModel:
                         found.setdefault(config_key(config), {})[shape.problem] = time_us
             self._runs_here[problem] = found
         return self._runs_here[problem]
+
+
+def _nearest(stored: Mapping[Problem, float], problem: Problem) -> Problem | None:
+    """The tuned shape nearest to `problem` among those `stored` holds times of."""
+    return min(stored, key=lambda p: (shape_distance(p.shape, problem.shape), p.shape), default=None)
 
 
 def _fitted(config: Mapping[str, int], fitted: Mapping[str, int]) -> str:

@@ -8,7 +8,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
@@ -33,6 +33,10 @@ from autotune.tune.confirm import confirm_leaders
 from autotune.tune.search import DEFAULT_SAMPLER, SAMPLERS, Budget, Measurer, Study, StudyResult
 
 WARM_START_NEIGHBOURS = 3
+# Configs of other shapes and dtypes (_neighbour_configs) measured before the op's own seed tilings, at
+# most: with 3 of this dtype's neighbours, 2 other dtypes' picks and their 2 nearest leaders, 7 or fewer
+# reach it; a 40-trial sweep keeps the rest (with the seed tilings) for what the sampler proposes.
+NEIGHBOUR_SEEDS = 8
 # Best configs of this very problem under an earlier kernel source, measured again first.
 EARLIER_BEST = 3
 # Leaders (of this source, else earlier ones, else another GPU's) whose variants the op names
@@ -153,28 +157,57 @@ def _same_bytes_per_load(config: Config, from_dtype: str, to_dtype: str) -> Conf
 
 
 def _neighbour_configs(store: Any, gpu: str, problem: Problem, current: str) -> list[Config]:
-    """Warm start: the best configs of the nearest tuned shapes of this dtype, then the best config
-    of this very shape in the other dtypes (the same memory traffic, so often the same answer)."""
-    tuned = store.tuned(
-        gpu, problem.op, problem.dtype, current, trans=problem.trans, inputs=problem.inputs, variant=problem.variant
-    )
+    """Warm start from other shapes and dtypes, each config fitted onto this problem's space (Space.fit)
+    and listed once, NEIGHBOUR_SEEDS at most:
+    1. the best configs of the nearest tuned shapes of this dtype;
+    2. this very shape in each other dtype as the selector answers it: its stored best, or where it is
+       not tuned, the cost model's pick (the same memory traffic, so often the same answer: a 40-trial
+       sweep of bfloat16 152064x3584 on the H200 stopped at 272.9 us, where float16, never tuned
+       there, runs 251.2 with another `order`);
+    3. the best config of the nearest tuned shape in each other dtype."""
+    space = ops.for_problem(problem).space(problem)
+    tuned = _tuned(store, gpu, problem, current)
     configs = [dict(row.config) for row in select.nearest(tuned, problem.shape)[:WARM_START_NEIGHBOURS]]
-    kind = ops.get(problem.op)
-    for dtype in kind.dtypes:
-        if dtype == problem.dtype:
-            continue
-        # The same shape in the other dtype, its inputs those that dtype implies (an int4 weight's
-        # scales follow the activations: bfloat16's problem reads bfloat16 scales).
-        sibling = replace(
-            problem, dtype=dtype, inputs=tuple(dtype if d == problem.dtype else d for d in problem.inputs)
-        )
-        # Its own kernel source: one op's dtypes may build from different files (the int4 op's CUDA-core
-        # GEMV serves float16 alone), and its config as this problem's space names it.
-        other = store.best(gpu, sibling, source_hash(sibling))
-        if other is not None:
-            carried = kind.carried_over(problem, other.config)
-            configs.append(_same_bytes_per_load(carried, dtype, problem.dtype))
-    return configs
+    siblings = _siblings(problem)
+    selector = select.Selector(store)
+    for sibling in siblings:
+        picked = selector.choose(sibling, gpu, vendor=False)
+        if picked.source != select.DEFAULT:  # the safe default says nothing of this shape
+            configs.append(_in_dtype(problem, picked.config, sibling.dtype))
+    for sibling in siblings:
+        for row in select.nearest(_tuned(store, gpu, sibling, source_hash(sibling)), problem.shape)[:1]:
+            configs.append(_in_dtype(problem, row.config, sibling.dtype))
+    fitted: dict[str, Config] = {}
+    for config in configs:
+        moved = space.fit(config)
+        if moved is not None:
+            fitted.setdefault(config_key(moved), moved)
+    return list(fitted.values())[:NEIGHBOUR_SEEDS]
+
+
+def _tuned(store: Any, gpu: str, problem: Problem, source: str) -> Any:
+    """The stored best rows of the problem's op, dtype, layout, inputs and variant (kernel `source`)."""
+    return store.tuned(
+        gpu, problem.op, problem.dtype, source, trans=problem.trans, inputs=problem.inputs, variant=problem.variant
+    )
+
+
+def _siblings(problem: Problem) -> list[Problem]:
+    """The same shape in the op's other dtypes, its inputs those that dtype implies (an int4 weight's
+    scales follow the activations: bfloat16's problem reads bfloat16 scales)."""
+    found = []
+    for dtype in ops.get(problem.op).dtypes:
+        if dtype != problem.dtype:
+            inputs = tuple(dtype if d == problem.dtype else d for d in problem.inputs)
+            found.append(replace(problem, dtype=dtype, inputs=inputs))
+    return found
+
+
+def _in_dtype(problem: Problem, config: Mapping[str, int], dtype: str) -> Config:
+    """A config of `dtype`'s problem as this problem's space names it (one op's dtypes may build from
+    different files: the int4 op's CUDA-core GEMV serves float16 alone), its loads the same bytes."""
+    carried = ops.get(problem.op).carried_over(problem, config)
+    return _same_bytes_per_load(carried, dtype, problem.dtype)
 
 
 def _other_gpus_best(store: Any, gpu: str, problem: Problem, current: str) -> list[Config]:

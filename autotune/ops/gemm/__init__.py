@@ -171,6 +171,10 @@ class Gemm(Op):
         result: Launch = self._family(problem).launch(problem, config, sm_count)
         return result
 
+    def registers(self, problem: Problem, config: Mapping[str, int]) -> float | None:
+        estimate = getattr(self._family(problem), "registers_per_thread", None)
+        return float(estimate(problem, config)) if estimate else None
+
     def operands(self, problem: Problem) -> Operands:
         m, n, k = problem.m, problem.n, problem.k
         return Operands(inputs=(m * k, k * n), output=m * n, sizes=gemm_shared.contiguous_sizes(problem))

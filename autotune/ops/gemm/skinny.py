@@ -90,6 +90,9 @@ def registers(problem: Problem, c: Mapping[str, int]) -> float:
     return 1.3 * c["mt"] * c["vec"] + c["unroll"] * words + a_regs + 4 * _stage(c) + 32
 
 
+registers_per_thread = registers  # the name the Gemm op asks families for (Op.registers)
+
+
 def shared_bytes(c: Mapping[str, int], b_nk: bool = False) -> int:
     """Dynamic shared memory; mirrors the formula in kernels/gemm/gemm_skinny.cu (one buffer, three
     uses for K x N; for N x K, `b_nk`, the split sums and the cluster's block sums only)."""

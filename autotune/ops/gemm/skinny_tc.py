@@ -109,6 +109,11 @@ def registers(c: Mapping[str, int], b_nk: bool = False) -> int:
     return 48 + 32 + (1 + c["prefetch"]) * c["unroll"] * (b_words + a_words)
 
 
+def registers_per_thread(problem: Problem, c: Mapping[str, int]) -> int:
+    """registers() for `problem`'s layout of B: the name the Gemm op asks families for (Op.registers)."""
+    return registers(c, gemm_shared.b_is_n_by_k(problem))
+
+
 def stage_bytes(c: Mapping[str, int]) -> int:
     """One TMA stage: A's box of 16 rows x 64 and WN boxes of 64 x 64 of B (16-bit elements)."""
     return 16 * TMA_ROWS * 2 + c["wn"] * TMA_ROWS * WARP_COLS * 2

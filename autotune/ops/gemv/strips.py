@@ -65,6 +65,9 @@ def registers(problem: Problem, c: Mapping[str, int]) -> int:
     return c["unroll"] * (words + 1) + c["vec"] + REGISTER_BASE
 
 
+registers_per_thread = registers  # the name the transposed GEMV asks its families for (Op.registers)
+
+
 def _reason(problem: Problem, c: Mapping[str, int]) -> str | None:
     if not serves(problem):
         return f"strips serve transposed GEMVs of {MIN_N} <= n <= {MAX_N} and m >= {ROWS_PER_COLUMN}*n, not {problem}"

@@ -60,6 +60,10 @@ class _OneRowGemm:
     def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
         return gemm_skinny.launch(as_gemm(problem), config, sm_count)
 
+    @staticmethod
+    def registers_per_thread(problem: Problem, config: Mapping[str, int]) -> float:
+        return gemm_skinny.registers(as_gemm(problem), config)
+
 
 def family_of(problem: Problem) -> Any:
     """The family that serves a transposed GEMV: strips where A is tall and narrow, else skinny."""
@@ -97,6 +101,9 @@ class GemvTransposed(Op):
     def launch(self, problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
         result: Launch = family_of(problem).launch(problem, config, sm_count)
         return result
+
+    def registers(self, problem: Problem, config: Mapping[str, int]) -> float:
+        return float(family_of(problem).registers_per_thread(problem, config))
 
     def operands(self, problem: Problem) -> Operands:
         # x is the one-row A' of the GEMM, A its B.
