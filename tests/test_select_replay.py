@@ -18,24 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results" / "select_nvidia-h200.json"
 CUBLAS_RECORDS = ROOT / "db" / "records" / "nvidia-h200-cublas.jsonl"
 # Picks that changed after the file was measured, each for a change to the selection or the records
-# made since (the file is re-measured on a GPU by scripts/bench_select.py).
-CHANGED_SINCE: set[str] = {
-    # The cost model's waves rule (cost.py: CostModel._more_waves_floor): 8x8192x8192's split-2 leader
-    # takes two waves here, so it is predicted at 37.0 us, not 26.9 (it ran 34.1); with cuBLASLt's time
-    # predicted from the shapes of the same load widths only (CostModel.predict_config_free) at 24.6 us
-    # (it ran 26.4), cuBLASLt's pick; ours, predicted at 27.1 us, is 8x8192x8192's TMA-staged runner-up.
-    "gemm/float16/8x11008x4096/kn",
-    # cuBLASLt predicted from shapes of the same load widths only: on these odd N its times on aligned
-    # shapes had predicted it at 67.9 and 78.8 us (it ran 130.1 and 104.9); ours now, predicted at 73.2
-    # (2x65537x1024's leader) and 81.2 us, where the sweeps found 85.9 and 85.5.
-    "gemm/float16/3x131071x1024/kn",
-    "gemm/float32/7x65537x1000/kn",
-    # The same: cuBLASLt predicted at 25.9 us, ahead of ours at 26.4 (the file ran 26.2 and 26.5).
-    "gemv/bfloat16/11008x4096/t",
-    # Our pick weighed against cuBLASLt by its threads' path (cost.py: CostModel.threads_bound_floor):
-    # 6x32769's leader, predicted at 5.23 us, ran 10.56; cuBLASLt's pick, predicted at 6.31 (ran 6.17).
-    "gemv/bfloat16/5x65537",
-}
+# made since (the file is re-measured on a GPU by scripts/bench_select.py); none at present.
+CHANGED_SINCE: set[str] = set()
 
 
 def _library_version() -> str:
