@@ -331,9 +331,9 @@ class CostModel:
         scaled = self._scaled_by_path(problem, config, there, stored[there])
         if scaled is None:
             return None
-        return scaled[
-            0
-        ], f"{stored[there]:.2f} us on {_text(there.shape)} in {waves_there} wave(s), {waves_here} here" + scaled[1]
+        time_us, scaled_by = scaled
+        where = f"{stored[there]:.2f} us on {_text(there.shape)} in {waves_there} wave(s), {waves_here} here"
+        return time_us, where + scaled_by
 
     def threads_bound_floor(self, problem: Problem, config: Mapping[str, int]) -> float | None:
         """Where the config ran at under 1/THREADS_BOUND of the roofline's speed on the nearest tuned
