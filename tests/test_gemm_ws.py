@@ -205,3 +205,17 @@ def test_results_match_float64_on_the_gpu(case: tuple, tmp_path: Path) -> None:
     """The wgmma family's cases and checks (test_gemm_wgmma.GPU_CASES), with a grid made for 3 SMs so
     that every block walks several tiles."""
     check_family_against_float64(gemm_ws, case, _gpu_configs, tmp_path, sm_count=3)
+
+
+@pytest.mark.shipped_records
+def test_a_named_family_meets_the_shipped_records_with_a_one_line_way_out(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The shipped GEMM records hold wgmma configs, which ws's space refuses: importing them under
+    AUTOTUNE_GEMM_FAMILY=ws says to sweep into a database of its own, and such a database opens."""
+    from autotune.store import open_store
+
+    monkeypatch.setenv(gemm.FAMILY_VARIABLE, "ws")
+    with pytest.raises(AutotuneError, match=r"AUTOTUNE_GEMM_FAMILY=ws names a GEMM family .* --no-shipped"):
+        open_store(str(tmp_path / "shared.db"))
+    open_store(str(tmp_path / "own.db"), decline_shipped=True).close()

@@ -6,6 +6,7 @@ import hashlib
 import json
 import logging
 import math
+import os
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from autotune.core.output import write_atomically
 from autotune.core.problem import Problem, split_inputs
 from autotune.core.space import config_key
 from autotune.core.target import targeting
+from autotune.ops import gemm
 from autotune.store import models as orm
 from autotune.store.database import Database
 from autotune.store.queries import get_or_create_problem, new_gpu, problem_filters, ranked_ok
@@ -469,11 +471,22 @@ def import_shipped(db: Database, records_dir: Path | None = None) -> int:
     if DECLINED in done:
         return 0
     # Checked before taking the write lock: opening a store must not wait on a running sweep.
-    added = sum(
-        _import_shipped_file(db, path, data, digests[path])
-        for path, data in files.items()
-        if done.get(path.name) != digests[path]
-    )
+    try:
+        added = sum(
+            _import_shipped_file(db, path, data, digests[path])
+            for path, data in files.items()
+            if done.get(path.name) != digests[path]
+        )
+    except AutotuneError as exc:
+        named = os.environ.get(gemm.FAMILY_VARIABLE)
+        if not named:
+            raise
+        # The shipped GEMM records hold the configs of the families gemm.family picks, which a named
+        # family's space refuses.
+        raise AutotuneError(
+            f"{exc}; {gemm.FAMILY_VARIABLE}={named[:40]} names a GEMM family the shipped records were not "
+            "tuned with: sweep it with --no-shipped into a database of its own"
+        ) from None
     if added:
         log.info("imported %d shipped trials from %s into %s", added, folder, db.url)
     return added
