@@ -89,7 +89,7 @@ def int4() -> None:
         # attribute the driver handles on every call.
         configs = {
             str(sig.choice.config)
-            for sig in autotune.api._RUNTIME.signatures()
+            for sig in autotune.api.launch_path().signatures()
             if sig.choice.problem.op == "qgemm" and (sig.choice.problem.n, sig.choice.problem.k) == (n, k)
         }
         print(f"  int4 {name} launches: {'; '.join(sorted(configs))}", flush=True)
