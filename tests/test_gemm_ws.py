@@ -212,10 +212,19 @@ def test_a_named_family_meets_the_shipped_records_with_a_one_line_way_out(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """The shipped GEMM records hold wgmma configs, which ws's space refuses: importing them under
-    AUTOTUNE_GEMM_FAMILY=ws says to sweep into a database of its own, and such a database opens."""
+    AUTOTUNE_GEMM_FAMILY=ws says to sweep into a database of its own, and such a database opens. (One
+    records file of its own folder: tests/shipped_copies.py serves the whole set from a copy.)"""
+    from autotune.core.paths import db_dir
     from autotune.store import open_store
 
+    folder = tmp_path / "records"
+    folder.mkdir()
+    shutil.copy(db_dir() / "records" / "nvidia-h200-gemm-nt.jsonl", folder)
     monkeypatch.setenv(gemm.FAMILY_VARIABLE, "ws")
-    with pytest.raises(AutotuneError, match=r"AUTOTUNE_GEMM_FAMILY=ws names a GEMM family .* --no-shipped"):
-        open_store(str(tmp_path / "shared.db"))
+    way_out = r"AUTOTUNE_GEMM_FAMILY=ws names a GEMM family .* --no-shipped"
+    with (
+        open_store(str(tmp_path / "shared.db"), import_shipped=False) as store,
+        pytest.raises(AutotuneError, match=way_out),
+    ):
+        store.import_shipped(folder)
     open_store(str(tmp_path / "own.db"), decline_shipped=True).close()
