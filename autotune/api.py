@@ -4,17 +4,13 @@ first, so bad input fails with one AutotuneError line before any database or GPU
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
-import os
 import sys
-import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune import ops
-from autotune.core import paths
 from autotune.core.asked import Asked
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import LocalGpu, cuda_release, local_gpus, slugify
@@ -28,8 +24,10 @@ from autotune.runtime.launcher import Runtime
 from autotune.runtime.misses import Misses
 from autotune.select import table  # at import: its first use is a launch's first call
 from autotune.select.choose import Choice, Selector
+from autotune.session import Session
 
 if TYPE_CHECKING:
+    from autotune.store import Store
     from autotune.tune.devices import DeviceResult
     from autotune.tune.search import Budget
     from autotune.tune.tuner import Progress, SweepReport, TrialHook
@@ -52,79 +50,42 @@ RETIME_TOLERANCE = 0.02
 Inputs = str | Sequence[str]
 
 
-# Set once this process opened the default database itself: from then on the launch path asks the
-# store, which sees what this process wrote (a selection table is only read at a signature's first call).
-_default_opened = threading.Event()
+# The process's store session (autotune/session.py): the databases it opened and the selectors over
+# them. new_session() starts another, as a later process would.
+_SESSION = Session()
+
+
+def session() -> Session:
+    """The process's current store session."""
+    return _SESSION
+
+
+def new_session() -> Session:
+    """Start a new store session for this process, as a later process starts: each database is opened
+    afresh at its next use (shipped records files that changed imported), every choice is made again,
+    and no earlier without_shipped() request holds. Returns it."""
+    global _SESSION
+    _SESSION = Session()
+    _RUNTIME.forget()
+    return _SESSION
 
 
 def default_store_opened() -> bool:
     """Whether this process opened the default database: from then on the launch path selects from
     the store, before that from the selection table (scripts/bench_first_call.py reports which)."""
-    return _default_opened.is_set()
+    return _SESSION.default_store_opened()
 
 
-# The databases (by URL, None: the default one) this process opens without the shipped records.
-_WITHOUT_SHIPPED: set[str | None] = set()
-
-
-@functools.cache
-def _open(url: str | None) -> Any:
-    from autotune.store import open_store
-
-    opened = open_store(url, decline_shipped=url in _WITHOUT_SHIPPED)
-    if url is None:
-        _default_opened.set()
-    return opened
-
-
-@functools.cache
-def _selector(url: str | None) -> Selector:
-    database = _open(url)
-    if url is None:
-        _refresh_table(database)
-    return Selector(database)
-
-
-def _refresh_table(database: Any) -> None:
-    """Keep the default database's selection table current, for the next process's launch path."""
-    path = table.default_database()
-    if path is not None and database.sqlite_file == path:
-        table.refresh(database, path)
-
-
-def _launch_selector(db: str | None) -> Selector:
-    """The launch path's selector: over the selection table (autotune/select/table.py) where no `db`
-    is given and the table is current for the default database, which is then never opened; else
-    over the store."""
-    if db is None and not _default_opened.is_set():
-        try:
-            where = (str(paths.data_home()), os.environ.get("AUTOTUNE_DB", ""), str(paths.db_dir()))
-        except (FileNotFoundError, RuntimeError):  # no db/ resources, no home folder: the store says why
-            where = None
-        found = _table_selector(where) if where is not None else None
-        if found is not None:
-            return found
-    return _selector(db)
-
-
-@functools.cache
-def _table_selector(where: tuple[str, str, str]) -> Selector | None:
-    """A selector over the selection table current for the default database, once per process and
-    place (`where`: the data folder, $AUTOTUNE_DB and db/, which decide which table answers)."""
-    found = table.default_table()
-    return None if found is None else Selector(found)
-
-
-def store(db: str | None = None) -> Any:
-    """The database (opened once per process and URL; shipped records imported on first use)."""
-    return _open(db)
+def store(db: str | None = None) -> Store:
+    """The database (opened once per session and URL; shipped records imported on first use)."""
+    return _SESSION.store(db)
 
 
 def without_shipped(db: str | None = None) -> None:
     """Open the database, when this process first opens it, as one that never takes the shipped
     records (--no-shipped): a new one starts empty and stays without them in every later process;
     one that holds them already is refused. Not opened here: bad input found first creates nothing."""
-    _WITHOUT_SHIPPED.add(db)
+    _SESSION.without_shipped(db)
 
 
 def match_gpu(wanted: str, known: Sequence[str]) -> str:
@@ -220,10 +181,10 @@ def best(
     False, among our kernels only (a cuBLASLt algorithm is a config {"cublas_algo": rank}). `inputs`
     ("int4,float16" or a list) and `variant` name a problem of an op that defines them (Problem)."""
     problem = _problem(op, dtype, m, n, k, trans, inputs, variant)
-    known = _open(db).gpu_names()
+    known = _SESSION.store(db).gpu_names()
     gpu_name, local_driver = resolve_gpu(gpu, known)
     cuda = cuda_release() if local_driver else None
-    choice = _selector(db).choose(problem, gpu_name, local_driver, cuda, vendor=vendor)
+    choice = _SESSION.selector(db).choose(problem, gpu_name, local_driver, cuda, vendor=vendor)
     if gpu_name not in known:
         model = described().get(gpu_name)
         if model is not None:
@@ -253,10 +214,10 @@ def best_on_every_gpu(
     """best() for every GPU the database holds measurements for (what `autotune best` answers on a
     machine without a GPU); a one-line error where it holds none."""
     problem = _problem(op, dtype, m, n, k, trans, inputs, variant)
-    known = _open(db).gpu_names()
+    known = _SESSION.store(db).gpu_names()
     if not known:
         raise AutotuneError("no NVIDIA GPU on this machine and nothing tuned yet: name a GPU with --gpu")
-    return [_selector(db).choose(problem, name) for name in known]
+    return [_SESSION.selector(db).choose(problem, name) for name in known]
 
 
 def _problem(
@@ -426,7 +387,7 @@ def sweep_problems(
     held_for = claim_lease(lease)
     report = run_sweep(
         problems,
-        lambda: _open(db),
+        lambda: _SESSION.store(db),
         sampler=sampler,
         budget=sweep_budget(trials, timeout, patience),
         seed=seed,
@@ -436,7 +397,7 @@ def sweep_problems(
         lease=held_for,
         retime=RETIME_TOLERANCE if retime else None,
     )
-    _selector(db).forget()
+    _SESSION.selector(db).forget()
     return report
 
 
@@ -478,14 +439,14 @@ def _sweep_on(device: int, log_level: int, **options: Any) -> SweepReport:
 def choose_on(problem: Problem, device: Any, db: str | None) -> Choice:
     """The config for `problem` on the GPU the operands live on."""
     gpu = device.gpu
-    return _launch_selector(db).choose(problem, gpu.name, gpu.driver, gpu.cuda)
+    return _SESSION.launch_selector(db).choose(problem, gpu.name, gpu.driver, gpu.cuda)
 
 
 # The launch path's per-process state: made here (it touches neither the driver nor torch until the
 # first call), so that gemv() and gemm() are its own methods, one Python call less on every launch.
 def _note_asked(db: str | None, gpu: str, asked: Mapping[Problem, Asked]) -> None:
     """Add the launch path's counts of untuned problems to the database's queue (not a read-only one)."""
-    database = _open(db)
+    database = _SESSION.store(db)
     if not database.db.read_only:
         database.note_asked(gpu, asked)
 
@@ -493,8 +454,7 @@ def _note_asked(db: str | None, gpu: str, asked: Mapping[Problem, Asked]) -> Non
 def forget_choices() -> None:
     """New measurements were stored (by another process tuning on a miss, or autotune.tune_model):
     later calls select again, from a selection table or store read afresh."""
-    _table_selector.cache_clear()
-    _selector.cache_clear()
+    _SESSION.forget_choices()
     _RUNTIME.forget()
 
 
@@ -805,7 +765,7 @@ def prepare(
     from autotune.build.shipped import find_kernel
     from autotune.runtime.shipset import Use, unaligned
 
-    database = _open(db)
+    database = _SESSION.store(db)
     capabilities = {row.name: row.compute_capability for row in database.gpus()}
     if gpu is not None:
         name, _ = resolve_gpu(gpu, list(capabilities))
@@ -823,7 +783,7 @@ def prepare(
     for name, capability in targets:
         for problem in wanted:
             # Our kernel, also where cuBLAS answers: it runs wherever that library is missing.
-            choice = _selector(db).choose(problem, name, vendor=False)
+            choice = _SESSION.selector(db).choose(problem, name, vendor=False)
             use = Use(name, capability, problem, choice.config, choice.source, False)
             for each in (use, unaligned(use)):
                 if each is None:
@@ -889,7 +849,7 @@ def list_problems(
 ) -> list[Any]:
     """One summary per tuned problem, optionally for one GPU, op or dtype."""
     name, kind = _filters(op, dtype)
-    database = _open(db)
+    database = _SESSION.store(db)
     gpu_name = stored_gpu(gpu, database.gpu_names()) if gpu is not None else None
     rows: list[Any] = database.problems(gpu_name, name, kind)
     return rows
@@ -900,7 +860,7 @@ def listed_choices(rows: Sequence[Any], db: str | None = None) -> list[Choice]:
     time ties ours within choose.VENDOR_MARGIN, ours, as `best` says), over one snapshot of the
     database held as a selection table: one read, where asking the store takes two queries a problem.
     This machine's GPU is asked about with its driver and CUDA, as `best` without --gpu asks."""
-    selector = Selector(table.in_memory(_open(db).selection_rows(table.PER_SOURCE)))
+    selector = Selector(table.in_memory(_SESSION.store(db).selection_rows(table.PER_SOURCE)))
     local = _local_gpu()
     cuda = cuda_release() if local is not None else None
 
@@ -912,7 +872,7 @@ def listed_choices(rows: Sequence[Any], db: str | None = None) -> list[Choice]:
 
 def queued(gpu: str | None = None, db: str | None = None) -> list[Any]:
     """The queue a fleet shares: every queued problem (of one GPU model) with its state and counts."""
-    database = _open(db)
+    database = _SESSION.store(db)
     gpu_name = match_gpu(gpu, database.gpu_names()) if gpu else None
     rows: list[Any] = database.queue_rows(gpu_name)
     return rows
@@ -937,7 +897,7 @@ def enqueue(
     if not gpu or not gpu.strip():
         raise AutotuneError("queueing needs the GPU model the problems are for: --gpu 'NVIDIA H200', say")
     problems = problems_for(op, dtype, m, n, shapes_file, k, trans, inputs=inputs, variant=variant)
-    database = _open(db)
+    database = _SESSION.store(db)
     database.enqueue(match_gpu(gpu.strip(), database.gpu_names()), problems)
     return len(problems)
 
@@ -958,7 +918,7 @@ def problem_trials(
     """Every stored trial of one problem, fastest first, per GPU: of the GPU named (one the database
     holds), else of this machine's GPU, else (as `best` answers) of every GPU the database holds."""
     problem = _problem(op, dtype, m, n, k, trans, inputs, variant)
-    database = _open(db)
+    database = _SESSION.store(db)
     known = database.gpu_names()
     if gpu is not None:
         names = [stored_gpu(gpu, known)]

@@ -45,9 +45,9 @@ def built(tmp_path_factory: pytest.TempPathFactory, kernel_cache: Path) -> Itera
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("AUTOTUNE_CACHE_DIR", str(kernel_cache))
         patch.setenv("XDG_DATA_HOME", str(folder / "data"))
-        api._open.cache_clear()
+        api.new_session()
         made = bundle.export_bundle(folder / "h200", "h200", db=str(folder / "shipped.db"))
-        api._open.cache_clear()
+        api.new_session()
     yield made, folder / "h200"
 
 
@@ -304,13 +304,13 @@ def test_a_gpu_name_with_quotes_backslashes_newlines_and_comment_ends_reaches_c_
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     gpu = GpuInfo(EVIL, "GPU-evil", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
-    api._open.cache_clear()
+    api.new_session()
     db = str(tmp_path / "evil.db")
     with open_store(db, import_shipped=False) as store:
         record(store, Problem("gemv", "float16", 4096, 8192), {**gemv.DEFAULT_CONFIG, "vec": 8}, ok(20.0), gpu)
     monkeypatch.setattr(bundle, "_kernel_image", lambda job: (b"not a real kernel", "cubin"))
     made = bundle.export_bundle(tmp_path / "evil", EVIL, db=db)
-    api._open.cache_clear()
+    api.new_session()
     assert made.gpu.name == EVIL
     text = (tmp_path / "evil" / bundle.HEADER).read_text()
     assert "Evil" not in text.split("#define AUTOTUNE_BUNDLE_GPU")[0]  # never in the comments before it
@@ -331,14 +331,14 @@ def test_c_strings_escape_what_c_would_read_otherwise() -> None:
 
 @pytest.fixture
 def tuned(tmp_path: Path) -> Iterator[str]:
-    api._open.cache_clear()
+    api.new_session()
     (tmp_path / "store").mkdir()
     db = str(tmp_path / "store" / "tuned.db")
     h200 = GpuInfo(H200, "GPU-1111", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
     with open_store(db, import_shipped=False) as store:
         record(store, Problem("gemv", "float16", 4096, 8192), {**gemv.DEFAULT_CONFIG, "vec": 8}, ok(20.0), h200)
     yield db
-    api._open.cache_clear()
+    api.new_session()
 
 
 @pytest.fixture

@@ -46,14 +46,12 @@ Cli = Callable[..., Result]
 @pytest.fixture(autouse=True)
 def _fresh_api(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """No store or selector cached from another test; no GPU, whatever this machine has; wide tables."""
-    api._open.cache_clear()
-    api._selector.cache_clear()
+    api.new_session()
     monkeypatch.setattr("autotune.api.local_gpus", list)
     monkeypatch.setattr("autotune.core.fingerprint.local_gpus", list)
     monkeypatch.setenv("COLUMNS", "250")
     yield
-    api._open.cache_clear()
-    api._selector.cache_clear()
+    api.new_session()
 
 
 @pytest.fixture
@@ -202,7 +200,7 @@ def test_best_without_a_gpu_answers_for_every_stored_gpu(run: Cli, tmp_path: Pat
     db = str(tmp_path / "empty.db")
     line = assert_one_error(run("best", "--m", "4096", "--n", "8192", "--db", db), "no NVIDIA GPU", "--gpu")
     assert "gpu=" not in line  # the option, not the Python keyword
-    api._open.cache_clear()
+    api.new_session()
     tuned = tuned_db(tmp_path / "tuned.db")
     with open_store(str(tuned), import_shipped=False) as store:
         store.upsert_gpu(GpuInfo("NVIDIA H100", "GPU-2222", "9.0", 132, 50 * 2**20, 80 * 2**30, "13.0", "13.0"))

@@ -98,13 +98,13 @@ def test_a_tensor_on_another_device_names_it() -> None:
 def two_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A database of hgemv 4096x8192 on the H200 and the H100, on a machine without a GPU."""
     monkeypatch.setattr(api, "local_gpu_name", lambda: None)
-    api._open.cache_clear()
+    api.new_session()
     path = str(tmp_path / "two.db")
     with open_store(path, import_shipped=False) as store:
         record(store, SHAPE, FAST, ok(5.0), H200)
         record(store, SHAPE, FAST, ok(9.0), H100)
     yield path
-    api._open.cache_clear()
+    api.new_session()
 
 
 def one_error(result: tuple[int, str, str]) -> str:
@@ -155,7 +155,7 @@ def test_without_a_gpu_or_a_database_the_error_names_the_option(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr(api, "local_gpu_name", lambda: None)
-    api._open.cache_clear()
+    api.new_session()
     line = one_error(run_cli(monkeypatch, capsys, "show", "--m", "64", "--n", "64", "--db", str(tmp_path / "e.db")))
     assert "--gpu" in line and "gpu=" not in line
 
@@ -163,7 +163,7 @@ def test_without_a_gpu_or_a_database_the_error_names_the_option(
 def test_counts_take_their_noun_in_the_right_number(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    api._open.cache_clear()
+    api.new_session()
     db = str(tmp_path / "q.db")
     args = ("queue", "--add", "--gpu", "h200", "--db", db)
     _, _, err = run_cli(monkeypatch, capsys, *args, "--m", "5000", "--n", "7001")
@@ -184,7 +184,7 @@ def test_a_missing_postgres_driver_names_the_extra(monkeypatch: pytest.MonkeyPat
 def test_no_shipped_creates_nothing_before_the_input_is_checked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    api._open.cache_clear()
+    api.new_session()
     target = tmp_path / "sweep.db"
     sweep = ("sweep", "--m", "0", "--n", "64", "--trials", "2", "--no-shipped", "--db", str(target))
     assert run_cli(monkeypatch, capsys, *sweep)[0] == 2

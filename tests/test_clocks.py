@@ -130,7 +130,7 @@ def test_the_report_plots_each_trials_clock_against_its_power(tmp_path: Path) ->
     with open_store(db, import_shipped=False) as store:
         record(store, SHAPE, gemv.OP.default_config(SHAPE), _timed(5.0), H200)
         record(store, SHAPE, {**gemv.OP.default_config(SHAPE), "block": 128}, _timed(6.0, sm=1755.0), H200)
-    api._open.cache_clear()
+    api.new_session()
     html = render(gather(db=db))
     clocks = html[html.index("Clocks and power</text>") :]
     assert clocks.index("</svg>") > clocks.index('class="mark"') and "mark note" not in clocks[: clocks.index("</svg>")]

@@ -30,7 +30,7 @@ SLOW = {**gemv.DEFAULT_CONFIG, "block": 64}
 
 @pytest.fixture
 def db(tmp_path: Path) -> str:
-    api._open.cache_clear()
+    api.new_session()
     path = str(tmp_path / "tuned.db")
     with open_store(path, import_shipped=False) as store:
         record(store, SHAPE, FAST, ok(5.0), H200)
@@ -38,7 +38,7 @@ def db(tmp_path: Path) -> str:
         record(store, SHAPE, SLOW, ok(9.0), H100)
         record(store, SHAPE, gemv.DEFAULT_CONFIG, ok(2.0), H200, src="0ld50urce")  # an older kernel's
     yield path
-    api._open.cache_clear()
+    api.new_session()
 
 
 def test_a_records_file_of_the_best_config_round_trips(db: str, tmp_path: Path) -> None:
@@ -47,7 +47,7 @@ def test_a_records_file_of_the_best_config_round_trips(db: str, tmp_path: Path) 
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert lines[0]["kind"] == "gpu" and lines[1]["config"] == FAST  # today's kernels only: not the 2.0 us
     fresh = str(tmp_path / "fresh.db")
-    api._open.cache_clear()
+    api.new_session()
     assert exports.import_file(out, db=fresh) >= 1
     best = api.store(fresh).best(H200.name, SHAPE, None)
     assert best is not None and (best.config, best.time_us) == (FAST, 5.0)
@@ -87,7 +87,7 @@ def test_a_damaged_file_imports_nothing(db: str, tmp_path: Path) -> None:
     damaged = tmp_path / "damaged.jsonl"
     damaged.write_text("\n".join([*text, text[1].replace('"time_us"', '"time_us": -1, "x"')]) + "\n")
     fresh = str(tmp_path / "fresh.db")
-    api._open.cache_clear()
+    api.new_session()
     with pytest.raises(AutotuneError, match=r"damaged\.jsonl") as error:
         exports.import_file(damaged, db=fresh)
     assert "\n" not in str(error.value)
@@ -145,7 +145,7 @@ def test_rows_import_would_refuse_are_left_out_of_an_export(
         ]
         return
     fresh = str(tmp_path / "fresh.db")
-    api._open.cache_clear()
+    api.new_session()
     assert exports.import_file(out, db=fresh) == 2
     best = api.store(fresh).best(H200.name, SHAPE, None)
     assert best is not None and (best.config, best.time_us) == (FAST, 5.0)
@@ -186,7 +186,7 @@ def test_a_link_planted_at_the_output_is_replaced_not_followed(db: str, tmp_path
 
 def test_a_records_file_or_bundle_takes_the_only_gpu_stored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(api, "local_gpu_name", lambda: None)
-    api._open.cache_clear()
+    api.new_session()
     one = str(tmp_path / "one.db")
     with open_store(one, import_shipped=False) as store:
         record(store, SHAPE, FAST, ok(5.0), H200)
@@ -243,15 +243,15 @@ def test_no_shipped_makes_a_database_that_never_takes_the_shipped_records(
     exports.export(shipped, gpu="h100", db=db)
     mine = tmp_path / "h200.jsonl"
     exports.export(mine, gpu="h200", db=db)
-    api._open.cache_clear()
+    api.new_session()
     empty = str(tmp_path / "empty.db")
     code, _, err = run_cli(monkeypatch, capsys, "import", str(mine), "--db", empty, "--no-shipped")
     assert (code, err) == (0, f"imported 1 trial from {mine}\n")
-    api._open.cache_clear()  # a later process, without the option: still no shipped records
+    api.new_session()  # a later process, without the option: still no shipped records
     assert api.store(empty).gpu_names() == [H200.name]
     with_shipped = str(tmp_path / "with.db")
     assert H100.name in api.store(with_shipped).gpu_names()
-    api._open.cache_clear()  # a later process
+    api.new_session()  # a later process
     queue = ("queue", "--add", "--gpu", "h200", "--m", "64", "--n", "64", "--db", with_shipped, "--no-shipped")
     code, _, err = run_cli(monkeypatch, capsys, *queue)
     assert code == 2 and "--no-shipped applies to a new database" in err

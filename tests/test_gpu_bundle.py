@@ -36,13 +36,13 @@ def exported(tmp_path_factory: pytest.TempPathFactory, kernel_cache: Path) -> It
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("AUTOTUNE_CACHE_DIR", str(kernel_cache))
         patch.setenv("XDG_DATA_HOME", str(folder / "data"))
-        api._open.cache_clear()
+        api.new_session()
         try:
             made = bundle.export_bundle(folder / "bundle", gpus[0].name, db=str(folder / "shipped.db"))
         except AutotuneError as exc:
             pytest.skip(f"no bundle for {gpus[0].name}: {exc}")
         finally:
-            api._open.cache_clear()
+            api.new_session()
     yield made, folder / "bundle"
 
 

@@ -52,9 +52,7 @@ def _this_checkouts_records(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     from autotune import api
 
-    for cache in (api._open, api._selector, api._table_selector):
-        cache.cache_clear()
-    api._default_opened.clear()
+    api.new_session()
 
 
 @deploy_only

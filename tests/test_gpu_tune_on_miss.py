@@ -30,7 +30,7 @@ A = torch.randn(3001, 2999, device="cuda", dtype=torch.float16)
 x = torch.randn(2999, device="cuda", dtype=torch.float16)
 y = torch.empty(3001, device="cuda", dtype=torch.float16)
 check(autotune.gemv(A, x), A, x)
-before = [s.choice.source for s in api._RUNTIME.signatures()]
+before = [s.choice.source for s in api.launch_path().signatures()]
 graph = torch.cuda.CUDAGraph()
 stream = torch.cuda.Stream()
 with torch.cuda.stream(stream):
@@ -40,7 +40,7 @@ with torch.cuda.stream(stream):
 torch.cuda.synchronize()
 done = autotune.wait_for_tuning(240)
 check(autotune.gemv(A, x), A, x)
-after = [s.choice.source for s in api._RUNTIME.signatures()]
+after = [s.choice.source for s in api.launch_path().signatures()]
 y.fill_(float("nan"))
 graph.replay()
 torch.cuda.synchronize()

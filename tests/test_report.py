@@ -68,11 +68,11 @@ def fill(store: Store) -> None:
 
 @pytest.fixture
 def db(db_path: Path) -> Iterator[str]:
-    api._open.cache_clear()  # a store cached by another test's URL stays out of the way
+    api.new_session()  # a store cached by another test's URL stays out of the way
     with open_store(str(db_path), import_shipped=False) as store:
         fill(store)
     yield str(db_path)
-    api._open.cache_clear()
+    api.new_session()
 
 
 class _Page(HTMLParser):
@@ -307,13 +307,13 @@ def stated() -> dict[str, int]:
 @pytest.mark.vendor  # the selector answers cuBLASLt where the records say it won
 def test_report_of_the_shipped_records(tmp_path: Path) -> None:
     """The records that ship: the counts docs/report.md states, written within its time, its size."""
-    api._open.cache_clear()
+    api.new_session()
     url = str(tmp_path / "shipped.db")
     open_store(url).close()  # the import, which every first open does, is not the report's time
     start = time.perf_counter()
     data = write_report(tmp_path / "report.html", db=url)
     seconds = time.perf_counter() - start
-    api._open.cache_clear()
+    api.new_session()
     html = (tmp_path / "report.html").read_text(encoding="utf-8")
     held, doc = data.holdings(), stated()
     assert (len(data.gpus), held.problems, held.trials) == (doc["gpus"], doc["problems"], doc["trials"])
@@ -325,7 +325,7 @@ def test_report_of_the_shipped_records(tmp_path: Path) -> None:
     # The ties it names are where `best` answers ours: the rest of cuBLASLt's wins are what `best` answers.
     assert f"For {held.vendor_ties} of them our fastest kernel is within 2%" in banner_text(html)
     chosen = api.listed_choices(api.list_problems(db=url), db=url)
-    api._open.cache_clear()
+    api.new_session()
     assert sum(CUBLAS.owns(choice.config) for choice in chosen) == held.vendor_best - held.vendor_ties > 0
     stated_ties = f"in the shipped records {held.vendor_ties} of cuBLASLt's {held.vendor_best})"
     assert stated_ties in " ".join(DOC.read_text(encoding="utf-8").split())
@@ -377,13 +377,13 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     too), the page opens as short as docs/report.md says, logs nothing to the console (no script error,
     nothing the page's policy refused) and takes a screenshot."""
     assert CHROMIUM is not None
-    api._open.cache_clear()
+    api.new_session()
     url = str(tmp_path / "shipped.db")
     with open_store(url) as store:
         fill(store)
     page = tmp_path / "report.html"
     write_report(page, db=url)
-    api._open.cache_clear()
+    api.new_session()
     expected = expected_plots(page.read_text(encoding="utf-8"))
     assert expected > 30
     common = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'profile'}"]

@@ -42,10 +42,7 @@ THEIRS = {**MINE, "rows": 1}
 
 def forget() -> None:
     """The API's per-process state dropped: the next selection is a new process's first."""
-    api._open.cache_clear()
-    api._selector.cache_clear()
-    api._table_selector.cache_clear()
-    api._default_opened.clear()
+    api.new_session()
 
 
 def launch_choice(problem: Problem = SHIPPED, db: str | None = None) -> Choice:
@@ -185,7 +182,7 @@ def test_without_a_database_the_shipped_table_answers_and_no_database_is_made(re
     assert choice.source == "measured" and from_table()
     assert not database().exists()
     assert [launch_choice(problem) for problem in UNTUNED] == [
-        api._selector(None).choose(p, H200.name, H200.driver, H200.cuda) for p in UNTUNED
+        api.session().selector(None).choose(p, H200.name, H200.driver, H200.cuda) for p in UNTUNED
     ]
 
 
@@ -202,7 +199,7 @@ def test_a_shape_tuned_here_wins_over_the_shipped_records(resources: Path) -> No
     # Shapes tuned nowhere near get the selector's answer from the table too.
     untuned = [launch_choice(problem) for problem in UNTUNED]
     forget()
-    assert untuned == [api._selector(None).choose(p, H200.name, H200.driver, H200.cuda) for p in UNTUNED]
+    assert untuned == [api.session().selector(None).choose(p, H200.name, H200.driver, H200.cuda) for p in UNTUNED]
     # Another process writes a faster config: the table is stale at once, the store answers.
     with open_store(str(database())) as other:
         record(other, SHIPPED, THEIRS, ok(0.5), H200)
@@ -282,7 +279,7 @@ def test_a_damaged_table_falls_back_to_the_store_in_one_line(
 
 def test_explicit_databases_go_to_the_store(resources: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert launch_choice(db=str(tmp_path / "other.db")).source == "measured"
-    assert not from_table() or api._open.cache_info().currsize == 1
+    assert api.session().opened(str(tmp_path / "other.db"))
     forget()
     monkeypatch.setenv("AUTOTUNE_DB", str(tmp_path / "env.db"))
     assert table.default_database() is None and table.default_table() is None

@@ -43,11 +43,9 @@ def _real_db_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr("autotune.core.paths.db_dir", lambda: REPO / "db")
     monkeypatch.setattr("autotune.api.local_gpus", list)  # no GPU, whatever this machine has
     monkeypatch.setattr("autotune.core.fingerprint.local_gpus", list)
-    api._open.cache_clear()
-    api._selector.cache_clear()
+    api.new_session()
     yield
-    api._open.cache_clear()
-    api._selector.cache_clear()
+    api.new_session()
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune import __version__, api, ops
 from autotune.build import shipped
@@ -39,6 +39,9 @@ from autotune.core.problem import BLAS_PREFIX, Problem
 from autotune.core.space import Config
 from autotune.core.target import targeting
 from autotune.gpu.geometry import Launch
+
+if TYPE_CHECKING:
+    from autotune.store.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +163,7 @@ def _selected(problem: Problem, wanted: set[tuple[str, str | None]]) -> bool:
     return not wanted or (problem.op, None) in wanted or (problem.op, problem.dtype) in wanted
 
 
-def _gpu(store: Any, gpu: str | None) -> BundleGpu:
+def _gpu(store: Store, gpu: str | None) -> BundleGpu:
     known = store.gpu_names()
     if gpu is None:
         raise AutotuneError(f"a bundle holds one GPU: give --gpu, one of {', '.join(known) or 'none stored yet'}")
@@ -218,7 +221,7 @@ def _skip(bundle: Bundle, problem: Problem, reason: str) -> None:
     bundle.skipped.append({**_problem_dict(problem), "reason": _FOLDERS.sub("", reason)})
 
 
-def _ours_measured(store: Any, problem: Problem, gpu: str) -> bool:
+def _ours_measured(store: Store, problem: Problem, gpu: str) -> bool:
     """Whether any trial of one of our kernels, of any source, is stored for the problem on `gpu`."""
     problem_id = store.problem_id(problem, gpu, create=False)
     trials = store.trials(problem_id) if problem_id is not None else []

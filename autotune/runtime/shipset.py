@@ -16,7 +16,7 @@ is not among these, nvcc builds it (autotune/build/shipped.py: find_kernel).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune import ops
 from autotune.build.compiler import CompileJob
@@ -26,6 +26,9 @@ from autotune.core.space import Config, config_key
 from autotune.core.target import targeting
 from autotune.runtime.launcher import scalar_loads  # the launch path's own choice for unaligned arrays
 from autotune.select.choose import DEFAULT, Selector
+
+if TYPE_CHECKING:
+    from autotune.store.store import Store
 
 UNNAMED_CAPABILITIES = ("8.0", "8.9", "9.0")  # GPUs the records do not name: defaults only
 
@@ -95,7 +98,7 @@ def standard_problems() -> list[Problem]:
     return found
 
 
-def uses(store: Any) -> list[Use]:
+def uses(store: Store) -> list[Use]:
     """Every config the records in `store` can select, aligned and unaligned, each once per GPU
     target (the records' GPUs first)."""
     selector = Selector(store)

@@ -8,7 +8,7 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal, overload
 
 from sqlalchemy import ColumnElement, delete, func, or_, select, union
 
@@ -124,7 +124,12 @@ class Store:
             session.flush()
             return gpu.id
 
+    @overload
+    def problem_id(self, problem: Problem, gpu_name: str, *, create: Literal[True] = ...) -> int: ...
+    @overload
+    def problem_id(self, problem: Problem, gpu_name: str, *, create: bool = ...) -> int | None: ...
     def problem_id(self, problem: Problem, gpu_name: str, *, create: bool = True) -> int | None:
+        """The problem's id, the row made where it has none (None for an unknown one when not `create`)."""
         with self.db.session_scope(write=create) as session:
             if not create:
                 found = find_problem(session, problem, gpu_name)

@@ -13,12 +13,12 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import Any
 
 from autotune.core.errors import AutotuneError
 from autotune.core.problem import Problem
 from autotune.store.models import utcnow
 from autotune.store.queue import Claim
+from autotune.store.store import Store
 
 LEASE_ENV = "AUTOTUNE_LEASE_S"
 # Long enough that a busy database or a slow compile never lets a live claim lapse (it is renewed
@@ -59,7 +59,7 @@ def lease(seconds: float | None = None) -> timedelta:
 class Heartbeat:
     """Renews a claim's lease every third of it, in a thread, while the problem is tuned."""
 
-    def __init__(self, store: Any, claim: Claim, lease: timedelta) -> None:
+    def __init__(self, store: Store, claim: Claim, lease: timedelta) -> None:
         self._store, self._claim, self._lease = store, claim, lease
         self._stop = threading.Event()
         self.lost = False
@@ -86,7 +86,7 @@ class Heartbeat:
 
 
 def claims(
-    store: Any,
+    store: Store,
     gpu_name: str,
     problems: Sequence[Problem] | None,
     lease: timedelta,
@@ -113,7 +113,7 @@ def claims(
 
 
 @contextmanager
-def holding(store: Any, claim: Claim, lease: timedelta) -> Iterator[Heartbeat]:
+def holding(store: Store, claim: Claim, lease: timedelta) -> Iterator[Heartbeat]:
     """Keep the claim alive while the block runs; done when it ends, back to pending if it raises
     (an interrupted sweep leaves the problem to the next machine at once, not after the lease)."""
     done = False

@@ -7,7 +7,6 @@ then weighs the library's best against ours (autotune/select/choose.py)."""
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from autotune import ops
 from autotune.core.errors import AutotuneError
@@ -18,6 +17,7 @@ from autotune.core.space import config_key
 from autotune.measure.worker.client import Worker
 from autotune.ops.library import Library
 from autotune.store.rows import Provenance
+from autotune.store.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -34,13 +34,13 @@ def _taking_part(problem: Problem) -> list[tuple[Library, str]]:
     return found
 
 
-def untimed(store: Any, problem: Problem, problem_id: int) -> bool:
+def untimed(store: Store, problem: Problem, problem_id: int) -> bool:
     """Whether a library installed here was never timed on the problem."""
     return any(not store.completed_trials(problem_id, fingerprint) for _, fingerprint in _taking_part(problem))
 
 
 def time_libraries(
-    store: Any, worker: Worker, gpu: GpuInfo, gpu_id: int, problem: Problem, problem_id: int
+    store: Store, worker: Worker, gpu: GpuInfo, gpu_id: int, problem: Problem, problem_id: int
 ) -> float | None:
     """Time every library candidate of the set-up problem not yet stored; the best time of all of
     them stored (None: none ran, or no library is installed here)."""
@@ -53,7 +53,7 @@ def time_libraries(
 
 
 def _time_library(
-    library: Library, store: Any, worker: Worker, gpu: GpuInfo, gpu_id: int, problem: Problem, problem_id: int
+    library: Library, store: Store, worker: Worker, gpu: GpuInfo, gpu_id: int, problem: Problem, problem_id: int
 ) -> float | None:
     try:
         count, fingerprint = worker.library_candidates(library.name)

@@ -28,6 +28,7 @@ from autotune.ops.base import Op
 from autotune.select import choose as select
 from autotune.store.models import QUEUE
 from autotune.store.rows import Provenance, TrialRow
+from autotune.store.store import Store
 from autotune.tune import fleet, libraries
 from autotune.tune.confirm import confirm_leaders
 from autotune.tune.search import DEFAULT_SAMPLER, SAMPLERS, Budget, Measurer, Study, StudyResult
@@ -86,7 +87,7 @@ class StoreMeasurer(Measurer):
     """Wires a study to the store, the compiler and the worker for one problem."""
 
     def __init__(
-        self, store: Any, worker: Worker, gpu: GpuInfo, gpu_id: int, problem: Problem, problem_id: int
+        self, store: Store, worker: Worker, gpu: GpuInfo, gpu_id: int, problem: Problem, problem_id: int
     ) -> None:
         self._store, self._worker, self._gpu, self._gpu_id = store, worker, gpu, gpu_id
         self._problem, self._problem_id = problem, problem_id
@@ -156,7 +157,7 @@ def _same_bytes_per_load(config: Config, from_dtype: str, to_dtype: str) -> Conf
     return {**config, "vec": vec}
 
 
-def _neighbour_configs(store: Any, gpu: str, problem: Problem, current: str) -> list[Config]:
+def _neighbour_configs(store: Store, gpu: str, problem: Problem, current: str) -> list[Config]:
     """Warm start from other shapes and dtypes, each config fitted onto this problem's space (Space.fit)
     and listed once, NEIGHBOUR_SEEDS at most:
     1. the best configs of the nearest tuned shapes of this dtype;
@@ -185,7 +186,7 @@ def _neighbour_configs(store: Any, gpu: str, problem: Problem, current: str) -> 
     return list(fitted.values())[:NEIGHBOUR_SEEDS]
 
 
-def _tuned(store: Any, gpu: str, problem: Problem, source: str) -> Any:
+def _tuned(store: Store, gpu: str, problem: Problem, source: str) -> Any:
     """The stored best rows of the problem's op, dtype, layout, inputs and variant (kernel `source`)."""
     return store.tuned(
         gpu, problem.op, problem.dtype, source, trans=problem.trans, inputs=problem.inputs, variant=problem.variant
@@ -210,7 +211,7 @@ def _in_dtype(problem: Problem, config: Mapping[str, int], dtype: str) -> Config
     return _same_bytes_per_load(carried, dtype, problem.dtype)
 
 
-def _other_gpus_best(store: Any, gpu: str, problem: Problem, current: str) -> list[Config]:
+def _other_gpus_best(store: Store, gpu: str, problem: Problem, current: str) -> list[Config]:
     """Warm start: this very problem's best config on every other GPU the database holds. A new
     card's first guess is another card's answer: tuning on an H100, the shipped H200 records'
     pick is measured first. Tuned separately, the two cards chose the same GEMV config
@@ -242,7 +243,7 @@ def _carried_forward(config: Config, space: Space, default: Config) -> Config:
 class Tuner:
     def __init__(
         self,
-        store: Any,
+        store: Store,
         worker: Worker,
         pool: CompilePool,
         gpu: GpuInfo,
@@ -401,13 +402,15 @@ def is_fresh(row: Any, gpu: GpuInfo) -> bool:
     return bool(row.driver == gpu.driver and row.cuda == gpu.cuda)
 
 
-def stale_problems(store: Any, gpu: GpuInfo, op: str | None, dtype: str | None) -> list[Problem]:
+def stale_problems(store: Store, gpu: GpuInfo, op: str | None, dtype: str | None) -> list[Problem]:
     """Stored problems of this GPU without an OK measurement of the current source, driver and CUDA,
     or without a timing of this machine's cuBLASLt (a sweep of such a problem times only that)."""
     stale = []
     for summary in store.problems(gpu.name, op, dtype):
         problem = summary.problem
         problem_id = store.problem_id(problem, gpu.name, create=False)
+        if problem_id is None:  # gone since it was listed (another process pruned it): nothing to re-sweep
+            continue
         rows = store.completed_trials(problem_id, source_hash(problem))
         fresh = any(row.status is Status.OK and is_fresh(row, gpu) for row in rows)
         if not fresh or libraries.untimed(store, problem, problem_id):  # cuBLASLt here never timed
@@ -468,7 +471,7 @@ def run_sweep(
         return sweep_claimed(tuner, store, problems, lease or fleet.lease())
 
 
-def sweep_claimed(tuner: Tuner, store: Any, problems: Sequence[Problem] | None, lease: timedelta) -> SweepReport:
+def sweep_claimed(tuner: Tuner, store: Store, problems: Sequence[Problem] | None, lease: timedelta) -> SweepReport:
     """Tune what this machine claims of `problems` (None: of the queue's pending problems)."""
     report = SweepReport(tuner.gpu, store.url)
     if problems is None:
