@@ -22,9 +22,9 @@ from autotune.ops import make_problem, qdequant, qgemm, resolve_op, shape_dims, 
 from autotune.runtime import process, tune_on_miss
 from autotune.runtime.launcher import Runtime
 from autotune.runtime.misses import Misses
-from autotune.select import table  # at import: its first use is a launch's first call
 from autotune.select.choose import Choice, Selector
 from autotune.session import Session
+from autotune.store import selection_table as table  # at import: its first use is a launch's first call
 
 if TYPE_CHECKING:
     from autotune.store import Store

@@ -6,7 +6,7 @@ new session opens each database afresh (importing shipped records files that cha
 what it reads then, and remembers no `without_shipped` request of the old one.
 
 Opening a database costs SQLAlchemy's import and a migration check, so a session opens each URL once
-and keeps it, and the launch path asks the selection table (autotune/select/table.py) where it answers
+and keeps it, and the launch path asks the selection table (autotune/store/selection_table.py) where it answers
 for the default database, which the session then never opens.
 """
 
@@ -17,8 +17,8 @@ import threading
 from typing import TYPE_CHECKING
 
 from autotune.core import paths
-from autotune.select import table
 from autotune.select.choose import Selector
+from autotune.store import selection_table as table
 
 if TYPE_CHECKING:
     from autotune.store import Store

@@ -15,7 +15,7 @@ of autotune.gemv() or gemm() is synchronized. So it holds the config's selection
 Each setting starts from an empty kernel cache (AUTOTUNE_CACHE_DIR of its own): the first process of a
 problem unpacks its shipped kernel and checks the records, the table and the database's change count
 in full, the later ones read the unpacked copy and trust those checks while the files are unchanged
-(autotune/select/stamps.py). The problems are taken from the shipped records of this GPU (one GEMV per
+(autotune/store/stamps.py). The problems are taken from the shipped records of this GPU (one GEMV per
 dtype and a GEMM); nothing should compile.
 
 Without a GPU, `--cpu` times the selection alone (from the call to the Choice, the GPU named "NVIDIA
@@ -241,7 +241,7 @@ def cpu_main(repeats: int) -> int:
 
 def shipped_problems(gpu: str) -> list[tuple[str, str, int, int, int]]:
     """The WANTED problems the shipped records hold for `gpu`, else the first of each (op, dtype)."""
-    from autotune.select import table
+    from autotune.store import selection_table as table
 
     path = table.shipped_path()
     held = table.read(path).table.problems() if path is not None and path.is_file() else []
@@ -272,12 +272,12 @@ def make_database(env: dict[str, str]) -> None:
     used autotune before."""
     code = (
         "from autotune import api; api.best('hgemv', 4096, 8192, gpu='NVIDIA H200'); "
-        "from autotune.select import table; assert table.default_table() is not None"
+        "from autotune.store import selection_table as table; assert table.default_table() is not None"
     )
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=300)
-    code = "from autotune.select import table; assert table.default_table() is not None"
+    code = "from autotune.store import selection_table as table; assert table.default_table() is not None"
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=300)
-    from autotune.select import stamps
+    from autotune.store import stamps
 
     time.sleep(stamps.RACY_NS / 1e9 + 0.2)
 

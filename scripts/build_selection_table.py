@@ -1,4 +1,4 @@
-"""Write db/selection.json, the selection table of the shipped records (autotune/select/table.py): what
+"""Write db/selection.json, the selection table of the shipped records (autotune/store/selection_table.py): what
 the launch path selects from, without the database, on a machine whose default database does not
 exist yet. Run it whenever db/records/ changes (tests/test_selection_table.py fails until then):
 
@@ -14,8 +14,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from autotune.select import table  # noqa: E402
 from autotune.store import open_store  # noqa: E402
+from autotune.store import selection_table as table  # noqa: E402
 
 
 def build(records: Path) -> list[str]:

@@ -13,10 +13,10 @@ from autotune import cli, ops
 from autotune.core.fingerprint import GpuInfo
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.ops import gemv
-from autotune.select import table
 from autotune.select.choose import DEFAULT, ESTIMATE, Choice, Selector, choose
 from autotune.select.cost import LATENCY_SHARE, CostModel, fit_roofline
 from autotune.store import Store
+from autotune.store import selection_table as table
 from tests.fakes import ok, record, run_cli
 
 GPU = "NVIDIA H200"

@@ -20,8 +20,8 @@ from autotune.core.fingerprint import GpuInfo, Toolchain
 from autotune.core.outcome import Outcome, Status
 from autotune.core.problem import Problem
 from autotune.ops import gemv
-from autotune.select import table
 from autotune.store import Provenance, open_store
+from autotune.store import selection_table as table
 from autotune.store.database import alembic_config
 from autotune.store.models import Base
 from tests import postgres

@@ -16,9 +16,9 @@ from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import GpuInfo
 from autotune.core.problem import INPUT_BITS, ITEMSIZE, Problem, parse_input_dtypes
 from autotune.ops import make_problem, source_hash
-from autotune.select import table
 from autotune.select.choose import ESTIMATE, MEASURED
 from autotune.store import Store, open_store
+from autotune.store import selection_table as table
 from tests.fakes import ok, record, run_cli
 from tests.op_rowsum import RowSum
 

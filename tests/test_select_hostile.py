@@ -17,9 +17,9 @@ from autotune import ops
 from autotune.core.problem import Problem
 from autotune.core.target import targeting
 from autotune.ops import make_problem, source_hash
-from autotune.select import table
 from autotune.select.choose import MEASURED, Choice, Selector
 from autotune.store import Store, open_store, queries
+from autotune.store import selection_table as table
 from tests.fakes import run_cli
 
 GPU = "NVIDIA H200"

@@ -1,4 +1,4 @@
-"""The selection table (autotune/select/table.py): the launch path selects from it without SQLAlchemy
+"""The selection table (autotune/store/selection_table.py): the launch path selects from it without SQLAlchemy
 while it is current for the default database, gets the store's answer for every problem, tuned or
 not, and falls back to the store wherever the table is stale, missing or damaged."""
 
@@ -26,9 +26,9 @@ from autotune.core.fingerprint import GpuInfo
 from autotune.core.problem import Problem
 from autotune.ops import gemv, make_problem
 from autotune.runtime import shipset
-from autotune.select import stamps, table
 from autotune.select.choose import EVIDENCE_TOP, Choice, Selector
-from autotune.store import Store, open_store, queries
+from autotune.store import Store, open_store, queries, stamps
+from autotune.store import selection_table as table
 from tests.fakes import ok, record
 
 REPO = Path(__file__).resolve().parents[1]

@@ -3,6 +3,7 @@ tests that start sessions instead of clearing the API's state by hand."""
 
 from __future__ import annotations
 
+import importlib
 import re
 import threading
 from pathlib import Path
@@ -71,3 +72,19 @@ def test_no_test_clears_the_apis_state_by_hand() -> None:
         if path.name not in ("test_session.py", "test_scripts_public_names.py") and by_hand.search(path.read_text())
     ]
     assert offenders == []
+
+
+def test_the_store_package_exports_each_name_from_its_module_at_first_use() -> None:
+    """autotune.store imports SQLAlchemy only when a name that needs it is asked for (the launch path
+    reads the selection table, a module of the same package)."""
+    package = importlib.import_module("autotune.store")  # `autotune.store` the attribute is api.store
+
+    assert sorted(package.__all__) == sorted(package._EXPORTS)
+    for name in package.__all__:
+        assert getattr(package, name).__name__ == name
+    try:
+        package.NoSuchThing  # noqa: B018
+    except AttributeError as error:
+        assert "NoSuchThing" in str(error)
+    else:
+        raise AssertionError("an unknown name was found")

@@ -74,7 +74,7 @@ class GpuFacts(Protocol):
 
 
 class SelectionSource(Protocol):
-    """What the selector reads: autotune.store's Store, or a selection table (table.py) that holds
+    """What the selector reads: autotune.store's Store, or a selection table (store/selection_table.py) that holds
     the same rows without the database."""
 
     def gpus(self) -> Sequence[GpuFacts]: ...

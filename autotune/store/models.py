@@ -212,7 +212,7 @@ class ShippedImport(Base):
 class ChangeCounter(Base):
     """One row counting every write to what the selector reads (gpus, problems, trials, shipped
     imports). In SQLite, triggers that migration 0008 creates keep it, whoever writes: the launch
-    path compares it with the count its selection table was made at (autotune/select/table.py) to
+    path compares it with the count its selection table was made at (autotune/store/selection_table.py) to
     answer without opening the store. Other databases keep the row but no triggers."""
 
     __tablename__ = "change_counter"

@@ -144,31 +144,6 @@ class ProblemSummary(_ProblemRow):
     best_config: dict[str, Any] | None
 
 
-@dataclass(frozen=True)
-class RankedTrial:
-    """An OK trial as the selection table keeps it (autotune/select/table.py)."""
-
-    config: dict[str, Any]
-    time_us: float
-    gbs: float | None
-    source_hash: str
-    driver: str
-    cuda: str
-
-
-@dataclass(frozen=True)
-class SelectionRows:
-    """Everything the selector reads of a database, read in one transaction: every GPU's (name,
-    compute capability, SM count), every problem with its fastest OK trials of each kernel source
-    (fastest first, over all sources), the shipped records files imported (name -> SHA-256), and the
-    change count the rows were read at (None where the database keeps none)."""
-
-    gpus: list[tuple[str, str, int]]
-    problems: list[tuple[str, Problem, list[RankedTrial]]]  # (GPU name, problem, its trials)
-    shipped: dict[str, str]
-    changes: int | None
-
-
 def usable(trial: orm.Trial | None, problem: orm.Problem | None = None) -> bool:
     """A row fit to hand out: a problem a records file could hold, a config of integers only.
     Imports check far more; this keeps rows an older autotune let in (a string config value, an

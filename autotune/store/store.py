@@ -42,8 +42,6 @@ from autotune.store.rows import (
     GpuRow,
     ProblemSummary,
     Provenance,
-    RankedTrial,
-    SelectionRows,
     TrialRow,
     as_utc,
     best_row,
@@ -54,6 +52,7 @@ from autotune.store.rows import (
     trial_row,
     usable,
 )
+from autotune.store.selection_rows import RankedTrial, SelectionGpu, SelectionRows
 from autotune.store.sqlite import NoWritablePlace
 
 MEMORY = "sqlite://"  # an in-memory database: lives as long as its engine
@@ -438,10 +437,10 @@ class Store:
     def selection_rows(self, per_source: int) -> SelectionRows:
         """What the selector reads, in one read transaction (a consistent snapshot): for each problem
         its `per_source` fastest OK trials of every kernel source, and the change count they were
-        read at, for the selection table (autotune/select/table.py)."""
+        read at, for the selection table (autotune/store/selection_table.py)."""
         with self.db.session_scope() as session:
             stmt = select(orm.Gpu).order_by(orm.Gpu.name, orm.Gpu.id)
-            gpus = [(gpu.name, gpu.compute_capability, gpu.sm_count) for gpu in session.scalars(stmt)]
+            gpus = [SelectionGpu(gpu.name, gpu.compute_capability, gpu.sm_count) for gpu in session.scalars(stmt)]
             problems: dict[int, tuple[str, Problem, list[RankedTrial]]] = {}
             for problem, trial in ranked_by_source(session, per_source):
                 if problem.id not in problems:

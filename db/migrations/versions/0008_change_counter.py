@@ -1,5 +1,5 @@
 """A counter of writes to what the selector reads, kept by SQLite triggers: the launch path's
-selection table (autotune/select/table.py) is current while the count it was made at still holds.
+selection table (autotune/store/selection_table.py) is current while the count it was made at still holds.
 
 Revision ID: 0008
 Revises: 0007
@@ -19,7 +19,7 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 # The tables whose rows the selector reads. Any insert, update or delete of one of their rows,
-# by any program, adds one to the count: autotune/select/table.py names the same triggers.
+# by any program, adds one to the count: autotune/store/selection_table.py names the same triggers.
 WATCHED = ("gpus", "problems", "trials", "shipped_imports")
 EVENTS = ("insert", "update", "delete")
 

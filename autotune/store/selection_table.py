@@ -54,8 +54,9 @@ from autotune import ops
 from autotune.core import paths
 from autotune.core.errors import AutotuneError
 from autotune.core.problem import DTYPES, Problem, split_inputs
-from autotune.select import stamps as stamping
-from autotune.select.stamps import Stamps
+from autotune.store import stamps as stamping
+from autotune.store.selection_rows import RankedTrial, SelectedTrial, SelectionGpu, SelectionRows
+from autotune.store.stamps import Stamps
 
 log = logging.getLogger(__name__)
 
@@ -87,69 +88,10 @@ class Version(NamedTuple):
     changes: int
 
 
-class _Ranked(Protocol):
-    """An OK trial as the store hands it for the table (autotune.store's RankedTrial)."""
-
-    @property
-    def config(self) -> dict[str, Any]: ...
-    @property
-    def time_us(self) -> float: ...
-    @property
-    def gbs(self) -> float | None: ...
-    @property
-    def source_hash(self) -> str: ...
-    @property
-    def driver(self) -> str: ...
-    @property
-    def cuda(self) -> str: ...
-
-
-class Snapshot(Protocol):
-    """What a table is made from (autotune.store's SelectionRows, read in one transaction)."""
-
-    @property
-    def gpus(self) -> Sequence[tuple[str, str, int]]: ...
-    @property
-    def problems(self) -> Sequence[tuple[str, Problem, Sequence[_Ranked]]]: ...
-    @property
-    def shipped(self) -> dict[str, str]: ...
-    @property
-    def changes(self) -> int | None: ...
-
-
 class SnapshotSource(Protocol):
-    """A store that can read a snapshot (autotune.store.Store)."""
+    """A store that can read a snapshot (autotune.store.Store; not imported: it brings SQLAlchemy)."""
 
-    def selection_rows(self, per_source: int) -> Snapshot: ...
-
-
-@dataclass(frozen=True)
-class GpuRow:
-    name: str
-    compute_capability: str
-    sm_count: int
-
-
-@dataclass(frozen=True)
-class TrialRow:
-    """One OK trial of a problem (what Selector reads as a best row or a leader)."""
-
-    gpu_name: str
-    problem: Problem
-    config: dict[str, Any]
-    time_us: float
-    gbs: float | None
-    source_hash: str
-    driver: str
-    cuda: str
-
-    @property
-    def m(self) -> int:
-        return self.problem.m
-
-    @property
-    def n(self) -> int:
-        return self.problem.n
+    def selection_rows(self, per_source: int) -> SelectionRows: ...
 
 
 def _usable_config(config: Any) -> bool:
@@ -187,7 +129,7 @@ class Table:
 
     def __init__(
         self,
-        gpus: list[GpuRow],
+        gpus: list[SelectionGpu],
         groups: list[GroupKey],
         texts: Sequence[bytes],
         exact: Sequence[bytes] | None = None,
@@ -196,10 +138,10 @@ class Table:
         self._keys = {key: index for index, key in enumerate(groups)}
         self._texts = texts
         self._exact_texts = exact
-        self._parsed: dict[int, list[tuple[Problem, list[TrialRow]]]] = {}
+        self._parsed: dict[int, list[tuple[Problem, list[SelectedTrial]]]] = {}
         self._exact: dict[int, dict[str, list[Any]]] = {}
 
-    def gpus(self) -> list[GpuRow]:
+    def gpus(self) -> list[SelectionGpu]:
         return list(self._gpus)
 
     def problems(self) -> list[tuple[str, Problem]]:
@@ -212,7 +154,7 @@ class Table:
         found = self._find(gpu_name, problem)
         return None if found is None else found[0] << 20 | found[1]
 
-    def best(self, gpu_name: str, problem: Problem, source_hash: str | None) -> TrialRow | None:
+    def best(self, gpu_name: str, problem: Problem, source_hash: str | None) -> SelectedTrial | None:
         """The fastest usable OK trial of exactly this problem (of that kernel source when given):
         with a kernel source, from the group's exact-hit line, without parsing the group."""
         if source_hash is not None and self._exact_texts is not None:
@@ -226,7 +168,7 @@ class Table:
         found = self._find(gpu_name, problem)
         return None if found is None else _first_usable(*self._group(found[0])[found[1]], source_hash)
 
-    def vendor_best(self, gpu_name: str, problem: Problem) -> TrialRow | None:
+    def vendor_best(self, gpu_name: str, problem: Problem) -> SelectedTrial | None:
         """The fastest usable trial of a library family (cuBLASLt's) of exactly this problem, of any
         library version."""
         if self._exact_texts is not None:
@@ -259,7 +201,7 @@ class Table:
         trans: bool = False,
         inputs: tuple[str, ...] = (),
         variant: str = "",
-    ) -> list[TrialRow]:
+    ) -> list[SelectedTrial]:
         """One best row per problem of this GPU, op, dtype, layout, input dtypes and variant."""
         index = self._keys.get((gpu_name, op, dtype, trans, ",".join(inputs), variant))
         if index is None:
@@ -267,7 +209,7 @@ class Table:
         rows = (_first_usable(problem, trials, source_hash) for problem, trials in self._group(index))
         return [row for row in rows if row is not None]
 
-    def leaders(self, problem_id: int, source_hash: str, top: int) -> list[TrialRow]:
+    def leaders(self, problem_id: int, source_hash: str, top: int) -> list[SelectedTrial]:
         """The `top` fastest OK trials with that kernel source, fastest first: the table holds the
         trials the store admits (store/queries.py's Admission), ranked as the store ranks them."""
         if top > PER_SOURCE:
@@ -298,7 +240,7 @@ class Table:
             self._exact[index] = found
         return found
 
-    def _checked(self, gpu: str, problem: Problem, values: list[Any]) -> TrialRow | None:
+    def _checked(self, gpu: str, problem: Problem, values: list[Any]) -> SelectedTrial | None:
         try:
             row = _trial(gpu, problem, values)
         except (ValueError, TypeError) as exc:
@@ -310,7 +252,7 @@ class Table:
         named = "".join(f"/{part}" for part in (inputs, variant) if part)
         return f"{gpu}/{op}/{dtype}" + ("/trans" if trans else "") + named
 
-    def _group(self, index: int) -> list[tuple[Problem, list[TrialRow]]]:
+    def _group(self, index: int) -> list[tuple[Problem, list[SelectedTrial]]]:
         found = self._parsed.get(index)
         if found is None:
             gpu, op, dtype, trans, inputs, variant = next(key for key, i in self._keys.items() if i == index)
@@ -331,7 +273,7 @@ class Table:
         return found
 
 
-def _first_usable(problem: Problem, trials: list[TrialRow], source_hash: str | None) -> TrialRow | None:
+def _first_usable(problem: Problem, trials: list[SelectedTrial], source_hash: str | None) -> SelectedTrial | None:
     if not _known(problem):
         return None
     ranked = [t for t in trials if source_hash is None or t.source_hash == source_hash][:PER_SOURCE]
@@ -369,7 +311,7 @@ def _exact_trials(trials: list[list[Any]]) -> list[list[Any]]:
 # exact-hit line, in the same order: {"m,n,k": [the trial picked per kernel source]}.
 
 
-def to_lines(snapshot: Snapshot, database: Path | None, identity: str | None = None) -> list[str]:
+def to_lines(snapshot: SelectionRows, database: Path | None, identity: str | None = None) -> list[str]:
     """The table file's lines for a snapshot of `database` (None: the shipped records alone), whose
     identity (Version.identity) was `identity` while the snapshot was read."""
     groups: dict[GroupKey, list[Any]] = {}
@@ -390,7 +332,7 @@ def to_lines(snapshot: Snapshot, database: Path | None, identity: str | None = N
             **({"identity": identity} if database is not None and identity is not None else {}),
             "shipped": dict(sorted(snapshot.shipped.items())),
         },
-        "gpus": [list(gpu) for gpu in snapshot.gpus],
+        "gpus": [[gpu.name, gpu.compute_capability, gpu.sm_count] for gpu in snapshot.gpus],
         "groups": [_key_json(key) for key in groups],
         "lines": [len(line.encode()) for line in body],
         "body": hashlib.sha256(_joined(body)).hexdigest(),
@@ -398,7 +340,7 @@ def to_lines(snapshot: Snapshot, database: Path | None, identity: str | None = N
     return [json.dumps(header, separators=(",", ":")), *body]
 
 
-def in_memory(snapshot: Snapshot) -> Table:
+def in_memory(snapshot: SelectionRows) -> Table:
     """A table of `snapshot` that is never written: the selector's rows for every problem from one
     read (`autotune list` asks it what `autotune best` answers, without two queries a problem)."""
     header, *body = to_lines(snapshot, None)
@@ -411,7 +353,7 @@ def _joined(lines: list[str]) -> bytes:
     return "".join(line + "\n" for line in lines).encode()
 
 
-def _trial_json(trial: _Ranked) -> list[Any]:
+def _trial_json(trial: RankedTrial) -> list[Any]:
     return [trial.config, trial.time_us, trial.gbs, trial.source_hash, trial.driver, trial.cuda]
 
 
@@ -568,7 +510,7 @@ def _parse(header: dict[str, Any], texts: Sequence[bytes], exact: Sequence[bytes
         raise ValueError("a bad identity")
     if not isinstance(shipped, dict) or not all(isinstance(v, str) for v in shipped.values()):
         raise ValueError("a bad list of shipped records files")
-    gpus = [GpuRow(_text(name), _text(capability), _count(sm)) for name, capability, sm in header["gpus"]]
+    gpus = [SelectionGpu(_text(name), _text(capability), _count(sm)) for name, capability, sm in header["gpus"]]
     groups = [_key_of(values) for values in header["groups"]]
     if not len(groups) == len(texts) == len(exact):
         held = len(texts) + len(exact)
@@ -576,7 +518,7 @@ def _parse(header: dict[str, Any], texts: Sequence[bytes], exact: Sequence[bytes
     return Loaded(database, changes, identity, dict(shipped), Table(gpus, groups, texts, exact))
 
 
-def _trial(gpu: str, problem: Problem, values: list[Any]) -> TrialRow:
+def _trial(gpu: str, problem: Problem, values: list[Any]) -> SelectedTrial:
     config, time_us, gbs, source, driver, cuda = values
     if (
         not isinstance(config, dict)
@@ -584,7 +526,9 @@ def _trial(gpu: str, problem: Problem, values: list[Any]) -> TrialRow:
         or (gbs is not None and type(gbs) not in (int, float))
     ):
         raise ValueError(f"a bad trial of {problem}")
-    return TrialRow(gpu, problem, config, float(time_us), gbs, _text(source), _text(driver), _text(cuda))
+    return SelectedTrial(
+        config, float(time_us), gbs, _text(source), _text(driver), _text(cuda), gpu_name=gpu, problem=problem
+    )
 
 
 def _text(value: Any) -> str:
