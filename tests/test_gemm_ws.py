@@ -294,8 +294,9 @@ _STREAM_K_CASES = [
 def test_stream_k_matches_float64_twice_on_one_scratch(case: tuple, tmp_path: Path) -> None:
     """sk=1 configs on grids made for 3, 4 and 7 SMs (tiles split between blocks in every way the
     schedule has: whole waves then stream-K, all stream-K), against float64 with alpha and beta, C's
-    gaps and the row after it left as they were; each launched twice on one scratch, whose flags come
-    back zero each time (the second launch finds them so)."""
+    gaps and the row after it left as they were; each launched twice on one scratch, which comes back
+    zero each time, flags and partials (the second launch finds it so, as would any split-K kernel
+    sharing the stream's scratch)."""
     from autotune.build.compiler import compile_kernel
     from autotune.gpu import tma
     from autotune.measure import pycuda_gpu
@@ -353,9 +354,10 @@ def test_stream_k_matches_float64_twice_on_one_scratch(case: tuple, tmp_path: Pa
                     )  # fmt: skip
                     cuda.Context.synchronize()
                     where = f"{name} on {sm_count} SMs alpha={alpha} beta={beta} launch {launched}"
-                    flags = np.empty(flag_words, np.uint32)
-                    cuda.memcpy_dtoh(flags, counters)
-                    assert not flags.any(), where
+                    scratch = np.empty(launch.counters, np.uint32)
+                    cuda.memcpy_dtoh(scratch, counters)
+                    assert not scratch[:flag_words].any(), where  # the flags
+                    assert not scratch.any(), where  # and the partials
                     c_bits = cuda.from_device_like(c_gpu, c_in)
                     got = _from_bits(c_bits[:m, :n], dtype)
                     want = alpha * exact + beta * c0

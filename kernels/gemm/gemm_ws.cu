@@ -48,14 +48,16 @@
 // accumulators to partial slot b + 1 (each thread its own 16-byte chunks, in the accumulators' order,
 // so that the head's same thread reads them back) and raise their flag (a fence, then a release
 // store); the head's consumers, done with their k-tiles, wait for it (acquire), add the partial to
-// their accumulators (one order: deterministic), reset the flag to 0 and run the epilogue. The tail
-// comes first in its block's range and the head last in its, so the wait is rarely more than a poll.
+// their accumulators (one order: deterministic), zero the partial and the flag, and run the epilogue.
+// The tail comes first in its block's range and the head last in its, so the wait is rarely more than
+// a poll.
 // Every block of the grid is resident at once (grid <= SMs, one block an SM: __launch_bounds__(384, 1)
 // and the shared memory), so waiting on another block cannot deadlock.
 // Stream-K's scratch is in `counters` (the TMA kernels' `workspace` holds the tensor maps): flag words
-// first, 2 a block (one a consumer) rounded up to 32, zero before and after every launch; then P
-// partial slots of BM * BN floats, written before they are read (their contents between launches do
-// not matter). autotune/ops/gemm/ws.py sizes it.
+// first, 2 a block (one a consumer) rounded up to 32; then P partial slots of BM * BN floats. All of it
+// is zero before and after every launch, as for every kernel's counters: a stream's scratch is shared
+// by whatever kernels run on it, and a split-K kernel after this one counts on zeroed counters.
+// autotune/ops/gemm/ws.py sizes it.
 //
 // Requirements (autotune/ops/gemm/ws.py): what the wgmma family's TMA instances need (16-byte rows of
 // A and B: K % 8 == 0 and, for a K x N B, N % 8 == 0; 16-byte aligned A and B with lda and ldb multiples
@@ -334,12 +336,13 @@ __device__ __forceinline__ void gemm_ws_body(const T* __restrict__ A, const T* _
           __threadfence();
         }
         consumer_sync(c);  // the others read the partial after the acquire
-        const float4* in = slots + ((size_t)(blockIdx.x + 1) * CONSUMERS + c) * CHUNKS * 128 + t;
+        float4* in = slots + ((size_t)(blockIdx.x + 1) * CONSUMERS + c) * CHUNKS * 128 + t;
 #pragma unroll
         for (int sl = 0; sl < SLICES; ++sl)
 #pragma unroll
           for (int j = 0; j < BN / 8; ++j) {
             const float4 v = __ldcg(in + (sl * BN / 8 + j) * 128);
+            __stcg(in + (sl * BN / 8 + j) * 128, make_float4(0.0f, 0.0f, 0.0f, 0.0f));  // zero for the next kernel
             d[sl][4 * j] += v.x, d[sl][4 * j + 1] += v.y, d[sl][4 * j + 2] += v.z, d[sl][4 * j + 3] += v.w;
           }
       }

@@ -153,8 +153,8 @@ def stream_k_words(config: Mapping[str, int], blocks: int) -> int:
 
 def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
     """One block an SM, a cluster walking units (`cluster` tiles) cluster index, + clusters, ...; the
-    tensor maps in the workspace; with sk=1 the stream-K flags and partial tiles in the counters (the
-    flags zero between launches, as counters are)."""
+    tensor maps in the workspace; with sk=1 the stream-K flags and partial tiles in the counters (all
+    zero between launches, as every kernel's counters are: a stream's scratch is shared)."""
     c = config
     units = units_m(problem, c) * gemm_shared.tile_count(problem.n, c["bn"])
     clusters = min(units, max(1, sm_count // c["cluster"]))
