@@ -14,6 +14,8 @@
 //   CLUSTER blocks of a thread-block cluster (1 or 2, launched with that cluster shape along x): the
 //           blocks of a cluster take CLUSTER vertically adjacent tiles at once, which read the same
 //           columns of B, and each loads 1 / CLUSTER of B's stage multicast into all of them
+//   SK      0: every tile whole in one block (data-parallel); 1 (CLUSTER 1 only): the data-parallel +
+//           stream-K hybrid below, for the last waves
 //
 // 384 threads, one block an SM, grid = min(tiles, SMs) rounded to whole clusters: cluster q takes the
 // tiles of units q, q + clusters, ... (a unit: CLUSTER tiles one above the other, one a block; the
@@ -34,6 +36,28 @@
 // so a warp's 8 rows fall on all 32 banks), then its threads write them out a row's 16-byte chunks at a
 // time (one warp a row: coalesced). With beta != 0 each thread writes its accumulators in pairs
 // (store_pair: C read, alpha and beta in float, one rounding), as the wgmma family does.
+//
+// Stream-K (SK 1). With T tiles on P = gridDim.x blocks, whole waves leave the last one partly idle
+// (4096^3 in 128 x 256 tiles: 512 tiles, 3.88 waves on 132 SMs). So the first (T / P - 1) * P tiles run
+// data-parallel (block b: tiles b, b + P, ...), and the k-tiles of the other R tiles (P <= R < 2P, or
+// all T where T < 2P) are dealt out evenly: the R * k_tiles (tile, k-tile) iterations, tile-major, are
+// cut into P contiguous ranges, block b's from b * R * k_tiles / P. Each range is at least k_tiles
+// long, so a tile is whole in one block or split between two neighbours: block b takes its first
+// k-tiles (the "head", at the end of b's range) and block b + 1 the rest (the "tail", at the start of
+// b + 1's), and the head's block finishes the tile. The tail's consumers write their float
+// accumulators to partial slot b + 1 (each thread its own 16-byte chunks, in the accumulators' order,
+// so that the head's same thread reads them back) and raise their flag (a fence, then a release
+// store); the head's consumers, done with their k-tiles, wait for it (acquire), add the partial to
+// their accumulators (one order: deterministic), zero the partial and the flag, and run the epilogue.
+// The tail comes first in its block's range and the head last in its, so the wait is rarely more than
+// a poll.
+// Every block of the grid is resident at once (grid <= SMs, one block an SM: __launch_bounds__(384, 1)
+// and the shared memory), so waiting on another block cannot deadlock.
+// Stream-K's scratch is in `counters` (the TMA kernels' `workspace` holds the tensor maps): flag words
+// first, 2 a block (one a consumer) rounded up to 32; then P partial slots of BM * BN floats. All of it
+// is zero before and after every launch, as for every kernel's counters: a stream's scratch is shared
+// by whatever kernels run on it, and a split-K kernel after this one counts on zeroed counters.
+// autotune/ops/gemm/ws.py sizes it.
 //
 // Requirements (autotune/ops/gemm/ws.py): what the wgmma family's TMA instances need (16-byte rows of
 // A and B: K % 8 == 0 and, for a K x N B, N % 8 == 0; 16-byte aligned A and B with lda and ldb multiples
@@ -95,7 +119,45 @@ __device__ __forceinline__ void tile_at(int tile, int tiles_m, int tiles_n, int&
   tile_n = in_group / rows;
 }
 
-template <typename T, bool B_NK, int BM, int BN, int STAGES, int GROUP, int CLUSTER>
+// A block's pieces of work under the data-parallel + stream-K hybrid (see the top of the file;
+// CLUSTER 1: a unit is a tile): its data-parallel tiles, then its stream-K segments, piece 0, 1, ...
+struct StreamK {
+  int dp_tiles, mine, begin, end, k_tiles, pieces;
+  __device__ __forceinline__ StreamK(int tiles, int k_tiles_) : k_tiles(k_tiles_) {
+    const int blocks = gridDim.x, b = blockIdx.x, waves = tiles / blocks;
+    dp_tiles = waves > 1 ? (waves - 1) * blocks : 0;
+    mine = dp_tiles > b ? (dp_tiles - b + blocks - 1) / blocks : 0;  // tiles b, b + blocks, ...
+    const long long total = (long long)(tiles - dp_tiles) * k_tiles;
+    begin = (int)(total * b / blocks), end = (int)(total * (b + 1) / blocks);
+    pieces = mine + (end - 1) / k_tiles - begin / k_tiles + 1;  // a range is never empty
+  }
+  // Piece `piece`: tile `unit`, its k-tiles kb .. ke - 1.
+  __device__ __forceinline__ void at(int piece, int& unit, int& kb, int& ke) const {
+    if (piece < mine) {
+      unit = blockIdx.x + piece * gridDim.x, kb = 0, ke = k_tiles;
+      return;
+    }
+    const int tile = begin / k_tiles + piece - mine;
+    kb = piece == mine ? begin - tile * k_tiles : 0, ke = min(k_tiles, end - tile * k_tiles);
+    unit = dp_tiles + tile;
+  }
+};
+
+// Words of `counters` before stream-K's partial slots: a flag per consumer of each block, rounded up
+// to 32 words so that the slots start 128-byte aligned.
+__device__ __forceinline__ int stream_k_flag_words(int blocks) { return (CONSUMERS * blocks + 31) / 32 * 32; }
+
+__device__ __forceinline__ unsigned int load_acquire(const unsigned int* p) {
+  unsigned int v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void store_release(unsigned int* p, unsigned int v) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+template <typename T, bool B_NK, int BM, int BN, int STAGES, int GROUP, int CLUSTER, int SK = 0>
 __device__ __forceinline__ void gemm_ws_body(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
                                              int M, int N, int K, int lda, int ldb, int ldc, float alpha,
                                              float beta, float* __restrict__ workspace,
@@ -107,6 +169,7 @@ __device__ __forceinline__ void gemm_ws_body(const T* __restrict__ A, const T* _
   static_assert(BN % 64 == 0 && BM <= 256 && BN <= 256, "64-column blocks, TMA boxes of at most 256 rows");
   static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of one or two blocks");
   static_assert(BN / 64 % CLUSTER == 0, "each block of a cluster loads whole 64-column atoms of B");
+  static_assert(SK == 0 || (SK == 1 && CLUSTER == 1), "stream-K without clusters");
   constexpr int A_BYTES = BM * BK * (int)sizeof(T), B_BYTES = BN * BK * (int)sizeof(T);
   constexpr int STAGE_BYTES = A_BYTES + B_BYTES;  // a multiple of 1024: every swizzle atom stays aligned
   typedef LayoutA<BK> LA;
@@ -147,11 +210,14 @@ __device__ __forceinline__ void gemm_ws_body(const T* __restrict__ A, const T* _
     if (t != 0) return;
     int s = 0;
     uint32_t phase = 0;
-    for (int unit = cluster; unit < units; unit += clusters) {
+    const StreamK stream_k(units, k_tiles);
+    for (int piece = SK ? 0 : cluster; piece < (SK ? stream_k.pieces : units); piece += SK ? 1 : clusters) {
+      int unit = piece, kb = 0, ke = k_tiles;
+      if constexpr (SK) stream_k.at(piece, unit, kb, ke);
       int unit_m, tile_n;
       tile_at<GROUP>(unit, units_m, tiles_n, unit_m, tile_n);
       const int tile_m = unit_m * CLUSTER + rank;  // past M in the last unit: zero filled, not stored
-      for (int kt = 0; kt < k_tiles; ++kt) {
+      for (int kt = kb; kt < ke; ++kt) {
         // A fresh barrier's previous phase counts as done. Every block's consumers give the stage back.
         mbarrier_wait(empty + 8 * s, phase ^ 1);
         const uint32_t bar = full + 8 * s, a = base + s * STAGE_BYTES, b = a + A_BYTES;
@@ -213,12 +279,15 @@ __device__ __forceinline__ void gemm_ws_body(const T* __restrict__ A, const T* _
       mbarrier_arrive(empty + 8 * stage);
     }
   };
-  for (int unit = cluster; unit < units; unit += clusters) {
+  const StreamK stream_k(units, k_tiles);
+  for (int piece = SK ? 0 : cluster; piece < (SK ? stream_k.pieces : units); piece += SK ? 1 : clusters) {
+    int unit = piece, kb = 0, ke = k_tiles;  // SK 0: each unit whole
+    if constexpr (SK) stream_k.at(piece, unit, kb, ke);
     int unit_m, tile_n;
     tile_at<GROUP>(unit, units_m, tiles_n, unit_m, tile_n);
     const int tile_m = unit_m * CLUSTER + rank;
     int previous = -1;
-    for (int kt = 0; kt < k_tiles; ++kt) {
+    for (int kt = kb; kt < ke; ++kt) {
       mbarrier_wait(full + 8 * s, phase);
       wgmma_fence();
 #pragma unroll
@@ -227,7 +296,7 @@ __device__ __forceinline__ void gemm_ws_body(const T* __restrict__ A, const T* _
         for (int sl = 0; sl < SLICES; ++sl) {
           const uint32_t a_off = s * STAGE_BYTES + sl * 64 * LA::ROW + kk * 32;
           const uint32_t b_off = s * STAGE_BYTES + kk * B_KSTEP_BYTES;
-          Wgmma<T, BN, !B_NK>::run(d[sl], desc_a0 + (a_off >> 4), desc_b0 + (b_off >> 4), kt > 0 || kk > 0);
+          Wgmma<T, BN, !B_NK>::run(d[sl], desc_a0 + (a_off >> 4), desc_b0 + (b_off >> 4), kt > kb || kk > 0);
         }
       wgmma_commit();
       wgmma_wait<1>();  // the k-tile before this one is done: its stage goes back to the producer
@@ -239,6 +308,45 @@ __device__ __forceinline__ void gemm_ws_body(const T* __restrict__ A, const T* _
     if (previous >= 0) give_back(previous);
 #pragma unroll
     for (int sl = 0; sl < SLICES; ++sl) fence_registers(d[sl]);
+
+    if constexpr (SK) {
+      // Partial slot `slot`: this consumer's half, its accumulators 4 at a time, thread t's chunk j at
+      // 16-byte word j * 128 + t (a warp's stores coalesce).
+      constexpr int CHUNKS = SLICES * BN / 8;  // 16-byte chunks of accumulators a thread
+      float4* const slots = reinterpret_cast<float4*>(counters + stream_k_flag_words(gridDim.x));
+      if (kb > 0) {  // a tail (it runs to k_tiles): the block before holds the head and finishes the tile
+        float4* out = slots + ((size_t)blockIdx.x * CONSUMERS + c) * CHUNKS * 128 + t;
+#pragma unroll
+        for (int sl = 0; sl < SLICES; ++sl)
+#pragma unroll
+          for (int j = 0; j < BN / 8; ++j)
+            __stcg(out + (sl * BN / 8 + j) * 128,
+                   make_float4(d[sl][4 * j], d[sl][4 * j + 1], d[sl][4 * j + 2], d[sl][4 * j + 3]));
+        __threadfence();  // every thread's partial is visible before the flag says so
+        consumer_sync(c);
+        if (t == 0) store_release(counters + CONSUMERS * blockIdx.x + c, 1u);
+        continue;
+      }
+      if (ke < k_tiles) {  // a head: the next block holds the tail
+        unsigned int* flag = counters + CONSUMERS * (blockIdx.x + 1) + c;
+        if (t == 0) {
+          while (load_acquire(flag) == 0u) {
+          }
+          *flag = 0u;  // zero for the next launch (the tail's block raises it once a launch)
+          __threadfence();
+        }
+        consumer_sync(c);  // the others read the partial after the acquire
+        float4* in = slots + ((size_t)(blockIdx.x + 1) * CONSUMERS + c) * CHUNKS * 128 + t;
+#pragma unroll
+        for (int sl = 0; sl < SLICES; ++sl)
+#pragma unroll
+          for (int j = 0; j < BN / 8; ++j) {
+            const float4 v = __ldcg(in + (sl * BN / 8 + j) * 128);
+            __stcg(in + (sl * BN / 8 + j) * 128, make_float4(0.0f, 0.0f, 0.0f, 0.0f));  // zero for the next kernel
+            d[sl][4 * j] += v.x, d[sl][4 * j + 1] += v.y, d[sl][4 * j + 2] += v.z, d[sl][4 * j + 3] += v.w;
+          }
+      }
+    }
 
     // Accumulator layout of wgmma m64nN (f32): warp w holds rows 16 w .. 16 w + 15 of a slice;
     // d[4 j + 2 h + e] is (16 w + lane / 4 + 8 h, 8 j + 2 (lane % 4) + e).

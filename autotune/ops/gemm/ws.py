@@ -5,7 +5,9 @@ it runs.
 Built for sm_90a only (ARCH_SUFFIX), as the wgmma family, whose layouts, descriptors and tensor maps
 it shares. One block an SM walks its tiles, so the grid is min(tiles, SMs), in whole clusters where
 `cluster` is 2 (two blocks on vertically adjacent tiles, B's stages multicast to both, the cluster
-given at launch). Not picked by gemm.family on its
+given at launch). `sk` 1 runs the tiles past the last whole wave but one as stream-K (their k-tiles
+dealt out evenly to every block, a tile split between two blocks finished by one of them through
+float partials in `counters`), so no wave is left partly idle. Not picked by gemm.family on its
 own: swept on an H200 it runs 0.97-0.98x cuBLAS at 4096^3 where wgmma runs 0.90x, but switching
 families means re-sweeping every shipped wgmma record, and the H100's cannot be re-timed
 (docs/findings.md). gemm.family_named("ws") reaches it for tests, and AUTOTUNE_GEMM_FAMILY=ws for sweeps
@@ -39,6 +41,8 @@ _TILES = (128, 256)
 _STAGES = (2, 3, 4, 5, 6)
 _GROUPS = (1, 4, 8, 16)
 _CLUSTERS = (1, 2)  # blocks a cluster, along M: each loads 1 / cluster of B's stage for all of them
+_SK = (0, 1)  # 1: the data-parallel + stream-K hybrid (cluster 1)
+CONSUMER_FLAG_WORDS = 32  # stream-K flags (one a consumer of each block) are rounded up to this many words
 
 
 def accumulators(config: Mapping[str, int]) -> int:
@@ -73,6 +77,8 @@ def space(problem: Problem) -> Space:
     def constraint(c: Mapping[str, int]) -> str | None:
         if (reason := problem_reason(problem)) is not None:
             return reason
+        if c["sk"] and c["cluster"] > 1:
+            return f"sk=1 splits tiles between blocks one by one, not in clusters (cluster={c['cluster']})"
         if c["cluster"] not in cluster_choices():
             return f"cluster={c['cluster']}: this GPU has no thread-block clusters"
         if c["cluster"] > 1 and gemm_shared.tile_count(problem.m, c["bm"]) < c["cluster"]:
@@ -92,6 +98,7 @@ def space(problem: Problem) -> Space:
             Param("stages", _STAGES),
             Param("group", _GROUPS),
             Param("cluster", _CLUSTERS),
+            Param("sk", _SK),
         ),
         constraint=constraint,
     )
@@ -99,22 +106,23 @@ def space(problem: Problem) -> Space:
 
 def default_config(problem: Problem) -> Config:
     """Valid for every problem the family serves: 128 x 128 tiles, two stages, tiles in row order, no
-    cluster."""
-    return {"bm": 128, "bn": 128, "stages": 2, "group": 1, "cluster": 1}
+    cluster, no stream-K."""
+    return {"bm": 128, "bn": 128, "stages": 2, "group": 1, "cluster": 1, "sk": 0}
 
 
 def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
     c = config
     return (
         f"gemm_ws_{problem.dtype}_{c['bm']}x{c['bn']}_s{c['stages']}_g{c['group']}_c{c['cluster']}"
-        f"{gemm_shared.layout_suffix(problem)}"
+        f"{'_sk' if c['sk'] else ''}{gemm_shared.layout_suffix(problem)}"
     )
 
 
 def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
-    """A translation unit with one extern "C" instance of the template (a stable, unmangled name)."""
+    """A translation unit with one extern "C" instance of the template (a stable, unmangled name). SK is
+    given only where it is 1: an sk=0 instance is the same source as before stream-K was a parameter."""
     c = config
-    args = [c[k] for k in ("bm", "bn", "stages", "group", "cluster")]
+    args = [c[k] for k in ("bm", "bn", "stages", "group", "cluster")] + ([1] if c["sk"] else [])
     return gemm_shared.instance_source(
         KERNEL_FILE,
         kernel_name(problem, c),
@@ -136,9 +144,17 @@ def operand_maps(problem: Problem, config: Mapping[str, int]) -> OperandMaps:
     return OperandMaps(a=a, b=Box(BK, wgmma.B_ATOM_COLUMNS, 128))
 
 
+def stream_k_words(config: Mapping[str, int], blocks: int) -> int:
+    """4-byte words of `counters` a stream-K launch of `blocks` blocks uses (gemm_ws.cu): a flag for each
+    consumer of each block, rounded up to 32 words, then a partial tile of floats a block."""
+    flags = -(-CONSUMERS * blocks // CONSUMER_FLAG_WORDS) * CONSUMER_FLAG_WORDS
+    return flags + blocks * config["bm"] * config["bn"]
+
+
 def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
     """One block an SM, a cluster walking units (`cluster` tiles) cluster index, + clusters, ...; the
-    tensor maps in the workspace."""
+    tensor maps in the workspace; with sk=1 the stream-K flags and partial tiles in the counters (all
+    zero between launches, as every kernel's counters are: a stream's scratch is shared)."""
     c = config
     units = units_m(problem, c) * gemm_shared.tile_count(problem.n, c["bn"])
     clusters = min(units, max(1, sm_count // c["cluster"]))
@@ -147,7 +163,7 @@ def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch
         block=(THREADS, 1, 1),
         shared_bytes=shared_bytes(problem, c),
         workspace_floats=0,
-        counters=0,
+        counters=stream_k_words(c, clusters) if c["sk"] else 0,
         operand_maps=operand_maps(problem, c),
         cluster_dims=(c["cluster"], 1, 1) if c["cluster"] > 1 else None,
     )
@@ -155,13 +171,14 @@ def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch
 
 # The sweeps' bests on the H200 (docs/findings.md): 128 x 256 tiles with 3 stages in groups of 8 tile
 # rows, alone and in clusters of two (on par), 128 x 128 with 5-6 stages where N is 3584-4608, and the
-# tall tile.
+# tall tile. No stream-K seed: sk=1 twins of these seeds lost to them in every sweep (4096^3, 8192^3
+# and four prefill shapes, docs/findings.md), so they would only take trials from the sweeps.
 _SEEDS = (
-    dict(bm=128, bn=256, stages=3, group=8, cluster=1),
-    dict(bm=128, bn=256, stages=3, group=8, cluster=2),
-    dict(bm=128, bn=128, stages=6, group=16, cluster=1),
-    dict(bm=128, bn=128, stages=5, group=8, cluster=1),
-    dict(bm=256, bn=128, stages=3, group=8, cluster=1),
+    dict(bm=128, bn=256, stages=3, group=8, cluster=1, sk=0),
+    dict(bm=128, bn=256, stages=3, group=8, cluster=2, sk=0),
+    dict(bm=128, bn=128, stages=6, group=16, cluster=1, sk=0),
+    dict(bm=128, bn=128, stages=5, group=8, cluster=1, sk=0),
+    dict(bm=256, bn=128, stages=3, group=8, cluster=1, sk=0),
 )
 
 
