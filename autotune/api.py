@@ -23,8 +23,8 @@ from autotune.runtime import process, tune_on_miss
 from autotune.runtime.launcher import Runtime
 from autotune.runtime.misses import Misses
 from autotune.select.choose import Choice, Selector
-from autotune.session import Session
 from autotune.store import selection_table as table  # at import: its first use is a launch's first call
+from autotune.store_session import Session
 
 if TYPE_CHECKING:
     from autotune.store import Store
@@ -50,7 +50,7 @@ RETIME_TOLERANCE = 0.02
 Inputs = str | Sequence[str]
 
 
-# The process's store session (autotune/session.py): the databases it opened and the selectors over
+# The process's store session (autotune/store_session.py): the databases it opened and the selectors over
 # them. new_session() starts another, as a later process would.
 _SESSION = Session()
 

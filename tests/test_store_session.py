@@ -1,5 +1,5 @@
-"""The store session (autotune/session.py): each database opened once, what a new session forgets, and
-tests that start sessions instead of clearing the API's state by hand."""
+"""The store session (autotune/store_session.py): each database opened once, what a new session
+forgets, and tests that start sessions instead of clearing the API's state by hand."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 from autotune import api
 from autotune.core.fingerprint import GpuInfo
 from autotune.ops import gemv, make_problem
-from autotune.session import Session
+from autotune.store_session import Session
 from tests.fakes import ok, record
 
 TESTS = Path(__file__).resolve().parent
@@ -69,7 +69,8 @@ def test_no_test_clears_the_apis_state_by_hand() -> None:
     offenders = [
         path.name
         for path in TESTS.glob("*.py")
-        if path.name not in ("test_session.py", "test_scripts_public_names.py") and by_hand.search(path.read_text())
+        if path.name not in ("test_store_session.py", "test_scripts_public_names.py")
+        and by_hand.search(path.read_text())
     ]
     assert offenders == []
 
