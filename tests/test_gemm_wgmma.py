@@ -9,6 +9,7 @@ import itertools
 import re
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -434,6 +435,83 @@ def test_results_match_float64_on_the_gpu(case: tuple, tmp_path: Path) -> None:
     check_family_against_float64(gemm_wgmma, case, _gpu_configs, tmp_path)
 
 
+@dataclass
+class HopperOperands:
+    """One of GPU_CASES on the GPU: A and B with NaN in their rows' gaps, C's first values with
+    sentinels in its gaps and one row of them after it (stores past C show there), and the float64
+    product with its bound."""
+
+    problem: Problem
+    sizes: tuple[int, int, int, int, int, int]  # m, n, k, lda, ldb, ldc
+    a_gpu: Any
+    b_gpu: Any
+    c0_bits: np.ndarray
+    c0: np.ndarray
+    exact: np.ndarray
+    scale: np.ndarray
+
+
+def hopper_operands(cuda: Any, family: Any, case: tuple) -> HopperOperands:
+    """The operands of `case` for a Hopper GEMM family (skips where the GPU is not an sm_90 one)."""
+    m, n, k, trans, dtype, extra = case
+    if cuda.Device(0).compute_capability() != (9, 0):
+        pytest.skip(f"the {family.NAME} family needs a Hopper GPU (sm_90)")
+    problem = _problem(m, n, k, dtype, trans)
+    assert family.problem_reason(problem) is None
+    _, _, _, lda, ldb, ldc = gemm_shared.contiguous_sizes(problem)
+    if extra is not None:
+        lda, ldb, ldc = (-(-length // 8) * 8 + more for length, more in zip((lda, ldb, ldc), extra, strict=True))
+    rng = np.random.default_rng(m * n + k)
+    b_rows, b_cols = (n, k) if trans else (k, n)
+    a_bits = _padded(m, k, lda, dtype, rng.standard_normal((m, k)).astype(np.float32), np.nan)
+    b_bits = _padded(b_rows, b_cols, ldb, dtype, rng.standard_normal((b_rows, b_cols)).astype(np.float32), np.nan)
+    a = _from_bits(a_bits[:, :k], dtype)
+    b = _from_bits(b_bits[:, :b_cols], dtype)
+    b_kn = b.T if trans else b
+    # One row of sentinels after C catches stores past it; C's own gaps hold them too.
+    c0_bits = _padded(m + 1, n, ldc, dtype, rng.standard_normal((m + 1, n)).astype(np.float32), _SENTINEL)
+    c0_bits[m] = _to_bits(np.full(ldc, _SENTINEL, np.float32), dtype)
+    return HopperOperands(
+        problem,
+        (m, n, k, lda, ldb, ldc),
+        cuda.to_device(a_bits),
+        cuda.to_device(b_bits),
+        c0_bits,
+        _from_bits(c0_bits[:m, :n], dtype),
+        a @ b_kn,
+        np.abs(a) @ np.abs(b_kn),
+    )
+
+
+def c_before(operands: HopperOperands, beta: float) -> np.ndarray:
+    """C's bits before a launch: its first values, or NaN where beta is 0 (so C must not be read)."""
+    m, n = operands.sizes[:2]
+    c_in = operands.c0_bits.copy()
+    if beta == 0:
+        c_in[:m, :n] = _NAN_BITS[operands.problem.dtype]
+    return c_in
+
+
+def check_output(
+    operands: HopperOperands, c_in: np.ndarray, c_bits: np.ndarray, alpha: float, beta: float, where: str
+) -> None:
+    """alpha A B + beta C against float64 within float32 accumulation and one rounding; nothing
+    outside the M x N output changed (C's gaps and the row after it)."""
+    m, n, k = operands.sizes[:3]
+    dtype = operands.problem.dtype
+    got = _from_bits(c_bits[:m, :n], dtype)
+    want = alpha * operands.exact + beta * operands.c0
+    bound = abs(alpha) * operands.scale + abs(beta) * np.abs(operands.c0)
+    # float32 accumulation over k, then one rounding to the output dtype.
+    tol = (k * 2.0**-22 + 2 * _ROUNDOFF[dtype]) * bound + 1e-6
+    assert np.isfinite(got).all(), where
+    err = np.abs(got - want)
+    assert (err <= tol).all(), (where, np.unravel_index(int(np.argmax(err - tol)), err.shape), float(err.max()))
+    outside = np.ones(c_bits.shape, bool)
+    outside[:m, :n] = False
+    assert (c_bits[outside] == c_in[outside]).all(), where
+
+
 def check_family_against_float64(
     family: Any, case: tuple, configs: Callable[[Problem], list[Config]], tmp_path: Path, sm_count: int = 132
 ) -> None:
@@ -444,30 +522,11 @@ def check_family_against_float64(
     from autotune.gpu import tma
     from autotune.measure import pycuda_gpu
 
-    m, n, k, trans, dtype, extra = case
     cuda = pycuda_gpu.driver()
     pycuda_gpu.context()
-    if cuda.Device(0).compute_capability() != (9, 0):
-        pytest.skip(f"the {family.NAME} family needs a Hopper GPU (sm_90)")
-    problem = _problem(m, n, k, dtype, trans)
-    assert family.problem_reason(problem) is None
-    _, _, _, lda, ldb, ldc = gemm_shared.contiguous_sizes(problem)
-    if extra is not None:
-        lda, ldb, ldc = (-(-length // 8) * 8 + more for length, more in zip((lda, ldb, ldc), extra, strict=True))
-    sizes = (m, n, k, lda, ldb, ldc)
-    rng = np.random.default_rng(m * n + k)
-    b_rows, b_cols = (n, k) if trans else (k, n)
-    a_bits = _padded(m, k, lda, dtype, rng.standard_normal((m, k)).astype(np.float32), np.nan)
-    b_bits = _padded(b_rows, b_cols, ldb, dtype, rng.standard_normal((b_rows, b_cols)).astype(np.float32), np.nan)
-    a = _from_bits(a_bits[:, :k], dtype)
-    b = _from_bits(b_bits[:, :b_cols], dtype)
-    b_kn = b.T if trans else b
-    exact, scale = a @ b_kn, np.abs(a) @ np.abs(b_kn)
-    # One row of sentinels after C catches stores past it; C's own gaps hold them too.
-    c0_bits = _padded(m + 1, n, ldc, dtype, rng.standard_normal((m + 1, n)).astype(np.float32), _SENTINEL)
-    c0_bits[m] = _to_bits(np.full(ldc, _SENTINEL, np.float32), dtype)
-    c0 = _from_bits(c0_bits[:m, :n], dtype)
-    a_gpu, b_gpu = cuda.to_device(a_bits), cuda.to_device(b_bits)
+    operands = hopper_operands(cuda, family, case)
+    problem, (m, n, k, lda, ldb, ldc) = operands.problem, operands.sizes
+    a_gpu, b_gpu = operands.a_gpu, operands.b_gpu
 
     kernels = pycuda_gpu.Kernels()
     arch = gemm.family_compile_arch(family, "sm_90")
@@ -486,12 +545,10 @@ def check_family_against_float64(
             )
         maps_gpu = None
         if launch.operand_maps is not None:
-            maps = tma.encode_operands(launch.operand_maps, dtype, sizes, int(a_gpu), int(b_gpu))
+            maps = tma.encode_operands(launch.operand_maps, problem.dtype, operands.sizes, int(a_gpu), int(b_gpu))
             maps_gpu = cuda.to_device(np.frombuffer(maps, np.uint8).copy())
         for alpha, beta in ((1.5, 0.0), (0.5, -2.0)):
-            c_in = c0_bits.copy()
-            if beta == 0:
-                c_in[:m, :n] = _NAN_BITS[dtype]
+            c_in = c_before(operands, beta)
             c_gpu = cuda.to_device(c_in)
             function.prepared_call(
                 launch.grid, launch.block, a_gpu, b_gpu, c_gpu, m, n, k, lda, ldb, ldc,
@@ -500,16 +557,4 @@ def check_family_against_float64(
             )  # fmt: skip
             cuda.Context.synchronize()
             c_bits = cuda.from_device_like(c_gpu, c_in)
-            got = _from_bits(c_bits[:m, :n], dtype)
-            want = alpha * exact + beta * c0
-            bound = abs(alpha) * scale + abs(beta) * np.abs(c0)
-            # float32 accumulation over k, then one rounding to the output dtype.
-            tol = (k * 2.0**-22 + 2 * _ROUNDOFF[dtype]) * bound + 1e-6
-            where = f"{name} alpha={alpha} beta={beta} lds={(lda, ldb, ldc)}"
-            assert np.isfinite(got).all(), where
-            err = np.abs(got - want)
-            assert (err <= tol).all(), (where, np.unravel_index(int(np.argmax(err - tol)), err.shape), float(err.max()))
-            # Nothing outside the M x N output changed: C's gaps and the row after it.
-            outside = np.ones(c_bits.shape, bool)
-            outside[:m, :n] = False
-            assert (c_bits[outside] == c_in[outside]).all(), where
+            check_output(operands, c_in, c_bits, alpha, beta, f"{name} alpha={alpha} beta={beta} lds={(lda, ldb, ldc)}")

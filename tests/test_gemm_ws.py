@@ -301,29 +301,13 @@ def test_stream_k_matches_float64_twice_on_one_scratch(case: tuple, tmp_path: Pa
     from autotune.gpu import tma
     from autotune.measure import pycuda_gpu
     from tests import direct_launch
-    from tests.test_gemm_wgmma import _NAN_BITS, _ROUNDOFF, _SENTINEL, _from_bits, _padded, _to_bits
+    from tests.test_gemm_wgmma import c_before, check_output, hopper_operands
 
-    m, n, k, trans, dtype, extra = case
     cuda = pycuda_gpu.driver()
     pycuda_gpu.context()
-    if cuda.Device(0).compute_capability() != (9, 0):
-        pytest.skip("the ws family needs a Hopper GPU (sm_90)")
-    problem = _problem(m, n, k, dtype, trans)
-    _, _, _, lda, ldb, ldc = gemm_shared.contiguous_sizes(problem)
-    if extra is not None:
-        lda, ldb, ldc = (-(-length // 8) * 8 + more for length, more in zip((lda, ldb, ldc), extra, strict=True))
-    sizes = (m, n, k, lda, ldb, ldc)
-    rng = np.random.default_rng(m * n + k)
-    b_rows, b_cols = (n, k) if trans else (k, n)
-    a_bits = _padded(m, k, lda, dtype, rng.standard_normal((m, k)).astype(np.float32), np.nan)
-    b_bits = _padded(b_rows, b_cols, ldb, dtype, rng.standard_normal((b_rows, b_cols)).astype(np.float32), np.nan)
-    a, b = _from_bits(a_bits[:, :k], dtype), _from_bits(b_bits[:, :b_cols], dtype)
-    b_kn = b.T if trans else b
-    exact, scale = a @ b_kn, np.abs(a) @ np.abs(b_kn)
-    c0_bits = _padded(m + 1, n, ldc, dtype, rng.standard_normal((m + 1, n)).astype(np.float32), _SENTINEL)
-    c0_bits[m] = _to_bits(np.full(ldc, _SENTINEL, np.float32), dtype)
-    c0 = _from_bits(c0_bits[:m, :n], dtype)
-    a_gpu, b_gpu = cuda.to_device(a_bits), cuda.to_device(b_bits)
+    operands = hopper_operands(cuda, gemm_ws, case)
+    problem, (m, n, k, lda, ldb, ldc) = operands.problem, operands.sizes
+    a_gpu, b_gpu = operands.a_gpu, operands.b_gpu
     kernels = pycuda_gpu.Kernels()
     arch = gemm.family_compile_arch(gemm_ws, "sm_90")
     configs = _gpu_configs(problem, sk=1)
@@ -339,12 +323,10 @@ def test_stream_k_matches_float64_twice_on_one_scratch(case: tuple, tmp_path: Pa
             flag_words = launch.counters - launch.grid[0] * config["bm"] * config["bn"]
             counters = cuda.mem_alloc(launch.counters * 4)
             cuda.memset_d32(counters, 0, launch.counters)
-            maps = tma.encode_operands(launch.operand_maps, dtype, sizes, int(a_gpu), int(b_gpu))
+            maps = tma.encode_operands(launch.operand_maps, problem.dtype, operands.sizes, int(a_gpu), int(b_gpu))
             maps_gpu = cuda.to_device(np.frombuffer(maps, np.uint8).copy())
             for alpha, beta in ((1.5, 0.0), (0.5, -2.0), (1.0, 0.0)):
-                c_in = c0_bits.copy()
-                if beta == 0:
-                    c_in[:m, :n] = _NAN_BITS[dtype]
+                c_in = c_before(operands, beta)
                 c_gpu = cuda.to_device(c_in)
                 for launched in (1, 2):
                     cuda.memcpy_htod(c_gpu, c_in)
@@ -358,16 +340,7 @@ def test_stream_k_matches_float64_twice_on_one_scratch(case: tuple, tmp_path: Pa
                     cuda.memcpy_dtoh(scratch, counters)
                     assert not scratch[:flag_words].any(), where  # the flags
                     assert not scratch.any(), where  # and the partials
-                    c_bits = cuda.from_device_like(c_gpu, c_in)
-                    got = _from_bits(c_bits[:m, :n], dtype)
-                    want = alpha * exact + beta * c0
-                    tol = (k * 2.0**-22 + 2 * _ROUNDOFF[dtype]) * (abs(alpha) * scale + abs(beta) * np.abs(c0)) + 1e-6
-                    assert np.isfinite(got).all(), where
-                    err = np.abs(got - want)
-                    assert (err <= tol).all(), (where, np.unravel_index(int(np.argmax(err - tol)), err.shape))
-                    outside = np.ones(c_bits.shape, bool)
-                    outside[:m, :n] = False
-                    assert (c_bits[outside] == c_in[outside]).all(), where
+                    check_output(operands, c_in, cuda.from_device_like(c_gpu, c_in), alpha, beta, where)
             counters.free()
 
 
