@@ -58,15 +58,12 @@ def configs(quick: bool) -> dict[str, dict[str, int]]:
     return out
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("ws_stream_k.jsonl"))
-    parser.add_argument("--quick", action="store_true", help="128 x 256 tiles only")
-    args = parser.parse_args()
-    chosen = configs(args.quick)
+def measure(problems: list[Problem], chosen: dict[str, dict[str, int]], out: Path, rounds: int = 10) -> None:
+    """Each config of `chosen` the problem's space holds, through the launch path, beside torch.mm: checked
+    against float64 (C NaN-filled first, a second call on the scratch the first left), then timed in turns;
+    a JSON line a problem appended to `out`, one line printed."""
     major, minor = torch.cuda.get_device_capability()
     arch = f"sm_{major}{minor}"
-    problems = [Problem("gemm", d, m, n, k, trans=t) for m, n, k, d, t in PROBLEMS]
     jobs = [
         ops.compile_job(p, c, arch)
         for p in problems
@@ -99,19 +96,29 @@ def main() -> int:
             runs[name] = lambda runtime=runtime, A=A, B=B, C=C: runtime.gemm(A, B, C)
         del want
         steps = max(20, int(4e12 / (2 * m * n * k)) * 20)
-        times = steps_in_turns_us(torch, runs, steps=min(steps, 400), rounds=10)
+        times = steps_in_turns_us(torch, runs, steps=min(steps, 400), rounds=rounds)
         row = {
             "problem": str(problem),
+            "configs": {name: chosen[name] for name in runs if name in chosen},
             "times_us": times,
             "tflops": {name: 2 * m * n * k / us / 1e6 for name, us in times.items()},
             "vs_torch": {name: times["torch.mm"] / us for name, us in times.items()},
             "max_error": errors,
         }
-        with args.out.open("a") as out:
-            out.write(json.dumps(row) + "\n")
+        with out.open("a") as file:
+            file.write(json.dumps(row) + "\n")
         ratios = " ".join(f"{name} {times[name]:.1f}us {row['vs_torch'][name]:.3f}x" for name in runs)
         bad = [name for name, e in errors.items() if not e < 1e-2]
         print(f"{problem}: {ratios}" + (f" WRONG {bad}" if bad else ""), flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("ws_stream_k.jsonl"))
+    parser.add_argument("--quick", action="store_true", help="128 x 256 tiles only")
+    args = parser.parse_args()
+    problems = [Problem("gemm", d, m, n, k, trans=t) for m, n, k, d, t in PROBLEMS]
+    measure(problems, configs(args.quick), args.out)
     return 0
 
 

@@ -99,25 +99,27 @@ sm__warps_active.avg.pct_of_peak_sustained_active python3 scripts/profile_vs_cub
       step "sweep-gemm hgemm"
       sweep sweep-hgemm 22 --op hgemm --trials "${GEMM_TRIALS:-40}" ;;
     ws)
-      # The ws GEMM family (issue 58, not yet picked by gemm.family): its GPU tests, then the square
-      # float16 and bfloat16 GEMMs in both layouts swept and benchmarked beside cuBLAS with the family
-      # named (AUTOTUNE_GEMM_FAMILY=ws: the worker inherits it; its records carry ws's source hash), in a
+      # The ws GEMM family (issue 58, not yet picked by gemm.family): its GPU tests, then the GEMMs of
+      # WS_SHAPES ('M N K' rows separated by ';'; default the squares) in float16 and bfloat16, both layouts,
+      # swept (on DEVICES, e.g. 'all') and benchmarked beside cuBLAS with the family named
+      # (AUTOTUNE_GEMM_FAMILY=ws: the worker inherits it; its records carry ws's source hash), in a
       # database of their own without the shipped records (whose GEMM configs are the wgmma family's).
       step ws
       python3 -m pytest -m gpu -q -p no:cacheprovider ${XDIST:+-n $XDIST} tests/test_gemm_ws.py 2>&1 | tee "$OUT/ws-tests.log" | tail -8
-      printf '4096 4096 4096\n8192 8192 8192\n' > /tmp/square.txt
+      tr ';' '\n' <<< "${WS_SHAPES:-4096 4096 4096;8192 8192 8192}" > /tmp/ws-shapes.txt
       (
         export AUTOTUNE_GEMM_FAMILY=ws DB=/tmp/autotune-ws.db
         rm -f "$DB"
         for op in hgemm bgemm; do
           for layout in "" --trans; do
             step "ws sweep $op $layout"
-            sweep sweep-ws 6 --no-shipped --op $op --shapes /tmp/square.txt $layout --trials "${GEMM_TRIALS:-24}"
+            sweep sweep-ws 6 --no-shipped --op $op --shapes /tmp/ws-shapes.txt $layout --trials "${GEMM_TRIALS:-24}" \
+              ${DEVICES:+--devices $DEVICES}
           done
         done
         for layout in "" --trans; do
-          python3 scripts/bench_gemm.py --db "$DB" --out "$OUT/ws$layout" --shapes /tmp/square.txt \
-            --dtypes float16 bfloat16 --skinny-dtypes float16 $layout 2>&1 | tee -a "$OUT/ws-bench.log" | tail -8
+          python3 scripts/bench_gemm.py --db "$DB" --out "$OUT/ws$layout" --shapes /tmp/ws-shapes.txt \
+            --dtypes float16 bfloat16 --skinny-dtypes float16 $layout 2>&1 | tee -a "$OUT/ws-bench.log" | tail -24
         done
       ) ;;
     sweep-skinny)

@@ -77,7 +77,10 @@ def test_default_config_and_seeds_are_valid_where_the_family_serves() -> None:
         space = gemm_ws.space(problem)
         assert space.check(gemm_ws.default_config(problem)) is None, problem
         assert all(space.check(seed) is None for seed in gemm_ws.seed_configs(problem)), problem
-    assert gemm_ws.seed_configs(_problem(4096, 4096, 4096))[0] == _config()
+    assert gemm_ws.seed_configs(_problem(4096, 4096, 4096))[0] == _config(group=32)  # a whole column of tiles
+    # Fewer tile rows than a seed's group: the widest group there is (300 rows: 3 of 128, 2 of 256).
+    groups = [(seed["bm"], seed["cluster"], seed["group"]) for seed in gemm_ws.seed_configs(_problem(300, 4096, 4096))]
+    assert groups == [(128, 1, 4), (128, 2, 1), (128, 1, 4), (128, 1, 4), (256, 1, 1)]
     assert "k and n divisible by 8" in (gemm_ws.space(_problem(1000, 1001, 1016)).check(_config()) or "")
     assert "ws family" in (gemm_ws.problem_reason(_problem(1000, 1008, 1016, "float32")) or "")
     assert gemm_ws.problem_reason(_problem(1000, 1001, 1016, trans=True)) is None

@@ -39,7 +39,7 @@ ALIGN_PAD = 1024  # the kernel rounds its shared base up to 1024 bytes
 MBARRIER_BYTES = 1024  # the full and empty mbarriers, padded so that C's staging stays 1024-aligned
 _TILES = (128, 256)
 _STAGES = (2, 3, 4, 5, 6)
-_GROUPS = (1, 4, 8, 16)
+_GROUPS = (1, 4, 8, 16, 32, 64)
 _CLUSTERS = (1, 2)  # blocks a cluster, along M: each loads 1 / cluster of B's stage for all of them
 _SK = (0, 1)  # 1: the data-parallel + stream-K hybrid (cluster 1)
 CONSUMER_FLAG_WORDS = 32  # stream-K flags (one a consumer of each block) are rounded up to this many words
@@ -169,18 +169,28 @@ def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch
     )
 
 
-# The sweeps' bests on the H200 (docs/findings.md): 128 x 256 tiles with 3 stages in groups of 8 tile
-# rows, alone and in clusters of two (on par), 128 x 128 with 5-6 stages where N is 3584-4608, and the
-# tall tile. No stream-K seed: sk=1 twins of these seeds lost to them in every sweep (4096^3, 8192^3
-# and four prefill shapes, docs/findings.md), so they would only take trials from the sweeps.
+# The sweeps' bests on the H200 (docs/findings.md): 128 x 256 tiles with 3 stages, alone and in clusters
+# of two (on par), 128 x 128 with 5-6 stages where N is 3584-4608, and the tall tile. `group`: 32 tile
+# rows at a time (a whole column of tiles at M = 4096) ran 128 x 256 tiles 0-4% faster than groups of 16
+# on the M = 4096 prefill set and 1-8% faster than groups of 8; 128 x 128 tiles ran best in groups of 16
+# (experiments/ws_tile_order.py). A problem with fewer tile rows gets the widest group it has. No
+# stream-K seed: sk=1 twins of these seeds lost to them in every sweep (4096^3, 8192^3 and four prefill
+# shapes, docs/findings.md), so they would only take trials from the sweeps.
 _SEEDS = (
-    dict(bm=128, bn=256, stages=3, group=8, cluster=1, sk=0),
-    dict(bm=128, bn=256, stages=3, group=8, cluster=2, sk=0),
+    dict(bm=128, bn=256, stages=3, group=32, cluster=1, sk=0),
+    dict(bm=128, bn=256, stages=3, group=16, cluster=2, sk=0),
     dict(bm=128, bn=128, stages=6, group=16, cluster=1, sk=0),
-    dict(bm=128, bn=128, stages=5, group=8, cluster=1, sk=0),
-    dict(bm=256, bn=128, stages=3, group=8, cluster=1, sk=0),
+    dict(bm=128, bn=128, stages=5, group=16, cluster=1, sk=0),
+    dict(bm=256, bn=128, stages=3, group=16, cluster=1, sk=0),
 )
 
 
+def _fitted_group(problem: Problem, config: Mapping[str, int]) -> int:
+    """`config`'s group, or the widest of `_GROUPS` below it where the problem has fewer tile rows (units)."""
+    rows = units_m(problem, config)
+    return max(g for g in _GROUPS if g <= config["group"] and gemm_shared.swizzle_reason(g, rows) is None)
+
+
 def seed_configs(problem: Problem) -> list[Config]:
-    return [dict(seed) for seed in _SEEDS if space(problem).check(seed) is None]
+    seeds = [{**seed, "group": _fitted_group(problem, seed)} for seed in _SEEDS]
+    return [seed for seed in seeds if space(problem).check(seed) is None]
