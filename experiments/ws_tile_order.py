@@ -41,13 +41,15 @@ PROBLEMS = [(4096, n, k, "float16", True) for n, k in PREFILL] + [
     (4096, 37888, 3584, "bfloat16", True),
 ]
 PROFILED = (4096, 28672, 4096, "float16", True)
+# --squares: 8192^3 (64 tile rows of 128) in both dtypes and layouts, for groups of 64 (a whole column).
+SQUARES = [(8192, 8192, 8192, d, t) for d in ("float16", "bfloat16") for t in (True, False)]
 
 
-def configs() -> dict[str, dict[str, int]]:
-    """128 x 256 tiles (3 stages, the most that fit beside C's staging) in groups of 8 (the seeds'), 16
-    and 32 tile rows, alone and in clusters of two; 128 x 128 with 6 stages in groups of 16 and 32."""
+def configs(groups: tuple[int, ...] = (8, 16, 32)) -> dict[str, dict[str, int]]:
+    """128 x 256 tiles (3 stages, the most that fit beside C's staging) in groups of `groups` tile rows,
+    alone and in clusters of two; 128 x 128 with 6 stages in groups of 16 and 32."""
     out = {}
-    for group in (8, 16, 32):
+    for group in groups:
         for cluster in (1, 2):
             out[f"128x256_s3_g{group}_c{cluster}"] = dict(bm=128, bn=256, stages=3, group=group, cluster=cluster, sk=0)
     for group in (16, 32):
@@ -79,12 +81,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("ws_tile_order.jsonl"))
     parser.add_argument("--profile", nargs="*", help="config names to run for Nsight Compute")
+    parser.add_argument("--squares", action="store_true", help="8192^3, groups of 16, 32 and 64")
     args = parser.parse_args()
     if args.profile is not None:
         profile(args.profile)
         return 0
-    problems = [Problem("gemm", d, m, n, k, trans=t) for m, n, k, d, t in PROBLEMS]
-    measure(problems, configs(), args.out, rounds=6)
+    shapes = SQUARES if args.squares else PROBLEMS
+    problems = [Problem("gemm", d, m, n, k, trans=t) for m, n, k, d, t in shapes]
+    measure(problems, configs((16, 32, 64) if args.squares else (8, 16, 32)), args.out, rounds=6)
     return 0
 
 
