@@ -26,6 +26,7 @@ from autotune.core.fingerprint import GpuInfo
 from autotune.core.problem import Problem
 from autotune.ops import gemv
 from autotune.runtime import shipset
+from autotune.select.choose import Selector
 from autotune.store import Store, open_store
 from tests.fakes import ok, record
 
@@ -102,6 +103,17 @@ def test_a_kernel_edit_makes_the_shipped_kernels_stale(tmp_path: Path, monkeypat
     finally:
         fingerprint.file_hash.cache_clear()
     assert stale and all("gemv" in line for line in stale)
+
+
+def test_the_uses_are_what_the_store_itself_selects(records: Store, uses: list[shipset.Use]) -> None:
+    """shipset.uses asks a selection table of the store's snapshot (one read): every 10th of its
+    aligned uses of a records GPU is what a selector over the store itself chooses."""
+    selector = Selector(records)
+    named = [use for use in uses if use.gpu and not use.unaligned]
+    assert len(named) > 900
+    for use in named[::10]:
+        choice = selector.choose(use.problem, use.gpu, vendor=False)
+        assert (choice.config, choice.source) == (use.config, use.source), use.problem
 
 
 def test_every_config_the_shipped_records_can_select_ships(uses: list[shipset.Use]) -> None:
