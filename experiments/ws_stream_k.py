@@ -47,14 +47,17 @@ PROBLEMS = [
 ]
 
 
-def configs(quick: bool) -> dict[str, dict[str, int]]:
+def configs(quick: bool, group: int | None = None) -> dict[str, dict[str, int]]:
+    """Each tile of TILES with and without stream-K, and 128 x 256 in clusters of two; `group`: every
+    config's tile order, where given (TILES's otherwise)."""
     out = {}
+    order = {} if group is None else {"group": group}
     for name, tile in TILES.items():
         if quick and name != "128x256":
             continue
         for sk in (0, 1):
-            out[f"{name}_sk{sk}"] = {**tile, "cluster": 1, "sk": sk}
-    out["128x256_c2"] = {**TILES["128x256"], "cluster": 2, "sk": 0}
+            out[f"{name}_sk{sk}"] = {**tile, **order, "cluster": 1, "sk": sk}
+    out["128x256_c2"] = {**TILES["128x256"], **order, "cluster": 2, "sk": 0}
     return out
 
 
@@ -116,9 +119,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("ws_stream_k.jsonl"))
     parser.add_argument("--quick", action="store_true", help="128 x 256 tiles only")
+    parser.add_argument("--group", type=int, help="every config's tile order (default: TILES's)")
+    parser.add_argument("--shapes", type=int, help="the first N problems of PROBLEMS only")
     args = parser.parse_args()
-    problems = [Problem("gemm", d, m, n, k, trans=t) for m, n, k, d, t in PROBLEMS]
-    measure(problems, configs(args.quick), args.out)
+    problems = [Problem("gemm", d, m, n, k, trans=t) for m, n, k, d, t in PROBLEMS[: args.shapes]]
+    measure(problems, configs(args.quick, args.group), args.out)
     return 0
 
 
