@@ -947,6 +947,52 @@ def gemm_ws() -> dict[str, str]:
     }
 
 
+WS_ORDER = ROOT / "experiments" / "ws_tile_order_nvidia-h200.jsonl"  # experiments/ws_tile_order.py
+
+
+def ws_tile_order() -> dict[str, str]:
+    """The ws family's tile orders beside torch.mm (findings.md, GEMM): the call with groups of 1-16, the
+    prefill set's with groups of 8-32 and 8192^3's with 16-64, each row told apart by a config of its call."""
+    rows = [json.loads(line) for line in WS_ORDER.read_text().splitlines()]
+
+    def ratio(problem: str, config: str, call: str) -> float:
+        """`problem` is a row's whole name, or its name before " (B stored N x K)"."""
+        named = [r for r in rows if call in r["vs_torch"] and problem in (r["problem"], r["problem"].split(" (")[0])]
+        found = [r["vs_torch"][config] for r in named if r["problem"] == problem or len(named) == 1]
+        assert len(found) == 1, (problem, config, call, len(found))
+        return float(found[0])
+
+    def at(problem: str, config: str, call: str) -> str:
+        return f"{ratio(problem, config, call):.3f}"
+
+    def span(problems: list[str], config: str, call: str) -> str:
+        values = [ratio(p, config, call) for p in problems]
+        return f"{min(values):.3f}\u2013{max(values):.3f}"
+
+    first, prefill, squares = "128x256_s3_g1_c1", "128x128_s6_g16_c1", "128x256_s3_g64_c1"
+    wide, widest = "hgemm 4096x28672x4096", "hgemm 4096x37888x3584"
+    half = [f"hgemm 4096x{n}x{k}" for n, k in ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))]
+    half += [f"hgemm 4096x{n}x{k}" for n, k in ((4608, 3584), (3584, 3584), (37888, 3584), (3584, 18944))]
+    cubes = ["hgemm 8192x8192x8192", "bgemm 8192x8192x8192"]
+    cubes = [r["problem"] for r in rows if any(r["problem"].startswith(c) for c in cubes)]
+    figures = {
+        f"{name}_g{g}": f"{ratio(problem, f'128x256_s3_g{g}_c1', first):.2f}"
+        for name, problem in (("wide", wide), ("widest", widest))
+        for g in (1, 4, 8, 16)
+    }
+    for name, problem in (("f6144", "hgemm 4096x6144x4096"), ("f28672", wide), ("f37888", widest)):
+        figures |= {f"{name}_32": at(problem, "128x256_s3_g32_c1", prefill)}
+        figures |= {f"{name}_8": at(problem, "128x256_s3_g8_c1", prefill)}
+    for name, problem in (("f18944", "hgemm 4096x3584x18944"), ("b28672", "bgemm 4096x28672x4096")):
+        figures |= {f"{name}_32": at(problem, "128x256_s3_g32_c1", prefill)}
+        figures |= {f"{name}_8": at(problem, "128x256_s3_g8_c1", prefill)}
+    figures |= {"b37888_32": at("bgemm 4096x37888x3584", "128x256_s3_g32_c1", prefill)}
+    figures |= {"b37888_8": at("bgemm 4096x37888x3584", "128x256_s3_g8_c1", prefill)}
+    figures |= {"all_32": span(half, "128x256_s3_g32_c1", prefill), "all_8": span(half, "128x256_s3_g8_c1", prefill)}
+    figures |= {f"cube_{g}": span(cubes, f"128x256_s3_g{g}_c1", squares) for g in (16, 32, 64)}
+    return figures
+
+
 INT4_AB = ROOT / "experiments" / "int4_ab_nvidia-h200.jsonl"  # experiments/int4_ab.py's A/B rounds
 
 
@@ -1330,6 +1376,22 @@ FIGURES = [
         r"unpacks its kernel from\s+xz, took (?P<first>[\d.]+-[\d.]+) ms",
         first_call,
         "results/first_call_nvidia-h200.json",
+    ),
+    Figure(
+        DOCS / "findings.md",
+        r"groups of 1, 4, 8 and 16: (?P<wide_g1>[\d.]+)\u00d7, (?P<wide_g4>[\d.]+)\u00d7, (?P<wide_g8>[\d.]+)\u00d7,"
+        r" (?P<wide_g16>[\d.]+)\u00d7 `torch\.mm` at 4096\u00d728672\u00d74096\s+and (?P<widest_g1>[\d.]+)\u00d7,"
+        r" (?P<widest_g4>[\d.]+)\u00d7, (?P<widest_g8>[\d.]+)\u00d7, (?P<widest_g16>[\d.]+)\u00d7"
+        r" at 4096\u00d737888\u00d73584.*?groups of 32 ran (?P<all_32>[\d.\u2013]+)\u00d7 `torch\.mm`"
+        r"\s+against (?P<all_8>[\d.\u2013]+)\u00d7 in groups of 8 \(float16: 6144 columns (?P<f6144_32>[\d.]+)"
+        r" against (?P<f6144_8>[\d.]+), 28672 (?P<f28672_32>[\d.]+)"
+        r" against\s+(?P<f28672_8>[\d.]+), 37888 (?P<f37888_32>[\d.]+) against (?P<f37888_8>[\d.]+),"
+        r" 4096\u00d73584\u00d718944 (?P<f18944_32>[\d.]+) against (?P<f18944_8>[\d.]+);\s+bfloat16 28672"
+        r" (?P<b28672_32>[\d.]+) against\s+(?P<b28672_8>[\d.]+), 37888 (?P<b37888_32>[\d.]+) against"
+        r" (?P<b37888_8>[\d.]+)\).*?groups of 32 ran (?P<cube_32>[\d.\u2013]+)\u00d7 `torch\.mm`, groups of 16"
+        r"\s+(?P<cube_16>[\d.\u2013]+)\u00d7 and whole columns \(64\) (?P<cube_64>[\d.\u2013]+)\u00d7",
+        ws_tile_order,
+        "experiments/ws_tile_order_nvidia-h200.jsonl",
     ),
     Figure(
         DOCS / "design.md",
