@@ -172,7 +172,7 @@ def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch
 # The sweeps' bests on the H200 (docs/findings.md): 128 x 256 tiles with 3 stages, alone and in clusters
 # of two (on par), 128 x 128 with 5-6 stages where N is 3584-4608, and the tall tile. `group`: 32 tile
 # rows at a time (a whole column of tiles at M = 4096) ran 128 x 256 tiles 0-4% faster than groups of 16
-# on the M = 4096 prefill set and 1-8% faster than groups of 8; 128 x 128 tiles ran best in groups of 16
+# on the M = 4096 prefill set and 3-12% faster than groups of 8; 128 x 128 tiles ran best in groups of 16
 # (experiments/ws_tile_order.py). A problem with fewer tile rows gets the widest group it has. No
 # stream-K seed: sk=1 twins of these seeds lost to them in every sweep (4096^3, 8192^3 and four prefill
 # shapes, docs/findings.md), so they would only take trials from the sweeps.
