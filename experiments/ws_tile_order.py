@@ -4,7 +4,7 @@ clusters of two on the M = 4096 prefill set, beside torch.mm, through the launch
 (experiments/ws_stream_k.py's `measure`: checked against float64, timed in turns). With --profile, the
 named configs and torch.mm run a few times each for Nsight Compute instead. Run on an H200 with torch:
 
-    python experiments/ws_tile_order.py [--out FILE]
+    python experiments/ws_tile_order.py [--out FILE] [--squares] [--groups 1 4 8 16] [--shapes 2 6 1]
     ncu --set full -k regex:"gemm|nvjet" python experiments/ws_tile_order.py --profile 128x256_s3_g8_c1
 """
 
@@ -65,7 +65,7 @@ def profile(names: list[str]) -> None:
     A = torch.empty(m, k, device="cuda", dtype=dtype).uniform_(-1, 1)
     B = torch.empty(n, k, device="cuda", dtype=dtype).uniform_(-1, 1).t()
     C = torch.empty(m, n, device="cuda", dtype=dtype)
-    chosen = configs()
+    chosen = configs((1, 4, 8, 16, 32, 64))
     for name in names:
         config = chosen[name]
         runtime = Runtime(lambda p, device, db, config=config: Choice(p, device.gpu.name, config, "measured"))
@@ -82,13 +82,17 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("ws_tile_order.jsonl"))
     parser.add_argument("--profile", nargs="*", help="config names to run for Nsight Compute")
     parser.add_argument("--squares", action="store_true", help="8192^3, groups of 16, 32 and 64")
+    parser.add_argument("--groups", type=int, nargs="+", help="the 128 x 256 tiles' groups (default 8 16 32)")
+    parser.add_argument("--shapes", type=int, nargs="+", help="only these problems (indices into the set)")
     args = parser.parse_args()
     if args.profile is not None:
         profile(args.profile)
         return 0
     shapes = SQUARES if args.squares else PROBLEMS
+    shapes = [shapes[i] for i in args.shapes] if args.shapes else shapes
     problems = [Problem("gemm", d, m, n, k, trans=t) for m, n, k, d, t in shapes]
-    measure(problems, configs((16, 32, 64) if args.squares else (8, 16, 32)), args.out, rounds=6)
+    groups = tuple(args.groups) if args.groups else (16, 32, 64) if args.squares else (8, 16, 32)
+    measure(problems, configs(groups), args.out, rounds=6)
     return 0
 
 
