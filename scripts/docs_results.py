@@ -962,33 +962,45 @@ def ws_tile_order() -> dict[str, str]:
         assert len(found) == 1, (problem, config, call, len(found))
         return float(found[0])
 
-    def at(problem: str, config: str, call: str) -> str:
-        return f"{ratio(problem, config, call):.3f}"
-
     def span(problems: list[str], config: str, call: str) -> str:
         values = [ratio(p, config, call) for p in problems]
         return f"{min(values):.3f}\u2013{max(values):.3f}"
 
     first, prefill, squares = "128x256_s3_g1_c1", "128x128_s6_g16_c1", "128x256_s3_g64_c1"
     wide, widest = "hgemm 4096x28672x4096", "hgemm 4096x37888x3584"
-    half = [f"hgemm 4096x{n}x{k}" for n, k in ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))]
-    half += [f"hgemm 4096x{n}x{k}" for n, k in ((4608, 3584), (3584, 3584), (37888, 3584), (3584, 18944))]
-    cubes = ["hgemm 8192x8192x8192", "bgemm 8192x8192x8192"]
-    cubes = [r["problem"] for r in rows if any(r["problem"].startswith(c) for c in cubes)]
+    pairs = (
+        (6144, 4096),
+        (4096, 4096),
+        (28672, 4096),
+        (4096, 14336),
+        (4608, 3584),
+        (3584, 3584),
+        (37888, 3584),
+        (3584, 18944),
+    )
+    float16_set = [f"hgemm 4096x{n}x{k}" for n, k in pairs]
+    cubes = [
+        r["problem"] for r in rows if r["problem"].split(" (")[0] in ("hgemm 8192x8192x8192", "bgemm 8192x8192x8192")
+    ]
     figures = {
         f"{name}_g{g}": f"{ratio(problem, f'128x256_s3_g{g}_c1', first):.2f}"
         for name, problem in (("wide", wide), ("widest", widest))
         for g in (1, 4, 8, 16)
     }
-    for name, problem in (("f6144", "hgemm 4096x6144x4096"), ("f28672", wide), ("f37888", widest)):
-        figures |= {f"{name}_32": at(problem, "128x256_s3_g32_c1", prefill)}
-        figures |= {f"{name}_8": at(problem, "128x256_s3_g8_c1", prefill)}
-    for name, problem in (("f18944", "hgemm 4096x3584x18944"), ("b28672", "bgemm 4096x28672x4096")):
-        figures |= {f"{name}_32": at(problem, "128x256_s3_g32_c1", prefill)}
-        figures |= {f"{name}_8": at(problem, "128x256_s3_g8_c1", prefill)}
-    figures |= {"b37888_32": at("bgemm 4096x37888x3584", "128x256_s3_g32_c1", prefill)}
-    figures |= {"b37888_8": at("bgemm 4096x37888x3584", "128x256_s3_g8_c1", prefill)}
-    figures |= {"all_32": span(half, "128x256_s3_g32_c1", prefill), "all_8": span(half, "128x256_s3_g8_c1", prefill)}
+    named = (
+        ("f6144", "hgemm 4096x6144x4096"),
+        ("f28672", wide),
+        ("f37888", widest),
+        ("f18944", "hgemm 4096x3584x18944"),
+        ("b28672", "bgemm 4096x28672x4096"),
+        ("b37888", "bgemm 4096x37888x3584"),
+    )
+    figures |= {
+        f"{name}_{g}": f"{ratio(problem, f'128x256_s3_g{g}_c1', prefill):.3f}"
+        for name, problem in named
+        for g in (32, 8)
+    }
+    figures |= {f"all_{g}": span(float16_set, f"128x256_s3_g{g}_c1", prefill) for g in (32, 8)}
     figures |= {f"cube_{g}": span(cubes, f"128x256_s3_g{g}_c1", squares) for g in (16, 32, 64)}
     return figures
 
