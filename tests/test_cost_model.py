@@ -12,7 +12,9 @@ import pytest
 from autotune import cli, ops
 from autotune.core.fingerprint import GpuInfo
 from autotune.core.problem import ITEMSIZE, Problem
+from autotune.core.space import config_key
 from autotune.ops import gemv
+from autotune.ops.gemm import skinny
 from autotune.select.choose import DEFAULT, ESTIMATE, Choice, Selector, choose
 from autotune.select.cost import LATENCY_SHARE, CostModel, fit_roofline
 from autotune.store import Store
@@ -419,3 +421,53 @@ def _library_prediction(
     """A library's own pick predicted from its times on tuned shapes (cuBLASLt's, as the selector asks)."""
     prediction = model.predict_config_free(problem, timed, {"cublas_algo": 0}, "its own pick", "cuBLASLt")
     return None if prediction is None else (prediction.config, prediction.time_us)
+
+
+# --- the CUDA-core skinny GEMM's tiles of M (float32 K x N) ------------------------------------------------
+
+# 4x4096x4096's and 8x4096x4096's leaders on the H200: mt rows of A per thread, one tile of M each.
+SKINNY_MT4 = {"nt": 32, "kw": 16, "vec": 2, "mt": 4, "unroll": 4, "a_chunk": 2, "policy": 1, "cluster": 1, "split": 4}
+SKINNY_MT8 = {**SKINNY_MT4, "kw": 8, "mt": 8, "unroll": 8}
+
+
+def gemm32(m: int, n: int, k: int) -> Problem:
+    return ops.make_problem("gemm", "float32", m, n, k)
+
+
+def test_a_tile_of_m_below_m_reads_b_again_and_is_predicted_slower() -> None:
+    """On 5x4096x4096 mt=4 takes two tiles of M, each reading all of B (the H200 ran 4x4096x4096's
+    leader at 31.4 us there and an mt=8 config at 23.4): the second read counts, at REREAD_COST."""
+    four, eight, five = gemm32(4, 4096, 4096), gemm32(8, 4096, 4096), gemm32(5, 4096, 4096)
+    op = ops.for_problem(five)
+    assert op.bytes_streamed(four, SKINNY_MT4) == op.bytes_moved(four)
+    b_bytes = 4096 * 4096 * 4
+    reread = skinny.REREAD_COST * b_bytes
+    assert op.bytes_streamed(five, SKINNY_MT4) == pytest.approx(op.bytes_moved(five) + reread, abs=1)
+    assert op.bytes_streamed(five, SKINNY_MT8) == op.bytes_moved(five)
+    model = CostModel({four: [Trial(SKINNY_MT4, 23.0)], eight: [Trial(SKINNY_MT8, 24.0)]}, SMS)
+    assert [op.space(five).check(c) for c in (SKINNY_MT4, SKINNY_MT8)] == [None, None]
+    as_is, one_tile = model.predict(five, SKINNY_MT4), model.predict(five, {**SKINNY_MT4, "mt": 8})
+    assert as_is is not None and one_tile is not None and as_is.time_us > one_tile.time_us
+    assert model.rank(five)[0].config["mt"] == 8
+
+
+def test_a_leader_is_evidence_for_itself_tiling_a_taller_m_as_it_tiled_its_own() -> None:
+    """8x4096x4096's leader took M in one tile of mt=8; on M = 12 the same tiling is mt=16, and its time
+    there speaks for that config (as it is, mt=8 would take two tiles). A config stored as it is keeps
+    its own time."""
+    eight, twelve = gemm32(8, 4096, 4096), gemm32(12, 4096, 4096)
+    op = ops.for_problem(twelve)
+    carried = {**SKINNY_MT8, "mt": 16}
+    assert op.tiling_for(eight, twelve, SKINNY_MT8) == carried
+    assert op.tiling_for(eight, gemm32(8, 8192, 8192), SKINNY_MT8) == SKINNY_MT8
+    # N x K keeps its mt: a thread there holds mt rows of A and their sums a step (the H200 ran float32
+    # 12x4099x1021 at 35.9 us with mt=16 against 16.8 with two tiles of mt=8).
+    nk = {**SKINNY_MT8, "vec": 1, "a_chunk": 0}
+    nk_eight, nk_twelve = (ops.make_problem("gemm", "float32", m, 4099, 1021, trans=True) for m in (8, 12))
+    assert op.tiling_for(nk_eight, nk_twelve, nk) == nk
+    assert op.space(twelve).check(carried) is None
+    model = CostModel({eight: [Trial(SKINNY_MT8, 24.0)], gemm32(16, 4096, 4096): [Trial(carried, 30.0)]}, SMS)
+    prediction = model.predict(twelve, carried)
+    assert prediction is not None and set(prediction.timed_on) == {(8, 4096, 4096), (16, 4096, 4096)}
+    assert model.rank(twelve)[0].config == carried
+    assert model._stored_as(twelve)[config_key(carried)][gemm32(16, 4096, 4096)] == 30.0

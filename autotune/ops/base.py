@@ -231,6 +231,18 @@ class Op(ABC):
     def bytes_moved(self, problem: Problem) -> int:
         """The fewest bytes a kernel must move (reads and writes once each)."""
 
+    def tiling_for(self, tuned: Problem, problem: Problem, config: Mapping[str, int]) -> Config:
+        """`config`, tuned on `tuned`, with the parameters that size a tile to the shape set so that it
+        tiles `problem` as it tiled `tuned` (the skinny GEMM's rows of A per thread: as many tiles of
+        M). The cost model takes a stored time as evidence for the config so carried over."""
+        return dict(config)
+
+    def bytes_streamed(self, problem: Problem, config: Mapping[str, int]) -> int:
+        """The bytes `config`'s kernel streams through the memory system: bytes_moved, unless its
+        blocks read an operand more than once (the skinny GEMM reads B once per tile of M rows). The
+        cost model scales a config's roofline by it (autotune/select/cost.py)."""
+        return self.bytes_moved(problem)
+
     @abstractmethod
     def flops(self, problem: Problem) -> int: ...
 

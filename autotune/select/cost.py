@@ -51,6 +51,7 @@ from autotune.core.limits import MAX_SM_COUNT
 from autotune.core.problem import Problem
 from autotune.core.space import Config, Space, config_key
 from autotune.core.timing_bounds import is_plausible_time_us
+from autotune.ops.base import Op
 from autotune.select import grid
 
 # Width of the distance weighting in octaves (shape_distance): a tuned shape one octave further away
@@ -100,9 +101,12 @@ class Roofline:
     scale: float  # how far above the ceilings the best trials typically run
     sm_count: int | None
 
-    def work_us(self, problem: Problem) -> float:
+    def work_us(self, problem: Problem, config: Mapping[str, int] | None = None) -> float:
+        """The work at the ceilings; with a `config`, the bytes it streams (Op.bytes_streamed: an
+        operand read once per tile counts as often)."""
         op = ops.for_problem(problem)
-        work = op.bytes_moved(problem) / self.bytes_per_us
+        moved = op.bytes_moved(problem) if config is None else _streamed(op, problem, config)
+        work = moved / self.bytes_per_us
         if self.flops_per_us:
             work = max(work, op.flops(problem) / self.flops_per_us)
         return self.scale * work
@@ -118,8 +122,8 @@ class Roofline:
             return 1.0  # a config of another space: no say
         return min(1.0, grid[0] * grid[1] * grid[2] / (self.sm_count * FULL_GRID))
 
-    def time_us(self, problem: Problem, fill: float = 1.0) -> float:
-        return self.latency_us + self.work_us(problem) / fill
+    def time_us(self, problem: Problem, fill: float = 1.0, config: Mapping[str, int] | None = None) -> float:
+        return self.latency_us + self.work_us(problem, config) / fill
 
     def waves(self, problem: Problem, config: Mapping[str, int]) -> int | None:
         return None if self.sm_count is None else grid.waves(problem, config, self.sm_count)
@@ -262,10 +266,12 @@ class CostModel:
         found: dict[str, Candidate] = {}
         for shape in self.nearest(problem)[: self.neighbours]:
             for rank, (config, _) in enumerate(shape.trials, 1):
-                fitted = space.fit(config)
-                if fitted is not None:
-                    origin = f"#{rank} of {_text(shape.problem.shape)}" + _fitted(config, fitted)
-                    found.setdefault(config_key(fitted), Candidate(fitted, origin, shape.problem.shape))
+                # As it is where it runs here, and tiling this shape as it tiled that one.
+                for carried in (config, op.tiling_for(shape.problem, problem, config)):
+                    fitted = space.fit(carried)
+                    if fitted is not None:
+                        origin = f"#{rank} of {_text(shape.problem.shape)}" + _fitted(config, fitted)
+                        found.setdefault(config_key(fitted), Candidate(fitted, origin, shape.problem.shape))
         for config in op.seed_configs(problem):
             found.setdefault(config_key(config), Candidate(config, "seed"))
         default = op.default_config(problem)
@@ -298,8 +304,8 @@ class CostModel:
         times = times or mute  # nothing else to go by: slower than each one's slowest, as any absence
         # The stored configs fill the GPU where they were timed (a tuned leader does); where this one
         # would not fill it on this shape, it can use only its share of the SMs.
-        roof = self.roofline.time_us(problem, self.roofline.fill(problem, config))
-        correction = self._correction(self.roofline, problem, times) if times else 1.0
+        roof = self.roofline.time_us(problem, self.roofline.fill(problem, config), config)
+        correction = self._correction(self.roofline, problem, times, config) if times else 1.0
         if not shapes:
             basis = "nothing of this kernel family tuned: ranked by how much of the GPU its grid fills"
             return Prediction(config, roof, candidate, roof, 1.0, (), basis, rated=False)
@@ -394,15 +400,22 @@ class CostModel:
         basis = f"{who}: roofline {roof:.2f} us ({self.roofline.text()}) x {correction:.2f} {evidence}"
         return Prediction(dict(config), roof * correction, candidate, roof, correction, (), basis)
 
-    def _correction(self, roofline: Roofline, problem: Problem, times: Sequence[tuple[Problem, float]]) -> float:
+    def _correction(
+        self,
+        roofline: Roofline,
+        problem: Problem,
+        times: Sequence[tuple[Problem, float]],
+        config: Mapping[str, int] | None = None,
+    ) -> float:
         """How far above the roofline `problem` should run: the geometric mean of time / roofline over
         tuned shapes' times, weighted by a Gaussian of their distance (SIGMA) relative to the nearest,
-        so that far shapes do not all underflow to zero. Our configs' and cuBLASLt's alike."""
+        so that far shapes do not all underflow to zero. Our configs' (each shape's roofline counting
+        the bytes `config` streams there) and cuBLASLt's alike."""
         closest = min(shape_distance(shape.shape, problem.shape) for shape, _ in times)
         weighted, total = 0.0, 0.0
         for shape, time_us in times:
             weight = math.exp(-(shape_distance(shape.shape, problem.shape) ** 2 - closest**2) / (2 * self.sigma**2))
-            weighted += weight * math.log(time_us / roofline.time_us(shape))
+            weighted += weight * math.log(time_us / roofline.time_us(shape, config=config))
             total += weight
         return math.exp(weighted / total)
 
@@ -435,17 +448,29 @@ class CostModel:
         return sorted(found, key=lambda p: (p.time_us, order[id(p)]))
 
     def _stored_as(self, problem: Problem) -> dict[str, dict[Problem, float]]:
-        """The stored trials whose config runs on this problem as it is: config key -> tuned shape ->
-        its stored time there."""
+        """The stored trials whose config runs on this problem as it is, or tiled as it tiled its shape
+        (Op.tiling_for): config key -> tuned shape -> its stored time there. A config stored as it is
+        keeps its own time."""
         if problem not in self._runs_here:
             space = self._space(problem)
+            op = ops.for_problem(problem)
             found: dict[str, dict[Problem, float]] = {}
-            for shape in self.shapes:
-                for config, time_us in reversed(shape.trials):  # fastest last, so it stays
-                    if space.check(config) is None:
-                        found.setdefault(config_key(config), {})[shape.problem] = time_us
+            for carry in (True, False):  # the configs as they are last, so that their own times stay
+                for shape in self.shapes:
+                    for config, time_us in reversed(shape.trials):  # fastest last, so it stays
+                        here = op.tiling_for(shape.problem, problem, config) if carry else config
+                        if (not carry or here != config) and space.check(here) is None:
+                            found.setdefault(config_key(here), {})[shape.problem] = time_us
             self._runs_here[problem] = found
         return self._runs_here[problem]
+
+
+def _streamed(op: Op, problem: Problem, config: Mapping[str, int]) -> int:
+    """The bytes `config` streams on `problem`; the fewest bytes where it is not of the problem's space."""
+    try:
+        return op.bytes_streamed(problem, config)
+    except (KeyError, ValueError, ZeroDivisionError):
+        return op.bytes_moved(problem)
 
 
 def _nearest(stored: Mapping[Problem, float], problem: Problem) -> Problem | None:

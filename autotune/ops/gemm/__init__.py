@@ -200,6 +200,17 @@ class Gemm(Op):
         m, n, k = problem.m, problem.n, problem.k
         return (m * k + k * n + m * n) * ITEMSIZE[problem.dtype]
 
+    def tiling_for(self, tuned: Problem, problem: Problem, config: Mapping[str, int]) -> Config:
+        family = self._family(problem)
+        if family is not self._family(tuned) or not hasattr(family, "tiling_for"):
+            return dict(config)
+        result: Config = family.tiling_for(tuned, problem, config)
+        return result
+
+    def bytes_streamed(self, problem: Problem, config: Mapping[str, int]) -> int:
+        streamed = getattr(self._family(problem), "bytes_streamed", None)
+        return int(streamed(problem, config)) if streamed else self.bytes_moved(problem)
+
     def flops(self, problem: Problem) -> int:
         return 2 * problem.m * problem.n * problem.k
 

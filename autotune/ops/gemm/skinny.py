@@ -42,6 +42,12 @@ _A_CHUNKS = (0, 2, 8)
 # Load paths for B (see load_stream in kernels/common/common.cuh): on the H200 the GEMV tuning never picked 0
 # (read-only cache).
 _POLICIES = (1, 2)
+# What a second read of B costs against the first (bytes_streamed): the tiles of M of one column
+# tile are neighbours in the grid, so the second read comes from L2 while the first streams from
+# DRAM. Chosen by leave one shape out on the H200 float32 records (scripts/eval_cost_model.py):
+# median |log(predicted/measured)| 0.057 / 0.048 / 0.036 / 0.044 / 0.076 / 0.210 at 0 / 0.05 / 0.1 /
+# 0.15 / 0.25 / 1 (K x N), 0.030 / 0.029 at 0 / 0.1 (N x K).
+REREAD_COST = 0.1
 _SPLITS = tuple(2**i for i in range(10))  # 1 .. 512: the transposed GEMV with N = 256 needs hundreds
 
 
@@ -350,6 +356,30 @@ def tiles(problem: Problem, config: Mapping[str, int]) -> tuple[int, int]:
     nt*vec columns of C for K x N, nt*unroll (rows of W) for N x K."""
     per = config["unroll"] if gemm_shared.b_is_n_by_k(problem) else config["vec"]
     return math.ceil(problem.m / config["mt"]), math.ceil(problem.n / (config["nt"] * per))
+
+
+def tiling_for(tuned: Problem, problem: Problem, config: Mapping[str, int]) -> Config:
+    """K x N: `config` with mt covering `problem`'s M in as many tiles as it covered `tuned`'s (the
+    leaders of 4x4096x4096, mt=4, run on M = 5 as mt=8, not as two tiles that each read all of B).
+    Leave one shape out over the H200's float32 K x N records: 2 -> 7 of 19 picks among the 3 fastest
+    stored. N x K as it is: each thread then holds twice the sums and A rows a step, and the H200 ran
+    float32 12x4099x1021 at 35.9 us with mt=16 against 16.8 us with two tiles of mt=8."""
+    if "mt" not in config or gemm_shared.b_is_n_by_k(problem):
+        return dict(config)
+    m_tiles = math.ceil(tuned.m / config["mt"])
+    mt = gemm_shared.pow2_ceil(min(math.ceil(problem.m / m_tiles), MAX_M))
+    return {**config, "mt": mt}
+
+
+def bytes_streamed(problem: Problem, config: Mapping[str, int]) -> int:
+    """A and C once, B once per tile of M rows, each read after the first at REREAD_COST: with mt
+    below M (the space offers M rounded up and half of it) each tile's blocks read all of B. On the
+    H200 float32 5x4096x4096 (K x N) ran 31.4 us with 4x4096x4096's leader (mt=4: two tiles) and
+    23.4 us with an mt=8 config; counting B once, the cost model had them within 1%."""
+    m_tiles, _ = tiles(problem, config)
+    b_bytes = problem.n * problem.k * ITEMSIZE[problem.dtype]
+    rereads = (m_tiles - 1) * REREAD_COST
+    return round((problem.m * problem.k + problem.m * problem.n) * ITEMSIZE[problem.dtype] + (1 + rereads) * b_bytes)
 
 
 def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
