@@ -199,7 +199,8 @@ def test_a_config_its_threads_held_back_is_floored_by_their_path_on_a_shape_twic
     """SCALAR_SPLIT ran at 5x the roofline on 6x32769 (96 blocks of 64 threads: their steps, not the
     memory, set the time); on 5x65537 each thread walks about twice the row for 1.7x the bytes: at
     least its time there scaled by that path (the H200 ran bfloat16's at 6.83 and 10.66 us). A config
-    that ran near the roofline gets no floor, and the floor ranks nothing: predict() is unchanged."""
+    that ran near the roofline gets no floor, and the floor ranks nothing: predict() scales it by the
+    steps its threads take (Op.thread_steps: 33 there, 65 here, at 4 a step), not by this floor."""
     scalar_split = {**SPLIT, "vec": 1}
     near, far = gemv16(6, 32769), gemv16(5, 65537)
     model = CostModel(
@@ -214,7 +215,9 @@ def test_a_config_its_threads_held_back_is_floored_by_their_path_on_a_shape_twic
     assert floor is not None and floor == pytest.approx(latency + (5.0 * roofline_us(near) - latency) * growth)
     assert model.threads_bound_floor(far, B) is None
     prediction = model.predict(far, scalar_split)
-    assert prediction is not None and prediction.time_us < floor / 1.5
+    steps = gemv.OP.thread_steps(far, scalar_split, SMS), gemv.OP.thread_steps(near, scalar_split, SMS)
+    assert steps == (17, 9) and prediction is not None and "9 steps a thread, 17 here" in prediction.basis
+    assert prediction.time_us == pytest.approx(latency + (5.0 * roofline_us(near) - latency) * 17 / 9)
 
 
 def test_a_librarys_time_on_an_odd_shape_is_predicted_from_the_odd_shapes_alone() -> None:
@@ -471,3 +474,27 @@ def test_a_leader_is_evidence_for_itself_tiling_a_taller_m_as_it_tiled_its_own()
     assert prediction is not None and set(prediction.timed_on) == {(8, 4096, 4096), (16, 4096, 4096)}
     assert model.rank(twelve)[0].config == carried
     assert model._stored_as(twelve)[config_key(carried)][gemm32(16, 4096, 4096)] == 30.0
+
+
+def test_a_persistent_grid_that_takes_its_rows_in_two_passes_is_floored_by_its_steps() -> None:
+    """A grid capped at persist blocks an SM: 65536x3's leader (256 rows a block, 2 blocks an SM) takes
+    its rows in one pass there and two on 100003x3 for 1.5x the bytes (the H200 ran float16's at 2.33 us
+    there against 1.50 on its own shape). Its time there scaled by the steps is a floor; four blocks an
+    SM take the rows in one pass and get none."""
+    tall = {**gemv.DEFAULT_CONFIG, "block": 256, "lanes": 1, "unroll": 4, "persist": 2, "policy": 1}
+    wider = {**tall, "persist": 4}
+    near, far = gemv16(65536, 3), gemv16(100003, 3)
+    assert (gemv.OP.thread_steps(near, tall, SMS), gemv.OP.thread_steps(far, tall, SMS)) == (1, 2)
+    assert gemv.OP.thread_steps(far, wider, SMS) == 1
+    model = CostModel(stored((near, tall, 1.5), (near, wider, 1.6), (gemv16(16384, 3), tall, 1.5)), SMS)
+    two_passes, one_pass = model.predict(far, tall), model.predict(far, wider)
+    assert two_passes is not None and "in 1 steps a thread, 2 here" in two_passes.basis
+    latency = model.roofline.latency_us  # type: ignore[union-attr]
+    assert two_passes.time_us == pytest.approx(latency + (1.5 * roofline_us(near) - latency) * 2)
+    assert one_pass is not None and "steps" not in one_pass.basis
+    assert model.rank(far)[0].config == wider
+
+
+def test_steps_are_unknown_where_a_grid_may_take_more_than_one_wave() -> None:
+    """A GEMV grid of more blocks than SMs that is not persistent may hold 16 blocks an SM or 4."""
+    assert gemv.OP.thread_steps(gemv16(4096, 4096), A, SMS) is None

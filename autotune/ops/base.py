@@ -237,6 +237,12 @@ class Op(ABC):
         M). The cost model takes a stored time as evidence for the config so carried over."""
         return dict(config)
 
+    def thread_steps(self, problem: Problem, config: Mapping[str, int], sm_count: int) -> int | None:
+        """The steps each thread of `config`'s grid takes one after the other on `problem` (a step: one
+        unrolled load of its rows), where the op can count them; None where it cannot (its blocks' waves
+        unknown). The cost model scales a config's time by them where they grow faster than the bytes."""
+        return None
+
     def bytes_streamed(self, problem: Problem, config: Mapping[str, int]) -> int:
         """The bytes `config`'s kernel streams through the memory system: bytes_moved, unless its
         blocks read an operand more than once (the skinny GEMM reads B once per tile of M rows). The

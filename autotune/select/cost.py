@@ -313,9 +313,9 @@ class CostModel:
             timed_on, len(shapes)
         )
         time_us = roof * correction
-        floor = self._more_waves_floor(problem, config, stored)
-        if floor is not None and floor[0] > time_us:
-            time_us, basis = floor[0], floor[1] + "; else " + basis
+        for floor in (self._more_waves_floor(problem, config, stored), self._more_steps_floor(problem, config, stored)):
+            if floor is not None and floor[0] > time_us:
+                time_us, basis = floor[0], floor[1] + "; else " + basis
         return Prediction(config, time_us, candidate, roof, correction, tuple(timed_on), basis)
 
     def _more_waves_floor(
@@ -340,6 +340,30 @@ class CostModel:
         time_us, scaled_by = scaled
         where = f"{stored[there]:.2f} us on {_text(there.shape)} in {waves_there} wave(s), {waves_here} here"
         return time_us, where + scaled_by
+
+    def _more_steps_floor(
+        self, problem: Problem, config: Mapping[str, int], stored: Mapping[Problem, float]
+    ) -> tuple[float, str] | None:
+        """Where the op counts each thread's steps (Op.thread_steps) and they grow, faster than the bytes,
+        from the nearest tuned shape that holds the config: its time there, the part above the latency
+        scaled by that growth. A persistent grid that took its rows in one pass there may take two here
+        for half again the bytes. None where the rule does not speak."""
+        assert self.roofline is not None
+        there, sm_count = _nearest(stored, problem), self.roofline.sm_count
+        if there is None or sm_count is None or not 1 <= sm_count <= MAX_SM_COUNT:
+            return None
+        op = ops.for_problem(problem)
+        steps_here, steps_there = op.thread_steps(problem, config, sm_count), op.thread_steps(there, config, sm_count)
+        if not steps_here or not steps_there:
+            return None
+        growth = steps_here / steps_there
+        # Only more steps: where they stay and the bytes shrink, the roofline already speaks (a floor
+        # at the time there would rank the config below candidates never timed).
+        if steps_here <= steps_there or growth <= op.bytes_moved(problem) / op.bytes_moved(there) * PATH_MARGIN:
+            return None
+        latency = self.roofline.latency_us
+        where = f"{stored[there]:.2f} us on {_text(there.shape)} in {steps_there} steps a thread, {steps_here} here"
+        return latency + (stored[there] - latency) * growth, where
 
     def threads_bound_floor(self, problem: Problem, config: Mapping[str, int]) -> float | None:
         """Where the config ran at under 1/THREADS_BOUND of the roofline's speed on the nearest tuned
