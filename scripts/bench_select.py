@@ -27,6 +27,11 @@ them with the plan.
     python scripts/bench_select.py --out results [--gpus 4] [--trials 40]
     python scripts/bench_select.py --out results --resume results/select_state.json
     python scripts/bench_select.py --dry-run [--gpu "NVIDIA H200"]     # no GPU: the set and the picks
+    python scripts/bench_select.py --dry-run --changed-state state.json   # then, on the GPU:
+    python scripts/bench_select.py --out OUT --resume state.json          # the changed picks timed again
+
+A dry run answers as the GPU's machine does, cuBLASLt included (the library version its stored
+trials were timed with), and names the picks that changed since the last run's file in --out.
 
 Writes results/select_<gpu>.json (and .png where matplotlib is installed).
 """
@@ -750,6 +755,7 @@ def dry_run(args: argparse.Namespace, shapes: Sequence[Shape], say: Callable[[st
                 f"{json.dumps(choice.config)}"
             )
         api.store(db).close()
+    changed_since(args, gpu, shapes, picks, say)
     parts = split_over(shapes, max(1, args.gpus))
     longest = max(sum(estimate_s(s) for s in part) for part in parts)
     sequential = sum(estimate_s(s) for s in shapes)
@@ -770,6 +776,31 @@ def dry_run(args: argparse.Namespace, shapes: Sequence[Shape], say: Callable[[st
     return plan
 
 
+def changed_since(
+    args: argparse.Namespace, gpu: str, shapes: Sequence[Shape], picks: Sequence[Any], say: Callable[[str], None]
+) -> list[str]:
+    """The shapes whose pick differs from the last run's (select_<gpu>.json in --out, where there is
+    one): a change to the selection or the records since. With --changed-state, a state of the last
+    run's other rows, so that `--resume` on the GPU times only these again."""
+    path = args.out / f"select_{slugify(gpu)}.json"
+    if not path.is_file():
+        return []
+    report = json.loads(path.read_text())
+    rows = {row["id"]: row for row in report["rows"]}
+    changed = [
+        shape.id
+        for shape, choice in zip(shapes, picks, strict=True)
+        if shape.id not in rows or rows[shape.id]["config"] != dict(choice.config)
+    ]
+    say(f"picks changed since {path}: {' '.join(changed) if changed else 'none'}")
+    if args.changed_state is not None:
+        kept = {shape_id: row for shape_id, row in rows.items() if shape_id not in changed}
+        state = {**new_state(args), "gpu": report["gpu"], "trials": report["trials"], "patience": report["patience"]}
+        write_json(args.changed_state, {**state, "rows": kept})
+        say(f"wrote {args.changed_state}: {len(kept)} rows kept; on the GPU, --resume it to time the changed ones")
+    return changed
+
+
 # -- main -----------------------------------------------------------------------------------------------------
 
 
@@ -787,6 +818,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--reps", type=int, default=REPS, help="samples of each timed call")
     parser.add_argument("--dry-run", action="store_true", help="no GPU: the set, its check and the picks, printed")
     parser.add_argument("--gpu", default="NVIDIA H200", help="dry run: the GPU whose records answer")
+    parser.add_argument(
+        "--changed-state",
+        type=Path,
+        help="dry run: write the last run's rows whose picks still stand, as a state to --resume on the GPU",
+    )
     parser.add_argument("--no-plot", action="store_true")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

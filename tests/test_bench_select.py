@@ -453,3 +453,26 @@ def test_a_run_keeps_its_rows_resumes_and_writes_the_report(
     assert (row["cublas_us"], row["sweep_trials"], row["gpu"]) == (11.0, 40, H200)
     assert (work / "dbs" / "gemm-float16-7x1001x999-nk.db").is_file()
     assert "regret geometric mean" in capsys.readouterr().out
+
+
+def test_a_dry_run_names_the_picks_changed_since_the_last_run_and_keeps_the_rest_to_resume(tmp_path: Path) -> None:
+    """The last run's file in --out: a shape whose pick differs (or that the file lacks) is named, and
+    --changed-state keeps the other rows, so that --resume on the GPU times only the changed ones."""
+    shapes = list(bench.HELD_OUT[:3])
+    rows = [{"id": s.id, "config": {"cublas_algo": 0}} for s in shapes[:2]]
+    report = {"gpu": H200, "trials": 40, "patience": None, "rows": rows}
+    (tmp_path / "select_nvidia-h200.json").write_text(json.dumps(report))
+    picks = [SimpleNamespace(config={"cublas_algo": 0}), SimpleNamespace(config={"cublas_algo": 1})]
+    picks.append(SimpleNamespace(config={"cublas_algo": 0}))
+    said: list[str] = []
+    args = SimpleNamespace(out=tmp_path, changed_state=tmp_path / "state.json", trials=40, patience=None)
+    assert bench.changed_since(args, H200, shapes, picks, said.append) == [shapes[1].id, shapes[2].id]
+    state = json.loads((tmp_path / "state.json").read_text())
+    assert list(state["rows"]) == [shapes[0].id] and (state["gpu"], state["trials"]) == (H200, 40)
+    assert state["format"] == bench.FORMAT and "picks changed since" in said[0]
+    assert (
+        bench.changed_since(
+            SimpleNamespace(out=tmp_path / "none", changed_state=None), H200, shapes, picks, said.append
+        )
+        == []
+    )

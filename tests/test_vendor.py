@@ -201,12 +201,13 @@ def test_a_shape_far_from_every_tuned_one_gets_cublas(monkeypatch: Any, store: A
         config = choosing.Selector(store).choose(problem, gpu.name, vendor=False).config
         store.record_trial(ours, config, Outcome(Status.OK, "", time_us=10.0 * n / 4096, times_us=[10.0]))
     monkeypatch.setattr(choosing, "vendor_fingerprint", lambda: "cublasLt-130100")
-    far = choosing.Selector(store).choose(Problem("gemv", "float16", 3, 100003), gpu.name)
+    here = (gpu.driver, gpu.cuda)  # this machine's GPU: its own library answers
+    far = choosing.Selector(store).choose(Problem("gemv", "float16", 3, 100003), gpu.name, *here)
     assert far.config == {"cublas_algo": 0} and "octaves from every tuned shape" in far.notes[-1]
-    near = choosing.Selector(store).choose(Problem("gemv", "float16", 4000, 6000), gpu.name)
+    near = choosing.Selector(store).choose(Problem("gemv", "float16", 4000, 6000), gpu.name, *here)
     assert near.config != {"cublas_algo": 0}
     monkeypatch.setattr(choosing, "vendor_fingerprint", lambda: None)  # no cuBLASLt here: ours
-    assert choosing.Selector(store).choose(Problem("gemv", "float16", 3, 100003), gpu.name).config != far.config
+    assert choosing.Selector(store).choose(Problem("gemv", "float16", 3, 100003), gpu.name, *here).config != far.config
 
 
 @pytest.mark.vendor
@@ -229,10 +230,45 @@ def test_a_pick_of_ours_never_timed_as_it_would_run_gets_cublas(monkeypatch: Any
         ours = Provenance(pid, gpu_id, source_hash(problem), toolchain(), gpu.driver, gpu.cuda)
         store.record_trial(ours, wide, Outcome(Status.OK, "", time_us=10.0 * n / 4096, times_us=[10.0]))
     monkeypatch.setattr(choosing, "vendor_fingerprint", lambda: "cublasLt-130100")
-    odd = choosing.Selector(store).choose(Problem("gemv", "float16", 4096, 6001), gpu.name)
+    here = (gpu.driver, gpu.cuda)  # this machine's GPU: its own library answers
+    odd = choosing.Selector(store).choose(Problem("gemv", "float16", 4096, 6001), gpu.name, *here)
     assert odd.config == {"cublas_algo": 0} and "never timed as it would run here" in odd.notes[-1]
-    aligned = choosing.Selector(store).choose(Problem("gemv", "float16", 4096, 6000), gpu.name)
+    aligned = choosing.Selector(store).choose(Problem("gemv", "float16", 4096, 6000), gpu.name, *here)
     assert aligned.config == wide
     monkeypatch.setattr(choosing, "vendor_fingerprint", lambda: None)  # no cuBLASLt here: ours, fitted
-    mine = choosing.Selector(store).choose(Problem("gemv", "float16", 4096, 6001), gpu.name).config
+    mine = choosing.Selector(store).choose(Problem("gemv", "float16", 4096, 6001), gpu.name, *here).config
     assert mine["vec"] == 1
+
+
+@pytest.mark.vendor
+def test_a_question_about_another_machines_gpu_is_answered_with_the_library_its_trials_were_timed_with(
+    monkeypatch: Any, store: Any
+) -> None:
+    """Where cuBLASLt won on some tuned shape, its stored trials name the library version; a shape
+    far from every tuned one, asked about from a machine without that GPU (no local driver) and
+    without cuBLASLt, gets that library's own pick, as the GPU's machine answers it; none is stored:
+    ours."""
+    from autotune.core.fingerprint import GpuInfo, toolchain
+    from autotune.core.outcome import Outcome, Status
+    from autotune.ops import source_hash
+    from autotune.select import choose as choosing
+    from autotune.store.rows import Provenance
+
+    monkeypatch.setattr(choosing, "vendor_fingerprint", lambda: None)  # no cuBLASLt on this machine
+    gpu = GpuInfo("NVIDIA H200", "GPU-1", "9.0", 132, 62914560, 150 * 2**30, "580.159.04", "13.0")
+    gpu_id = store.upsert_gpu(gpu)
+    far = Problem("gemv", "float16", 3, 100003)
+    for n in (2048, 4096, 8192):
+        problem = Problem("gemv", "float16", 4096, n)
+        pid = store.problem_id(problem, gpu.name)
+        ours = Provenance(pid, gpu_id, source_hash(problem), toolchain(), gpu.driver, gpu.cuda)
+        config = choosing.Selector(store).choose(problem, gpu.name, vendor=False).config
+        store.record_trial(ours, config, Outcome(Status.OK, "", time_us=10.0 * n / 4096, times_us=[10.0]))
+    assert choosing.Selector(store).choose(far, gpu.name).config != {"cublas_algo": 0}  # no library stored
+    tuned = Problem("gemv", "float16", 4096, 4096)
+    vendor = Provenance(store.problem_id(tuned, gpu.name), gpu_id, "cublasLt-130100", toolchain(), gpu.driver, gpu.cuda)
+    store.record_trial(vendor, {"cublas_algo": 0}, Outcome(Status.OK, "", time_us=5.0, times_us=[5.0]))
+    answer = choosing.Selector(store).choose(far, gpu.name)
+    assert answer.config == {"cublas_algo": 0} and "(cublasLt-130100)" in answer.notes[-1]
+    here = choosing.Selector(store).choose(far, gpu.name, gpu.driver, gpu.cuda)  # this machine's GPU: no cuBLASLt
+    assert here.config != {"cublas_algo": 0}

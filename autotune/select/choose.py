@@ -4,6 +4,7 @@ default."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -228,6 +229,7 @@ class Selector:
         self._cache: dict[tuple[Problem, str, str | None, str | None, bool], Choice] = {}
         self._capabilities: dict[str, str | None] = {}
         self._models: dict[tuple[Any, ...], CostModel] = {}
+        self._libraries: dict[str, str | None] = {}
 
     def choose(
         self,
@@ -322,7 +324,8 @@ class Selector:
         model = self._model(problem, gpu, current)
         choice = choose(problem, gpu, exact, tuned, notes, model)
         if vendor and choice.source != MEASURED:
-            return self._vendor_if_faster(problem, gpu, choice, model) or choice
+            library = vendor_fingerprint() if local_driver is not None else self._stored_library(gpu)
+            return self._vendor_if_faster(problem, gpu, choice, model, library) or choice
         return choice
 
     def _borrowed(self, problem: Problem, gpu: str, notes: Sequence[str]) -> Choice | None:
@@ -339,13 +342,14 @@ class Selector:
                 return Choice(problem, gpu, config, ESTIMATE, row.time_us, row.gbs, row.problem.shape, (*notes, note))
         return None
 
-    def _vendor_if_faster(self, problem: Problem, gpu: str, ours: Choice, model: CostModel) -> Choice | None:
+    def _vendor_if_faster(
+        self, problem: Problem, gpu: str, ours: Choice, model: CostModel, fingerprint: str | None
+    ) -> Choice | None:
         """On a shape never tuned: cuBLASLt's own pick where the cost model predicts it ahead of our
-        candidate (or ours has no prediction), from cuBLASLt's times on the tuned shapes of this
-        machine's library version (none where it has no cuBLASLt)."""
+        candidate (or ours has no prediction), from cuBLASLt's times on the tuned shapes of library
+        version `fingerprint` (None: no cuBLASLt answers)."""
         if not VENDOR.serves(problem):
             return None
-        fingerprint = vendor_fingerprint()
         if fingerprint is None:
             return None
         nearest = min((shape_distance(s.problem.shape, problem.shape) for s in model.shapes), default=None)
@@ -382,6 +386,23 @@ class Selector:
             return None
         return predicted(problem, gpu, prediction, len(model.candidates(problem)) + 1, ours.notes[:-1])
 
+    def _stored_library(self, gpu: str) -> str | None:
+        """The cuBLASLt version a question about another machine's GPU is answered with, as its
+        measured rows are (_vendor): the one most of the GPU's stored cuBLASLt wins were timed with
+        (None where none is stored). So `autotune best --gpu` and a dry run of the held-out set answer
+        on a machine without that GPU, or without cuBLASLt, as the GPU's machine does."""
+        if gpu not in self._libraries:
+            found: Counter[str] = Counter()
+            for op in ops.names():
+                if not VENDOR.serves(Problem(op, "float32", 1, 1)):
+                    continue
+                for dtype in ("float32", "float16", "bfloat16"):
+                    for trans in (False, True):
+                        rows = self._store.tuned(gpu, op, dtype, None, trans=trans)
+                        found.update(row.source_hash for row in rows if VENDOR.owns_source(row.source_hash))
+            self._libraries[gpu] = found.most_common(1)[0][0] if found else None
+        return self._libraries[gpu]
+
     def _vendor(
         self, problem: Problem, gpu: str, ours: TunedRow | None, local_driver: str | None
     ) -> tuple[TunedRow | None, list[str]]:
@@ -415,3 +436,4 @@ class Selector:
         self._cache.clear()
         self._capabilities.clear()
         self._models.clear()
+        self._libraries.clear()
