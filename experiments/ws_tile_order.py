@@ -21,21 +21,13 @@ import torch
 from ws_stream_k import measure
 
 from autotune.core.problem import Problem
+from autotune.ops import gemm as gemm_op
 from autotune.runtime.launcher import Runtime
 from autotune.select.choose import Choice
 
 # (M, N, K, dtype, B stored N x K): the M = 4096 prefill set (autotune/ops/gemm/llm_shapes.txt's N K
 # pairs), the two widest in bfloat16 too, and 4096^3.
-PREFILL = [
-    (6144, 4096),
-    (4096, 4096),
-    (28672, 4096),
-    (4096, 14336),
-    (4608, 3584),
-    (3584, 3584),
-    (37888, 3584),
-    (3584, 18944),
-]
+PREFILL = gemm_op.llm_nk_pairs()
 PROBLEMS = [(4096, n, k, "float16", True) for n, k in PREFILL] + [
     (4096, 28672, 4096, "bfloat16", True),
     (4096, 37888, 3584, "bfloat16", True),

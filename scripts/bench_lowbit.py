@@ -33,8 +33,9 @@ from typing import Any
 
 from autotune.core.errors import AutotuneError
 from autotune.core.problem import input_bytes, read_shapes_file
+from autotune.ops.gemm import LLM_SHAPES_FILE
 
-LLM_SHAPES = Path(__file__).resolve().parents[1] / "autotune" / "ops" / "gemm" / "llm_shapes.txt"
+LLM_SHAPES = LLM_SHAPES_FILE
 MS = (1, 4, 8, 16, 32, 64)
 # What the shipped records cover: g128 symmetric and asymmetric with float16, g128 symmetric with bfloat16.
 CASES = ("g128:float16", "g128a:float16", "g128:bfloat16")

@@ -29,6 +29,8 @@ from plot_decode import table as decode_table
 from results_table import FAMILY_BY_PARAM, gemm_table
 from results_table import table as gemv_table
 
+from autotune.ops.gemm import llm_nk_pairs
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results"
 DOC = ROOT / "docs" / "results.md"
@@ -968,17 +970,7 @@ def ws_tile_order() -> dict[str, str]:
 
     first, prefill, squares = "128x256_s3_g1_c1", "128x128_s6_g16_c1", "128x256_s3_g64_c1"
     wide, widest = "hgemm 4096x28672x4096", "hgemm 4096x37888x3584"
-    pairs = (
-        (6144, 4096),
-        (4096, 4096),
-        (28672, 4096),
-        (4096, 14336),
-        (4608, 3584),
-        (3584, 3584),
-        (37888, 3584),
-        (3584, 18944),
-    )
-    float16_set = [f"hgemm 4096x{n}x{k}" for n, k in pairs]
+    float16_set = [f"hgemm 4096x{n}x{k}" for n, k in llm_nk_pairs()]
     cubes = [
         r["problem"] for r in rows if r["problem"].split(" (")[0] in ("hgemm 8192x8192x8192", "bgemm 8192x8192x8192")
     ]

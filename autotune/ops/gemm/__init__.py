@@ -23,7 +23,7 @@ from typing import Any
 
 from autotune.core.arrays import DeviceArray
 from autotune.core.errors import AutotuneError
-from autotune.core.problem import ITEMSIZE, Problem
+from autotune.core.problem import ITEMSIZE, Problem, parse_shapes
 from autotune.core.space import Config, Space
 from autotune.core.target import target_capabilities
 from autotune.gpu.geometry import Launch
@@ -49,6 +49,16 @@ TC_MIN_M = 2
 # picks it. The tuning worker inherits it, and its records carry that family's source hash.
 FAMILY_VARIABLE = "AUTOTUNE_GEMM_FAMILY"
 _CHOSEN_BY_NAME = ("ws", "wgmma", "mma")
+
+
+LLM_SHAPES_FILE = Path(__file__).with_name("llm_shapes.txt")
+
+
+def llm_nk_pairs() -> list[tuple[int, int]]:
+    """The distinct (N, K) pairs of llm_shapes.txt (an LLM's projections, 'M N K' lines at several M),
+    in the file's order."""
+    shapes = parse_shapes(LLM_SHAPES_FILE.read_text(), str(LLM_SHAPES_FILE), ("M", "N", "K"))
+    return list(dict.fromkeys((n, k) for _, n, k in shapes))
 
 
 def family(problem: Problem) -> ModuleType:
