@@ -186,20 +186,9 @@ def test_shapes_cublas_led_still_teach_the_model_of_our_kernels(store: Any) -> N
 def test_a_shape_far_from_every_tuned_one_gets_cublas(monkeypatch: Any, store: Any) -> None:
     """Beyond EXTRAPOLATION_OCTAVES from every tuned shape the cost model has learned nothing: cuBLASLt's
     own pick answers (where the library is there); near the tuned shapes, ours."""
-    from autotune.core.fingerprint import GpuInfo, toolchain
-    from autotune.core.outcome import Outcome, Status
-    from autotune.ops import source_hash
     from autotune.select import choose as choosing
-    from autotune.store.rows import Provenance
 
-    gpu = GpuInfo("NVIDIA H200", "GPU-1", "9.0", 132, 62914560, 150 * 2**30, "580.159.04", "13.0")
-    gpu_id = store.upsert_gpu(gpu)
-    for n in (2048, 4096, 8192):
-        problem = Problem("gemv", "float16", 4096, n)
-        pid = store.problem_id(problem, gpu.name)
-        ours = Provenance(pid, gpu_id, source_hash(problem), toolchain(), gpu.driver, gpu.cuda)
-        config = choosing.Selector(store).choose(problem, gpu.name, vendor=False).config
-        store.record_trial(ours, config, Outcome(Status.OK, "", time_us=10.0 * n / 4096, times_us=[10.0]))
+    gpu, _ = _tune_three_gemvs(store)
     monkeypatch.setattr(choosing, "vendor_fingerprint", lambda: "cublasLt-130100")
     here = (gpu.driver, gpu.cuda)  # this machine's GPU: its own library answers
     far = choosing.Selector(store).choose(Problem("gemv", "float16", 3, 100003), gpu.name, *here)
@@ -248,22 +237,14 @@ def test_a_question_about_another_machines_gpu_is_answered_with_the_library_its_
     far from every tuned one, asked about from a machine without that GPU (no local driver) and
     without cuBLASLt, gets that library's own pick, as the GPU's machine answers it; none is stored:
     ours."""
-    from autotune.core.fingerprint import GpuInfo, toolchain
+    from autotune.core.fingerprint import toolchain
     from autotune.core.outcome import Outcome, Status
-    from autotune.ops import source_hash
     from autotune.select import choose as choosing
     from autotune.store.rows import Provenance
 
     monkeypatch.setattr(choosing, "vendor_fingerprint", lambda: None)  # no cuBLASLt on this machine
-    gpu = GpuInfo("NVIDIA H200", "GPU-1", "9.0", 132, 62914560, 150 * 2**30, "580.159.04", "13.0")
-    gpu_id = store.upsert_gpu(gpu)
+    gpu, gpu_id = _tune_three_gemvs(store)
     far = Problem("gemv", "float16", 3, 100003)
-    for n in (2048, 4096, 8192):
-        problem = Problem("gemv", "float16", 4096, n)
-        pid = store.problem_id(problem, gpu.name)
-        ours = Provenance(pid, gpu_id, source_hash(problem), toolchain(), gpu.driver, gpu.cuda)
-        config = choosing.Selector(store).choose(problem, gpu.name, vendor=False).config
-        store.record_trial(ours, config, Outcome(Status.OK, "", time_us=10.0 * n / 4096, times_us=[10.0]))
     assert choosing.Selector(store).choose(far, gpu.name).config != {"cublas_algo": 0}  # no library stored
     tuned = Problem("gemv", "float16", 4096, 4096)
     vendor = Provenance(store.problem_id(tuned, gpu.name), gpu_id, "cublasLt-130100", toolchain(), gpu.driver, gpu.cuda)
@@ -272,3 +253,23 @@ def test_a_question_about_another_machines_gpu_is_answered_with_the_library_its_
     assert answer.config == {"cublas_algo": 0} and "(cublasLt-130100)" in answer.notes[-1]
     here = choosing.Selector(store).choose(far, gpu.name, gpu.driver, gpu.cuda)  # this machine's GPU: no cuBLASLt
     assert here.config != {"cublas_algo": 0}
+
+
+def _tune_three_gemvs(store: Any) -> tuple[Any, int]:
+    """An H200 with float16 4096x2048, 4096x4096 and 4096x8192 tuned, each holding the selector's own
+    pick of ours at 10 us per 4096 columns: the GPU and its row id."""
+    from autotune.core.fingerprint import GpuInfo, toolchain
+    from autotune.core.outcome import Outcome, Status
+    from autotune.ops import source_hash
+    from autotune.select import choose as choosing
+    from autotune.store.rows import Provenance
+
+    gpu = GpuInfo("NVIDIA H200", "GPU-1", "9.0", 132, 62914560, 150 * 2**30, "580.159.04", "13.0")
+    gpu_id = store.upsert_gpu(gpu)
+    for n in (2048, 4096, 8192):
+        problem = Problem("gemv", "float16", 4096, n)
+        pid = store.problem_id(problem, gpu.name)
+        ours = Provenance(pid, gpu_id, source_hash(problem), toolchain(), gpu.driver, gpu.cuda)
+        config = choosing.Selector(store).choose(problem, gpu.name, vendor=False).config
+        store.record_trial(ours, config, Outcome(Status.OK, "", time_us=10.0 * n / 4096, times_us=[10.0]))
+    return gpu, gpu_id
