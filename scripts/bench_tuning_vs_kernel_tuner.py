@@ -28,6 +28,10 @@ count it as the whole budget).
     python scripts/bench_tuning_vs_kernel_tuner.py --out results --gpus 4
     python scripts/bench_tuning_vs_kernel_tuner.py --out results --resume results/tuning_vs_kernel_tuner_runs.json
     python scripts/bench_tuning_vs_kernel_tuner.py --dry-run --out /tmp/kt-plan     # no GPU: the plan
+    python scripts/bench_tuning_vs_kernel_tuner.py --out /tmp/kt --sampler tpe-fresh --only '*/autotune-*'
+
+autotune's runs search with `tpe` unless --sampler names another (the committed report's runs used `tpe`;
+a sweep's default is now `tpe-fresh`), and their rows and summary name the sampler they used.
 
 Writes results/tuning_vs_kernel_tuner_<gpu>.json and .png. Kernel Tuner (PyPI `kernel-tuner`) is a
 dependency of this benchmark only, imported inside the functions that run it.
@@ -58,6 +62,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from autotune import api
 from autotune.bench.harness import gpu_names, plot_or_say_why_not, pyplot, report_path, visible_devices, write_json
 from autotune.core.fingerprint import slugify
 from autotune.core.problem import ITEMSIZE, Problem
@@ -93,11 +98,14 @@ class Kind:
     records: str | None  # autotune: "none" | "other_shapes"; Kernel Tuner: None
 
 
+# The sampler autotune's runs use unless --sampler names another: the one the committed report was
+# measured with (runs of another sampler are keyed by its name in the report).
+AUTOTUNE_SAMPLER = "tpe"
 KINDS = (
     Kind("kt-random_sample", "kernel_tuner", "random_sample", None),
     Kind("kt-bayes_opt", "kernel_tuner", "bayes_opt", None),
-    Kind("autotune-empty", "autotune", "tpe", "none"),
-    Kind("autotune-other_shapes", "autotune", "tpe", "other_shapes"),
+    Kind("autotune-empty", "autotune", AUTOTUNE_SAMPLER, "none"),
+    Kind("autotune-other_shapes", "autotune", AUTOTUNE_SAMPLER, "other_shapes"),
 )
 KIND_BY_LABEL = {kind.label: kind for kind in KINDS}
 
@@ -348,8 +356,8 @@ def summarize(rows: Sequence[Mapping[str, Any]], budget_s: float) -> dict[str, A
         kt = {kind: value for kind, value in medians.items() if kind.startswith("kernel_tuner/") and value is not None}
         better = min(kt, key=lambda kind: kt[kind]) if kt else None
         better_s = kt[better] if better is not None else None
-        empty = ratio(medians.get("autotune/tpe/none"), better_s)
-        other = ratio(medians.get("autotune/tpe/other_shapes"), better_s)
+        empty = ratio(_autotune_median(medians, "none"), better_s)
+        other = ratio(_autotune_median(medians, "other_shapes"), better_s)
         summary[key] = {
             "median_seconds_to_2pct": medians,
             "reached_2pct": reached,
@@ -362,6 +370,12 @@ def summarize(rows: Sequence[Mapping[str, Any]], budget_s: float) -> dict[str, A
             "goal_other_shapes_met": None if other is None else other <= 1 / 3,
         }
     return summary
+
+
+def _autotune_median(medians: Mapping[str, float | None], records: str) -> float | None:
+    """autotune's median seconds with these records, whichever sampler its runs used (one a report)."""
+    found = [value for kind, value in medians.items() if kind.startswith("autotune/") and kind.endswith(f"/{records}")]
+    return found[0] if len(found) == 1 else None
 
 
 # -- one run (a subprocess pinned to one GPU) -------------------------------------------------------
@@ -391,7 +405,7 @@ def _base_result(spec: Mapping[str, Any]) -> dict[str, Any]:
         "id": spec["id"],
         "kind": kind.label,
         "tool": kind.tool,
-        "strategy": kind.strategy,
+        "strategy": spec["strategy"],
         "records": kind.records,
         "dtype": DTYPE,
         "m": spec["m"],
@@ -675,9 +689,14 @@ def filtered_records(problem: Problem, gpu_name: str | None, out: Path) -> tuple
 
 
 def plan_runs(
-    shapes: Sequence[tuple[int, int]], repeats: int, budget_s: float, only: Sequence[str]
+    shapes: Sequence[tuple[int, int]],
+    repeats: int,
+    budget_s: float,
+    only: Sequence[str],
+    sampler: str = AUTOTUNE_SAMPLER,
 ) -> list[dict[str, Any]]:
-    """Every run, shape by shape (a set cut short holds whole shapes, ready to re-time and report)."""
+    """Every run, shape by shape (a set cut short holds whole shapes, ready to re-time and report);
+    autotune's runs search with `sampler`."""
     specs = []
     for m, n in shapes:
         for repeat in range(repeats):
@@ -689,7 +708,7 @@ def plan_runs(
                     {
                         "id": run_id,
                         "kind": kind.label,
-                        "strategy": kind.strategy,
+                        "strategy": sampler if kind.tool == "autotune" else kind.strategy,
                         "records": kind.records,
                         "m": m,
                         "n": n,
@@ -1211,6 +1230,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=BUDGET_S, help="seconds a run (space and compiles included)")
     parser.add_argument("--gpus", type=int, default=1, help="runs at once, one per GPU (0..N-1)")
     parser.add_argument("--only", nargs="+", default=[], help="run ids to run (fnmatch), e.g. '16384x8192/*' '*/kt-*'")
+    parser.add_argument(
+        "--sampler",
+        choices=api.SAMPLERS,
+        default=AUTOTUNE_SAMPLER,
+        help=f"autotune's sampler (a sweep's default: {api.DEFAULT_SAMPLER})",
+    )
     parser.add_argument("--resume", type=Path, nargs="?", const=Path(), help=f"continue from a {RUNS_FILE}")
     parser.add_argument(
         "--deadline-s", type=float, default=DEADLINE_S, help="start nothing that could end later (0: none)"
@@ -1239,10 +1264,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for m, n in args.shapes:
         if m * n * ITEMSIZE[DTYPE] < MIN_MATRIX_BYTES and not args.allow_small:
             raise SystemExit(f"{m}x{n} float16 is under 256 MiB: a timing could see a warm L2")
-    specs_all = plan_runs(args.shapes, args.repeats, args.budget_s, [])
+    specs_all = plan_runs(args.shapes, args.repeats, args.budget_s, [], args.sampler)
     for spec in specs_all:
         spec["kt_restrictions"] = args.kt_restrictions
-    chosen = {s["id"] for s in plan_runs(args.shapes, args.repeats, args.budget_s, args.only)}
+    chosen = {s["id"] for s in plan_runs(args.shapes, args.repeats, args.budget_s, args.only, args.sampler)}
     args.out.mkdir(parents=True, exist_ok=True)
 
     if args.dry_run:

@@ -274,6 +274,22 @@ def test_plan_and_only() -> None:
     assert len(chosen) == 8 + 2
 
 
+def test_autotunes_runs_take_the_sampler_asked_for() -> None:
+    """--sampler sets what autotune's runs search with and how their rows and summary name them; Kernel
+    Tuner's runs keep their strategies."""
+    specs = bench.plan_runs([(16384, 8192)], 1, 60.0, [], "tpe-fresh")
+    assert {s["strategy"] for s in specs if s["kind"].startswith("autotune")} == {"tpe-fresh"}
+    assert {s["strategy"] for s in specs if s["kind"].startswith("kt-")} == {"random_sample", "bayes_opt"}
+    assert all(bench._base_result(s)["strategy"] == s["strategy"] for s in specs)
+    rows = [
+        _row("kernel_tuner", "bayes_opt", None, 0, 40.0),
+        _row("autotune", "tpe-fresh", "none", 0, 20.0),
+        _row("autotune", "tpe-fresh", "other_shapes", 0, 10.0),
+    ]
+    line = bench.summarize(rows, 60.0)["16384x8192"]
+    assert line["ratio_empty_vs_kernel_tuner"] == 0.5 and line["ratio_other_shapes_vs_kernel_tuner"] == 0.25
+
+
 def test_dry_run_writes_the_plan(tmp_path: Path) -> None:
     code = bench.main(
         ["--dry-run", "--out", str(tmp_path), "--shapes", "65536x2048", "--check-points", "300", "--skip-kt-space"]
