@@ -11,11 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from autotune import ops
 from autotune.core.fingerprint import GpuInfo
+from autotune.core.problem import Problem
 from autotune.gpu import driver
 from autotune.measure import pdl
 from autotune.measure.pycuda_gpu import programmatic_launch
 from autotune.ops import gemm, gemv
+from autotune.ops.gemv import strips, transposed
 
 LAYOUT_PROGRAM = r"""
 #include <cuda.h>
@@ -93,10 +96,31 @@ def _gpu(compute_capability: str) -> GpuInfo:
 
 
 def test_only_waiting_kernels_on_sm_90_and_up_launch_programmatically() -> None:
-    assert programmatic_launch(gemv.OP, _gpu("9.0"))
-    assert programmatic_launch(gemv.OP, _gpu("10.0"))
-    assert not programmatic_launch(gemv.OP, _gpu("8.0"))  # no griddepcontrol before Hopper
-    assert not programmatic_launch(gemm.OP, _gpu("9.0"))  # GEMM kernels do not wait for their predecessor
+    plain, square = Problem("gemv", "float16", 4096, 8192), Problem("gemm", "float16", 4096, 4096, 4096)
+    assert programmatic_launch(gemv.OP, _gpu("9.0"), plain)
+    assert programmatic_launch(gemv.OP, _gpu("10.0"), plain)
+    assert not programmatic_launch(gemv.OP, _gpu("8.0"), plain)  # no griddepcontrol before Hopper
+    assert not programmatic_launch(gemm.OP, _gpu("9.0"), square)  # GEMM kernels do not wait for their predecessor
+
+
+def test_the_transposed_gemv_launches_as_its_family_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The transposed GEMV routes problems to families of their own kernels: whether a launch is
+    programmatic is the family's, and the worker's plan, the runtime's plan and a bundle entry all
+    ask the op for the problem at hand."""
+    tall, square = (
+        Problem("gemv", "float16", 131072, 256, trans=True),
+        Problem("gemv", "float16", 4096, 4096, trans=True),
+    )
+    op = ops.for_problem(square)
+    assert transposed.family_of(tall) is strips and transposed.family_of(square) is not strips
+    assert not op.waits_for_prior_grid(tall) and not op.waits_for_prior_grid(square)
+    assert not programmatic_launch(op, _gpu("9.0"), square)
+    monkeypatch.setattr(strips, "WAITS_FOR_PRIOR_GRID", True)  # as a family whose kernels wait would say
+    assert op.waits_for_prior_grid(tall) and not op.waits_for_prior_grid(square)
+    assert programmatic_launch(op, _gpu("9.0"), tall) and not programmatic_launch(op, _gpu("8.0"), tall)
+    config = strips.default_config(tall)
+    assert op.plan(tall, config, _gpu("9.0")).programmatic
+    assert not op.plan(square, op.default_config(square), _gpu("9.0")).programmatic
 
 
 def test_the_driver_is_opened_in_one_module_only() -> None:

@@ -203,7 +203,7 @@ def make_entry(target: BundleGpu, index: int, problem: Problem, config: Config, 
             arg_types=op.arg_types,
             swap_inputs=problem.trans and problem.op == "gemv",  # the transposed GEMV takes x first
             cluster=(1, cluster, 1) if cluster > 1 else (1, 1, 1),
-            programmatic=op.programmatic_launch and int(target.compute_capability.split(".")[0]) >= 9,
+            programmatic=op.waits_for_prior_grid(problem) and int(target.compute_capability.split(".")[0]) >= 9,
             launch=op.launch(problem, config, target.sm_count),
             time_us=0.0,
             gbs=None,

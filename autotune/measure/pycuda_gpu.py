@@ -16,6 +16,7 @@ from autotune.core.errors import PYCUDA_HINT, AutotuneError
 from autotune.core.fingerprint import GpuInfo, LocalGpu, cuda_release, local_gpus
 
 if TYPE_CHECKING:
+    from autotune.core.problem import Problem
     from autotune.ops.base import Op
 
 
@@ -87,10 +88,10 @@ def has_programmatic_launch(gpu: GpuInfo) -> bool:
     return int(gpu.compute_capability.split(".")[0]) >= 9
 
 
-def programmatic_launch(op: Op, gpu: GpuInfo) -> bool:
-    """Whether `op`'s kernels run on `gpu` with programmatic dependent launch: the op's kernels wait
-    for the kernel before them, and the GPU has PDL."""
-    return op.programmatic_launch and has_programmatic_launch(gpu)
+def programmatic_launch(op: Op, gpu: GpuInfo, problem: Problem) -> bool:
+    """Whether the kernels of `op` serving `problem` run on `gpu` with programmatic dependent launch:
+    they wait for the kernel before them, and the GPU has PDL."""
+    return op.waits_for_prior_grid(problem) and has_programmatic_launch(gpu)
 
 
 class Kernels:

@@ -75,7 +75,7 @@ class Op(ABC):
     compute_bound: ClassVar[bool] = False  # rates in TFLOP/s (else GB/s)
     arg_types: ClassVar[str]  # the kernel's arguments in PyCUDA's prepare() notation
     # Every kernel waits for the kernel before it in the stream (griddepcontrol.wait) before reading
-    # anything, so launchers may use programmatic dependent launch on sm_90+.
+    # anything, so launchers may use programmatic dependent launch on sm_90+ (waits_for_prior_grid).
     programmatic_launch: ClassVar[bool] = False
     shapes_file: ClassVar[Path | None] = None  # the standard shapes `autotune sweep` tunes by default
     # What a Python call passes (Runtime.call): its input arrays' names, in the call's order, and
@@ -191,6 +191,13 @@ class Op(ABC):
         cannot run. `options`: the op's own call options (the GEMV's (trans,))."""
         raise AutotuneError(f"{self.name} cannot be called from Python: it binds no arrays")
 
+    def waits_for_prior_grid(self, problem: Problem) -> bool:
+        """Whether the kernels serving `problem` wait for the kernel before them in the stream before
+        reading anything, so that every launcher (worker, runtime, bundle) may start them with
+        programmatic dependent launch on sm_90+: `programmatic_launch`, unless the op routes its
+        problems to families that differ in this (the transposed GEMV)."""
+        return self.programmatic_launch
+
     def plan(self, problem: Problem, config: Mapping[str, int], gpu: GpuInfo, leading: Leading = None) -> KernelCall:
         """What a launch of `config` on `gpu` takes besides its addresses (this op serves `problem`:
         see serving), for operands with these leading dimensions (None: contiguous)."""
@@ -200,7 +207,7 @@ class Op(ABC):
             sizes,
             self.arg_types,
             self.input_order(problem),
-            self.programmatic_launch,
+            self.waits_for_prior_grid(problem),
         )
 
     # -- how it is checked and rated ----------------------------------------------------------

@@ -196,7 +196,7 @@ class Runner:
         """The launch plan of one candidate: its function loaded once per cubin's content (opted in to
         its dynamic shared memory) and the op's geometry for `config`."""
         geom = self._op.launch(self.problem, config, self.gpu.sm_count)
-        programmatic = programmatic_launch(self._op, self.gpu)
+        programmatic = programmatic_launch(self._op, self.gpu, self.problem)
         device = launch_device(self._device_index)
         data = cubin.read_bytes()
         function = device.function(data, hashlib.sha256(data).hexdigest(), name, geom.shared_bytes)

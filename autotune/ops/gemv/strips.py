@@ -22,6 +22,7 @@ from autotune.ops.gemm import shared as gemm_shared
 
 NAME = "strips"
 KERNEL_FILE = "gemv/gemv_t_strips.cu"  # under kernels/, beside this folder's mirror
+WAITS_FOR_PRIOR_GRID = False  # its kernels read at once: launched without programmatic dependent launch
 
 # Which transposed GEMVs the family serves: MIN_N to MAX_N columns and at least ROWS_PER_COLUMN rows
 # for each. There the skinny family (tiles of at most 128 threads along N, splits in powers of two)

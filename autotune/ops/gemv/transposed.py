@@ -35,6 +35,7 @@ class _OneRowGemm:
 
     NAME = gemm_skinny.NAME
     KERNEL_FILE = gemm_skinny.KERNEL_FILE
+    WAITS_FOR_PRIOR_GRID = False  # a GEMM kernel: launched plainly
 
     @staticmethod
     def default_config(problem: Problem) -> Config:
@@ -78,6 +79,10 @@ class GemvTransposed(Op):
 
     def kernel_file(self, problem: Problem) -> str:
         return str(family_of(problem).KERNEL_FILE)
+
+    def waits_for_prior_grid(self, problem: Problem) -> bool:
+        """Its family's: a family whose kernels wait in griddepcontrol runs with PDL, the others plainly."""
+        return bool(family_of(problem).WAITS_FOR_PRIOR_GRID)
 
     def default_config(self, problem: Problem) -> Config:
         return dict(family_of(problem).default_config(problem))
