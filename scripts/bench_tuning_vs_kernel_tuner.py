@@ -31,7 +31,7 @@ count it as the whole budget).
     python scripts/bench_tuning_vs_kernel_tuner.py --out /tmp/kt --sampler tpe-fresh --only '*/autotune-*'
 
 autotune's runs search with `tpe` unless --sampler names another (the committed report's runs used `tpe`;
-a sweep's default is now `tpe-fresh`), and their rows and summary name the sampler they used.
+a sweep's default is `tpe-fresh`), and their rows and summary name the sampler they used.
 
 Writes results/tuning_vs_kernel_tuner_<gpu>.json and .png. Kernel Tuner (PyPI `kernel-tuner`) is a
 dependency of this benchmark only, imported inside the functions that run it.

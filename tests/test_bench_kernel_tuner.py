@@ -274,7 +274,7 @@ def test_plan_and_only() -> None:
     assert len(chosen) == 8 + 2
 
 
-def test_autotunes_runs_take_the_sampler_asked_for() -> None:
+def test_autotune_runs_take_the_sampler_asked_for() -> None:
     """--sampler sets what autotune's runs search with and how their rows and summary name them; Kernel
     Tuner's runs keep their strategies."""
     specs = bench.plan_runs([(16384, 8192)], 1, 60.0, [], "tpe-fresh")
