@@ -60,6 +60,22 @@ __global__ void read_flat(const uint4* __restrict__ a, size_t n16, unsigned* __r
   if (acc == 0x12345678u) out[0] = acc;  // practically never true, but the loads must stay
 }
 
+// A kernel launch, with `pdl` as programmatic dependent launch (autotune launches its waiting kernels
+// so on sm_90): the next grid's blocks may start once every block of this one has run
+// griddepcontrol.launch_dependents.
+template <typename Kernel, typename... Args>
+cudaError_t launch(Kernel kernel, bool pdl, dim3 grid, dim3 block, Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
 // Enough buffers of `bytes` to span 4x the L2, so that a kernel cycling through them reads from DRAM
 // every call, each filled with the byte `fill`; none (after printing why) if one cannot be had.
 template <typename T>

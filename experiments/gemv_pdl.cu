@@ -69,18 +69,6 @@ __global__ void __launch_bounds__(BLOCK) gemv(const T* A, const T* x, T* y, int 
                                                                          counters);
 }
 
-template <typename Kernel, typename... Args>
-cudaError_t launch(Kernel kernel, bool pdl, dim3 grid, dim3 block, Args... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, kernel, args...);
-}
 
 template <typename T> float host_float(T v);
 template <> float host_float<float>(float v) { return v; }

@@ -123,20 +123,6 @@ __global__ void __launch_bounds__(BLOCK)
   if (threadIdx.x == 0) counters[strip] = 0u;
 }
 
-// PDL > 0: launched with programmatic dependent launch, as autotune launches GEMVs on sm_90.
-template <int PDL, typename Kernel, typename... Args>
-cudaError_t launch(Kernel kernel, dim3 grid, dim3 block, Args... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = PDL > 0 ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, kernel, args...);
-}
-
 // The flat read of bench_common.cuh, launched with PDL and prefetching each thread's first word into L2
 // before the wait: the read floor autotune's GEMV benchmarks measure against (autotune/measure/floor.py).
 template <int LOADS>
@@ -184,7 +170,7 @@ int run(const BenchSetup& setup, Problem& p, std::vector<Result>& results) {
     tried.push_back(splits);
     const dim3 grid(strips, splits);
     CHECK(cudaMemset(p.y, 0xff, p.n * sizeof(__half)));
-    CHECK(launch<PDL>(gemv_t_narrow<BLOCK, WIDTH, UNROLL, PDL>, grid, dim3(BLOCK), (const __half*)p.as[0],
+    CHECK(launch(gemv_t_narrow<BLOCK, WIDTH, UNROLL, PDL>, PDL > 0, grid, dim3(BLOCK), (const __half*)p.as[0],
                       (const __half*)p.x, p.y, p.m, p.n, p.partial, p.counters));
     std::vector<__half> got(p.n);
     CHECK(cudaMemcpy(got.data(), p.y, p.n * sizeof(__half), cudaMemcpyDeviceToHost));
@@ -201,7 +187,7 @@ int run(const BenchSetup& setup, Problem& p, std::vector<Result>& results) {
     }
     const float us = best_of(
         [&](int i) {
-          launch<PDL>(gemv_t_narrow<BLOCK, WIDTH, UNROLL, PDL>, grid, dim3(BLOCK), (const __half*)p.as[i % p.as.size()],
+          launch(gemv_t_narrow<BLOCK, WIDTH, UNROLL, PDL>, PDL > 0, grid, dim3(BLOCK), (const __half*)p.as[i % p.as.size()],
                       (const __half*)p.x, p.y, p.m, p.n, p.partial, p.counters);
         },
         setup.start, setup.stop);
@@ -255,7 +241,7 @@ int shape(const BenchSetup& setup, cublasHandle_t handle, int m, int n, bool pdl
   if (pdl)
     p.floor_us = best_of(
         [&](int i) {
-          launch<1>(read_flat_pdl<4>, dim3(setup.prop.multiProcessorCount * 8), dim3(256),
+          launch(read_flat_pdl<4>, true, dim3(setup.prop.multiProcessorCount * 8), dim3(256),
                     (const uint4*)p.as[i % p.as.size()], n16, setup.out);
         },
         setup.start, setup.stop);
