@@ -110,7 +110,7 @@ def test_the_bundle_holds_every_tuned_problem_its_kernel_and_a_manifest(built: t
     assert len(manifest["entries"]) == len(made.entries) >= 100 and manifest["skipped"] == []
     assert [e for e in manifest["entries"] if e["op"] == "gemm" and e["trans"]]  # B stored N x K too
     families = {entry["family"] for entry in manifest["entries"]}
-    assert families == {"gemv", "skinny", "skinny_tc", "simt", "mma", "wgmma", "strips"}
+    assert families == {"gemv", "skinny", "skinny_tc", "simt", "mma", "wgmma", "narrow"}
     for entry in manifest["entries"]:
         assert (folder / entry["kernel_file"]).is_file() and entry["backend"] == "kernel"
     files = {kernel["file"] for kernel in manifest["kernels"]}
@@ -227,12 +227,16 @@ def test_tensor_maps_are_those_the_launch_path_encodes(
 SAMPLED = (
     Problem("gemv", "float16", 4096, 4096),
     Problem("gemv", "float32", 1000, 3000),
+    # Transposed GEMVs of 16 columns and more: the narrow family (odd widths: scalar loads only), and
+    # narrower ones: the skinny family.
     Problem("gemv", "bfloat16", 4096, 1024, trans=True),
     Problem("gemv", "float32", 333, 1000, trans=True),
-    # Tall and narrow transposed GEMVs: the strips family (an odd width: scalar loads only).
     Problem("gemv", "float16", 131072, 256, trans=True),
     Problem("gemv", "bfloat16", 70001, 1000, trans=True),
     Problem("gemv", "float32", 20000, 255, trans=True),
+    Problem("gemv", "float16", 8, 65536, trans=True),
+    Problem("gemv", "float16", 262144, 8, trans=True),
+    Problem("gemv", "float32", 16384, 7, trans=True),
     Problem("gemm", "float16", 8, 4096, 4096),
     Problem("gemm", "bfloat16", 16, 1000, 2048),
     Problem("gemm", "float32", 4, 1000, 2000),
@@ -277,7 +281,7 @@ def sampled_bundle() -> bundle.Bundle:
 @needs_gcc
 def test_shape_rules_and_launches_match_the_ops_for_sampled_configs_of_every_family(tmp_path: Path) -> None:
     made = sampled_bundle()
-    assert {e.family for e in made.entries} == {"gemv", "skinny", "skinny_tc", "simt", "mma", "wgmma", "strips"}
+    assert {e.family for e in made.entries} == {"gemv", "skinny", "skinny_tc", "simt", "mma", "wgmma", "narrow"}
     (tmp_path / bundle.HEADER).write_text(header.render(made))
     program = compile_query("gcc", tmp_path, tmp_path / "query")
     questions, expected = [], []

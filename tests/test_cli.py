@@ -507,8 +507,9 @@ def test_the_shipped_h200_records_answer_on_a_machine_without_a_gpu(run: Cli, tm
 
 @pytest.mark.shipped_records
 def test_the_shipped_h100_records_answer_apart_from_the_h200s(run: Cli, tmp_path: Path) -> None:
-    """db/records ships an H100's GEMV records beside the H200's: `--gpu h100` picks them out, for
-    both layouts, and each GPU answers with its own measurement."""
+    """db/records ships an H100's GEMV records beside the H200's: `--gpu h100` picks them out, and each
+    GPU answers with its own measurement. The H100's transposed records went with the families narrow
+    replaced: there the H100 is never answered with the H200's measurement."""
     db = str(tmp_path / "f.db")
     answers = {}
     for gpu in ("h100", "h200"):
@@ -516,9 +517,12 @@ def test_the_shipped_h100_records_answer_apart_from_the_h200s(run: Cli, tmp_path
             result = run("best", "--m", "4096", "--n", "8192", *trans, "--gpu", gpu, "--db", db, "--json")
             assert result.code == 0, result.err
             answers[gpu, bool(trans)] = json.loads(result.out)
-    for (gpu, _), data in answers.items():
-        assert data["source"] == "measured" and data["time_us"] > 0
+    for (gpu, trans), data in answers.items():
         assert data["gpu"] == {"h100": "NVIDIA H100 80GB HBM3", "h200": "NVIDIA H200"}[gpu]
+        if gpu == "h200" or not trans:
+            assert data["source"] == "measured" and data["time_us"] > 0
+    h100_trans = answers["h100", True]
+    assert h100_trans["source"] != "measured" or "cublas_algo" in h100_trans["config"]
     # The H100 reads 64 MB at about 3.0 TB/s, the H200 at about 4.3: their records are not mixed up.
     assert answers["h100", False]["time_us"] > answers["h200", False]["time_us"]
 

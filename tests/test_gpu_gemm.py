@@ -18,7 +18,7 @@ from autotune.core.problem import Problem
 from autotune.core.space import Config
 from autotune.measure.worker.client import Worker
 from autotune.ops import gemm
-from autotune.ops.gemv import strips
+from autotune.ops.gemv import narrow, strips, transposed
 from tests.worker_checks import measure_configs
 
 pytestmark = pytest.mark.gpu
@@ -40,9 +40,9 @@ GEMM_SHAPES = [
     (12, 200, 4100),
     (5, 1000, 1016),
 ]
-# Transposed: tall, narrow shapes (131072 x 256, and with odd rows and columns, scalar loads) run in
-# the strips family, the rest in skinny.
-TRANS_SHAPES = [(1, 1), (999, 1001), (131072, 256), (256, 8192), (100003, 255), (65541, 1000)]
+# Transposed: shapes of 16 columns and more run in the narrow family (odd widths: scalar loads), the
+# narrower ones in skinny; test_strips_by_name runs the tall ones in strips.
+TRANS_SHAPES = [(1, 1), (999, 1001), (131072, 256), (256, 8192), (100003, 255), (65541, 1000), (4099, 16), (70000, 7)]
 DTYPES = ["float32", "float16", "bfloat16"]
 RANDOM_SAMPLES = 3  # per problem, beside the default, the seeds and the space's first and last
 
@@ -53,8 +53,9 @@ def _sample(problem: Problem) -> list[Config]:
     op = ops.for_problem(problem)
     configs = list(op.space(problem))
     rng = random.Random(f"{problem}")
-    # Seeds of GEMM's families and of strips (skinny's transposed-GEMV seeds stay unsampled, as before).
-    seeds = op.seed_configs(problem) if problem.op == "gemm" or op.kernel_file(problem) == strips.KERNEL_FILE else []
+    # Seeds of GEMM's families, of narrow and strips (skinny's transposed-GEMV seeds stay unsampled).
+    own = op.kernel_file(problem) in (narrow.KERNEL_FILE, strips.KERNEL_FILE)
+    seeds = op.seed_configs(problem) if problem.op == "gemm" or own else []
     default = op.default_config(problem)
     picked = [default, configs[0], configs[-1], *seeds]
     # Split-K reduced in a cluster of blocks (the skinny families), where the problem allows it.
@@ -94,6 +95,18 @@ def test_every_gemm_family_is_correct_with_b_stored_n_by_k(shape: tuple[int, int
 @pytest.mark.parametrize("shape", TRANS_SHAPES, ids=str)
 def test_transposed_gemv_is_correct(shape: tuple[int, int], dtype: str) -> None:
     problem = Problem("gemv", dtype, *shape, trans=True)
+    wrong = [(c, s, m) for c, s, m in _measure_all(problem) if s != Status.OK.value]
+    assert not wrong, wrong
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(131072, 256), (100003, 255)], ids=str)
+def test_strips_by_name(shape: tuple[int, int], dtype: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The strips family, which narrow replaced, stays correct where it is named (the worker inherits
+    the environment)."""
+    monkeypatch.setenv(transposed.FAMILY_VARIABLE, strips.NAME)
+    problem = Problem("gemv", dtype, *shape, trans=True)
+    assert ops.for_problem(problem).kernel_file(problem) == strips.KERNEL_FILE
     wrong = [(c, s, m) for c, s, m in _measure_all(problem) if s != Status.OK.value]
     assert not wrong, wrong
 
@@ -154,7 +167,7 @@ def test_transposed_gemv_on_torch_tensors(dtype: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_tall_transposed_gemv_on_a_strided_view_with_beta_called_again_and_again(dtype: str, tmp_path: Path) -> None:
-    """The strips family on some columns of a wider matrix (row stride 320), y = 2 Aᵀx - 0.5 y, five
+    """The narrow family on some columns of a wider matrix (row stride 320), y = 2 Aᵀx - 0.5 y, five
     times: its split partials and arrival counter must be back at zero after each call."""
     torch = pytest.importorskip("torch")
     import autotune
@@ -163,7 +176,7 @@ def test_tall_transposed_gemv_on_a_strided_view_with_beta_called_again_and_again
     wide = torch.rand(70001, 320, device="cuda", dtype=kind) * 2 - 1
     a, x = wide[:, :256], torch.rand(70001, device="cuda", dtype=kind) * 2 - 1
     problem = autotune.best("gemv", 70001, 256, dtype=dtype, trans=True, gpu=torch.cuda.get_device_name()).problem
-    assert ops.for_problem(problem).kernel_file(problem) == strips.KERNEL_FILE
+    assert ops.for_problem(problem).kernel_file(problem) == narrow.KERNEL_FILE
     want = a.double().t() @ x.double()
     scale = (a.double().abs().t() @ x.double().abs()).max().item()
     db = str(tmp_path / "t.db")

@@ -143,6 +143,66 @@ def test_two_gemvs_and_a_gemm_in_one_graph() -> None:
         _assert_gemm(C, G, H)
 
 
+def test_transposed_gemvs_that_read_each_others_output_with_programmatic_launches() -> None:
+    """y1 = A1 x, then y2 = A2ᵀ y1 and y3 = A3ᵀ y2 in the narrow family's default tiling (launched with
+    PDL, split over the rows through the workspace): each must wait for the write before it, eager on
+    a side stream and captured in one graph replayed with new inputs. Our kernels are pinned (the
+    selector may hand an untuned shape to cuBLASLt); A2 and A3 are scaled so float16 holds y3."""
+    torch = _torch()
+    from autotune import ops
+    from autotune.ops.gemv import narrow
+    from autotune.runtime.launcher import Runtime
+
+    runtime = Runtime(
+        lambda p, device, db: Choice(p, device.gpu.name, ops.for_problem(p).default_config(p), "measured")
+    )
+    for m, n in ((6144, 2048), (2048, 2048)):
+        problem = Problem("gemv", "float16", m, n, trans=True)
+        assert ops.for_problem(problem).kernel_file(problem) == narrow.KERNEL_FILE
+        assert ops.for_problem(problem).launch(problem, narrow.default_config(problem), 132).grid[1] > 1
+    dev, f16 = "cuda", torch.float16
+    A1 = torch.empty(6144, 4096, device=dev, dtype=f16)
+    A2 = torch.empty(6144, 2048, device=dev, dtype=f16)
+    A3 = torch.empty(2048, 2048, device=dev, dtype=f16)
+    x = torch.empty(4096, device=dev, dtype=f16)
+    y1, y2, y3 = (torch.empty(n, device=dev, dtype=f16) for n in (6144, 2048, 2048))
+
+    def fill() -> None:
+        for t, bound in ((A1, 1.0), (A2, 1 / 64), (A3, 1 / 64), (x, 1.0)):
+            t.uniform_(-bound, bound)
+        for t in (y1, y2, y3):
+            t.fill_(float("nan"))
+
+    def chain() -> None:
+        runtime.gemv(A1, x, y1)
+        runtime.gemv(A2, y1, y2, trans=True)
+        runtime.gemv(A3, y2, y3, trans=True)
+
+    def check() -> None:
+        _assert_gemv(y1, A1, x)
+        _assert_gemv(y2, A2, y1, trans=True)
+        _assert_gemv(y3, A3, y2, trans=True)
+
+    fill()
+    chain()  # loads the kernels outside any capture
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fill()
+            chain()
+    torch.cuda.synchronize()
+    check()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        chain()
+    for _ in range(3):
+        fill()
+        graph.replay()
+        torch.cuda.synchronize()
+        check()
+
+
 def test_a_first_call_inside_a_capture_is_recorded_right_or_names_warmup() -> None:
     torch = _torch()
     A = torch.empty(3000, 2000, device="cuda", dtype=torch.float16).uniform_(-1, 1)

@@ -18,7 +18,7 @@ from autotune.gpu import driver
 from autotune.measure import pdl
 from autotune.measure.pycuda_gpu import programmatic_launch
 from autotune.ops import gemm, gemv
-from autotune.ops.gemv import strips, transposed
+from autotune.ops.gemv import narrow, transposed
 
 LAYOUT_PROGRAM = r"""
 #include <cuda.h>
@@ -107,20 +107,19 @@ def test_the_transposed_gemv_launches_as_its_family_says(monkeypatch: pytest.Mon
     """The transposed GEMV routes problems to families of their own kernels: whether a launch is
     programmatic is the family's, and the worker's plan, the runtime's plan and a bundle entry all
     ask the op for the problem at hand."""
-    tall, square = (
-        Problem("gemv", "float16", 131072, 256, trans=True),
+    square, thin = (
         Problem("gemv", "float16", 4096, 4096, trans=True),
+        Problem("gemv", "float16", 262144, 8, trans=True),
     )
     op = ops.for_problem(square)
-    assert transposed.family_of(tall) is strips and transposed.family_of(square) is not strips
-    assert not op.waits_for_prior_grid(tall) and not op.waits_for_prior_grid(square)
-    assert not programmatic_launch(op, _gpu("9.0"), square)
-    monkeypatch.setattr(strips, "WAITS_FOR_PRIOR_GRID", True)  # as a family whose kernels wait would say
-    assert op.waits_for_prior_grid(tall) and not op.waits_for_prior_grid(square)
-    assert programmatic_launch(op, _gpu("9.0"), tall) and not programmatic_launch(op, _gpu("8.0"), tall)
-    config = strips.default_config(tall)
-    assert op.plan(tall, config, _gpu("9.0")).programmatic
-    assert not op.plan(square, op.default_config(square), _gpu("9.0")).programmatic
+    assert transposed.family_of(square) is narrow and transposed.family_of(thin) is not narrow
+    assert op.waits_for_prior_grid(square) and not op.waits_for_prior_grid(thin)
+    assert programmatic_launch(op, _gpu("9.0"), square) and not programmatic_launch(op, _gpu("8.0"), square)
+    assert not programmatic_launch(op, _gpu("9.0"), thin)
+    assert op.plan(square, op.default_config(square), _gpu("9.0")).programmatic
+    assert not op.plan(thin, op.default_config(thin), _gpu("9.0")).programmatic
+    monkeypatch.setattr(narrow, "WAITS_FOR_PRIOR_GRID", False)  # as a family whose kernels read at once would say
+    assert not op.waits_for_prior_grid(square) and not programmatic_launch(op, _gpu("9.0"), square)
 
 
 def test_the_driver_is_opened_in_one_module_only() -> None:

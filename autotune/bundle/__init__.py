@@ -83,7 +83,7 @@ class Entry:
 
     index: int
     problem: Problem
-    family: str  # the kernel family: gemv, skinny (also the transposed GEMV), skinny_tc, simt, mma, wgmma, strips
+    family: str  # the kernel family: gemv, skinny (also narrow transposed GEMVs), skinny_tc, simt, mma, wgmma, narrow
     config: Config
     kernel_name: str
     kernel_file: str  # relative to the bundle folder

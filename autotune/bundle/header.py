@@ -19,7 +19,7 @@ from autotune.ops import gemm
 from autotune.ops import gemv as gemv_op
 from autotune.ops.gemm import mma
 from autotune.ops.gemm import skinny as gemm_skinny
-from autotune.ops.gemv import strips
+from autotune.ops.gemv import narrow, strips
 
 if TYPE_CHECKING:
     from autotune.bundle import Bundle, Entry
@@ -41,6 +41,7 @@ FAMILY_CONSTANTS = {
     "mma": "AUTOTUNE_FAMILY_MMA",
     "wgmma": "AUTOTUNE_FAMILY_WGMMA",
     "strips": "AUTOTUNE_FAMILY_STRIPS",
+    "narrow": "AUTOTUNE_FAMILY_NARROW",
 }
 DTYPE_CONSTANTS = {"float32": "AUTOTUNE_FLOAT32", "float16": "AUTOTUNE_FLOAT16", "bfloat16": "AUTOTUNE_BFLOAT16"}
 _SIMPLE_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t", "?": "\\?"}
@@ -116,6 +117,9 @@ def _constants(bundle: Bundle) -> str:
         f"#define AUTOTUNE_STRIPS_ROWS_PER_COLUMN {_int(strips.ROWS_PER_COLUMN)}",
         f"#define AUTOTUNE_STRIPS_MIN_WIDTH {_int(strips.WIDTHS[0])}",
         f"#define AUTOTUNE_STRIPS_REGISTER_BASE {_int(strips.REGISTER_BASE)}",
+        f"#define AUTOTUNE_NARROW_MIN_N {_int(narrow.MIN_N)}",
+        f"#define AUTOTUNE_NARROW_MIN_WIDTH {_int(narrow.WIDTHS[0])}",
+        f"#define AUTOTUNE_NARROW_REGISTER_BASE {_int(narrow.REGISTER_BASE)}",
         f"#define AUTOTUNE_REGISTERS_PER_SM {_int(REGISTERS_PER_SM)}",
         f"#define AUTOTUNE_MAX_REGISTERS_PER_THREAD {_int(MAX_REGISTERS_PER_THREAD)}",
         "/* cuTensorMapEncodeTiled's arguments for TMA entries (cuda.h's enum values). */",

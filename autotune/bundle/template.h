@@ -22,8 +22,9 @@
 /* @CONSTANTS@ */
 
 /* Kernel families (autotune/ops/): which rules say whether an entry's config runs a shape, and
- * how its launch geometry follows from the shape. A transposed GEMV runs the skinny GEMM family as
- * the one-row GEMM (1 x n) = (1 x m) A, or, tall and narrow, the strips family (same arguments). */
+ * how its launch geometry follows from the shape. A transposed GEMV of 16 columns or more runs the
+ * narrow family, a narrower one the skinny GEMM family as the one-row GEMM (1 x n) = (1 x m) A (same
+ * arguments). The strips family, which narrow replaced, is kept for bundles that name it. */
 enum {
   AUTOTUNE_FAMILY_GEMV = 1,
   AUTOTUNE_FAMILY_SKINNY = 2,
@@ -31,7 +32,8 @@ enum {
   AUTOTUNE_FAMILY_SIMT = 4,
   AUTOTUNE_FAMILY_MMA = 5,
   AUTOTUNE_FAMILY_WGMMA = 6,
-  AUTOTUNE_FAMILY_STRIPS = 7
+  AUTOTUNE_FAMILY_STRIPS = 7,
+  AUTOTUNE_FAMILY_NARROW = 8
 };
 
 /* What runs an entry. Every entry of this format runs one of the kernels in the bundle. A cuBLAS
@@ -71,7 +73,7 @@ typedef struct autotune_entry {
   int dtype_code;          /* AUTOTUNE_FLOAT32, ... */
   int m, n, k, trans;      /* the tuned problem (k = 0 for a GEMV; trans: y = A^T x) */
   int family;              /* AUTOTUNE_FAMILY_* */
-  const char *family_name; /* "gemv", "skinny", "skinny_tc", "simt", "mma", "wgmma", "strips" */
+  const char *family_name; /* "gemv", "skinny", "skinny_tc", "simt", "mma", "wgmma", "strips", "narrow" */
   int backend;             /* AUTOTUNE_BACKEND_KERNEL */
   const char *kernel_file; /* relative to the bundle folder: a cubin or a fatbin */
   const char *kernel_name; /* the extern "C" kernel in it */
@@ -109,12 +111,15 @@ static inline int autotune_strips_serve(int64_t m, int64_t n) {
   return n >= AUTOTUNE_STRIPS_MIN_N && n <= AUTOTUNE_STRIPS_MAX_N && m >= (int64_t)AUTOTUNE_STRIPS_ROWS_PER_COLUMN * n;
 }
 
+/* Whether a transposed GEMV of n columns is wide enough for the narrow family (narrow.py: serves). */
+static inline int autotune_narrow_serve(int64_t n) { return n >= AUTOTUNE_NARROW_MIN_N; }
+
 /* The family that serves a problem on this GPU (autotune/ops/gemm/__init__.py: family; the transposed
  * GEMV's: autotune/ops/gemv/transposed.py). */
 static inline int autotune_family_for(int gemm, int dtype_code, int64_t m, int64_t n, int64_t k, int trans) {
   if (!gemm) {
     if (!trans) return AUTOTUNE_FAMILY_GEMV;
-    return autotune_strips_serve(m, n) ? AUTOTUNE_FAMILY_STRIPS : AUTOTUNE_FAMILY_SKINNY;
+    return autotune_narrow_serve(n) ? AUTOTUNE_FAMILY_NARROW : AUTOTUNE_FAMILY_SKINNY;
   }
   if (m <= AUTOTUNE_SKINNY_MAX_M) {
     return m >= AUTOTUNE_TC_MIN_M && dtype_code != AUTOTUNE_FLOAT32 ? AUTOTUNE_FAMILY_SKINNY_TC : AUTOTUNE_FAMILY_SKINNY;
@@ -239,6 +244,26 @@ static inline int64_t autotune_strips_splits(const autotune_config *c, int64_t m
   return autotune_max64(1, autotune_min64(most, (int64_t)c->per_sm * sm_count / strips));
 }
 
+/* The narrow family (narrow.py: _reason) on a transposed GEMV of n columns: a team of width / vec
+ * threads, a power of two up to a warp, reads a row of a strip. */
+static inline int autotune_narrow_runs(const autotune_config *c, int64_t n, int64_t itemsize) {
+  int64_t words = c->vec > 0 ? c->width / c->vec : 0, loaded = autotune_max64(1, c->vec * itemsize / 4);
+  int64_t registers = (int64_t)c->unroll * (loaded + 1) + c->vec + AUTOTUNE_NARROW_REGISTER_BASE;
+  if (!autotune_narrow_serve(n) || !autotune_two_widest_ok(c->vec, n, itemsize, 16)) return 0;
+  if (words == 0 || c->width % c->vec || 32 % words || c->block <= 0 || c->block % 32) return 0;
+  if (c->width > AUTOTUNE_NARROW_MIN_WIDTH && c->width / 2 >= n) return 0;
+  return registers <= autotune_min64(AUTOTUNE_MAX_REGISTERS_PER_THREAD, AUTOTUNE_REGISTERS_PER_SM / c->block);
+}
+
+/* Its contiguous shares of the rows (narrow.py: splits): one for per_sm 0, else the count nearest
+ * per_sm blocks an SM over all strips, none smaller than what a block's teams read in one step. */
+static inline int64_t autotune_narrow_splits(const autotune_config *c, int64_t m, int64_t n, int sm_count) {
+  int64_t strips = autotune_ceil_div(n, c->width), teams = (int64_t)c->block * c->vec / c->width;
+  int64_t most = autotune_max64(1, m / (teams * c->unroll));
+  if (c->per_sm == 0) return 1;
+  return autotune_max64(1, autotune_min64(most, ((int64_t)c->per_sm * sm_count + strips / 2) / strips));
+}
+
 static inline int autotune_simt_runs(const autotune_config *c, int64_t n, int64_t k) {
   return k % c->vec == 0 && n % c->vec == 0;
 }
@@ -308,6 +333,7 @@ static inline int autotune_runs(const autotune_entry *e, int64_t m, int64_t n, i
     case AUTOTUNE_FAMILY_MMA: return autotune_mma_runs(c, m, n, k, b_nk);
     case AUTOTUNE_FAMILY_WGMMA: return autotune_wgmma_runs(c, m, n, k, b_nk);
     case AUTOTUNE_FAMILY_STRIPS: return autotune_strips_runs(c, m, n, item);
+    case AUTOTUNE_FAMILY_NARROW: return autotune_narrow_runs(c, n, item);
     default: return 0;
   }
 }
@@ -359,6 +385,11 @@ static inline int autotune_launch_for(const autotune_entry *e, int64_t m, int64_
     case AUTOTUNE_FAMILY_STRIPS:
       tiles = grid_x = autotune_ceil_div(n, c->width);
       grid_y = autotune_strips_splits(c, m, n, sm_count), workspace = grid_y * n;
+      global_split = grid_y > 1;
+      break;
+    case AUTOTUNE_FAMILY_NARROW:
+      tiles = grid_x = autotune_ceil_div(n, c->width);
+      grid_y = autotune_narrow_splits(c, m, n, sm_count), workspace = grid_y * n;
       global_split = grid_y > 1;
       break;
     default: return -1;

@@ -1,15 +1,18 @@
 """The transposed GEMV, y = alpha*Aᵀx + beta*y with A m x n row-major: a GEMM of one row.
 
-yᵀ = xᵀ A is C (1 x n) = A' (1 x m) · B (m x n), so the skinny GEMM family serves it: every
-thread streams whole 16-byte pieces of A's rows, which the usual GEMV kernels cannot do when they
-reduce along columns. Tall, narrow shapes (strips.serves: 131072 x 256, 65536 x 1024) go to the
-strips family instead, whose teams read whole rows of a strip. Both families' kernels take
-(x, A, y, 1, n, m, m, lda, n) in the GEMM argument order: A is the GEMM's B, so a view of some of a
-matrix's columns (lda > n) runs in place. A problem is tuned within one family, as GEMM's are.
+yᵀ = xᵀ A is C (1 x n) = A' (1 x m) · B (m x n): every thread streams whole 16-byte pieces of A's
+rows, which the usual GEMV kernels cannot do when they reduce along columns. The narrow family serves
+every shape of at least 16 columns (narrow.serves): teams of up to a warp read rows of strips of 16
+to 256 columns, launched with programmatic dependent launch. Narrower matrices (262144 x 8) go to the
+skinny GEMM family, as the one-row GEMM they are. The strips family (wide strips, tall A) is reachable
+by name (FAMILY_VARIABLE) for comparisons. Every family's kernels take (x, A, y, 1, n, m, m, lda, n)
+in the GEMM argument order: A is the GEMM's B, so a view of some of a matrix's columns (lda > n) runs
+in place. A problem is tuned within one family, as GEMM's are.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -21,7 +24,12 @@ from autotune.gpu.geometry import Launch
 from autotune.ops.base import DeviceReference, Op, Operands
 from autotune.ops.gemm import shared as gemm_shared
 from autotune.ops.gemm import skinny as gemm_skinny
-from autotune.ops.gemv import strips
+from autotune.ops.gemv import narrow, strips
+
+# Names a family for the transposed GEMVs it serves ("strips", "skinny"), in place of narrow: the
+# families narrow replaced stay measurable side by side. The tuning worker inherits it, and its
+# records carry that family's source hash.
+FAMILY_VARIABLE = "AUTOTUNE_GEMV_T_FAMILY"
 
 
 def as_gemm(problem: Problem) -> Problem:
@@ -67,8 +75,21 @@ class _OneRowGemm:
 
 
 def family_of(problem: Problem) -> Any:
-    """The family that serves a transposed GEMV: strips where A is tall and narrow, else skinny."""
-    return strips if strips.serves(problem) else _OneRowGemm
+    """The family that serves a transposed GEMV: narrow from 16 columns on, else skinny; or the
+    family FAMILY_VARIABLE names, where it serves the shape."""
+    named = os.environ.get(FAMILY_VARIABLE)
+    if named:
+        chosen = _named(named)
+        if chosen is _OneRowGemm or chosen.serves(problem):
+            return chosen
+    return narrow if narrow.serves(problem) else _OneRowGemm
+
+
+def _named(name: str) -> Any:
+    families: dict[str, Any] = {f.NAME: f for f in (narrow, strips, _OneRowGemm)}
+    if name not in families:
+        raise AutotuneError(f"{FAMILY_VARIABLE}={name[:40]!r}: choose {', '.join(families)} (or unset it)")
+    return families[name]
 
 
 class GemvTransposed(Op):

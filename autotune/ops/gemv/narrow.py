@@ -1,0 +1,168 @@
+"""The narrow-strips family of the transposed GEMV (kernels/gemv/gemv_t_narrow.cu): parameters,
+constraints, launch geometry, source. It serves every transposed GEMV of at least MIN_N columns
+(`serves`); the skinny GEMM family serves the narrower ones.
+
+A team of width / vec threads (a power of two up to a warp) reads one row of a strip of `width`
+columns; `block` threads hold block * vec / width teams, each with `unroll` rows in flight. The rows
+are split into contiguous shares so that about `per_sm` blocks run on each SM (`splits`; 0: one share,
+the strips alone fill the GPU), a launch parameter that shares one compiled kernel. The kernels wait
+for the grid before them in griddepcontrol and are launched with programmatic dependent launch;
+`prefetch` 1 fetches each thread's first rows into L2 before that wait. Problem sizes are the
+GEMV's: m rows of A (the reduction), n columns (y's length).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from autotune.core.limits import MAX_REGISTERS_PER_THREAD, REGISTERS_PER_SM
+from autotune.core.problem import ITEMSIZE, Problem
+from autotune.core.space import Config, Param, Space
+from autotune.gpu.geometry import Launch
+from autotune.ops.gemm import shared as gemm_shared
+
+NAME = "narrow"
+KERNEL_FILE = "gemv/gemv_t_narrow.cu"  # under kernels/, beside this folder's mirror
+WAITS_FOR_PRIOR_GRID = True  # its kernels wait in griddepcontrol: launched with programmatic dependent launch
+
+# Narrower matrices (a few columns: 262144 x 8) stay with skinny, whose thread groups narrower than a
+# warp were tuned on them; a strip is 16 columns at least.
+MIN_N = 16
+
+_BLOCKS = (128, 256, 512, 1024)
+WIDTHS = (16, 32, 64, 128, 256)
+_UNROLLS = (2, 4, 8)
+_PER_SM = (0, 1, 2, 4, 8)
+
+
+def serves(problem: Problem) -> bool:
+    """Whether a transposed GEMV (m rows, n columns) is wide enough for this family."""
+    return problem.n >= MIN_N
+
+
+def _vec_choices(problem: Problem) -> tuple[int, ...]:
+    """The two widest loads the rows allow (16 bytes at most) and scalar loads (which the launcher
+    needs for arrays whose rows are not 16-byte aligned)."""
+    item = ITEMSIZE[problem.dtype]
+    fits = [v for v in (1, 2, 4, 8) if v * item <= 16 and (v == 1 or problem.n % v == 0)]
+    return tuple(sorted({1, *fits[-2:]}))
+
+
+# Registers a thread needs beside its loads in flight and accumulators (addresses, loop state, the
+# prefetch's row pointers): the estimate below meets ptxas -v for sm_90 within a few registers.
+REGISTER_BASE = 34
+
+
+def registers(problem: Problem, c: Mapping[str, int]) -> int:
+    """Registers per thread, estimated: the unrolled loads (whole 32-bit words) and their x values,
+    the accumulators and REGISTER_BASE. The bundle header mirrors it (autotune_narrow_runs)."""
+    words = max(1, c["vec"] * ITEMSIZE[problem.dtype] // 4)
+    return c["unroll"] * (words + 1) + c["vec"] + REGISTER_BASE
+
+
+registers_per_thread = registers  # the name the transposed GEMV asks its families for (Op.registers)
+
+
+def _reason(problem: Problem, c: Mapping[str, int]) -> str | None:
+    if not serves(problem):
+        return f"narrow strips serve transposed GEMVs of n >= {MIN_N}, not {problem}"
+    words = c["width"] // c["vec"]
+    if words == 0 or c["width"] % c["vec"] or 32 % words:
+        return f"width={c['width']} over vec={c['vec']}: a row of a strip needs a power of two of 1 to 32 threads"
+    if c["width"] > WIDTHS[0] and c["width"] // 2 >= problem.n:
+        return f"width={c['width']}: half as wide a strip already covers n={problem.n}"
+    cap = min(MAX_REGISTERS_PER_THREAD, REGISTERS_PER_SM // c["block"])
+    regs = registers(problem, c)
+    if regs > cap:
+        return f"about {regs} registers per thread, more than the {cap} a block of {c['block']} gets: spills"
+    return None
+
+
+def space(problem: Problem) -> Space:
+    return Space(
+        params=(
+            Param("block", _BLOCKS),
+            Param("width", WIDTHS),
+            Param("vec", _vec_choices(problem)),
+            Param("unroll", _UNROLLS),
+            Param("prefetch", (0, 1)),
+            Param("per_sm", _PER_SM, compiled=False),
+        ),
+        constraint=lambda c: _reason(problem, c),
+    )
+
+
+def _tiling(problem: Problem, block: int, width: int, unroll: int, per_sm: int) -> Config:
+    """A tiling with the widest loads the rows allow (one element where they allow none wider, with
+    strips a warp can hold), its strips no wider than n needs, prefetching."""
+    vec = _vec_choices(problem)[-1]
+    width = min(width, max(w for w in WIDTHS if w == WIDTHS[0] or w // 2 < problem.n), 32 * vec)
+    return {"block": block, "width": width, "vec": vec, "unroll": unroll, "prefetch": 1, "per_sm": per_sm}
+
+
+def default_config(problem: Problem) -> Config:
+    """512 threads, strips of 64 columns, 4 rows in flight a team, about 4 blocks an SM, prefetching:
+    the tiling a float16 probe of 20 shapes on the H200 found best most often
+    (experiments/gemv_t_narrow.cu)."""
+    return _tiling(problem, 512, 64, 4, 4)
+
+
+# Seed tilings (block, width, unroll, per_sm): the probe's winners over the standard shapes.
+_SEEDS = (
+    (512, 64, 4, 4),
+    (1024, 64, 4, 2),
+    (1024, 64, 4, 0),
+    (512, 128, 4, 4),
+    (1024, 256, 4, 2),
+    (1024, 256, 4, 0),
+    (1024, 32, 4, 0),
+    (256, 64, 8, 0),
+)
+
+
+def seed_configs(problem: Problem) -> list[Config]:
+    check = space(problem).check
+    seeds: list[Config] = []
+    for block, width, unroll, per_sm in _SEEDS:
+        config = _tiling(problem, block, width, unroll, per_sm)
+        if check(config) is None and config not in seeds:
+            seeds.append(config)
+    return seeds
+
+
+def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
+    c = config
+    return f"gemv_t_narrow_{problem.dtype}_b{c['block']}_w{c['width']}_v{c['vec']}_u{c['unroll']}_p{c['prefetch']}"
+
+
+def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
+    """A translation unit with one extern "C" instance taking the GEMM arguments (the transposed GEMV's)."""
+    c = config
+    args = [c[k] for k in ("block", "width", "vec", "unroll", "prefetch")]
+    return gemm_shared.instance_source(
+        KERNEL_FILE, kernel_name(problem, c), problem.dtype, str(c["block"]), "at_narrow::narrow_body", args
+    )
+
+
+def splits(problem: Problem, config: Mapping[str, int], sm_count: int) -> int:
+    """Contiguous shares of the rows: the nearest count that puts about per_sm blocks on each SM over
+    all strips (one for per_sm 0), no share smaller than what the block's teams read in one step."""
+    if config["per_sm"] == 0:
+        return 1
+    strips = math.ceil(problem.n / config["width"])
+    teams = config["block"] * config["vec"] // config["width"]
+    most = max(1, problem.m // (teams * config["unroll"]))
+    return max(1, min(most, (config["per_sm"] * sm_count + strips // 2) // strips))
+
+
+def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
+    strips = math.ceil(problem.n / config["width"])
+    split = splits(problem, config, sm_count)
+    return Launch(
+        grid=(strips, split, 1),
+        block=(config["block"], 1, 1),
+        shared_bytes=0,  # static: the warps' sums
+        workspace_floats=split * problem.n if split > 1 else 0,
+        counters=strips if split > 1 else 0,
+    )

@@ -1,0 +1,139 @@
+"""The narrow-strips family of the transposed GEMV on the CPU: which shapes it serves, its space, launch
+geometry, programmatic launch, and nvcc compiles for sm_90 (correctness against float64 runs on the GPU:
+test_gpu_gemm.py, test_gpu_launch.py)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from autotune.build.compiler import CompileJob
+from autotune.core.errors import AutotuneError
+from autotune.core.problem import ITEMSIZE, Problem
+from autotune.core.space import Config
+from autotune.ops import for_problem
+from autotune.ops.gemm import skinny
+from autotune.ops.gemv import narrow, strips, transposed
+from tests.nvcc import compile_all
+
+DTYPES = ("float32", "float16", "bfloat16")
+
+
+def _t(m: int, n: int, dtype: str = "float16") -> Problem:
+    return Problem("gemv", dtype, m, n, trans=True)
+
+
+@pytest.mark.parametrize(
+    "shape", [(4096, 4096), (131072, 256), (65536, 1024), (1, 262144), (4097, 8191), (128256, 4096), (8192, 16)]
+)
+def test_transposed_gemvs_of_16_columns_and_more_run_in_narrow_strips_with_pdl(shape: tuple[int, int]) -> None:
+    problem = _t(*shape)
+    op = for_problem(problem)
+    assert op.kernel_file(problem) == narrow.KERNEL_FILE
+    assert op.family(problem, op.default_config(problem)) == narrow.NAME
+    assert op.waits_for_prior_grid(problem)
+
+
+@pytest.mark.parametrize("shape", [(262144, 8), (16384, 7), (65536, 1), (8192, 15)])
+def test_narrower_transposed_gemvs_keep_the_skinny_family_and_its_records(shape: tuple[int, int]) -> None:
+    problem = _t(*shape)
+    op = for_problem(problem)
+    assert op.kernel_file(problem) == skinny.KERNEL_FILE
+    assert not op.waits_for_prior_grid(problem)
+
+
+def test_a_family_named_in_the_environment_serves_where_it_can(monkeypatch: pytest.MonkeyPatch) -> None:
+    tall, square = _t(131072, 256), _t(4096, 4096)
+    monkeypatch.setenv(transposed.FAMILY_VARIABLE, "strips")
+    assert transposed.family_of(tall) is strips and transposed.family_of(square) is narrow
+    monkeypatch.setenv(transposed.FAMILY_VARIABLE, "skinny")
+    assert for_problem(square).kernel_file(square) == skinny.KERNEL_FILE
+    monkeypatch.setenv(transposed.FAMILY_VARIABLE, "wide")
+    with pytest.raises(AutotuneError, match="choose narrow, strips, skinny"):
+        transposed.family_of(square)
+
+
+SHAPES = [(4096, 4096), (131072, 256), (100003, 255), (1, 262144), (4097, 8191), (2048, 16), (70000, 1000)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_default_and_seeds_are_in_the_space_and_fall_back_to_scalar_loads(shape: tuple[int, int], dtype: str) -> None:
+    problem = _t(*shape, dtype)
+    op = for_problem(problem)
+    space = op.space(problem)
+    configs = [op.default_config(problem), *op.seed_configs(problem)]
+    assert len(configs) >= 3
+    for config in configs:
+        assert space.check(config) is None, config
+        scalar = space.fit(config, {"vec": 1})  # what the launcher runs on unaligned arrays
+        assert scalar is not None and scalar["vec"] == 1, config
+    if problem.n % 8 == 0:
+        assert configs[0]["vec"] * ITEMSIZE[dtype] == 16  # 16-byte loads where the rows allow them
+
+
+def test_the_space_keeps_teams_within_a_warp_and_strips_no_wider_than_needed() -> None:
+    problem = _t(4096, 4096)
+    check = narrow.space(problem).check
+    base = narrow.default_config(problem)
+    assert check({**base, "width": 256}) is None  # 32 threads of 8 halves
+    assert check({**base, "width": 256, "vec": 4}) is not None  # 64 threads a row: more than a warp
+    assert check({**base, "width": 64, "vec": 1}) is not None
+    assert check({**base, "width": 32, "vec": 1}) is None
+    thin = _t(4096, 40)
+    assert narrow.space(thin).check({**narrow.default_config(thin), "width": 128}) is not None  # 64 covers 40
+    assert "registers" in str(check({**base, "block": 1024, "unroll": 8}))  # spills at 64 registers
+
+
+@pytest.mark.parametrize("sm_count", [1, 78, 132])
+def test_launch_splits_rows_for_about_per_sm_blocks_an_sm_and_asks_workspace_only_when_split(sm_count: int) -> None:
+    for problem in (_t(131072, 256), _t(4096, 4096), _t(4096, 14336), _t(8, 65536)):
+        for config in [narrow.default_config(problem), *narrow.seed_configs(problem)]:
+            launch = narrow.launch(problem, config, sm_count)
+            strip_count = -(-problem.n // config["width"])
+            split = launch.grid[1]
+            teams = config["block"] * config["vec"] // config["width"]
+            assert launch.grid[0] == strip_count and launch.block == (config["block"], 1, 1)
+            assert 1 <= split <= max(1, problem.m // (teams * config["unroll"]))
+            if config["per_sm"] == 0:
+                assert split == 1
+            else:  # within half a strip's worth of blocks of per_sm an SM
+                assert split == 1 or abs(split * strip_count - config["per_sm"] * sm_count) <= strip_count / 2
+            if split > 1:
+                assert (launch.workspace_floats, launch.counters) == (split * problem.n, strip_count)
+            else:
+                assert (launch.workspace_floats, launch.counters) == (0, 0)
+    assert narrow.launch(_t(4096, 4096), narrow.default_config(_t(4096, 4096)), 132).grid == (64, 8, 1)
+
+
+def _instances() -> list[tuple[Problem, Config]]:
+    """Each dtype's default and seeds on a square shape, scalar loads on odd widths, the narrowest
+    strips, the smallest block with the widest strips, and no prefetch."""
+    square, odd = _t(4096, 4096), _t(4097, 8191)
+    picked: list[tuple[Problem, Config]] = []
+    for dtype in DTYPES:
+        problem = _t(4096, 4096, dtype)
+        picked += [(problem, c) for c in [narrow.default_config(problem), *narrow.seed_configs(problem)]]
+    picked += [(odd, narrow.default_config(odd)), (odd, {**narrow.default_config(odd), "width": 16, "unroll": 8})]
+    base = narrow.default_config(square)
+    picked += [(square, {**base, "width": 16, "block": 1024})]
+    picked += [(square, {**base, "width": 256, "block": 128, "unroll": 8, "prefetch": 0})]
+    return picked
+
+
+def _jobs() -> list[CompileJob]:
+    jobs: dict[str, CompileJob] = {}
+    for problem, config in _instances():
+        op = for_problem(problem)
+        assert op.space(problem).check(config) is None, config
+        name = op.kernel_name(problem, config)
+        jobs[name] = CompileJob(name, op.kernel_source(problem, config), "sm_90", "test")
+    return list(jobs.values())
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@pytest.mark.nvcc(jobs=_jobs)
+def test_instances_compile_for_sm_90() -> None:
+    for result in compile_all(_jobs()):
+        assert result.cubin is not None and result.cubin.read_bytes()[:4] == b"\x7fELF", result.message
