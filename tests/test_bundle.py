@@ -468,6 +468,34 @@ def test_a_bundle_leaving_problems_out_is_refused_unless_partial_is_allowed(
     ]
 
 
+def test_problems_that_share_a_kernel_take_it_once_though_each_build_differs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nvcc's bytes differ from one build of a kernel to the next, and another process may rebuild the
+    cached cubin between two problems' look-ups: two problems picking one kernel share its first image.
+    Two different kernels of one name are still refused."""
+    builds = iter(range(1000))
+    monkeypatch.setattr(bundle, "_kernel_image", lambda job: (f"build {next(builds)}".encode(), "cubin"))
+    h200 = GpuInfo(H200, "GPU-1111", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
+    db = str(tmp_path / "shared.db")
+    config = {**gemv.DEFAULT_CONFIG, "vec": 8}
+    with open_store(db, import_shipped=False) as store:
+        for m in (4096, 8192):
+            record(store, Problem("gemv", "float16", m, 8192), config, ok(20.0), h200)
+    api.new_session()
+    made = bundle.build("h200", db=db)
+    assert len(made.entries) == 2 and len(made.kernels) == 1
+    assert made.entries[0].kernel_file == made.entries[1].kernel_file
+    real_job = ops.compile_job
+    units = iter(range(1000))
+    monkeypatch.setattr(  # one name for a new translation unit each time
+        ops, "compile_job", lambda *a, **k: replace(real_job(*a, **k), name="same", source=f"unit {next(units)}")
+    )
+    with pytest.raises(AutotuneError, match="two different kernels are named same"):
+        bundle.build("h200", db=db)
+    api.new_session()
+
+
 def test_a_problem_only_cublaslt_was_measured_on_is_neither_bundled_nor_refused(
     tuned: str, fake_kernels: None, tmp_path: Path
 ) -> None:

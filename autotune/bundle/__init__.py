@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune import __version__, api, ops
 from autotune.build import shipped
-from autotune.build.compiler import CompileJob
+from autotune.build.compiler import CompileJob, cache_key
 from autotune.core.errors import AutotuneError
 from autotune.core.output import umask
 from autotune.core.problem import BLAS_PREFIX, Problem
@@ -238,6 +238,7 @@ def build(gpu: str | None, op_names: Sequence[str] = (), db: str | None = None) 
     bundle = Bundle(_gpu(store, gpu))
     target = bundle.gpu
     selector = Selector(store)
+    jobs: dict[str, tuple[CompileJob, str]] = {}  # kernel name -> its job and file in the bundle
     # The header looks a problem up by op, dtype, layout and shape: a problem that names input dtypes
     # or a variant has no key there, and is left out rather than answer for the plain problem.
     rows = [row for row in store.problems(target.name) if not (row.input_dtypes or row.variant)]
@@ -262,14 +263,20 @@ def build(gpu: str | None, op_names: Sequence[str] = (), db: str | None = None) 
                 _skip(bundle, problem, reason)
                 continue
             job = ops.compile_job(problem, choice.config, target.arch)
-            try:
-                image, kind = _kernel_image(job)
-            except AutotuneError as exc:
-                _skip(bundle, problem, f"no kernel: {exc}")
-                continue
-        kernel_file = f"{KERNELS}/{job.name}.{kind}"
-        if bundle.kernels.setdefault(kernel_file, image) != image:
-            raise AutotuneError(f"two different kernels are named {job.name}: cannot write both")
+            if job.name in jobs:  # another problem's pick: the kernel taken for it (nvcc's bytes differ
+                # from one build to the next, and another process may rebuild the cached cubin meanwhile)
+                if cache_key(jobs[job.name][0]) != cache_key(job):
+                    raise AutotuneError(f"two different kernels are named {job.name}: cannot write both")
+                kernel_file = jobs[job.name][1]
+            else:
+                try:
+                    image, kind = _kernel_image(job)
+                except AutotuneError as exc:
+                    _skip(bundle, problem, f"no kernel: {exc}")
+                    continue
+                kernel_file = f"{KERNELS}/{job.name}.{kind}"
+                bundle.kernels[kernel_file] = image
+                jobs[job.name] = (job, kernel_file)
         entry = make_entry(target, len(bundle.entries), problem, choice.config, kernel_file)
         bundle.entries.append(replace(entry, time_us=float(choice.time_us or 0.0), gbs=choice.gbs))
     if not bundle.entries:
