@@ -14,19 +14,24 @@
 // its plain GEMVs on sm_90 (the next call's blocks start while this one drains and wait before reading),
 // without or with an L2 prefetch of each thread's first rows before the wait, and the flat read is the
 // floor autotune's benchmarks measure against: launched the same way, each thread's first word prefetched.
-//   nvcc -O3 -arch=sm_90 -o /tmp/gemv_t_narrow experiments/gemv_t_narrow.cu -lcublas
+//   nvcc -O3 -arch=sm_90 -I kernels -I kernels/common -o /tmp/gemv_t_narrow experiments/gemv_t_narrow.cu -lcublas
 //   /tmp/gemv_t_narrow       # plain launches:  experiments/gemv_t_narrow_nvidia-h200.txt
 //   /tmp/gemv_t_narrow pdl   # PDL launches:    experiments/gemv_t_narrow_pdl_nvidia-h200.txt
+//   /tmp/gemv_t_narrow pdl 131072 256   # one shape of the set
+//   /tmp/gemv_t_narrow family 131072 256   # this probe's kernel beside kernels/gemv/gemv_t_narrow.cu's
+// (compile with -I kernels -I kernels/common).
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "bench_common.cuh"
+#include "gemv/gemv_t_narrow.cu"  // the narrow family's kernel, for the `family` mode (-I kernels -I kernels/common)
 
 constexpr int VEC = 8;  // halves per 16-byte word
 
@@ -142,6 +147,15 @@ __global__ void read_flat_pdl(const uint4* __restrict__ a, size_t n16, unsigned*
   if (acc == 0x12345678u) out[0] = acc;
 }
 
+// The narrow family's kernel (kernels/gemv/gemv_t_narrow.cu) at the probe's commonest tiling, taking the
+// GEMM argument list as autotune passes it: x as A (1 x M), the matrix as B (M x N), y as C.
+__global__ void __launch_bounds__(1024)
+    family_1024_64(const __half* x, const __half* A, __half* y, int one, int N, int M, int lda, int ldb, int ldc,
+                   float alpha, float beta, float* workspace, unsigned* counters) {
+  at_narrow::narrow_body<__half, false, 1024, 64, 8, 4, 1>(x, A, y, one, N, M, lda, ldb, ldc, alpha, beta, workspace,
+                                                           counters);
+}
+
 struct Problem {
   int m, n;
   std::vector<__half*> as;
@@ -203,7 +217,7 @@ int widths(const BenchSetup& setup, Problem& p, std::vector<Result>& results) {
          run<BLOCK, 256, UNROLL, PDL>(setup, p, results);
 }
 
-int shape(const BenchSetup& setup, cublasHandle_t handle, int m, int n, bool pdl) {
+int shape(const BenchSetup& setup, cublasHandle_t handle, int m, int n, bool pdl, bool family) {
   Problem p{m, n};
   const size_t bytes = (size_t)m * n * sizeof(__half);
   p.as = rotating_buffers<__half>(setup.prop, bytes, 0);
@@ -245,6 +259,37 @@ int shape(const BenchSetup& setup, cublasHandle_t handle, int m, int n, bool pdl
                     (const uint4*)p.as[i % p.as.size()], n16, setup.out);
         },
         setup.start, setup.stop);
+  if (family) {  // the probe's kernel and the family's, block 1024, strips of 64, 4 rows in flight, PDL
+    const int strips = p.n / 64, sms = setup.prop.multiProcessorCount;
+    for (int splits : {1, std::max(1, sms / strips), std::max(1, 2 * sms / strips), std::max(1, 4 * sms / strips)}) {
+      const dim3 grid(strips, splits);
+      float us[2];
+      for (int which = 0; which < 2; ++which) {
+        auto call = [&](int i) {
+          const __half* a = p.as[i % p.as.size()];
+          if (which == 0)
+            launch(gemv_t_narrow<1024, 64, 4, 2>, true, grid, dim3(1024), a, (const __half*)p.x, p.y, p.m, p.n,
+                   p.partial, p.counters);
+          else
+            launch(family_1024_64, true, grid, dim3(1024), (const __half*)p.x, a, p.y, 1, p.n, p.m, p.m, p.n, p.n,
+                   1.0f, 0.0f, p.partial, p.counters);
+        };
+        CHECK(cudaMemset(p.y, 0xff, p.n * sizeof(__half)));
+        call(0);
+        std::vector<__half> got(p.n);
+        CHECK(cudaMemcpy(got.data(), p.y, p.n * sizeof(__half), cudaMemcpyDeviceToHost));
+        double err = 0, scale = 0;
+        for (int c = 0; c < p.n; ++c) {
+          const double g = __half2float(got[c]);
+          err = std::isnan(g) ? INFINITY : fmax(err, fabs(g - p.want[c]));
+          scale = fmax(scale, fabs(p.want[c]));
+        }
+        us[which] = err / scale < 2e-3 ? best_of(call, setup.start, setup.stop) : -1.0f;
+      }
+      printf("float16 %6d x %6d splits %4d: probe %7.2f us, family %7.2f us\n", m, n, splits, us[0], us[1]);
+    }
+    return 0;
+  }
   std::vector<Result> results;
   if (pdl ? widths<256, 8, 1>(setup, p, results) || widths<512, 4, 1>(setup, p, results) ||
                 widths<1024, 4, 1>(setup, p, results) || widths<256, 8, 2>(setup, p, results) ||
@@ -270,7 +315,8 @@ int shape(const BenchSetup& setup, cublasHandle_t handle, int m, int n, bool pdl
 }
 
 int main(int argc, char** argv) {
-  const bool pdl = argc > 1 && std::string(argv[1]) == "pdl";  // PDL launches (and the PDL floor) only
+  const bool family = argc > 1 && std::string(argv[1]) == "family";  // the probe's kernel beside the family's
+  const bool pdl = family || (argc > 1 && std::string(argv[1]) == "pdl");  // PDL launches (and the PDL floor) only
   BenchSetup setup;
   CHECK(bench_setup(setup));
   cublasHandle_t handle;
@@ -279,7 +325,8 @@ int main(int argc, char** argv) {
                            {6144, 4096},  {8192, 8192},   {4096, 11008},  {4096, 14336}, {14336, 4096},
                            {10240, 8192}, {28672, 4096},  {8192, 28672},  {1024, 65536}, {65536, 1024},
                            {256, 131072}, {131072, 256},  {16384, 16384}, {57344, 8192}, {128256, 4096}};
+  const int only_m = argc > 3 ? atoi(argv[2]) : 0, only_n = argc > 3 ? atoi(argv[3]) : 0;  // one shape
   for (const auto& s : shapes)
-    if (shape(setup, handle, s[0], s[1], pdl)) return 1;
+    if ((!only_m || (s[0] == only_m && s[1] == only_n)) && shape(setup, handle, s[0], s[1], pdl, family)) return 1;
   return 0;
 }
