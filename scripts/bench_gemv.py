@@ -4,7 +4,9 @@ Run on the GPU machine after tuning, e.g.
     python scripts/bench_gemv.py --db results/h200.db --out results
 It reads the best config of every shape from the database (an estimate or the default where a
 shape was not tuned, and says which), times it and cuBLAS the same way in the same run, and writes
-results/gemv_<gpu>.json. scripts/plot_gemv.py draws the plot from that file.
+results/gemv_<gpu>.json (--trans: gemv_trans_<gpu>.json; --set llm, the LLM shape set of
+autotune/ops/gemv/llm_shapes.txt: gemv_llm_<gpu>.json, gemv_llm_trans_<gpu>.json). scripts/plot_gemv.py
+draws the plot from that file.
 
 Beside each shape it also times the read floor of the matrix's size (autotune/measure/floor.py: the fastest
 kernel that only reads that many bytes, launched like our GEMVs) and reports the bound: the speedup
@@ -22,6 +24,9 @@ from autotune.bench.compare import Bench, as_json
 from autotune.bench.harness import report_path, write_json
 from autotune.core.problem import DTYPES, read_shapes_file
 from autotune.ops import standard_shapes
+from autotune.ops.gemv import LLM_SHAPES_FILE
+
+SETS = ("standard", "llm")
 
 
 def main() -> int:
@@ -29,12 +34,22 @@ def main() -> int:
     parser.add_argument("--db", help="database with the tuning results (default: AUTOTUNE_DB or the per-user one)")
     parser.add_argument("--out", type=Path, default=Path("results"), help="folder for gemv_<gpu>.json")
     parser.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=DTYPES)
-    parser.add_argument("--shapes", type=Path, help="'M N' lines (default: the standard shape set)")
+    parser.add_argument("--shapes", type=Path, help="'M N' lines (default: the shape set --set names)")
+    parser.add_argument(
+        "--set",
+        choices=SETS,
+        default="standard",
+        help="standard (gemv_<gpu>.json) or llm: open models' projections, autotune/ops/gemv/llm_shapes.txt "
+        "(gemv_llm_<gpu>.json)",
+    )
     parser.add_argument("--trans", action="store_true", help="y = Aᵀx (writes gemv_trans_<gpu>.json)")
     parser.add_argument("--no-floor", action="store_true", help="skip the read floor and the bound per shape")
     args = parser.parse_args()
 
-    shapes = read_shapes_file(args.shapes) if args.shapes else standard_shapes()
+    if args.shapes:
+        shapes = read_shapes_file(args.shapes)
+    else:
+        shapes = read_shapes_file(LLM_SHAPES_FILE) if args.set == "llm" else standard_shapes()
     bench = Bench()
     gpu = bench.launcher.gpu.name
     copy_gbs = bench.copy_gbs()
@@ -64,7 +79,8 @@ def main() -> int:
                 flush=True,
             )
     report = as_json(gpu, copy_gbs, launch_us, rows)
-    path = write_json(report_path(args.out, "gemv_trans" if args.trans else "gemv", gpu), report)
+    stem = "gemv" + ("_llm" if args.set == "llm" else "") + ("_trans" if args.trans else "")
+    path = write_json(report_path(args.out, stem, gpu), report)
     bound = f"; at the read floor it would be {report['geomean_bound']:.3f}" if "geomean_bound" in report else ""
     worst = min(r.speedup for r in rows)
     print(f"wrote {path}: geometric-mean speedup {report['geomean_speedup']:.3f}, worst {worst:.3f}{bound}")

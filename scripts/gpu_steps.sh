@@ -166,6 +166,22 @@ sm__warps_active.avg.pct_of_peak_sustained_active python3 scripts/profile_vs_cub
         sweep sweep-llm-$op 12 --op "$op" --trans --shapes /tmp/llm.txt --devices all \
           --trials "${GEMM_TRIALS:-40}" ${PATIENCE:+--patience $PATIENCE}
       done ;;
+    sweep-llm-gemv)
+      # Open models' decode GEMVs beyond the standard set (autotune/ops/gemv/llm_shapes.txt), both layouts,
+      # on every GPU at once, one op after another (OPS="hgemv bgemv sgemv"). Export after it.
+      for op in ${OPS:-hgemv bgemv sgemv}; do
+        for layout in "" --trans; do
+          step "sweep-llm-gemv $op $layout"
+          sweep sweep-llm-gemv 4 --op "$op" $layout --shapes autotune/ops/gemv/llm_shapes.txt --devices all \
+            --trials "$TRIALS" ${PATIENCE:+--patience $PATIENCE}
+        done
+      done ;;
+    bench-llm-gemv)
+      # Their benchmark beside cuBLAS: gemv_llm_<gpu>.json and gemv_llm_trans_<gpu>.json.
+      for layout in "" --trans; do
+        step "bench-llm-gemv $layout"
+        python3 scripts/bench_gemv.py --set llm $layout --db "$DB" --out "$OUT" 2>&1 | tee -a "$OUT/bench-llm.log" | tail -3
+      done ;;
     sweep-edge)
       # Issue 30's edge shapes (autotune/ops/gemv/edge_shapes.txt, autotune/ops/gemm/edge_shapes.txt)
       # in three dtypes and both layouts, and the standard GEMM set in bfloat16 and float32 (K x N),

@@ -23,6 +23,8 @@ from autotune.ops.gemv.transposed import TRANSPOSED
 
 NAME = "gemv"
 KERNEL_FILE = "gemv/gemv.cu"  # under kernels/, the mirror of this folder
+# Open models' decode projections beyond the standard set (scripts/bench_gemv.py --set llm).
+LLM_SHAPES_FILE = Path(__file__).with_name("llm_shapes.txt")
 
 MAX_SHARED_BYTES = DEFAULT_SHARED_BYTES  # the launch path never opts a GEMV in to more
 # Bytes of A a thread loads per step (vec * itemsize * unroll * rows). At 256, instances that issue a
