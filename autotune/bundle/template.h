@@ -24,7 +24,8 @@
 /* Kernel families (autotune/ops/): which rules say whether an entry's config runs a shape, and
  * how its launch geometry follows from the shape. A transposed GEMV of 16 columns or more runs the
  * narrow family, a narrower one the skinny GEMM family as the one-row GEMM (1 x n) = (1 x m) A (same
- * arguments). The strips family, which narrow replaced, is kept for bundles that name it. */
+ * arguments). The strips family, which narrow replaced, keeps its constant and rules, but the look-up
+ * (autotune_family_for) no longer picks it: an entry of it never runs. */
 enum {
   AUTOTUNE_FAMILY_GEMV = 1,
   AUTOTUNE_FAMILY_SKINNY = 2,

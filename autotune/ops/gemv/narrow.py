@@ -104,7 +104,9 @@ def _tiling(problem: Problem, block: int, width: int, unroll: int, per_sm: int) 
 def default_config(problem: Problem) -> Config:
     """512 threads, strips of 64 columns, 4 rows in flight a team, about 4 blocks an SM, prefetching:
     the tiling a float16 probe of 20 shapes on the H200 found best most often
-    (experiments/gemv_t_narrow.cu)."""
+    (experiments/gemv_t_narrow.cu). The sweeps preferred unsplit rows where the strips alone fill the
+    GPU (the family's split costs more than the probe's: docs/findings.md), but unsplit rows on a tall
+    matrix leave most SMs idle (131072 x 256: 4 blocks), so the default splits."""
     return _tiling(problem, 512, 64, 4, 4)
 
 
