@@ -16,11 +16,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from autotune.core.limits import MAX_REGISTERS_PER_THREAD, REGISTERS_PER_SM
-from autotune.core.problem import ITEMSIZE, Problem
+from autotune.core.problem import Problem
 from autotune.core.space import Config, Param, Space
 from autotune.gpu.geometry import Launch
 from autotune.ops.gemm import shared as gemm_shared
+from autotune.ops.gemv import strip_teams
 
 NAME = "narrow"
 KERNEL_FILE = "gemv/gemv_t_narrow.cu"  # under kernels/, beside this folder's mirror
@@ -41,26 +41,9 @@ def serves(problem: Problem) -> bool:
     return problem.n >= MIN_N
 
 
-def _vec_choices(problem: Problem) -> tuple[int, ...]:
-    """The two widest loads the rows allow (16 bytes at most) and scalar loads (which the launcher
-    needs for arrays whose rows are not 16-byte aligned)."""
-    item = ITEMSIZE[problem.dtype]
-    fits = [v for v in (1, 2, 4, 8) if v * item <= 16 and (v == 1 or problem.n % v == 0)]
-    return tuple(sorted({1, *fits[-2:]}))
-
-
-# Registers a thread needs beside its loads in flight and accumulators (addresses, loop state, the
-# prefetch's row pointers): the estimate below meets ptxas -v for sm_90 within a few registers.
-REGISTER_BASE = 34
-
-
-def registers(problem: Problem, c: Mapping[str, int]) -> int:
-    """Registers per thread, estimated: the unrolled loads (whole 32-bit words) and their x values,
-    the accumulators and REGISTER_BASE. The bundle header mirrors it (autotune_narrow_runs)."""
-    words = max(1, c["vec"] * ITEMSIZE[problem.dtype] // 4)
-    return c["unroll"] * (words + 1) + c["vec"] + REGISTER_BASE
-
-
+REGISTER_BASE = strip_teams.REGISTER_BASE  # the bundle header's AUTOTUNE_NARROW_REGISTER_BASE
+_vec_choices = strip_teams.vec_choices
+registers = strip_teams.registers  # the bundle header mirrors it (autotune_narrow_runs)
 registers_per_thread = registers  # the name the transposed GEMV asks its families for (Op.registers)
 
 
@@ -72,11 +55,7 @@ def _reason(problem: Problem, c: Mapping[str, int]) -> str | None:
         return f"width={c['width']} over vec={c['vec']}: a row of a strip needs a power of two of 1 to 32 threads"
     if c["width"] > WIDTHS[0] and c["width"] // 2 >= problem.n:
         return f"width={c['width']}: half as wide a strip already covers n={problem.n}"
-    cap = min(MAX_REGISTERS_PER_THREAD, REGISTERS_PER_SM // c["block"])
-    regs = registers(problem, c)
-    if regs > cap:
-        return f"about {regs} registers per thread, more than the {cap} a block of {c['block']} gets: spills"
-    return None
+    return strip_teams.spill_reason(problem, c)
 
 
 def space(problem: Problem) -> Space:
