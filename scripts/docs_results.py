@@ -619,6 +619,10 @@ SUPERSEDED = {
         "at hand to sweep again: on an H100 these shapes now run cuBLASLt, timed there, where it is installed, "
         "else narrow's default tiling, until a sweep there measures them."
     ),
+    "untuned_nvidia-h100-80gb-hbm3": (
+        "Its transposed GEMV rows (5000x7001) ran the `skinny` family, which the `narrow` family replaced "
+        "there; the other rows stand."
+    ),
 }
 
 
