@@ -10,7 +10,8 @@ draws the plot from that file.
 
 Beside each shape it also times the read floor of the matrix's size (autotune/measure/floor.py: the fastest
 kernel that only reads that many bytes, launched like our GEMVs) and reports the bound: the speedup
-over cuBLAS a GEMV at the floor would show, and the geometric mean of those bounds (--no-floor skips it).
+over cuBLAS a GEMV at the floor would show, and the geometric mean of those bounds (--no-floor skips it); each
+floor is stored in the database beside the trials, as `autotune bench` stores it.
 """
 
 from __future__ import annotations
@@ -69,7 +70,11 @@ def main() -> int:
             pick = api.best("gemv", m, n, trans=args.trans, dtype=dtype, gpu=gpu, db=args.db)
             row = bench.compare(choice, pick=pick)
             if not args.no_floor:
-                row.set_floor(bench.read_floor(choice.problem.matrix_bytes))
+                nbytes = choice.problem.matrix_bytes
+                floor = bench.read_floor(nbytes)
+                # Kept beside the trials, as `autotune bench` keeps it (listings and reports set results against it).
+                api.store(args.db).record_read_floor(bench.launcher.gpu, nbytes, floor.us, floor.kernel)
+                row.set_floor(floor)
             rows.append(row)
             read_floor = f"{row.floor_us:8.2f} {row.bound:6.2f}" if row.bound is not None else f"{'-':>8} {'-':>6}"
             print(
