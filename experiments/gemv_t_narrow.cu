@@ -171,6 +171,19 @@ struct Result {
   int block, width, unroll, splits, pdl;
 };
 
+// y against the float64 product, relative to its largest entry (infinite where y holds a NaN or cannot be read).
+double relative_error(const Problem& p) {
+  std::vector<__half> got(p.n);
+  if (cudaMemcpy(got.data(), p.y, p.n * sizeof(__half), cudaMemcpyDeviceToHost) != cudaSuccess) return INFINITY;
+  double err = 0, scale = 0;
+  for (int c = 0; c < p.n; ++c) {
+    const double g = __half2float(got[c]);
+    err = std::isnan(g) ? INFINITY : fmax(err, fabs(g - p.want[c]));
+    scale = fmax(scale, fabs(p.want[c]));
+  }
+  return err / scale;
+}
+
 template <int BLOCK, int WIDTH, int UNROLL, int PDL>
 int run(const BenchSetup& setup, Problem& p, std::vector<Result>& results) {
   if (p.n % WIDTH != 0 || WIDTH > p.n) return 0;
@@ -186,17 +199,9 @@ int run(const BenchSetup& setup, Problem& p, std::vector<Result>& results) {
     CHECK(cudaMemset(p.y, 0xff, p.n * sizeof(__half)));
     CHECK(launch(gemv_t_narrow<BLOCK, WIDTH, UNROLL, PDL>, PDL > 0, grid, dim3(BLOCK), (const __half*)p.as[0],
                       (const __half*)p.x, p.y, p.m, p.n, p.partial, p.counters));
-    std::vector<__half> got(p.n);
-    CHECK(cudaMemcpy(got.data(), p.y, p.n * sizeof(__half), cudaMemcpyDeviceToHost));
-    double err = 0, scale = 0;
-    for (int c = 0; c < p.n; ++c) {
-      const double g = __half2float(got[c]);
-      err = std::isnan(g) ? INFINITY : fmax(err, fabs(g - p.want[c]));
-      scale = fmax(scale, fabs(p.want[c]));
-    }
-    if (!(err / scale < 2e-3)) {
-      printf("  WRONG: block %d width %d unroll %d splits %d rel err %.1e\n", BLOCK, WIDTH, UNROLL, splits,
-             err / scale);
+    const double error = relative_error(p);
+    if (!(error < 2e-3)) {
+      printf("  WRONG: block %d width %d unroll %d splits %d rel err %.1e\n", BLOCK, WIDTH, UNROLL, splits, error);
       continue;
     }
     const float us = best_of(
@@ -276,15 +281,7 @@ int shape(const BenchSetup& setup, cublasHandle_t handle, int m, int n, bool pdl
         };
         CHECK(cudaMemset(p.y, 0xff, p.n * sizeof(__half)));
         call(0);
-        std::vector<__half> got(p.n);
-        CHECK(cudaMemcpy(got.data(), p.y, p.n * sizeof(__half), cudaMemcpyDeviceToHost));
-        double err = 0, scale = 0;
-        for (int c = 0; c < p.n; ++c) {
-          const double g = __half2float(got[c]);
-          err = std::isnan(g) ? INFINITY : fmax(err, fabs(g - p.want[c]));
-          scale = fmax(scale, fabs(p.want[c]));
-        }
-        us[which] = err / scale < 2e-3 ? best_of(call, setup.start, setup.stop) : -1.0f;
+        us[which] = relative_error(p) < 2e-3 ? best_of(call, setup.start, setup.stop) : -1.0f;
       }
       printf("float16 %6d x %6d splits %4d: probe %7.2f us, family %7.2f us\n", m, n, splits, us[0], us[1]);
     }
