@@ -243,6 +243,21 @@ def test_start_finish_round_trip(store: Store) -> None:
     assert store.completed_trials(pid, "other-source") == []
 
 
+def test_batched_reads_answer_as_the_reads_of_one_problem(store: Store) -> None:
+    """The report's two queries for every problem give what trials() and read_floor() give one by one."""
+    shape_id = measure(store, SHAPE, cfg(0), ok(9.0))
+    measure(store, SHAPE, cfg(1), ok(7.0))
+    other_id = measure(store, OTHER, cfg(2), Outcome(Status.COMPILE_ERROR, message="nvcc said no"))
+    store.record_read_floor(H200, SHAPE.matrix_bytes, 6.0, "floor")
+    store.record_read_floor(H200, SHAPE.matrix_bytes, 5.5, "floor")
+    batched = store.trials_by_problem()
+    assert batched == {(H200.name, SHAPE): store.trials(shape_id), (H200.name, OTHER): store.trials(other_id)}
+    assert [row.time_us for row in batched[H200.name, SHAPE]] == [7.0, 9.0]  # best first, as trials()
+    assert store.trials_by_problem("NVIDIA H100") == {}
+    assert store.read_floors() == {(H200.name, SHAPE.matrix_bytes): store.read_floor(H200.name, SHAPE.matrix_bytes)}
+    assert store.read_floors()[H200.name, SHAPE.matrix_bytes] == 5.5
+
+
 def test_upsert_gpu_updates_driver(store: Store) -> None:
     first = store.upsert_gpu(H200)
     newer = GpuInfo(**{**H200.to_dict(), "driver": "13.1", "cuda": "13.1"})

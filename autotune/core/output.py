@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 import unicodedata
 from pathlib import Path
@@ -27,9 +28,16 @@ def _hidden(ch: str) -> bool:
 def printable(text: str) -> str:
     """`text` with its control and format characters written out as visible escapes (ESC as
     \\x1b, U+202E as \\u202e); newlines and tabs stay, every other character too."""
-    return "".join(
-        ch.encode("unicode_escape").decode("ascii") if ch not in "\n\t" and _hidden(ch) else ch for ch in text
-    )
+    # Only characters outside printable ASCII can be hidden ones: the regex finds those in C, so a
+    # page of a megabyte is not looked at character by character in Python.
+    return _NOT_PLAIN_ASCII.sub(lambda m: _escaped(m.group()), text)
+
+
+_NOT_PLAIN_ASCII = re.compile(r"[^\x20-\x7e\n\t]")
+
+
+def _escaped(ch: str) -> str:
+    return ch.encode("unicode_escape").decode("ascii") if _hidden(ch) else ch
 
 
 def json_text(value: Any, *, indent: int | None = None) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -226,22 +227,28 @@ def gather(gpu: str | None = None, db: str | None = None) -> ReportData:
     summaries: list[ProblemSummary] = api.list_problems(gpu=gpu, db=db)
     if gpu is not None and not summaries:
         raise AutotuneError(f"nothing stored for GPU {gpu!r}; the database holds: {', '.join(known) or 'no GPU yet'}")
+    # Read in two queries, not three a problem: the shipped records' report is hundreds of problems.
+    trials = store.trials_by_problem(summaries[0].gpu_name if gpu is not None else None)
+    floors = store.read_floors()
     gpus = []
     for gpu_name, of_gpu in itertools.groupby(summaries, key=lambda s: s.gpu_name):
         groups = []
         # The store orders a variant after the sizes: each variant's shapes are brought together.
         for _, of_op in itertools.groupby(sorted(of_gpu, key=_group_key), key=_group_key):
-            shapes = tuple(_shape(store, summary) for summary in of_op)
+            shapes = tuple(_shape(summary, trials, floors) for summary in of_op)
             problem = shapes[0].problem
             groups.append(OpGroup(_group_title(problem), ops.for_problem(problem).compute_bound, shapes))
         gpus.append(GpuReport(gpu_name, tuple(groups)))
     return ReportData(store.url, datetime.now(timezone.utc), gpu, tuple(gpus), known)
 
 
-def _shape(store: Store, summary: ProblemSummary) -> Shape:
+def _shape(
+    summary: ProblemSummary,
+    trials: Mapping[tuple[str, Problem], list[TrialRow]],
+    floors: Mapping[tuple[str, int], float],
+) -> Shape:
     problem = summary.problem
-    problem_id = store.problem_id(problem, summary.gpu_name, create=False)
-    stored: list[TrialRow] = [] if problem_id is None else store.trials(problem_id)
+    stored = trials.get((summary.gpu_name, problem), [])
     # In the order they ran; a running trial has no outcome yet.
     final = sorted((t for t in stored if t.status is not Status.RUNNING), key=lambda t: (t.created_at, t.id))
-    return Shape(summary, tuple(final), store.read_floor(summary.gpu_name, problem.matrix_bytes))
+    return Shape(summary, tuple(final), floors.get((summary.gpu_name, problem.matrix_bytes)))

@@ -191,6 +191,17 @@ class Store:
             found = session.scalar(stmt)
             return None if found is None else float(found)
 
+    def read_floors(self) -> dict[tuple[str, int], float]:
+        """Every stored read floor in one query: the least time per (GPU name, bytes), as read_floor."""
+        stmt = (
+            select(orm.Gpu.name, orm.ReadFloor.nbytes, func.min(orm.ReadFloor.time_us))
+            .join(orm.Gpu, orm.Gpu.id == orm.ReadFloor.gpu_id)
+            .where(orm.ReadFloor.time_us >= MIN_TIME_US, orm.ReadFloor.time_us <= MAX_TIME_US)
+            .group_by(orm.Gpu.name, orm.ReadFloor.nbytes)
+        )
+        with self.db.session_scope() as session:
+            return {(name, int(nbytes)): float(time_us) for name, nbytes, time_us in session.execute(stmt)}
+
     # --- trials of a sweep -----------------------------------------------------------------------
 
     def completed_trials(self, problem_id: int, source_hash: str) -> list[TrialRow]:
@@ -433,6 +444,21 @@ class Store:
             found = session.scalars(select(orm.Trial).where(orm.Trial.problem_id == problem_id))
             rows = [trial_row(t) for t in found if readable(t)]
         return sorted(rows, key=_best_first)
+
+    def trials_by_problem(self, gpu_name: str | None = None) -> dict[tuple[str, Problem], list[TrialRow]]:
+        """The trials of every problem (of one GPU name, or all) in one query, keyed by (GPU name,
+        problem) and each list ordered as trials() orders it: a report over hundreds of problems
+        asking for them one by one spent most of its time in those queries."""
+        stmt = select(orm.Problem, orm.Trial).join(orm.Trial, orm.Trial.problem_id == orm.Problem.id)
+        if gpu_name is not None:
+            stmt = stmt.where(orm.Problem.gpu_name == gpu_name)
+        found: dict[tuple[str, Problem], list[TrialRow]] = {}
+        with self.db.session_scope() as session:
+            for problem, trial in session.execute(stmt):
+                core = stored_problem(problem)
+                if core is not None and readable(trial):
+                    found.setdefault((problem.gpu_name, core), []).append(trial_row(trial))
+        return {key: sorted(rows, key=_best_first) for key, rows in found.items()}
 
     def selection_rows(self, per_source: int) -> SelectionRows:
         """What the selector reads, in one read transaction (a consistent snapshot): for each problem
