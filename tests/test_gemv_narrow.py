@@ -107,22 +107,25 @@ def test_launch_splits_rows_for_about_per_sm_blocks_an_sm_and_asks_workspace_onl
     assert narrow.launch(_t(4096, 4096), narrow.default_config(_t(4096, 4096)), 132).grid == (64, 8, 1)
 
 
-def _instances() -> list[tuple[Problem, Config]]:
-    """Each dtype's default on a square shape, scalar loads on odd widths, the narrowest strips, the
-    smallest block with the widest strips, and no prefetch (the seeds compile in test_architectures.py,
-    for every architecture)."""
+def _instances(whole: bool = False) -> list[tuple[Problem, Config]]:
+    """Each dtype's default on a square shape and scalar loads on an odd width; `whole` (under `-m
+    arch`, about 2 s of nvcc an instance) adds the narrowest strips, the smallest block with the
+    widest strips, and no prefetch (the seeds compile in test_architectures.py, for every architecture)."""
     square, odd = _t(4096, 4096), _t(4097, 8191)
     picked = [(_t(4096, 4096, d), narrow.default_config(_t(4096, 4096, d))) for d in DTYPES]
-    picked += [(odd, narrow.default_config(odd)), (odd, {**narrow.default_config(odd), "width": 16, "unroll": 8})]
+    picked += [(odd, narrow.default_config(odd))]
+    if not whole:
+        return picked
+    picked += [(odd, {**narrow.default_config(odd), "width": 16, "unroll": 8})]
     base = narrow.default_config(square)
     picked += [(square, {**base, "width": 16, "block": 1024})]
     picked += [(square, {**base, "width": 256, "block": 128, "unroll": 8, "prefetch": 0})]
     return picked
 
 
-def _jobs() -> list[CompileJob]:
+def _jobs(whole: bool = False) -> list[CompileJob]:
     jobs: dict[str, CompileJob] = {}
-    for problem, config in _instances():
+    for problem, config in _instances(whole):
         op = for_problem(problem)
         assert op.space(problem).check(config) is None, config
         name = op.kernel_name(problem, config)
@@ -134,4 +137,16 @@ def _jobs() -> list[CompileJob]:
 @pytest.mark.nvcc(jobs=_jobs)
 def test_instances_compile_for_sm_90() -> None:
     for result in compile_all(_jobs()):
+        assert result.cubin is not None and result.cubin.read_bytes()[:4] == b"\x7fELF", result.message
+
+
+def _whole_jobs() -> list[CompileJob]:
+    return _jobs(whole=True)
+
+
+@pytest.mark.arch  # more instances: with the other architecture compiles, in .ci/run
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@pytest.mark.nvcc(jobs=_whole_jobs)
+def test_more_instances_compile_for_sm_90() -> None:
+    for result in compile_all(_whole_jobs()):
         assert result.cubin is not None and result.cubin.read_bytes()[:4] == b"\x7fELF", result.message

@@ -29,17 +29,18 @@ def _problem(dtype: str = "float16", m: int = 4096, n: int = 4096, variant: str 
     return ops.make_problem("qdequant", dtype, m, n, variant=variant)
 
 
-def _jobs() -> list[CompileJob]:
-    """Every words-a-thread and load path in float16 g128 (threads change only the launch bounds),
-    each block size at the default, and each dtype and variant at the default."""
-    configs = [c for c in qdequant.OP.space(_problem()) if c["threads"] == 256]
-    configs += [dict(qdequant.OP.default_config(_problem()), threads=t) for t in (128, 512)]
-    problems = [(_problem(), dict(c)) for c in configs]
-    problems += [
-        (_problem(d, variant=v), qdequant.OP.default_config(_problem()))
-        for d in ("float16", "bfloat16")
-        for v in VARIANTS
-    ]
+def _jobs(whole: bool = False) -> list[CompileJob]:
+    """The default config in float16 g128 and in bfloat16 with zero points, and the reference; `whole`
+    (under `-m arch`, about 2 s of nvcc an instance): every words-a-thread and load path in float16
+    g128 (threads change only the launch bounds), each block size at the default, and each dtype and
+    variant at the default."""
+    default = qdequant.OP.default_config(_problem())
+    problems = [(_problem(), default), (_problem("bfloat16", variant="g64a"), default)]
+    if whole:
+        configs = [c for c in qdequant.OP.space(_problem()) if c["threads"] == 256]
+        configs += [dict(default, threads=t) for t in (128, 512)]
+        problems += [(_problem(), dict(c)) for c in configs]
+        problems += [(_problem(d, variant=v), default) for d in ("float16", "bfloat16") for v in VARIANTS]
     jobs = {}
     for problem, config in problems:
         job = CompileJob(
@@ -55,13 +56,25 @@ def _jobs() -> list[CompileJob]:
 
 @pytest.mark.nvcc(jobs=_jobs)
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
-def test_the_configs_and_the_reference_compile_for_sm_90() -> None:
+def test_the_defaults_and_the_reference_compile_for_sm_90() -> None:
     results = compile_all(_jobs())
     assert all(r.cubin is not None and r.cubin.read_bytes()[:4] == b"\x7fELF" for r in results)
     reference = results[-1].cubin.read_bytes()
     for dtype in ("float16", "bfloat16"):
         for variant in VARIANTS:
             assert qdequant.OP.device_reference(_problem(dtype, variant=variant)).kernel.encode() in reference
+
+
+def _whole_jobs() -> list[CompileJob]:
+    return _jobs(whole=True)
+
+
+@pytest.mark.arch  # every config of one shape: with the other architecture compiles, in .ci/run
+@pytest.mark.nvcc(jobs=_whole_jobs)
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_every_config_compiles_for_sm_90() -> None:
+    results = compile_all(_whole_jobs())
+    assert all(r.cubin is not None and r.cubin.read_bytes()[:4] == b"\x7fELF" for r in results)
 
 
 def test_a_plain_problem_names_the_int4_format_and_its_inputs() -> None:

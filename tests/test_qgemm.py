@@ -106,9 +106,14 @@ SAMPLE: list[tuple[str, int, str, dict[str, int]]] = [
 ]
 
 
-def _jobs() -> list[CompileJob]:
+# The default run compiles one instance of each kernel: the MMA one, the CUDA-core GEMV, the wgmma one
+# (the whole sample compiles under `-m arch`, in .ci/run: about 2 s of nvcc an instance).
+DEFAULT_RUN = [SAMPLE[1], SAMPLE[7], SAMPLE[12]]
+
+
+def _jobs(sample: list[tuple[str, int, str, dict[str, int]]] = DEFAULT_RUN) -> list[CompileJob]:
     jobs = []
-    for dtype, m, variant, config in SAMPLE:
+    for dtype, m, variant, config in sample:
         problem = ops.make_problem("qgemm", dtype, m, 4096, 4096, variant=variant)
         config = qgemm.OP.carried_over(problem, config)  # wgmma = 0 where the space has the switch
         assert qgemm.OP.space(problem).check(config) is None, config
@@ -126,10 +131,22 @@ def _jobs() -> list[CompileJob]:
 
 @pytest.mark.nvcc(jobs=_jobs)
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
-def test_a_sample_of_instances_and_the_reference_compile_for_sm_90() -> None:
+def test_each_kernel_and_the_reference_compile_for_sm_90() -> None:
     results = compile_all(_jobs())
     assert all(r.cubin is not None and r.cubin.read_bytes()[:4] == b"\x7fELF" for r in results)
     assert b"at_qgemm_reference_bfloat16_g64a" in results[-1].cubin.read_bytes()
+
+
+def _sample_jobs() -> list[CompileJob]:
+    return _jobs(SAMPLE)
+
+
+@pytest.mark.arch  # the whole sample: with the other architecture compiles, in .ci/run
+@pytest.mark.nvcc(jobs=_sample_jobs)
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_a_sample_of_instances_compiles_for_sm_90() -> None:
+    results = compile_all(_sample_jobs())
+    assert all(r.cubin is not None and r.cubin.read_bytes()[:4] == b"\x7fELF" for r in results)
 
 
 def test_a_plain_problem_names_the_int4_format() -> None:

@@ -39,6 +39,7 @@ from autotune.core.problem import BLAS_PREFIX, Problem
 from autotune.core.space import Config
 from autotune.core.target import targeting
 from autotune.gpu.geometry import Launch
+from autotune.store import selection_table as table
 
 if TYPE_CHECKING:
     from autotune.store.store import Store
@@ -237,7 +238,8 @@ def build(gpu: str | None, op_names: Sequence[str] = (), db: str | None = None) 
     store = api.store(db)
     bundle = Bundle(_gpu(store, gpu))
     target = bundle.gpu
-    selector = Selector(store)
+    # One read of the selector's rows for every problem (as `autotune list` asks), not two queries a problem.
+    selector = Selector(table.in_memory(store.selection_rows(table.PER_SOURCE)))
     jobs: dict[str, tuple[CompileJob, str]] = {}  # kernel name -> its job and file in the bundle
     # The header looks a problem up by op, dtype, layout and shape: a problem that names input dtypes
     # or a variant has no key there, and is left out rather than answer for the plain problem.
@@ -448,9 +450,10 @@ def find(bundle: Bundle, op: str, dtype: str, m: int, n: int, k: int, trans: boo
     for entry in same:
         if (entry.problem.m, entry.problem.n, entry.problem.k) == (m, n, k):
             return entry
-    running = [e for e in same if runs(bundle, e, m, n, k)]
 
     def nearest_first(entry: Entry) -> tuple[float, tuple[int, int, int]]:
         return distance(entry, m, n, k), (entry.problem.m, entry.problem.n, entry.problem.k)
 
-    return min(running, key=nearest_first, default=None)
+    # The nearest that runs the shape: entries in order of nearness (a stable sort keeps the entries'
+    # order among equal ones, as min() would) and checked until one runs, not every entry checked.
+    return next((e for e in sorted(same, key=nearest_first) if runs(bundle, e, m, n, k)), None)
