@@ -79,6 +79,44 @@ def database_at(path: Path, revision: str) -> None:
     connection.close()
 
 
+def _sql(text: str | None) -> object:
+    """A table's SQL with its constraints as a set: Alembic's batch mode, which rebuilds a SQLite table,
+    writes them in an order that changes from one run to the next."""
+    if text is None or not text.startswith("CREATE TABLE"):
+        return text
+    lines = [line.strip().rstrip(",") for line in text.splitlines()]
+    constraints = {line for line in lines if line.startswith("CONSTRAINT")}
+    return [line for line in lines if line not in constraints], constraints
+
+
+def _schema_and_rows(path: Path) -> tuple[list[tuple[object, ...]], dict[str, list[tuple[object, ...]]]]:
+    with sqlite3.connect(path) as connection:
+        found = connection.execute("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name")
+        schema = [(kind, name, table, _sql(sql)) for kind, name, table, sql in found]
+        tables = [name for kind, name, _, _ in schema if kind == "table" and not name.startswith("sqlite_")]
+        rows = {name: connection.execute(f'SELECT * FROM "{name}"').fetchall() for name in tables}
+    connection.close()
+    return schema, rows
+
+
+def test_a_new_file_is_what_every_migration_leaves(tmp_path: Path) -> None:
+    """A new SQLite file gets the head schema in one go (database.head_schema): its tables, indexes,
+    triggers, their SQL and its rows are those of a file taken through every migration."""
+    migrated, made = tmp_path / "migrated.db", tmp_path / "made.db"
+    engine = create_engine(f"sqlite:///{migrated}")
+    config = alembic_config()
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "head")
+    engine.dispose()
+    open_store(str(made), import_shipped=False).close()
+    schema, rows = _schema_and_rows(made)
+    assert (schema, rows) == _schema_and_rows(migrated)
+    assert sum(kind == "trigger" for kind, *_ in schema) == 12 and rows["change_counter"] == [(1, 0)]
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert rows["alembic_version"] == [(head,)]
+
+
 def test_every_revision_but_head_is_tried() -> None:
     assert earlier_revisions()[0] == "0001" and len(earlier_revisions()) >= 3
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -183,8 +184,14 @@ def _migrate(engine: Engine, masked: str, *, read_only: bool = False) -> None:
             with connection.begin():
                 if _is_current(connection, script, masked):
                     return  # another process migrated it meanwhile
-                config.attributes["connection"] = connection
-                command.upgrade(config, "head")
+                if is_sqlite and not _tables(connection):
+                    # A new file: the schema every migration leaves, in one go (about 0.2 s less a file).
+                    location = Path(config.get_main_option("script_location") or "").resolve()
+                    for statement, parameters in head_schema(str(location)):
+                        connection.exec_driver_sql(statement, parameters)
+                else:
+                    config.attributes["connection"] = connection
+                    command.upgrade(config, "head")
                 if is_sqlite:
                     broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
                     if broken:
@@ -194,6 +201,43 @@ def _migrate(engine: Engine, masked: str, *, read_only: bool = False) -> None:
         finally:
             if is_sqlite:
                 _foreign_keys(connection, on=True)
+
+
+def _tables(connection: Connection) -> list[str]:
+    """The SQLite file's tables (its own sqlite_ ones aside): none in a file just made."""
+    found = connection.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'table'").scalars()
+    return [name for name in found if not name.startswith("sqlite_")]
+
+
+@functools.cache
+def head_schema(script_location: str) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+    """What a new SQLite file at the head revision holds, as statements that write it: the
+    migrations in `script_location` are run once per process on a database in memory, and its
+    tables, indexes and triggers (sqlite_master's own SQL, in the order they were made) and rows
+    (alembic_version's, the change counter's) are read back. Running each migration on every new
+    file took about 0.2 s a file: SQLite alters a table by copying it, several times over."""
+    engine = create_engine("sqlite://")
+    try:
+        with engine.begin() as connection:
+            config = Config()
+            config.set_main_option("script_location", script_location)
+            config.attributes["connection"] = connection
+            command.upgrade(config, "head")
+            rows = connection.exec_driver_sql(
+                "SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY rowid"
+            ).all()
+            # SQLite's own tables (AUTOINCREMENT's counters) come with the tables that need them.
+            statements: list[tuple[str, tuple[Any, ...]]] = [
+                (sql, ()) for _, name, sql in rows if not name.startswith("sqlite_")
+            ]
+            for kind, name, _ in rows:
+                if kind == "table" and not name.startswith("sqlite_"):
+                    for row in connection.exec_driver_sql(f'SELECT * FROM "{name}"').all():
+                        marks = ", ".join("?" * len(row))
+                        statements.append((f'INSERT INTO "{name}" VALUES ({marks})', tuple(row)))
+            return tuple(statements)
+    finally:
+        engine.dispose()
 
 
 def _foreign_keys(connection: Connection, *, on: bool) -> None:
