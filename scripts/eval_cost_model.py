@@ -177,7 +177,7 @@ def untuned(pools: dict[tuple[str, str, bool], Pool], path: Path, knobs: dict[st
     by_problem: dict[tuple[str, int, int, bool], list[dict[str, Any]]] = defaultdict(list)
     for row in data["rows"]:
         by_problem[(row["dtype"], row["m"], row["n"], row["trans"])].append(row)
-    results = []
+    results, unpredicted = [], []
     for (dtype, m, n, trans), measured in by_problem.items():
         problem = Problem("gemv", dtype, m, n, 0, trans)
         pool = pools[(data["gpu"], dtype, trans)]
@@ -197,6 +197,11 @@ def untuned(pools: dict[tuple[str, str, bool], Pool], path: Path, knobs: dict[st
             )
         # Of the timed candidates the selector could have answered with (not the sweep's own find):
         offered = [c for c in candidates if c["candidate"] != "tuned" and c["predicted_us"]]
+        if not offered or not ranked:
+            # No tuned shape of ours left in the group to predict from (the H100's transposed GEMVs,
+            # whose records the narrow family replaced): nothing to judge the model by.
+            unpredicted.append(str(problem))
+            continue
         model_pick = min(offered, key=lambda c: c["predicted_us"])
         results.append(
             {
@@ -208,7 +213,12 @@ def untuned(pools: dict[tuple[str, str, bool], Pool], path: Path, knobs: dict[st
             }
         )
     pairs = [(c["predicted_us"], c["measured_us"]) for r in results for c in r["candidates"] if c["predicted_us"]]
-    return {"gpu": data["gpu"], "problems": results, "median_abs_log": median_abs_log(pairs)}
+    return {
+        "gpu": data["gpu"],
+        "problems": results,
+        "unpredicted": unpredicted,
+        "median_abs_log": median_abs_log(pairs),
+    }
 
 
 def main() -> int:
@@ -299,6 +309,8 @@ def _print(report: dict[str, Any]) -> None:
     )
     for u in report["untuned"]:
         print(f"untuned shapes on {u['gpu']}: median |log(predicted/measured)| {_fmt(u['median_abs_log'], False)}")
+        if u["unpredicted"]:
+            print(f"  nothing tuned to predict from: {', '.join(u['unpredicted'])}")
         for p in u["problems"]:
             timed = {c["candidate"]: c for c in p["candidates"]}
             text = "  ".join(
