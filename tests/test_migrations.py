@@ -66,13 +66,18 @@ def _fill(connection: sqlite3.Connection, revision: str) -> None:
         connection.execute("UPDATE trials SET rounds = 2 WHERE id = 1")
 
 
-def database_at(path: Path, revision: str) -> None:
+def migrated_to(path: Path, revision: str) -> None:
+    """A SQLite file taken through the migrations up to `revision`, one after the other."""
     engine = create_engine(f"sqlite:///{path}")
     config = alembic_config()
     with engine.begin() as connection:
         config.attributes["connection"] = connection
         command.upgrade(config, revision)
     engine.dispose()
+
+
+def database_at(path: Path, revision: str) -> None:
+    migrated_to(path, revision)
     with sqlite3.connect(path) as connection:
         connection.execute("PRAGMA foreign_keys=ON")
         _fill(connection, revision)
@@ -103,12 +108,7 @@ def test_a_new_file_is_what_every_migration_leaves(tmp_path: Path) -> None:
     """A new SQLite file gets the head schema in one go (database.head_schema): its tables, indexes,
     triggers, their SQL and its rows are those of a file taken through every migration."""
     migrated, made = tmp_path / "migrated.db", tmp_path / "made.db"
-    engine = create_engine(f"sqlite:///{migrated}")
-    config = alembic_config()
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, "head")
-    engine.dispose()
+    migrated_to(migrated, "head")
     open_store(str(made), import_shipped=False).close()
     schema, rows = _schema_and_rows(made)
     assert (schema, rows) == _schema_and_rows(migrated)
