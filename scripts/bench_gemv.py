@@ -11,18 +11,26 @@ draws the plot from that file.
 Beside each shape it also times the read floor of the matrix's size (autotune/measure/floor.py: the fastest
 kernel that only reads that many bytes, launched like our GEMVs) and reports the bound: the speedup
 over cuBLAS a GEMV at the floor would show, and the geometric mean of those bounds (--no-floor skips it); each
-floor is stored in the database beside the trials, as `autotune bench` stores it.
+floor is stored in the database beside the trials, as `autotune bench` stores it. A size whose floor the
+database already holds for this GPU model takes that (the least stored) instead of timing all read
+kernels again: the two layouts of a shape read the same bytes (--fresh-floor times every size anew).
+
+The report is written again after every shape, so a run cut short keeps what it measured; --resume
+keeps the rows of the report already at the output path (same GPU) and times only the shapes it lacks.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import time
 from pathlib import Path
 
 from autotune import api, ops
-from autotune.bench.compare import Bench, as_json
+from autotune.bench.compare import Bench, BenchRow, ReadFloor, as_json, rows_of_report
 from autotune.bench.harness import report_path, write_json
+from autotune.core.errors import AutotuneError
 from autotune.core.problem import DTYPES, read_shapes_file
 from autotune.ops import standard_shapes
 from autotune.ops.gemv import LLM_SHAPES_FILE
@@ -45,6 +53,10 @@ def main() -> int:
     )
     parser.add_argument("--trans", action="store_true", help="y = Aᵀx (writes gemv_trans_<gpu>.json)")
     parser.add_argument("--no-floor", action="store_true", help="skip the read floor and the bound per shape")
+    parser.add_argument(
+        "--fresh-floor", action="store_true", help="time every read floor, also where the database holds one"
+    )
+    parser.add_argument("--resume", action="store_true", help="keep the rows of the report already at the output path")
     args = parser.parse_args()
 
     if args.shapes:
@@ -56,7 +68,17 @@ def main() -> int:
     copy_gbs = bench.copy_gbs()
     launch_us = bench.launch_floor_us()
     print(f"{gpu}: device-to-device copy {copy_gbs:.0f} GB/s, empty kernel {launch_us:.2f} us per call", flush=True)
-    rows = []
+    stem = "gemv" + ("_llm" if args.set == "llm" else "") + ("_trans" if args.trans else "")
+    path = report_path(args.out, stem, gpu)
+    try:
+        rows = resumed_rows(path, gpu) if args.resume else []
+    except AutotuneError as error:
+        print(f"error: {path}: {error}", file=sys.stderr)
+        return 2
+    done = {(row.dtype, row.m, row.n) for row in rows}
+    if done:
+        print(f"resuming {path}: {len(done)} shapes already measured", flush=True)
+    store = api.store(args.db)
     header = (
         f"{'dtype':9} {'M':>7} {'N':>7} {'ours us':>9} {'cuBLAS us':>9} {'speedup':>7} {'GB/s':>6} {'%copy':>6} "
         f"{'floor us':>8} {'bound':>6} {'pick us':>8} source"
@@ -64,6 +86,9 @@ def main() -> int:
     print(header, flush=True)
     for dtype in args.dtypes:
         for m, n in shapes:
+            if (dtype, m, n) in done:
+                continue
+            started = time.monotonic()
             # `ours_us` times our kernels; the selector's own answer (cuBLASLt where it was measured
             # faster) is timed beside them as `pick_us`.
             choice = api.best("gemv", m, n, trans=args.trans, dtype=dtype, gpu=gpu, db=args.db, vendor=False)
@@ -71,25 +96,44 @@ def main() -> int:
             row = bench.compare(choice, pick=pick)
             if not args.no_floor:
                 nbytes = choice.problem.matrix_bytes
-                floor = bench.read_floor(nbytes)
-                # Kept beside the trials, as `autotune bench` keeps it (listings and reports set results against it).
-                api.store(args.db).record_read_floor(bench.launcher.gpu, nbytes, floor.us, floor.kernel)
-                row.set_floor(floor)
+                stored = None if args.fresh_floor else store.read_floor(gpu, nbytes)
+                if stored is not None:
+                    row.set_floor(ReadFloor(stored, "stored"))
+                else:
+                    floor = bench.read_floor(nbytes)
+                    # Kept beside the trials, as `autotune bench` keeps it (listings and reports use it).
+                    store.record_read_floor(bench.launcher.gpu, nbytes, floor.us, floor.kernel)
+                    row.set_floor(floor)
             rows.append(row)
             read_floor = f"{row.floor_us:8.2f} {row.bound:6.2f}" if row.bound is not None else f"{'-':>8} {'-':>6}"
             print(
                 f"{dtype:9} {m:7} {n:7} {row.ours_us:9.2f} {row.cublas_us:9.2f} {row.speedup:7.2f} "
                 f"{row.ours_gbs:6.0f} {100 * row.ours_gbs / copy_gbs:6.1f} {read_floor} {row.pick_us or 0:8.2f} "
-                f"{row.source} (pick: {'cublas' if ops.library_for(row.pick_config or {}) else 'ours'})",
+                f"{row.source} (pick: {'cublas' if ops.library_for(row.pick_config or {}) else 'ours'}), "
+                f"{time.monotonic() - started:.1f} s",
                 flush=True,
             )
+            write_json(path, as_json(gpu, copy_gbs, launch_us, rows))  # a run cut short keeps its rows
+    if not rows:
+        print("no shapes to measure", file=sys.stderr)
+        return 2
     report = as_json(gpu, copy_gbs, launch_us, rows)
-    stem = "gemv" + ("_llm" if args.set == "llm" else "") + ("_trans" if args.trans else "")
-    path = write_json(report_path(args.out, stem, gpu), report)
+    write_json(path, report)
     bound = f"; at the read floor it would be {report['geomean_bound']:.3f}" if "geomean_bound" in report else ""
     worst = min(r.speedup for r in rows)
     print(f"wrote {path}: geometric-mean speedup {report['geomean_speedup']:.3f}, worst {worst:.3f}{bound}")
     return 0
+
+
+def resumed_rows(path: Path, gpu: str) -> list[BenchRow]:
+    """The rows of the report at `path` measured on `gpu` (none where there is no report yet)."""
+    if not path.exists():
+        return []
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise AutotuneError(f"cannot read the report to resume: {error}") from None
+    return rows_of_report(report, gpu)
 
 
 if __name__ == "__main__":

@@ -177,10 +177,15 @@ sm__warps_active.avg.pct_of_peak_sustained_active python3 scripts/profile_vs_cub
         done
       done ;;
     bench-llm-gemv)
-      # Their benchmark beside cuBLAS: gemv_llm_<gpu>.json and gemv_llm_trans_<gpu>.json.
+      # Their benchmark beside cuBLAS: gemv_llm_<gpu>.json and gemv_llm_trans_<gpu>.json. With RESUME=1 the
+      # reports in results/ (a run that an earlier call cut short, committed) are carried on: only the
+      # shapes they lack are timed.
       for layout in "" --trans; do
         step "bench-llm-gemv $layout"
-        python3 scripts/bench_gemv.py --set llm $layout --db "$DB" --out "$OUT" 2>&1 | tee -a "$OUT/bench-llm.log" | tail -3
+        resume=""
+        if [ "${RESUME:-0}" = 1 ]; then resume=--resume; cp results/gemv_llm${layout:+_trans}_*.json "$OUT/" 2>/dev/null; fi
+        python3 scripts/bench_gemv.py --set llm $layout $resume --db "$DB" --out "$OUT" 2>&1 \
+          | tee -a "$OUT/bench-llm.log" | tail -3
       done ;;
     sweep-edge)
       # Issue 30's edge shapes (autotune/ops/gemv/edge_shapes.txt, autotune/ops/gemm/edge_shapes.txt)

@@ -3,11 +3,12 @@ reports beside cuBLAS (the timing itself runs in tests/test_gpu_floor.py)."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 
-from autotune.bench.compare import BenchRow, ReadFloor, as_json
+from autotune.bench.compare import BenchRow, ReadFloor, as_json, rows_of_report
 from autotune.core.errors import AutotuneError
 from autotune.core.paths import kernels_dir
 from autotune.measure.floor import VARIANTS, WORD_BYTES, ReadKernel, words_for
@@ -61,3 +62,24 @@ def test_no_bound_mean_unless_every_row_has_a_floor() -> None:
     with_floor, without = _row(10.0, 15.0), _row(4.0, 6.0)
     with_floor.set_floor(ReadFloor(8.0, "k"))
     assert "geomean_bound" not in as_json("gpu", 1000.0, 1.0, [with_floor, without])
+
+
+def test_a_report_written_as_json_gives_back_its_rows() -> None:
+    first, second = _row(10.0, 15.0), _row(4.0, 6.0)
+    first.set_floor(ReadFloor(8.0, "k"))
+    report = json.loads(json.dumps(as_json("NVIDIA H200", 1000.0, 1.0, [first, second])))
+    assert rows_of_report(report, "NVIDIA H200") == [first, second]
+
+
+@pytest.mark.parametrize(
+    ("report", "message"),
+    [
+        ({"gpu": "NVIDIA H100", "rows": []}, "measured on 'NVIDIA H100'"),
+        ([], "not a GEMV benchmark report"),
+        ({"gpu": "NVIDIA H200", "rows": [{"dtype": "float16"}]}, "row 1 of the report"),
+        ({"gpu": "NVIDIA H200", "rows": ["x"]}, "row 1 of the report"),
+    ],
+)
+def test_a_report_of_another_gpu_or_shape_is_not_resumed(report: object, message: str) -> None:
+    with pytest.raises(AutotuneError, match=re.escape(message)):
+        rows_of_report(report, "NVIDIA H200")

@@ -12,7 +12,7 @@ import functools
 import math
 import statistics
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from autotune import ops
@@ -293,6 +293,22 @@ def as_json(gpu: str, copy_gbs: float, launch_floor_us: float, rows: list[BenchR
         report["geomean_bound"] = harness.geomean(bounds)
     report["rows"] = [asdict(r) for r in rows]
     return report
+
+
+def rows_of_report(report: Any, gpu: str) -> list[BenchRow]:
+    """The rows of a GEMV report that `as_json` wrote for `gpu`, to carry on a run that was cut short.
+    A report of another GPU, or one that is not such a report, is refused with one line."""
+    names = {field.name for field in fields(BenchRow)}
+    if not isinstance(report, dict) or not isinstance(report.get("rows"), list):
+        raise AutotuneError("the report to resume is not a GEMV benchmark report (no list of rows)")
+    if report.get("gpu") != gpu:
+        raise AutotuneError(f"the report to resume was measured on {report.get('gpu')!r}, not on {gpu!r}")
+    rows = []
+    for index, row in enumerate(report["rows"]):
+        if not isinstance(row, dict) or set(row) != names:
+            raise AutotuneError(f"row {index + 1} of the report to resume is not a GEMV benchmark row")
+        rows.append(BenchRow(**row))
+    return rows
 
 
 def time_in_turns(bench: Bench, pick: Choice, tuned: Choice | None, reps: int) -> dict[str, Any]:
