@@ -17,7 +17,8 @@ the shipped rows of each problem that none of them measured with the export's ke
 other problems' rows, already current, are left alone). With --faster, a longer sweep of problems
 shipped already adds its trials of a problem where its best, measured with the same kernel source as
 the shipped rows, beats the shipped best (the rows already there stay). --only-finished LOG keeps
-only the problems the sweep log reports finished ("best ... after"), for a run cut short mid-problem.
+only the problems the sweep log reports finished ("best ... after", or a full progress bar), for a run cut
+short mid-problem.
 Every file is checked by parsing it back before it is written; nothing is written on --dry-run.
 
     python scripts/merge_records.py EXPORT.jsonl [--only-finished sweep.log] [--replace-stale] [--faster] [--dry-run]
@@ -46,6 +47,9 @@ from autotune.store.records import parse_records, write_lines
 ProblemKey = tuple[object, ...]  # op, dtype, m, n, k or None, trans[, inputs, variant]
 # The sweep's log line for a finished problem: "sgemm 2x6144x4096 (B stored N x K): best 26.94 us after"
 _FINISHED = re.compile(r"\b([shb])(gemv|gemm) (\d+)x(\d+)(?:x(\d+))?( \([^)]*\))?: best .* after ")
+# A one-GPU sweep logs its progress bars instead, each as it last stood: "[3/57] sgemv 2048x8192 (transposed)
+# ━━━ 24/24 best 15.68 us"; a problem ends with its bar full, and one cut short stops below ("8/24").
+_BAR = re.compile(r"\[\d+/\d+\] ([shb])(gemv|gemm) (\d+)x(\d+)(?:x(\d+))?( \([^)]*\))?[^\n]*? (\d+)/(\d+) best ")
 _DTYPES = {"s": "float32", "h": "float16", "b": "bfloat16"}
 SUFFIXES = ("", "-gemv-trans", "-gemm", "-gemm-nt", "-cublas")  # and "-<op>" of every other op
 
@@ -72,8 +76,9 @@ def file_suffix(trial: dict[str, Any]) -> str:
 def finished_problems(log: str) -> set[ProblemKey]:
     """The problems a sweep log reports finished."""
     keys: set[ProblemKey] = set()
-    for match in _FINISHED.finditer(log):
-        prefix, op, m, n, k, layout = match.groups()
+    found = [match.groups() for match in _FINISHED.finditer(log)]
+    found += [groups[:6] for groups in (match.groups() for match in _BAR.finditer(log)) if groups[6] == groups[7]]
+    for prefix, op, m, n, k, layout in found:
         # Problem.__str__ adds "(B stored N x K)" or "(transposed)" to a trans problem only.
         keys.add((op, _DTYPES[prefix], int(m), int(n), int(k) if k else None, layout is not None))
     return keys

@@ -78,6 +78,19 @@ def test_only_the_problems_a_sweep_log_finished(run: dict[str, Any], tmp_path: P
     assert dict(added) == {"nvidia-h200-gemv-trans.jsonl": 1}
 
 
+def test_a_one_gpu_sweep_log_finishes_the_problems_whose_bar_is_full(run: dict[str, Any], tmp_path: Path) -> None:
+    trans, gemv = run["trans"], run["gemv"]
+    log = tmp_path / "sweep.log"
+    log.write_text(
+        f"[1/2] sgemv {trans['m']}x{trans['n']} (transposed) ━━━━━━━━━━━━━━━━ 24/24 best 5.00 us  0:00:01\n"
+        f"[2/2] hgemv {gemv['m']}x{gemv['n']}              ━━━━              8/24 best 4.00 us  0:00:00\n"
+    )
+    only = merge_records.finished_problems(log.read_text())
+    assert only == {("gemv", "float32", trans["m"], trans["n"], None, True)}  # the bar cut short is left out
+    added = merge_records.merge(run["export"], run["records"], only=only).added
+    assert dict(added) == {"nvidia-h200-gemv-trans.jsonl": 1}
+
+
 def test_a_stale_problem_is_replaced_and_a_current_one_kept(run: dict[str, Any]) -> None:
     gpu, gemv = json.loads(run["export"].read_text().splitlines()[0]), run["gemv"]
     resized = {**gemv, "m": gemv["m"] + 1}  # another shipped problem, its rows of today's source
