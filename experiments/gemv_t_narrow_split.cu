@@ -6,6 +6,7 @@
 //   STCG   the partials stored with st.global.cg (the family) or plain stores (the probe);
 //   FENCE2 the last block's second __threadfence before it reads them (the family) or none (the probe);
 //   ZERO   the last block zeroes each partial as it adds it (sum_partials: the family) or only reads them.
+// And the family's kernel held to two blocks an SM (`family_two`), the occupancy the probe's kernel has.
 // Each variant is checked against a float64 product with y poisoned first.
 //   nvcc -O3 -arch=sm_90 -I kernels -I kernels/common -o /tmp/gemv_t_narrow_split \
 //     experiments/gemv_t_narrow_split.cu
@@ -14,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "bench_common.cuh"
@@ -25,6 +27,17 @@ constexpr int WORDS = WIDTH / VEC, TEAMS = BLOCK / WORDS, WARPS = BLOCK / 32;
 __global__ void __launch_bounds__(BLOCK)
     family(const __half* x, const __half* A, __half* y, int one, int N, int M, int lda, int ldb, int ldc,
            float* workspace, unsigned* counters) {
+  at_narrow::narrow_body<__half, false, BLOCK, WIDTH, VEC, UNROLL, 1>(x, A, y, one, N, M, lda, ldb, ldc, 1.0f, 0.0f,
+                                                                      workspace, counters);
+}
+
+// The family's kernel held to two blocks an SM (32 registers a thread at 1024 threads; it spills about 200
+// bytes, one reload a step in the row loop): the probe's kernel takes 32 registers unasked and runs two blocks
+// an SM, the family's 60 registers allow one, so a split grid of 2 blocks an SM (131072 x 256 at 66 splits:
+// 264 blocks) takes the family two waves.
+__global__ void __launch_bounds__(BLOCK, 2)
+    family_two(const __half* x, const __half* A, __half* y, int one, int N, int M, int lda, int ldb, int ldc,
+               float* workspace, unsigned* counters) {
   at_narrow::narrow_body<__half, false, BLOCK, WIDTH, VEC, UNROLL, 1>(x, A, y, one, N, M, lda, ldb, ldc, 1.0f, 0.0f,
                                                                       workspace, counters);
 }
@@ -154,13 +167,15 @@ int shape(const BenchSetup& setup, int m, int n, std::vector<int> split_counts) 
   CHECK(cudaMemset(counters, 0, 65536 * sizeof(unsigned)));
   CHECK(cudaMemcpy(x, xh.data(), m * sizeof(__half), cudaMemcpyHostToDevice));
   const Kernel kernels[] = {family,           variant<1, 1, 1>, variant<0, 1, 1>, variant<1, 0, 1>, variant<1, 1, 0>,
-                            variant<0, 0, 1>, variant<0, 1, 0>, variant<1, 0, 0>, variant<0, 0, 0>};
-  const char* names[] = {"family",        "STCG FENCE2 ZERO", "FENCE2 ZERO", "STCG ZERO", "STCG FENCE2",
-                         "ZERO",          "FENCE2",           "STCG",        "none (the probe's)"};
+                            variant<0, 0, 1>, variant<0, 1, 0>, variant<1, 0, 0>, variant<0, 0, 0>, family_two};
+  const char* names[] = {"family",        "STCG FENCE2 ZERO", "FENCE2 ZERO", "STCG ZERO",          "STCG FENCE2",
+                         "ZERO",          "FENCE2",           "STCG",        "none (the probe's)", "family, 2 blocks an SM"};
+  constexpr int KERNELS = sizeof(kernels) / sizeof(kernels[0]);
+  static_assert(KERNELS == sizeof(names) / sizeof(names[0]), "a name for each kernel");
   for (int splits : split_counts) {
     const dim3 grid(n / WIDTH, splits);
     printf("float16 %6d x %6d split %4d:", m, n, splits);
-    for (int k = 0; k < 9; ++k) {
+    for (int k = 0; k < KERNELS; ++k) {
       auto call = [&](int i) {
         launch(kernels[k], true, grid, dim3(BLOCK), (const __half*)x, (const __half*)as[i % as.size()], y, 1, n, m,
                m, n, n, workspace, counters);
@@ -189,6 +204,12 @@ int shape(const BenchSetup& setup, int m, int n, std::vector<int> split_counts) 
 int main() {
   BenchSetup setup;
   CHECK(bench_setup(setup));
+  for (auto [kernel, name] : {std::pair<Kernel, const char*>{family, "family"}, {variant<0, 0, 0>, "the probe's split"},
+                              {family_two, "family, 2 blocks an SM"}}) {
+    cudaFuncAttributes attributes;
+    CHECK(cudaFuncGetAttributes(&attributes, kernel));
+    printf("%s: %d registers, %zu bytes local a thread\n", name, attributes.numRegs, attributes.localSizeBytes);
+  }
   if (shape(setup, 131072, 256, {33, 66, 132}) || shape(setup, 4096, 4096, {1, 4, 8}) ||
       shape(setup, 65536, 1024, {16, 33}))
     return 1;
