@@ -137,4 +137,8 @@ def resumed_rows(path: Path, gpu: str) -> list[BenchRow]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # the report holds every shape measured before it (--resume carries on)
+        print("cut short: the report keeps the shapes measured so far", file=sys.stderr)
+        sys.exit(130)
