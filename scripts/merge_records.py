@@ -18,7 +18,8 @@ other problems' rows, already current, are left alone). With --faster, a longer 
 shipped already adds its trials of a problem where its best, measured with the same kernel source as
 the shipped rows, beats the shipped best (the rows already there stay). --only-finished LOG keeps
 only the problems the sweep log reports finished ("best ... after", or a full progress bar), for a run cut
-short mid-problem.
+short mid-problem. A problem the merge gives cuBLASLt's rows and none of ours (a sweep cut short after it
+timed the library) is named: `best` answers cuBLASLt there until a sweep measures our configs.
 Every file is checked by parsing it back before it is written; nothing is written on --dry-run.
 
     python scripts/merge_records.py EXPORT.jsonl [--only-finished sweep.log] [--replace-stale] [--faster] [--dry-run]
@@ -93,6 +94,9 @@ class Merged:
     added: Counter[str] = field(default_factory=Counter)  # trials added per file
     replaced: Counter[str] = field(default_factory=Counter)  # stale trials taken out per file
     faster: list[str] = field(default_factory=list)  # shipped problems a faster trial was added to
+    # Problems that now hold cuBLASLt's rows and none of ours: a sweep cut short after it timed the
+    # library (its first step) and before any config of ours finished. `best` answers cuBLASLt there.
+    vendor_only: list[str] = field(default_factory=list)
 
 
 def merge(
@@ -133,7 +137,7 @@ def merge(
                 ]
                 shipped.discard((suffix, key))
                 merged.replaced[files[suffix].name] += len(rows)
-    added = merged.added
+    added, vendor_added = merged.added, set()
     improved = _faster_problems(trials, contents, shipped, only) if faster else set()
     for trial in trials:
         key, suffix = problem_key(trial), file_suffix(trial)
@@ -145,7 +149,11 @@ def merge(
             continue
         contents[suffix].append(trial)
         added[files[suffix].name] += 1
+        if suffix == "-cublas":
+            vendor_added.add(key)
     merged.faster.extend(sorted(f"{files[suffix].name}: {' '.join(map(str, key))}" for suffix, key in improved))
+    ours = {problem_key(t) for suffix, lines in contents.items() if suffix != "-cublas" for t in lines[1:]}
+    merged.vendor_only.extend(sorted(" ".join(map(str, key)) for key in vendor_added - ours))
     changed = [suffix for suffix, path in files.items() if added[path.name] or merged.replaced[path.name]]
     for suffix in changed:  # every file checked before any is written: a bad line changes none
         text = "".join(json.dumps(line, sort_keys=True, allow_nan=False) + "\n" for line in contents[suffix])
@@ -226,6 +234,8 @@ def main(argv: Iterable[str] | None = None) -> int:
         print(f"{problem}: faster than the shipped best")
     for name, count in sorted(merged.added.items()):
         print(f"{name}: {count} trials {would}added")
+    for problem in merged.vendor_only:
+        print(f"{problem}: cuBLASLt's rows alone {would}added (none of our configs measured: sweep it again)")
     if not merged.added:
         print("nothing new to add")
     return 0

@@ -66,6 +66,16 @@ def test_our_trials_join_a_problem_shipped_with_cublas_trials_alone(run: dict[st
     assert dict(merge_records.merge(run["export"], run["records"]).added) == {"nvidia-h200-gemm-nt.jsonl": 1}
 
 
+def test_a_problem_given_cublas_rows_alone_is_named(run: dict[str, Any]) -> None:
+    vendor = run["vendor"]
+    key = " ".join(map(str, merge_records.problem_key(vendor)))
+    assert merge_records.merge(run["export"], run["records"], write=False).vendor_only == [key]
+    ours = _first(SHIPPED / "nvidia-h200-gemm-nt.jsonl", **{k: vendor[k] for k in ("m", "n", "k", "dtype")})
+    gpu = json.loads(run["export"].read_text().splitlines()[0])
+    _write(run["export"], [gpu, vendor, ours])  # a config of ours measured too: nothing to name
+    assert merge_records.merge(run["export"], run["records"], write=False).vendor_only == []
+
+
 def test_only_the_problems_a_sweep_log_finished(run: dict[str, Any], tmp_path: Path) -> None:
     trans = run["trans"]
     log = tmp_path / "sweep.log"
