@@ -22,14 +22,13 @@ keeps the rows of the report already at the output path (same GPU) and times onl
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
 from autotune import api, ops
 from autotune.bench.compare import Bench, BenchRow, ReadFloor, as_json, rows_of_report
-from autotune.bench.harness import report_path, write_json
+from autotune.bench.harness import read_json, report_path, write_json
 from autotune.core.errors import AutotuneError
 from autotune.core.problem import DTYPES, read_shapes_file
 from autotune.ops import standard_shapes
@@ -127,13 +126,7 @@ def main() -> int:
 
 def resumed_rows(path: Path, gpu: str) -> list[BenchRow]:
     """The rows of the report at `path` measured on `gpu` (none where there is no report yet)."""
-    if not path.exists():
-        return []
-    try:
-        report = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise AutotuneError(f"cannot read the report to resume: {error}") from None
-    return rows_of_report(report, gpu)
+    return rows_of_report(read_json(path), gpu) if path.exists() else []
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ the same for F.linear on the weight rounded to the activations' dtype, against t
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -31,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autotune.bench.harness import read_json
 from autotune.core.errors import AutotuneError
 from autotune.core.problem import input_bytes, read_shapes_file
 from autotune.ops.gemm import LLM_SHAPES_FILE
@@ -186,12 +186,7 @@ def print_summary(report: Mapping[str, Any]) -> None:
 
 
 def read_report(path: Path) -> dict[str, Any]:
-    try:
-        report = json.loads(path.read_text())
-    except OSError as exc:
-        raise AutotuneError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise AutotuneError(f"{path} is not JSON: {exc.msg} at line {exc.lineno}") from None
+    report = read_json(path)
     if not isinstance(report, dict) or not isinstance(report.get("rows"), list) or "copy_gbs" not in report:
         raise AutotuneError(f"{path} is not a bench_lowbit report (no copy_gbs and rows)")
     return report

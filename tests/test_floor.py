@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
 from autotune.bench.compare import BenchRow, ReadFloor, as_json, rows_of_report
+from autotune.bench.harness import read_json
 from autotune.core.errors import AutotuneError
 from autotune.core.paths import kernels_dir
 from autotune.measure.floor import VARIANTS, WORD_BYTES, ReadKernel, words_for
@@ -83,3 +85,19 @@ def test_a_report_written_as_json_gives_back_its_rows() -> None:
 def test_a_report_of_another_gpu_or_shape_is_not_resumed(report: object, message: str) -> None:
     with pytest.raises(AutotuneError, match=re.escape(message)):
         rows_of_report(report, "NVIDIA H200")
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [(None, "cannot read"), (b"{bad", "is not JSON: Expecting"), (b"\xff\xfe", "is not JSON: not UTF-8 text")],
+)
+def test_a_report_that_cannot_be_read_back_is_refused_in_one_line(
+    tmp_path: Path, content: bytes | None, message: str
+) -> None:
+    path = tmp_path / "gemv_llm_nvidia-h200.json"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(AutotuneError, match=re.escape(message)):
+        read_json(path)
+    path.write_text('{"rows": []}')
+    assert read_json(path) == {"rows": []}

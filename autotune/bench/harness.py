@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import slugify
 
 Launcher = Callable[[int], Any]  # call i of a timed launcher reads copy i % copies of its operands
@@ -166,6 +167,19 @@ def geomean(values: Sequence[float]) -> float:
 def report_path(folder: Path, name: str, gpu: str) -> Path:
     """Where a benchmark's report for `gpu` goes: <folder>/<name>_<gpu as a slug>.json."""
     return folder / f"{name}_{slugify(gpu)}.json"
+
+
+def read_json(path: Path) -> Any:
+    """A report written earlier, read back (to summarize it, or to carry on a run cut short); a file that
+    cannot be read or is not JSON is refused with one line."""
+    try:
+        return json.loads(path.read_text())
+    except OSError as exc:
+        raise AutotuneError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise AutotuneError(f"{path} is not JSON: {exc.msg} at line {exc.lineno}") from None
+    except UnicodeDecodeError:
+        raise AutotuneError(f"{path} is not JSON: not UTF-8 text") from None
 
 
 def write_json(path: Path, data: Mapping[str, Any], indent: int = 1) -> Path:
