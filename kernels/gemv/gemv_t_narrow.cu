@@ -53,7 +53,7 @@ __device__ __forceinline__ void accumulate(const typename Raw<VEC * sizeof(T)>::
   for (int i = 0; i < VEC; ++i) acc[i] = fmaf(to_float(e[i]), xr, acc[i]);
 }
 
-template <typename T, bool B_NK, int BLOCK, int WIDTH, int VEC, int UNROLL, int PREFETCH>
+template <typename T, bool B_NK, int BLOCK, int WIDTH, int VEC, int UNROLL, int PREFETCH, int LEAN = 0>
 __device__ __forceinline__ void narrow_body(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
                                             int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta,
                                             float* __restrict__ workspace, unsigned int* __restrict__ counters) {
@@ -74,11 +74,14 @@ __device__ __forceinline__ void narrow_body(const T* __restrict__ A, const T* __
   const bool inside = column < N;         // N % VEC == 0 when VEC > 1: a word is in or out whole
   const int per = (K + splits - 1) / splits;
   const int begin = min(K, split * per), end = min(K, begin + per);
-  const T* base = B + column;
+  // LEAN 1: a thread past the last column reads its strip's first columns instead of skipping the row
+  // loop (its sums are never stored), so no branch surrounds the loop.
+  const bool reads = LEAN || inside;
+  const T* base = B + (LEAN && !inside ? first : column);
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  if (PREFETCH && inside)
+  if (PREFETCH && reads)
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
       const int row = begin + team + u * TEAMS;
@@ -88,7 +91,7 @@ __device__ __forceinline__ void narrow_body(const T* __restrict__ A, const T* __
 #endif
 
   float acc[VEC] = {};
-  if (inside) {
+  if (reads) {
     int r = begin + team;
     for (; r + (UNROLL - 1) * TEAMS < end; r += UNROLL * TEAMS) {
       V raw[UNROLL];
@@ -147,7 +150,14 @@ __device__ __forceinline__ void narrow_body(const T* __restrict__ A, const T* __
       float s = 0.0f;
       if (first + c < N) {
         const int lo = part * splits / PARTS, hi = (part + 1) * splits / PARTS;
-        s = sum_partials(workspace + first + c, (size_t)N, lo, hi);
+        if (LEAN)  // one partial at a time: sum_partials' two batches in flight take 32 registers
+          for (int q = lo; q < hi; ++q) {
+            float* partial = workspace + (size_t)q * N + first + c;
+            s += __ldcg(partial);
+            __stcg(partial, 0.0f);
+          }
+        else
+          s = sum_partials(workspace + first + c, (size_t)N, lo, hi);
       }
       sums[part][c] = s;
     }
