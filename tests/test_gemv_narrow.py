@@ -86,6 +86,22 @@ def test_the_space_keeps_teams_within_a_warp_and_strips_no_wider_than_needed() -
     assert "registers" in str(check({**base, "block": 1024, "unroll": 8}))  # spills at 64 registers
 
 
+def test_a_lean_kernel_is_named_apart_bounded_to_32_registers_and_the_others_compile_as_before() -> None:
+    problem = _t(131072, 256)
+    base = narrow.default_config(problem)
+    lean = {**base, "lean": 1}
+    assert base["lean"] == 0 and narrow.kernel_name(problem, lean) == narrow.kernel_name(problem, base) + "_l1"
+    plain, bounded = narrow.kernel_source(problem, base), narrow.kernel_source(problem, lean)
+    # LEAN 0 is the template's default: an instance from before `lean` keeps its source and cubin.
+    assert "__launch_bounds__(512)" in plain and "narrow_body<__half, false, 512, 64, 8, 4, 1>(" in plain
+    assert "__launch_bounds__(512, 4)" in bounded and "narrow_body<__half, false, 512, 64, 8, 4, 1, 1>(" in bounded
+    heavy = {**base, "block": 1024, "unroll": 8}
+    check = narrow.space(problem).check
+    assert "registers" in str(check(heavy)) and check({**heavy, "lean": 1}) is None
+    assert narrow.registers(problem, {**heavy, "lean": 1}) == narrow.LEAN_REGISTERS == 32
+    assert any(c["lean"] and c["per_sm"] for c in narrow.seed_configs(problem))  # lean splits are seeded
+
+
 @pytest.mark.parametrize("sm_count", [1, 78, 132])
 def test_launch_splits_rows_for_about_per_sm_blocks_an_sm_and_asks_workspace_only_when_split(sm_count: int) -> None:
     for problem in (_t(131072, 256), _t(4096, 4096), _t(4096, 14336), _t(8, 65536)):
@@ -114,6 +130,8 @@ def _instances(whole: bool = False) -> list[tuple[Problem, Config]]:
     square, odd = _t(4096, 4096), _t(4097, 8191)
     picked = [(_t(4096, 4096, d), narrow.default_config(_t(4096, 4096, d))) for d in DTYPES]
     picked += [(odd, narrow.default_config(odd))]
+    # The lean body on odd widths, where threads past the last column read the strip's first ones.
+    picked += [(_t(4097, 8191, d), {**narrow.default_config(_t(4097, 8191, d)), "lean": 1}) for d in DTYPES[:2]]
     if not whole:
         return picked
     picked += [(odd, {**narrow.default_config(odd), "width": 16, "unroll": 8})]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 import tempfile
@@ -233,3 +234,55 @@ def test_0009_on_postgresql_matches_the_models_and_keeps_problems() -> None:
                     assert compare_metadata(MigrationContext.configure(connection), Base.metadata) == []
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+NARROW = {"block": 1024, "width": 64, "vec": 8, "unroll": 4, "prefetch": 1, "per_sm": 2}  # narrow's keys before 0010
+
+
+def _key(config: dict[str, int]) -> str:
+    return json.dumps(config, sort_keys=True, separators=(",", ":"))
+
+
+def test_narrow_configs_gain_lean_at_0_and_lose_it_on_the_way_down(db_path: Path) -> None:
+    """0010: a transposed GEMV's narrow config gains "lean": 0 (trial and crash count, key and all);
+    the plain GEMV's configs and any other keys are left as they were."""
+    database_at(db_path, "0009")
+    trial_cols = (
+        "problem_id, gpu_id, config_key, config, status, time_us, times_us, gbs, rel_error, message, "
+        "source_hash, nvcc, pycuda, driver, cuda, origin, created_at, finished_at"
+    )
+    with sqlite3.connect(db_path) as connection:
+        connection.execute(
+            "INSERT INTO problems (id, gpu_name, op, dtype, m, n, k, trans, created_at) "
+            "VALUES (2, 'NVIDIA H200', 'gemv', 'float16', 131072, 256, 0, 1, ?)",
+            (WHEN,),
+        )
+        for trial_id, config in ((9, NARROW), (10, {**NARROW, "lanes": 1})):
+            connection.execute(
+                f"INSERT INTO trials (id, {trial_cols}) VALUES (?, 2, 1, ?, ?, 'ok', 20.5, '[20.5]', 100.0, 0.0, '', "
+                "'src', 'n', 'p', '13.0', '13.0', 'measured', ?, ?)",
+                (trial_id, _key(config), _key(config), WHEN, WHEN),
+            )
+        connection.execute("INSERT INTO crashes VALUES (2, ?, 'src', 1, ?)", (_key(NARROW), WHEN))
+    connection.close()
+    everything = "SELECT id, config_key, config FROM trials ORDER BY id"
+    crashes = "SELECT problem_id, config_key FROM crashes ORDER BY problem_id"
+    migrated_to(db_path, "head")
+    lean = {**NARROW, "lean": 0}
+    with sqlite3.connect(db_path) as connection:
+        rows = {i: (key, json.loads(config)) for i, key, config in connection.execute(everything)}
+        assert rows[9] == (_key(lean), lean)
+        assert rows[10] == (_key({**NARROW, "lanes": 1}), {**NARROW, "lanes": 1})  # not narrow's: as it was
+        assert rows[1] == ('{"a":1}', {"a": 1})  # the plain GEMV's
+        assert connection.execute(crashes).fetchall() == [(1, '{"a":3}'), (2, _key(lean))]
+    connection.close()
+    config = alembic_config()
+    engine = create_engine(f"sqlite:///{db_path}")
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.downgrade(config, "0009")
+    engine.dispose()
+    with sqlite3.connect(db_path) as connection:
+        assert connection.execute("SELECT config_key FROM trials WHERE id = 9").fetchone() == (_key(NARROW),)
+        assert connection.execute(crashes).fetchall() == [(1, '{"a":3}'), (2, _key(NARROW))]
+    connection.close()

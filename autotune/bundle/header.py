@@ -31,7 +31,7 @@ TEMPLATE = Path(__file__).with_name("template.h")
 CONFIG_FIELDS = (
     "block", "lanes", "vec", "unroll", "rows", "x_smem", "policy", "cluster", "split", "persist", "prefetch",
     "order", "nt", "kw", "mt", "a_chunk", "wn", "stages", "bm", "bn", "bk", "wm", "tm", "tn", "occ", "swizzle",
-    "wgs", "layout", "tma", "width", "per_sm",
+    "wgs", "layout", "tma", "width", "per_sm", "lean",
 )  # fmt: skip
 FAMILY_CONSTANTS = {
     "gemv": "AUTOTUNE_FAMILY_GEMV",
@@ -120,6 +120,7 @@ def _constants(bundle: Bundle) -> str:
         f"#define AUTOTUNE_NARROW_MIN_N {_int(narrow.MIN_N)}",
         f"#define AUTOTUNE_NARROW_MIN_WIDTH {_int(narrow.WIDTHS[0])}",
         f"#define AUTOTUNE_NARROW_REGISTER_BASE {_int(narrow.REGISTER_BASE)}",
+        f"#define AUTOTUNE_NARROW_LEAN_REGISTERS {_int(narrow.LEAN_REGISTERS)}",
         f"#define AUTOTUNE_REGISTERS_PER_SM {_int(REGISTERS_PER_SM)}",
         f"#define AUTOTUNE_MAX_REGISTERS_PER_THREAD {_int(MAX_REGISTERS_PER_THREAD)}",
         "/* cuTensorMapEncodeTiled's arguments for TMA entries (cuda.h's enum values). */",

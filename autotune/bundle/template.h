@@ -246,10 +246,11 @@ static inline int64_t autotune_strips_splits(const autotune_config *c, int64_t m
 }
 
 /* The narrow family (narrow.py: _reason) on a transposed GEMV of n columns: a team of width / vec
- * threads, a power of two up to a warp, reads a row of a strip. */
+ * threads, a power of two up to a warp, reads a row of a strip; a lean kernel takes its fixed registers. */
 static inline int autotune_narrow_runs(const autotune_config *c, int64_t n, int64_t itemsize) {
   int64_t words = c->vec > 0 ? c->width / c->vec : 0, loaded = autotune_max64(1, c->vec * itemsize / 4);
-  int64_t registers = (int64_t)c->unroll * (loaded + 1) + c->vec + AUTOTUNE_NARROW_REGISTER_BASE;
+  int64_t registers = c->lean ? AUTOTUNE_NARROW_LEAN_REGISTERS
+                              : (int64_t)c->unroll * (loaded + 1) + c->vec + AUTOTUNE_NARROW_REGISTER_BASE;
   if (!autotune_narrow_serve(n) || !autotune_two_widest_ok(c->vec, n, itemsize, 16)) return 0;
   if (words == 0 || c->width % c->vec || 32 % words || c->block <= 0 || c->block % 32) return 0;
   if (c->width > AUTOTUNE_NARROW_MIN_WIDTH && c->width / 2 >= n) return 0;

@@ -102,6 +102,12 @@ class Op(ABC):
         parameter only one of the two spaces has). The config itself by default."""
         return dict(config)
 
+    def stored_config(self, problem: Problem, config: Mapping[str, Any]) -> dict[str, Any]:
+        """A config as a records file written before a parameter joined the problem's space holds it,
+        named as the space names it now (the value that parameter's kernels had before it). The
+        config itself by default; database rows are moved by a migration instead (db/migrations)."""
+        return dict(config)
+
     def serving(self, problem: Problem) -> Op:
         """The op whose kernels run `problem`: this one, or a variant (the transposed GEMV's)."""
         return self

@@ -179,7 +179,9 @@ def _config(problem: Problem, config: dict[str, Any], source_hash: str) -> dict[
         except AutotuneError as exc:
             raise BadLine(str(exc)) from None
         return config
-    why = ops.for_problem(problem).space(problem).check(config)
+    op = ops.for_problem(problem)
+    config = op.stored_config(problem, config)
+    why = op.space(problem).check(config)
     if why is not None:
         raise BadLine(f"config is not valid for {problem}: {why}")
     return config

@@ -7,14 +7,18 @@ columns; `block` threads hold block * vec / width teams, each with `unroll` rows
 are split into contiguous shares so that about `per_sm` blocks run on each SM (`splits`; 0: one share,
 the strips alone fill the GPU), a launch parameter that shares one compiled kernel. The kernels wait
 for the grid before them in griddepcontrol and are launched with programmatic dependent launch;
-`prefetch` 1 fetches each thread's first rows into L2 before that wait. Problem sizes are the
-GEMV's: m rows of A (the reduction), n columns (y's length).
+`prefetch` 1 fetches each thread's first rows into L2 before that wait. `lean` 1 compiles the body
+that fits 32 registers a thread (no branch around the row loop, the splits' partials added one at a
+time) with as many blocks an SM as 2048 threads make: the row split runs 7-25% faster that way, the
+unsplit loop slower (docs/findings.md). Problem sizes are the GEMV's: m rows of A (the reduction), n
+columns (y's length).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
 from autotune.core.problem import Problem
 from autotune.core.space import Config, Param, Space
@@ -34,6 +38,8 @@ _BLOCKS = (128, 256, 512, 1024)
 WIDTHS = (16, 32, 64, 128, 256)
 _UNROLLS = (2, 4, 8)
 _PER_SM = (0, 1, 2, 4, 8)
+THREADS_PER_SM = 2048  # a lean kernel asks for as many blocks an SM as this many threads make
+LEAN_REGISTERS = 32  # what ptxas fits a lean kernel in (30-34 unbounded, sm_90, every vec and unroll)
 
 
 def serves(problem: Problem) -> bool:
@@ -43,7 +49,14 @@ def serves(problem: Problem) -> bool:
 
 REGISTER_BASE = strip_teams.REGISTER_BASE  # the bundle header's AUTOTUNE_NARROW_REGISTER_BASE
 _vec_choices = strip_teams.vec_choices
-registers = strip_teams.registers  # the bundle header mirrors it (autotune_narrow_runs)
+
+
+def registers(problem: Problem, c: Mapping[str, int]) -> int:
+    """Registers per thread, estimated: a lean kernel's LEAN_REGISTERS, else the strip teams' estimate
+    (the bundle header mirrors both: autotune_narrow_runs)."""
+    return LEAN_REGISTERS if c["lean"] else strip_teams.registers(problem, c)
+
+
 registers_per_thread = registers  # the name the transposed GEMV asks its families for (Op.registers)
 
 
@@ -55,7 +68,17 @@ def _reason(problem: Problem, c: Mapping[str, int]) -> str | None:
         return f"width={c['width']} over vec={c['vec']}: a row of a strip needs a power of two of 1 to 32 threads"
     if c["width"] > WIDTHS[0] and c["width"] // 2 >= problem.n:
         return f"width={c['width']}: half as wide a strip already covers n={problem.n}"
-    return strip_teams.spill_reason(problem, c)
+    # A lean kernel's launch bounds hold it to LEAN_REGISTERS, which every block size affords.
+    return None if c["lean"] else strip_teams.spill_reason(problem, c)
+
+
+# The parameters narrow's configs had before `lean` joined them (db/migrations/versions/0010_narrow_lean.py).
+_BEFORE_LEAN = frozenset({"block", "width", "vec", "unroll", "prefetch", "per_sm"})
+
+
+def with_lean(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A config written before `lean` joined the space, with the kernel it ran (LEAN 0); any other as it is."""
+    return {**config, "lean": 0} if set(config) == _BEFORE_LEAN else dict(config)
 
 
 def space(problem: Problem) -> Space:
@@ -66,18 +89,27 @@ def space(problem: Problem) -> Space:
             Param("vec", _vec_choices(problem)),
             Param("unroll", _UNROLLS),
             Param("prefetch", (0, 1)),
+            Param("lean", (0, 1), categorical=True),
             Param("per_sm", _PER_SM, compiled=False),
         ),
         constraint=lambda c: _reason(problem, c),
     )
 
 
-def _tiling(problem: Problem, block: int, width: int, unroll: int, per_sm: int) -> Config:
+def _tiling(problem: Problem, block: int, width: int, unroll: int, per_sm: int, lean: int = 0) -> Config:
     """A tiling with the widest loads the rows allow (one element where they allow none wider, with
     strips a warp can hold), its strips no wider than n needs, prefetching."""
     vec = _vec_choices(problem)[-1]
     width = min(width, max(w for w in WIDTHS if w == WIDTHS[0] or w // 2 < problem.n), 32 * vec)
-    return {"block": block, "width": width, "vec": vec, "unroll": unroll, "prefetch": 1, "per_sm": per_sm}
+    return {
+        "block": block,
+        "width": width,
+        "vec": vec,
+        "unroll": unroll,
+        "prefetch": 1,
+        "lean": lean,
+        "per_sm": per_sm,
+    }
 
 
 def default_config(problem: Problem) -> Config:
@@ -89,24 +121,28 @@ def default_config(problem: Problem) -> Config:
     return _tiling(problem, 512, 64, 4, 4)
 
 
-# Seed tilings (block, width, unroll, per_sm): the probe's winners over the standard shapes.
+# Seed tilings (block, width, unroll, per_sm, lean): the probe's winners over the standard shapes, then
+# the lean kernel's split tilings that beat the family's on float16 131072x256 and 65536x1024
+# (experiments/gemv_t_narrow_split.cu).
 _SEEDS = (
-    (512, 64, 4, 4),
-    (1024, 64, 4, 2),
-    (1024, 64, 4, 0),
-    (512, 128, 4, 4),
-    (1024, 256, 4, 2),
-    (1024, 256, 4, 0),
-    (1024, 32, 4, 0),
-    (256, 64, 8, 0),
+    (512, 64, 4, 4, 0),
+    (1024, 64, 4, 2, 0),
+    (1024, 64, 4, 0, 0),
+    (512, 128, 4, 4, 0),
+    (1024, 256, 4, 2, 0),
+    (1024, 256, 4, 0, 0),
+    (1024, 32, 4, 0, 0),
+    (256, 64, 8, 0, 0),
+    (1024, 64, 4, 2, 1),
+    (1024, 64, 4, 1, 1),
 )
 
 
 def seed_configs(problem: Problem) -> list[Config]:
     check = space(problem).check
     seeds: list[Config] = []
-    for block, width, unroll, per_sm in _SEEDS:
-        config = _tiling(problem, block, width, unroll, per_sm)
+    for block, width, unroll, per_sm, lean in _SEEDS:
+        config = _tiling(problem, block, width, unroll, per_sm, lean)
         if check(config) is None and config not in seeds:
             seeds.append(config)
     return seeds
@@ -114,15 +150,21 @@ def seed_configs(problem: Problem) -> list[Config]:
 
 def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
     c = config
-    return f"gemv_t_narrow_{problem.dtype}_b{c['block']}_w{c['width']}_v{c['vec']}_u{c['unroll']}_p{c['prefetch']}"
+    lean = "_l1" if c["lean"] else ""  # the names of the kernels before `lean` stay as they were
+    tiling = f"b{c['block']}_w{c['width']}_v{c['vec']}_u{c['unroll']}_p{c['prefetch']}{lean}"
+    return f"gemv_t_narrow_{problem.dtype}_{tiling}"
 
 
 def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
     """A translation unit with one extern "C" instance taking the GEMM arguments (the transposed GEMV's)."""
     c = config
     args = [c[k] for k in ("block", "width", "vec", "unroll", "prefetch")]
+    bounds = str(c["block"])
+    if c["lean"]:  # LEAN 0 is the template's default: the instances before `lean` compile as they did
+        args.append(1)
+        bounds += f", {THREADS_PER_SM // c['block']}"
     return gemm_shared.instance_source(
-        KERNEL_FILE, kernel_name(problem, c), problem.dtype, str(c["block"]), "at_narrow::narrow_body", args
+        KERNEL_FILE, kernel_name(problem, c), problem.dtype, bounds, "at_narrow::narrow_body", args
     )
 
 

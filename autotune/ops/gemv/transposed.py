@@ -101,6 +101,10 @@ class GemvTransposed(Op):
     def kernel_file(self, problem: Problem) -> str:
         return str(family_of(problem).KERNEL_FILE)
 
+    def stored_config(self, problem: Problem, config: Mapping[str, Any]) -> dict[str, Any]:
+        """A narrow config from before `lean` (migration 0010 moves database rows the same way)."""
+        return narrow.with_lean(config) if family_of(problem) is narrow else dict(config)
+
     def waits_for_prior_grid(self, problem: Problem) -> bool:
         """Its family's: a family whose kernels wait in griddepcontrol runs with PDL, the others plainly."""
         return bool(family_of(problem).WAITS_FOR_PRIOR_GRID)
