@@ -16,6 +16,7 @@ from autotune.core.fingerprint import GpuInfo
 from autotune.core.problem import Problem
 from autotune.core.target import target_capabilities, targeting
 from autotune.ops import gemm, gemv
+from autotune.ops.gemv import narrow
 from autotune.store import Store, open_store
 from tests import postgres
 from tests.fakes import ok, record, run_cli
@@ -192,6 +193,22 @@ def test_a_good_file_imports(store: Store, tmp_path: Path) -> None:
     assert store.import_records(records) == 2
     best = store.best(H200.name, SHAPE, "abc")
     assert best is not None and best.config == CONFIG
+
+
+def test_a_narrow_config_written_before_lean_imports_as_the_kernel_it_ran(store: Store, tmp_path: Path) -> None:
+    """A transposed GEMV's narrow config from before `lean` joined the space runs LEAN 0: it imports so."""
+    problem = Problem("gemv", "float16", 131072, 256, trans=True)
+    ran = narrow.default_config(problem)
+    assert ran["lean"] == 0
+    older = {name: value for name, value in ran.items() if name != "lean"}
+    records = write(tmp_path / "older.jsonl", [GPU_LINE, trial(m=131072, n=256, trans=True, config=older)])
+    assert store.import_records(records) == 1
+    best = store.best(H200.name, problem, "abc")
+    assert best is not None and best.config == ran
+    stray = trial(m=131072, n=256, trans=True, config={**older, "x": 1})
+    unknown = write(tmp_path / "unknown.jsonl", [GPU_LINE, stray])
+    with pytest.raises(AutotuneError, match="unknown"):
+        store.import_records(unknown)
 
 
 def test_a_users_file_keeps_its_origin_when_the_shipped_file_of_its_name_changes(store: Store, tmp_path: Path) -> None:
