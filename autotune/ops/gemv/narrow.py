@@ -9,9 +9,9 @@ the strips alone fill the GPU), a launch parameter that shares one compiled kern
 for the grid before them in griddepcontrol and are launched with programmatic dependent launch;
 `prefetch` 1 fetches each thread's first rows into L2 before that wait. `lean` 1 compiles the body
 that fits 32 registers a thread (no branch around the row loop, the splits' partials added one at a
-time) with as many blocks an SM as 2048 threads make: the row split runs 7-25% faster that way, the
-unsplit loop slower (docs/findings.md). Problem sizes are the GEMV's: m rows of A (the reduction), n
-columns (y's length).
+time) with as many blocks an SM as 2048 threads make: at one tiling the row split ran 7-25% faster
+that way on the H200, the unsplit loop slower (docs/findings.md). Problem sizes are the GEMV's: m
+rows of A (the reduction), n columns (y's length).
 """
 
 from __future__ import annotations
@@ -122,8 +122,8 @@ def default_config(problem: Problem) -> Config:
 
 
 # Seed tilings (block, width, unroll, per_sm, lean): the probe's winners over the standard shapes, then
-# the lean kernel's split tilings that beat the family's on float16 131072x256 and 65536x1024
-# (experiments/gemv_t_narrow_split.cu).
+# lean split tilings: at 1024 threads and strips of 64 the lean kernel beat the family's split on float16
+# 131072x256 and 65536x1024 (experiments/gemv_t_narrow_split.cu), and the sweeps chose them on 131072x256.
 _SEEDS = (
     (512, 64, 4, 4, 0),
     (1024, 64, 4, 2, 0),
