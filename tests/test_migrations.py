@@ -286,3 +286,42 @@ def test_narrow_configs_gain_lean_at_0_and_lose_it_on_the_way_down(db_path: Path
         assert connection.execute("SELECT config_key FROM trials WHERE id = 9").fetchone() == (_key(NARROW),)
         assert connection.execute(crashes).fetchall() == [(1, '{"a":3}'), (2, _key(NARROW))]
     connection.close()
+
+
+@pytest.mark.stress
+def test_0010_on_postgresql_gives_narrow_configs_lean() -> None:
+    """PostgreSQL's JSON column and boolean `trans`: a narrow config gains "lean": 0 there too, a plain
+    GEMV's config is left alone. A real server, so under stress."""
+    folder = Path(tempfile.mkdtemp(prefix="autotune-pg-"))  # pytest's tmp_path is closed to the server's user
+    try:
+        with postgres.server(folder) as server:
+            url = server.new_database()
+            engine = create_engine(url)
+            config = alembic_config()
+            with engine.begin() as connection:
+                config.attributes["connection"] = connection
+                command.upgrade(config, "0009")
+                connection.exec_driver_sql(
+                    "INSERT INTO gpus (id, name, uuid, compute_capability, sm_count, l2_bytes, memory_bytes, "
+                    f"driver, cuda, created_at) VALUES (1, 'NVIDIA H200', 'GPU-1111', '9.0', 132, 1, 1, '13.0', "
+                    f"'13.0', '{WHEN}')"
+                )
+                for pid, trans in ((1, "false"), (2, "true")):
+                    connection.exec_driver_sql(
+                        "INSERT INTO problems (id, gpu_name, op, dtype, m, n, k, trans, created_at) "
+                        f"VALUES ({pid}, 'NVIDIA H200', 'gemv', 'float16', 4096, 4096, 0, {trans}, '{WHEN}')"
+                    )
+                for tid, pid, stored in ((1, 1, {"a": 1}), (2, 2, NARROW)):
+                    connection.exec_driver_sql(
+                        "INSERT INTO trials (id, problem_id, gpu_id, config_key, config, status, times_us, message, "
+                        "source_hash, nvcc, pycuda, driver, cuda, origin, created_at) VALUES "
+                        f"({tid}, {pid}, 1, '{_key(stored)}', '{_key(stored)}', 'ok', '[]', '', 'src', 'n', 'p', "
+                        f"'13.0', '13.0', 'measured', '{WHEN}')"
+                    )
+                command.upgrade(config, "head")
+            with engine.connect() as connection:
+                rows = dict(connection.exec_driver_sql("SELECT id, config_key FROM trials").fetchall())
+            engine.dispose()
+            assert rows == {1: _key({"a": 1}), 2: _key({**NARROW, "lean": 0})}
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
