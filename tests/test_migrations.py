@@ -6,12 +6,15 @@ import json
 import shutil
 import sqlite3
 import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
+from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine
@@ -20,6 +23,7 @@ from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import GpuInfo, Toolchain
 from autotune.core.outcome import Outcome, Status
 from autotune.core.problem import Problem
+from autotune.core.space import config_key
 from autotune.ops import gemv
 from autotune.store import Provenance, open_store
 from autotune.store import selection_table as table
@@ -67,13 +71,13 @@ def _fill(connection: sqlite3.Connection, revision: str) -> None:
         connection.execute("UPDATE trials SET rounds = 2 WHERE id = 1")
 
 
-def migrated_to(path: Path, revision: str) -> None:
-    """A SQLite file taken through the migrations up to `revision`, one after the other."""
+def migrated_to(path: Path, revision: str, step: Callable[[Config, str], None] = command.upgrade) -> None:
+    """A SQLite file taken through the migrations up (or `step` down) to `revision`, one after the other."""
     engine = create_engine(f"sqlite:///{path}")
     config = alembic_config()
     with engine.begin() as connection:
         config.attributes["connection"] = connection
-        command.upgrade(config, revision)
+        step(config, revision)
     engine.dispose()
 
 
@@ -208,39 +212,41 @@ def test_a_downgrade_below_0009_keeps_only_problems_the_older_schema_names(db_pa
     connection.close()
 
 
-@pytest.mark.stress
-def test_0009_on_postgresql_matches_the_models_and_keeps_problems() -> None:
-    """PostgreSQL alters the table in place: the new columns, the wider unique key, every row kept.
-    A real server, so under stress."""
+@contextmanager
+def postgres_database() -> Iterator[str]:
+    """The URL of a new database on a throwaway PostgreSQL server."""
     folder = Path(tempfile.mkdtemp(prefix="autotune-pg-"))  # pytest's tmp_path is closed to the server's user
     try:
         with postgres.server(folder) as server:
-            url = server.new_database()
-            engine = create_engine(url)
-            config = alembic_config()
-            with engine.begin() as connection:
-                config.attributes["connection"] = connection
-                command.upgrade(config, "0008")
-                connection.exec_driver_sql(
-                    "INSERT INTO problems (gpu_name, op, dtype, m, n, created_at) "
-                    f"VALUES ('NVIDIA H200', 'gemv', 'float16', 4096, 4096, '{WHEN}')"
-                )
-            engine.dispose()
-            with open_store(url, import_shipped=False) as store:
-                assert [summary.problem for summary in store.problems()] == [SHAPE]
-                # The wider unique key holds a second row of the shape that differs in its variant alone.
-                assert store.problem_id(replace(SHAPE, variant="g128"), H200.name) == 2
-                with store.db.engine.connect() as connection:
-                    assert compare_metadata(MigrationContext.configure(connection), Base.metadata) == []
+            yield server.new_database()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.mark.stress
+def test_0009_on_postgresql_matches_the_models_and_keeps_problems() -> None:
+    """PostgreSQL alters the table in place: the new columns, the wider unique key, every row kept.
+    A real server, so under stress."""
+    with postgres_database() as url:
+        engine = create_engine(url)
+        config = alembic_config()
+        with engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.upgrade(config, "0008")
+            connection.exec_driver_sql(
+                "INSERT INTO problems (gpu_name, op, dtype, m, n, created_at) "
+                f"VALUES ('NVIDIA H200', 'gemv', 'float16', 4096, 4096, '{WHEN}')"
+            )
+        engine.dispose()
+        with open_store(url, import_shipped=False) as store:
+            assert [summary.problem for summary in store.problems()] == [SHAPE]
+            # The wider unique key holds a second row of the shape that differs in its variant alone.
+            assert store.problem_id(replace(SHAPE, variant="g128"), H200.name) == 2
+            with store.db.engine.connect() as connection:
+                assert compare_metadata(MigrationContext.configure(connection), Base.metadata) == []
+
+
 NARROW = {"block": 1024, "width": 64, "vec": 8, "unroll": 4, "prefetch": 1, "per_sm": 2}  # narrow's keys before 0010
-
-
-def _key(config: dict[str, int]) -> str:
-    return json.dumps(config, sort_keys=True, separators=(",", ":"))
 
 
 def test_narrow_configs_gain_lean_at_0_and_lose_it_on_the_way_down(db_path: Path) -> None:
@@ -261,9 +267,9 @@ def test_narrow_configs_gain_lean_at_0_and_lose_it_on_the_way_down(db_path: Path
             connection.execute(
                 f"INSERT INTO trials (id, {trial_cols}) VALUES (?, 2, 1, ?, ?, 'ok', 20.5, '[20.5]', 100.0, 0.0, '', "
                 "'src', 'n', 'p', '13.0', '13.0', 'measured', ?, ?)",
-                (trial_id, _key(config), _key(config), WHEN, WHEN),
+                (trial_id, config_key(config), config_key(config), WHEN, WHEN),
             )
-        connection.execute("INSERT INTO crashes VALUES (2, ?, 'src', 1, ?)", (_key(NARROW), WHEN))
+        connection.execute("INSERT INTO crashes VALUES (2, ?, 'src', 1, ?)", (config_key(NARROW), WHEN))
     connection.close()
     everything = "SELECT id, config_key, config FROM trials ORDER BY id"
     crashes = "SELECT problem_id, config_key FROM crashes ORDER BY problem_id"
@@ -271,20 +277,15 @@ def test_narrow_configs_gain_lean_at_0_and_lose_it_on_the_way_down(db_path: Path
     lean = {**NARROW, "lean": 0}
     with sqlite3.connect(db_path) as connection:
         rows = {i: (key, json.loads(config)) for i, key, config in connection.execute(everything)}
-        assert rows[9] == (_key(lean), lean)
-        assert rows[10] == (_key({**NARROW, "lanes": 1}), {**NARROW, "lanes": 1})  # not narrow's: as it was
+        assert rows[9] == (config_key(lean), lean)
+        assert rows[10] == (config_key({**NARROW, "lanes": 1}), {**NARROW, "lanes": 1})  # not narrow's: as it was
         assert rows[1] == ('{"a":1}', {"a": 1})  # the plain GEMV's
-        assert connection.execute(crashes).fetchall() == [(1, '{"a":3}'), (2, _key(lean))]
+        assert connection.execute(crashes).fetchall() == [(1, '{"a":3}'), (2, config_key(lean))]
     connection.close()
-    config = alembic_config()
-    engine = create_engine(f"sqlite:///{db_path}")
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.downgrade(config, "0009")
-    engine.dispose()
+    migrated_to(db_path, "0009", command.downgrade)
     with sqlite3.connect(db_path) as connection:
-        assert connection.execute("SELECT config_key FROM trials WHERE id = 9").fetchone() == (_key(NARROW),)
-        assert connection.execute(crashes).fetchall() == [(1, '{"a":3}'), (2, _key(NARROW))]
+        assert connection.execute("SELECT config_key FROM trials WHERE id = 9").fetchone() == (config_key(NARROW),)
+        assert connection.execute(crashes).fetchall() == [(1, '{"a":3}'), (2, config_key(NARROW))]
     connection.close()
 
 
@@ -292,36 +293,31 @@ def test_narrow_configs_gain_lean_at_0_and_lose_it_on_the_way_down(db_path: Path
 def test_0010_on_postgresql_gives_narrow_configs_lean() -> None:
     """PostgreSQL's JSON column and boolean `trans`: a narrow config gains "lean": 0 there too, a plain
     GEMV's config is left alone. A real server, so under stress."""
-    folder = Path(tempfile.mkdtemp(prefix="autotune-pg-"))  # pytest's tmp_path is closed to the server's user
-    try:
-        with postgres.server(folder) as server:
-            url = server.new_database()
-            engine = create_engine(url)
-            config = alembic_config()
-            with engine.begin() as connection:
-                config.attributes["connection"] = connection
-                command.upgrade(config, "0009")
+    with postgres_database() as url:
+        engine = create_engine(url)
+        config = alembic_config()
+        with engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.upgrade(config, "0009")
+            connection.exec_driver_sql(
+                "INSERT INTO gpus (id, name, uuid, compute_capability, sm_count, l2_bytes, memory_bytes, "
+                f"driver, cuda, created_at) VALUES (1, 'NVIDIA H200', 'GPU-1111', '9.0', 132, 1, 1, '13.0', "
+                f"'13.0', '{WHEN}')"
+            )
+            for pid, trans in ((1, "false"), (2, "true")):
                 connection.exec_driver_sql(
-                    "INSERT INTO gpus (id, name, uuid, compute_capability, sm_count, l2_bytes, memory_bytes, "
-                    f"driver, cuda, created_at) VALUES (1, 'NVIDIA H200', 'GPU-1111', '9.0', 132, 1, 1, '13.0', "
-                    f"'13.0', '{WHEN}')"
+                    "INSERT INTO problems (id, gpu_name, op, dtype, m, n, k, trans, created_at) "
+                    f"VALUES ({pid}, 'NVIDIA H200', 'gemv', 'float16', 4096, 4096, 0, {trans}, '{WHEN}')"
                 )
-                for pid, trans in ((1, "false"), (2, "true")):
-                    connection.exec_driver_sql(
-                        "INSERT INTO problems (id, gpu_name, op, dtype, m, n, k, trans, created_at) "
-                        f"VALUES ({pid}, 'NVIDIA H200', 'gemv', 'float16', 4096, 4096, 0, {trans}, '{WHEN}')"
-                    )
-                for tid, pid, stored in ((1, 1, {"a": 1}), (2, 2, NARROW)):
-                    connection.exec_driver_sql(
-                        "INSERT INTO trials (id, problem_id, gpu_id, config_key, config, status, times_us, message, "
-                        "source_hash, nvcc, pycuda, driver, cuda, origin, created_at) VALUES "
-                        f"({tid}, {pid}, 1, '{_key(stored)}', '{_key(stored)}', 'ok', '[]', '', 'src', 'n', 'p', "
-                        f"'13.0', '13.0', 'measured', '{WHEN}')"
-                    )
-                command.upgrade(config, "head")
-            with engine.connect() as connection:
-                rows = dict(connection.exec_driver_sql("SELECT id, config_key FROM trials").fetchall())
-            engine.dispose()
-            assert rows == {1: _key({"a": 1}), 2: _key({**NARROW, "lean": 0})}
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+            for tid, pid, stored in ((1, 1, {"a": 1}), (2, 2, NARROW)):
+                connection.exec_driver_sql(
+                    "INSERT INTO trials (id, problem_id, gpu_id, config_key, config, status, times_us, message, "
+                    "source_hash, nvcc, pycuda, driver, cuda, origin, created_at) VALUES "
+                    f"({tid}, {pid}, 1, '{config_key(stored)}', '{config_key(stored)}', 'ok', '[]', '', 'src', "
+                    f"'n', 'p', '13.0', '13.0', 'measured', '{WHEN}')"
+                )
+            command.upgrade(config, "head")
+        with engine.connect() as connection:
+            rows = dict(connection.exec_driver_sql("SELECT id, config_key FROM trials").fetchall())
+        engine.dispose()
+        assert rows == {1: config_key({"a": 1}), 2: config_key({**NARROW, "lean": 0})}
