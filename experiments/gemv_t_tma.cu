@@ -1,0 +1,276 @@
+// Does the transposed GEMV (y = Aᵀx, A row-major M x N, float16) read faster through the TMA than through
+// the narrow family's loads? cuBLAS answers float16 2304 x 9216 with a tensor-core GEMM kernel
+// (nvjet_sm90_hsh_128x8_64x12_4x1: tiles of 128 columns, 64 rows a stage, 12 stages, 72 blocks of 384
+// threads; experiments/cublas_trans_kernels_nvidia-h200.txt) in 13.3-14.1 us cold where narrow takes
+// 16.4, and a persistent grid over smaller units did not help (gemv_t_tiles.cu): the wave count is not
+// what holds narrow back there.
+//   tma<BLOCK, W, R, STAGES>: grid (strips of W columns, parts of the rows); thread 0 keeps STAGES boxes
+//   of R rows x W columns in flight into shared memory (cp.async.bulk.tensor, one mbarrier a stage); all
+//   threads read a stage (a row's W / 8 threads, one 16-byte word each), multiply by x in float, and
+//   after a block barrier the slot is asked for again, STAGES - 1 stages still in flight. Parts > 1 add
+//   their column sums into a float accumulator with atomics; the last part of a strip to finish writes y
+//   and zeroes the accumulator and its counter. Launched with PDL like narrow.
+// Beside it, narrow's kernel (kernels/gemv/gemv_t_narrow.cu) at the shipped picks' tilings; every kernel
+// is checked against a float64 product with y poisoned first, timed as bench_common.cuh times.
+//   nvcc -O3 -arch=sm_90 -I kernels -I kernels/common -I experiments -o /tmp/gemv_t_tma experiments/gemv_t_tma.cu
+#include <cuda.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench_common.cuh"
+#include "gemv/gemv_t_narrow.cu"
+#include "tma.cuh"
+
+constexpr int VEC = 8;         // halves a 16-byte word holds
+constexpr int MAX_PARTS = 16;  // the accumulator's rows (narrow's split writes a row of partials each)
+
+// cuTensorMapEncodeTiled through the runtime's entry point, so that nothing links libcuda.
+using Encode = decltype(&cuTensorMapEncodeTiled);
+Encode encode_tiled() {
+  static Encode f = nullptr;
+  if (!f) {
+    cudaDriverEntryPointQueryResult found;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", reinterpret_cast<void**>(&f), 12000,
+                                         cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      f = nullptr;
+  }
+  return f;
+}
+
+template <int BLOCK, int W, int R, int STAGES>
+__global__ void __launch_bounds__(BLOCK)
+    tma(const __grid_constant__ CUtensorMap map, const __half* __restrict__ x, __half* __restrict__ y, int M,
+        int N, int rows_per, float* __restrict__ acc, unsigned* __restrict__ counters) {
+  constexpr int TPR = W / VEC, GROUPS = BLOCK / TPR, WARPS = BLOCK / 32, TILE = R * W;
+  static_assert(32 % TPR == 0 && R % GROUPS == 0, "whole rows in a warp, whole groups in a stage");
+  extern __shared__ __align__(128) unsigned char smem[];
+  const __half* tiles = reinterpret_cast<const __half*>(smem);
+  __shared__ __align__(8) uint64_t full[STAGES];
+  __shared__ float sums[WARPS][W];
+  __shared__ bool last;
+  const int strip = blockIdx.x, first = strip * W;
+  const int begin = blockIdx.y * rows_per, end = min(M, begin + rows_per);
+  const int steps = (end - begin + R - 1) / R;  // rows_per is whole stages: no stage reaches the next part
+  const uint32_t bars = at_tma::smem_addr(full), base = at_tma::smem_addr(smem);
+  if (threadIdx.x == 0) {
+    at_tma::prefetch_tensor_map(&map);
+    for (int s = 0; s < STAGES; ++s) at_tma::mbarrier_init(bars + 8 * s, 1);
+    at_tma::fence_mbarrier_init();
+  }
+  __syncthreads();
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (threadIdx.x == 0)
+    for (int s = 0; s < STAGES && s < steps; ++s) {
+      at_tma::mbarrier_arrive_expect_tx(bars + 8 * s, TILE * 2);
+      at_tma::tma_load_2d(base + s * TILE * 2, &map, bars + 8 * s, first, begin + s * R);
+    }
+  const int word = threadIdx.x % TPR, group = threadIdx.x / TPR;
+  float a[VEC] = {};
+  for (int step = 0; step < steps; ++step) {
+    const int s = step % STAGES;
+    at_tma::mbarrier_wait(bars + 8 * s, (step / STAGES) & 1);
+    const __half* tile = tiles + s * TILE;
+    const int row0 = begin + step * R;
+#pragma unroll
+    for (int i = 0; i < R / GROUPS; ++i) {
+      const int rr = group + i * GROUPS, r = row0 + rr;
+      const float xr = r < end ? __half2float(__ldg(x + r)) : 0.0f;  // rows past M are zeros in the box
+      const uint4 raw = *reinterpret_cast<const uint4*>(tile + rr * W + word * VEC);
+      const __half2* h = reinterpret_cast<const __half2*>(&raw);
+#pragma unroll
+      for (int e = 0; e < VEC / 2; ++e) {
+        const float2 f = __half22float2(h[e]);
+        a[2 * e] = fmaf(f.x, xr, a[2 * e]);
+        a[2 * e + 1] = fmaf(f.y, xr, a[2 * e + 1]);
+      }
+    }
+    __syncthreads();  // every thread is done with slot s
+    if (threadIdx.x == 0 && step + STAGES < steps) {
+      at_tma::mbarrier_arrive_expect_tx(bars + 8 * s, TILE * 2);
+      at_tma::tma_load_2d(base + s * TILE * 2, &map, bars + 8 * s, first, begin + (step + STAGES) * R);
+    }
+  }
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int offset = TPR; offset < 32; offset *= 2)
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) a[e] += __shfl_xor_sync(0xffffffffu, a[e], offset);
+  if (lane < TPR)
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) sums[warp][word * VEC + e] = a[e];
+  __syncthreads();
+  for (int c = threadIdx.x; c < W; c += BLOCK) {
+    float s = 0.0f;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) s += sums[w][c];
+    if (first + c < N) {
+      if (gridDim.y == 1)
+        y[first + c] = __float2half(s);
+      else
+        atomicAdd(acc + first + c, s);
+    }
+  }
+  if (gridDim.y == 1) return;
+  __threadfence();  // this block's additions are visible before the counter says so
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(counters + strip, 1u) == gridDim.y - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int c = threadIdx.x; c < W; c += BLOCK)
+    if (first + c < N) {
+      y[first + c] = __float2half(__ldcg(acc + first + c));
+      __stcg(acc + first + c, 0.0f);
+    }
+  if (threadIdx.x == 0) counters[strip] = 0u;
+}
+
+// narrow's kernel at one tiling, taking the GEMM argument list as autotune passes it (x as A, the matrix
+// as B, y as C), its rows split over gridDim.y.
+template <int BLOCK, int WIDTH, int NVEC, int UNROLL, int LEAN>
+__global__ void __launch_bounds__(BLOCK, LEAN ? 2048 / BLOCK : 1)
+    family(const __half* x, const __half* A, __half* y, int one, int N, int M, int lda, int ldb, int ldc,
+           float* workspace, unsigned* counters) {
+  at_narrow::narrow_body<__half, false, BLOCK, WIDTH, NVEC, UNROLL, 1, LEAN>(x, A, y, one, N, M, lda, ldb, ldc, 1.0f,
+                                                                            0.0f, workspace, counters);
+}
+
+using Run = std::function<cudaError_t(const __half*, const __half*, __half*, int, int, float*, unsigned*, int)>;
+struct Case {
+  std::string name;
+  Run run;
+};
+
+// Rows split so that about per_sm blocks run on each SM over all strips (one part for per_sm 0).
+int parts_for(int strips, int per_sm, int sms) {
+  return per_sm == 0 ? 1 : std::max(1, std::min(MAX_PARTS, (per_sm * sms + strips / 2) / strips));
+}
+
+template <int BLOCK, int W, int R, int STAGES>
+Case tma_case(int per_sm) {
+  auto kernel = tma<BLOCK, W, R, STAGES>;
+  constexpr int smem = STAGES * R * W * 2;
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  return {"tma b" + std::to_string(BLOCK) + " w" + std::to_string(W) + " r" + std::to_string(R) + " s" +
+              std::to_string(STAGES) + " x" + std::to_string(per_sm),
+          [kernel, per_sm](const __half* x, const __half* a, __half* y, int m, int n, float* acc, unsigned* counters,
+                           int sms) {
+            CUtensorMap map;
+            const cuuint64_t dims[2] = {(cuuint64_t)n, (cuuint64_t)m};
+            const cuuint64_t strides[1] = {(cuuint64_t)n * 2};
+            const cuuint32_t box[2] = {W, R}, unit[2] = {1, 1};
+            const Encode encode = encode_tiled();
+            if (!encode || encode(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, const_cast<__half*>(a), dims, strides,
+                                       box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                                       CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+              return cudaErrorInvalidValue;
+            const int strips = (n + W - 1) / W, parts = parts_for(strips, per_sm, sms);
+            const int rows_per = ((m + parts - 1) / parts + R - 1) / R * R;
+            const int used = (m + rows_per - 1) / rows_per;  // parts that hold rows
+            cudaLaunchConfig_t cfg = {};
+            cfg.gridDim = dim3(strips, used);
+            cfg.blockDim = dim3(BLOCK);
+            cfg.dynamicSmemBytes = smem;
+            cudaLaunchAttribute attr[1];
+            attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+            attr[0].val.programmaticStreamSerializationAllowed = 1;
+            cfg.attrs = attr;
+            cfg.numAttrs = 1;
+            return cudaLaunchKernelEx(&cfg, kernel, map, x, y, m, n, rows_per, acc, counters);
+          }};
+}
+
+template <int BLOCK, int WIDTH, int NVEC, int UNROLL, int LEAN>
+Case family_case(int per_sm) {
+  auto kernel = family<BLOCK, WIDTH, NVEC, UNROLL, LEAN>;
+  return {"narrow b" + std::to_string(BLOCK) + " w" + std::to_string(WIDTH) + " v" + std::to_string(NVEC) + " u" +
+              std::to_string(UNROLL) + (LEAN ? " lean" : "") + " x" + std::to_string(per_sm),
+          [kernel, per_sm](const __half* x, const __half* a, __half* y, int m, int n, float* acc, unsigned* counters,
+                           int sms) {
+            const int strips = (n + WIDTH - 1) / WIDTH;
+            const int splits = std::min(parts_for(strips, per_sm, sms), std::max(1, m / 64));
+            return launch(kernel, true, dim3(strips, splits), dim3(BLOCK), x, a, y, 1, n, m, m, n, n, acc, counters);
+          }};
+}
+
+int shape(const BenchSetup& setup, int m, int n, const std::vector<Case>& cases) {
+  const size_t bytes = (size_t)m * n * sizeof(__half);
+  std::vector<__half*> as = rotating_buffers<__half>(setup.prop, bytes, 0);
+  if (as.empty()) return 1;
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<__half> a0((size_t)m * n), xh(m);
+  for (auto& v : a0) v = __float2half(dist(rng));
+  for (auto& v : xh) v = __float2half(dist(rng));
+  for (__half* a : as) CHECK(cudaMemcpy(a, a0.data(), bytes, cudaMemcpyHostToDevice));
+  std::vector<double> want(n, 0.0);
+  for (int r = 0; r < m; ++r)
+    for (int c = 0; c < n; ++c) want[c] += (double)__half2float(a0[(size_t)r * n + c]) * __half2float(xh[r]);
+  __half *x, *y;
+  float* acc;
+  unsigned* counters;
+  CHECK(cudaMalloc(&x, m * sizeof(__half)));
+  CHECK(cudaMalloc(&y, n * sizeof(__half)));
+  CHECK(cudaMalloc(&acc, (size_t)MAX_PARTS * n * sizeof(float)));
+  CHECK(cudaMalloc(&counters, n * sizeof(unsigned)));
+  CHECK(cudaMemset(acc, 0, (size_t)MAX_PARTS * n * sizeof(float)));
+  CHECK(cudaMemset(counters, 0, n * sizeof(unsigned)));
+  CHECK(cudaMemcpy(x, xh.data(), m * sizeof(__half), cudaMemcpyHostToDevice));
+  const int sms = setup.prop.multiProcessorCount;
+  printf("float16 %6d x %6d:", m, n);
+  for (size_t k = 0; k < cases.size(); ++k) {
+    auto call = [&](int i) { cases[k].run(x, as[i % as.size()], y, m, n, acc, counters, sms); };
+    float us = -2.0f;  // -2: the launch failed
+    CHECK(cudaMemset(y, 0xff, n * sizeof(__half)));
+    if (cases[k].run(x, as[0], y, m, n, acc, counters, sms) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess) {
+      std::vector<__half> got(n);
+      CHECK(cudaMemcpy(got.data(), y, n * sizeof(__half), cudaMemcpyDeviceToHost));
+      double err = 0, scale = 0;
+      for (int c = 0; c < n; ++c) {
+        const double g = __half2float(got[c]);
+        err = std::isnan(g) ? INFINITY : fmax(err, fabs(g - want[c]));
+        scale = fmax(scale, fabs(want[c]));
+      }
+      us = err / scale < 2e-3 ? best_of(call, setup.start, setup.stop) : -1.0f;  // -1: wrong
+    }
+    CHECK(cudaGetLastError());
+    printf("%s %s %.2f", k ? "," : "", cases[k].name.c_str(), us);
+    fflush(stdout);  // a case that hangs leaves the ones before it on record
+  }
+  printf("\n");
+  fflush(stdout);
+  for (__half* a : as) cudaFree(a);
+  cudaFree(x), cudaFree(y), cudaFree(acc), cudaFree(counters);
+  return 0;
+}
+
+int main() {
+  BenchSetup setup;
+  CHECK(bench_setup(setup));
+  const std::vector<Case> cases = {
+      family_case<1024, 64, 8, 4, 0>(0),      // the short-and-wide picks (2304 x 9216, 4096 x 11008)
+      family_case<1024, 128, 4, 8, 0>(1),     // 28672 x 4096's pick
+      family_case<1024, 128, 4, 8, 1>(2),     // the lean picks (4544 x 4544, 17920 x 1536)
+      tma_case<256, 128, 64, 12>(0),          // cuBLAS's tile and stages, a block a strip
+      tma_case<256, 128, 64, 12>(1),
+      tma_case<256, 128, 64, 6>(2),
+      tma_case<256, 128, 32, 8>(3),
+      tma_case<256, 64, 64, 8>(3),
+      tma_case<512, 256, 32, 12>(0),
+      tma_case<256, 256, 32, 6>(2),
+      tma_case<128, 64, 64, 12>(2),
+      tma_case<256, 128, 128, 4>(2),
+  };
+  for (auto [m, n] : {std::pair{2304, 9216}, {1536, 8960}, {4096, 11008}, {4096, 4096}, {8192, 4096}, {5120, 5120},
+                      {16384, 3072}, {14336, 4096}, {28672, 4096}, {4096, 14336}, {131072, 256}, {4544, 4544}})
+    if (shape(setup, m, n, cases)) return 1;
+  return 0;
+}
