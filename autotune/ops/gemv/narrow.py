@@ -96,10 +96,12 @@ def space(problem: Problem) -> Space:
     )
 
 
-def _tiling(problem: Problem, block: int, width: int, unroll: int, per_sm: int, lean: int = 0) -> Config:
-    """A tiling with the widest loads the rows allow (one element where they allow none wider, with
-    strips a warp can hold), its strips no wider than n needs, prefetching."""
-    vec = _vec_choices(problem)[-1]
+def _tiling(
+    problem: Problem, block: int, width: int, unroll: int, per_sm: int, lean: int = 0, most_vec: int = 8
+) -> Config:
+    """A tiling with the widest loads the rows allow up to most_vec elements (one element where they
+    allow none wider, with strips a warp can hold), its strips no wider than n needs, prefetching."""
+    vec = max(v for v in _vec_choices(problem) if v <= most_vec or v == 1)
     width = min(width, max(w for w in WIDTHS if w == WIDTHS[0] or w // 2 < problem.n), 32 * vec)
     return {
         "block": block,
@@ -121,28 +123,31 @@ def default_config(problem: Problem) -> Config:
     return _tiling(problem, 512, 64, 4, 4)
 
 
-# Seed tilings (block, width, unroll, per_sm, lean): the probe's winners over the standard shapes, then
-# lean split tilings: at 1024 threads and strips of 64 the lean kernel beat the family's split on float16
-# 131072x256 and 65536x1024 (experiments/gemv_t_narrow_split.cu), and the sweeps chose them on 131072x256.
+# Seed tilings (block, width, unroll, per_sm, lean, widest loads in elements): the probe's winners over
+# the standard shapes, then lean split tilings: at 1024 threads and strips of 64 the lean kernel beat the
+# family's split on float16 131072x256 and 65536x1024 (experiments/gemv_t_narrow_split.cu), and the sweeps
+# chose them on 131072x256; at strips of 128 read 4 elements a thread (a warp a row), 8 rows in flight,
+# the LLM sweeps chose it on float16 and bfloat16 4544x4544, 4672x4544 and 16384x3072.
 _SEEDS = (
-    (512, 64, 4, 4, 0),
-    (1024, 64, 4, 2, 0),
-    (1024, 64, 4, 0, 0),
-    (512, 128, 4, 4, 0),
-    (1024, 256, 4, 2, 0),
-    (1024, 256, 4, 0, 0),
-    (1024, 32, 4, 0, 0),
-    (256, 64, 8, 0, 0),
-    (1024, 64, 4, 2, 1),
-    (1024, 64, 4, 1, 1),
+    (512, 64, 4, 4, 0, 8),
+    (1024, 64, 4, 2, 0, 8),
+    (1024, 64, 4, 0, 0, 8),
+    (512, 128, 4, 4, 0, 8),
+    (1024, 256, 4, 2, 0, 8),
+    (1024, 256, 4, 0, 0, 8),
+    (1024, 32, 4, 0, 0, 8),
+    (256, 64, 8, 0, 0, 8),
+    (1024, 64, 4, 2, 1, 8),
+    (1024, 64, 4, 1, 1, 8),
+    (1024, 128, 8, 2, 1, 4),
 )
 
 
 def seed_configs(problem: Problem) -> list[Config]:
     check = space(problem).check
     seeds: list[Config] = []
-    for block, width, unroll, per_sm, lean in _SEEDS:
-        config = _tiling(problem, block, width, unroll, per_sm, lean)
+    for block, width, unroll, per_sm, lean, most_vec in _SEEDS:
+        config = _tiling(problem, block, width, unroll, per_sm, lean, most_vec)
         if check(config) is None and config not in seeds:
             seeds.append(config)
     return seeds
