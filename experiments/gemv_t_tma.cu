@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
-#include "bench_common.cuh"
 #include "gemv/gemv_t_narrow.cu"
+#include "gemv_t_harness.cuh"
 #include "tma.cuh"
 
 constexpr int VEC = 8;         // halves a 16-byte word holds
@@ -142,24 +142,19 @@ __global__ void __launch_bounds__(BLOCK, LEAN ? 2048 / BLOCK : 1)
                                                                             0.0f, workspace, counters);
 }
 
-using Run = std::function<cudaError_t(const __half*, const __half*, __half*, int, int, float*, unsigned*, int)>;
-struct Case {
-  std::string name;
-  Run run;
-};
-
 // Rows split so that about per_sm blocks run on each SM over all strips (one part for per_sm 0).
 int parts_for(int strips, int per_sm, int sms) {
   return per_sm == 0 ? 1 : std::max(1, std::min(MAX_PARTS, (per_sm * sms + strips / 2) / strips));
 }
 
 template <int BLOCK, int W, int R, int STAGES>
-Case tma_case(int per_sm) {
+TransposedCase tma_case(int per_sm) {
   auto kernel = tma<BLOCK, W, R, STAGES>;
   constexpr int smem = STAGES * R * W * 2;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   return {"tma b" + std::to_string(BLOCK) + " w" + std::to_string(W) + " r" + std::to_string(R) + " s" +
               std::to_string(STAGES) + " x" + std::to_string(per_sm),
+          VEC,  // the box's zero fill covers a last strip of fewer columns
           [kernel, per_sm](const __half* x, const __half* a, __half* y, int m, int n, float* acc, unsigned* counters,
                            int sms) {
             CUtensorMap map;
@@ -189,10 +184,11 @@ Case tma_case(int per_sm) {
 }
 
 template <int BLOCK, int WIDTH, int NVEC, int UNROLL, int LEAN>
-Case family_case(int per_sm) {
+TransposedCase family_case(int per_sm) {
   auto kernel = family<BLOCK, WIDTH, NVEC, UNROLL, LEAN>;
   return {"narrow b" + std::to_string(BLOCK) + " w" + std::to_string(WIDTH) + " v" + std::to_string(NVEC) + " u" +
               std::to_string(UNROLL) + (LEAN ? " lean" : "") + " x" + std::to_string(per_sm),
+          NVEC,  // narrow serves a last strip of fewer columns
           [kernel, per_sm](const __half* x, const __half* a, __half* y, int m, int n, float* acc, unsigned* counters,
                            int sms) {
             const int strips = (n + WIDTH - 1) / WIDTH;
@@ -201,61 +197,10 @@ Case family_case(int per_sm) {
           }};
 }
 
-int shape(const BenchSetup& setup, int m, int n, const std::vector<Case>& cases) {
-  const size_t bytes = (size_t)m * n * sizeof(__half);
-  std::vector<__half*> as = rotating_buffers<__half>(setup.prop, bytes, 0);
-  if (as.empty()) return 1;
-  std::mt19937 rng(1);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<__half> a0((size_t)m * n), xh(m);
-  for (auto& v : a0) v = __float2half(dist(rng));
-  for (auto& v : xh) v = __float2half(dist(rng));
-  for (__half* a : as) CHECK(cudaMemcpy(a, a0.data(), bytes, cudaMemcpyHostToDevice));
-  std::vector<double> want(n, 0.0);
-  for (int r = 0; r < m; ++r)
-    for (int c = 0; c < n; ++c) want[c] += (double)__half2float(a0[(size_t)r * n + c]) * __half2float(xh[r]);
-  __half *x, *y;
-  float* acc;
-  unsigned* counters;
-  CHECK(cudaMalloc(&x, m * sizeof(__half)));
-  CHECK(cudaMalloc(&y, n * sizeof(__half)));
-  CHECK(cudaMalloc(&acc, (size_t)MAX_PARTS * n * sizeof(float)));
-  CHECK(cudaMalloc(&counters, n * sizeof(unsigned)));
-  CHECK(cudaMemset(acc, 0, (size_t)MAX_PARTS * n * sizeof(float)));
-  CHECK(cudaMemset(counters, 0, n * sizeof(unsigned)));
-  CHECK(cudaMemcpy(x, xh.data(), m * sizeof(__half), cudaMemcpyHostToDevice));
-  const int sms = setup.prop.multiProcessorCount;
-  printf("float16 %6d x %6d:", m, n);
-  for (size_t k = 0; k < cases.size(); ++k) {
-    auto call = [&](int i) { cases[k].run(x, as[i % as.size()], y, m, n, acc, counters, sms); };
-    float us = -2.0f;  // -2: the launch failed
-    CHECK(cudaMemset(y, 0xff, n * sizeof(__half)));
-    if (cases[k].run(x, as[0], y, m, n, acc, counters, sms) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess) {
-      std::vector<__half> got(n);
-      CHECK(cudaMemcpy(got.data(), y, n * sizeof(__half), cudaMemcpyDeviceToHost));
-      double err = 0, scale = 0;
-      for (int c = 0; c < n; ++c) {
-        const double g = __half2float(got[c]);
-        err = std::isnan(g) ? INFINITY : fmax(err, fabs(g - want[c]));
-        scale = fmax(scale, fabs(want[c]));
-      }
-      us = err / scale < 2e-3 ? best_of(call, setup.start, setup.stop) : -1.0f;  // -1: wrong
-    }
-    CHECK(cudaGetLastError());
-    printf("%s %s %.2f", k ? "," : "", cases[k].name.c_str(), us);
-    fflush(stdout);  // a case that hangs leaves the ones before it on record
-  }
-  printf("\n");
-  fflush(stdout);
-  for (__half* a : as) cudaFree(a);
-  cudaFree(x), cudaFree(y), cudaFree(acc), cudaFree(counters);
-  return 0;
-}
-
 int main() {
   BenchSetup setup;
   CHECK(bench_setup(setup));
-  const std::vector<Case> cases = {
+  const std::vector<TransposedCase> cases = {
       family_case<1024, 64, 8, 4, 0>(0),      // the short-and-wide picks (2304 x 9216, 4096 x 11008)
       family_case<1024, 128, 4, 8, 0>(1),     // 28672 x 4096's pick
       family_case<1024, 128, 4, 8, 1>(2),     // the lean picks (4544 x 4544, 17920 x 1536)
@@ -271,6 +216,6 @@ int main() {
   };
   for (auto [m, n] : {std::pair{2304, 9216}, {1536, 8960}, {4096, 11008}, {4096, 4096}, {8192, 4096}, {5120, 5120},
                       {16384, 3072}, {14336, 4096}, {28672, 4096}, {4096, 14336}, {131072, 256}, {4544, 4544}})
-    if (shape(setup, m, n, cases)) return 1;
+    if (time_cases(setup, m, n, cases, MAX_PARTS)) return 1;
   return 0;
 }
