@@ -100,6 +100,9 @@ def test_a_lean_kernel_is_named_apart_bounded_to_32_registers_and_the_others_com
     assert "registers" in str(check(heavy)) and check({**heavy, "lean": 1}) is None
     assert narrow.registers(problem, {**heavy, "lean": 1}) == narrow.LEAN_REGISTERS == 32
     assert any(c["lean"] and c["per_sm"] for c in narrow.seed_configs(problem))  # lean splits are seeded
+    # and so is the lean split whose warps each read a whole row of a 128-column strip, 4 halves a thread
+    warp_a_row = {"block": 1024, "width": 128, "vec": 4, "unroll": 8, "prefetch": 1, "lean": 1, "per_sm": 2}
+    assert warp_a_row in narrow.seed_configs(problem)
 
 
 @pytest.mark.parametrize("sm_count", [1, 78, 132])

@@ -127,7 +127,8 @@ def default_config(problem: Problem) -> Config:
 # the standard shapes, then lean split tilings: at 1024 threads and strips of 64 the lean kernel beat the
 # family's split on float16 131072x256 and 65536x1024 (experiments/gemv_t_narrow_split.cu), and the sweeps
 # chose them on 131072x256; at strips of 128 read 4 elements a thread (a warp a row), 8 rows in flight,
-# the LLM sweeps chose it on float16 and bfloat16 4544x4544, 4672x4544 and 16384x3072.
+# the LLM sweeps chose it on float16 and bfloat16 4544x4544, 4672x4544 and 16384x3072, and seeded, the
+# standard set's sweeps on 16-bit 4096x11008 and 65536x1024 (docs/findings.md).
 _SEEDS = (
     (512, 64, 4, 4, 0, 8),
     (1024, 64, 4, 2, 0, 8),
