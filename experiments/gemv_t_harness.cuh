@@ -3,8 +3,13 @@
 // x with random values, checks each case against a float64 product with y poisoned first, and prints its
 // time per call on one line per shape (-1: wrong, -2: the launch failed, n/a: N is not whole strips of
 // the case's width). acc holds acc_rows x N floats and counters N words, both zero before and after a call.
+// The TMA probes (gemv_t_tma.cu, gemv_t_tma_mma.cu) also share the narrow family's kernel as a case, how
+// a grid of (strips, parts of the rows) is cut, and the launch with A's tensor map.
 #pragma once
+#include <cuda.h>
 #include <cuda_fp16.h>
+
+#include <algorithm>
 
 #include <cmath>
 #include <functional>
@@ -13,6 +18,7 @@
 #include <vector>
 
 #include "bench_common.cuh"
+#include "gemv/gemv_t_narrow.cu"
 
 using TransposedRun =
     std::function<cudaError_t(const __half*, const __half*, __half*, int, int, float*, unsigned*, int)>;
@@ -76,4 +82,80 @@ inline int time_cases(const BenchSetup& setup, int m, int n, const std::vector<T
   for (__half* a : as) cudaFree(a);
   cudaFree(x), cudaFree(y), cudaFree(acc), cudaFree(counters);
   return 0;
+}
+
+constexpr int MAX_PARTS = 16;  // acc's rows: narrow's split writes a row of partials each
+
+// Rows split so that about per_sm blocks run on each SM over all strips (one part for per_sm 0).
+inline int parts_for(int strips, int per_sm, int sms) {
+  return per_sm == 0 ? 1 : std::max(1, std::min(MAX_PARTS, (per_sm * sms + strips / 2) / strips));
+}
+
+// narrow's kernel at one tiling, taking the GEMM argument list as autotune passes it (x as A, the matrix
+// as B, y as C), its rows split over gridDim.y.
+template <int BLOCK, int WIDTH, int NVEC, int UNROLL, int LEAN>
+__global__ void __launch_bounds__(BLOCK, LEAN ? 2048 / BLOCK : 1)
+    family(const __half* x, const __half* A, __half* y, int one, int N, int M, int lda, int ldb, int ldc,
+           float* workspace, unsigned* counters) {
+  at_narrow::narrow_body<__half, false, BLOCK, WIDTH, NVEC, UNROLL, 1, LEAN>(x, A, y, one, N, M, lda, ldb, ldc, 1.0f,
+                                                                            0.0f, workspace, counters);
+}
+
+template <int BLOCK, int WIDTH, int NVEC, int UNROLL, int LEAN>
+TransposedCase family_case(int per_sm) {
+  auto kernel = family<BLOCK, WIDTH, NVEC, UNROLL, LEAN>;
+  return {"narrow b" + std::to_string(BLOCK) + " w" + std::to_string(WIDTH) + " v" + std::to_string(NVEC) + " u" +
+              std::to_string(UNROLL) + (LEAN ? " lean" : "") + " x" + std::to_string(per_sm),
+          NVEC,  // narrow serves a last strip of fewer columns
+          [kernel, per_sm](const __half* x, const __half* a, __half* y, int m, int n, float* acc, unsigned* counters,
+                           int sms) {
+            const int strips = (n + WIDTH - 1) / WIDTH;
+            const int splits = std::min(parts_for(strips, per_sm, sms), std::max(1, m / 64));
+            return launch(kernel, true, dim3(strips, splits), dim3(BLOCK), x, a, y, 1, n, m, m, n, n, acc, counters);
+          }};
+}
+
+// cuTensorMapEncodeTiled through the runtime's entry point, so that nothing links libcuda.
+using Encode = decltype(&cuTensorMapEncodeTiled);
+inline Encode encode_tiled() {
+  static Encode f = nullptr;
+  if (!f) {
+    cudaDriverEntryPointQueryResult found;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", reinterpret_cast<void**>(&f), 12000,
+                                         cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      f = nullptr;
+  }
+  return f;
+}
+
+// Launches kernel(map, x, y, M, N, rows_per, acc, counters) in blocks of `block` threads over (strips of
+// W columns, parts of whole R-row stages), with PDL and `smem` bytes of dynamic shared memory; the map gives A in boxes of box_cols
+// columns x R rows, swizzled as asked (zeros past its edges).
+template <typename Kernel>
+cudaError_t launch_tma(Kernel kernel, int block, int W, int R, int box_cols, CUtensorMapSwizzle swizzle, int smem, int per_sm,
+                       const __half* x, const __half* a, __half* y, int m, int n, float* acc, unsigned* counters,
+                       int sms) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {(cuuint64_t)n, (cuuint64_t)m};
+  const cuuint64_t strides[1] = {(cuuint64_t)n * 2};
+  const cuuint32_t box[2] = {(cuuint32_t)box_cols, (cuuint32_t)R}, unit[2] = {1, 1};
+  const Encode encode = encode_tiled();
+  if (!encode || encode(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, const_cast<__half*>(a), dims, strides, box, unit,
+                        CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+    return cudaErrorInvalidValue;
+  const int strips = (n + W - 1) / W, parts = parts_for(strips, per_sm, sms);
+  const int rows_per = ((m + parts - 1) / parts + R - 1) / R * R;
+  const int used = (m + rows_per - 1) / rows_per;  // parts that hold rows
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(strips, used);
+  cfg.blockDim = dim3(block);
+  cfg.dynamicSmemBytes = smem;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, map, x, y, m, n, rows_per, acc, counters);
 }

@@ -26,22 +26,7 @@
 #include "gemv_t_harness.cuh"
 #include "tma.cuh"
 
-constexpr int VEC = 8;         // halves a 16-byte word holds
-constexpr int MAX_PARTS = 16;  // the accumulator's rows (narrow's split writes a row of partials each)
-
-// cuTensorMapEncodeTiled through the runtime's entry point, so that nothing links libcuda.
-using Encode = decltype(&cuTensorMapEncodeTiled);
-Encode encode_tiled() {
-  static Encode f = nullptr;
-  if (!f) {
-    cudaDriverEntryPointQueryResult found;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", reinterpret_cast<void**>(&f), 12000,
-                                         cudaEnableDefault, &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess)
-      f = nullptr;
-  }
-  return f;
-}
+constexpr int VEC = 8;  // halves a 16-byte word holds
 
 template <int BLOCK, int W, int R, int STAGES>
 __global__ void __launch_bounds__(BLOCK)
@@ -132,21 +117,6 @@ __global__ void __launch_bounds__(BLOCK)
   if (threadIdx.x == 0) counters[strip] = 0u;
 }
 
-// narrow's kernel at one tiling, taking the GEMM argument list as autotune passes it (x as A, the matrix
-// as B, y as C), its rows split over gridDim.y.
-template <int BLOCK, int WIDTH, int NVEC, int UNROLL, int LEAN>
-__global__ void __launch_bounds__(BLOCK, LEAN ? 2048 / BLOCK : 1)
-    family(const __half* x, const __half* A, __half* y, int one, int N, int M, int lda, int ldb, int ldc,
-           float* workspace, unsigned* counters) {
-  at_narrow::narrow_body<__half, false, BLOCK, WIDTH, NVEC, UNROLL, 1, LEAN>(x, A, y, one, N, M, lda, ldb, ldc, 1.0f,
-                                                                            0.0f, workspace, counters);
-}
-
-// Rows split so that about per_sm blocks run on each SM over all strips (one part for per_sm 0).
-int parts_for(int strips, int per_sm, int sms) {
-  return per_sm == 0 ? 1 : std::max(1, std::min(MAX_PARTS, (per_sm * sms + strips / 2) / strips));
-}
-
 template <int BLOCK, int W, int R, int STAGES>
 TransposedCase tma_case(int per_sm) {
   auto kernel = tma<BLOCK, W, R, STAGES>;
@@ -157,43 +127,8 @@ TransposedCase tma_case(int per_sm) {
           VEC,  // the box's zero fill covers a last strip of fewer columns
           [kernel, per_sm](const __half* x, const __half* a, __half* y, int m, int n, float* acc, unsigned* counters,
                            int sms) {
-            CUtensorMap map;
-            const cuuint64_t dims[2] = {(cuuint64_t)n, (cuuint64_t)m};
-            const cuuint64_t strides[1] = {(cuuint64_t)n * 2};
-            const cuuint32_t box[2] = {W, R}, unit[2] = {1, 1};
-            const Encode encode = encode_tiled();
-            if (!encode || encode(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, const_cast<__half*>(a), dims, strides,
-                                       box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                                       CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
-              return cudaErrorInvalidValue;
-            const int strips = (n + W - 1) / W, parts = parts_for(strips, per_sm, sms);
-            const int rows_per = ((m + parts - 1) / parts + R - 1) / R * R;
-            const int used = (m + rows_per - 1) / rows_per;  // parts that hold rows
-            cudaLaunchConfig_t cfg = {};
-            cfg.gridDim = dim3(strips, used);
-            cfg.blockDim = dim3(BLOCK);
-            cfg.dynamicSmemBytes = smem;
-            cudaLaunchAttribute attr[1];
-            attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-            attr[0].val.programmaticStreamSerializationAllowed = 1;
-            cfg.attrs = attr;
-            cfg.numAttrs = 1;
-            return cudaLaunchKernelEx(&cfg, kernel, map, x, y, m, n, rows_per, acc, counters);
-          }};
-}
-
-template <int BLOCK, int WIDTH, int NVEC, int UNROLL, int LEAN>
-TransposedCase family_case(int per_sm) {
-  auto kernel = family<BLOCK, WIDTH, NVEC, UNROLL, LEAN>;
-  return {"narrow b" + std::to_string(BLOCK) + " w" + std::to_string(WIDTH) + " v" + std::to_string(NVEC) + " u" +
-              std::to_string(UNROLL) + (LEAN ? " lean" : "") + " x" + std::to_string(per_sm),
-          NVEC,  // narrow serves a last strip of fewer columns
-          [kernel, per_sm](const __half* x, const __half* a, __half* y, int m, int n, float* acc, unsigned* counters,
-                           int sms) {
-            const int strips = (n + WIDTH - 1) / WIDTH;
-            const int splits = std::min(parts_for(strips, per_sm, sms), std::max(1, m / 64));
-            return launch(kernel, true, dim3(strips, splits), dim3(BLOCK), x, a, y, 1, n, m, m, n, n, acc, counters);
+            return launch_tma(kernel, BLOCK, W, R, W, CU_TENSOR_MAP_SWIZZLE_NONE, smem, per_sm, x, a, y, m, n, acc,
+                              counters, sms);
           }};
 }
 
