@@ -358,6 +358,14 @@ torch.cuda.synchronize()" > /tmp/ncu-int4.log 2>&1 || tail -5 /tmp/ncu-int4.log
       nvcc -O3 -arch=sm_90 -o /tmp/int4_access experiments/int4_access/access.cu && /tmp/int4_access > "$OUT/int4_access.jsonl"
       nvcc -O3 -arch=sm_90 -std=c++17 -I kernels -I kernels/common -o /tmp/int4_async experiments/int4_async.cu \
         && /tmp/int4_async | tee "$OUT/int4_async.jsonl" | tail -40 ;;
+    trans-probes)
+      # The transposed GEMV's stages brought in by the TMA, read by the tensor cores (gemv_t_tma_mma.cu) and
+      # by CUDA cores (gemv_t_tma.cu), each beside narrow's picks (docs/findings.md, transposed GEMV).
+      for probe in gemv_t_tma_mma gemv_t_tma; do
+        step "trans-probes $probe"
+        nvcc -O3 -arch=sm_90 -I kernels -I kernels/common -I experiments -o "/tmp/$probe" "experiments/$probe.cu" \
+          && timeout 200 "/tmp/$probe" | tee "$OUT/$probe.txt"
+      done ;;
     int4-wgmma)
       # The int4 skinny GEMM on wgmma (experiments/int4_wgmma.cu) beside cuBLAS: PROBE_QUICK=1 for M 16 and 64 only.
       step int4-wgmma
