@@ -18,6 +18,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine
+from sqlalchemy.engine import Connection
 
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import GpuInfo, Toolchain
@@ -71,14 +72,27 @@ def _fill(connection: sqlite3.Connection, revision: str) -> None:
         connection.execute("UPDATE trials SET rounds = 2 WHERE id = 1")
 
 
+@contextmanager
+def migrating(
+    url: str, revision: str, step: Callable[[Config, str], None] = command.upgrade
+) -> Iterator[tuple[Connection, Config]]:
+    """One transaction on the database at `url`, which first takes it through the migrations up (or `step`
+    down) to `revision`, one after the other; its connection and Alembic config, to add rows and go on."""
+    engine = create_engine(url)
+    config = alembic_config()
+    try:
+        with engine.begin() as connection:
+            config.attributes["connection"] = connection
+            step(config, revision)
+            yield connection, config
+    finally:
+        engine.dispose()
+
+
 def migrated_to(path: Path, revision: str, step: Callable[[Config, str], None] = command.upgrade) -> None:
     """A SQLite file taken through the migrations up (or `step` down) to `revision`, one after the other."""
-    engine = create_engine(f"sqlite:///{path}")
-    config = alembic_config()
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        step(config, revision)
-    engine.dispose()
+    with migrating(f"sqlite:///{path}", revision, step):
+        pass
 
 
 def database_at(path: Path, revision: str) -> None:
@@ -199,12 +213,7 @@ def test_a_downgrade_below_0009_keeps_only_problems_the_older_schema_names(db_pa
         )
         connection.execute("UPDATE trials SET problem_id = 2 WHERE id = 7")
     connection.close()
-    engine = create_engine(f"sqlite:///{db_path}")
-    config = alembic_config()
-    with engine.begin() as migrating:
-        config.attributes["connection"] = migrating
-        command.downgrade(config, "0008")
-    engine.dispose()
+    migrated_to(db_path, "0008", command.downgrade)
     with sqlite3.connect(db_path) as connection:
         assert [row[:3] for row in connection.execute(PROBLEM_KEY)] == [(1, "NVIDIA H200", "gemv")]
         assert connection.execute("SELECT id FROM trials").fetchall() == [(1,)]
@@ -228,16 +237,11 @@ def test_0009_on_postgresql_matches_the_models_and_keeps_problems() -> None:
     """PostgreSQL alters the table in place: the new columns, the wider unique key, every row kept.
     A real server, so under stress."""
     with postgres_database() as url:
-        engine = create_engine(url)
-        config = alembic_config()
-        with engine.begin() as connection:
-            config.attributes["connection"] = connection
-            command.upgrade(config, "0008")
+        with migrating(url, "0008") as (connection, _):
             connection.exec_driver_sql(
                 "INSERT INTO problems (gpu_name, op, dtype, m, n, created_at) "
                 f"VALUES ('NVIDIA H200', 'gemv', 'float16', 4096, 4096, '{WHEN}')"
             )
-        engine.dispose()
         with open_store(url, import_shipped=False) as store:
             assert [summary.problem for summary in store.problems()] == [SHAPE]
             # The wider unique key holds a second row of the shape that differs in its variant alone.
@@ -294,11 +298,7 @@ def test_0010_on_postgresql_gives_narrow_configs_lean() -> None:
     """PostgreSQL's JSON column and boolean `trans`: a narrow config gains "lean": 0 there too, a plain
     GEMV's config is left alone. A real server, so under stress."""
     with postgres_database() as url:
-        engine = create_engine(url)
-        config = alembic_config()
-        with engine.begin() as connection:
-            config.attributes["connection"] = connection
-            command.upgrade(config, "0009")
+        with migrating(url, "0009") as (connection, config):
             connection.exec_driver_sql(
                 "INSERT INTO gpus (id, name, uuid, compute_capability, sm_count, l2_bytes, memory_bytes, "
                 f"driver, cuda, created_at) VALUES (1, 'NVIDIA H200', 'GPU-1111', '9.0', 132, 1, 1, '13.0', "
@@ -317,7 +317,5 @@ def test_0010_on_postgresql_gives_narrow_configs_lean() -> None:
                     f"'n', 'p', '13.0', '13.0', 'measured', '{WHEN}')"
                 )
             command.upgrade(config, "head")
-        with engine.connect() as connection:
             rows = dict(connection.exec_driver_sql("SELECT id, config_key FROM trials").fetchall())
-        engine.dispose()
         assert rows == {1: config_key({"a": 1}), 2: config_key({**NARROW, "lean": 0})}
