@@ -115,6 +115,41 @@ TransposedCase family_case(int per_sm) {
           }};
 }
 
+// The end of a TMA probe's block: its strip's W column sums lie in ROWS rows of partial sums (sums, filled
+// before a barrier). With one part of the rows (gridDim.y 1) the block writes them to y; with several it
+// adds them into acc, and the last part of the strip to finish (a counter per strip) writes y and zeroes
+// acc and its counter, so both are zero again after each launch.
+template <int BLOCK, int W, int ROWS>
+__device__ void finish_strip(const float (&sums)[ROWS][W], int strip, int N, __half* __restrict__ y,
+                             float* __restrict__ acc, unsigned* __restrict__ counters) {
+  __shared__ bool last;
+  const int first = strip * W;
+  for (int c = threadIdx.x; c < W; c += BLOCK) {
+    float total = 0.0f;
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) total += sums[r][c];
+    if (first + c < N) {
+      if (gridDim.y == 1)
+        y[first + c] = __float2half(total);
+      else
+        atomicAdd(acc + first + c, total);
+    }
+  }
+  if (gridDim.y == 1) return;
+  __threadfence();  // this block's additions are visible before the counter says so
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(counters + strip, 1u) == gridDim.y - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int c = threadIdx.x; c < W; c += BLOCK)
+    if (first + c < N) {
+      y[first + c] = __float2half(__ldcg(acc + first + c));
+      __stcg(acc + first + c, 0.0f);
+    }
+  if (threadIdx.x == 0) counters[strip] = 0u;
+}
+
 // cuTensorMapEncodeTiled through the runtime's entry point, so that nothing links libcuda.
 using Encode = decltype(&cuTensorMapEncodeTiled);
 inline Encode encode_tiled() {

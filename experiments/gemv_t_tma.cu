@@ -38,7 +38,6 @@ __global__ void __launch_bounds__(BLOCK)
   const __half* tiles = reinterpret_cast<const __half*>(smem);
   __shared__ __align__(8) uint64_t full[STAGES];
   __shared__ float sums[WARPS][W];
-  __shared__ bool last;
   const int strip = blockIdx.x, first = strip * W;
   const int begin = blockIdx.y * rows_per, end = min(M, begin + rows_per);
   const int steps = (end - begin + R - 1) / R;  // rows_per is whole stages: no stage reaches the next part
@@ -91,30 +90,7 @@ __global__ void __launch_bounds__(BLOCK)
 #pragma unroll
     for (int e = 0; e < VEC; ++e) sums[warp][word * VEC + e] = a[e];
   __syncthreads();
-  for (int c = threadIdx.x; c < W; c += BLOCK) {
-    float s = 0.0f;
-#pragma unroll
-    for (int w = 0; w < WARPS; ++w) s += sums[w][c];
-    if (first + c < N) {
-      if (gridDim.y == 1)
-        y[first + c] = __float2half(s);
-      else
-        atomicAdd(acc + first + c, s);
-    }
-  }
-  if (gridDim.y == 1) return;
-  __threadfence();  // this block's additions are visible before the counter says so
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(counters + strip, 1u) == gridDim.y - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  for (int c = threadIdx.x; c < W; c += BLOCK)
-    if (first + c < N) {
-      y[first + c] = __float2half(__ldcg(acc + first + c));
-      __stcg(acc + first + c, 0.0f);
-    }
-  if (threadIdx.x == 0) counters[strip] = 0u;
+  finish_strip<BLOCK, W, WARPS>(sums, strip, N, y, acc, counters);
 }
 
 template <int BLOCK, int W, int R, int STAGES>

@@ -45,7 +45,6 @@ __global__ void __launch_bounds__(BLOCK)
   extern __shared__ unsigned char raw_smem[];
   __shared__ __align__(8) uint64_t full[STAGES];
   __shared__ float sums[KSPLIT][W];
-  __shared__ bool last;
   const uint32_t base = (at_tma::smem_addr(raw_smem) + SWIZZLE_ALIGN - 1) / SWIZZLE_ALIGN * SWIZZLE_ALIGN;
   const int strip = blockIdx.x, first = strip * W;
   const int begin = blockIdx.y * rows_per, end = min(M, begin + rows_per);
@@ -122,30 +121,7 @@ __global__ void __launch_bounds__(BLOCK)
       sums[kpart][(mtile0 + o) * 16 + g + 8] = d[o][2];
     }
   __syncthreads();
-  for (int c = threadIdx.x; c < W; c += BLOCK) {
-    float total = 0.0f;
-#pragma unroll
-    for (int p = 0; p < KSPLIT; ++p) total += sums[p][c];
-    if (first + c < N) {
-      if (gridDim.y == 1)
-        y[first + c] = __float2half(total);
-      else
-        atomicAdd(acc + first + c, total);
-    }
-  }
-  if (gridDim.y == 1) return;
-  __threadfence();  // this block's additions are visible before the counter says so
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(counters + strip, 1u) == gridDim.y - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  for (int c = threadIdx.x; c < W; c += BLOCK)
-    if (first + c < N) {
-      y[first + c] = __float2half(__ldcg(acc + first + c));
-      __stcg(acc + first + c, 0.0f);
-    }
-  if (threadIdx.x == 0) counters[strip] = 0u;
+  finish_strip<BLOCK, W, KSPLIT>(sums, strip, N, y, acc, counters);
 }
 
 template <int BLOCK, int W, int R, int STAGES>
