@@ -101,7 +101,7 @@ def _tiling(
 ) -> Config:
     """A tiling with the widest loads the rows allow up to most_vec elements (one element where they
     allow none wider, with strips a warp can hold), its strips no wider than n needs, prefetching."""
-    vec = max(v for v in _vec_choices(problem) if v <= most_vec or v == 1)
+    vec = max(v for v in _vec_choices(problem) if v <= most_vec)
     width = min(width, max(w for w in WIDTHS if w == WIDTHS[0] or w // 2 < problem.n), 32 * vec)
     return {
         "block": block,
