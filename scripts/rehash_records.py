@@ -115,7 +115,9 @@ def main() -> int:
                 name = op.kernel_file(problem)
                 today = file_hash(name)
                 if line["source_hash"] == file_hash(was.get(name, name), old_kernels) and line["source_hash"] != today:
-                    to_check[(path, index)] = (ops.compile_job(problem, line["config"], arch, op), today, problem)
+                    # The instance today's code builds for the trial: its config as today's space names it.
+                    config = op.carried_over(problem, line["config"])
+                    to_check[(path, index)] = (ops.compile_job(problem, config, arch, op), today, problem)
         unique = {job for job, _, _ in to_check.values()}
         print(f"{len(to_check)} trials of REV's source in {len(files)} files: {len(unique)} instances to compare")
         with ThreadPoolExecutor() as pool:

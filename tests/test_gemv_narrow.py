@@ -101,14 +101,15 @@ def test_a_lean_kernel_is_named_apart_bounded_to_32_registers_and_the_others_com
     assert narrow.registers(problem, {**heavy, "lean": 1}) == narrow.LEAN_REGISTERS == 32
     assert any(c["lean"] and c["per_sm"] for c in narrow.seed_configs(problem))  # lean splits are seeded
     # and so is the lean split whose warps each read a whole row of a 128-column strip, 4 halves a thread
-    warp_a_row = {"block": 1024, "width": 128, "vec": 4, "unroll": 8, "prefetch": 1, "lean": 1, "per_sm": 2}
+    warp_a_row = {"block": 1024, "width": 128, "vec": 4, "unroll": 8, "prefetch": 1, "lean": 1, "bands": 0, "per_sm": 2}
     assert warp_a_row in narrow.seed_configs(problem)
 
 
 @pytest.mark.parametrize("sm_count", [1, 78, 132])
 def test_launch_splits_rows_for_about_per_sm_blocks_an_sm_and_asks_workspace_only_when_split(sm_count: int) -> None:
     for problem in (_t(131072, 256), _t(4096, 4096), _t(4096, 14336), _t(8, 65536)):
-        for config in [narrow.default_config(problem), *narrow.seed_configs(problem)]:
+        strips = [c for c in [narrow.default_config(problem), *narrow.seed_configs(problem)] if not c["bands"]]
+        for config in strips:
             launch = narrow.launch(problem, config, sm_count)
             strip_count = -(-problem.n // config["width"])
             split = launch.grid[1]
@@ -126,6 +127,69 @@ def test_launch_splits_rows_for_about_per_sm_blocks_an_sm_and_asks_workspace_onl
     assert narrow.launch(_t(4096, 4096), narrow.default_config(_t(4096, 4096)), 132).grid == (64, 8, 1)
 
 
+def test_the_wide_body_pins_what_it_does_not_read_and_keeps_a_band_within_a_block() -> None:
+    problem = _t(2304, 9216)
+    check = narrow.space(problem).check
+    wide = [c for c in narrow.seed_configs(problem) if c["bands"]]
+    assert wide and all(check(c) is None for c in wide)
+    config = wide[0]
+    for name, value in (("width", 64), ("prefetch", 0), ("lean", 1)):
+        assert "stays" in str(check({**config, name: value}))
+    # 9216 halves are 1152 loads of 8: one band of them needs more than 1024 threads, two do not.
+    assert "needs more than" in str(check({**config, "bands": 1})) and check({**config, "bands": 2}) is None
+    narrow_row = _t(4096, 16)  # 2 loads of 8 halves a row: no third band
+    assert "holds 2 loads" in str(narrow.space(narrow_row).check({**config, "bands": 3}))
+
+
+@pytest.mark.parametrize("sm_count", [1, 78, 132])
+@pytest.mark.parametrize("shape", [(2304, 9216), (4097, 8191), (131072, 256), (3, 100000), (5, 17)])
+def test_the_wide_body_launches_whole_teams_over_its_bands(shape: tuple[int, int], sm_count: int) -> None:
+    """A block is its teams, whole (the kernel finds the team from n and the grid's bands), the grid one
+    column of blocks a band, the rows split for about per_sm blocks an SM, no share smaller than one
+    step of the block's teams."""
+    problem = _t(*shape)
+    space = narrow.space(problem)
+    launched = 0
+    for bands in (1, 2, 3, 8, 16):
+        for per_sm in (0, 1, 2, 8):
+            base = {**narrow.default_config(problem), **narrow.WIDE_PINNED, "block": 1024}
+            config = {**base, "bands": bands, "per_sm": per_sm}
+            if space.check(config) is not None:
+                continue
+            words = problem.n // config["vec"]
+            team = -(-words // bands)
+            launch = narrow.launch(problem, config, sm_count)
+            assert launch.grid[0] == -(-words // team) <= bands and launch.grid[0] * team >= words
+            assert launch.block[0] == config["block"] // team * team <= config["block"]
+            split = launch.grid[1]
+            assert 1 <= split <= max(1, problem.m // (config["block"] // team * config["unroll"]))
+            assert (split == 1) == (per_sm == 0 or split == 1)
+            assert launch.workspace_floats == (split * problem.n if split > 1 else 0)
+            assert launch.counters == (launch.grid[0] if split > 1 else 0)
+            launched += 1
+    assert launched >= 4
+
+
+def test_a_wide_kernel_serves_every_count_of_bands_and_includes_the_wide_file() -> None:
+    problem = _t(2304, 9216)
+    wide = [c for c in narrow.seed_configs(problem) if c["bands"]]
+    assert len({narrow.kernel_name(problem, c) for c in wide}) == 1  # bands differ, the kernel does not
+    source = narrow.kernel_source(problem, wide[0])
+    assert '#include "gemv/gemv_t_wide.cu"' in source and "at_wide::wide_body<__half, false, 1024, 8, 4>(" in source
+    # The strips' instances include their own file, as before the wide body joined the family.
+    strips = narrow.kernel_source(problem, narrow.default_config(problem))
+    assert '#include "gemv/gemv_t_narrow.cu"' in strips
+
+
+def test_a_config_from_before_bands_gains_bands_0() -> None:
+    problem = _t(4096, 4096)
+    config = narrow.default_config(problem)
+    before = {k: v for k, v in config.items() if k != "bands"}
+    assert narrow.with_lean(before) == config
+    assert narrow.with_lean({k: v for k, v in before.items() if k != "lean"}) == config
+    assert for_problem(problem).carried_over(problem, before) == config
+
+
 def _instances(whole: bool = False) -> list[tuple[Problem, Config]]:
     """Each dtype's default on a square shape and scalar loads on an odd width; `whole` (under `-m
     arch`, about 2 s of nvcc an instance) adds the narrowest strips, the smallest block with the
@@ -135,6 +199,12 @@ def _instances(whole: bool = False) -> list[tuple[Problem, Config]]:
     picked += [(odd, narrow.default_config(odd))]
     # The lean body on odd widths, where threads past the last column read the strip's first ones.
     picked += [(_t(4097, 8191, d), {**narrow.default_config(_t(4097, 8191, d)), "lean": 1}) for d in DTYPES[:2]]
+
+    # The wide body: 16-byte loads in every dtype, and scalar loads on an odd width.
+    def first_wide(problem: Problem) -> Config:
+        return next(c for c in narrow.seed_configs(problem) if c["bands"])
+
+    picked += [(_t(2304, 9216, d), first_wide(_t(2304, 9216, d))) for d in DTYPES] + [(odd, first_wide(odd))]
     if not whole:
         return picked
     picked += [(odd, {**narrow.default_config(odd), "width": 16, "unroll": 8})]

@@ -246,6 +246,59 @@ def test_torch_compile_fullgraph_around_the_custom_ops() -> None:
         _assert_gemm(C, G, H)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_wide_bands_on_a_strided_view_with_beta_on_a_side_stream_and_in_a_graph(dtype: str) -> None:
+    """The narrow family's wide body (bands of whole rows, its row shares added through the workspace)
+    pinned on some columns of a wider matrix, y = 2 Aᵀx - 0.5 y: called again and again on a side
+    stream, then captured in a graph and replayed with new inputs; workspace and counters must be back
+    at zero after each call."""
+    torch = _torch()
+    from autotune import ops
+    from autotune.ops.gemv import narrow
+    from autotune.runtime.launcher import Runtime
+
+    m, n, lda = 2309, 9216, 9216 + 64
+    problem = Problem("gemv", dtype, m, n, trans=True)
+    config = [c for c in narrow.seed_configs(problem) if c["bands"]][-1]
+    assert config["bands"] > 0 and ops.for_problem(problem).space(problem).check(config) is None
+    assert ops.for_problem(problem).launch(problem, config, 132).grid[1] > 1
+    runtime = Runtime(lambda p, device, db: Choice(p, device.gpu.name, config, "measured"))
+    kind = getattr(torch, dtype)
+    whole = torch.empty(m, lda, device="cuda", dtype=kind)
+    a, x = whole[:, :n], torch.empty(m, device="cuda", dtype=kind)
+    before, out = torch.empty(n, device="cuda", dtype=kind), torch.empty(n, device="cuda", dtype=kind)
+
+    def fill() -> None:
+        whole.uniform_(-1, 1)
+        x.uniform_(-1, 1)
+        before.uniform_(-1, 1)
+        out.copy_(before)
+
+    def check() -> None:
+        want = 2 * (a.double().t() @ x.double()) - 0.5 * before.double()
+        scale = (a.double().abs().t() @ x.double().abs()).max().item()
+        assert bool(out.double().isfinite().all()), "NaN or inf in the output"
+        assert (out.double() - want).abs().max().item() <= 2e-2 * scale + 1e-2
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(4):
+            fill()
+            runtime.gemv(a, x, out, alpha=2.0, beta=-0.5, trans=True)
+            side.synchronize()
+            check()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        runtime.gemv(a, x, out, alpha=2.0, beta=-0.5, trans=True)
+    for _ in range(3):
+        fill()
+        graph.replay()
+        torch.cuda.synchronize()
+        check()
+
+
 def test_split_k_on_two_streams_at_once() -> None:
     """256x131072 with the K dimension split 16 ways through a workspace in global memory: two
     streams running it at the same time each need workspace and counters of their own."""

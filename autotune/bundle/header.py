@@ -31,7 +31,7 @@ TEMPLATE = Path(__file__).with_name("template.h")
 CONFIG_FIELDS = (
     "block", "lanes", "vec", "unroll", "rows", "x_smem", "policy", "cluster", "split", "persist", "prefetch",
     "order", "nt", "kw", "mt", "a_chunk", "wn", "stages", "bm", "bn", "bk", "wm", "tm", "tn", "occ", "swizzle",
-    "wgs", "layout", "tma", "width", "per_sm", "lean",
+    "wgs", "layout", "tma", "width", "per_sm", "lean", "bands",
 )  # fmt: skip
 FAMILY_CONSTANTS = {
     "gemv": "AUTOTUNE_FAMILY_GEMV",

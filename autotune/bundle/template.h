@@ -245,13 +245,23 @@ static inline int64_t autotune_strips_splits(const autotune_config *c, int64_t m
   return autotune_max64(1, autotune_min64(most, (int64_t)c->per_sm * sm_count / strips));
 }
 
+/* The wide body's team (narrow.py: team_of): the loads of vec elements of one of the row's bands. */
+static inline int64_t autotune_wide_team(const autotune_config *c, int64_t n) {
+  return autotune_ceil_div(n / c->vec, c->bands);
+}
+
 /* The narrow family (narrow.py: _reason) on a transposed GEMV of n columns: a team of width / vec
- * threads, a power of two up to a warp, reads a row of a strip; a lean kernel takes its fixed registers. */
+ * threads, a power of two up to a warp, reads a row of a strip; a lean kernel takes its fixed registers.
+ * With bands (the wide body), a team of up to the block reads a row of one of `bands` bands. */
 static inline int autotune_narrow_runs(const autotune_config *c, int64_t n, int64_t itemsize) {
   int64_t words = c->vec > 0 ? c->width / c->vec : 0, loaded = autotune_max64(1, c->vec * itemsize / 4);
   int64_t registers = c->lean ? AUTOTUNE_NARROW_LEAN_REGISTERS
                               : (int64_t)c->unroll * (loaded + 1) + c->vec + AUTOTUNE_NARROW_REGISTER_BASE;
   if (!autotune_narrow_serve(n) || !autotune_two_widest_ok(c->vec, n, itemsize, 16)) return 0;
+  if (c->bands > 0) {
+    if (c->lean || c->bands > n / c->vec || autotune_wide_team(c, n) > c->block) return 0;
+    return registers <= autotune_min64(AUTOTUNE_MAX_REGISTERS_PER_THREAD, AUTOTUNE_REGISTERS_PER_SM / c->block);
+  }
   if (words == 0 || c->width % c->vec || 32 % words || c->block <= 0 || c->block % 32) return 0;
   if (c->width > AUTOTUNE_NARROW_MIN_WIDTH && c->width / 2 >= n) return 0;
   return registers <= autotune_min64(AUTOTUNE_MAX_REGISTERS_PER_THREAD, AUTOTUNE_REGISTERS_PER_SM / c->block);
@@ -261,6 +271,10 @@ static inline int autotune_narrow_runs(const autotune_config *c, int64_t n, int6
  * per_sm blocks an SM over all strips, none smaller than what a block's teams read in one step. */
 static inline int64_t autotune_narrow_splits(const autotune_config *c, int64_t m, int64_t n, int sm_count) {
   int64_t strips = autotune_ceil_div(n, c->width), teams = (int64_t)c->block * c->vec / c->width;
+  if (c->bands > 0) { /* the wide body: bands of whole loads, the block's teams of one band's loads */
+    int64_t team = autotune_wide_team(c, n);
+    strips = autotune_ceil_div(n / c->vec, team), teams = c->block / team;
+  }
   int64_t most = autotune_max64(1, m / (teams * c->unroll));
   if (c->per_sm == 0) return 1;
   return autotune_max64(1, autotune_min64(most, ((int64_t)c->per_sm * sm_count + strips / 2) / strips));
@@ -391,6 +405,11 @@ static inline int autotune_launch_for(const autotune_entry *e, int64_t m, int64_
       break;
     case AUTOTUNE_FAMILY_NARROW:
       tiles = grid_x = autotune_ceil_div(n, c->width);
+      if (c->bands > 0) { /* the wide body: a band a block column, the block its whole teams */
+        int64_t team = autotune_wide_team(c, n);
+        tiles = grid_x = autotune_ceil_div(n / c->vec, team);
+        out->block[0] = (uint32_t)(c->block / team * team);
+      }
       grid_y = autotune_narrow_splits(c, m, n, sm_count), workspace = grid_y * n;
       global_split = grid_y > 1;
       break;

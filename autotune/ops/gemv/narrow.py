@@ -12,6 +12,12 @@ that fits 32 registers a thread (no branch around the row loop, the splits' part
 time) with as many blocks an SM as 2048 threads make: at one tiling the row split ran 7-25% faster
 that way on the H200, the unsplit loop slower (docs/findings.md). Problem sizes are the GEMV's: m
 rows of A (the reduction), n columns (y's length).
+
+`bands` > 0 runs the family's second body (kernels/gemv/gemv_t_wide.cu): the row cut into that many
+bands of whole 16-byte words, a team of threads reading one row of a band (up to a whole row), so
+that a block's loads cover one contiguous stretch of A, as the plain GEMV's do. It reads no strips, so
+`width`, `prefetch` and `lean` are pinned there (WIDE_PINNED): it always prefetches, and its registers
+are estimated as the strips' are.
 """
 
 from __future__ import annotations
@@ -27,7 +33,10 @@ from autotune.ops.gemm import shared as gemm_shared
 from autotune.ops.gemv import strip_teams
 
 NAME = "narrow"
-KERNEL_FILE = "gemv/gemv_t_narrow.cu"  # under kernels/, beside this folder's mirror
+# Under kernels/, beside this folder's mirror: the wide bands' file, which includes the strips' (their
+# instances include the strips' file alone, so their code is what it was before the bands joined).
+KERNEL_FILE = "gemv/gemv_t_wide.cu"
+STRIPS_FILE = "gemv/gemv_t_narrow.cu"
 WAITS_FOR_PRIOR_GRID = True  # its kernels wait in griddepcontrol: launched with programmatic dependent launch
 
 # Narrower matrices (a few columns: 262144 x 8) stay with skinny, whose thread groups narrower than a
@@ -40,6 +49,11 @@ _UNROLLS = (2, 4, 8)
 _PER_SM = (0, 1, 2, 4, 8)
 THREADS_PER_SM = 2048  # a lean kernel asks for as many blocks an SM as this many threads make
 LEAN_REGISTERS = 32  # what ptxas fits a lean kernel in (30-34 unbounded, sm_90, every vec and unroll)
+# Bands of a row for the wide body (0: strips); on the H200 the float16 probe's winners cut the row into
+# 2 to 12 (experiments/gemv_t_rows.cu).
+_BANDS = (0, 1, 2, 3, 4, 6, 8, 12, 16)
+# What the wide body does not read, pinned so that one kernel is not tuned twice.
+WIDE_PINNED = {"width": WIDTHS[0], "prefetch": 1, "lean": 0}
 
 
 def serves(problem: Problem) -> bool:
@@ -60,9 +74,33 @@ def registers(problem: Problem, c: Mapping[str, int]) -> int:
 registers_per_thread = registers  # the name the transposed GEMV asks its families for (Op.registers)
 
 
+def words_of(problem: Problem, c: Mapping[str, int]) -> int:
+    """A row's words: the loads of vec elements a row takes (n is a multiple of vec where vec > 1)."""
+    return problem.n // c["vec"]
+
+
+def team_of(problem: Problem, c: Mapping[str, int]) -> int:
+    """The wide body's team: the words of one band, each read by one thread."""
+    return math.ceil(words_of(problem, c) / c["bands"])
+
+
+def _wide_reason(problem: Problem, c: Mapping[str, int]) -> str | None:
+    for name, value in WIDE_PINNED.items():
+        if c[name] != value:
+            return f"bands={c['bands']} reads whole rows: {name} stays {value}"
+    words = words_of(problem, c)
+    if c["bands"] > words:
+        return f"bands={c['bands']}: a row of n={problem.n} holds {words} loads of vec={c['vec']}"
+    if team_of(problem, c) > c["block"]:
+        return f"bands={c['bands']}: a band of {team_of(problem, c)} loads needs more than block={c['block']} threads"
+    return strip_teams.spill_reason(problem, c)
+
+
 def _reason(problem: Problem, c: Mapping[str, int]) -> str | None:
     if not serves(problem):
         return f"narrow strips serve transposed GEMVs of n >= {MIN_N}, not {problem}"
+    if c["bands"]:
+        return _wide_reason(problem, c)
     words = c["width"] // c["vec"]
     if words == 0 or c["width"] % c["vec"] or 32 % words:
         return f"width={c['width']} over vec={c['vec']}: a row of a strip needs a power of two of 1 to 32 threads"
@@ -72,13 +110,19 @@ def _reason(problem: Problem, c: Mapping[str, int]) -> str | None:
     return None if c["lean"] else strip_teams.spill_reason(problem, c)
 
 
-# The parameters narrow's configs had before `lean` joined them (db/migrations/versions/0010_narrow_lean.py).
+# The parameters narrow's configs had before `lean` joined them (db/migrations/versions/0010_narrow_lean.py),
+# and before `bands` did. `bands` needs no migration: narrow's kernel file changed with it, so database
+# rows from before are stale, and the tuner carries them forward with bands 0 (tune/tuner.py).
 _BEFORE_LEAN = frozenset({"block", "width", "vec", "unroll", "prefetch", "per_sm"})
+_BEFORE_BANDS = _BEFORE_LEAN | {"lean"}
 
 
 def with_lean(config: Mapping[str, Any]) -> dict[str, Any]:
-    """A config written before `lean` joined the space, with the kernel it ran (LEAN 0); any other as it is."""
-    return {**config, "lean": 0} if set(config) == _BEFORE_LEAN else dict(config)
+    """A config written before `lean` or `bands` joined the space, with the kernel it ran (LEAN 0,
+    strips); any other as it is."""
+    if set(config) == _BEFORE_LEAN:
+        config = {**config, "lean": 0}
+    return {**config, "bands": 0} if set(config) == _BEFORE_BANDS else dict(config)
 
 
 def space(problem: Problem) -> Space:
@@ -90,6 +134,7 @@ def space(problem: Problem) -> Space:
             Param("unroll", _UNROLLS),
             Param("prefetch", (0, 1)),
             Param("lean", (0, 1), categorical=True),
+            Param("bands", _BANDS),
             Param("per_sm", _PER_SM, compiled=False),
         ),
         constraint=lambda c: _reason(problem, c),
@@ -110,8 +155,14 @@ def _tiling(
         "unroll": unroll,
         "prefetch": 1,
         "lean": lean,
+        "bands": 0,
         "per_sm": per_sm,
     }
+
+
+def _wide_tiling(problem: Problem, block: int, bands: int, unroll: int, per_sm: int) -> Config:
+    """A wide tiling with the widest loads the rows allow."""
+    return {**_tiling(problem, block, WIDTHS[0], unroll, per_sm), **WIDE_PINNED, "bands": bands}
 
 
 def default_config(problem: Problem) -> Config:
@@ -142,13 +193,25 @@ _SEEDS = (
     (1024, 64, 4, 1, 1, 8),
     (1024, 128, 8, 2, 1, 4),
 )
+# Wide seed tilings (block, bands, unroll, per_sm): the float16 probe's fastest on the H200 over 18
+# short-and-wide and mid-size shapes (experiments/gemv_t_rows_wide_nvidia-h200.txt): 1024 threads, 4
+# rows in flight a team, the row cut in 12, 8 or 4, the rows split for about one block an SM (the
+# last block's ordered sum of the shares grows with them), and 8 bands at two.
+_WIDE_SEEDS = (
+    (1024, 12, 4, 1),
+    (1024, 8, 4, 1),
+    (1024, 4, 4, 1),
+    (1024, 8, 4, 2),
+)
 
 
 def seed_configs(problem: Problem) -> list[Config]:
     check = space(problem).check
     seeds: list[Config] = []
-    for block, width, unroll, per_sm, lean, most_vec in _SEEDS:
-        config = _tiling(problem, block, width, unroll, per_sm, lean, most_vec)
+    # The wide tilings first: a short warm sweep of a shape tuned before they joined still measures them.
+    tilings = [_wide_tiling(problem, *seed) for seed in _WIDE_SEEDS]
+    tilings += [_tiling(problem, *seed) for seed in _SEEDS]
+    for config in tilings:
         if check(config) is None and config not in seeds:
             seeds.append(config)
     return seeds
@@ -156,6 +219,8 @@ def seed_configs(problem: Problem) -> list[Config]:
 
 def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
     c = config
+    if c["bands"]:  # one kernel for every count of bands: the grid sets them
+        return f"gemv_t_wide_{problem.dtype}_b{c['block']}_v{c['vec']}_u{c['unroll']}"
     lean = "_l1" if c["lean"] else ""  # the names of the kernels before `lean` stay as they were
     tiling = f"b{c['block']}_w{c['width']}_v{c['vec']}_u{c['unroll']}_p{c['prefetch']}{lean}"
     return f"gemv_t_narrow_{problem.dtype}_{tiling}"
@@ -164,34 +229,49 @@ def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
 def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
     """A translation unit with one extern "C" instance taking the GEMM arguments (the transposed GEMV's)."""
     c = config
+    if c["bands"]:
+        args = [c[k] for k in ("block", "vec", "unroll")]
+        return gemm_shared.instance_source(
+            KERNEL_FILE, kernel_name(problem, c), problem.dtype, str(c["block"]), "at_wide::wide_body", args
+        )
     args = [c[k] for k in ("block", "width", "vec", "unroll", "prefetch")]
     bounds = str(c["block"])
     if c["lean"]:  # LEAN 0 is the template's default: the instances before `lean` compile as they did
         args.append(1)
         bounds += f", {THREADS_PER_SM // c['block']}"
     return gemm_shared.instance_source(
-        KERNEL_FILE, kernel_name(problem, c), problem.dtype, bounds, "at_narrow::narrow_body", args
+        STRIPS_FILE, kernel_name(problem, c), problem.dtype, bounds, "at_narrow::narrow_body", args
     )
+
+
+def _strips_and_teams(problem: Problem, c: Mapping[str, int]) -> tuple[int, int]:
+    """The grid's columns (strips, or the wide body's bands) and the teams a block holds."""
+    if c["bands"]:
+        team = team_of(problem, c)
+        return math.ceil(words_of(problem, c) / team), c["block"] // team
+    return math.ceil(problem.n / c["width"]), c["block"] * c["vec"] // c["width"]
 
 
 def splits(problem: Problem, config: Mapping[str, int], sm_count: int) -> int:
     """Contiguous shares of the rows: the nearest count that puts about per_sm blocks on each SM over
-    all strips (one for per_sm 0), no share smaller than what the block's teams read in one step."""
+    all strips or bands (one for per_sm 0), no share smaller than what the block's teams read in one
+    step."""
     if config["per_sm"] == 0:
         return 1
-    strips = math.ceil(problem.n / config["width"])
-    teams = config["block"] * config["vec"] // config["width"]
+    strips, teams = _strips_and_teams(problem, config)
     most = max(1, problem.m // (teams * config["unroll"]))
     return max(1, min(most, (config["per_sm"] * sm_count + strips // 2) // strips))
 
 
 def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
-    strips = math.ceil(problem.n / config["width"])
+    strips, teams = _strips_and_teams(problem, config)
     split = splits(problem, config, sm_count)
+    # The wide body's block is its teams, whole: the kernel finds the team from n and the bands.
+    threads = teams * team_of(problem, config) if config["bands"] else config["block"]
     return Launch(
         grid=(strips, split, 1),
-        block=(config["block"], 1, 1),
-        shared_bytes=0,  # static: the warps' sums
+        block=(threads, 1, 1),
+        shared_bytes=0,  # static: the warps' or teams' sums
         workspace_floats=split * problem.n if split > 1 else 0,
         counters=strips if split > 1 else 0,
     )

@@ -3,7 +3,8 @@
 yᵀ = xᵀ A is C (1 x n) = A' (1 x m) · B (m x n): every thread streams whole 16-byte pieces of A's
 rows, which the usual GEMV kernels cannot do when they reduce along columns. The narrow family serves
 every shape of at least 16 columns (narrow.serves): teams of up to a warp read rows of strips of 16
-to 256 columns, launched with programmatic dependent launch. Narrower matrices (262144 x 8) go to the
+to 256 columns, or teams of up to a block whole rows cut into a few bands (`bands`), launched with
+programmatic dependent launch. Narrower matrices (262144 x 8) go to the
 skinny GEMM family, as the one-row GEMM they are. The strips family (wide strips, tall A) is reachable
 by name (FAMILY_VARIABLE) for comparisons. Every family's kernels take (x, A, y, 1, n, m, m, lda, n)
 in the GEMM argument order: A is the GEMM's B, so a view of some of a matrix's columns (lda > n) runs
@@ -102,8 +103,14 @@ class GemvTransposed(Op):
         return str(family_of(problem).KERNEL_FILE)
 
     def stored_config(self, problem: Problem, config: Mapping[str, Any]) -> dict[str, Any]:
-        """A narrow config from before `lean` (migration 0010 moves database rows the same way)."""
+        """A narrow config from before `lean` or `bands` (migration 0010 moves database rows from before
+        `lean` the same way; rows from before `bands` are stale: narrow.with_lean says why)."""
         return narrow.with_lean(config) if family_of(problem) is narrow else dict(config)
+
+    def carried_over(self, problem: Problem, config: Mapping[str, int]) -> dict[str, int]:
+        """A narrow trial measured before the wide bands joined the family, as the space names it now
+        (scripts/rehash_records.py --file-was)."""
+        return self.stored_config(problem, config)
 
     def waits_for_prior_grid(self, problem: Problem) -> bool:
         """Its family's: a family whose kernels wait in griddepcontrol runs with PDL, the others plainly."""
