@@ -2,10 +2,10 @@
 // at A + r*lda, lda >= N), x K long and y N long, elements of type T (float, __half, __nv_bfloat16),
 // accumulated in float. The narrow family's second body (autotune/ops/gemv/narrow.py, bands > 0): it
 // reads the matrix as the plain GEMV does, whole rows (or a few bands of them), so a block's loads
-// cover one contiguous stretch of A rather than 32-512 bytes of each row. On the H200 that took float16
-// 2304 x 9216 from 16.4 to 13.0 us and 5120 x 5120, 17920 x 1536 and 4544 x 18176 10-15% below the
-// narrow strips' picks (experiments/gemv_t_rows.cu); narrow's strips stay ahead on square and tall
-// matrices of 4096 columns.
+// cover one contiguous stretch of A rather than 32-512 bytes of each row. On the H200 that read, with the
+// shares added by atomics, took float16 2304 x 9216 from narrow's 16.5 to 13.0 us and 5120 x 5120,
+// 17920 x 1536 and 4544 x 18176 8-14% below narrow (experiments/gemv_t_rows.cu); this body adds them in
+// a fixed order and takes 14.2 us on 2304 x 9216, and narrow's strips stay ahead on most other shapes.
 //
 // Arguments: the GEMM argument list, as gemv_t_narrow.cu takes it (A := x, B := the matrix, C := y).
 //
