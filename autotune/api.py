@@ -643,9 +643,71 @@ def quantize(weight: Any, format: str = "int4", *, group: int = 128, sym: bool =
     return int4.quantize_int4(weight, group, sym, scale_dtype)
 
 
+def from_awq(qweight: Any, qzeros: Any, scales: Any, group: int, *, version: str = "gemm") -> Any:
+    """An AWQ checkpoint's linear (AutoAWQ's "gemm" packing: qweight K x N/8 int32, qzeros, float16
+    scales) -> the same weight in the canonical int4 format, bit for bit the values AWQ's own unpack
+    gives: torch tensors give a QuantizedWeight on their device, numpy arrays an Int4Weight
+    (docs/lowbit.md, "AWQ and GPTQ checkpoints"). Other versions are refused."""
+    from autotune.ops.qgemm import format as int4
+
+    if int4.is_torch_tensor(qweight):
+        from autotune.model.quantized import QuantizedWeight
+
+        return QuantizedWeight.from_awq(qweight, qzeros, scales, group, version)
+    from autotune.ops.qgemm import checkpoints
+
+    return checkpoints.from_awq(qweight, qzeros, scales, group, version)
+
+
+def from_gptq(
+    qweight: Any,
+    qzeros: Any,
+    scales: Any,
+    g_idx: Any = None,
+    group: int = 128,
+    sym: bool | None = None,
+    checkpoint_format: str = "gptq",
+) -> Any:
+    """A GPTQ checkpoint's linear (qweight K/8 x N int32, qzeros, scales, g_idx) -> the canonical int4
+    weight, exactly; checkpoint_format "gptq" (v1: zeros stored minus one) or "gptq_v2". A g_idx
+    other than k // group (act-order) is refused; sym=True checks that every zero is 8. Torch
+    tensors give a QuantizedWeight, numpy arrays an Int4Weight (docs/lowbit.md)."""
+    from autotune.ops.qgemm import format as int4
+
+    if int4.is_torch_tensor(qweight):
+        from autotune.model.quantized import QuantizedWeight
+
+        return QuantizedWeight.from_gptq(qweight, qzeros, scales, g_idx, group, sym, checkpoint_format)
+    from autotune.ops.qgemm import checkpoints
+
+    return checkpoints.from_gptq(qweight, qzeros, scales, g_idx, group, sym, checkpoint_format)
+
+
+def load_quantized(
+    path: Path | str,
+    *,
+    format: str | None = None,
+    group: int | None = None,
+    sym: bool | None = None,
+    checkpoint_format: str | None = None,
+    device: Any = None,
+) -> dict[str, Any]:
+    """Every int4 linear of an AWQ or GPTQ safetensors file or folder -> {module name: QuantizedWeight
+    on `device`}, for autotune.patch(model, weights=...). The folder's config.json says the format;
+    the arguments override it (docs/lowbit.md). Needs torch; without it, read_checkpoint in
+    autotune/ops/qgemm/checkpoints.py gives Int4Weights of numpy arrays."""
+    from autotune.model.quantized import QuantizedWeight
+    from autotune.ops.qgemm import checkpoints
+
+    weights = checkpoints.read_checkpoint(
+        path, format=format, group=group, sym=sym, checkpoint_format=checkpoint_format
+    )
+    return {name: QuantizedWeight.from_int4(weight, device) for name, weight in weights.items()}
+
+
 def patch(
     model: Any,
-    weights: str | None = None,
+    weights: str | Mapping[str, Any] | None = None,
     *,
     group: int = 128,
     sym: bool = True,
@@ -661,12 +723,14 @@ def patch(
     forward is replaced on the instance are left as they are, each with a log line; modules already
     patched stay as they are. Weights on the meta device are refused before anything changes.
 
+    `weights` may also map module names to QuantizedWeights (autotune.load_quantized's, an AWQ or
+    GPTQ checkpoint's): those linears run them, their float weights dropped, the rest in float.
     `weights="int4"` quantizes each weight (QuantizedWeight.from_float, groups of `group` along K,
     `sym`) and drops the float one; a tied weight, peft's LoRA adapters, float32 weights and K not a
     multiple of `group` stay in float. `fuse` runs sibling projections reading one input (q_proj/k_proj/v_proj,
     gate_proj/up_proj) as one launch on their concatenated weight, whose views the siblings' weights
     become. `db` is the database eager calls select from (a compiled graph's op uses the default)."""
-    if weights not in (None, *QUANTIZED_FORMATS):
+    if not isinstance(weights, Mapping) and weights not in (None, *QUANTIZED_FORMATS):
         formats = ", ".join(repr(f) for f in (None, *QUANTIZED_FORMATS))
         raise AutotuneError(f"unknown weights {weights!r}: patch takes {formats}")
     from autotune.ops.qgemm import format as int4

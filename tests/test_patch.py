@@ -6,6 +6,7 @@ torch.compile) and unpatch. tests/test_gpu_patch.py runs the kernels themselves.
 
 from __future__ import annotations
 
+import copy
 import logging
 import subprocess
 import sys
@@ -215,6 +216,42 @@ def test_an_int4_state_dict_loads_into_a_model_patched_alike_only(runtime: Any) 
         assert torch.equal(other(x), saved(x))  # the fused views took the loaded values too
     with pytest.raises(RuntimeError, match="Missing key"):
         _block(torch.float16).load_state_dict(state)
+
+
+def test_checkpoint_weights_by_name_are_patched_in_and_mismatches_refused(runtime: Any, logged: Any) -> None:
+    """autotune.patch(model, weights={name: QuantizedWeight}), such as autotune.load_quantized gives: the
+    named linears run them (fused too), the rest in float; a wrong name, shape or dtype changes nothing."""
+    from autotune.ops.qgemm import checkpoints
+
+    model = _block(torch.float16)
+    torch.manual_seed(3)
+    source = nn.Linear(64, 64).half()
+    qweight, qzeros, scales = checkpoints.to_awq(autotune.quantize(source.weight.detach().numpy(), group=32, sym=False))
+    imported = autotune.from_awq(torch.from_numpy(qweight), torch.from_numpy(qzeros), torch.from_numpy(scales), 32)
+    assert not imported.sym and torch.equal(
+        imported.dequantize(), autotune.quantize(source.weight, group=32, sym=False).dequantize()
+    )
+    bad = {
+        "nowhere": ({"nowhere": imported}, "not a linear autotune.patch covers"),
+        "shape": ({"k_proj": imported}, r"k_proj is \(32, 64\), its int4 weight \(64, 64\)"),
+        "type": ({"q_proj": source.weight}, "not a QuantizedWeight"),
+    }
+    for weights, message in bad.values():
+        with pytest.raises(AutotuneError, match=message):
+            autotune.patch(model, weights=weights)
+    with pytest.raises(AutotuneError, match="scales are float16, the model's linear bfloat16"):
+        autotune.patch(_block(torch.bfloat16), weights={"q_proj": imported})
+    assert not any(isinstance(m, (Int4Linear, PatchedLinear)) for m in model.modules())
+    autotune.patch(model, weights={"q_proj": imported, "o_proj": copy.deepcopy(imported)}, fuse=True)
+    assert model.q_proj.weight is imported and isinstance(model.o_proj, Int4Linear)
+    assert isinstance(model.down_proj, PatchedLinear)
+    assert "autotune.patch: 5 linears without an int4 weight in `weights` run in float" in [
+        r.getMessage() for r in logged.records
+    ]
+    x = torch.randn(2, 64, dtype=torch.float16)
+    with torch.no_grad():
+        got = model.q_proj(x)
+    assert _close(got, torch.nn.functional.linear(x.float(), imported.dequantize(torch.float32)), 1e-2)
 
 
 def test_unpatch_dequantizes_int4_weights(runtime: Any) -> None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -36,7 +38,12 @@ class _Plan:
 
 
 def patch(
-    model: torch.nn.Module, weights: str | None, group: int, sym: bool, fuse: bool, db: str | None
+    model: torch.nn.Module,
+    weights: str | Mapping[str, Any] | None,
+    group: int,
+    sym: bool,
+    fuse: bool,
+    db: str | None,
 ) -> torch.nn.Module:
     """autotune.patch (autotune/api.py has the arguments checked and the user's docstring)."""
     if not isinstance(model, torch.nn.Module):
@@ -46,6 +53,8 @@ def patch(
     plans = [_Plan(name, linear) for name, linear in covered]
     if weights == "int4":
         _quantize(plans, model, group, sym)
+    elif isinstance(weights, Mapping):
+        _assign(plans, weights)
     # Nothing above changed the model; from here on nothing refuses.
     patched: set[int] = set()
     for plan in plans:
@@ -133,6 +142,38 @@ def _quantize(plans: list[_Plan], model: torch.nn.Module, group: int, sym: bool)
             plan.quantized = QuantizedWeight.from_float(plan.linear.weight, group, sym)
         else:
             log.info("autotune.patch: %s kept in float: %s", plan.name, why)
+
+
+def _assign(plans: list[_Plan], weights: Mapping[str, Any]) -> None:
+    """Give each plan named in `weights` (a checkpoint's int4 weights, autotune.load_quantized) its
+    weight, checked against the linear's shape and dtype, before any module changes."""
+    by_name = {plan.name: plan for plan in plans}
+    for name, quantized in weights.items():
+        plan = by_name.get(name)
+        if plan is None:
+            raise AutotuneError(
+                f"weights names {name!r}, which is not a linear autotune.patch covers; nothing was patched"
+            )
+        if not isinstance(quantized, QuantizedWeight):
+            raise AutotuneError(
+                f"weights[{name!r}] is a {type(quantized).__name__}, not a QuantizedWeight; nothing was patched"
+            )
+        linear = plan.linear
+        if (quantized.out_features, quantized.in_features) != (linear.out_features, linear.in_features):
+            raise AutotuneError(
+                f"{name} is ({linear.out_features}, {linear.in_features}), its int4 weight "
+                f"({quantized.out_features}, {quantized.in_features}); nothing was patched"
+            )
+        if quantized.dtype != linear.weight.dtype:
+            have, want = (str(d).removeprefix("torch.") for d in (quantized.dtype, linear.weight.dtype))
+            raise AutotuneError(
+                f"{name}'s int4 scales are {have}, the model's linear {want}: the int4 kernels take activations "
+                f"in the scales' dtype (cast the model, model.to(torch.{have})); nothing was patched"
+            )
+        plan.quantized = quantized.to(linear.weight.device)
+    unnamed = len(plans) - len(weights)
+    if unnamed:
+        log.info("autotune.patch: %d linears without an int4 weight in `weights` run in float", unnamed)
 
 
 def _float_only(plan: _Plan, group: int, owners: Counter[int]) -> str | None:

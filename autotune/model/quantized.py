@@ -14,9 +14,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import torch
 
 from autotune.core.errors import AutotuneError
+from autotune.ops.qgemm import checkpoints
 from autotune.ops.qgemm import format as int4
 
 FORMAT = "int4"
@@ -46,6 +48,43 @@ class QuantizedWeight(torch.nn.Module):  # type: ignore[misc]  # torch is untype
         """Quantize a float weight (N, K) on its device (format.quantize_int4 says how)."""
         quantized = int4.quantize_int4(weight.detach(), group, sym, scale_dtype)
         return cls(quantized.qweight, quantized.scales, quantized.zeros, quantized.group)
+
+    @classmethod
+    def from_int4(cls, weight: int4.Int4Weight, device: Any = None) -> QuantizedWeight:
+        """The module holding an Int4Weight of numpy arrays (a checkpoint's), on `device`."""
+        zeros = None if weight.zeros is None else torch.from_numpy(weight.zeros).to(device)
+        return cls(
+            torch.from_numpy(weight.qweight).to(device),
+            _tensor(weight.scales, weight.scale_dtype, device),
+            zeros,
+            weight.group,
+        )
+
+    @classmethod
+    def from_awq(cls, qweight: Any, qzeros: Any, scales: Any, group: int, version: str = "gemm") -> QuantizedWeight:
+        """AWQ's "gemm" packing (tensors) -> the module, on the tensors' device (checkpoints.py says how)."""
+        device = qweight.device
+        weight = checkpoints.from_awq(_array(qweight), _array(qzeros), _array(scales), group, version)
+        return cls.from_int4(weight, device)
+
+    @classmethod
+    def from_gptq(
+        cls,
+        qweight: Any,
+        qzeros: Any,
+        scales: Any,
+        g_idx: Any = None,
+        group: int = 128,
+        sym: bool | None = None,
+        checkpoint_format: str = "gptq",
+    ) -> QuantizedWeight:
+        """GPTQ's packing (tensors) -> the module, on the tensors' device (checkpoints.py says how)."""
+        device = qweight.device
+        g_idx = None if g_idx is None else _array(g_idx)
+        weight = checkpoints.from_gptq(
+            _array(qweight), _array(qzeros), _array(scales), g_idx, group, sym, checkpoint_format
+        )
+        return cls.from_int4(weight, device)
 
     @classmethod
     def empty(
@@ -131,6 +170,24 @@ class QuantizedWeight(torch.nn.Module):  # type: ignore[misc]  # torch is untype
 
     def extra_repr(self) -> str:
         return _described(self.get_extra_state()) + f", dtype={self.dtype}"
+
+
+def _array(tensor: Any) -> Any:
+    """A tensor's values as a numpy array on the host (bfloat16 as its uint16 words); anything else as
+    it is, for the format's checks to name."""
+    if not isinstance(tensor, torch.Tensor):
+        return tensor
+    tensor = tensor.detach().cpu()
+    if tensor.dtype == torch.bfloat16:
+        return tensor.view(torch.int16).numpy().view(np.uint16)
+    return tensor.numpy()
+
+
+def _tensor(array: Any, dtype: str, device: Any) -> torch.Tensor:
+    """numpy -> torch on `device`; bfloat16's uint16 words become bfloat16."""
+    if dtype == "bfloat16":
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16).to(device)
+    return torch.from_numpy(array).to(device)
 
 
 def _metadata(state: Any) -> dict[str, Any]:
