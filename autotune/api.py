@@ -721,7 +721,8 @@ def patch(
     autotune.linear where its weight is on a GPU (torch.ops.autotune.linear under torch.compile),
     F.linear elsewhere. nn.Linear subclasses (bitsandbytes' quantized layers) and modules whose
     forward is replaced on the instance are left as they are, each with a log line; modules already
-    patched stay as they are. Weights on the meta device are refused before anything changes.
+    patched stay as they are. Weights on the meta device are refused before anything changes, but
+    for those a `weights` mapping replaces.
 
     `weights` may also map module names to QuantizedWeights (autotune.load_quantized's, an AWQ or
     GPTQ checkpoint's): those linears run them, their float weights dropped, the rest in float.

@@ -2,7 +2,8 @@
 checkpoint tensors on the GPU converted by autotune.from_awq / from_gptq dequantize to the same float16
 bits as the format's own unpack code, and autotune.linear on them stays within twice the error of
 F.linear on those values (low-bit weights 1 of 3's bound); a small Llama's linears written as an AWQ
-checkpoint folder, loaded and patched in, give the logits of the model on the dequantized weights."""
+checkpoint folder, loaded and patched into the model with those linears' float weights left on the meta
+device, give the logits of the model on the dequantized weights."""
 
 from __future__ import annotations
 
@@ -133,11 +134,14 @@ def test_a_llama_patched_with_a_loaded_awq_folder_gives_the_dequantized_models_l
     with pytest.raises(AutotuneError, match="not a linear"):
         autotune.patch(model, weights={"model.nowhere": next(iter(loaded.values()))})
     assert not any(isinstance(m, Int4Linear) for m in model.modules())  # refused before any change
+    for name in loaded:  # as init_empty_weights leaves them: the checkpoint's linears hold no float weight
+        linear = model.get_submodule(name)
+        linear.weight = torch.nn.Parameter(torch.empty_like(linear.weight, device="meta"))
     autotune.patch(model, weights=loaded)
     assert isinstance(model.model.layers[1].mlp.down_proj, Int4Linear)
     assert "model.layers.0.self_attn.q_proj.weight.qweight" in model.state_dict()
     ids = torch.tensor([[1, 17, 33, 250, 9, 48, 101, 7]], device="cuda")
     with torch.no_grad():
         got = model(ids, use_cache=False).logits.float()
-        want = autotune.unpatch(model)(ids, use_cache=False).logits.float()
+        want = autotune.unpatch(model)(ids, use_cache=False).logits.float()  # F.linear on the dequantized
     assert float((got - want).abs().max() / want.abs().max()) < 1e-2

@@ -254,6 +254,29 @@ def test_checkpoint_weights_by_name_are_patched_in_and_mismatches_refused(runtim
     assert _close(got, torch.nn.functional.linear(x.float(), imported.dequantize(torch.float32)), 1e-2)
 
 
+def test_a_model_on_the_meta_device_is_patched_where_the_checkpoint_gives_every_weight(runtime: Any) -> None:
+    """A model built without memory (torch.device("meta")) takes its int4 weights from a checkpoint's
+    mapping: each linear given one is patched; one left without a weight is refused, nothing changed."""
+    with torch.device("meta"):
+        model = Block().half()
+    torch.manual_seed(4)
+    weights = {
+        name: autotune.quantize(torch.randn(linear.out_features, linear.in_features).half(), group=32)
+        for name, linear in model.named_children()
+    }
+    partial = dict(weights)
+    del partial["down_proj"]
+    with pytest.raises(AutotuneError, match="down_proj's weight is on the meta device"):
+        autotune.patch(model, weights=partial)
+    assert not any(isinstance(m, (Int4Linear, PatchedLinear)) for m in model.modules())
+    autotune.patch(model, weights=weights)
+    assert all(isinstance(m, Int4Linear) for m in model.children())
+    x = torch.randn(2, 64, dtype=torch.float16)
+    with torch.no_grad():
+        got = model.v_proj(x)
+    assert _close(got, torch.nn.functional.linear(x.float(), weights["v_proj"].dequantize(torch.float32)), 1e-2)
+
+
 def test_unpatch_dequantizes_int4_weights(runtime: Any) -> None:
     model = autotune.patch(_block(torch.float16), "int4", fuse=False, group=32)
     dequantized = model.q_proj.weight.dequantize()

@@ -49,7 +49,8 @@ def patch(
     if not isinstance(model, torch.nn.Module):
         raise AutotuneError(f"autotune.patch takes a torch.nn.Module, got {type(model).__name__}")
     covered, already, skipped = _survey(model)
-    _check_loaded(covered)
+    # A checkpoint's int4 weight replaces a linear's float one, which may then be left unloaded (meta).
+    _check_loaded(covered, set(weights) if isinstance(weights, Mapping) else set())
     plans = [_Plan(name, linear) for name, linear in covered]
     if weights == "int4":
         _quantize(plans, model, group, sym)
@@ -121,9 +122,16 @@ def _left_as_it_is(linear: torch.nn.Linear) -> str | None:
     return None
 
 
-def _check_loaded(covered: list[tuple[str, torch.nn.Linear]]) -> None:
-    """Refuse a model whose covered linears hold no values (the meta device), naming the first."""
-    empty = [name for name, linear in covered if any(p is not None and p.is_meta for p in (linear.weight, linear.bias))]
+def _check_loaded(covered: list[tuple[str, torch.nn.Linear]], replaced: set[str]) -> None:
+    """Refuse a model whose covered linears hold no values (the meta device), naming the first; the
+    weights of the linears named in `replaced` (given their int4 weight) may be unloaded."""
+    empty = [
+        name
+        for name, linear in covered
+        if any(
+            p is not None and p.is_meta for p in ((linear.bias,) if name in replaced else (linear.weight, linear.bias))
+        )
+    ]
     if empty:
         more = f" (and {len(empty) - 1} more linears)" if len(empty) > 1 else ""
         raise AutotuneError(
@@ -170,7 +178,8 @@ def _assign(plans: list[_Plan], weights: Mapping[str, Any]) -> None:
                 f"{name}'s int4 scales are {have}, the model's linear {want}: the int4 kernels take activations "
                 f"in the scales' dtype (cast the model, model.to(torch.{have})); nothing was patched"
             )
-        plan.quantized = quantized.to(linear.weight.device)
+        # on the model's device; a linear left on the meta device takes the weight where it is
+        plan.quantized = quantized if linear.weight.is_meta else quantized.to(linear.weight.device)
     unnamed = len(plans) - len(weights)
     if unnamed:
         log.info("autotune.patch: %d linears without an int4 weight in `weights` run in float", unnamed)

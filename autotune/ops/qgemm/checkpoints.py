@@ -246,6 +246,8 @@ def _settings(config: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[s
 def _inferred_format(tensors: Mapping[str, np.ndarray]) -> str:
     """AWQ holds qweight (K, N / 8) beside scales (groups, N); GPTQ qweight (K / 8, N)."""
     qweight, scales = tensors["qweight"], tensors["scales"]
+    if qweight.ndim != 2 or scales.ndim != 2:
+        raise AutotuneError(f"qweight {qweight.shape} and scales {scales.shape} must be 2-D")
     if "g_idx" in tensors or qweight.shape[1] == scales.shape[1]:
         return "gptq"
     if 8 * qweight.shape[1] == scales.shape[1]:
@@ -294,7 +296,7 @@ def read_checkpoint(
 def _imported(tensors: Mapping[str, np.ndarray], settings: Mapping[str, Any]) -> int4.Int4Weight:
     kind = settings["format"] or _inferred_format(tensors)
     qweight, qzeros, scales = tensors["qweight"], tensors["qzeros"], tensors["scales"]
-    rows = qweight.shape[0] * (8 if kind == "gptq" else 1)  # K
+    rows = qweight.shape[0] * (8 if kind == "gptq" else 1) if qweight.ndim == 2 else 0  # K
     group = settings["group"] or (rows // scales.shape[0] if scales.ndim == 2 and scales.shape[0] else 0)
     if kind == "awq":
         return from_awq(qweight, qzeros, scales, group, settings["version"])

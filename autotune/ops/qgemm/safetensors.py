@@ -87,8 +87,7 @@ def read(path: Path | str, names: Iterable[str] | None = None) -> dict[str, np.n
     if missing:
         raise AutotuneError(f"{path} holds no tensor {missing[0]!r}")
     with path.open("rb") as f:
-        f.seek(0)
-        start = 8 + int.from_bytes(f.read(8), "little")
+        start = 8 + int.from_bytes(f.read(8), "little")  # the data follow the header
         tensors = {}
         for name in wanted:
             entry = entries[name]
