@@ -106,23 +106,14 @@ def _awq_folder(model: Any, folder: Path) -> dict[str, Any]:
 
 
 def test_a_llama_patched_with_a_loaded_awq_folder_gives_the_dequantized_models_logits(tmp_path: Path) -> None:
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     import autotune
     from autotune.core.errors import AutotuneError
     from autotune.model.modules import Int4Linear
     from autotune.ops.qgemm import format as int4
+    from tests.test_gpu_patch import _llama  # Llama's layout at widths int4's group 128 fits, tied embeddings
 
-    config = transformers.LlamaConfig(
-        hidden_size=256,
-        intermediate_size=512,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=512,
-        tie_word_embeddings=True,
-    )
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config).to(device="cuda", dtype=torch.float16).eval()
+    model = _llama()
     written = _awq_folder(model, tmp_path)
     loaded = autotune.load_quantized(tmp_path, device="cuda")
     assert sorted(loaded) == sorted(written)
