@@ -1,6 +1,7 @@
 """Write db/selection.json, the selection table of the shipped records (autotune/store/selection_table.py): what
 the launch path selects from, without the database, on a machine whose default database does not
-exist yet. Run it whenever db/records/ changes (tests/test_selection_table.py fails until then):
+exist yet. Run it whenever db/records/ changes (tests/test_selection_table.py fails until then, under
+`pytest -m slow`):
 
     python scripts/build_selection_table.py
 """

@@ -1,5 +1,6 @@
 """Build the kernels that ship precompiled (db/kernels/): the release step after a change to the
-kernels, the ops or the shipped records (tests/test_shipped.py fails until it is run).
+kernels, the ops or the shipped records (tests/test_shipped.py fails until it is run: for the
+records, under `pytest -m slow`).
 
 Every config the shipped records can select (autotune/runtime/shipset.py) is compiled once per kernel
 instance: sm_90a-only instances (the wgmma family) into a cubin, every other instance into a fatbin

@@ -137,6 +137,26 @@ def _shipped_records_copied() -> Iterator[None]:
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _cli_built_once() -> Iterator[None]:
+    """typer builds an app's click command from its command functions' signatures on every call of the
+    app (30 ms for `autotune`'s), and the CLI tests call `autotune` hundreds of times in one process:
+    each app's command is built once per process, as a process running `autotune` once builds it."""
+    import typer.main
+
+    build = typer.main.get_command
+    built: dict[int, tuple[Any, Any]] = {}  # id(app) -> (app, its command): the app kept, its id not reused
+
+    def get_command(app: Any) -> Any:
+        if id(app) not in built:
+            built[id(app)] = (app, build(app))
+        return built[id(app)][1]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(typer.main, "get_command", get_command)
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _no_shipped_records(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch

@@ -10,14 +10,18 @@ Anything else is imported for real: a database holding more than a few rows, one
 other or changed files, a server database, a read-only one, and every import in another process. The
 copy differs from a new import only where the import writes the time (gpus and problems created_at,
 shipped_imports imported_at): the first import's, seconds earlier.
+
+A test that needs shipped records but not all of them (every store of them, every selection table
+and bundle made from one reads all their trials) ships a few files of db/records instead: `db_folder`.
 """
 
 from __future__ import annotations
 
 import hashlib
+import shutil
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -25,6 +29,21 @@ from autotune.store import records
 from autotune.store.database import Database
 
 ImportShipped = Callable[[Database, Path | None], int]
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def db_folder(folder: Path, shipped: Iterable[str]) -> Path:
+    """`folder` made a db/ as this checkout lays it out (migrations, GPU table, shipped kernels), its
+    records only the named files of db/records (copies) and no selection table; for
+    autotune.core.paths.db_dir."""
+    (folder / "records").mkdir(parents=True)
+    for name in ("migrations", "gpus.json", "kernels"):
+        (folder / name).symlink_to(REPO / "db" / name)
+    for name in shipped:
+        shutil.copy(REPO / "db" / "records" / name, folder / "records" / name)
+    return folder
+
 
 # A database is a candidate for a copy only where it holds this few rows (a new one holds two: its
 # schema revision and its change count): its whole state is then the key of what importing into it gives.

@@ -40,7 +40,8 @@ needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("g++"
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory, kernel_cache: Path) -> Iterator[tuple[bundle.Bundle, Path]]:
-    """The H200's bundle from the shipped records (and shipped kernels), written once for the module."""
+    """The H200's bundle from the shipped records (and shipped kernels), written once for the module:
+    seconds, so the tests of it are marked slow (.ci/run runs them with -m slow)."""
     folder = tmp_path_factory.mktemp("bundle")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("AUTOTUNE_CACHE_DIR", str(kernel_cache))
@@ -103,6 +104,7 @@ def python_launch(made: bundle.Bundle, entry: bundle.Entry, shape: tuple[int, in
 # --- the bundle on disk ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_bundle_holds_every_tuned_problem_its_kernel_and_a_manifest(built: tuple[bundle.Bundle, Path]) -> None:
     made, folder = built
     manifest = json.loads((folder / bundle.MANIFEST).read_text())
@@ -119,6 +121,7 @@ def test_the_bundle_holds_every_tuned_problem_its_kernel_and_a_manifest(built: t
     assert not [p for p in folder.parent.iterdir() if p.name.startswith(".")]  # no staging folder left
 
 
+@pytest.mark.slow
 @needs_gcc
 def test_every_tuned_problem_finds_its_own_entry_in_c_and_cpp(
     built: tuple[bundle.Bundle, Path], programs: dict[str, Path]
@@ -130,6 +133,7 @@ def test_every_tuned_problem_finds_its_own_entry_in_c_and_cpp(
         assert [int(answer) for answer in ask(program, queries)] == [e["index"] for e in manifest]
 
 
+@pytest.mark.slow
 @needs_gcc
 def test_the_nearest_tuned_problem_answers_as_the_python_reference(
     built: tuple[bundle.Bundle, Path], programs: dict[str, Path]
@@ -146,6 +150,7 @@ def test_the_nearest_tuned_problem_answers_as_the_python_reference(
     assert 0.2 < sum(e != "-1" for e in expected) / len(expected) < 1  # hits and misses both asked
 
 
+@pytest.mark.slow
 @needs_gcc
 def test_exact_nearest_and_missing_answers(built: tuple[bundle.Bundle, Path], programs: dict[str, Path]) -> None:
     made, folder = built
@@ -170,6 +175,7 @@ def test_exact_nearest_and_missing_answers(built: tuple[bundle.Bundle, Path], pr
     assert (nt["op"], nt["m"], nt["n"], nt["k"], nt["trans"]) == ("gemm", 16, 4096, 4096, True)
 
 
+@pytest.mark.slow
 @needs_gcc
 def test_shape_rules_and_launches_match_the_ops_at_shapes_around_each_entry(
     built: tuple[bundle.Bundle, Path], programs: dict[str, Path]
@@ -188,6 +194,7 @@ def test_shape_rules_and_launches_match_the_ops_at_shapes_around_each_entry(
     assert sum(e == "-1" for e in expected) > 100  # the rules were asked to refuse, not only to accept
 
 
+@pytest.mark.slow
 @needs_gcc
 def test_kernel_arguments_follow_each_ops_parameter_layout(
     built: tuple[bundle.Bundle, Path], programs: dict[str, Path]
@@ -201,6 +208,7 @@ def test_kernel_arguments_follow_each_ops_parameter_layout(
         assert answer == f"{len(entry.arg_types)} {order} {' '.join(map(str, sizes))} 0.5 0.25 4 5"
 
 
+@pytest.mark.slow
 @needs_gcc
 def test_tensor_maps_are_those_the_launch_path_encodes(
     built: tuple[bundle.Bundle, Path], programs: dict[str, Path]

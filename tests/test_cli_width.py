@@ -53,6 +53,7 @@ def test_list_names_every_config_value_and_wide_gives_a_line_a_problem(
     assert len(wide.splitlines()) == 1 + problems and max(map(len, wide.splitlines())) > WIDTH
 
 
+@pytest.mark.slow  # every H200 hgemm of the shipped records asked of the store
 @pytest.mark.vendor  # cuBLASLt's stored times take part, as they do outside the tests
 def test_list_shows_the_config_best_answers(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], db: str

@@ -66,7 +66,10 @@ def test_an_op_is_added_in_the_registry_and_its_two_folders_alone(tmp_path: Path
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for folder in ("autotune", "kernels"):
         shutil.copytree(REPO / folder, repo / folder, ignore=ignore)
-    (repo / "db").symlink_to(REPO / "db")  # migrations and GPU table, not part of the change
+    # Migrations and GPU table, not part of the change; no records to import: the new op has none.
+    (repo / "db" / "records").mkdir(parents=True)
+    for name in ("migrations", "gpus.json"):
+        (repo / "db" / name).symlink_to(REPO / "db" / name)
     _git(repo, "init", "-q")
     _git(repo, "add", "autotune", "kernels")
     _git(repo, "commit", "-q", "-m", "before")

@@ -303,6 +303,7 @@ def stated() -> dict[str, int]:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.shipped_records
 @pytest.mark.vendor  # the selector answers cuBLASLt where the records say it won
 def test_report_of_the_shipped_records(tmp_path: Path) -> None:
@@ -369,6 +370,7 @@ CHROMIUM = shutil.which("chromium")
 CONSOLE = re.compile(r":CONSOLE[:(]")  # how Chromium's log writes the page's console messages
 
 
+@pytest.mark.slow
 @pytest.mark.browser
 @pytest.mark.shipped_records
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not on PATH (apt-get install chromium; .ci/run does)")

@@ -20,6 +20,7 @@ from autotune.ops import make_problem, source_hash
 from autotune.select.choose import MEASURED, Choice, Selector
 from autotune.store import Store, open_store, queries
 from autotune.store import selection_table as table
+from tests import shipped_copies
 from tests.fakes import run_cli
 
 GPU = "NVIDIA H200"
@@ -49,9 +50,22 @@ INSERT = (
 pytestmark = pytest.mark.shipped_records
 
 
+@pytest.fixture(scope="module")
+def shipped_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """db/ with the H200's GEMV records alone (SHIPPED, its neighbours and the evidence the cost model
+    learns from for them): every answer, table and listing below reads the whole store, which with
+    the whole of db/records takes seconds each."""
+    return shipped_copies.db_folder(tmp_path_factory.mktemp("shipped") / "db", ["nvidia-h200.jsonl"])
+
+
+@pytest.fixture(autouse=True)
+def _shipped_gemvs(shipped_db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("autotune.core.paths.db_dir", lambda: shipped_db)
+
+
 @pytest.fixture
 def shipped(tmp_path: Path) -> Iterator[Path]:
-    """A database file holding the shipped records."""
+    """A database file holding the shipped records (of shipped_db)."""
     path = tmp_path / "inj.db"
     open_store(str(path)).close()
     yield path

@@ -22,6 +22,7 @@ RESULTS = ROOT / "results" / "select_nvidia-h200.json"
 CHANGED_SINCE: set[str] = set()
 
 
+@pytest.mark.slow
 @pytest.mark.shipped_records
 @pytest.mark.vendor
 def test_the_held_out_picks_replay(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -29,6 +29,7 @@ from autotune.runtime import shipset
 from autotune.select.choose import EVIDENCE_TOP, Choice, Selector
 from autotune.store import Store, open_store, queries, stamps
 from autotune.store import selection_table as table
+from tests import shipped_copies
 from tests.fakes import ok, record
 
 REPO = Path(__file__).resolve().parents[1]
@@ -56,15 +57,29 @@ def from_table() -> bool:
     return not api.default_store_opened()
 
 
+# The records files the tests below ship: the H200's and the H100's GEMVs (SHIPPED among them, two
+# GPUs). Every store of them, and every table the store writes beside a database, reads all their
+# trials: with the whole of db/records (the tests marked slow below) each table written takes seconds.
+SHIPPED_FILES = ("nvidia-h200.jsonl", "nvidia-h100-80gb-hbm3.jsonl")
+
+
+@pytest.fixture(scope="module")
+def shipped_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """db/ holding SHIPPED_FILES and the shipped table made from them, as
+    scripts/build_selection_table.py makes db/selection.json from db/records (made once for the module)."""
+    folder = shipped_copies.db_folder(tmp_path_factory.mktemp("shipped") / "db", SHIPPED_FILES)
+    with open_store("sqlite://", import_shipped=False) as store:
+        store.import_shipped(folder / "records")
+        table.write(folder / table.SHIPPED_TABLE, table.to_lines(store.selection_rows(table.PER_SOURCE), None))
+    return folder
+
+
 @pytest.fixture
-def resources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """db/ of this checkout (records, shipped table, migrations), in a folder of the test's own."""
-    folder = tmp_path / "db"
-    folder.mkdir()
-    for name in ("migrations", "gpus.json", "kernels"):
-        (folder / name).symlink_to(REPO / "db" / name)
-    shutil.copytree(REPO / "db" / "records", folder / "records")
-    shutil.copy(REPO / "db" / table.SHIPPED_TABLE, folder / table.SHIPPED_TABLE)
+def resources(shipped_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """db/ as this checkout lays it out (records, shipped table, migrations), in a folder of the test's
+    own: SHIPPED_FILES and their shipped table."""
+    folder = shipped_copies.db_folder(tmp_path / "db", SHIPPED_FILES)
+    shutil.copy(shipped_db / table.SHIPPED_TABLE, folder / table.SHIPPED_TABLE)
     monkeypatch.setattr("autotune.core.paths.db_dir", lambda: folder)
     forget()
     yield folder
@@ -85,6 +100,7 @@ def records() -> Iterator[Store]:
         yield store
 
 
+@pytest.mark.slow
 def test_the_shipped_table_is_made_from_the_shipped_records(records: Store) -> None:
     committed = (REPO / "db" / table.SHIPPED_TABLE).read_text().splitlines()
     made = table.to_lines(records.selection_rows(table.PER_SOURCE), None)
@@ -125,6 +141,7 @@ def assert_same_answers(store: Store, lines: list[str], tmp_path: Path, every: i
     return len(questions)
 
 
+@pytest.mark.slow
 def test_the_shipped_table_answers_as_the_store(records: Store, tmp_path: Path) -> None:
     """Every fourth question of every kind: the cost model's estimates make the whole set 11 s, so it
     runs whole under -m stress (.ci/run), below."""
@@ -158,6 +175,7 @@ def test_a_database_with_old_kernels_and_bad_rows_answers_as_the_store(store: St
     assert best.config == MINE and best.source == "measured"
 
 
+@pytest.mark.slow
 def test_every_shipped_problem_is_answered_from_its_exact_hit_line_as_the_full_selector(records: Store) -> None:
     """The first call's fast path: a problem the shipped records measured is answered from its
     group's exact-hit line alone (no group parsed, no cost model), with the store's answer."""

@@ -16,6 +16,7 @@ import pytest
 
 from autotune.core.errors import AutotuneError
 from autotune.store import Store, config_key, open_store
+from tests import shipped_copies
 from tests.test_cli import H200, SHAPE, Cli, _fresh_api, run, shipped  # noqa: F401
 from tests.test_store import GPU_LINE, cfg, trial_line, write_records
 from tests.test_store import SHAPE as RECORDED  # the problem test_store's trial_line names
@@ -150,7 +151,12 @@ def _add_bad_problem(db: Path, gpu_name: str, op: str, dtype: str) -> None:
 
 
 @pytest.mark.shipped_records
-def test_a_stored_problem_of_bad_sizes_is_skipped_by_warmup_and_the_bundle(run: Cli, tmp_path: Path) -> None:
+def test_a_stored_problem_of_bad_sizes_is_skipped_by_warmup_and_the_bundle(
+    run: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The H100's GEMV records alone: the warmup and the bundle read every stored problem.
+    shipped_db = shipped_copies.db_folder(tmp_path / "resources", ["nvidia-h100-80gb-hbm3.jsonl"])
+    monkeypatch.setattr("autotune.core.paths.db_dir", lambda: shipped_db)
     db = tmp_path / "t.db"
     open_store(str(db)).close()
     _add_bad_problem(db, "NVIDIA H100 80GB HBM3", "gemv", "float32")
