@@ -7,16 +7,9 @@
 // Here, on the same buffers, one program: that floor kernel at 512 threads and 4 loads with and without PDL
 // and with each prefetch, the flat read of gemv_t_tail.cu, and each shape's shipped narrow pick
 // (kernels/gemv/gemv_t_narrow.cu as shipped, checked against a float64 product) with and without PDL.
-//   nvcc -O3 -arch=sm_90 -std=c++17 -I kernels -I kernels/common -o /tmp/gemv_t_floor_gap \
+//   nvcc -O3 -arch=sm_90 -std=c++17 -I kernels -I kernels/common -I experiments -o /tmp/gemv_t_floor_gap \
 //     experiments/gemv_t_floor_gap.cu
-#include <cuda_fp16.h>
-
-#include <cmath>
-#include <random>
-#include <vector>
-
-#include "bench_common.cuh"
-#include "gemv/gemv_t_narrow.cu"
+#include "gemv_t_harness.cuh"
 #include "measure/read_floor.cu"
 
 constexpr int BLOCK = 1024;
@@ -42,31 +35,12 @@ using ReadKernel = void (*)(const uint4*, unsigned long long, unsigned int*, int
 
 int shape(const BenchSetup& setup, const Pick& p) {
   const int m = p.m, n = p.n;
-  const size_t bytes = (size_t)m * n * sizeof(__half);
-  std::vector<__half*> as = rotating_buffers<__half>(setup.prop, bytes, 0);
-  if (as.empty()) return 1;
-  std::mt19937 rng(1);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<__half> a0((size_t)m * n), xh(m);
-  for (auto& v : a0) v = __float2half(dist(rng));
-  for (auto& v : xh) v = __float2half(dist(rng));
-  for (__half* a : as) CHECK(cudaMemcpy(a, a0.data(), bytes, cudaMemcpyHostToDevice));
-  std::vector<double> want(n, 0.0);
-  for (int r = 0; r < m; ++r)
-    for (int c = 0; c < n; ++c) want[c] += (double)__half2float(a0[(size_t)r * n + c]) * __half2float(xh[r]);
-  __half *x, *y;
-  float* workspace;
-  unsigned* counters;
-  CHECK(cudaMalloc(&x, m * sizeof(__half)));
-  CHECK(cudaMalloc(&y, n * sizeof(__half)));
-  CHECK(cudaMalloc(&workspace, (size_t)p.splits * n * sizeof(float)));
-  CHECK(cudaMalloc(&counters, 65536 * sizeof(unsigned)));
-  CHECK(cudaMemset(workspace, 0, (size_t)p.splits * n * sizeof(float)));
-  CHECK(cudaMemset(counters, 0, 65536 * sizeof(unsigned)));
-  CHECK(cudaMemcpy(x, xh.data(), m * sizeof(__half), cudaMemcpyHostToDevice));
+  TransposedData d;
+  if (make_data(setup, m, n, p.splits, d)) return 1;
   const int sms = setup.prop.multiProcessorCount;
+  const size_t bytes = (size_t)m * n * sizeof(__half);
   const unsigned long long words = bytes / 16;
-  auto word_buffer = [&](int i) { return reinterpret_cast<const uint4*>(as[i % as.size()]); };
+  auto word_buffer = [&](int i) { return reinterpret_cast<const uint4*>(d.as[i % d.as.size()]); };
   printf("float16 %6d x %6d (%.0f MB):", m, n, bytes / 1048576.0);
   const float flat = best_of([&](int i) { read_flat<4><<<2 * sms, 1024>>>(word_buffer(i), words, setup.out); },
                              setup.start, setup.stop);
@@ -85,28 +59,15 @@ int shape(const BenchSetup& setup, const Pick& p) {
     }
   const dim3 grid((n + p.width - 1) / p.width, p.splits);
   for (int pdl = 0; pdl < 2; ++pdl) {
-    auto call = [&](int i) {
-      launch(p.kernel, pdl, grid, dim3(BLOCK), (const __half*)x, (const __half*)as[i % as.size()], y, 1, n, m, m, n,
-             n, workspace, counters);
-    };
-    CHECK(cudaMemset(y, 0xff, n * sizeof(__half)));
-    call(0);
+    const float us = checked_time(setup, d, [&](int i) {
+      return launch(p.kernel, pdl, grid, dim3(BLOCK), (const __half*)d.x, (const __half*)d.as[i % d.as.size()], d.y, 1,
+                    n, m, m, n, n, d.acc, d.counters);
+    });
     CHECK(cudaGetLastError());
-    std::vector<__half> got(n);
-    CHECK(cudaMemcpy(got.data(), y, n * sizeof(__half), cudaMemcpyDeviceToHost));
-    double err = 0, scale = 0;
-    for (int c = 0; c < n; ++c) {
-      const double g = __half2float(got[c]);
-      err = std::isnan(g) ? INFINITY : fmax(err, fabs(g - want[c]));
-      scale = fmax(scale, fabs(want[c]));
-    }
-    const float us = err / scale < 2e-3 ? best_of(call, setup.start, setup.stop) : -1.0f;
     printf(" narrow %s splits %d%s %.2f us;", p.name, p.splits, pdl ? " PDL" : "", us);
   }
   printf("\n");
   fflush(stdout);
-  for (__half* a : as) cudaFree(a);
-  cudaFree(x), cudaFree(y), cudaFree(workspace), cudaFree(counters);
   return 0;
 }
 

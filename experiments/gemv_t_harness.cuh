@@ -1,8 +1,10 @@
-// What the float16 transposed-GEMV probes share (gemv_t_tiles.cu, gemv_t_tma.cu): a case is one kernel at
-// one tiling, launched on (x, A, y, M, N, acc, counters, SMs) with A row-major M x N; time_cases fills A and
-// x with random values, checks each case against a float64 product with y poisoned first, and prints its
-// time per call on one line per shape (-1: wrong, -2: the launch failed, n/a: N is not whole strips of
-// the case's width). acc holds acc_rows x N floats and counters N words, both zero before and after a call.
+// What the float16 transposed-GEMV probes share. A shape's operands and a checked timing (TransposedData,
+// make_data, checked_time: gemv_t_floor_gap.cu, gemv_t_prefetch.cu, gemv_t_tail.cu), and cases (gemv_t_tiles.cu,
+// gemv_t_tma.cu): a case is one kernel at one tiling, launched on (x, A, y, M, N, acc, counters, SMs) with A
+// row-major M x N; time_cases fills A and x with random values, checks each case against a float64 product
+// with y poisoned first, and prints its time per call on one line per shape (-1: wrong, -2: the launch
+// failed, n/a: N is not whole strips of the case's width). acc holds acc_rows x N floats and counters N
+// words, both zero before and after a call.
 // The TMA probes (gemv_t_tma.cu, gemv_t_tma_mma.cu) also share the narrow family's kernel as a case, how
 // a grid of (strips, parts of the rows) is cut, and the launch with A's tensor map.
 #pragma once
@@ -29,29 +31,70 @@ struct TransposedCase {
   TransposedRun run;
 };
 
-inline int time_cases(const BenchSetup& setup, int m, int n, const std::vector<TransposedCase>& cases, int acc_rows) {
+// One shape's operands: copies of A spanning 4x the L2 (so that every call reads A from DRAM) and x filled
+// with random values, their float64 product, y, and acc_rows x N floats and N counters, zeroed.
+struct TransposedData {
+  int m = 0, n = 0;
+  std::vector<__half*> as;
+  __half *x = nullptr, *y = nullptr;
+  float* acc = nullptr;
+  unsigned* counters = nullptr;
+  std::vector<double> want;
+  TransposedData() = default;
+  TransposedData(const TransposedData&) = delete;
+  TransposedData& operator=(const TransposedData&) = delete;
+  ~TransposedData() {
+    for (__half* a : as) cudaFree(a);
+    cudaFree(x), cudaFree(y), cudaFree(acc), cudaFree(counters);
+  }
+};
+
+// Fills `d` (1 where a CUDA call failed, after printing it).
+inline int make_data(const BenchSetup& setup, int m, int n, int acc_rows, TransposedData& d) {
   const size_t bytes = (size_t)m * n * sizeof(__half);
-  std::vector<__half*> as = rotating_buffers<__half>(setup.prop, bytes, 0);
-  if (as.empty()) return 1;
+  d.m = m, d.n = n;
+  d.as = rotating_buffers<__half>(setup.prop, bytes, 0);
+  if (d.as.empty()) return 1;
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   std::vector<__half> a0((size_t)m * n), xh(m);
   for (auto& v : a0) v = __float2half(dist(rng));
   for (auto& v : xh) v = __float2half(dist(rng));
-  for (__half* a : as) CHECK(cudaMemcpy(a, a0.data(), bytes, cudaMemcpyHostToDevice));
-  std::vector<double> want(n, 0.0);
+  for (__half* a : d.as) CHECK(cudaMemcpy(a, a0.data(), bytes, cudaMemcpyHostToDevice));
+  d.want.assign(n, 0.0);
   for (int r = 0; r < m; ++r)
-    for (int c = 0; c < n; ++c) want[c] += (double)__half2float(a0[(size_t)r * n + c]) * __half2float(xh[r]);
-  __half *x, *y;
-  float* acc;
-  unsigned* counters;
-  CHECK(cudaMalloc(&x, m * sizeof(__half)));
-  CHECK(cudaMalloc(&y, n * sizeof(__half)));
-  CHECK(cudaMalloc(&acc, (size_t)acc_rows * n * sizeof(float)));
-  CHECK(cudaMalloc(&counters, n * sizeof(unsigned)));
-  CHECK(cudaMemset(acc, 0, (size_t)acc_rows * n * sizeof(float)));
-  CHECK(cudaMemset(counters, 0, n * sizeof(unsigned)));
-  CHECK(cudaMemcpy(x, xh.data(), m * sizeof(__half), cudaMemcpyHostToDevice));
+    for (int c = 0; c < n; ++c) d.want[c] += (double)__half2float(a0[(size_t)r * n + c]) * __half2float(xh[r]);
+  CHECK(cudaMalloc(&d.x, m * sizeof(__half)));
+  CHECK(cudaMalloc(&d.y, n * sizeof(__half)));
+  CHECK(cudaMalloc(&d.acc, (size_t)acc_rows * n * sizeof(float)));
+  CHECK(cudaMalloc(&d.counters, n * sizeof(unsigned)));
+  CHECK(cudaMemset(d.acc, 0, (size_t)acc_rows * n * sizeof(float)));
+  CHECK(cudaMemset(d.counters, 0, n * sizeof(unsigned)));
+  CHECK(cudaMemcpy(d.x, xh.data(), m * sizeof(__half), cudaMemcpyHostToDevice));
+  return 0;
+}
+
+// `call(i)` (a launch on copy i of A, returning its error) checked against the float64 product with y
+// poisoned first, then timed: its microseconds per call, -1 where it is wrong, -2 where it failed.
+template <typename Call>
+float checked_time(const BenchSetup& setup, const TransposedData& d, Call call) {
+  if (cudaMemset(d.y, 0xff, d.n * sizeof(__half)) != cudaSuccess || call(0) != cudaSuccess ||
+      cudaDeviceSynchronize() != cudaSuccess)
+    return -2.0f;  // the error stays for the caller's CHECK(cudaGetLastError())
+  std::vector<__half> got(d.n);
+  if (cudaMemcpy(got.data(), d.y, d.n * sizeof(__half), cudaMemcpyDeviceToHost) != cudaSuccess) return -2.0f;
+  double err = 0, scale = 0;
+  for (int c = 0; c < d.n; ++c) {
+    const double g = __half2float(got[c]);
+    err = std::isnan(g) ? INFINITY : fmax(err, fabs(g - d.want[c]));
+    scale = fmax(scale, fabs(d.want[c]));
+  }
+  return err / scale < 2e-3 ? best_of(call, setup.start, setup.stop) : -1.0f;
+}
+
+inline int time_cases(const BenchSetup& setup, int m, int n, const std::vector<TransposedCase>& cases, int acc_rows) {
+  TransposedData d;
+  if (make_data(setup, m, n, acc_rows, d)) return 1;
   const int sms = setup.prop.multiProcessorCount;
   printf("float16 %6d x %6d:", m, n);
   for (size_t k = 0; k < cases.size(); ++k) {
@@ -59,28 +102,14 @@ inline int time_cases(const BenchSetup& setup, int m, int n, const std::vector<T
       printf("%s %s n/a", k ? "," : "", cases[k].name.c_str());
       continue;
     }
-    auto call = [&](int i) { cases[k].run(x, as[i % as.size()], y, m, n, acc, counters, sms); };
-    float us = -2.0f;
-    CHECK(cudaMemset(y, 0xff, n * sizeof(__half)));
-    if (cases[k].run(x, as[0], y, m, n, acc, counters, sms) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess) {
-      std::vector<__half> got(n);
-      CHECK(cudaMemcpy(got.data(), y, n * sizeof(__half), cudaMemcpyDeviceToHost));
-      double err = 0, scale = 0;
-      for (int c = 0; c < n; ++c) {
-        const double g = __half2float(got[c]);
-        err = std::isnan(g) ? INFINITY : fmax(err, fabs(g - want[c]));
-        scale = fmax(scale, fabs(want[c]));
-      }
-      us = err / scale < 2e-3 ? best_of(call, setup.start, setup.stop) : -1.0f;
-    }
+    const float us = checked_time(
+        setup, d, [&](int i) { return cases[k].run(d.x, d.as[i % d.as.size()], d.y, m, n, d.acc, d.counters, sms); });
     CHECK(cudaGetLastError());
     printf("%s %s %.2f", k ? "," : "", cases[k].name.c_str(), us);
     fflush(stdout);  // a case that hangs leaves the ones before it on record
   }
   printf("\n");
   fflush(stdout);
-  for (__half* a : as) cudaFree(a);
-  cudaFree(x), cudaFree(y), cudaFree(acc), cudaFree(counters);
   return 0;
 }
 

@@ -6,16 +6,11 @@
 // more than a thread's first load cost time. Here the family's body with HEADS, the rows each thread
 // prefetches (0, 1, 2, UNROLL: the shipped PREFETCH 1), at each shape's shipped float16 pick and its
 // neighbours, launched back to back with PDL, checked against a float64 product with y poisoned first.
-//   nvcc -O3 -arch=sm_90 -std=c++17 -I kernels -I kernels/common -o /tmp/gemv_t_prefetch \
+//   nvcc -O3 -arch=sm_90 -std=c++17 -I kernels -I kernels/common -I experiments -o /tmp/gemv_t_prefetch \
 //     experiments/gemv_t_prefetch.cu
-#include <cuda_fp16.h>
-
-#include <cmath>
-#include <random>
 #include <vector>
 
-#include "bench_common.cuh"
-#include "gemv/gemv_t_narrow.cu"
+#include "gemv_t_harness.cuh"
 
 // kernels/gemv/gemv_t_narrow.cu's narrow_body, prefetching each thread's first HEADS rows.
 namespace at_narrow {
@@ -140,6 +135,7 @@ __device__ __forceinline__ void heads_body(const T* __restrict__ A, const T* __r
 }  // namespace at_narrow
 
 constexpr int BLOCK = 1024;
+constexpr int MAX_SPLITS = 4096;  // rows of partials the split grids below may write
 
 template <int WIDTH, int VEC, int UNROLL, int LEAN, int HEADS>
 __global__ void __launch_bounds__(BLOCK, LEAN ? 2048 / BLOCK : 1)
@@ -177,28 +173,8 @@ struct Case {
 };
 
 int shape(const BenchSetup& setup, int m, int n, const std::vector<Case>& cases) {
-  const size_t bytes = (size_t)m * n * sizeof(__half);
-  std::vector<__half*> as = rotating_buffers<__half>(setup.prop, bytes, 0);
-  if (as.empty()) return 1;
-  std::mt19937 rng(1);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<__half> a0((size_t)m * n), xh(m);
-  for (auto& v : a0) v = __float2half(dist(rng));
-  for (auto& v : xh) v = __float2half(dist(rng));
-  for (__half* a : as) CHECK(cudaMemcpy(a, a0.data(), bytes, cudaMemcpyHostToDevice));
-  std::vector<double> want(n, 0.0);
-  for (int r = 0; r < m; ++r)
-    for (int c = 0; c < n; ++c) want[c] += (double)__half2float(a0[(size_t)r * n + c]) * __half2float(xh[r]);
-  __half *x, *y;
-  float* workspace;
-  unsigned* counters;
-  CHECK(cudaMalloc(&x, m * sizeof(__half)));
-  CHECK(cudaMalloc(&y, n * sizeof(__half)));
-  CHECK(cudaMalloc(&workspace, (size_t)4096 * n * sizeof(float)));
-  CHECK(cudaMalloc(&counters, 65536 * sizeof(unsigned)));
-  CHECK(cudaMemset(workspace, 0, (size_t)4096 * n * sizeof(float)));
-  CHECK(cudaMemset(counters, 0, 65536 * sizeof(unsigned)));
-  CHECK(cudaMemcpy(x, xh.data(), m * sizeof(__half), cudaMemcpyHostToDevice));
+  TransposedData d;
+  if (make_data(setup, m, n, MAX_SPLITS, d)) return 1;
   const int sms = setup.prop.multiProcessorCount;
   printf("float16 %6d x %6d\n", m, n);
   for (const Case& c : cases) {
@@ -210,29 +186,16 @@ int shape(const BenchSetup& setup, int m, int n, const std::vector<Case>& cases)
     const int heads[4] = {0, 1, 2, t.unroll};
     for (int h = 0; h < 4; ++h) {
       if (h == 3 && t.unroll == 2) continue;  // UNROLL 2 is heads 2
-      auto call = [&](int i) {
-        launch(t.heads[h], true, grid, dim3(BLOCK), (const __half*)x, (const __half*)as[i % as.size()], y, 1, n, m,
-               m, n, n, workspace, counters);
-      };
-      CHECK(cudaMemset(y, 0xff, n * sizeof(__half)));
-      call(0);
+      const float us = checked_time(setup, d, [&](int i) {
+        return launch(t.heads[h], true, grid, dim3(BLOCK), (const __half*)d.x, (const __half*)d.as[i % d.as.size()],
+                      d.y, 1, n, m, m, n, n, d.acc, d.counters);
+      });
       CHECK(cudaGetLastError());
-      std::vector<__half> got(n);
-      CHECK(cudaMemcpy(got.data(), y, n * sizeof(__half), cudaMemcpyDeviceToHost));
-      double err = 0, scale = 0;
-      for (int k = 0; k < n; ++k) {
-        const double g = __half2float(got[k]);
-        err = std::isnan(g) ? INFINITY : fmax(err, fabs(g - want[k]));
-        scale = fmax(scale, fabs(want[k]));
-      }
-      const float us = err / scale < 2e-3 ? best_of(call, setup.start, setup.stop) : -1.0f;
       printf(" heads %d %.2f us%s", heads[h], us, h == 3 || (h == 2 && t.unroll == 2) ? "" : ";");
     }
     printf("\n");
     fflush(stdout);
   }
-  for (__half* a : as) cudaFree(a);
-  cudaFree(x), cudaFree(y), cudaFree(workspace), cudaFree(counters);
   return 0;
 }
 

@@ -10,17 +10,13 @@
 // at each split count narrow.py gives for per_sm 0, 1, 2 and 4, with TAIL 0 (the shipped body) and TAIL 1,
 // beside the flat read of the same bytes, on the same buffers. Each kernel is checked against a float64
 // product with y poisoned first (-1: wrong).
-//   nvcc -O3 -arch=sm_90 -std=c++17 -I kernels -I kernels/common -o /tmp/gemv_t_tail experiments/gemv_t_tail.cu
-#include <cuda_fp16.h>
-
+//   nvcc -O3 -arch=sm_90 -std=c++17 -I kernels -I kernels/common -I experiments \
+//     -o /tmp/gemv_t_tail experiments/gemv_t_tail.cu
 #include <algorithm>
-#include <cmath>
-#include <random>
 #include <string>
 #include <vector>
 
-#include "bench_common.cuh"
-#include "gemv/gemv_t_narrow.cu"
+#include "gemv_t_harness.cuh"
 
 // kernels/gemv/gemv_t_narrow.cu's narrow_body with the tail as a switch (TAIL 0: the shipped code).
 namespace at_narrow {
@@ -162,6 +158,7 @@ __device__ __forceinline__ void tail_body(const T* __restrict__ A, const T* __re
 }  // namespace at_narrow
 
 constexpr int BLOCK = 1024;
+constexpr int MAX_SPLITS = 4096;  // rows of partials the split grids below may write
 
 // As autotune/ops/gemv/narrow.py instantiates them: lean kernels bounded to 2048 threads an SM.
 template <int WIDTH, int VEC, int UNROLL, int TAIL>
@@ -208,32 +205,12 @@ int splits_for(int m, int n, const Tiling& t, int per_sm, int sms) {
 }
 
 int shape(const BenchSetup& setup, int m, int n, const std::vector<Tiling>& tilings) {
-  const size_t bytes = (size_t)m * n * sizeof(__half);
-  std::vector<__half*> as = rotating_buffers<__half>(setup.prop, bytes, 0);
-  if (as.empty()) return 1;
-  std::mt19937 rng(1);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<__half> a0((size_t)m * n), xh(m);
-  for (auto& v : a0) v = __float2half(dist(rng));
-  for (auto& v : xh) v = __float2half(dist(rng));
-  for (__half* a : as) CHECK(cudaMemcpy(a, a0.data(), bytes, cudaMemcpyHostToDevice));
-  std::vector<double> want(n, 0.0);
-  for (int r = 0; r < m; ++r)
-    for (int c = 0; c < n; ++c) want[c] += (double)__half2float(a0[(size_t)r * n + c]) * __half2float(xh[r]);
-  __half *x, *y;
-  float* workspace;
-  unsigned* counters;
-  CHECK(cudaMalloc(&x, m * sizeof(__half)));
-  CHECK(cudaMalloc(&y, n * sizeof(__half)));
-  CHECK(cudaMalloc(&workspace, (size_t)4096 * n * sizeof(float)));
-  CHECK(cudaMalloc(&counters, 65536 * sizeof(unsigned)));
-  CHECK(cudaMemset(workspace, 0, (size_t)4096 * n * sizeof(float)));
-  CHECK(cudaMemset(counters, 0, 65536 * sizeof(unsigned)));
-  CHECK(cudaMemcpy(x, xh.data(), m * sizeof(__half), cudaMemcpyHostToDevice));
+  TransposedData d;
+  if (make_data(setup, m, n, MAX_SPLITS, d)) return 1;
   const int sms = setup.prop.multiProcessorCount;
-  const size_t n16 = bytes / 16;
+  const unsigned long long words = (unsigned long long)m * n * sizeof(__half) / 16;
   const float flat = best_of(
-      [&](int i) { read_flat<4><<<2 * sms, 1024>>>(reinterpret_cast<const uint4*>(as[i % as.size()]), n16, setup.out); },
+      [&](int i) { read_flat<4><<<2 * sms, 1024>>>(reinterpret_cast<const uint4*>(d.as[i % d.as.size()]), words, setup.out); },
       setup.start, setup.stop);
   printf("float16 %6d x %6d: flat read %.2f us\n", m, n, flat);
   for (const Tiling& t : tilings) {
@@ -247,22 +224,11 @@ int shape(const BenchSetup& setup, int m, int n, const std::vector<Tiling>& tili
       float us[2];
       for (int k = 0; k < 2; ++k) {
         const Kernel kernel = k ? t.tail1 : t.tail0;
-        auto call = [&](int i) {
-          launch(kernel, true, grid, dim3(BLOCK), (const __half*)x, (const __half*)as[i % as.size()], y, 1, n, m,
-                 m, n, n, workspace, counters);
-        };
-        CHECK(cudaMemset(y, 0xff, n * sizeof(__half)));
-        call(0);
+        us[k] = checked_time(setup, d, [&](int i) {
+          return launch(kernel, true, grid, dim3(BLOCK), (const __half*)d.x, (const __half*)d.as[i % d.as.size()], d.y,
+                        1, n, m, m, n, n, d.acc, d.counters);
+        });
         CHECK(cudaGetLastError());
-        std::vector<__half> got(n);
-        CHECK(cudaMemcpy(got.data(), y, n * sizeof(__half), cudaMemcpyDeviceToHost));
-        double err = 0, scale = 0;
-        for (int c = 0; c < n; ++c) {
-          const double g = __half2float(got[c]);
-          err = std::isnan(g) ? INFINITY : fmax(err, fabs(g - want[c]));
-          scale = fmax(scale, fabs(want[c]));
-        }
-        us[k] = err / scale < 2e-3 ? best_of(call, setup.start, setup.stop) : -1.0f;
       }
       printf("  %-16s splits %4d (share %6d rows, %2d steps + %4d): tail0 %7.2f us (%3.0f%% of flat)  tail1 %7.2f "
              "us (%3.0f%%)  %+.1f%%\n",
@@ -271,8 +237,6 @@ int shape(const BenchSetup& setup, int m, int n, const std::vector<Tiling>& tili
       fflush(stdout);
     }
   }
-  for (__half* a : as) cudaFree(a);
-  cudaFree(x), cudaFree(y), cudaFree(workspace), cudaFree(counters);
   return 0;
 }
 
