@@ -25,6 +25,7 @@ from autotune.ops import gemv
 from autotune.store import Provenance, Store, check_url, config_key, open_store, resolve_url
 from autotune.store.database import alembic_config
 from autotune.store.models import Base
+from tests.test_migrations import migrating
 
 REPO = Path(__file__).resolve().parents[1]
 H200 = GpuInfo("NVIDIA H200", "GPU-1111", "9.0", 132, 60 * 2**20, 141 * 2**30, "13.0", "13.0")
@@ -121,19 +122,11 @@ def test_migration_matches_models(store: Store) -> None:
 
 
 def test_upgrade_from_0001_keeps_gemv_problems(db_path: Path) -> None:
-    from alembic import command
-    from sqlalchemy import create_engine
-
-    engine = create_engine(f"sqlite:///{db_path}")
-    config = alembic_config()
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, "0001")
+    with migrating(f"sqlite:///{db_path}", "0001") as (connection, _):
         connection.exec_driver_sql(
             "INSERT INTO problems (id, gpu_name, op, dtype, m, n, created_at) "
             "VALUES (1, 'NVIDIA H200', 'gemv', 'float16', 4096, 4096, '2025-01-01 00:00:00')"
         )
-    engine.dispose()
     with open_store(str(db_path), import_shipped=False) as store:
         assert store.problem_id(SHAPE, H200.name) == 1
         assert store.problem_id(Problem("gemv", "float16", 4096, 4096, trans=True), H200.name) != 1
