@@ -53,6 +53,21 @@ def test_a_drivers_message_is_scrubbed_of_the_password_and_its_pieces() -> None:
     assert said == "failed to resolve host '***@127.0.0.1'"
 
 
+def test_a_short_password_is_hidden_where_it_stands_alone_not_inside_the_drivers_words() -> None:
+    url = "postgresql+psycopg://u:p@127.0.0.1:1/x"
+    said = scrub(
+        'connection to server at "127.0.0.1", port 1 failed: Connection refused (is it accepting connections?) '
+        "for postgresql://u:p@127.0.0.1:1/x, password=p",
+        url,
+    )
+    assert said == (
+        'connection to server at "127.0.0.1", port 1 failed: Connection refused (is it accepting connections?) '
+        "for postgresql://u:***@127.0.0.1:1/x, password=***"
+    )
+    # A longer secret is hidden even inside a word.
+    assert scrub(f"host x{SECRET}y", SERVER.format(SECRET)) == "host x***y"
+
+
 MISTYPED = [
     f"postgresql+psycopg//autotune:{SECRET}@127.0.0.1:5432/db",
     f"postgresql+psycopg:/autotune:{SECRET}@127.0.0.1:5432/db",

@@ -69,8 +69,17 @@ def secrets(url: str) -> list[str]:
     return sorted({form for secret in found for form in (secret, unquote(secret)) if secret}, key=len, reverse=True)
 
 
+# A secret this long is hidden wherever it stands in a message, even inside a longer word; a shorter one
+# only where it stands apart from letters and digits: a password of "p" would otherwise turn the driver's
+# "port" into "***ort", and such a short secret inside a word is a chance match, not an echo of it.
+WHOLE_WORDS_BELOW = 6
+
+
 def scrub(message: str, url: str) -> str:
     """`message` (a driver's error about `url`) with every secret of `url` in it hidden."""
     for secret in secrets(url):
-        message = message.replace(secret, HIDDEN)
+        if len(secret) >= WHOLE_WORDS_BELOW:
+            message = message.replace(secret, HIDDEN)
+        else:
+            message = re.sub(rf"(?<![A-Za-z0-9]){re.escape(secret)}(?![A-Za-z0-9])", HIDDEN, message)
     return message
