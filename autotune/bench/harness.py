@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import slugify
+from autotune.core.output import write_atomically
 
 Launcher = Callable[[int], Any]  # call i of a timed launcher reads copy i % copies of its operands
 
@@ -186,9 +187,7 @@ def write_json(path: Path, data: Mapping[str, Any], indent: int = 1) -> Path:
     """Write `data` as JSON (and a last newline) in one step: a file that is read while a run is cut
     short holds the old report or the new one, never part of one. Makes the folder where missing."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    scratch = path.with_name(path.name + ".tmp")
-    scratch.write_text(json.dumps(data, indent=indent) + "\n")
-    os.replace(scratch, path)
+    write_atomically(path, json.dumps(data, indent=indent) + "\n", what="JSON file")
     return path
 
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import tempfile
 import unicodedata
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -49,18 +51,27 @@ def json_text(value: Any, *, indent: int | None = None) -> str:
 
 
 def write_atomically(path: Path, text: str, *, what: str) -> None:
-    """Write `text` to `path` whole or not at all, replacing whatever is there: a reader or a crash
+    """Write `text` (UTF-8) to `path` whole or not at all: write_bytes_atomically."""
+    write_bytes_atomically(path, [text.encode("utf-8")], what=what)
+
+
+def write_bytes_atomically(path: Path, chunks: Iterable[bytes], *, what: str) -> None:
+    """Write `chunks` to `path` whole or not at all, replacing the file there: a reader or a crash
     never sees half a file, and a symbolic link planted at `path` is replaced, not written through.
     The staging file beside it comes from mkstemp (a new name, created exclusively), so no link
     planted there is followed either. It gets the mode a plain open() gives (0o666 less the umask).
-    `what` names the file in the one-line error."""
+    A path that is, or links to, anything but a file (a folder, a device such as /dev/null, a pipe)
+    is refused before anything is written: the rename would put a file in its place, and run as
+    root that deletes the device. `what` names the file in the one-line error."""
+    refuse_unless_file(path, what)
     temporary: Path | None = None
     try:
         handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         temporary = Path(name)
-        with os.fdopen(handle, "w", encoding="utf-8") as staged:
+        with os.fdopen(handle, "wb") as staged:
             os.fchmod(staged.fileno(), 0o666 & ~umask())
-            staged.write(text)
+            for chunk in chunks:
+                staged.write(chunk)
             staged.flush()
             os.fsync(staged.fileno())
         os.replace(temporary, path)
@@ -68,6 +79,30 @@ def write_atomically(path: Path, text: str, *, what: str) -> None:
         if temporary is not None:
             temporary.unlink(missing_ok=True)
         raise AutotuneError(f"cannot write {what} {path}: {exc.strerror or exc}") from None
+
+
+# What a path is where it is not a regular file, by its mode (os.stat's, links followed).
+_NOT_FILES = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a pipe"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def refuse_unless_file(path: Path, what: str) -> None:
+    """Raise the one-line error where `path` is, or links to, something other than a regular file; a
+    missing path (or a link to nothing) is fine: it becomes one."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # nothing there (or nothing readable): the write itself says what is wrong
+    if stat.S_ISREG(mode):
+        return
+    kind = next((name for test, name in _NOT_FILES if test(mode)), "not a regular file")
+    through = " (through a link)" if path.is_symlink() else ""
+    raise AutotuneError(f"cannot write {what} {path}: it is {kind}{through}, not a file; give the path of a file")
 
 
 def umask() -> int:

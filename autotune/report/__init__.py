@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autotune.core.output import write_atomically
+from autotune.core.output import refuse_unless_file, write_atomically
 from autotune.report.data import ReportData, gather
 from autotune.report.page import render
 
@@ -17,6 +17,7 @@ __all__ = ["ReportData", "gather", "render", "write_report"]
 
 def write_report(path: Path, *, gpu: str | None = None, db: str | None = None) -> ReportData:
     """Write the report of the database `db` (of one GPU, `--gpu` matching) to `path`; returns what it shows."""
+    refuse_unless_file(path, "the report")  # before the database is read
     data = gather(gpu, db)
     write_atomically(path, render(data), what="the report")
     return data

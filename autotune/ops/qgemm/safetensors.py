@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from autotune.core.errors import AutotuneError
+from autotune.core.output import write_bytes_atomically
 
 DTYPES = {
     "BOOL": np.dtype(np.bool_),
@@ -102,7 +103,7 @@ def read(path: Path | str, names: Iterable[str] | None = None) -> dict[str, np.n
 
 def write(path: Path | str, tensors: Mapping[str, np.ndarray], bfloat16: Iterable[str] = ()) -> None:
     """Write `tensors` as a safetensors file (those named in `bfloat16`, uint16 words, as BF16), through
-    a temporary file renamed into place, so that a failure leaves no half-written file."""
+    a new file renamed into place (autotune/core/output.py), so that a failure leaves no half-written file."""
     path = Path(path)
     as_bf16 = set(bfloat16)
     entries: dict[str, Any] = {}
@@ -120,10 +121,4 @@ def write(path: Path | str, tensors: Mapping[str, np.ndarray], bfloat16: Iterabl
         arrays.append(data)
     encoded = json.dumps(entries, separators=(",", ":")).encode()
     encoded += b" " * (-len(encoded) % 8)  # the data starts 8-byte aligned
-    partial = path.with_name(path.name + ".partial")
-    with partial.open("wb") as f:
-        f.write(len(encoded).to_bytes(8, "little"))
-        f.write(encoded)
-        for data in arrays:
-            f.write(data)
-    partial.replace(path)
+    write_bytes_atomically(path, [len(encoded).to_bytes(8, "little"), encoded, *arrays], what="safetensors file")

@@ -1,0 +1,61 @@
+"""Output paths that are not files: autotune writes every file it gives a user (records, CSV, report,
+safetensors, benchmark JSON) through a new file renamed into place (autotune/core/output.py). Renamed
+over a device or a pipe, that file would take its place: `autotune report -o /dev/null` run as root
+deleted /dev/null. Such paths are refused before anything is written, and stay as they were."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autotune.core.errors import AutotuneError
+from autotune.core.output import write_atomically, write_bytes_atomically
+from autotune.ops.qgemm import safetensors
+from tests.test_cli import Cli, assert_one_error, run  # noqa: F401
+
+
+@pytest.fixture
+def fifo(tmp_path: Path) -> Path:
+    path = tmp_path / "pipe"
+    os.mkfifo(path)
+    return path
+
+
+def test_a_pipe_a_folder_and_a_link_to_a_device_are_refused_and_left_as_they_were(tmp_path: Path, fifo: Path) -> None:
+    device = tmp_path / "null"
+    device.symlink_to(os.devnull)
+    for path, kind in ((fifo, "a pipe"), (tmp_path, "a folder"), (device, "a character device (through a link)")):
+        with pytest.raises(
+            AutotuneError, match=re.escape(f"cannot write the page {path}: it is {kind}, not a file")
+        ) as error:
+            write_atomically(path, "text", what="the page")
+        assert "\n" not in str(error.value)
+    assert stat.S_ISFIFO(fifo.lstat().st_mode) and device.is_symlink() and Path(os.devnull).is_char_device()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["null", "pipe"]  # no staging file left
+
+
+def test_a_missing_path_a_file_and_a_link_to_nothing_are_written(tmp_path: Path) -> None:
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "nowhere")
+    existing = tmp_path / "existing"
+    existing.write_text("old\n")
+    for path in (tmp_path / "new", existing, dangling):
+        write_bytes_atomically(path, [b"a", b"b"], what="the file")
+        assert path.read_bytes() == b"ab" and not path.is_symlink()
+
+
+def test_the_safetensors_writer_refuses_a_pipe(fifo: Path) -> None:
+    with pytest.raises(AutotuneError, match=r"cannot write safetensors file .*: it is a pipe"):
+        safetensors.write(fifo, {"w": np.zeros(4, np.float32)})
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+
+
+def test_the_report_and_an_export_to_a_pipe_are_one_line_errors(run: Cli, fifo: Path) -> None:  # noqa: F811
+    for args in (["report", "-o", str(fifo)], ["export", "--format", "csv", "-o", str(fifo)]):
+        assert_one_error(run(*args), f"{fifo}: it is a pipe, not a file")
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
