@@ -1,7 +1,9 @@
-"""Output paths that are not files: autotune writes every file it gives a user (records, CSV, report,
-safetensors, benchmark JSON) through a new file renamed into place (autotune/core/output.py). Renamed
-over a device or a pipe, that file would take its place: `autotune report -o /dev/null` run as root
-deleted /dev/null. Such paths are refused before anything is written, and stay as they were."""
+"""Paths that are not files (autotune/core/file_kinds.py). Every file autotune gives a user (records,
+CSV, report, safetensors, benchmark JSON) is written through a new file renamed into place
+(autotune/core/output.py): renamed over a device or a pipe, it would take its place (`autotune report
+-o /dev/null` run as root deleted /dev/null), so such paths are refused before anything is written and
+stay as they were. Read, a pipe blocks and /dev/zero never ends (`autotune import /dev/zero` filled
+memory): the files a user names to read are refused the same way."""
 
 from __future__ import annotations
 
@@ -13,8 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from autotune.bench.harness import read_json
 from autotune.core.errors import AutotuneError
 from autotune.core.output import write_atomically, write_bytes_atomically
+from autotune.core.problem import read_shapes_file
 from autotune.ops.qgemm import safetensors
 from tests.test_cli import Cli, assert_one_error, run  # noqa: F401
 
@@ -59,3 +63,13 @@ def test_the_report_and_an_export_to_a_pipe_are_one_line_errors(run: Cli, fifo: 
     for args in (["report", "-o", str(fifo)], ["export", "--format", "csv", "-o", str(fifo)]):
         assert_one_error(run(*args), f"{fifo}: it is a pipe, not a file")
     assert stat.S_ISFIFO(fifo.lstat().st_mode)
+
+
+def test_files_to_read_that_are_pipes_or_devices_are_refused_without_blocking(run: Cli, fifo: Path) -> None:  # noqa: F811
+    # Opened, the pipe would block until a writer came; /dev/zero would be read until memory ran out.
+    assert_one_error(run("import", str(fifo)), f"cannot read records file {fifo}: it is a pipe, not a file")
+    assert_one_error(run("import", os.devnull), "it is a character device, not a file")
+    assert_one_error(run("sweep", "--op", "hgemv", "--shapes", str(fifo)), "cannot read shapes file", "a pipe")
+    for read in (read_shapes_file, safetensors.header, read_json):
+        with pytest.raises(AutotuneError, match="it is a pipe"):
+            read(fifo)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import stat
 import tempfile
 import unicodedata
 from collections.abc import Iterable
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.core.errors import AutotuneError
+from autotune.core.file_kinds import not_a_file
 
 # Controls (C0, DEL, C1), format characters (bidirectional overrides and isolates, zero-width
 # ones) and the line and paragraph separators, which a terminal or an editor acts on.
@@ -81,28 +81,12 @@ def write_bytes_atomically(path: Path, chunks: Iterable[bytes], *, what: str) ->
         raise AutotuneError(f"cannot write {what} {path}: {exc.strerror or exc}") from None
 
 
-# What a path is where it is not a regular file, by its mode (os.stat's, links followed).
-_NOT_FILES = (
-    (stat.S_ISDIR, "a folder"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISFIFO, "a pipe"),
-    (stat.S_ISSOCK, "a socket"),
-)
-
-
 def refuse_unless_file(path: Path, what: str) -> None:
     """Raise the one-line error where `path` is, or links to, something other than a regular file; a
     missing path (or a link to nothing) is fine: it becomes one."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return  # nothing there (or nothing readable): the write itself says what is wrong
-    if stat.S_ISREG(mode):
-        return
-    kind = next((name for test, name in _NOT_FILES if test(mode)), "not a regular file")
-    through = " (through a link)" if path.is_symlink() else ""
-    raise AutotuneError(f"cannot write {what} {path}: it is {kind}{through}, not a file; give the path of a file")
+    kind = not_a_file(path)
+    if kind is not None:
+        raise AutotuneError(f"cannot write {what} {path}: it is {kind}, not a file; give the path of a file")
 
 
 def umask() -> int:
