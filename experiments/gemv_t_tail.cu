@@ -18,145 +18,6 @@
 
 #include "gemv_t_harness.cuh"
 
-// kernels/gemv/gemv_t_narrow.cu's narrow_body with the tail as a switch (TAIL 0: the shipped code).
-namespace at_narrow {
-template <typename T, bool B_NK, int BLOCK, int WIDTH, int VEC, int UNROLL, int PREFETCH, int LEAN, int TAIL>
-__device__ __forceinline__ void tail_body(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
-                                            int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta,
-                                            float* __restrict__ workspace, unsigned int* __restrict__ counters) {
-  static_assert(!B_NK, "narrow strips serve the K x N layout (the transposed GEMV) only");
-  constexpr int WORDS = WIDTH / VEC;
-  constexpr int TEAMS = BLOCK / WORDS;
-  constexpr int WARPS = BLOCK / 32;
-  static_assert(WIDTH % VEC == 0 && WORDS >= 1 && 32 % WORDS == 0 && BLOCK % 32 == 0, "whole teams in a warp");
-  using V = typename Raw<VEC * sizeof(T)>::type;
-  __shared__ float sums[WARPS][WIDTH];
-  __shared__ bool last;
-
-  const int word = threadIdx.x % WORDS, team = threadIdx.x / WORDS;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int strip = blockIdx.x, split = blockIdx.y, splits = gridDim.y;
-  const int first = strip * WIDTH;
-  const int column = first + word * VEC;  // the first of this thread's VEC columns
-  const bool inside = column < N;         // N % VEC == 0 when VEC > 1: a word is in or out whole
-  const int per = (K + splits - 1) / splits;
-  const int begin = min(K, split * per), end = min(K, begin + per);
-  // LEAN 1: a thread past the last column reads its strip's first columns instead of skipping the row
-  // loop (its sums are never stored), so no branch surrounds the loop.
-  const bool reads = LEAN || inside;
-  const T* base = B + (LEAN && !inside ? first : column);
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  if (PREFETCH && reads)
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      const int row = begin + team + u * TEAMS;
-      if (row < end) asm volatile("prefetch.global.L2 [%0];" ::"l"(base + (size_t)row * ldb) : "memory");
-    }
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-
-  float acc[VEC] = {};
-  if (reads) {
-    int r = begin + team;
-    for (; r + (UNROLL - 1) * TEAMS < end; r += UNROLL * TEAMS) {
-      V raw[UNROLL];
-      float xr[UNROLL];
-#pragma unroll
-      for (int u = 0; u < UNROLL; ++u) {
-        const int row = r + u * TEAMS;
-        raw[u] = load_stream<POLICY>(reinterpret_cast<const V*>(base + (size_t)row * ldb));
-        xr[u] = to_float(__ldg(A + row));
-      }
-#pragma unroll
-      for (int u = 0; u < UNROLL; ++u) accumulate<T, VEC>(raw[u], xr[u], acc);
-    }
-    if constexpr (TAIL) {
-      // TAIL 1: the team's last rows (fewer than UNROLL) in one step, UNROLL loads in flight as in the
-      // loop, the rows past the end read as zeros.
-      if (r < end) {
-        V raw[UNROLL];
-        float xr[UNROLL];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-          const int row = r + u * TEAMS;
-          raw[u] = row < end ? load_stream<POLICY>(reinterpret_cast<const V*>(base + (size_t)row * ldb)) : V{};
-          xr[u] = row < end ? to_float(__ldg(A + row)) : 0.0f;
-        }
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) accumulate<T, VEC>(raw[u], xr[u], acc);
-      }
-    } else {  // the shipped body's tail
-      for (; r < end; r += TEAMS) {
-        const V raw = load_stream<POLICY>(reinterpret_cast<const V*>(base + (size_t)r * ldb));
-        accumulate<T, VEC>(raw, to_float(__ldg(A + r)), acc);
-      }
-    }
-  }
-  // Lanes lane, lane ^ WORDS, lane ^ 2*WORDS, ... own the same columns: after the butterfly every one
-  // holds their sum, and lanes below WORDS keep it.
-#pragma unroll
-  for (int offset = WORDS; offset < 32; offset *= 2)
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) acc[e] += __shfl_xor_sync(0xffffffffu, acc[e], offset);
-  if (lane < WORDS)
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) sums[warp][word * VEC + e] = acc[e];
-  __syncthreads();
-
-  for (int c = threadIdx.x; c < WIDTH; c += BLOCK) {
-    float s = 0.0f;
-#pragma unroll
-    for (int w = 0; w < WARPS; ++w) s += sums[w][c];
-    if (first + c >= N) continue;
-    if (splits == 1)
-      C[first + c] = finish(s, alpha, beta, C + first + c);
-    else
-      __stcg(workspace + (size_t)split * N + first + c, s);
-  }
-  if (splits == 1) return;
-
-  __threadfence();  // the partials are visible before the counter says so
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(counters + strip, 1u) == (unsigned int)splits - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();  // and read after it
-
-  // PARTS threads per column, each over a contiguous range of the splits, then the parts in order.
-  // sums is free again (every thread passed the barriers above) and holds WARPS rows of WIDTH.
-  constexpr int STEP = BLOCK >= WIDTH ? WIDTH : BLOCK;
-  constexpr int PARTS = BLOCK / STEP < WARPS ? BLOCK / STEP : WARPS;
-  const int col = threadIdx.x % STEP, part = threadIdx.x / STEP;
-  if (part < PARTS)
-    for (int c = col; c < WIDTH; c += STEP) {
-      float s = 0.0f;
-      if (first + c < N) {
-        const int lo = part * splits / PARTS, hi = (part + 1) * splits / PARTS;
-        if (LEAN)  // one partial at a time: sum_partials' two batches in flight take 32 registers
-          for (int q = lo; q < hi; ++q) {
-            float* partial = workspace + (size_t)q * N + first + c;
-            s += __ldcg(partial);
-            __stcg(partial, 0.0f);
-          }
-        else
-          s = sum_partials(workspace + first + c, (size_t)N, lo, hi);
-      }
-      sums[part][c] = s;
-    }
-  __syncthreads();
-  for (int c = threadIdx.x; c < WIDTH; c += BLOCK) {
-    if (first + c >= N) continue;
-    float s = 0.0f;
-#pragma unroll
-    for (int p = 0; p < PARTS; ++p) s += sums[p][c];
-    C[first + c] = finish(s, alpha, beta, C + first + c);
-  }
-  if (threadIdx.x == 0) counters[strip] = 0u;
-}
-}  // namespace at_narrow
-
 constexpr int BLOCK = 1024;
 constexpr int MAX_SPLITS = 4096;  // rows of partials the split grids below may write
 
@@ -165,7 +26,7 @@ template <int WIDTH, int VEC, int UNROLL, int TAIL>
 __global__ void __launch_bounds__(BLOCK)
     plain(const __half* x, const __half* A, __half* y, int one, int N, int M, int lda, int ldb, int ldc,
           float* workspace, unsigned* counters) {
-  at_narrow::tail_body<__half, false, BLOCK, WIDTH, VEC, UNROLL, 1, 0, TAIL>(x, A, y, one, N, M, lda, ldb, ldc,
+  at_narrow::variant_body<__half, false, BLOCK, WIDTH, VEC, UNROLL, UNROLL, 0, TAIL>(x, A, y, one, N, M, lda, ldb, ldc,
                                                                               1.0f, 0.0f, workspace, counters);
 }
 
@@ -173,7 +34,7 @@ template <int WIDTH, int VEC, int UNROLL, int TAIL>
 __global__ void __launch_bounds__(BLOCK, 2048 / BLOCK)
     lean(const __half* x, const __half* A, __half* y, int one, int N, int M, int lda, int ldb, int ldc,
          float* workspace, unsigned* counters) {
-  at_narrow::tail_body<__half, false, BLOCK, WIDTH, VEC, UNROLL, 1, 1, TAIL>(x, A, y, one, N, M, lda, ldb, ldc,
+  at_narrow::variant_body<__half, false, BLOCK, WIDTH, VEC, UNROLL, UNROLL, 1, TAIL>(x, A, y, one, N, M, lda, ldb, ldc,
                                                                               1.0f, 0.0f, workspace, counters);
 }
 
