@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from autotune.core.errors import AutotuneError
-from autotune.core.file_kinds import not_a_file
+from autotune.core.file_kinds import refuse_to_read
 from autotune.core.fingerprint import slugify
 from autotune.core.output import write_atomically
 
@@ -174,9 +174,7 @@ def report_path(folder: Path, name: str, gpu: str) -> Path:
 def read_json(path: Path) -> Any:
     """A report written earlier, read back (to summarize it, or to carry on a run cut short); a file that
     cannot be read or is not JSON is refused with one line."""
-    kind = not_a_file(path)
-    if kind is not None:
-        raise AutotuneError(f"cannot read {path}: it is {kind}, not a file")
+    refuse_to_read(path, "JSON file")
     try:
         return json.loads(path.read_text())
     except OSError as exc:

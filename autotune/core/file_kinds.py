@@ -9,6 +9,8 @@ import os
 import stat
 from pathlib import Path
 
+from autotune.core.errors import AutotuneError
+
 # What a path is where it is not a regular file, by its mode (os.stat's, links followed).
 _KINDS = (
     (stat.S_ISDIR, "a folder"),
@@ -31,3 +33,10 @@ def not_a_file(path: Path) -> str | None:
         return None
     kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
     return f"{kind} (through a link)" if path.is_symlink() else kind
+
+
+def refuse_to_read(path: Path, what: str) -> None:
+    """Raise the one-line error where `path`, a `what` to read, is, or links to, anything but a file."""
+    kind = not_a_file(path)
+    if kind is not None:
+        raise AutotuneError(f"cannot read {what} {path}: it is {kind}, not a file")

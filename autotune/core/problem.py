@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autotune.core.errors import AutotuneError
-from autotune.core.file_kinds import not_a_file
+from autotune.core.file_kinds import refuse_to_read
 
 DTYPES = ("float32", "float16", "bfloat16")
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -174,9 +174,7 @@ def parse_shapes(text: str, source: str, dims: Sequence[str] = ("M", "N")) -> li
 
 
 def read_shapes_file(path: Path, dims: Sequence[str] = ("M", "N")) -> list[tuple[int, ...]]:
-    kind = not_a_file(path)
-    if kind is not None:
-        raise AutotuneError(f"cannot read shapes file {path}: it is {kind}, not a file")
+    refuse_to_read(path, "shapes file")
     try:
         text = path.read_text()
     except OSError as exc:

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from autotune import ops
 from autotune.core import paths
 from autotune.core.errors import AutotuneError
-from autotune.core.file_kinds import not_a_file
+from autotune.core.file_kinds import refuse_to_read
 from autotune.core.fingerprint import GpuInfo
 from autotune.core.outcome import Status
 from autotune.core.output import write_atomically
@@ -372,9 +372,7 @@ def _import_into(
 
 
 def _read(path: Path) -> bytes:
-    kind = not_a_file(path)
-    if kind is not None:
-        raise AutotuneError(f"cannot read records file {path}: it is {kind}, not a file")
+    refuse_to_read(path, "records file")
     try:
         return path.read_bytes()
     except OSError as exc:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from autotune.core.errors import AutotuneError
-from autotune.core.file_kinds import not_a_file
+from autotune.core.file_kinds import refuse_to_read
 from autotune.core.output import write_bytes_atomically
 
 DTYPES = {
@@ -42,9 +42,7 @@ def header(path: Path | str) -> dict[str, dict[str, Any]]:
     """The tensors a file holds: name -> {"dtype", "shape", "data_offsets"}, checked against the file's
     size; a one-line AutotuneError for a file that is not a whole safetensors file."""
     path = Path(path)
-    kind = not_a_file(path)
-    if kind is not None:
-        raise AutotuneError(f"cannot read {path}: it is {kind}, not a safetensors file")
+    refuse_to_read(path, "safetensors file")
     try:
         size = path.stat().st_size
         with path.open("rb") as f:
