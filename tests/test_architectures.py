@@ -14,7 +14,7 @@ import pytest
 from autotune import ops
 from autotune.build.compiler import CompileJob
 from autotune.core.problem import DTYPES, Problem
-from autotune.core.target import targeting
+from autotune.core.target import target_capabilities, targeting
 from autotune.ops import make_problem
 from autotune.select.choose import choose
 from tests.nvcc import compile_all
@@ -37,13 +37,18 @@ SHAPES = (
 # The int4 op (tensor-core MMAs of 16-bit weights: sm_80 and up), one GEMV and one skinny problem; the
 # int4 dequantization in the same dtypes and variants.
 INT4 = (("float16", 1, "g128"), ("bfloat16", 16, "g64a"))
+# The 8-bit op (CUDA cores), int8 everywhere, float8 e4m3 from sm_89 on (its space refuses older GPUs).
+INT8 = (("float16", 1, "int8"), ("bfloat16", 8, "int8"))
+FP8 = (("float16", 1, "fp8"), ("bfloat16", 8, "fp8"))
 
 
 def _problems() -> list[Problem]:
     plain = [Problem(op, dtype, m, n, k, trans) for dtype in DTYPES for op, m, n, k, trans in SHAPES]
     int4 = [make_problem("qgemm", dtype, m, 4096, 4096, variant=variant) for dtype, m, variant in INT4]
     dequant = [make_problem("qdequant", dtype, 4096, 4096, variant=variant) for dtype, _, variant in INT4]
-    return plain + int4 + dequant
+    ada = all(tuple(map(int, cc.split("."))) >= (8, 9) for cc in target_capabilities())
+    eight_bit = [make_problem("q8gemm", dtype, m, 4096, 4096, variant=kind) for dtype, m, kind in INT8 + FP8 * ada]
+    return plain + int4 + dequant + eight_bit
 
 
 def _jobs_for(capability: str, arch: str) -> list[CompileJob]:

@@ -131,16 +131,16 @@ def test_bad_input_is_one_error_line(run: Cli, args: list[str], words: list[str]
 def test_sweep_error_is_the_only_stderr_line(run: Cli) -> None:
     result = run("sweep", "--op", "foo")
     assert result.err.splitlines() == [
-        "error: unknown op 'foo': choose one of gemv, gemm, qgemm, qdequant, sgemv, hgemv, bgemv, sgemm, hgemm, "
-        "bgemm, hqgemm, bqgemm, hqdequant, bqdequant"
+        "error: unknown op 'foo': choose one of gemv, gemm, qgemm, qdequant, q8gemm, sgemv, hgemv, bgemv, sgemm, "
+        "hgemm, bgemm, hqgemm, bqgemm, hqdequant, bqdequant, hq8gemm, bq8gemm"
     ]
 
 
 def test_best_error_is_the_only_stderr_line(run: Cli) -> None:
     result = run("best", "--m", "64", "--n", "64", "--op", "foo", "--gpu", "x")
     assert result.err.splitlines() == [
-        "error: unknown op 'foo': choose one of gemv, gemm, qgemm, qdequant, sgemv, hgemv, bgemv, sgemm, hgemm, "
-        "bgemm, hqgemm, bqgemm, hqdequant, bqdequant"
+        "error: unknown op 'foo': choose one of gemv, gemm, qgemm, qdequant, q8gemm, sgemv, hgemv, bgemv, sgemm, "
+        "hgemm, bgemm, hqgemm, bqgemm, hqdequant, bqdequant, hq8gemm, bq8gemm"
     ]
     assert result.out == ""
 

@@ -88,7 +88,7 @@ def test_an_op_is_added_in_the_registry_and_its_two_folders_alone(tmp_path: Path
     assert probe.returncode == 0, probe.stderr
     found = json.loads(probe.stdout)
     assert found["problem"] == "srowsum 300x500"
-    assert set(found["shipped"]) == {"gemv", "gemm", "qgemm", "qdequant", "rowsum"}
+    assert set(found["shipped"]) == {"gemv", "gemm", "qgemm", "qdequant", "q8gemm", "rowsum"}
     assert found["kernel"] == "rowsum_float32_t64_u2" and found["grid"] == [300, 1, 1]
     assert found["built"] == (True if shutil.which("nvcc") else None)  # None: no nvcc to build with
 

@@ -190,9 +190,20 @@ def test_a_problem_of_one_dtype_fills_as_before(pycuda: FakePycuda, compiled: li
 
 def test_an_input_dtype_without_a_fill_is_a_one_line_error() -> None:
     fill = RandomFill(FakeKernels(), SUPPORT, lambda: Path("fill_bytes.cubin"), 132, 0)  # type: ignore[arg-type]
-    with pytest.raises(AutotuneError, match=r"^the tuner cannot fill fp8e4m3 inputs with random data \(it fills "):
-        fill(1 << 20, 64, "fp8e4m3")
+    with pytest.raises(AutotuneError, match=r"^the tuner cannot fill fp8e5m2 inputs with random data \(it fills "):
+        fill(1 << 20, 64, "fp8e5m2")
     assert fill.seed == 0
+
+
+def test_float8_e4m3_codes_get_the_fill_without_nans_and_integers_the_plain_bytes() -> None:
+    kernels = FakeKernels()
+    fill = RandomFill(kernels, SUPPORT, lambda: Path("fill_bytes.cubin"), 132, 0)  # type: ignore[arg-type]
+    fill(1 << 20, 64, "fp8e4m3")
+    fill(1 << 21, 64, "int8")
+    assert [(f.cubin, f.kernel, f.args[1]) for f in kernels.fills()] == [
+        ("fill_bytes.cubin", "at_fill_fp8e4m3", 64),
+        ("fill_bytes.cubin", "at_fill_bytes", 64),
+    ]
 
 
 def _byte_fill_job() -> list[CompileJob]:

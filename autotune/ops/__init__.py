@@ -27,7 +27,7 @@ from autotune.core.problem import (
     parse_dtype,
     parse_shapes,
 )
-from autotune.ops import cublas, gemm, gemv, qdequant, qgemm
+from autotune.ops import cublas, gemm, gemv, q8gemm, qdequant, qgemm
 from autotune.ops.base import Op
 from autotune.ops.library import Library
 
@@ -241,4 +241,5 @@ register(gemv.OP)
 register(gemm.OP)
 register(qgemm.OP)
 register(qdequant.OP)
+register(q8gemm.OP)
 register_library(cublas.FAMILY)

@@ -12,8 +12,9 @@ from autotune.core.problem import DTYPES, input_bytes
 from autotune.measure.pycuda_gpu import Kernels
 
 # Inputs held as packed integers (int4 codes two to a byte, int8, uint8 zero points): every bit
-# pattern is a value, so they are filled with uniformly random bytes.
-BYTE_FILLED = ("int4", "int8", "uint8")
+# pattern is a value, so they are filled with uniformly random bytes; float8 e4m3 codes with the same
+# bytes, its two NaN codes made finite (kernels/measure/fill_bytes.cu, at_fill_fp8e4m3).
+BYTE_FILLED = ("int4", "int8", "uint8", "fp8e4m3")
 BYTE_FILL_FILE = "measure/fill_bytes.cu"  # under kernels/; a file of its own, so support.cu stays as it is
 
 
@@ -46,11 +47,13 @@ class RandomFill:
         fill.prepared_async_call((blocks, 1, 1), (self.THREADS, 1, 1), None, buffer, n, self.seed)
 
     def _fill(self, dtype: str) -> Any:
-        """The fill kernel of `dtype`: its own for a float, one for every packed integer dtype."""
-        if dtype not in DTYPES and dtype not in BYTE_FILLED:  # 8-bit floats: random bytes hold NaNs
+        """The fill kernel of `dtype`: its own for a float, one for every packed integer dtype, one for
+        float8 e4m3 codes."""
+        if dtype not in DTYPES and dtype not in BYTE_FILLED:  # e5m2: no fill keeps its NaNs and infinities out
             filled = ", ".join((*DTYPES, *BYTE_FILLED))
             raise AutotuneError(f"the tuner cannot fill {dtype} inputs with random data (it fills {filled})")
-        kernel = f"at_fill_{dtype}" if dtype in DTYPES else "at_fill_bytes"
+        kernels = {"fp8e4m3": "at_fill_fp8e4m3"}
+        kernel = f"at_fill_{dtype}" if dtype in DTYPES else kernels.get(dtype, "at_fill_bytes")
         if kernel not in self._fills:
             cubin = self._support if dtype in DTYPES else self._byte_kernels()
             self._fills[kernel] = self._kernels.function(cubin, kernel, "PQQ")

@@ -1,0 +1,171 @@
+// Weight-only 8-bit GEMV and skinny GEMM on CUDA cores: out[m][n] = alpha * s[n] * sum_k x[m][k] w(q[n][k])
+// + beta * out[m][n], W in nn.Linear's layout (N x K), one byte a weight: KIND 0 an int8 code, KIND 1 an
+// OCP float8 e4m3 code (docs/lowbit.md, "8-bit weights"), one scale a row in the activations' dtype.
+//
+// Work: a warp owns RPW whole rows of W and MT rows of x (gridDim.y covers M in tiles of MT); each lane
+// asks for UNROLL 16-byte pieces (16 codes) of each of its rows before it multiplies any. A piece's 16
+// codes become floats once and meet each of the MT rows of x, read through L1 (x is small and every
+// warp of the SM reads it): at M = 1 the codes' bytes are the wall, so no shared-memory staging, and
+// no tensor cores (an MMA would multiply seven columns of zeros).
+//
+// Numerics: every product is exact in float (an 8-bit integer or a 4-bit-significand float times a
+// 16-bit float), sums run in float and the row's scale multiplies the sum once: the float64 reference's
+// sum within float accumulation.
+//
+// Preconditions (autotune/ops/q8gemm: space and bind): K % 16 == 0, x, W and out 16-byte aligned.
+#pragma once
+#include <cuda_fp8.h>
+
+#include <type_traits>
+
+#include "common.cuh"
+
+namespace at_q8gemm {
+
+constexpr int PIECE = 16;  // codes a 16-byte load holds
+
+__device__ __forceinline__ void wait_for_prior_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// The 4 codes of a word as floats.
+template <int KIND> struct Codes;
+
+// int8: the byte flipped to q + 128 and placed as the low mantissa bits of 2^23, 2^23 + 128 taken off.
+template <> struct Codes<0> {
+  static __device__ __forceinline__ void of(unsigned word, float (&f)[4]) {
+    const unsigned biased = word ^ 0x80808080u;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) f[j] = __uint_as_float(__byte_perm(biased, 0x4B000000u, 0x7540 + j)) - 8388736.0f;
+  }
+};
+
+// float8 e4m3: two codes to a half pair in one conversion (sm_89 and newer), each exact in float16.
+template <> struct Codes<1> {
+  static __device__ __forceinline__ void of(unsigned word, float (&f)[4]) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const __half2_raw raw =
+          __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(word >> (16 * j)), __NV_E4M3);
+      const float2 pair = __half22float2(*reinterpret_cast<const __half2*>(&raw));
+      f[2 * j] = pair.x;
+      f[2 * j + 1] = pair.y;
+    }
+  }
+};
+
+// 8 activations (one 16-byte load) as floats.
+__device__ __forceinline__ void activations(uint4 v, float* f) {
+  const unsigned* words = reinterpret_cast<const unsigned*>(&v);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float2 pair = __half22float2(*reinterpret_cast<const __half2*>(&words[j]));
+    f[2 * j] = pair.x;
+    f[2 * j + 1] = pair.y;
+  }
+}
+__device__ __forceinline__ void activations_bf16(uint4 v, float* f) {
+  const unsigned* words = reinterpret_cast<const unsigned*>(&v);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float2 pair = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&words[j]));
+    f[2 * j] = pair.x;
+    f[2 * j + 1] = pair.y;
+  }
+}
+
+template <typename T, int KIND, int MT, int BLOCK, int RPW, int UNROLL, int POLICY>
+__device__ __forceinline__ void q8gemm_body(const T* __restrict__ x, const unsigned char* __restrict__ qweight,
+                                            const T* __restrict__ scales, T* __restrict__ out, int M, int N, int K,
+                                            float alpha, float beta) {
+  static_assert(BLOCK % 32 == 0, "whole warps");
+  launch_dependents();
+  const int lane = threadIdx.x % 32;
+  const int row0 = (blockIdx.x * (BLOCK / 32) + threadIdx.x / 32) * RPW;
+  const int m0 = blockIdx.y * MT;
+  const int pieces = K / PIECE;
+  wait_for_prior_grid();  // x and W may be written by the grid before (PDL)
+  if (row0 >= N) return;
+  const uint4* rows[RPW];
+#pragma unroll
+  for (int r = 0; r < RPW; ++r)  // rows past N are read, never written
+    rows[r] = reinterpret_cast<const uint4*>(qweight + (size_t)min(row0 + r, N - 1) * K);
+  float acc[RPW][MT];
+#pragma unroll
+  for (int r = 0; r < RPW; ++r)
+#pragma unroll
+    for (int i = 0; i < MT; ++i) acc[r][i] = 0.0f;
+
+  for (int base = 0; base < pieces; base += 32 * UNROLL) {
+    uint4 w[RPW][UNROLL];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const int p = base + lane + 32 * u;
+#pragma unroll
+      for (int r = 0; r < RPW; ++r)
+        w[r][u] = p < pieces ? at_common::load_stream<POLICY>(rows[r] + p) : make_uint4(0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const int p = base + lane + 32 * u;
+      if (p >= pieces) break;
+      float codes[RPW][PIECE];
+#pragma unroll
+      for (int r = 0; r < RPW; ++r) {
+        const unsigned* words = reinterpret_cast<const unsigned*>(&w[r][u]);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          float f[4];
+          Codes<KIND>::of(words[j], f);
+#pragma unroll
+          for (int b = 0; b < 4; ++b) codes[r][4 * j + b] = f[b];
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < MT; ++i) {
+        const int m = m0 + i;
+        if (m >= M) break;
+        const uint4* xp = reinterpret_cast<const uint4*>(x + (size_t)m * K) + 2 * p;
+        float xs[PIECE];
+        if constexpr (std::is_same<T, __half>::value) {
+          activations(__ldg(xp), xs);
+          activations(__ldg(xp + 1), xs + 8);
+        } else {
+          activations_bf16(__ldg(xp), xs);
+          activations_bf16(__ldg(xp + 1), xs + 8);
+        }
+#pragma unroll
+        for (int r = 0; r < RPW; ++r)
+#pragma unroll
+          for (int c = 0; c < PIECE; ++c) acc[r][i] = fmaf(codes[r][c], xs[c], acc[r][i]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < RPW; ++r) {
+    const int row = row0 + r;
+    const float scale = row < N ? at_common::to_float(scales[row]) : 0.0f;
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+      float v = acc[r][i];
+#pragma unroll
+      for (int offset = 16; offset; offset /= 2) v += __shfl_xor_sync(0xFFFFFFFFu, v, offset);
+      const int m = m0 + i;
+      if (lane == 0 && row < N && m < M) {
+        T* y = out + (size_t)m * N + row;
+        const float before = beta != 0.0f ? at_common::to_float(*y) : 0.0f;
+        *y = at_common::from_float<T>(alpha * scale * v + beta * before);
+      }
+    }
+  }
+}
+
+}  // namespace at_q8gemm

@@ -1,0 +1,170 @@
+"""The 8-bit weight-only op (autotune/ops/q8gemm): problems, space, geometry and the checks of a call,
+and its kernel and reference compiling for sm_90 (GPU correctness: tests/test_gpu_q8gemm.py)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from autotune import ops
+from autotune.build.compiler import CompileJob
+from autotune.core.arrays import DeviceArray
+from autotune.core.errors import AutotuneError
+from autotune.core.paths import kernels_dir
+from autotune.core.target import targeting
+from autotune.ops import q8gemm, source_hash
+from tests.nvcc import compile_all
+
+OP = q8gemm.OP
+
+
+def _jobs() -> list[CompileJob]:
+    """The default and every seed of an int8 GEMV in float16 and an fp8 skinny problem in bfloat16, and
+    the reference."""
+    jobs: dict[str, CompileJob] = {}
+    for dtype, m, kind in (("float16", 1, "int8"), ("bfloat16", 16, "fp8")):
+        problem = ops.make_problem("q8gemm", dtype, m, 4096, 4096, variant=kind)
+        for config in [OP.default_config(problem), *OP.seed_configs(problem)]:
+            name = OP.kernel_name(problem, config)
+            jobs[name] = CompileJob(name, OP.kernel_source(problem, config), "sm_90", source_hash(problem))
+    reference = kernels_dir() / q8gemm.REFERENCE_FILE
+    jobs["reference"] = CompileJob("reference", reference.read_text(), "sm_90", "q8gemm-reference")
+    return list(jobs.values())
+
+
+@pytest.mark.nvcc(jobs=_jobs)
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_the_defaults_seeds_and_reference_compile_for_sm_90() -> None:
+    results = compile_all(_jobs())
+    assert all(r.cubin is not None and r.cubin.read_bytes()[:4] == b"\x7fELF" for r in results)
+    assert b"at_q8gemm_reference_bfloat16_fp8" in results[-1].cubin.read_bytes()
+
+
+def test_a_plain_problem_names_int8_codes_and_fp8_is_a_variant() -> None:
+    plain = ops.make_problem("q8gemm", "float16", 1, 4096, 4096)
+    assert plain.variant == "int8" and plain.inputs == ("float16", "int8", "float16")
+    assert str(plain) == "hq8gemm 1x4096x4096 [float16,int8,float16] int8"
+    fp8 = ops.make_problem("q8gemm", "bfloat16", 4, 4096, 4096, variant="fp8")
+    assert fp8.inputs == ("bfloat16", "fp8e4m3", "bfloat16")
+    assert ops.resolve_op("bq8gemm") == ("q8gemm", "bfloat16")
+
+
+@pytest.mark.parametrize(
+    ("dtype", "m", "k", "variant", "said"),
+    [
+        ("float32", 1, 4096, "", "float16 or bfloat16 activations"),
+        ("float16", 1, 4008, "int8", "K = 4008 is not a multiple of 16"),
+        ("float16", 65, 4096, "int8", "M <= 64"),
+        ("float16", 1, 4096, "int4", "unknown variant"),
+    ],
+)
+def test_problems_the_kernels_cannot_run_are_refused_in_one_line(
+    dtype: str, m: int, k: int, variant: str, said: str
+) -> None:
+    with pytest.raises(AutotuneError, match=said) as caught:
+        ops.make_problem("q8gemm", dtype, m, 4096, k, variant=variant)
+    assert "\n" not in str(caught.value)
+
+
+def test_inputs_that_contradict_the_variant_are_refused() -> None:
+    with pytest.raises(
+        AutotuneError, match=r"q8gemm fp8 reads inputs float16,fp8e4m3,float16, not float16,int8,float16"
+    ):
+        ops.make_problem("q8gemm", "float16", 1, 4096, 4096, inputs=("float16", "int8", "float16"), variant="fp8")
+
+
+@pytest.mark.parametrize(("capability", "runs"), [("8.0", False), ("8.6", False), ("8.9", True), ("9.0", True)])
+def test_fp8_codes_need_ada_or_newer_and_int8_runs_everywhere(capability: str, runs: bool) -> None:
+    with targeting(capability):
+        ops.make_problem("q8gemm", "float16", 1, 4096, 4096, variant="int8")
+        if runs:
+            ops.make_problem("q8gemm", "float16", 1, 4096, 4096, variant="fp8")
+        else:
+            with pytest.raises(
+                AutotuneError, match=rf"^fp8 weights need compute capability 8.9 or newer .*not {capability}$"
+            ):
+                ops.make_problem("q8gemm", "float16", 1, 4096, 4096, variant="fp8")
+
+
+def test_every_standard_shape_has_a_valid_default_and_seeds() -> None:
+    for shape in ops.standard_shapes("q8gemm"):
+        for kind in q8gemm.call.KINDS:
+            problem = ops.make_problem("q8gemm", "float16", *shape, variant=kind)
+            space = OP.space(problem)
+            configs = [OP.default_config(problem), *OP.seed_configs(problem)]
+            assert len(configs) >= 5
+            assert all(space.check(c) is None for c in configs)
+
+
+def test_the_space_bounds_registers_and_rows_of_x() -> None:
+    one = ops.make_problem("q8gemm", "float16", 1, 4096, 4096)
+    assert OP.space(one).choices()["mt"] == (1,)
+    three = ops.make_problem("q8gemm", "float16", 3, 4096, 4096)
+    assert OP.space(three).choices()["mt"] == (1, 2, 4)
+    space = OP.space(ops.make_problem("q8gemm", "float16", 64, 4096, 4096))
+    base = {"mt": 8, "block": 256, "rpw": 2, "unroll": 8, "policy": 1}
+    assert space.check(base) is None
+    assert "in flight" in (space.check({**base, "rpw": 4}) or "")  # 4 x 8 pieces
+    assert "sums" in (space.check({**base, "rpw": 4, "unroll": 2, "mt": 8}) or "")  # 4 x 8 sums > 16
+
+
+def test_geometry_and_bytes() -> None:
+    problem = ops.make_problem("q8gemm", "bfloat16", 5, 1000, 4096, variant="fp8")
+    launch = OP.launch(problem, {"mt": 2, "block": 128, "rpw": 2, "unroll": 4, "policy": 0}, 132)
+    assert launch.grid == (125, 3, 1) and launch.block == (128, 1, 1)  # 8 rows a block; M in tiles of 2
+    assert launch.shared_bytes == 0
+    assert OP.bytes_moved(problem) == 1000 * 4096 + 1000 * 2 + (5 * 4096 + 5 * 1000) * 2
+    assert OP.operands(problem).inputs == (5 * 4096, 1000 * 4096, 1000)
+    assert OP.flops(problem) == 2 * 5 * 1000 * 4096
+
+
+def test_the_instance_calls_the_body_with_the_kind_and_tiling() -> None:
+    problem = ops.make_problem("q8gemm", "bfloat16", 2, 4096, 4096, variant="fp8")
+    config = {"mt": 2, "block": 64, "rpw": 4, "unroll": 2, "policy": 2}
+    source = OP.kernel_source(problem, config)
+    assert OP.kernel_name(problem, config) == "q8gemm_bfloat16_fp8_m2_b64_r4_u2_p2"
+    assert "at_q8gemm::q8gemm_body<__nv_bfloat16, 1, 2, 64, 4, 2, 2>" in source
+    assert "__launch_bounds__(64)" in source
+
+
+def _array(shape: tuple[int, ...], dtype: str, pointer: int = 4096) -> DeviceArray:
+    return DeviceArray(None, pointer, shape, None, dtype, "cai", 0)
+
+
+def test_bind_makes_the_problem_from_the_arrays_and_the_kind() -> None:
+    x, qw, scales = _array((3, 256), "bfloat16"), _array((7, 256), "uint8"), _array((7,), "bfloat16")
+    bound = OP.bind([x, qw, scales], None, ())
+    assert bound.problem == ops.make_problem("q8gemm", "bfloat16", 3, 7, 256, variant="int8")
+    assert bound.out_shape == (3, 7)
+    fp8 = OP.bind([_array((256,), "bfloat16"), qw, scales], None, ("fp8",))
+    assert fp8.problem.variant == "fp8" and fp8.problem.inputs[1] == "fp8e4m3" and fp8.out_shape == (7,)
+    steps = OP.bind([_array((2, 1, 256), "bfloat16"), qw, scales], None, ("int8",))
+    assert (steps.problem.m, steps.out_shape) == (2, (2, 1, 7))
+
+
+@pytest.mark.parametrize(
+    ("arrays", "options", "said"),
+    [
+        ((("3,256", "float32"), ("7,256", "uint8"), ("7", "float32")), (), "float16 or bfloat16"),
+        ((("", "float16"), ("7,256", "uint8"), ("7", "float16")), (), "x must be a contiguous array"),
+        ((("3,256", "float16"), ("7,128", "uint8"), ("7", "float16")), (), "K = 256 but qweight holds 128"),
+        ((("3,256", "float16"), ("7,256", "int8"), ("7", "float16")), (), "qweight must be a contiguous uint8"),
+        ((("3,256", "float16"), ("7,256", "uint8"), ("7", "bfloat16")), (), "scales must be a contiguous float16"),
+        ((("3,256", "float16"), ("7,256", "uint8"), ("7,1", "float16")), (), r"vector \(7,\)"),
+        ((("3,256", "float16"), ("7,256", "uint8"), ("7", "float16")), ("int4",), "options are"),
+    ],
+)
+def test_bind_refuses_arrays_not_in_the_format(
+    arrays: tuple[tuple[str, str], ...], options: tuple[str, ...], said: str
+) -> None:
+    made = [_array(tuple(int(s) for s in a[0].split(",") if s), a[1]) for a in arrays]
+    with pytest.raises(AutotuneError, match=said) as caught:
+        OP.bind(made, None, options)
+    assert "\n" not in str(caught.value)
+
+
+def test_an_untuned_kind_borrows_the_other_codes_then_the_other_dtype() -> None:
+    problem = ops.make_problem("q8gemm", "float16", 1, 4096, 4096, variant="fp8")
+    found = [(p.dtype, p.variant) for p in OP.estimate_from(problem)]
+    assert found == [("float16", "int8"), ("bfloat16", "fp8"), ("bfloat16", "int8")]
