@@ -103,16 +103,20 @@ def test_the_space_bounds_registers_and_rows_of_x() -> None:
     three = ops.make_problem("q8gemm", "float16", 3, 4096, 4096)
     assert OP.space(three).choices()["mt"] == (1, 2, 4)
     space = OP.space(ops.make_problem("q8gemm", "float16", 64, 4096, 4096))
-    base = {"mt": 8, "block": 256, "rpw": 2, "unroll": 8, "policy": 1}
+    base = {"mt": 8, "block": 256, "rpw": 2, "unroll": 8, "policy": 1, "ksplit": 1}
     assert space.check(base) is None
     assert "in flight" in (space.check({**base, "rpw": 4}) or "")  # 4 x 8 pieces
     assert "sums" in (space.check({**base, "rpw": 4, "unroll": 2, "mt": 8}) or "")  # 4 x 8 sums > 16
+    assert space.check({**base, "ksplit": 8}) is None
+    assert "do not divide" in (space.check({**base, "block": 64, "ksplit": 4}) or "")  # 2 warps
 
 
 def test_geometry_and_bytes() -> None:
     problem = ops.make_problem("q8gemm", "bfloat16", 5, 1000, 4096, variant="fp8")
-    launch = OP.launch(problem, {"mt": 2, "block": 128, "rpw": 2, "unroll": 4, "policy": 0}, 132)
+    launch = OP.launch(problem, {"mt": 2, "block": 128, "rpw": 2, "unroll": 4, "policy": 0, "ksplit": 1}, 132)
     assert launch.grid == (125, 3, 1) and launch.block == (128, 1, 1)  # 8 rows a block; M in tiles of 2
+    split = OP.launch(problem, {"mt": 2, "block": 128, "rpw": 2, "unroll": 4, "policy": 0, "ksplit": 2}, 132)
+    assert split.grid == (250, 3, 1)  # two warps a row group: 4 rows a block
     assert launch.shared_bytes == 0
     assert OP.bytes_moved(problem) == 1000 * 4096 + 1000 * 2 + (5 * 4096 + 5 * 1000) * 2
     assert OP.operands(problem).inputs == (5 * 4096, 1000 * 4096, 1000)
@@ -121,10 +125,10 @@ def test_geometry_and_bytes() -> None:
 
 def test_the_instance_calls_the_body_with_the_kind_and_tiling() -> None:
     problem = ops.make_problem("q8gemm", "bfloat16", 2, 4096, 4096, variant="fp8")
-    config = {"mt": 2, "block": 64, "rpw": 4, "unroll": 2, "policy": 2}
+    config = {"mt": 2, "block": 64, "rpw": 4, "unroll": 2, "policy": 2, "ksplit": 2}
     source = OP.kernel_source(problem, config)
-    assert OP.kernel_name(problem, config) == "q8gemm_bfloat16_fp8_m2_b64_r4_u2_p2"
-    assert "at_q8gemm::q8gemm_body<__nv_bfloat16, 1, 2, 64, 4, 2, 2>" in source
+    assert OP.kernel_name(problem, config) == "q8gemm_bfloat16_fp8_m2_b64_r4_u2_p2_k2"
+    assert "at_q8gemm::q8gemm_body<__nv_bfloat16, 1, 2, 64, 4, 2, 2, 2>" in source
     assert "__launch_bounds__(64)" in source
 
 

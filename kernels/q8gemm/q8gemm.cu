@@ -2,8 +2,10 @@
 // + beta * out[m][n], W in nn.Linear's layout (N x K), one byte a weight: KIND 0 an int8 code, KIND 1 an
 // OCP float8 e4m3 code (docs/lowbit.md, "8-bit weights"), one scale a row in the activations' dtype.
 //
-// Work: a warp owns RPW whole rows of W and MT rows of x (gridDim.y covers M in tiles of MT); each lane
-// asks for UNROLL 16-byte pieces (16 codes) of each of its rows before it multiplies any. A piece's 16
+// Work: a warp owns RPW rows of W and MT rows of x (gridDim.y covers M in tiles of MT), or with KSPLIT > 1
+// a part of K of them, KSPLIT warps of a block sharing the rows (few rows of long K: 4096 x 14336 has
+// too few rows for a wave of whole-row warps to keep DRAM busy); each lane asks for UNROLL 16-byte
+// pieces (16 codes) of each of its rows before it multiplies any. A piece's 16
 // codes become floats once and meet each of the MT rows of x, read through L1 (x is small and every
 // warp of the SM reads it): at M = 1 the codes' bytes are the wall, so no shared-memory staging, and
 // no tensor cores (an MMA would multiply seven columns of zeros).
@@ -82,18 +84,24 @@ __device__ __forceinline__ void activations_bf16(uint4 v, float* f) {
   }
 }
 
-template <typename T, int KIND, int MT, int BLOCK, int RPW, int UNROLL, int POLICY>
+template <typename T, int KIND, int MT, int BLOCK, int RPW, int UNROLL, int POLICY, int KSPLIT = 1>
 __device__ __forceinline__ void q8gemm_body(const T* __restrict__ x, const unsigned char* __restrict__ qweight,
                                             const T* __restrict__ scales, T* __restrict__ out, int M, int N, int K,
                                             float alpha, float beta) {
-  static_assert(BLOCK % 32 == 0, "whole warps");
+  static_assert(BLOCK % (32 * KSPLIT) == 0, "whole warps, KSPLIT of them a row group");
+  constexpr int GROUPS = BLOCK / 32 / KSPLIT;  // row groups a block
+  // KSPLIT warps share a group's rows, each a part of K, their sums added in shared memory in order.
+  __shared__ float parts[KSPLIT > 1 ? BLOCK / 32 : 1][RPW][MT];
   launch_dependents();
-  const int lane = threadIdx.x % 32;
-  const int row0 = (blockIdx.x * (BLOCK / 32) + threadIdx.x / 32) * RPW;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int part = warp % KSPLIT;
+  const int row0 = (blockIdx.x * GROUPS + warp / KSPLIT) * RPW;
   const int m0 = blockIdx.y * MT;
   const int pieces = K / PIECE;
+  const int per_part = (pieces + KSPLIT - 1) / KSPLIT;
+  const int first = part * per_part, last = min(pieces, first + per_part);
   wait_for_prior_grid();  // x and W may be written by the grid before (PDL)
-  if (row0 >= N) return;
+  if (KSPLIT == 1 && row0 >= N) return;  // (split: every warp reaches the barrier below)
   const uint4* rows[RPW];
 #pragma unroll
   for (int r = 0; r < RPW; ++r)  // rows past N are read, never written
@@ -104,19 +112,20 @@ __device__ __forceinline__ void q8gemm_body(const T* __restrict__ x, const unsig
 #pragma unroll
     for (int i = 0; i < MT; ++i) acc[r][i] = 0.0f;
 
-  for (int base = 0; base < pieces; base += 32 * UNROLL) {
+  const int end = row0 < N ? last : first;  // a split's rows past N: no pieces, only the barrier
+  for (int base = first; base < end; base += 32 * UNROLL) {
     uint4 w[RPW][UNROLL];
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
       const int p = base + lane + 32 * u;
 #pragma unroll
       for (int r = 0; r < RPW; ++r)
-        w[r][u] = p < pieces ? at_common::load_stream<POLICY>(rows[r] + p) : make_uint4(0u, 0u, 0u, 0u);
+        w[r][u] = p < end ? at_common::load_stream<POLICY>(rows[r] + p) : make_uint4(0u, 0u, 0u, 0u);
     }
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
       const int p = base + lane + 32 * u;
-      if (p >= pieces) break;
+      if (p >= end) break;
       float codes[RPW][PIECE];
 #pragma unroll
       for (int r = 0; r < RPW; ++r) {
@@ -150,14 +159,35 @@ __device__ __forceinline__ void q8gemm_body(const T* __restrict__ x, const unsig
     }
   }
 #pragma unroll
-  for (int r = 0; r < RPW; ++r) {
-    const int row = row0 + r;
-    const float scale = row < N ? at_common::to_float(scales[row]) : 0.0f;
+  for (int r = 0; r < RPW; ++r)
 #pragma unroll
     for (int i = 0; i < MT; ++i) {
       float v = acc[r][i];
 #pragma unroll
       for (int offset = 16; offset; offset /= 2) v += __shfl_xor_sync(0xFFFFFFFFu, v, offset);
+      acc[r][i] = v;
+      if (KSPLIT > 1 && lane == 0) parts[warp][r][i] = v;
+    }
+  if constexpr (KSPLIT > 1) {
+    __syncthreads();
+    if (part != 0) return;
+#pragma unroll
+    for (int r = 0; r < RPW; ++r)
+#pragma unroll
+      for (int i = 0; i < MT; ++i) {
+        float v = parts[warp][r][i];
+#pragma unroll
+        for (int j = 1; j < KSPLIT; ++j) v += parts[warp + j][r][i];  // the parts in order: deterministic
+        acc[r][i] = v;
+      }
+  }
+#pragma unroll
+  for (int r = 0; r < RPW; ++r) {
+    const int row = row0 + r;
+    const float scale = row < N ? at_common::to_float(scales[row]) : 0.0f;
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+      const float v = acc[r][i];
       const int m = m0 + i;
       if (lane == 0 && row < N && m < M) {
         T* y = out + (size_t)m * N + row;

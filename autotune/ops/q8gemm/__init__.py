@@ -4,9 +4,10 @@ operands and the float64 reference, for M <= 64 (kernels/q8gemm/q8gemm.cu). A pr
 codes: "int8" (two's complement) or "fp8" (OCP float8 e4m3, sm_89 and newer); its inputs are (x's dtype,
 int8 or fp8e4m3, x's dtype): one scale a row of W, in the activations' dtype.
 
-One CUDA-core kernel serves every M: a warp owns `rpw` rows of W and `mt` rows of x, each lane holding
-`unroll` 16-byte pieces (16 codes) of each row in flight, the codes widened to float once a piece and
-multiplied by each row of x read through L1."""
+One CUDA-core kernel serves every M: a warp owns `rpw` rows of W and `mt` rows of x (or a part of K of
+them: `ksplit` warps of a block share the rows, their sums added in order), each lane holding `unroll`
+16-byte pieces (16 codes) of each row in flight, the codes widened to float once a piece and multiplied
+by each row of x read through L1."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ _MTS = (1, 2, 4, 8)  # rows of x a warp multiplies each piece by
 _BLOCKS = (64, 128, 256, 512)
 _RPWS = (1, 2, 4)  # rows of W a warp
 _UNROLLS = (1, 2, 4, 8)  # pieces of each row a lane has in flight
+_KSPLITS = (1, 2, 4, 8)  # warps of a block that share a group's rows, each reading a part of K
 # Registers a thread holds: 4 per piece in flight (rpw x unroll), 16 floats a row for the widened
 # codes and one sum per row of W and of x; past these ptxas spills.
 MAX_LOADS_IN_FLIGHT = 16  # rpw x unroll
@@ -48,6 +50,10 @@ _SEEDS: tuple[dict[str, int], ...] = (
     dict(block=128, rpw=4, unroll=2, policy=1),
     dict(block=512, rpw=1, unroll=4, policy=2),
     dict(block=256, rpw=2, unroll=2, policy=0),
+    # Few rows of long K (4096 x 14336, 3584 x 18944): a row group's K split over 2-8 warps.
+    dict(block=256, rpw=1, unroll=4, policy=1, ksplit=4),
+    dict(block=256, rpw=2, unroll=4, policy=1, ksplit=2),
+    dict(block=512, rpw=1, unroll=2, policy=1, ksplit=8),
 )
 
 
@@ -137,6 +143,8 @@ class Q8Gemm(Op):
                 )
             if c["rpw"] * c["mt"] > MAX_SUMS:
                 return f"more than {MAX_SUMS} sums (rpw x mt) a thread (runs out of registers)"
+            if c["block"] // 32 % c["ksplit"]:
+                return f"ksplit={c['ksplit']} warps a row group do not divide the block's {c['block'] // 32} warps"
             return None
 
         return Space(
@@ -146,13 +154,14 @@ class Q8Gemm(Op):
                 Param("rpw", _RPWS),
                 Param("unroll", _UNROLLS),
                 Param("policy", (0, 1, 2)),
+                Param("ksplit", _KSPLITS),
             ),
             constraint=constraint,
         )
 
     def default_config(self, problem: Problem) -> Config:
         """Eight warps of one row each, four pieces a lane in flight, every row of x (up to 8) a warp."""
-        return {"mt": _mt_choices(problem)[-1], "block": 256, "rpw": 1, "unroll": 4, "policy": 1}
+        return {"mt": _mt_choices(problem)[-1], "block": 256, "rpw": 1, "unroll": 4, "policy": 1, "ksplit": 1}
 
     def seed_configs(self, problem: Problem) -> list[Config]:
         check = self.space(problem).check
@@ -172,7 +181,7 @@ class Q8Gemm(Op):
         c = config
         return (
             f"q8gemm_{problem.dtype}_{kind_of(problem)}_m{c['mt']}_b{c['block']}_r{c['rpw']}_u{c['unroll']}"
-            f"_p{c['policy']}"
+            f"_p{c['policy']}_k{c['ksplit']}"
         )
 
     def kernel_source(self, problem: Problem, config: Mapping[str, int]) -> str:
@@ -180,7 +189,7 @@ class Q8Gemm(Op):
         t = CUDA_TYPE[problem.dtype]
         body = (
             f"at_q8gemm::q8gemm_body<{t}, {KIND_CODE[kind_of(problem)]}, {c['mt']}, {c['block']}, {c['rpw']}, "
-            f"{c['unroll']}, {c['policy']}>(x, qweight, scales, out, M, N, K, alpha, beta);"
+            f"{c['unroll']}, {c['policy']}, {c['ksplit']}>(x, qweight, scales, out, M, N, K, alpha, beta);"
         )
         return (
             f'#include "{KERNEL_FILE}"\n'
@@ -194,7 +203,7 @@ class Q8Gemm(Op):
 
     def launch(self, problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
         c = config
-        rows_per_block = c["block"] // 32 * c["rpw"]
+        rows_per_block = c["block"] // 32 // c["ksplit"] * c["rpw"]
         return Launch(
             grid=(math.ceil(problem.n / rows_per_block), math.ceil(problem.m / c["mt"]), 1),
             block=(c["block"], 1, 1),

@@ -1,0 +1,118 @@
+"""GPU tests of the 8-bit weight-only op (run with `pytest -m gpu` on the GPU machine): a sample of each
+problem's space checked against float64 through the worker (NaN-poisoned output, random codes, every
+e4m3 code finite), and autotune.call on weights quantized by format.quantize8: odd N, K of 6 to 1184
+pieces, M past one tile of x, both kinds and dtypes, 3-D x, alpha and beta, a side stream and a CUDA graph."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import pytest
+
+from autotune import ops
+from autotune.core import dtypes
+from autotune.core.outcome import Status
+from autotune.core.problem import Problem
+from autotune.core.space import Config
+from autotune.ops.q8gemm import format as q8format
+from tests.worker_checks import measure_configs
+
+pytestmark = pytest.mark.gpu
+
+# (dtype, m, n, k, kind): odd N, K of 6, 56, 128, 224 and 1184 pieces, M of one row, a partial tile, 64.
+PROBLEMS = [
+    ("float16", 1, 999, 4096, "int8"),
+    ("bfloat16", 3, 1001, 3584, "fp8"),
+    ("float16", 16, 4100, 896, "int8"),
+    ("bfloat16", 64, 515, 2048, "int8"),
+    ("float16", 1, 4096, 18944, "fp8"),
+    ("float16", 7, 333, 96, "fp8"),
+    ("bfloat16", 5, 1001, 18944, "fp8"),  # K split 2-8 ways over a block's warps, its last rows past N
+]
+RANDOM_SAMPLES = 6
+
+
+def _sample(problem: Problem) -> list[Config]:
+    """The default config, the seeds, the space's first and last, and a few at random."""
+    op = ops.for_problem(problem)
+    configs = list(op.space(problem))
+    picked = [op.default_config(problem), configs[0], configs[-1], *op.seed_configs(problem)]
+    picked += [c for c in configs if c["ksplit"] == 8 and c["block"] == 512 and c["rpw"] == 2][:2]
+    picked += random.Random(str(problem)).sample(configs, min(RANDOM_SAMPLES, len(configs)))
+    return list({tuple(sorted(c.items())): c for c in picked}.values())
+
+
+@pytest.mark.parametrize("case", PROBLEMS, ids=str)
+def test_every_sampled_config_is_correct(case: tuple[str, int, int, int, str]) -> None:
+    dtype, m, n, k, kind = case
+    problem = ops.make_problem("q8gemm", dtype, m, n, k, variant=kind)
+    wrong = [r for r in measure_configs(problem, _sample(problem), seed=13) if r[1] != Status.OK.value]
+    assert not wrong, wrong
+
+
+def _quantized(n: int, k: int, kind: str, dtype: str, seed: int) -> tuple[Any, Any, np.ndarray]:
+    """(qweight, scales) on the GPU and the float64 weight they hold."""
+    import torch
+
+    w = np.random.default_rng(seed).standard_normal((n, k)).astype(np.float32) / np.sqrt(k)
+    weight = q8format.quantize8(w, kind, dtype)
+    scales = dtypes.decode(weight.scales, dtype).astype(np.float32)
+    exact = q8format.codes_values(weight.codes, kind).astype(np.float64) * scales[:, None].astype(np.float64)
+    qweight = torch.from_numpy(weight.codes).cuda()
+    return qweight, torch.from_numpy(scales).to(getattr(torch, dtype)).cuda(), exact
+
+
+@pytest.mark.parametrize("kind", ["int8", "fp8"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("rows", [1, 5, 64])
+def test_call_matches_float64_on_the_exact_weight(kind: str, dtype: str, rows: int) -> None:
+    import torch
+
+    import autotune
+
+    n, k = 1001, 2048
+    qweight, scales, exact = _quantized(n, k, kind, dtype, seed=rows)
+    x = torch.randn(rows, k, device="cuda").to(getattr(torch, dtype))
+    y = autotune.call("q8gemm", x, qweight, scales, options=(kind,))
+    reference = x.double().cpu().numpy() @ exact.T
+    err = np.abs(y.double().cpu().numpy() - reference).max() / np.abs(reference).max()
+    unit = 2.0**-8 if dtype == "bfloat16" else 2.0**-11  # the output's own rounding, with room
+    assert y.shape == (rows, n) and y.dtype == x.dtype and err < 2 * unit, err
+
+
+def test_call_poisoned_out_3d_x_alpha_beta_side_stream_and_graph() -> None:
+    import torch
+
+    import autotune
+
+    n, k = 777, 1024
+    qweight, scales, exact = _quantized(n, k, "fp8", "float16", seed=5)
+    x = torch.randn(2, 3, k, device="cuda", dtype=torch.float16)
+    before = torch.randn(2, 3, n, device="cuda", dtype=torch.float16)
+    reference = 0.5 * (x.double().cpu().numpy() @ exact.T) + 2.0 * before.double().cpu().numpy()
+    scale = np.abs(reference).max()
+
+    out = before.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        autotune.call("q8gemm", x, qweight, scales, out=out, alpha=0.5, beta=2.0, options=("fp8",))
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    assert np.abs(out.double().cpu().numpy() - reference).max() / scale < 2e-3
+
+    poisoned = torch.full((2, 3, n), float("nan"), device="cuda", dtype=torch.float16)
+    graph_out = torch.empty_like(poisoned)
+    autotune.call("q8gemm", x, qweight, scales, out=graph_out, options=("fp8",))  # warm: kernel loaded
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        autotune.call("q8gemm", x, qweight, scales, out=poisoned, options=("fp8",))
+    for _ in range(3):
+        poisoned.fill_(float("nan"))
+        graph.replay()
+    torch.cuda.synchronize()
+    got = poisoned.double().cpu().numpy()
+    assert np.isfinite(got).all()
+    assert np.abs(got - x.double().cpu().numpy() @ exact.T).max() / scale < 2e-3
