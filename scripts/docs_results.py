@@ -25,6 +25,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling scripts below are not a package
 
 from bench_lowbit import case_label, goal_figures
+from bench_lowbit8 import summary_lines as lowbit8_summary
 from plot_decode import table as decode_table
 from results_table import FAMILY_BY_PARAM, gemm_table
 from results_table import table as gemv_table
@@ -572,6 +573,36 @@ def _bench_shape(r: dict[str, Any]) -> str:
     return f"{r['dtype']} {shape}"
 
 
+def lowbit8_table(report: dict[str, Any]) -> str:
+    """scripts/bench_lowbit8.py: the 8-bit weight-only product per kind and activations' dtype beside the
+    dequantized weight's 16-bit GEMV (ours and torch's); the goal figures above the table."""
+    lines = [
+        "**ours**: `autotune.call(\"q8gemm\", ...)` on the codes and a scale a row; **ours float16**: "
+        "`autotune.linear` on the weight dequantized to float16; **torch float16**: the faster of `torch.mv` and "
+        "`F.linear` on it. µs of isolated calls, weights cold in L2. **GB/s**: the bytes that must move once "
+        f"(codes, scales, x, y) over ours µs; **% of copy**: of the device copy's {report['copy_gbs']:.0f} GB/s; "
+        "**error / F.linear's**: our max relative error over `F.linear`'s on the weight rounded to float16, both "
+        "against float64 on the exact weight.",
+        "",
+        "```",
+        *lowbit8_summary(report)[1:],
+        "```",
+        "",
+        f"| codes | M | N {TIMES} K | ours µs | ours float16 µs | torch float16 µs | GB/s (ours) | % of copy "
+        "| error / F.linear's |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in report["rows"]:
+        gbs = r["bytes"] / (r["ours_us"] * 1e3)
+        error = r["max_rel_err"] / r["peer_max_rel_err"] if r.get("peer_max_rel_err") else None
+        lines.append(
+            f"| {r['format']} {r['dtype']} | {r['m']} | {r['n']}{TIMES}{r['k']} | {r['ours_us']:.2f} | "
+            f"{r['ours_fp16_us']:.2f} | {r['torch_fp16_us']:.2f} | {gbs:.0f} | {100 * gbs / report['copy_gbs']:.1f} | "
+            + (f"{error:.2f} |" if error is not None else f"{DASH} |")
+        )
+    return "\n".join(lines)
+
+
 SECTIONS: list[tuple[str, str, Any]] = [
     ("gemv", "GEMV `y = alpha·A x + beta·y`", gemv_table),
     ("gemv_trans", "Transposed GEMV `y = alpha·Aᵀx + beta·y` (`--trans`)", gemv_table),
@@ -582,6 +613,7 @@ SECTIONS: list[tuple[str, str, Any]] = [
     ("decode", "Decode steps (a model's GEMVs in sequence, eager and in a CUDA graph)", decode_table),
     ("linear", "A decoder stack: its linears as `F.linear` against `autotune.linear`", linear_table),
     ("lowbit", "Int4 weight-only linear (`autotune.linear` on a `QuantizedWeight`)", lowbit_table),
+    ("lowbit8", "8-bit weight-only GEMV (int8 and float8 e4m3 codes, `q8gemm`)", lowbit8_table),
     ("model", "A transformers model's decode step: `autotune.patch(model)` against torch", model_table),
     ("tune_model", "Tuning a model's shapes: `autotune.tune_model`", tune_model_table),
     (
