@@ -577,7 +577,7 @@ def lowbit8_table(report: dict[str, Any]) -> str:
     """scripts/bench_lowbit8.py: the 8-bit weight-only product per kind and activations' dtype beside the
     dequantized weight's 16-bit GEMV (ours and torch's); the goal figures above the table."""
     lines = [
-        "**ours**: `autotune.call(\"q8gemm\", ...)` on the codes and a scale a row; **ours float16**: "
+        '**ours**: `autotune.call("q8gemm", ...)` on the codes and a scale a row; **ours float16**: '
         "`autotune.linear` on the weight dequantized to float16; **torch float16**: the faster of `torch.mv` and "
         "`F.linear` on it. µs of isolated calls, weights cold in L2. **GB/s**: the bytes that must move once "
         f"(codes, scales, x, y) over ours µs; **% of copy**: of the device copy's {report['copy_gbs']:.0f} GB/s; "
