@@ -18,7 +18,8 @@ from autotune.core.gpus import capability as gpu_capability
 from autotune.core.gpus import described
 from autotune.core.log import show_on_stderr
 from autotune.core.problem import Problem, parse_input_dtypes, read_shapes_file
-from autotune.ops import make_problem, qdequant, qgemm, resolve_op, shape_dims, standard_shapes
+from autotune.ops import make_problem, q8gemm, qdequant, qgemm, resolve_op, shape_dims, standard_shapes
+from autotune.ops.base import Op
 from autotune.runtime import process, tune_on_miss
 from autotune.runtime.launcher import Runtime
 from autotune.runtime.misses import Misses
@@ -511,7 +512,8 @@ def linear(x: Any, weight: Any, bias: Any = None, *, db: str | None = None) -> A
     in place in both; the bias is the GEMM's C with beta = 1, read by the kernel, not added after.
 
     W may be an int4 weight (autotune.quantize's QuantizedWeight): up to 64 rows of x run the int4
-    kernels (autotune/ops/qgemm) on the packed weight; more rows dequantize it and run the GEMM.
+    kernels (autotune/ops/qgemm) on the packed weight; more rows dequantize it and run the GEMM. An
+    8-bit weight (Quantized8Weight) runs the q8gemm op's kernel up to 16 rows, the GEMM past them.
 
     Where autograd records the call (an input requires a gradient, outside torch.no_grad() and
     inference_mode()), y carries its gradient function as F.linear's does: dX through our GEMM, dW
@@ -577,42 +579,54 @@ def _recording() -> bool:
 
 
 def _linear_quantized(x: Any, weight: Any, bias: Any, db: str | None) -> Any:
-    """linear() with an int4 weight: x (..., K) in the scales' dtype."""
+    """linear() with an int4 or 8-bit weight: x (..., K) in the scales' dtype."""
     # In eager mode a decoder step is bound by host time, so every launch reads the least it can.
     # The buffers come from the module's own dict: weight.scales would run nn.Module.__getattr__, a
     # Python call per buffer. .to() and load_state_dict replace buffers within that same dict, so
     # it is never stale. The sizes are plain attributes; the `shape` property builds a torch.Size.
     buffers = weight._buffers
     scales = buffers["scales"]
+    options = weight.__dict__.get("options")  # an 8-bit weight's (kind,) for the q8gemm op; int4: none
+    op: Op
+    if options is None:
+        op, what, most = qgemm.OP, "int4", qgemm.MAX_M
+    else:
+        op, what, most = q8gemm.OP, options[0], q8gemm.LINEAR_MAX_M
     n, k = weight.out_features, weight.in_features
     shape = x.shape
     if not shape or shape[-1] != k:
         got = shape[-1] if shape else "no"
-        raise AutotuneError(f"x has {got} features, the int4 weight expects {k} (x: (..., K), W: (N, K))")
+        raise AutotuneError(f"x has {got} features, the {what} weight expects {k} (x: (..., K), W: (N, K))")
     if x.dtype != scales.dtype:
-        raise AutotuneError(f"x is {x.dtype}, the int4 weight's scales {scales.dtype}: cast x (or quantize for it)")
+        raise AutotuneError(f"x is {x.dtype}, the {what} weight's scales {scales.dtype}: cast x (or quantize for it)")
     rows = shape[0] if len(shape) == 2 else x.numel() // k
     if rows == 0:
-        raise AutotuneError(f"linear of x {tuple(shape)} and an int4 weight: x has no rows")
-    if rows > qgemm.MAX_M:
-        # A prefill's batch: the GEMM's tensor cores in the activations' dtype beat any int4 kernel
-        # here, so one kernel writes the dense weight (the bits of weight.dequantize(), which takes
-        # several torch kernels and temporaries) and the dense linear runs on it.
-        packed = (buffers["qweight"], scales, buffers["zeros"])
-        dense = _RUNTIME._call(qdequant.OP, packed, None, 1.0, 0.0, None, db, ())
+        raise AutotuneError(f"linear of x {tuple(shape)} and an {what} weight: x has no rows")
+    if rows > most:
+        # A prefill's batch: the GEMM's tensor cores in the activations' dtype beat any low-bit kernel
+        # here, so the dense weight is made (int4: one kernel writes the bits of weight.dequantize(),
+        # which takes several torch kernels and temporaries) and the dense linear runs on it.
+        if options is None:
+            packed = (buffers["qweight"], scales, buffers["zeros"])
+            dense = _RUNTIME._call(qdequant.OP, packed, None, 1.0, 0.0, None, db, ())
+        else:
+            dense = weight.dequantize()
         return linear(x, dense, bias, db=db)
     # x goes in as it is, in any shape (..., K): the op reads its leading dimensions as rows and
     # makes the output (..., N), so a (K,) vector or a (1, 1, K) decode step costs no reshape on
     # either side. contiguous() is x itself where x is.
-    arrays = (x.contiguous(), buffers["qweight"], scales, buffers["zeros"])
+    if options is None:
+        arrays: tuple[Any, ...] = (x.contiguous(), buffers["qweight"], scales, buffers["zeros"])
+    else:
+        arrays = (x.contiguous(), buffers["qweight"], scales)
     if bias is None:
-        return _RUNTIME._call(qgemm.OP, arrays, None, 1.0, 0.0, None, db, ())
+        return _RUNTIME._call(op, arrays, None, 1.0, 0.0, None, db, options or ())
     # A new C holding the bias, which the kernel reads (beta = 1) and overwrites. Not
     # bias.expand(...).contiguous(): for one row that view counts as contiguous already, and the
     # kernel would write into the caller's bias.
     out = bias.new_empty((*shape[:-1], n))
     out.copy_(bias)
-    return _RUNTIME._call(qgemm.OP, arrays, out, 1.0, 1.0, None, db, ())
+    return _RUNTIME._call(op, arrays, out, 1.0, 1.0, None, db, options or ())
 
 
 # torch's custom ops (autotune/runtime/torch_ops.py), below this module, launch through these.
@@ -623,19 +637,33 @@ process.install(process.Surface(launch_path, linear))
 # them (QuantizedWeight adds itself when autotune/model/quantized.py is imported: it needs torch).
 # linear() reads of such a weight its out_features and in_features, its buffers in `_buffers`
 # (torch.nn.Module's: qweight, scales and zeros).
-QUANTIZED_FORMATS = ("int4",)
+QUANTIZED_FORMATS = ("int4",)  # what patch(weights=...) quantizes to, and quantize
+EIGHT_BIT_FORMATS = ("int8", "fp8")  # quantize's too (autotune.linear runs them; patch does not yet)
 QUANTIZED_TYPES: tuple[type, ...] = ()
 
 
 def quantize(weight: Any, format: str = "int4", *, group: int = 128, sym: bool = True, scale_dtype: Any = None) -> Any:
-    """A float weight (N, K) in nn.Linear's layout -> its int4 form in the canonical format
-    (docs/lowbit.md): a torch tensor gives a QuantizedWeight module, a numpy array an Int4Weight.
-    Groups of `group` (32, 64 or 128) along K, symmetric or with a zero per group; the scales are in
-    `scale_dtype`, by default a float16 or bfloat16 tensor's own dtype, else float16."""
-    if format not in QUANTIZED_FORMATS:
-        raise AutotuneError(f"unknown weight format {format!r}: quantize knows {', '.join(QUANTIZED_FORMATS)}")
+    """A float weight (N, K) in nn.Linear's layout -> its low-bit form (docs/lowbit.md). "int4": the
+    canonical int4 format, a torch tensor giving a QuantizedWeight module, a numpy array an Int4Weight;
+    groups of `group` (32, 64 or 128) along K, symmetric or with a zero per group. "int8" or "fp8" (float8
+    e4m3): one byte a weight and one scale a row, symmetric (group and sym do not apply), a tensor giving a
+    Quantized8Weight module, a numpy array a Weight8. The scales are in `scale_dtype`, by default a
+    float16 or bfloat16 tensor's own dtype, else float16."""
+    if format not in QUANTIZED_FORMATS + EIGHT_BIT_FORMATS:
+        known = ", ".join(QUANTIZED_FORMATS + EIGHT_BIT_FORMATS)
+        raise AutotuneError(f"unknown weight format {format!r}: quantize knows {known}")
     from autotune.ops.qgemm import format as int4
 
+    if format in EIGHT_BIT_FORMATS:
+        if (group, sym) != (128, True):
+            raise AutotuneError(f"{format} weights have one scale a row and no zero points: leave group and sym out")
+        if int4.is_torch_tensor(weight):
+            from autotune.model.quantized8 import Quantized8Weight
+
+            return Quantized8Weight.from_float(weight, format, scale_dtype)
+        from autotune.ops.q8gemm import format as eight_bit
+
+        return eight_bit.quantize8(weight, format, scale_dtype or "float16")
     if int4.is_torch_tensor(weight):
         from autotune.model.quantized import QuantizedWeight
 

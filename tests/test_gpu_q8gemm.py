@@ -116,3 +116,71 @@ def test_call_poisoned_out_3d_x_alpha_beta_side_stream_and_graph() -> None:
     got = poisoned.double().cpu().numpy()
     assert np.isfinite(got).all()
     assert np.abs(got - x.double().cpu().numpy() @ exact.T).max() / scale < 2e-3
+
+
+@pytest.mark.parametrize("kind", ["int8", "fp8"])
+@pytest.mark.parametrize("rows", [1, 5, 16, 17, 65])
+def test_linear_on_a_quantized_module_matches_float64(kind: str, rows: int) -> None:
+    """autotune.quantize(W, kind) on a tensor -> Quantized8Weight; autotune.linear runs q8gemm up to 16 rows
+    and the GEMM on the dequantized weight past them, with a bias and a 3-D x."""
+    import torch
+
+    import autotune
+    from autotune.model.quantized8 import Quantized8Weight
+
+    w = torch.randn(1001, 2048, device="cuda", dtype=torch.bfloat16) / 45
+    qw = autotune.quantize(w, kind)
+    assert isinstance(qw, Quantized8Weight) and qw.qweight.device == w.device and qw.dtype == torch.bfloat16
+    exact = qw.dequantize(torch.float32).double()
+    assert (exact - w.double()).abs().max() <= (w.double().abs().amax(dim=1, keepdim=True) / 16).max()
+    x = torch.randn(1, rows, 2048, device="cuda", dtype=torch.bfloat16)
+    bias = torch.randn(1001, device="cuda", dtype=torch.bfloat16)
+    y = autotune.linear(x, qw, bias)
+    want = x.double() @ exact.T + bias.double()
+    err = float((y.double() - want).abs().max() / want.abs().max())
+    assert y.shape == (1, rows, 1001) and err < 2 * 2.0**-8, err  # bfloat16's own rounding, twice
+
+
+@pytest.mark.parametrize("kind", ["int8", "fp8"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_dequantizing_in_the_activations_dtype_gives_the_float32_values_rounded(kind: str, dtype: str) -> None:
+    import torch
+
+    import autotune
+
+    qw = autotune.quantize(torch.randn(300, 512, device="cuda") * 3, kind, scale_dtype=getattr(torch, dtype))
+    assert torch.equal(qw.dequantize(), qw.dequantize(torch.float32).to(getattr(torch, dtype)))
+
+
+def test_the_module_round_trips_its_state_dict_and_refuses_another_kind() -> None:
+    import torch
+
+    import autotune
+    from autotune.core.errors import AutotuneError
+    from autotune.model.quantized8 import Quantized8Weight
+
+    qw = autotune.quantize(torch.randn(64, 256, device="cuda", dtype=torch.float16), "fp8")
+    state = qw.state_dict()
+    assert set(state) == {"qweight", "scales", "_extra_state"}
+    again = Quantized8Weight.from_state_dict(state, device="cuda")
+    assert torch.equal(again.qweight, qw.qweight) and torch.equal(again.scales, qw.scales) and again.kind == "fp8"
+    other = Quantized8Weight.empty(64, 256, "int8", torch.float16, device="cuda")
+    with pytest.raises(AutotuneError, match=r"holds an 8-bit weight fp8 \(64, 256\)"):
+        other.load_state_dict(state)
+
+
+def test_a_quantized_linear_replays_in_a_cuda_graph() -> None:
+    import torch
+
+    import autotune
+
+    qw = autotune.quantize(torch.randn(777, 1024, device="cuda", dtype=torch.float16), "int8")
+    x = torch.randn(1, 1024, device="cuda", dtype=torch.float16)
+    eager = autotune.linear(x, qw)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = autotune.linear(x, qw)
+    captured.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, eager)

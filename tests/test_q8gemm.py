@@ -173,3 +173,14 @@ def test_an_untuned_kind_borrows_the_other_codes_then_the_other_dtype() -> None:
     problem = ops.make_problem("q8gemm", "float16", 1, 4096, 4096, variant="fp8")
     found = [(p.dtype, p.variant) for p in OP.estimate_from(problem)]
     assert found == [("float16", "int8"), ("bfloat16", "fp8"), ("bfloat16", "int8")]
+
+
+def test_a_config_tuned_at_one_row_carries_to_more_rows_in_one_pass_and_rereads_are_counted() -> None:
+    one = ops.make_problem("q8gemm", "float16", 1, 4096, 4096)
+    four = ops.make_problem("q8gemm", "float16", 4, 4096, 4096)
+    tuned = {"mt": 1, "block": 128, "rpw": 1, "unroll": 1, "policy": 1, "ksplit": 2}
+    assert OP.tiling_for(one, four, tuned) == {**tuned, "mt": 4}
+    sixteen = ops.make_problem("q8gemm", "float16", 16, 4096, 4096)
+    assert OP.tiling_for(sixteen, four, {**tuned, "mt": 2}) == {**tuned, "mt": 2}  # tiled in passes there too
+    assert OP.bytes_streamed(four, {**tuned, "mt": 4}) == OP.bytes_moved(four)
+    assert OP.bytes_streamed(four, tuned) == OP.bytes_moved(four) + 3 * 4096 * 4096

@@ -31,6 +31,10 @@ NAME = "q8gemm"
 KERNEL_FILE = "q8gemm/q8gemm.cu"  # under kernels/, the mirror of this folder
 REFERENCE_FILE = "q8gemm/reference.cu"
 MAX_M = 64  # the CUDA-core kernel's reach: larger batches belong to a GEMM on the dequantized weight
+# autotune.linear's: its every code meets each row of x on CUDA cores, so past a few rows the dequantized
+# weight's GEMM wins (H200, 28672 x 4096 int8, untuned picks: M = 4 1.02x torch's float16, M = 16 0.33x
+# but ahead of dequantizing on every call, M = 64 0.09x).
+LINEAR_MAX_M = 16
 PIECE = 16  # codes a 16-byte load holds (q8gemm.cu: PIECE)
 KIND_CODE = {"int8": 0, "fp8": 1}  # q8gemm.cu's KIND
 FP8_CAPABILITY = (8, 9)  # float8 conversions in hardware: Ada (sm_89) and newer
@@ -171,6 +175,18 @@ class Q8Gemm(Op):
             if check(config) is None and config not in seeds:
                 seeds.append(config)
         return seeds
+
+    def tiling_for(self, tuned: Problem, problem: Problem, config: Mapping[str, int]) -> Config:
+        """`config` with every row of x in one pass where `tuned`'s were (mt covering M, up to 8): a
+        config tuned at M = 1 (mt = 1) would read W once per row of x at M = 4."""
+        if config["mt"] < min(tuned.m, max(_MTS)):
+            return dict(config)
+        return {**config, "mt": _mt_choices(problem)[-1]}
+
+    def bytes_streamed(self, problem: Problem, config: Mapping[str, int]) -> int:
+        """The codes are read once per pass over the rows of x (gridDim.y tiles of mt rows)."""
+        passes = math.ceil(problem.m / config["mt"])
+        return self.bytes_moved(problem) + (passes - 1) * problem.n * problem.k
 
     # -- how it is built and launched ---------------------------------------------------------
 

@@ -1,0 +1,173 @@
+"""Quantized8Weight: an 8-bit weight (int8 or float8 e4m3 codes, a scale a row) as a torch module, what
+autotune.quantize(W, "int8" | "fp8") returns for a tensor.
+
+Its buffers are the 8-bit format's arrays (autotune/ops/q8gemm/format.py, docs/lowbit.md): qweight, the
+codes as uint8 (N, K), and scales (N,) in the activations' dtype; the kind and shape travel as the module's
+extra state, so a state_dict loads into Quantized8Weight.from_state_dict or into a module made by
+Quantized8Weight.empty. Quantization runs the format's numpy code (one implementation for numpy and
+torch callers), on the host. Imported only where torch is, never by `import autotune`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from autotune.core import dtypes
+from autotune.core.errors import AutotuneError
+from autotune.ops.q8gemm import format as q8format
+
+EXTRA_STATE = "_extra_state"  # torch's key for get_extra_state's value in a state_dict
+SCALE_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}  # the 8-bit kernels' activations
+_CODE_VIEWS = {"int8": torch.int8, "fp8": torch.float8_e4m3fn}  # how torch reads each kind's bytes
+
+
+class Quantized8Weight(torch.nn.Module):  # type: ignore[misc]  # torch is untyped where it is not installed
+    """An 8-bit weight of shape (out_features, in_features) = (N, K), in nn.Linear's layout."""
+
+    qweight: torch.Tensor
+    scales: torch.Tensor
+
+    def __init__(self, qweight: torch.Tensor, scales: torch.Tensor, kind: str) -> None:
+        super().__init__()
+        kind = q8format.check_kind(kind)
+        if qweight.dtype != torch.uint8 or qweight.dim() != 2:
+            got = f"{qweight.dtype} {tuple(qweight.shape)}"
+            raise AutotuneError(f"an 8-bit weight's codes are a uint8 matrix (N, K), got {got}")
+        n, k = qweight.shape
+        if scales.shape != (n,) or scales.dtype not in SCALE_DTYPES:
+            got = f"{scales.dtype} {tuple(scales.shape)}"
+            raise AutotuneError(f"an 8-bit weight's scales are a float16 or bfloat16 vector ({n},), got {got}")
+        if scales.device != qweight.device:
+            raise AutotuneError(f"codes on {qweight.device} and scales on {scales.device}: put both on one device")
+        self.register_buffer("qweight", qweight)
+        self.register_buffer("scales", scales)
+        self.kind = kind
+        self.options = (kind,)  # autotune.call's options for the q8gemm op: read on every eager call
+        self.out_features, self.in_features = int(n), int(k)
+
+    @classmethod
+    def from_float(cls, weight: torch.Tensor, kind: str = "int8", scale_dtype: Any = None) -> Quantized8Weight:
+        """Quantize a float weight (N, K) by format.quantize8 (per row, absolute maximum), on the host;
+        the module lands on the weight's device. Scales in `scale_dtype`, by default the weight's own
+        where it is float16 or bfloat16, else float16."""
+        if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or not weight.is_floating_point():
+            raise AutotuneError("quantize takes a float weight matrix (N, K)")
+        own = weight.dtype if weight.dtype in SCALE_DTYPES else torch.float16
+        chosen = own if scale_dtype is None else scale_dtype
+        if chosen not in SCALE_DTYPES:
+            raise AutotuneError(f"8-bit scales are float16 or bfloat16 (the kernels' activations), not {chosen}")
+        host = weight.detach().to(torch.float32).cpu().numpy()
+        quantized = q8format.quantize8(host, kind, SCALE_DTYPES[chosen])
+        return cls.from_weight8(quantized, weight.device)
+
+    @classmethod
+    def from_weight8(cls, weight: q8format.Weight8, device: Any = None) -> Quantized8Weight:
+        """The module holding a format.Weight8 of numpy arrays, on `device`."""
+        q8format.check8(weight)
+        if weight.scale_dtype not in SCALE_DTYPES.values():
+            raise AutotuneError(
+                f"8-bit scales are float16 or bfloat16 (the kernels' activations), not {weight.scale_dtype}"
+            )
+        codes = torch.from_numpy(np.ascontiguousarray(weight.codes)).to(device)
+        return cls(codes, _scales(weight.scales, weight.scale_dtype, device), weight.kind)
+
+    @classmethod
+    def empty(
+        cls,
+        out_features: int,
+        in_features: int,
+        kind: str = "int8",
+        dtype: torch.dtype = torch.float16,
+        device: Any = None,
+    ) -> Quantized8Weight:
+        """An uninitialised module of this shape and kind, for load_state_dict to fill."""
+        if out_features <= 0 or in_features <= 0:
+            raise AutotuneError(f"an 8-bit weight of ({out_features}, {in_features}) needs positive sizes")
+        qweight = torch.empty((out_features, in_features), dtype=torch.uint8, device=device)
+        return cls(qweight, torch.empty((out_features,), dtype=dtype, device=device), kind)
+
+    @classmethod
+    def from_state_dict(cls, state: Mapping[str, Any], device: Any = None) -> Quantized8Weight:
+        """A module holding a state_dict saved from one (its metadata says the shape and kind)."""
+        meta = _metadata(state.get(EXTRA_STATE))
+        scales = state.get("scales")
+        if not isinstance(scales, torch.Tensor):
+            raise AutotuneError("the 8-bit state_dict has no scales tensor")
+        module = cls.empty(meta["out_features"], meta["in_features"], meta["format"], scales.dtype, device)
+        module.load_state_dict(state)
+        return module
+
+    @property
+    def variant(self) -> str:
+        return self.kind
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size((self.out_features, self.in_features))
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The activations' dtype: the scales' (float16 or bfloat16)."""
+        return self.scales.dtype
+
+    def dequantize(self, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """The weight's values (N, K) in `dtype`, by default the activations' (float32: exact). In the
+        activations' dtype they are made in it directly: a code is exact in float16 and bfloat16 and its
+        product with the scale is rounded once, the bits of the float32 product rounded, with no
+        float32 copies (a linear of more than 16 rows dequantizes on every call)."""
+        codes = self.qweight.view(_CODE_VIEWS[self.kind])
+        if dtype is None or dtype == self.dtype:
+            return codes.to(self.dtype) * self.scales[:, None]
+        return (codes.to(torch.float32) * self.scales.to(torch.float32)[:, None]).to(dtype)
+
+    def forward(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """x @ W^T (+ bias), what autotune.linear(x, self, bias) computes."""
+        from autotune import api
+
+        return api.linear(x, self, bias)
+
+    def get_extra_state(self) -> dict[str, Any]:
+        return {"format": self.kind, "in_features": self.in_features, "out_features": self.out_features}
+
+    def set_extra_state(self, state: Any) -> None:
+        meta = _metadata(state)
+        if meta != self.get_extra_state():
+            raise AutotuneError(f"the state_dict holds an 8-bit weight {_described(meta)}, this module {self}")
+
+    def extra_repr(self) -> str:
+        return _described(self.get_extra_state()) + f", dtype={self.dtype}"
+
+
+def _scales(array: np.ndarray, dtype: str, device: Any) -> torch.Tensor:
+    """The format's scales (bfloat16 as uint16 words on numpy) as a tensor on `device`."""
+    if dtype == "bfloat16":
+        return torch.from_numpy(np.ascontiguousarray(array).view(np.int16)).view(torch.bfloat16).to(device)
+    return torch.from_numpy(dtypes.decode(np.ascontiguousarray(array), dtype).astype(np.float16)).to(device)
+
+
+def _metadata(state: Any) -> dict[str, Any]:
+    """A state_dict's extra state, checked to be an 8-bit weight's."""
+    keys = ("format", "in_features", "out_features")
+    if not isinstance(state, Mapping) or any(key not in state for key in keys) or state["format"] not in q8format.KINDS:
+        raise AutotuneError(f"the state_dict holds no 8-bit weight metadata (extra state with {', '.join(keys)})")
+    return {key: state[key] for key in keys}
+
+
+def _described(meta: Mapping[str, Any]) -> str:
+    return f"{meta['format']} ({meta['out_features']}, {meta['in_features']})"
+
+
+def _linear_runs_it() -> None:
+    """Make autotune.linear(x, weight) take a Quantized8Weight as W (api.py cannot name the class: it
+    would import torch)."""
+    from autotune import api
+
+    if Quantized8Weight not in api.QUANTIZED_TYPES:
+        api.QUANTIZED_TYPES = (*api.QUANTIZED_TYPES, Quantized8Weight)
+
+
+_linear_runs_it()
