@@ -31,9 +31,10 @@ NAME = "q8gemm"
 KERNEL_FILE = "q8gemm/q8gemm.cu"  # under kernels/, the mirror of this folder
 REFERENCE_FILE = "q8gemm/reference.cu"
 MAX_M = 64  # the CUDA-core kernel's reach: larger batches belong to a GEMM on the dequantized weight
-# autotune.linear's: its every code meets each row of x on CUDA cores, so past a few rows the dequantized
-# weight's GEMM wins (H200, 28672 x 4096 int8, untuned picks: M = 4 1.02x torch's float16, M = 16 0.33x
-# but ahead of dequantizing on every call, M = 64 0.09x).
+# autotune.linear's: every code meets each row of x on CUDA cores, so past a few rows the kernel loses to
+# float16 (H200, 28672 x 4096 int8, untuned picks: M = 4 1.02x torch's float16, M = 16 0.33x, M = 64
+# 0.09x); past 16 rows the GEMM on the weight dequantized on every call is estimated to be faster
+# (from the bytes each path moves, not measured).
 LINEAR_MAX_M = 16
 PIECE = 16  # codes a 16-byte load holds (q8gemm.cu: PIECE)
 KIND_CODE = {"int8": 0, "fp8": 1}  # q8gemm.cu's KIND
