@@ -642,6 +642,14 @@ EIGHT_BIT_FORMATS = ("int8", "fp8")  # quantize's too (autotune.linear runs them
 QUANTIZED_TYPES: tuple[type, ...] = ()
 
 
+def linear_takes(weight_type: type) -> None:
+    """Make linear(x, weight) take a low-bit weight module of `weight_type` as W (model/quantized.py's
+    and quantized8.py's call it on import: this module cannot name their classes, which need torch)."""
+    global QUANTIZED_TYPES
+    if weight_type not in QUANTIZED_TYPES:
+        QUANTIZED_TYPES = (*QUANTIZED_TYPES, weight_type)
+
+
 def quantize(weight: Any, format: str = "int4", *, group: int = 128, sym: bool = True, scale_dtype: Any = None) -> Any:
     """A float weight (N, K) in nn.Linear's layout -> its low-bit form (docs/lowbit.md). "int4": the
     canonical int4 format, a torch tensor giving a QuantizedWeight module, a numpy array an Int4Weight;

@@ -143,7 +143,7 @@ def _ready(monkeypatch: pytest.MonkeyPatch, weight: Int4Module, m: int) -> Runti
     runtime._raw_stream = lambda index: 0
     runtime._allocators[0] = lambda nbytes, index: (0, None)
     monkeypatch.setattr(api, "_RUNTIME", runtime)
-    # As module.py's _linear_runs_it registers QuantizedWeight.
+    # As model/quantized.py registers QuantizedWeight (api.linear_takes).
     monkeypatch.setattr(api, "QUANTIZED_TYPES", (*api.QUANTIZED_TYPES, Int4Module))
     return runtime
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from autotune import api
 from autotune.core.errors import AutotuneError
 from autotune.ops.qgemm import checkpoints
 from autotune.ops.qgemm import format as int4
@@ -149,8 +150,6 @@ class QuantizedWeight(torch.nn.Module):  # type: ignore[misc]  # torch is untype
 
     def forward(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         """x @ W^T (+ bias), what autotune.linear(x, self, bias) computes."""
-        from autotune import api
-
         return api.linear(x, self, bias)
 
     def get_extra_state(self) -> dict[str, Any]:
@@ -203,13 +202,4 @@ def _described(meta: Mapping[str, Any]) -> str:
     return f"{variant} ({meta['out_features']}, {meta['in_features']})"
 
 
-def _linear_runs_it() -> None:
-    """Make autotune.linear(x, weight) take a QuantizedWeight as W (api.py cannot name the class: it
-    would import torch)."""
-    from autotune import api
-
-    if QuantizedWeight not in api.QUANTIZED_TYPES:
-        api.QUANTIZED_TYPES = (*api.QUANTIZED_TYPES, QuantizedWeight)
-
-
-_linear_runs_it()
+api.linear_takes(QuantizedWeight)  # autotune.linear takes it as a weight

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from autotune import api
 from autotune.core import dtypes
 from autotune.core.errors import AutotuneError
 from autotune.ops.q8gemm import format as q8format
@@ -126,8 +127,6 @@ class Quantized8Weight(torch.nn.Module):  # type: ignore[misc]  # torch is untyp
 
     def forward(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         """x @ W^T (+ bias), what autotune.linear(x, self, bias) computes."""
-        from autotune import api
-
         return api.linear(x, self, bias)
 
     def get_extra_state(self) -> dict[str, Any]:
@@ -161,13 +160,4 @@ def _described(meta: Mapping[str, Any]) -> str:
     return f"{meta['format']} ({meta['out_features']}, {meta['in_features']})"
 
 
-def _linear_runs_it() -> None:
-    """Make autotune.linear(x, weight) take a Quantized8Weight as W (api.py cannot name the class: it
-    would import torch)."""
-    from autotune import api
-
-    if Quantized8Weight not in api.QUANTIZED_TYPES:
-        api.QUANTIZED_TYPES = (*api.QUANTIZED_TYPES, Quantized8Weight)
-
-
-_linear_runs_it()
+api.linear_takes(Quantized8Weight)  # autotune.linear takes it as a weight

@@ -4,16 +4,15 @@ int8 or float8 e4m3 codes, scales (N,) in x's dtype; the call names which codes 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 from autotune.core.arrays import DeviceArray, contiguous
 from autotune.core.errors import AutotuneError
 from autotune.core.problem import Problem, check_dim
-from autotune.ops.call import Bound
+from autotune.ops.call import ACTIVATIONS as ACTIVATIONS  # the op's, re-exported
+from autotune.ops.call import Bound, activation_rows, weight_only_out
 
-ACTIVATIONS = ("float16", "bfloat16")
 # A problem's variant names the codes; its inputs name the same as dtypes (core/problem.py's INPUT_BITS).
 CODE_DTYPES = {"int8": "int8", "fp8": "fp8e4m3"}
 KINDS = tuple(CODE_DTYPES)
@@ -35,11 +34,7 @@ def bind(name: str, arrays: Sequence[DeviceArray | None], out: DeviceArray | Non
     x, qweight, scales = arrays
     if x is None or qweight is None or scales is None:
         raise AutotuneError("x, qweight and scales are required")
-    if x.dtype not in ACTIVATIONS:
-        raise AutotuneError(f"8-bit weights take float16 or bfloat16 activations, got x of {x.dtype}")
-    if not x.shape or not contiguous(x):
-        raise AutotuneError(f"x must be a contiguous array (..., K), got shape {x.shape}")
-    k, m = x.shape[-1], math.prod(x.shape[:-1])
+    m, k = activation_rows(x, "8-bit")
     if qweight.dtype != "uint8" or len(qweight.shape) != 2 or not contiguous(qweight):
         raise AutotuneError(f"qweight must be a contiguous uint8 matrix (N, K), got {qweight.dtype} {qweight.shape}")
     n, codes = qweight.shape
@@ -47,10 +42,7 @@ def bind(name: str, arrays: Sequence[DeviceArray | None], out: DeviceArray | Non
         raise AutotuneError(f"x has K = {k} but qweight holds {codes} codes a row")
     if scales.shape != (n,) or scales.dtype != x.dtype or not contiguous(scales):
         raise AutotuneError(f"scales must be a contiguous {x.dtype} vector ({n},), got {scales.dtype} {scales.shape}")
-    out_shape = (*x.shape[:-1], n)
-    if out is not None and (out.shape != out_shape or out.dtype != x.dtype or not contiguous(out)):
-        got = f"{out.dtype} {out.shape}"
-        raise AutotuneError(f"out must be a contiguous {x.dtype} array of shape {out_shape}, got {got}")
+    out_shape = weight_only_out(x, out, n)
     problem = Problem(
         name,
         x.dtype,

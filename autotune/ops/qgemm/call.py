@@ -4,17 +4,15 @@ symmetric weight."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 from autotune.core.arrays import DeviceArray, contiguous
 from autotune.core.errors import AutotuneError
 from autotune.core.problem import Problem, check_dim
-from autotune.ops.call import Bound
+from autotune.ops.call import ACTIVATIONS as ACTIVATIONS  # the op's, re-exported
+from autotune.ops.call import Bound, activation_rows, weight_only_out
 from autotune.ops.qgemm.format import GROUPS, variant_name
-
-ACTIVATIONS = ("float16", "bfloat16")
 
 
 def input_dtypes(dtype: str) -> tuple[str, str, str, str]:
@@ -31,19 +29,12 @@ def bind(name: str, arrays: Sequence[DeviceArray | None], out: DeviceArray | Non
     x, qweight, scales, zeros = arrays
     if x is None or qweight is None or scales is None:
         raise AutotuneError("x, qweight and scales are required (zeros may be None: a symmetric weight)")
-    if x.dtype not in ACTIVATIONS:
-        raise AutotuneError(f"int4 weights take float16 or bfloat16 activations, got x of {x.dtype}")
-    if not x.shape or not contiguous(x):
-        raise AutotuneError(f"x must be a contiguous array (..., K), got shape {x.shape}")
-    k, m = x.shape[-1], math.prod(x.shape[:-1])
+    m, k = activation_rows(x, "int4")
     n, codes = packed_shape(qweight)
     if codes != k:
         raise AutotuneError(f"x has K = {k} but qweight holds {codes} codes a row")
     group = scale_group(scales, zeros, n, k, x.dtype)
-    out_shape = (*x.shape[:-1], n)
-    if out is not None and (out.shape != out_shape or out.dtype != x.dtype or not contiguous(out)):
-        got = f"{out.dtype} {out.shape}"
-        raise AutotuneError(f"out must be a contiguous {x.dtype} array of shape {out_shape}, got {got}")
+    out_shape = weight_only_out(x, out, n)
     problem = Problem(
         name,
         x.dtype,
