@@ -56,7 +56,7 @@ class QuantizedWeight(torch.nn.Module):  # type: ignore[misc]  # torch is untype
         zeros = None if weight.zeros is None else torch.from_numpy(weight.zeros).to(device)
         return cls(
             torch.from_numpy(weight.qweight).to(device),
-            _tensor(weight.scales, weight.scale_dtype, device),
+            host_tensor(weight.scales, weight.scale_dtype, device),
             zeros,
             weight.group,
         )
@@ -182,7 +182,7 @@ def _array(tensor: Any) -> Any:
     return tensor.numpy()
 
 
-def _tensor(array: Any, dtype: str, device: Any) -> torch.Tensor:
+def host_tensor(array: Any, dtype: str, device: Any) -> torch.Tensor:
     """numpy -> torch on `device`; bfloat16's uint16 words become bfloat16."""
     if dtype == "bfloat16":
         return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16).to(device)

@@ -17,8 +17,8 @@ import numpy as np
 import torch
 
 from autotune import api
-from autotune.core import dtypes
 from autotune.core.errors import AutotuneError
+from autotune.model.quantized import host_tensor
 from autotune.ops.q8gemm import format as q8format
 
 EXTRA_STATE = "_extra_state"  # torch's key for get_extra_state's value in a state_dict
@@ -74,7 +74,7 @@ class Quantized8Weight(torch.nn.Module):  # type: ignore[misc]  # torch is untyp
                 f"8-bit scales are float16 or bfloat16 (the kernels' activations), not {weight.scale_dtype}"
             )
         codes = torch.from_numpy(np.ascontiguousarray(weight.codes)).to(device)
-        return cls(codes, _scales(weight.scales, weight.scale_dtype, device), weight.kind)
+        return cls(codes, host_tensor(weight.scales, weight.scale_dtype, device), weight.kind)
 
     @classmethod
     def empty(
@@ -139,13 +139,6 @@ class Quantized8Weight(torch.nn.Module):  # type: ignore[misc]  # torch is untyp
 
     def extra_repr(self) -> str:
         return _described(self.get_extra_state()) + f", dtype={self.dtype}"
-
-
-def _scales(array: np.ndarray, dtype: str, device: Any) -> torch.Tensor:
-    """The format's scales (bfloat16 as uint16 words on numpy) as a tensor on `device`."""
-    if dtype == "bfloat16":
-        return torch.from_numpy(np.ascontiguousarray(array).view(np.int16)).view(torch.bfloat16).to(device)
-    return torch.from_numpy(dtypes.decode(np.ascontiguousarray(array), dtype).astype(np.float16)).to(device)
 
 
 def _metadata(state: Any) -> dict[str, Any]:
