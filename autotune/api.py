@@ -513,7 +513,7 @@ def linear(x: Any, weight: Any, bias: Any = None, *, db: str | None = None) -> A
 
     W may be an int4 weight (autotune.quantize's QuantizedWeight): up to 64 rows of x run the int4
     kernels (autotune/ops/qgemm) on the packed weight; more rows dequantize it and run the GEMM. An
-    8-bit weight (Quantized8Weight) runs the q8gemm op's kernel up to 16 rows, the GEMM past them.
+    8-bit weight (Quantized8Weight) runs the q8gemm op's kernels up to 64 rows, the GEMM past them.
 
     Where autograd records the call (an input requires a gradient, outside torch.no_grad() and
     inference_mode()), y carries its gradient function as F.linear's does: dX through our GEMM, dW

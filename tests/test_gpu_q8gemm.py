@@ -1,7 +1,8 @@
 """GPU tests of the 8-bit weight-only op (run with `pytest -m gpu` on the GPU machine): a sample of each
 problem's space checked against float64 through the worker (NaN-poisoned output, random codes, every
-e4m3 code finite), and autotune.call on weights quantized by format.quantize8: odd N, K of 6 to 1184
-pieces, M past one tile of x, both kinds and dtypes, 3-D x, alpha and beta, a side stream and a CUDA graph."""
+e4m3 code finite), both kernels (CUDA cores; tensor cores from M = 2, x through L1 or staged in shared
+memory), and autotune.call on weights quantized by format.quantize8: odd N, K of 5 to 1184 pieces, M
+past one tile of x, both kinds and dtypes, 3-D x, alpha and beta, a side stream and a CUDA graph."""
 
 from __future__ import annotations
 
@@ -30,6 +31,11 @@ PROBLEMS = [
     ("float16", 1, 4096, 18944, "fp8"),
     ("float16", 7, 333, 96, "fp8"),
     ("bfloat16", 5, 1001, 18944, "fp8"),  # K split 2-8 ways over a block's warps, its last rows past N
+    # the tensor-core kernel: K of 5 and 13 pieces (a step's quad part past K), M past 8, 32 and 64 rows
+    ("float16", 2, 1001, 80, "int8"),
+    ("bfloat16", 33, 517, 208, "int8"),
+    ("float16", 64, 4100, 4096, "fp8"),
+    ("float16", 40, 999, 18944, "int8"),
 ]
 RANDOM_SAMPLES = 6
 
@@ -40,6 +46,11 @@ def _sample(problem: Problem) -> list[Config]:
     configs = list(op.space(problem))
     picked = [op.default_config(problem), configs[0], configs[-1], *op.seed_configs(problem)]
     picked += [c for c in configs if c["ksplit"] == 8 and c["block"] == 512 and c["rpw"] == 2][:2]
+    mma = [c for c in configs if c.get("mma", 0)]
+    picked += [c for c in mma if c["ksplit"] == 8][:2] + [c for c in mma if c["rpw"] == 32 and c["ksplit"] == 1][:2]
+    picked += [c for c in mma if c["mt"] == 8 and c["ksplit"] == 2][:1]  # in passes over x's tiles where M > 8
+    staged = [c for c in mma if c["stage"]]
+    picked += staged[:1] + staged[-1:] + [c for c in staged if c["mt"] == 8 and c["block"] == 512][:1]
     picked += random.Random(str(problem)).sample(configs, min(RANDOM_SAMPLES, len(configs)))
     return list({tuple(sorted(c.items())): c for c in picked}.values())
 
@@ -119,9 +130,9 @@ def test_call_poisoned_out_3d_x_alpha_beta_side_stream_and_graph() -> None:
 
 
 @pytest.mark.parametrize("kind", ["int8", "fp8"])
-@pytest.mark.parametrize("rows", [1, 5, 16, 17, 65])
+@pytest.mark.parametrize("rows", [1, 5, 16, 17, 64, 65])
 def test_linear_on_a_quantized_module_matches_float64(kind: str, rows: int) -> None:
-    """autotune.quantize(W, kind) on a tensor -> Quantized8Weight; autotune.linear runs q8gemm up to 16 rows
+    """autotune.quantize(W, kind) on a tensor -> Quantized8Weight; autotune.linear runs q8gemm up to 64 rows
     and the GEMM on the dequantized weight past them, with a bias and a 3-D x."""
     import torch
 

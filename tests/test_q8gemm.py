@@ -20,13 +20,16 @@ OP = q8gemm.OP
 
 
 def _jobs() -> list[CompileJob]:
-    """The default and a K-split seed of an int8 GEMV in float16 and an fp8 skinny problem in bfloat16, and
-    the reference (every seed compiles for sm_80 to sm_100 under `-m arch`: tests/test_architectures.py)."""
+    """The default and a K-split seed of an int8 GEMV in float16 and of skinny problems in both kernels
+    (tensor cores: fp8 in bfloat16, int8 in float16), and the reference (every seed compiles for sm_80 to
+    sm_100 under `-m arch`: tests/test_architectures.py)."""
     jobs: dict[str, CompileJob] = {}
-    for dtype, m, kind in (("float16", 1, "int8"), ("bfloat16", 16, "fp8")):
+    for dtype, m, kind in (("float16", 1, "int8"), ("bfloat16", 16, "fp8"), ("float16", 40, "int8")):
         problem = ops.make_problem("q8gemm", dtype, m, 4096, 4096, variant=kind)
-        split = next(c for c in OP.seed_configs(problem) if c["ksplit"] > 1)
-        for config in [OP.default_config(problem), split]:
+        seeds = OP.seed_configs(problem)
+        kernels = (0, 1) if q8gemm.mma_serves(problem) else (0,)
+        split = [next(c for c in seeds if c["ksplit"] > 1 and c.get("mma", 0) == mma) for mma in kernels]
+        for config in [OP.default_config(problem), *split]:
             name = OP.kernel_name(problem, config)
             jobs[name] = CompileJob(name, OP.kernel_source(problem, config), "sm_90", source_hash(problem))
     reference = kernels_dir() / q8gemm.REFERENCE_FILE
@@ -40,6 +43,7 @@ def test_the_defaults_seeds_and_reference_compile_for_sm_90() -> None:
     results = compile_all(_jobs())
     assert all(r.cubin is not None and r.cubin.read_bytes()[:4] == b"\x7fELF" for r in results)
     assert b"at_q8gemm_reference_bfloat16_fp8" in results[-1].cubin.read_bytes()
+    assert sum(b"q8gemm_mma_" in r.cubin.read_bytes() for r in results) == 2  # the defaults: float16, bfloat16
 
 
 def test_a_plain_problem_names_int8_codes_and_fp8_is_a_variant() -> None:
@@ -102,14 +106,66 @@ def test_the_space_bounds_registers_and_rows_of_x() -> None:
     one = ops.make_problem("q8gemm", "float16", 1, 4096, 4096)
     assert OP.space(one).choices()["mt"] == (1,)
     three = ops.make_problem("q8gemm", "float16", 3, 4096, 4096)
-    assert OP.space(three).choices()["mt"] == (1, 2, 4)
+    assert OP.space(three).choices()["mt"] == (1, 2, 4, 8)  # 8: the tensor cores' tile of x
     space = OP.space(ops.make_problem("q8gemm", "float16", 64, 4096, 4096))
-    base = {"mt": 8, "block": 256, "rpw": 2, "unroll": 8, "policy": 1, "ksplit": 1}
+    base = {"mt": 8, "block": 256, "rpw": 2, "unroll": 8, "policy": 1, "ksplit": 1, "mma": 0, "stage": 0}
     assert space.check(base) is None
     assert "in flight" in (space.check({**base, "rpw": 4}) or "")  # 4 x 8 pieces
     assert "sums" in (space.check({**base, "rpw": 4, "unroll": 2, "mt": 8}) or "")  # 4 x 8 sums > 16
     assert space.check({**base, "ksplit": 8}) is None
     assert "do not divide" in (space.check({**base, "block": 64, "ksplit": 4}) or "")  # 2 warps
+
+
+def test_the_tensor_core_kernel_joins_from_two_rows_in_its_own_tiles() -> None:
+    one = ops.make_problem("q8gemm", "float16", 1, 4096, 4096)
+    assert "mma" not in OP.space(one).choices() and not q8gemm.mma_serves(one)
+    assert OP.kernel_file(one) == q8gemm.KERNEL_FILE  # the shipped M = 1 records' source, unchanged
+    twenty = ops.make_problem("q8gemm", "float16", 20, 4096, 4096)
+    space = OP.space(twenty)
+    assert space.choices()["mt"] == (1, 2, 4, 8, 16, 32) and space.choices()["mma"] == space.choices()["stage"]
+    default = OP.default_config(twenty)
+    assert default["mma"] == 1 and default["mt"] == 32 and space.check(default) is None
+    assert any(c["mma"] == 0 for c in OP.seed_configs(twenty)) and any(c["mma"] for c in OP.seed_configs(twenty))
+    assert "tensor-core kernel takes" in (space.check({**default, "rpw": 2}) or "")
+    assert "CUDA-core kernel takes" in (space.check({**default, "mma": 0}) or "")  # rpw 16
+    assert "tiles of W" in (space.check({**default, "rpw": 32, "unroll": 8}) or "")
+    sixty = ops.make_problem("q8gemm", "float16", 64, 4096, 4096)
+    big = {**OP.default_config(sixty), "rpw": 32, "unroll": 2, "ksplit": 2}  # 256 threads x 64 sums
+    assert "shared memory" in (OP.space(sixty).check(big) or "")
+    assert OP.space(sixty).check({**big, "ksplit": 1}) is None
+    staged = {**big, "ksplit": 1, "stage": 1}  # 64 rows of x, 2 steps of 64 values: 17 KB
+    assert OP.space(sixty).check(staged) is None
+    assert "stage=1 with ksplit=1" in (OP.space(sixty).check({**staged, "ksplit": 2}) or "")
+    assert "shared memory" in (OP.space(sixty).check({**staged, "rpw": 16, "unroll": 8}) or "")  # 66 KB
+    assert "through L1" in (space.check({**default, "mma": 0, "rpw": 1, "mt": 8, "stage": 1}) or "")
+
+
+def test_a_tensor_core_instance_names_its_tiles() -> None:
+    problem = ops.make_problem("q8gemm", "float16", 20, 4096, 4096, variant="fp8")
+    config = {"mt": 32, "block": 256, "rpw": 32, "unroll": 2, "policy": 1, "ksplit": 4, "mma": 1, "stage": 0}
+    source = OP.kernel_source(problem, config)
+    assert OP.kernel_name(problem, config) == "q8gemm_mma_float16_fp8_m32_b256_r32_u2_p1_k4"
+    assert "at_q8gemm::q8gemm_mma_body<__half, 1, 4, 256, 2, 2, 1, 4>" in source  # 4 tiles of x, 2 of W
+    assert f'#include "{q8gemm.MMA_FILE}"' in source
+    launch = OP.launch(problem, config, 132)
+    assert launch.grid == (4096 // 64, 1, 1)  # 2 row groups of 32 rows a block; M in one pass
+    assert OP.family(problem, config) == "q8gemm_mma" and OP.family(problem, {**config, "mma": 0}) == "q8gemm"
+    staged = {**config, "ksplit": 1, "stage": 1}
+    assert OP.kernel_name(problem, staged) == "q8gemm_mma_float16_fp8_m32_b256_r32_u2_p1_k1_s"
+    assert "at_q8gemm::q8gemm_mma_staged<__half, 1, 4, 256, 2, 2, 1>" in OP.kernel_source(problem, staged)
+
+
+def test_configs_carry_between_one_row_and_more() -> None:
+    one = ops.make_problem("q8gemm", "float16", 1, 4096, 4096)
+    eight = ops.make_problem("q8gemm", "float16", 8, 4096, 4096)
+    simt = {"mt": 1, "block": 128, "rpw": 1, "unroll": 1, "policy": 1, "ksplit": 2}
+    assert OP.carried_over(eight, simt) == {**simt, "mma": 0, "stage": 0}
+    assert OP.carried_over(one, {**simt, "mma": 0, "stage": 0}) == simt
+    mma = {"mt": 8, "block": 256, "rpw": 16, "unroll": 4, "policy": 1, "ksplit": 4, "mma": 1, "stage": 0}
+    assert OP.carried_over(one, mma)["mma"] == 1  # kept for the space to refuse: no tensor cores at M = 1
+    sixty = ops.make_problem("q8gemm", "float16", 64, 4096, 4096)
+    assert OP.tiling_for(eight, sixty, mma) == {**mma, "mt": 64}  # every row of x in one pass there too
+    assert OP.tiling_for(sixty, eight, {**mma, "mt": 16}) == {**mma, "mt": 16}  # tuned in passes
 
 
 def test_geometry_and_bytes() -> None:

@@ -119,7 +119,7 @@ class Quantized8Weight(torch.nn.Module):  # type: ignore[misc]  # torch is untyp
         """The weight's values (N, K) in `dtype`, by default the activations' (float32: exact). In the
         activations' dtype they are made in it directly: a code is exact in float16 and bfloat16 and its
         product with the scale is rounded once, the bits of the float32 product rounded, with no
-        float32 copies (a linear of more than 16 rows dequantizes on every call)."""
+        float32 copies (a linear of more than 64 rows dequantizes on every call)."""
         codes = self.qweight.view(_CODE_VIEWS[self.kind])
         if dtype is None or dtype == self.dtype:
             return codes.to(self.dtype) * self.scales[:, None]

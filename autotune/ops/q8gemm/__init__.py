@@ -1,13 +1,16 @@
 """Weight-only 8-bit GEMV and skinny GEMM (out = alpha * x @ (codes * scales[:, None])^T + beta * out, W in
 nn.Linear's N x K layout, docs/lowbit.md's 8-bit format): parameters, constraints, launch geometry, source,
-operands and the float64 reference, for M <= 64 (kernels/q8gemm/q8gemm.cu). A problem's variant names the
+operands and the float64 reference, for M <= 64. A problem's variant names the
 codes: "int8" (two's complement) or "fp8" (OCP float8 e4m3, sm_89 and newer); its inputs are (x's dtype,
 int8 or fp8e4m3, x's dtype): one scale a row of W, in the activations' dtype.
 
-One CUDA-core kernel serves every M: a warp owns `rpw` rows of W and `mt` rows of x (or a part of K of
-them: `ksplit` warps of a block share the rows, their sums added in order), each lane holding `unroll`
-16-byte pieces (16 codes) of each row in flight, the codes widened to float once a piece and multiplied
-by each row of x read through L1."""
+Two kernels, the same parameters: a CUDA-core kernel (kernels/q8gemm/q8gemm.cu, mma = 0, the only one at
+M = 1) and, from M = 2, a tensor-core kernel (kernels/q8gemm/q8gemm_mma.cu, mma = 1). A warp owns `rpw`
+rows of W and `mt` rows of x (or a part of K of them: `ksplit` warps of a block share the rows, their
+sums added in order), each lane holding `unroll` 16-byte pieces (16 codes) of each row in flight. On CUDA
+cores the codes are widened to float once a piece and multiplied by each row of x read through L1; on
+tensor cores they become 16-bit pairs, and each MMA multiplies 16 rows of W by 8 rows of x (rpw and mt
+in multiples of those), x read through L1 or (`stage`) staged in shared memory a chunk at a time."""
 
 from __future__ import annotations
 
@@ -29,25 +32,29 @@ from autotune.ops.q8gemm import call
 
 NAME = "q8gemm"
 KERNEL_FILE = "q8gemm/q8gemm.cu"  # under kernels/, the mirror of this folder
+MMA_FILE = "q8gemm/q8gemm_mma.cu"  # the tensor-core kernel (M >= 2); it includes KERNEL_FILE
 REFERENCE_FILE = "q8gemm/reference.cu"
-MAX_M = 64  # the CUDA-core kernel's reach: larger batches belong to a GEMM on the dequantized weight
-# autotune.linear's: every code meets each row of x on CUDA cores, so past a few rows the kernel loses to
-# float16 (H200, 28672 x 4096 int8, untuned picks: M = 4 1.02x torch's float16, M = 16 0.33x, M = 64
-# 0.09x); past 16 rows the GEMM on the weight dequantized on every call is estimated to be faster
-# (from the bytes each path moves, not measured).
-LINEAR_MAX_M = 16
+MAX_M = 64  # the kernels' reach: larger batches belong to a GEMM on the dequantized weight
+LINEAR_MAX_M = MAX_M  # autotune.linear's: the op's kernels up to here, the GEMM on the dequantized weight past it
+MMA_MIN_M = 2  # from here on the tensor-core kernel is in the space (at M = 1 it multiplies 7 columns of zeros)
 PIECE = 16  # codes a 16-byte load holds (q8gemm.cu: PIECE)
 KIND_CODE = {"int8": 0, "fp8": 1}  # q8gemm.cu's KIND
 FP8_CAPABILITY = (8, 9)  # float8 conversions in hardware: Ada (sm_89) and newer
-_MTS = (1, 2, 4, 8)  # rows of x a warp multiplies each piece by
+_MTS = (1, 2, 4, 8)  # rows of x a warp multiplies each piece by (CUDA cores)
+_MMA_MTS = (8, 16, 32, 64)  # the same on tensor cores: tiles of 8
 _BLOCKS = (64, 128, 256, 512)
-_RPWS = (1, 2, 4)  # rows of W a warp
+_RPWS = (1, 2, 4)  # rows of W a warp (CUDA cores)
+_MMA_RPWS = (16, 32)  # the same on tensor cores: tiles of 16
 _UNROLLS = (1, 2, 4, 8)  # pieces of each row a lane has in flight
 _KSPLITS = (1, 2, 4, 8)  # warps of a block that share a group's rows, each reading a part of K
 # Registers a thread holds: 4 per piece in flight (rpw x unroll), 16 floats a row for the widened
 # codes and one sum per row of W and of x; past these ptxas spills.
 MAX_LOADS_IN_FLIGHT = 16  # rpw x unroll
 MAX_SUMS = 16  # rpw x mt
+# Tensor cores: 8 registers a tile of W per step in flight, 4 sums a tile pair (16 rows of W, 8 of x).
+MAX_MMA_LOADS = 8  # rpw / 16 x unroll
+MAX_MMA_TILES = 16  # rpw / 16 x mt / 8
+MAX_STATIC_SHARED = 48 * 1024  # the split's partial sums are static shared memory
 # Tilings measured first: whole rows a warp, 4-16 pieces a lane in flight, 8-16 warps a block.
 _SEEDS: tuple[dict[str, int], ...] = (
     dict(block=256, rpw=2, unroll=4, policy=1),
@@ -59,6 +66,20 @@ _SEEDS: tuple[dict[str, int], ...] = (
     dict(block=256, rpw=1, unroll=4, policy=1, ksplit=4),
     dict(block=256, rpw=2, unroll=4, policy=1, ksplit=2),
     dict(block=512, rpw=1, unroll=2, policy=1, ksplit=8),
+)
+# Tensor-core tilings measured first: 16-32 rows of W a warp, K split over 2-8 warps (a warp's 16 rows
+# leave few warps on narrow matrices: 4096 rows are 256 warps whole).
+_MMA_SEEDS: tuple[dict[str, int], ...] = (
+    dict(mma=1, block=256, rpw=16, unroll=4, policy=1, ksplit=4),
+    dict(mma=1, block=256, rpw=16, unroll=2, policy=1, ksplit=8),
+    dict(mma=1, block=256, rpw=32, unroll=2, policy=1, ksplit=4),
+    dict(mma=1, block=128, rpw=16, unroll=4, policy=1, ksplit=2),
+    dict(mma=1, block=512, rpw=16, unroll=4, policy=1, ksplit=8),
+    dict(mma=1, block=256, rpw=32, unroll=4, policy=0, ksplit=2),
+    # Many rows of x (x past what L1 holds): staged, 256 rows of W a block.
+    dict(mma=1, stage=1, block=256, rpw=32, unroll=2, policy=1, ksplit=1),
+    dict(mma=1, stage=1, block=256, rpw=16, unroll=4, policy=1, ksplit=1),
+    dict(mma=1, stage=1, block=512, rpw=16, unroll=2, policy=1, ksplit=1),
 )
 
 
@@ -76,9 +97,32 @@ def _fp8_fault() -> str | None:
 
 
 def _mt_choices(problem: Problem) -> tuple[int, ...]:
-    """Rows of x a warp multiplies: up to M rounded up to a power of two."""
+    """Rows of x a warp multiplies on CUDA cores: up to M rounded up to a power of two."""
     top = 1 << (min(problem.m, MAX_M) - 1).bit_length()
     return tuple(t for t in _MTS if t <= top)
+
+
+def _mma_mt(problem: Problem) -> int:
+    """Rows of x a warp multiplies on tensor cores to cover M in one pass (a power of two, 8 to 64)."""
+    return max(_MMA_MTS[0], 1 << (min(problem.m, MAX_M) - 1).bit_length())
+
+
+def _mma_mt_choices(problem: Problem) -> tuple[int, ...]:
+    return tuple(t for t in _MMA_MTS if t <= _mma_mt(problem))
+
+
+def mma_serves(problem: Problem) -> bool:
+    """Whether the tensor-core kernel (mma = 1) is in this problem's space."""
+    return problem.m >= MMA_MIN_M
+
+
+def _mma_shared_bytes(c: Mapping[str, int]) -> int:
+    """Mirrors q8gemm_mma.cu: a split block's parts (every lane's sums, for every warp), or x's staged
+    chunk (mt rows of unroll steps of 64 values and a 16-byte gap, 2 bytes a value)."""
+    if c.get("stage", 0):
+        return c["mt"] * (64 * c["unroll"] + 8) * 2
+    sums = c["rpw"] // 16 * c["mt"] // 8 * 4
+    return c["block"] * sums * 4 if c["ksplit"] > 1 else 0
 
 
 class Q8Gemm(Op):
@@ -92,6 +136,17 @@ class Q8Gemm(Op):
     shapes_file = Path(__file__).with_name("shapes.txt")
     input_names = ("x", "qweight", "scales")
     output_name = "out"
+
+    def carried_over(self, problem: Problem, config: Mapping[str, int]) -> dict[str, int]:
+        """A sibling's config with mma and stage as this problem's space has them: added as 0 (CUDA cores)
+        where the space has them, dropped at M = 1 (where a tensor-core config stays one the space refuses)."""
+        carried = dict(config)
+        for name in ("mma", "stage"):
+            if mma_serves(problem):
+                carried.setdefault(name, 0)
+            elif carried.get(name, 0) == 0:
+                carried.pop(name, None)
+        return carried
 
     def complete(self, problem: Problem) -> Problem:
         """The plain problem of this op names int8 codes."""
@@ -142,44 +197,82 @@ class Q8Gemm(Op):
 
     def space(self, problem: Problem) -> Space:
         def constraint(c: Mapping[str, int]) -> str | None:
+            if c["block"] // 32 % c["ksplit"]:
+                return f"ksplit={c['ksplit']} warps a row group do not divide the block's {c['block'] // 32} warps"
+            return mma_constraint(c) if c.get("mma", 0) else simt_constraint(c)
+
+        def simt_constraint(c: Mapping[str, int]) -> str | None:
+            if c["mt"] not in _MTS or c["rpw"] not in _RPWS:
+                return f"the CUDA-core kernel takes mt in {_MTS} and rpw in {_RPWS}"
+            if c.get("stage", 0):
+                return "the CUDA-core kernel reads x through L1 (stage=0)"
             if c["rpw"] * c["unroll"] > MAX_LOADS_IN_FLIGHT:
                 return (
                     f"more than {MAX_LOADS_IN_FLIGHT} pieces (rpw x unroll) in flight a thread (runs out of registers)"
                 )
             if c["rpw"] * c["mt"] > MAX_SUMS:
                 return f"more than {MAX_SUMS} sums (rpw x mt) a thread (runs out of registers)"
-            if c["block"] // 32 % c["ksplit"]:
-                return f"ksplit={c['ksplit']} warps a row group do not divide the block's {c['block'] // 32} warps"
             return None
 
+        def mma_constraint(c: Mapping[str, int]) -> str | None:
+            if c["mt"] not in _MMA_MTS or c["rpw"] not in _MMA_RPWS:
+                return f"the tensor-core kernel takes mt in {_MMA_MTS} and rpw in {_MMA_RPWS}"
+            if c["mt"] > _mma_mt(problem):
+                return f"mt={c['mt']} rows of x a warp, more than M = {problem.m} needs"
+            tiles = c["rpw"] // 16
+            if tiles * c["unroll"] > MAX_MMA_LOADS:
+                return f"more than {MAX_MMA_LOADS} tiles of W (rpw / 16 x unroll) in flight a thread (registers)"
+            if tiles * c["mt"] // 8 > MAX_MMA_TILES:
+                return f"more than {MAX_MMA_TILES} tile pairs (rpw / 16 x mt / 8) of sums a thread (registers)"
+            if c.get("stage", 0) and c["ksplit"] > 1:
+                return "x is staged for a block's whole rows (stage=1 with ksplit=1)"
+            if _mma_shared_bytes(c) > MAX_STATIC_SHARED:
+                return f"shared memory ({_mma_shared_bytes(c)} bytes) exceeds {MAX_STATIC_SHARED}"
+            return None
+
+        mma = mma_serves(problem)
         return Space(
             params=(
-                Param("mt", _mt_choices(problem)),
+                Param("mt", tuple(dict.fromkeys(_mt_choices(problem) + (_mma_mt_choices(problem) if mma else ())))),
                 Param("block", _BLOCKS),
-                Param("rpw", _RPWS),
+                Param("rpw", _RPWS + (_MMA_RPWS if mma else ())),
                 Param("unroll", _UNROLLS),
                 Param("policy", (0, 1, 2)),
                 Param("ksplit", _KSPLITS),
+                *((Param("mma", (0, 1)), Param("stage", (0, 1))) if mma else ()),
             ),
             constraint=constraint,
         )
 
     def default_config(self, problem: Problem) -> Config:
-        """Eight warps of one row each, four pieces a lane in flight, every row of x (up to 8) a warp."""
+        """At M = 1 eight warps of one row each, four pieces a lane in flight; past it the tensor cores,
+        16 rows of W a warp, K split over 4 warps, every row of x a warp."""
+        if mma_serves(problem):
+            return dict(mt=_mma_mt(problem), block=256, rpw=16, unroll=4, policy=1, ksplit=4, mma=1, stage=0)
         return {"mt": _mt_choices(problem)[-1], "block": 256, "rpw": 1, "unroll": 4, "policy": 1, "ksplit": 1}
 
     def seed_configs(self, problem: Problem) -> list[Config]:
         check = self.space(problem).check
         seeds = []
-        for tiling in _SEEDS:
+        simt = {"mt": _mt_choices(problem)[-1], **({"mma": 0, "stage": 0} if mma_serves(problem) else {})}
+        tilings = [{**simt, **t} for t in _SEEDS]
+        if mma_serves(problem):
+            tilings = [{"mt": _mma_mt(problem), "stage": 0, **t} for t in _MMA_SEEDS] + tilings
+        for tiling in tilings:
             config = {**self.default_config(problem), **tiling}
             if check(config) is None and config not in seeds:
                 seeds.append(config)
         return seeds
 
     def tiling_for(self, tuned: Problem, problem: Problem, config: Mapping[str, int]) -> Config:
-        """`config` with every row of x in one pass where `tuned`'s were (mt covering M, up to 8): a
-        config tuned at M = 1 (mt = 1) would read W once per row of x at M = 4."""
+        """`config` with every row of x in one pass where `tuned`'s were (mt covering M, up to 8 on CUDA
+        cores, 64 on tensor cores): a config tuned at M = 1 (mt = 1) would read W once per row of x at
+        M = 4."""
+        if config.get("mma", 0):
+            if config["mt"] < _mma_mt(tuned):
+                return dict(config)
+            fitted = {**config, "mt": _mma_mt(problem)}
+            return fitted if self.space(problem).check(fitted) is None else dict(config)
         if config["mt"] < min(tuned.m, max(_MTS)):
             return dict(config)
         return {**config, "mt": _mt_choices(problem)[-1]}
@@ -192,24 +285,39 @@ class Q8Gemm(Op):
     # -- how it is built and launched ---------------------------------------------------------
 
     def kernel_file(self, problem: Problem) -> str:
-        return KERNEL_FILE
+        return MMA_FILE if mma_serves(problem) else KERNEL_FILE
+
+    def family(self, problem: Problem, config: Mapping[str, int]) -> str:
+        return "q8gemm_mma" if config.get("mma", 0) else NAME
 
     def kernel_name(self, problem: Problem, config: Mapping[str, int]) -> str:
         c = config
         return (
-            f"q8gemm_{problem.dtype}_{kind_of(problem)}_m{c['mt']}_b{c['block']}_r{c['rpw']}_u{c['unroll']}"
-            f"_p{c['policy']}_k{c['ksplit']}"
+            f"{self.family(problem, c)}_{problem.dtype}_{kind_of(problem)}_m{c['mt']}_b{c['block']}_r{c['rpw']}"
+            f"_u{c['unroll']}_p{c['policy']}_k{c['ksplit']}{'_s' if c.get('stage', 0) else ''}"
         )
 
     def kernel_source(self, problem: Problem, config: Mapping[str, int]) -> str:
         c = config
         t = CUDA_TYPE[problem.dtype]
-        body = (
-            f"at_q8gemm::q8gemm_body<{t}, {KIND_CODE[kind_of(problem)]}, {c['mt']}, {c['block']}, {c['rpw']}, "
-            f"{c['unroll']}, {c['policy']}, {c['ksplit']}>(x, qweight, scales, out, M, N, K, alpha, beta);"
-        )
+        kind = KIND_CODE[kind_of(problem)]
+        if c.get("stage", 0):
+            body = (
+                f"at_q8gemm::q8gemm_mma_staged<{t}, {kind}, {c['mt'] // 8}, {c['block']}, {c['rpw'] // 16}, "
+                f"{c['unroll']}, {c['policy']}>(x, qweight, scales, out, M, N, K, alpha, beta);"
+            )
+        elif c.get("mma", 0):
+            body = (
+                f"at_q8gemm::q8gemm_mma_body<{t}, {kind}, {c['mt'] // 8}, {c['block']}, {c['rpw'] // 16}, "
+                f"{c['unroll']}, {c['policy']}, {c['ksplit']}>(x, qweight, scales, out, M, N, K, alpha, beta);"
+            )
+        else:
+            body = (
+                f"at_q8gemm::q8gemm_body<{t}, {kind}, {c['mt']}, {c['block']}, {c['rpw']}, "
+                f"{c['unroll']}, {c['policy']}, {c['ksplit']}>(x, qweight, scales, out, M, N, K, alpha, beta);"
+            )
         return (
-            f'#include "{KERNEL_FILE}"\n'
+            f'#include "{self.kernel_file(problem)}"\n'
             f'extern "C" __global__ void __launch_bounds__({c["block"]})\n'
             f"{self.kernel_name(problem, config)}(const {t}* x, const unsigned char* qweight, const {t}* scales,\n"
             f"    {t}* out, int M, int N, int K, float alpha, float beta, float* workspace,\n"
