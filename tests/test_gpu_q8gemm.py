@@ -195,3 +195,30 @@ def test_a_quantized_linear_replays_in_a_cuda_graph() -> None:
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(captured, eager)
+
+
+def test_the_torch_op_runs_compiled_fullgraph_and_in_a_cuda_graph() -> None:
+    import torch
+
+    import autotune
+    import autotune.runtime.torch_ops  # registers torch.ops.autotune.q8gemm
+
+    qw = autotune.quantize(torch.randn(777, 1024, device="cuda", dtype=torch.float16), "fp8")
+    x = torch.randn(5, 1024, device="cuda", dtype=torch.float16)
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.autotune.q8gemm(x, qw.qweight, qw.scales, 1.0, "fp8") * 2
+
+    eager = autotune.call("q8gemm", x, qw.qweight, qw.scales, options=("fp8",)) * 2
+    assert torch.equal(step(x), eager)
+    assert torch.equal(torch.compile(step, fullgraph=True)(x), eager)
+    int8 = autotune.quantize(torch.randn(777, 1024, device="cuda", dtype=torch.float16), "int8")
+    plain = torch.ops.autotune.q8gemm(x, int8.qweight, int8.scales)  # the kind left at its default
+    assert torch.equal(plain, autotune.call("q8gemm", x, int8.qweight, int8.scales, options=("int8",)))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step(x)
+    captured.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, eager)

@@ -136,6 +136,8 @@ class Q8Gemm(Op):
     shapes_file = Path(__file__).with_name("shapes.txt")
     input_names = ("x", "qweight", "scales")
     output_name = "out"
+    # torch.ops.autotune.q8gemm(x, qweight, scales, alpha, kind): the options travel as the kind string
+    torch_schema = "(Tensor x, Tensor qweight, Tensor scales, float alpha=1.0, str kind='int8') -> Tensor"
 
     def carried_over(self, problem: Problem, config: Mapping[str, int]) -> dict[str, int]:
         """A sibling's config with mma and stage as this problem's space has them: added as 0 (CUDA cores)

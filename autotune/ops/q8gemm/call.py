@@ -55,6 +55,6 @@ def bind(name: str, arrays: Sequence[DeviceArray | None], out: DeviceArray | Non
     return Bound(problem, out_shape)
 
 
-def torch_fake(x: Any, qweight: Any, scales: Any, alpha: float = 1.0) -> Any:
+def torch_fake(x: Any, qweight: Any, scales: Any, alpha: float = 1.0, kind: str = "int8") -> Any:
     """The output's shape for torch.compile: x's leading dimension (if any) by qweight's rows."""
     return x.new_empty((*x.shape[:-1], qweight.shape[0]))
