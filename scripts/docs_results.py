@@ -575,32 +575,37 @@ def _bench_shape(r: dict[str, Any]) -> str:
 
 def lowbit8_table(report: dict[str, Any]) -> str:
     """scripts/bench_lowbit8.py: the 8-bit weight-only product per kind and activations' dtype beside the
-    dequantized weight's 16-bit GEMV (ours and torch's); the goal figures above the table."""
+    dequantized weight's 16-bit GEMV (ours and torch's) and gemlite's A16W8; the goal figures above the table."""
+    gemlite = report.get("gemlite") or {}
     lines = [
         '**ours**: `autotune.call("q8gemm", ...)` on the codes and a scale a row; **ours float16**: '
         "`autotune.linear` on the weight dequantized to float16; **torch float16**: the faster of `torch.mv` and "
-        "`F.linear` on it. µs of isolated calls, weights cold in L2. **GB/s**: the bytes that must move once "
-        f"(codes, scales, x, y) over ours µs; **% of copy**: of the device copy's {report['copy_gbs']:.0f} GB/s; "
-        "**error / F.linear's**: our max relative error over `F.linear`'s on the weight rounded to float16, both "
-        "against float64 on the exact weight.",
+        "`F.linear` on it; **gemlite**: A16W8 (`A16W8_INT8`, `A16W8_FP8`) on the same codes and scales"
+        + (f", {gemlite['version']}, autotune `{gemlite['mode']}`" if gemlite.get("version") else "")
+        + f". µs of isolated calls, weights cold in L2; {DASH} where not measured. **GB/s**: the bytes that must "
+        f"move once (codes, scales, x, y) over ours µs; **% of copy**: of the device copy's {report['copy_gbs']:.0f} "
+        "GB/s; **error / F.linear's**: our max relative error over `F.linear`'s on the weight rounded to float16, "
+        "both against float64 on the exact weight.",
         "",
         "```",
         *lowbit8_summary(report)[1:],
         "```",
         "",
-        f"| codes | M | N {TIMES} K | ours µs | ours float16 µs | torch float16 µs | GB/s (ours) | % of copy "
-        "| error / F.linear's |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
+        f"| codes | M | N {TIMES} K | ours µs | ours float16 µs | torch float16 µs | gemlite µs | GB/s (ours) "
+        "| % of copy | error / F.linear's |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in report["rows"]:
         gbs = r["bytes"] / (r["ours_us"] * 1e3)
         error = r["max_rel_err"] / r["peer_max_rel_err"] if r.get("peer_max_rel_err") else None
+        gemlite_us = f"{r['gemlite_us']:.2f}" if r.get("gemlite_us") else DASH
         lines.append(
             f"| {r['format']} {r['dtype']} | {r['m']} | {r['n']}{TIMES}{r['k']} | {r['ours_us']:.2f} | "
-            f"{r['ours_fp16_us']:.2f} | {r['torch_fp16_us']:.2f} | {gbs:.0f} | {100 * gbs / report['copy_gbs']:.1f} | "
-            + (f"{error:.2f} |" if error is not None else f"{DASH} |")
+            f"{r['ours_fp16_us']:.2f} | {r['torch_fp16_us']:.2f} | {gemlite_us} | {gbs:.0f} | "
+            f"{100 * gbs / report['copy_gbs']:.1f} | " + (f"{error:.2f} |" if error is not None else f"{DASH} |")
         )
-    return "\n".join(lines)
+    notes = sorted({note for r in report["rows"] for note in r.get("notes", [])})
+    return "\n".join(lines + ([f"\nNotes: {'; '.join(notes)}."] if notes else []))
 
 
 SECTIONS: list[tuple[str, str, Any]] = [

@@ -113,13 +113,16 @@ def setup_gemlite(mode: str, configs: Path | None = None) -> tuple[Any, dict[str
     autotune (every config of its space), with CUDA graphs in the autotune and one tuning per exact M
     (set_autotune_setting must come first: set_autotune reloads the kernels, which read it then).
     `configs`: gemlite's own file of autotuned configs (gemlite.cache_config), loaded where it exists,
-    so that a shape it holds runs the config an earlier run's autotune chose, without tuning again."""
+    so that a shape it holds runs the config an earlier run's autotune chose, without tuning again.
+    Where gemlite cannot be imported (not installed, no triton, or its import-time GPU queries fail) the
+    run goes on with gemlite off, and the report's note says why."""
     if mode == "off":
         return None, {"mode": "off"}
     try:
         import gemlite
-    except ImportError as exc:
-        return None, {"mode": mode, "note": f"gemlite not installed ({exc}): pip install .whl/gemlite-*.whl"}
+    except Exception as exc:  # ImportError, or whatever its import-time setup raises: a peer, not fatal
+        note = f"gemlite off: cannot import it ({first_line(exc)}); pip install .whl/gemlite-*.whl"
+        return None, {"mode": "off", "note": note}
     gemlite.reset_config()  # no configs shipped for other GPUs: tuned here from scratch
     gemlite.set_autotune_setting(lambda m: m)
     gemlite.set_autotune(mode, use_cuda_graph=mode == "max")
