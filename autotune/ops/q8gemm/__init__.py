@@ -1,8 +1,8 @@
 """Weight-only 8-bit GEMV and skinny GEMM (out = alpha * x @ (codes * scales[:, None])^T + beta * out, W in
 nn.Linear's N x K layout, docs/lowbit.md's 8-bit format): parameters, constraints, launch geometry, source,
-operands and the float64 reference, for M <= 64. A problem's variant names the
-codes: "int8" (two's complement) or "fp8" (OCP float8 e4m3, sm_89 and newer); its inputs are (x's dtype,
-int8 or fp8e4m3, x's dtype): one scale a row of W, in the activations' dtype.
+operands and the float64 reference, for M <= 64. A problem's variant names the codes: "int8" (two's
+complement) or "fp8" (OCP float8 e4m3, sm_89 and newer); its inputs are (x's dtype, int8 or fp8e4m3, x's
+dtype): one scale a row of W, in the activations' dtype.
 
 Two kernels, the same parameters: a CUDA-core kernel (kernels/q8gemm/q8gemm.cu, mma = 0, the only one at
 M = 1) and, from M = 2, a tensor-core kernel (kernels/q8gemm/q8gemm_mma.cu, mma = 1). A warp owns `rpw`
@@ -54,7 +54,7 @@ MAX_SUMS = 16  # rpw x mt
 # Tensor cores: 8 registers a tile of W per step in flight, 4 sums a tile pair (16 rows of W, 8 of x).
 MAX_MMA_LOADS = 8  # rpw / 16 x unroll
 MAX_MMA_TILES = 16  # rpw / 16 x mt / 8
-MAX_STATIC_SHARED = 48 * 1024  # the split's partial sums are static shared memory
+MAX_STATIC_SHARED = 48 * 1024  # a split's partial sums and a staged chunk of x are static shared memory
 # Tilings measured first: whole rows a warp, 4-16 pieces a lane in flight, 8-16 warps a block.
 _SEEDS: tuple[dict[str, int], ...] = (
     dict(block=256, rpw=2, unroll=4, policy=1),
