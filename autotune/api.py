@@ -638,7 +638,7 @@ process.install(process.Surface(launch_path, linear))
 # linear() reads of such a weight its out_features and in_features, its buffers in `_buffers`
 # (torch.nn.Module's: qweight, scales and zeros).
 QUANTIZED_FORMATS = ("int4",)  # what patch(weights=...) quantizes to, and quantize
-EIGHT_BIT_FORMATS = ("int8", "fp8")  # quantize's too (autotune.linear runs them; patch does not yet)
+EIGHT_BIT_FORMATS = ("int8", "fp8")  # quantize's and patch's too
 QUANTIZED_TYPES: tuple[type, ...] = ()
 
 
@@ -764,11 +764,13 @@ def patch(
     GPTQ checkpoint's): those linears run them, their float weights dropped, the rest in float.
     `weights="int4"` quantizes each weight (QuantizedWeight.from_float, groups of `group` along K,
     `sym`) and drops the float one; a tied weight, peft's LoRA adapters, float32 weights and K not a
-    multiple of `group` stay in float. `fuse` runs sibling projections reading one input (q_proj/k_proj/v_proj,
-    gate_proj/up_proj) as one launch on their concatenated weight, whose views the siblings' weights
-    become. `db` is the database eager calls select from (a compiled graph's op uses the default)."""
-    if not isinstance(weights, Mapping) and weights not in (None, *QUANTIZED_FORMATS):
-        formats = ", ".join(repr(f) for f in (None, *QUANTIZED_FORMATS))
+    multiple of `group` stay in float. `weights="int8"` or `"fp8"` does the same with an 8-bit weight
+    (Quantized8Weight.from_float: a scale a row; K a multiple of 16; fp8 runs on sm_89 and newer).
+    `fuse` runs sibling projections reading one input (q_proj/k_proj/v_proj, gate_proj/up_proj) as one
+    launch on their concatenated weight, whose views the siblings' weights become. `db` is the database
+    eager calls select from (a compiled graph's op uses the default)."""
+    if not isinstance(weights, Mapping) and weights not in (None, *QUANTIZED_FORMATS, *EIGHT_BIT_FORMATS):
+        formats = ", ".join(repr(f) for f in (None, *QUANTIZED_FORMATS, *EIGHT_BIT_FORMATS))
         raise AutotuneError(f"unknown weights {weights!r}: patch takes {formats}")
     from autotune.ops.qgemm import format as int4
 

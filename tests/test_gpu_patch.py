@@ -1,8 +1,8 @@
 """GPU tests of autotune.patch (run with `pytest -m gpu` on the GPU machine; the transformers cases skip
 without it): a tiny transformers Llama in float16, patched against torch's own, eager and under
 torch.compile (fullgraph, and mode="reduce-overhead" with its CUDA graphs), fused and not, each within
-twice torch's own error from a float32 run of the same model; int4 logits against the model with its
-weights dequantized; a model patched on the CPU and moved to the GPU; and a greedy generate."""
+twice torch's own error from a float32 run of the same model; int4, int8 and fp8 logits against the
+model with its weights dequantized; a model patched on the CPU and moved to the GPU; and a greedy generate."""
 
 from __future__ import annotations
 
@@ -129,6 +129,26 @@ def test_int4_logits_match_the_dequantized_model_eager_and_compiled(fuse: bool) 
     compiled, ops = _compiled_ops(model, decode, fullgraph=True)
     assert ops.count("autotune.qgemm") == 2 * (4 if fuse else 7)  # the tied lm_head stays in float
     dequantized = autotune.unpatch(model)  # F.linear on the values the int4 kernels multiply by
+    want, want_prefill = _logits(dequantized, decode), _logits(dequantized, ids)
+    for got, exact in ((eager, want), (eager_prefill, want_prefill), (compiled, want)):
+        assert _deviation(got, exact) < 1e-2
+
+
+@pytest.mark.parametrize("kind", ["int8", "fp8"])
+@pytest.mark.parametrize("fuse", [False, True], ids=["unfused", "fused"])
+def test_eight_bit_logits_match_the_dequantized_model_eager_and_compiled(fuse: bool, kind: str) -> None:
+    import autotune
+    from autotune.model.modules import Int8Linear
+
+    torch._dynamo.reset()
+    model = autotune.patch(_llama(), kind, fuse=fuse)
+    assert isinstance(model.model.layers[0].mlp.down_proj, Int8Linear)
+    ids = torch.tensor(IDS, device="cuda")
+    decode = ids[:, :1]
+    eager, eager_prefill = _logits(model, decode), _logits(model, ids)
+    compiled, ops = _compiled_ops(model, decode, fullgraph=True)
+    assert ops.count("autotune.q8gemm") == 2 * (4 if fuse else 7)  # the tied lm_head stays in float
+    dequantized = autotune.unpatch(model)  # F.linear on the values the 8-bit kernels multiply by
     want, want_prefill = _logits(dequantized, decode), _logits(dequantized, ids)
     for got, exact in ((eager, want), (eager_prefill, want_prefill), (compiled, want)):
         assert _deviation(got, exact) < 1e-2

@@ -1,7 +1,7 @@
 """autotune.patch and autotune.unpatch on the CPU where torch is installed (skipped elsewhere; the
 transformers and peft cases where those are): the launch path is a double that multiplies with torch
 (tests/torch_double.py), so what is checked is which modules are patched and how, that their outputs and
-gradients are the unpatched model's, the state_dict, ties, int4, fusing (eager and traced by
+gradients are the unpatched model's, the state_dict, ties, int4 and 8-bit weights, fusing (eager and traced by
 torch.compile) and unpatch. tests/test_gpu_patch.py runs the kernels themselves."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from autotune.core.errors import AutotuneError
 torch = pytest.importorskip("torch")
 
 import autotune  # noqa: E402  (after the skip: autotune.patch needs torch)
-from autotune.model.fuse import FusedInt4Linear, FusedLinear  # noqa: E402
-from autotune.model.modules import Int4Linear, PatchedLinear  # noqa: E402
+from autotune.model.fuse import FusedInt4Linear, FusedInt8Linear, FusedLinear  # noqa: E402
+from autotune.model.modules import Int4Linear, Int8Linear, PatchedLinear  # noqa: E402
 from tests import torch_double  # noqa: E402
 
 nn = torch.nn
@@ -148,8 +148,8 @@ def test_unpatch_restores_plain_linears_with_the_same_parameters(runtime: Any) -
 
 
 def test_bad_arguments_are_one_line_errors() -> None:
-    with pytest.raises(AutotuneError, match="unknown weights 'int8': patch takes None, 'int4'"):
-        autotune.patch(nn.Linear(8, 8), "int8")
+    with pytest.raises(AutotuneError, match="unknown weights 'int3': patch takes None, 'int4', 'int8', 'fp8'"):
+        autotune.patch(nn.Linear(8, 8), "int3")
     with pytest.raises(AutotuneError, match="int4 group must be one of 32, 64, 128"):
         autotune.patch(nn.Linear(8, 8), "int4", group=100)
     with pytest.raises(AutotuneError, match=r"takes a torch\.nn\.Module, got dict"):
@@ -283,6 +283,98 @@ def test_unpatch_dequantizes_int4_weights(runtime: Any) -> None:
     autotune.unpatch(model)
     assert type(model.q_proj) is nn.Linear and isinstance(model.q_proj.weight, nn.Parameter)
     assert torch.equal(model.q_proj.weight, dequantized)
+
+
+# -- 8-bit ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["int8", "fp8"])
+def test_eight_bit_quantizes_covered_weights_and_keeps_the_rest_in_float(runtime: Any, logged: Any, kind: str) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 32), nn.Linear(24, 16, bias=False), nn.Linear(64, 8).float())
+    model[0].half(), model[1].half()
+    weight = model[0].weight.detach().clone()
+    autotune.patch(model, kind)
+    assert type(model[0]) is Int8Linear and type(model[1]) is PatchedLinear and type(model[2]) is PatchedLinear
+    assert "weight" not in dict(model[0].named_parameters()) and model[0].weight.kind == kind
+    lines = [r.getMessage() for r in logged.records]
+    assert (
+        f"autotune.patch: 1 kept in float: in_features = 24 is not a multiple of 16 (the {kind} kernels' pieces)"
+        in lines
+    )
+    assert any(
+        line.startswith(f"autotune.patch: 2 kept in float: float32 weights; the {kind} kernels") for line in lines
+    )
+    assert (
+        f"autotune.patch: 3 linears patched (1 {kind}, 2 float), 0 fused groups, 0 skipped, 0 already patched" in lines
+    )
+    assert list(model[0].state_dict()) == ["bias", "weight.qweight", "weight.scales", "weight._extra_state"]
+    x = torch.randn(2, 64, dtype=torch.float16)
+    with torch.no_grad():
+        got = model[0](x)
+    want = torch.nn.functional.linear(x.float(), model[0].weight.dequantize(torch.float32), model[0].bias.float())
+    assert _close(got, want, 1e-2) and runtime.calls == ["q8gemm"]
+    step = 2.0**-4 if kind == "fp8" else 2.0**-7  # the codes' relative step, times the row's largest value
+    assert (
+        (model[0].weight.dequantize(torch.float32) - weight.float()).abs().max(1).values
+        <= weight.float().abs().max(1).values * step
+    ).all()
+
+
+def test_an_eight_bit_linear_is_frozen_and_unpatches_to_its_dequantized_weight(runtime: Any) -> None:
+    model = autotune.patch(nn.Linear(128, 8).half(), "int8")
+    x = torch.randn(2, 128, dtype=torch.float16, requires_grad=True)
+    model(x).float().sum().backward()
+    assert _close(x.grad, model.weight.dequantize(torch.float32).sum(0).expand(2, 128), 1e-2)
+    model.weight.scales.requires_grad_(True)
+    with pytest.raises(AutotuneError, match="an int8 weight is frozen"):
+        model(x)
+    model.weight.scales.requires_grad_(False)
+    dequantized = model.weight.dequantize()
+    autotune.unpatch(model)
+    assert type(model) is nn.Linear and torch.equal(model.weight, dequantized)
+
+
+def test_an_eight_bit_state_dict_loads_into_a_model_patched_alike_only(runtime: Any) -> None:
+    saved = autotune.patch(_block(torch.float16), "fp8", fuse=True)
+    state = saved.state_dict()
+    assert "q_proj.weight.qweight" in state and "q_proj.weight" not in state
+    torch.manual_seed(1)
+    other = autotune.patch(Block().half(), "fp8", fuse=True)  # other values than the saved model's
+    other.load_state_dict(state)
+    x = torch.randn(2, 64, dtype=torch.float16)
+    with torch.no_grad():
+        assert torch.equal(other(x), saved(x))
+    with pytest.raises(AutotuneError, match="holds an 8-bit weight fp8"):
+        autotune.patch(_block(torch.float16), "int8").load_state_dict(state)
+
+
+def test_fused_eight_bit_siblings_run_one_op_a_group_eager_and_under_torch_compile(runtime: Any) -> None:
+    model = autotune.patch(_block(torch.float16), "int8", fuse=True)
+    assert type(model.q_proj) is FusedInt8Linear and type(model.o_proj) is Int8Linear
+    plain = autotune.unpatch(autotune.patch(_block(torch.float16), "int8"))
+    x = torch.randn(1, 64, dtype=torch.float16)
+    with torch.no_grad():
+        want = plain(x)
+        runtime.calls.clear()
+        eager = model(x)
+        assert runtime.calls == ["q8gemm"] * 4 and _close(eager, want, 1e-2)  # q/k/v, o, gate/up, down
+        runtime.calls.clear()
+        compiled = torch.compile(model, fullgraph=True, backend="aot_eager")(x)
+    assert runtime.calls == ["q8gemm"] * 4 and _close(compiled, want, 1e-2)
+    assert model.q_proj.fused_group.state is None and model.q_proj.fused_group.fusing
+
+
+def test_eight_bit_linears_of_more_than_64_rows_dequantize_eager_and_compiled(runtime: Any) -> None:
+    model = autotune.patch(_block(torch.float16), "fp8")
+    x = torch.randn(65, 64, dtype=torch.float16)
+    with torch.no_grad():
+        want = autotune.unpatch(autotune.patch(_block(torch.float16), "fp8"))(x)
+        eager = model(x)
+        assert runtime.calls == ["gemm"] * 7 and _close(eager, want, 1e-2)
+        runtime.calls.clear()
+        compiled = torch.compile(model, fullgraph=True, backend="aot_eager")(x)
+    assert runtime.calls == ["gemm"] * 7 and _close(compiled, want, 1e-2)
 
 
 # -- fuse ------------------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """A double of the launch path for CPU tests where torch is installed: the calls autotune.linear and the
-torch ops make (gemm, gemv, the int4 qgemm and qdequant), done by torch on the CPU and counted. `install`
-puts it in the launch path's place, registers CPU kernels for torch.ops.autotune.linear, gemm, qgemm and
-qdequant (so that torch.compile's graphs run on the CPU too) and lets patched models send CPU tensors down
-that path."""
+torch ops make (gemm, gemv, the int4 qgemm and qdequant, the 8-bit q8gemm), done by torch on the CPU and
+counted. `install` puts it in the launch path's place, registers CPU kernels for torch.ops.autotune.linear,
+gemm, qgemm, qdequant and q8gemm (so that torch.compile's graphs run on the CPU too) and lets patched
+models send CPU tensors down that path."""
 
 from __future__ import annotations
 
@@ -39,10 +39,14 @@ class TorchRuntime:
 
     def _call(self, op: Any, arrays: Any, out: Any, alpha: float, beta: float, *rest: Any) -> Any:
         """The int4 ops: qgemm (x, qweight, scales, zeros), x times the weight the arrays hold, dequantized;
-        qdequant (qweight, scales, zeros), that weight in the scales' dtype."""
-        assert op.name in ("qgemm", "qdequant"), op.name
+        qdequant (qweight, scales, zeros), that weight in the scales' dtype; the 8-bit q8gemm (x, qweight,
+        scales; options (kind,) last) as qgemm."""
+        assert op.name in ("qgemm", "qdequant", "q8gemm"), op.name
         self._called(op.name)
-        result = _int4_product(*arrays) if op.name == "qgemm" else _int4_weight(*arrays)
+        if op.name == "q8gemm":
+            result = _eight_bit_product(*arrays, *rest[-1])
+        else:
+            result = _int4_product(*arrays) if op.name == "qgemm" else _int4_weight(*arrays)
         return _into(alpha * result, out, beta)
 
 
@@ -54,6 +58,11 @@ def _int4_product(x: Any, qweight: Any, scales: Any, zeros: Any = None) -> Any:
     group = x.shape[-1] // scales.shape[1]
     weight = int4.dequantize(int4.int4_weight(qweight, scales, zeros, group))
     return (x.float() @ weight.T).to(x.dtype)
+
+
+def _eight_bit_product(x: Any, qweight: Any, scales: Any, kind: str = "int8") -> Any:
+    codes = qweight.view(torch.int8 if kind == "int8" else torch.float8_e4m3fn).float()
+    return (x.float() @ (codes * scales.float()[:, None]).T).to(x.dtype)
 
 
 def _int4_weight(qweight: Any, scales: Any, zeros: Any = None) -> Any:
@@ -80,10 +89,15 @@ def _cpu_kernels(runtime: TorchRuntime) -> Iterator[None]:
         runtime._called("qdequant")
         return alpha * _int4_weight(qweight, scales, zeros)
 
+    def q8gemm(x: Any, qweight: Any, scales: Any, alpha: float = 1.0, kind: str = "int8") -> Any:
+        runtime._called("q8gemm")
+        return alpha * _eight_bit_product(x, qweight, scales, kind)
+
     library.impl("linear", linear, "CPU")
     library.impl("gemm", gemm, "CPU")
     library.impl("qgemm", qgemm, "CPU")
     library.impl("qdequant", qdequant, "CPU")
+    library.impl("q8gemm", q8gemm, "CPU")
     try:
         yield
     finally:

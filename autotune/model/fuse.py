@@ -4,7 +4,8 @@ it is.
 
 How (FusedGroup):
 
-- Storage. The siblings' weights (and biases; for int4 the qweight, scales and zeros) are concatenated
+- Storage. The siblings' weights (and biases; for int4 the qweight, scales and zeros, for 8-bit weights
+  the qweight and scales) are concatenated
   along the output rows once, and each sibling's tensor becomes a row-block view of the result: the
   same Parameter objects with their data moved (`param.data = view`), so memory is not doubled, the
   state_dict keys stay, and load_state_dict's in-place copies land in the shared storage. `.to()` and
@@ -41,8 +42,16 @@ from typing import Any
 import torch
 
 from autotune.core.errors import AutotuneError
-from autotune.model.modules import Int4Linear, PatchedLinear, float_linear, int4_linear
+from autotune.model.modules import (
+    Int4Linear,
+    Int8Linear,
+    PatchedLinear,
+    eight_bit_linear,
+    float_linear,
+    int4_linear,
+)
 from autotune.model.quantized import QuantizedWeight
+from autotune.model.quantized8 import Quantized8Weight
 
 log = logging.getLogger(__name__)
 
@@ -55,14 +64,15 @@ Slot = tuple[dict[str, Any], str]
 
 
 class FusedGroup:
-    """Sibling linears (all PatchedLinear, or all Int4Linear of one format) of one input size, dtype,
-    device and bias-ness, run as one product on their concatenated tensors (the module docstring says
-    how)."""
+    """Sibling linears (all PatchedLinear, or all Int4Linear or Int8Linear of one format) of one input size,
+    dtype, device and bias-ness, run as one product on their concatenated tensors (the module docstring
+    says how)."""
 
     def __init__(self, members: Sequence[Any], where: str) -> None:
         self.members = list(members)
         self.where = where  # the siblings' names, for log lines
         self.int4 = isinstance(self.members[0], Int4Linear)
+        self.eight_bit = isinstance(self.members[0], Int8Linear)
         ends = [0]
         for member in self.members:
             ends.append(ends[-1] + member.out_features)
@@ -82,10 +92,10 @@ class FusedGroup:
 
     def slots(self, member: Any) -> list[Slot]:
         """Where `member`'s tensors live, in the order they are concatenated."""
-        if self.int4:
+        if self.int4 or self.eight_bit:
             buffers = member._modules["weight"]._buffers
             found: list[Slot] = [(buffers, "qweight"), (buffers, "scales")]
-            if buffers["zeros"] is not None:
+            if buffers.get("zeros") is not None:
                 found.append((buffers, "zeros"))
         else:
             found = [(member._parameters, "weight")]
@@ -121,9 +131,11 @@ class FusedGroup:
 
     def _runner(self) -> tuple[Any, Any]:
         bias = self.tensors[-1] if self.members[0]._parameters["bias"] is not None else None
-        if not self.int4:
+        if not (self.int4 or self.eight_bit):
             return self.tensors[0], bias
         first = self.members[0]._modules["weight"]
+        if self.eight_bit:
+            return Quantized8Weight(self.tensors[0], self.tensors[1], first.kind), bias
         zeros = None if first.sym else self.tensors[2]
         return QuantizedWeight(self.tensors[0], self.tensors[1], zeros, first.group), bias
 
@@ -171,7 +183,7 @@ class FusedGroup:
             if not self.fusing:
                 return member.alone(x)
         weight, bias = self.runner
-        run = int4_linear if self.int4 else float_linear
+        run = int4_linear if self.int4 else eight_bit_linear if self.eight_bit else float_linear
         product = run(x, weight, bias, member.db)
         self.state = (x, version, product, self.others[index], index)
         start, stop = self.rows[index]
@@ -251,21 +263,47 @@ class FusedInt4Linear(Int4Linear):
         return Int4Linear.release(self)
 
 
+class FusedInt8Linear(Int8Linear):
+    """An Int8Linear whose product comes from its FusedGroup."""
+
+    fused_group: FusedGroup
+    fused_index: int
+
+    def forward(self, input: torch.Tensor) -> Any:
+        return self.fused_group.output(self.fused_index, input, self)
+
+    def alone(self, x: torch.Tensor) -> Any:
+        return Int8Linear.forward(self, x)
+
+    def _apply(self, fn: Callable[[Any], Any], recurse: bool = True) -> FusedInt8Linear:
+        self.fused_group.convert(fn)  # its Quantized8Weight's buffers are among the group's tensors
+        return self
+
+    def release(self) -> torch.nn.Linear:
+        del self.fused_group, self.fused_index
+        return Int8Linear.release(self)
+
+
 def fuse(members: Sequence[Any], where: str) -> FusedGroup:
     """Run `members` (patched siblings, checked compatible by the caller) as one FusedGroup."""
     group = FusedGroup(members, where)
+    fused = FusedInt4Linear if group.int4 else FusedInt8Linear if group.eight_bit else FusedLinear
     for index, member in enumerate(members):
-        member.__class__ = FusedInt4Linear if group.int4 else FusedLinear
+        member.__class__ = fused
         member.fused_group, member.fused_index = group, index
     return group
 
 
 def compatible(member: Any) -> tuple[Any, ...]:
-    """What siblings must share to be fused: kind, input size, dtype, device, bias-ness, int4 format."""
+    """What siblings must share to be fused: kind, input size, dtype, device, bias-ness, low-bit format."""
     if isinstance(member, Int4Linear):
         weight = member._modules["weight"]
         scales = weight._buffers["scales"]
         kind: tuple[Any, ...] = ("int4", weight.group, weight.sym, scales.dtype, scales.device)
+    elif isinstance(member, Int8Linear):
+        weight = member._modules["weight"]
+        scales = weight._buffers["scales"]
+        kind = (weight.kind, scales.dtype, scales.device)
     else:
         weight = member._parameters["weight"]
         kind = ("float", weight.dtype, weight.device)

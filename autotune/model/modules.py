@@ -1,5 +1,6 @@
-"""What runs in a patched linear's place: PatchedLinear (its float weight) and Int4Linear (its weight as
-an int4 QuantizedWeight), each on our kernels where the weight is on a GPU and on F.linear elsewhere.
+"""What runs in a patched linear's place: PatchedLinear (its float weight), Int4Linear (its weight as an
+int4 QuantizedWeight) and Int8Linear (an 8-bit Quantized8Weight), each on our kernels where the weight is
+on a GPU and on F.linear elsewhere.
 
 A linear becomes one of them by a change of class (`adopt`), the way torch.nn.utils.parametrize
 changes a module's class: the module object stays the one its parent, a peft wrapper or a forward hook
@@ -16,7 +17,8 @@ import torch
 import autotune.runtime.torch_ops  # noqa: F401  (registers torch.ops.autotune.*, which compiled graphs call)
 from autotune import api
 from autotune.model.quantized import QuantizedWeight
-from autotune.ops import qgemm
+from autotune.model.quantized8 import Quantized8Weight
+from autotune.ops import q8gemm, qgemm
 from autotune.ops.qgemm import format as int4
 
 # Our kernels run CUDA tensors; a patched model moved elsewhere (.cpu(), .to("meta")) runs F.linear, so
@@ -58,6 +60,27 @@ def _compiled_int4_linear(x: torch.Tensor, weight: QuantizedWeight, bias: torch.
         return torch.ops.autotune.linear(x, dense, bias)
     y = torch.ops.autotune.qgemm(x.contiguous(), buffers["qweight"], buffers["scales"], buffers["zeros"])
     return y if bias is None else y + bias  # the qgemm op takes no bias: Inductor fuses the add
+
+
+def eight_bit_linear(x: torch.Tensor, weight: Quantized8Weight, bias: torch.Tensor | None, db: str | None) -> Any:
+    """F.linear(x, W, bias) for an 8-bit W: the q8gemm op where W is on a GPU and x in its scales' dtype,
+    F.linear on the dequantized weight otherwise."""
+    scales = weight._buffers["scales"]
+    if not (scales.is_cuda or ANY_DEVICE) or x.dtype is not scales.dtype:
+        return torch.nn.functional.linear(x, weight.dequantize(x.dtype), bias)
+    if torch.compiler.is_compiling():
+        return _compiled_eight_bit_linear(x, weight, bias)
+    return api.linear(x, weight, bias, db=db)
+
+
+def _compiled_eight_bit_linear(x: torch.Tensor, weight: Quantized8Weight, bias: torch.Tensor | None) -> Any:
+    """What api.linear does with an 8-bit weight, in torch ops that dynamo traces: the q8gemm op up to
+    q8gemm.LINEAR_MAX_M rows of x, beyond them the float GEMM on the weight dequantized in x's dtype."""
+    buffers = weight._buffers
+    if x.numel() > q8gemm.LINEAR_MAX_M * weight.in_features:
+        return torch.ops.autotune.linear(x, weight.dequantize(), bias)
+    y = torch.ops.autotune.q8gemm(x.contiguous(), buffers["qweight"], buffers["scales"], 1.0, weight.kind)
+    return y if bias is None else y + bias  # the op takes no bias: Inductor fuses the add
 
 
 def dequantized(weight: QuantizedWeight, dtype: torch.dtype) -> Any:
@@ -138,4 +161,43 @@ class Int4Linear(torch.nn.Module):  # type: ignore[misc]
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, bias={has_bias}, "
             f"weight=int4 {weight.variant}"
+        )
+
+
+class Int8Linear(torch.nn.Module):  # type: ignore[misc]
+    """A linear whose weight is an 8-bit Quantized8Weight (int8 or fp8 codes), a child module named
+    `weight`: its state_dict keys are `weight.qweight`, `weight.scales` and `weight._extra_state`, beside
+    `bias`. Frozen: x and the bias get gradients, the weight none."""
+
+    in_features: int
+    out_features: int
+    db: str | None
+
+    @classmethod
+    def adopt(cls, linear: torch.nn.Linear, quantized: Quantized8Weight, db: str | None) -> Int8Linear:
+        """`linear` holding `quantized` instead of its float weight, which it drops."""
+        del linear._parameters["weight"]
+        linear.__class__ = cls
+        linear.weight = quantized
+        linear.db = db
+        return linear  # type: ignore[no-any-return]
+
+    def forward(self, input: torch.Tensor) -> Any:
+        return eight_bit_linear(input, self._modules["weight"], self._parameters["bias"], self.db)
+
+    def release(self) -> torch.nn.Linear:
+        """Back to a plain nn.Linear whose weight is the 8-bit weight dequantized (a new Parameter in the
+        scales' dtype: the float weight quantized away is not restored)."""
+        weight = torch.nn.Parameter(self._modules["weight"].dequantize())
+        del self.db
+        del self._modules["weight"]
+        self.__class__ = torch.nn.Linear
+        self.weight = weight
+        return self
+
+    def extra_repr(self) -> str:
+        has_bias = self._parameters["bias"] is not None
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, bias={has_bias}, "
+            f"weight={self._modules['weight'].kind}"
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,23 +18,26 @@ import torch
 
 from autotune.core.errors import AutotuneError
 from autotune.model import fuse as fusing
-from autotune.model.modules import Int4Linear, PatchedLinear
+from autotune.model.modules import Int4Linear, Int8Linear, PatchedLinear
 from autotune.model.quantized import QuantizedWeight
+from autotune.model.quantized8 import Quantized8Weight
+from autotune.ops.q8gemm import PIECE as EIGHT_BIT_K_MULTIPLE
 
 log = logging.getLogger(__name__)
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # what autotune.linear runs
-INT4_DTYPES = (torch.float16, torch.bfloat16)  # the int4 kernels' activations (the scales' dtype)
-PATCHED = (PatchedLinear, Int4Linear)  # fuse.py's classes are subclasses
+LOW_BIT_DTYPES = (torch.float16, torch.bfloat16)  # the low-bit kernels' activations (the scales' dtype)
+EIGHT_BIT = ("int8", "fp8")  # weights= values that quantize to an 8-bit weight
+PATCHED = (PatchedLinear, Int4Linear, Int8Linear)  # fuse.py's classes are subclasses
 
 
 @dataclass
 class _Plan:
-    """One covered linear and what it becomes: int4 where `quantized` is set, else float."""
+    """One covered linear and what it becomes: int4 or 8-bit where `quantized` is set, else float."""
 
     name: str
     linear: torch.nn.Linear
-    quantized: QuantizedWeight | None = None
+    quantized: QuantizedWeight | Quantized8Weight | None = None
 
 
 def patch(
@@ -53,7 +56,10 @@ def patch(
     _check_loaded(covered, set(weights) if isinstance(weights, Mapping) else set())
     plans = [_Plan(name, linear) for name, linear in covered]
     if weights == "int4":
-        _quantize(plans, model, group, sym)
+        _quantize(plans, model, "int4", group, lambda w: QuantizedWeight.from_float(w, group, sym))
+    elif weights in EIGHT_BIT:
+        kind = str(weights)
+        _quantize(plans, model, kind, EIGHT_BIT_K_MULTIPLE, lambda w: Quantized8Weight.from_float(w, kind))
     elif isinstance(weights, Mapping):
         _assign(plans, weights)
     # Nothing above changed the model; from here on nothing refuses.
@@ -61,16 +67,19 @@ def patch(
     for plan in plans:
         if plan.quantized is None:
             PatchedLinear.adopt(plan.linear, db)
+        elif isinstance(plan.quantized, Quantized8Weight):
+            Int8Linear.adopt(plan.linear, plan.quantized, db)
         else:
             Int4Linear.adopt(plan.linear, plan.quantized, db)
         patched.add(id(plan.linear))
     groups = [fusing.fuse(members, names) for names, members in fusing.sibling_groups(model, patched)] if fuse else []
-    int4s = sum(plan.quantized is not None for plan in plans)
+    quantized = sum(plan.quantized is not None for plan in plans)
     log.info(
-        "autotune.patch: %d linears patched (%d int4, %d float), %d fused groups, %d skipped, %d already patched",
+        "autotune.patch: %d linears patched (%d %s, %d float), %d fused groups, %d skipped, %d already patched",
         len(plans),
-        int4s,
-        len(plans) - int4s,
+        quantized,
+        weights if weights in EIGHT_BIT else "int4",
+        len(plans) - quantized,
         len(groups),
         skipped,
         already,
@@ -140,14 +149,21 @@ def _check_loaded(covered: list[tuple[str, torch.nn.Linear]], replaced: set[str]
         )
 
 
-def _quantize(plans: list[_Plan], model: torch.nn.Module, group: int, sym: bool) -> None:
-    """Quantize each plan's weight where int4 fits it, before any module changes (so that a refusal
+def _quantize(
+    plans: list[_Plan],
+    model: torch.nn.Module,
+    kind: str,
+    k_multiple: int,
+    make: Callable[[torch.Tensor], QuantizedWeight | Quantized8Weight],
+) -> None:
+    """Quantize each plan's weight (`make`) where a `kind` weight fits it (in_features a multiple of
+    `k_multiple`: int4's group, the 8-bit kernels' 16), before any module changes (so that a refusal
     leaves the model as it was); one log line for each kept in float."""
     owners = Counter(id(p) for module in model.modules() for p in module._parameters.values() if p is not None)
     for plan in plans:
-        why = _float_only(plan, group, owners)
+        why = _float_only(plan, kind, k_multiple, owners)
         if why is None:
-            plan.quantized = QuantizedWeight.from_float(plan.linear.weight, group, sym)
+            plan.quantized = make(plan.linear.weight)
         else:
             log.info("autotune.patch: %s kept in float: %s", plan.name, why)
 
@@ -185,15 +201,16 @@ def _assign(plans: list[_Plan], weights: Mapping[str, Any]) -> None:
         log.info("autotune.patch: %d linears without an int4 weight in `weights` run in float", unnamed)
 
 
-def _float_only(plan: _Plan, group: int, owners: Counter[int]) -> str | None:
-    """Why a covered linear stays in float under weights="int4", None where it is quantized."""
+def _float_only(plan: _Plan, kind: str, k_multiple: int, owners: Counter[int]) -> str | None:
+    """Why a covered linear stays in float under weights=`kind`, None where it is quantized."""
     linear, weight = plan.linear, plan.linear.weight
     if any(part.startswith("lora_") for part in plan.name.split(".")):
         return "a LoRA adapter (peft's lora_A, lora_B) stays trainable"
     if owners[id(weight)] > 1:
         return "its weight is tied to another module's (lm_head and embed_tokens): quantizing it would untie them"
-    if weight.dtype not in INT4_DTYPES:
-        return f"{str(weight.dtype).removeprefix('torch.')} weights; the int4 kernels run float16 and bfloat16"
-    if linear.in_features % group:
-        return f"in_features = {linear.in_features} is not a multiple of the int4 group {group}"
+    if weight.dtype not in LOW_BIT_DTYPES:
+        return f"{str(weight.dtype).removeprefix('torch.')} weights; the {kind} kernels run float16 and bfloat16"
+    if linear.in_features % k_multiple:
+        what = f"the int4 group {k_multiple}" if kind == "int4" else f"{k_multiple} (the {kind} kernels' pieces)"
+        return f"in_features = {linear.in_features} is not a multiple of {what}"
     return None

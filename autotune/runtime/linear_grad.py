@@ -81,7 +81,7 @@ class _Linear(torch.autograd.Function):  # type: ignore[misc]  # torch is untype
 
 
 class _QuantizedLinear(torch.autograd.Function):  # type: ignore[misc]
-    """autotune.linear with an int4 weight: gradients for x and the bias; the weight is frozen."""
+    """autotune.linear with an int4 or 8-bit weight: gradients for x and the bias; the weight is frozen."""
 
     @staticmethod
     def forward(
@@ -106,8 +106,9 @@ def linear(x: Any, weight: Any, bias: Any, db: str | None, quantized: bool, untr
     if quantized:
         frozen = [name for name, buffer in weight._buffers.items() if buffer is not None and buffer.requires_grad]
         if frozen:
+            what = (weight.__dict__.get("options") or ("int4",))[0]  # an 8-bit weight's (kind,); int4: none
             raise AutotuneError(
-                f"an int4 weight is frozen: its {', '.join(frozen)} take no gradient (x's and the bias' do); "
+                f"an {what} weight is frozen: its {', '.join(frozen)} take no gradient (x's and the bias' do); "
                 "train a float weight, or an adapter beside this one"
             )
         return _QuantizedLinear.apply(x, bias, weight, db, untracked, gemm)
