@@ -97,6 +97,27 @@ __device__ __forceinline__ void mma(float (&d)[4], unsigned a0, unsigned a1, uns
 #endif
 }
 
+// Where a warp's rows of W start: rows g and g + 8 of each of its tiles (rows past N: the last row,
+// read, never written).
+template <int TILES>
+__device__ __forceinline__ void row_pointers(const uint4* (&rows)[TILES][2], const unsigned char* __restrict__ qweight,
+                                             int row0, int g, int N, int K) {
+#pragma unroll
+  for (int t = 0; t < TILES; ++t)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      rows[t][h] = reinterpret_cast<const uint4*>(qweight + (size_t)min(row0 + 16 * t + 8 * h + g, N - 1) * K);
+}
+
+template <int TILES, int XT> __device__ __forceinline__ void zero(float (&acc)[TILES][XT][4]) {
+#pragma unroll
+  for (int t = 0; t < TILES; ++t)
+#pragma unroll
+    for (int i = 0; i < XT; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[t][i][e] = 0.0f;
+}
+
 // A's registers of one step: the codes of rows g and g + 8 of each tile as pairs of T.
 template <typename T, int KIND, int TILES>
 __device__ __forceinline__ void convert(const uint4 (&w)[TILES][2], unsigned (&a)[TILES][2][4][2]) {
@@ -167,18 +188,9 @@ __device__ __forceinline__ void q8gemm_mma_staged(const T* __restrict__ x, const
   wait_for_prior_grid();  // x and W may be written by the grid before (PDL)
   const bool mine = row0 < N;  // a warp past N stages x with the others, never multiplies
   const uint4* rows[TILES][2];
-#pragma unroll
-  for (int t = 0; t < TILES; ++t)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      rows[t][h] = reinterpret_cast<const uint4*>(qweight + (size_t)min(row0 + 16 * t + 8 * h + g, N - 1) * K);
+  row_pointers<TILES>(rows, qweight, row0, g, N, K);
   float acc[TILES][XT][4];
-#pragma unroll
-  for (int t = 0; t < TILES; ++t)
-#pragma unroll
-    for (int i = 0; i < XT; ++i)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[t][i][e] = 0.0f;
+  zero<TILES, XT>(acc);
 
   for (int base = 0; base < steps; base += UNROLL) {
     uint4 w[UNROLL][TILES][2];
@@ -241,22 +253,13 @@ __device__ __forceinline__ void q8gemm_mma_body(const T* __restrict__ x, const u
 
   // Rows past N and M are read (clamped to the last), never written.
   const uint4* rows[TILES][2];
-#pragma unroll
-  for (int t = 0; t < TILES; ++t)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      rows[t][h] = reinterpret_cast<const uint4*>(qweight + (size_t)min(row0 + 16 * t + 8 * h + g, N - 1) * K);
+  row_pointers<TILES>(rows, qweight, row0, g, N, K);
   const uint4* xs[XT];
 #pragma unroll
   for (int i = 0; i < XT; ++i) xs[i] = reinterpret_cast<const uint4*>(x + (size_t)min(m0 + 8 * i + g, M - 1) * K);
 
   float acc[TILES][XT][4];
-#pragma unroll
-  for (int t = 0; t < TILES; ++t)
-#pragma unroll
-    for (int i = 0; i < XT; ++i)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[t][i][e] = 0.0f;
+  zero<TILES, XT>(acc);
 
   const int end = row0 < N ? last : first;  // a split's rows past N: no steps, only the barrier
   for (int base = first; base < end; base += UNROLL) {
