@@ -5,12 +5,11 @@ it is.
 How (FusedGroup):
 
 - Storage. The siblings' weights (and biases; for int4 the qweight, scales and zeros, for 8-bit weights
-  the qweight and scales) are concatenated
-  along the output rows once, and each sibling's tensor becomes a row-block view of the result: the
-  same Parameter objects with their data moved (`param.data = view`), so memory is not doubled, the
-  state_dict keys stay, and load_state_dict's in-place copies land in the shared storage. `.to()` and
-  the like convert the shared tensors once and re-view every sibling (the siblings' `_apply`); moving
-  one sibling moves them all.
+  the qweight and scales) are concatenated along the output rows once, and each sibling's tensor becomes
+  a row-block view of the result: the same Parameter objects with their data moved (`param.data =
+  view`), so memory is not doubled, the state_dict keys stay, and load_state_dict's in-place copies land
+  in the shared storage. `.to()` and the like convert the shared tensors once and re-view every sibling
+  (the siblings' `_apply`); moving one sibling moves them all.
 - Calls. The first sibling called with an input x computes x times the concatenated weight and keeps
   (x, its version, the product, which siblings are still to come) in the group; a sibling then called
   with that same x object, not modified since, takes its column slice of the product (a view), and
