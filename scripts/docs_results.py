@@ -1195,6 +1195,39 @@ def lowbit_headline() -> dict[str, str]:
     return {key: figures[key] for key in ("f16_torch", "f16_m16", "f16_m64", "pairs")}
 
 
+LOWBIT8_H200 = "lowbit8_nvidia-h200"
+
+
+def _lowbit8_ratios(kind: str, m: int, peer: str = "torch_fp16") -> list[float]:
+    """Our 8-bit product's speedup over `peer` on each shape of one kind at M = m, float16 activations
+    (results/lowbit8_nvidia-h200.json)."""
+    rows = _load(LOWBIT8_H200)["rows"]
+    return [r[f"{peer}_us"] / r["ours_us"] for r in rows if (r["format"], r["dtype"], r["m"]) == (kind, "float16", m)]
+
+
+def lowbit8_prose() -> dict[str, str]:
+    """docs/lowbit.md's M = 1 figures: each kind's geomean over torch's float16, int8's over our float16,
+    the span over torch's on each shape (both kinds), and the fastest int8 row's bandwidth and share of
+    copy."""
+    report = _load(LOWBIT8_H200)
+    ones = [r for r in report["rows"] if (r["format"], r["dtype"], r["m"]) == ("int8", "float16", 1)]
+    gbs = max(r["bytes"] / (r["ours_us"] * 1e3) for r in ones)
+    return {
+        "int8": f"{_geomean(_lowbit8_ratios('int8', 1)):.2f}",
+        "fp8": f"{_geomean(_lowbit8_ratios('fp8', 1)):.2f}",
+        "ours": f"{_geomean(_lowbit8_ratios('int8', 1, 'ours_fp16')):.2f}",
+        "span": _span(_lowbit8_ratios("int8", 1) + _lowbit8_ratios("fp8", 1), 2),
+        "tbs": f"{gbs / 1e3:.2f}",
+        "copy": f"{100 * gbs / report['copy_gbs']:.0f}",
+    }
+
+
+def lowbit8_headline() -> dict[str, str]:
+    """The README's 8-bit line: both kinds' M = 1 geomeans over torch's float16, int8's span at M = 4."""
+    figures = lowbit8_prose()
+    return {"int8": figures["int8"], "fp8": figures["fp8"], "m4": _span(_lowbit8_ratios("int8", 4), 2)}
+
+
 def model_figures(weights: str = "float16") -> dict[str, str]:
     """A decode step's GPU-time ratios of scripts/bench_model.py's 32-layer rows of `weights`, by fused
     and mode, and the linears' (torch's linear kernels' time over ours') in the fused compiled step."""
@@ -1304,6 +1337,21 @@ FIGURES = [
         r"(?P<f16_m16>[\d.]+)x at M = 16\s+and (?P<f16_m64>[\d.]+)x at M = 64,\s+geometric mean over\s+(?P<pairs>\d+)",
         lowbit_headline,
         f"results/{LOWBIT_H200}.json",
+    ),
+    Figure(
+        README,
+        r"int8 and fp8\s+weights: (?P<int8>[\d.]+)x and (?P<fp8>[\d.]+)x at M = 1, "
+        r"int8 (?P<m4>[\d.]+-[\d.]+)x at M = 4",
+        lowbit8_headline,
+        f"results/{LOWBIT8_H200}.json",
+    ),
+    Figure(
+        DOCS / "lowbit.md",
+        r"At M = 1 the 8-bit GEMV runs (?P<int8>[\d.]+)x \(int8\) and (?P<fp8>[\d.]+)x \(fp8\) torch's float16, and "
+        r"(?P<ours>[\d.]+)x our own\s+float16 GEMV\*\* \(geometric means over the 8 shapes; goals 1.9x and 1.6x\): "
+        r"(?P<span>[\d.]+-[\d.]+)x torch's on each\s+shape, (?P<tbs>[\d.]+) TB/s \((?P<copy>\d+)% of copy\)",
+        lowbit8_prose,
+        f"results/{LOWBIT8_H200}.json",
     ),
     Figure(
         README,
