@@ -123,70 +123,27 @@ class PatchedLinear(torch.nn.Linear):  # type: ignore[misc]  # torch is untyped 
         return self
 
 
-class Int4Linear(torch.nn.Module):  # type: ignore[misc]
-    """A linear whose weight is an int4 QuantizedWeight, a child module named `weight`: its state_dict
-    keys are `weight.qweight`, `weight.scales`, `weight.zeros` (asymmetric only) and
-    `weight._extra_state`, beside `bias`. Frozen: x and the bias get gradients, the weight none."""
+class QuantizedLinear(torch.nn.Module):  # type: ignore[misc]
+    """A linear whose weight is a low-bit weight module, a child named `weight` (its buffers' state_dict
+    keys `weight.qweight`, `weight.scales`, ... beside `bias`): what Int4Linear and Int8Linear share.
+    Frozen: x and the bias get gradients, the weight none."""
 
     in_features: int
     out_features: int
     db: str | None
+    label = ""  # what extra_repr writes before the weight's variant
 
     @classmethod
-    def adopt(cls, linear: torch.nn.Linear, quantized: QuantizedWeight, db: str | None) -> Int4Linear:
+    def adopt(cls, linear: torch.nn.Linear, quantized: QuantizedWeight | Quantized8Weight, db: str | None) -> Any:
         """`linear` holding `quantized` instead of its float weight, which it drops."""
         del linear._parameters["weight"]  # its memory is freed where nothing else holds it
         linear.__class__ = cls
         linear.weight = quantized
         linear.db = db
-        return linear  # type: ignore[no-any-return]
-
-    def forward(self, input: torch.Tensor) -> Any:
-        return int4_linear(input, self._modules["weight"], self._parameters["bias"], self.db)
+        return linear
 
     def release(self) -> torch.nn.Linear:
-        """Back to a plain nn.Linear whose weight is the int4 weight dequantized (a new Parameter in the
-        scales' dtype: the float weight quantized away is not restored)."""
-        quantized = self._modules["weight"]
-        weight = torch.nn.Parameter(quantized.dequantize())
-        del self.db
-        del self._modules["weight"]
-        self.__class__ = torch.nn.Linear
-        self.weight = weight
-        return self
-
-    def extra_repr(self) -> str:
-        weight = self._modules["weight"]
-        has_bias = self._parameters["bias"] is not None
-        return (
-            f"in_features={self.in_features}, out_features={self.out_features}, bias={has_bias}, "
-            f"weight=int4 {weight.variant}"
-        )
-
-
-class Int8Linear(torch.nn.Module):  # type: ignore[misc]
-    """A linear whose weight is an 8-bit Quantized8Weight (int8 or fp8 codes), a child module named
-    `weight`: its state_dict keys are `weight.qweight`, `weight.scales` and `weight._extra_state`, beside
-    `bias`. Frozen: x and the bias get gradients, the weight none."""
-
-    in_features: int
-    out_features: int
-    db: str | None
-
-    @classmethod
-    def adopt(cls, linear: torch.nn.Linear, quantized: Quantized8Weight, db: str | None) -> Int8Linear:
-        """`linear` holding `quantized` instead of its float weight, which it drops."""
-        del linear._parameters["weight"]
-        linear.__class__ = cls
-        linear.weight = quantized
-        linear.db = db
-        return linear  # type: ignore[no-any-return]
-
-    def forward(self, input: torch.Tensor) -> Any:
-        return eight_bit_linear(input, self._modules["weight"], self._parameters["bias"], self.db)
-
-    def release(self) -> torch.nn.Linear:
-        """Back to a plain nn.Linear whose weight is the 8-bit weight dequantized (a new Parameter in the
+        """Back to a plain nn.Linear whose weight is the low-bit weight dequantized (a new Parameter in the
         scales' dtype: the float weight quantized away is not restored)."""
         weight = torch.nn.Parameter(self._modules["weight"].dequantize())
         del self.db
@@ -199,5 +156,23 @@ class Int8Linear(torch.nn.Module):  # type: ignore[misc]
         has_bias = self._parameters["bias"] is not None
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, bias={has_bias}, "
-            f"weight={self._modules['weight'].kind}"
+            f"weight={self.label}{self._modules['weight'].variant}"
         )
+
+
+class Int4Linear(QuantizedLinear):
+    """A linear whose weight is an int4 QuantizedWeight: state_dict keys `weight.qweight`, `weight.scales`,
+    `weight.zeros` (asymmetric only) and `weight._extra_state`, beside `bias`."""
+
+    label = "int4 "
+
+    def forward(self, input: torch.Tensor) -> Any:
+        return int4_linear(input, self._modules["weight"], self._parameters["bias"], self.db)
+
+
+class Int8Linear(QuantizedLinear):
+    """A linear whose weight is an 8-bit Quantized8Weight (int8 or fp8 codes): state_dict keys
+    `weight.qweight`, `weight.scales` and `weight._extra_state`, beside `bias`."""
+
+    def forward(self, input: torch.Tensor) -> Any:
+        return eight_bit_linear(input, self._modules["weight"], self._parameters["bias"], self.db)
