@@ -220,67 +220,39 @@ def _mark_static(tensor: Any) -> None:
     torch._dynamo.mark_static_address(tensor)
 
 
-class FusedLinear(PatchedLinear):
+class Fused:
+    """What makes a patched linear (float, int4 or 8-bit) a member of a FusedGroup: its product comes from
+    the group, `alone` runs its own unfused forward, and converting it converts the group's tensors.
+    Mixed in ahead of the patched class (FusedLinear(Fused, PatchedLinear)), whose forward `alone` runs."""
+
+    fused_group: FusedGroup
+    fused_index: int
+
+    def forward(self, input: torch.Tensor) -> Any:
+        return self.fused_group.output(self.fused_index, input, self)
+
+    def alone(self, x: torch.Tensor) -> Any:
+        return super().forward(x)  # type: ignore[misc]  # the patched class's forward, next in the MRO
+
+    def _apply(self, fn: Callable[[Any], Any], recurse: bool = True) -> Any:
+        self.fused_group.convert(fn)  # its tensors (a low-bit weight's buffers too) are among the group's
+        return self
+
+    def release(self) -> torch.nn.Linear:
+        del self.fused_group, self.fused_index
+        return super().release()  # type: ignore[misc]
+
+
+class FusedLinear(Fused, PatchedLinear):
     """A PatchedLinear whose product comes from its FusedGroup."""
 
-    fused_group: FusedGroup
-    fused_index: int
 
-    def forward(self, input: torch.Tensor) -> Any:
-        return self.fused_group.output(self.fused_index, input, self)
-
-    def alone(self, x: torch.Tensor) -> Any:
-        return PatchedLinear.forward(self, x)
-
-    def _apply(self, fn: Callable[[Any], Any], recurse: bool = True) -> FusedLinear:
-        self.fused_group.convert(fn)
-        return self
-
-    def release(self) -> torch.nn.Linear:
-        del self.fused_group, self.fused_index
-        return PatchedLinear.release(self)
-
-
-class FusedInt4Linear(Int4Linear):
+class FusedInt4Linear(Fused, Int4Linear):
     """An Int4Linear whose product comes from its FusedGroup."""
 
-    fused_group: FusedGroup
-    fused_index: int
 
-    def forward(self, input: torch.Tensor) -> Any:
-        return self.fused_group.output(self.fused_index, input, self)
-
-    def alone(self, x: torch.Tensor) -> Any:
-        return Int4Linear.forward(self, x)
-
-    def _apply(self, fn: Callable[[Any], Any], recurse: bool = True) -> FusedInt4Linear:
-        self.fused_group.convert(fn)  # its QuantizedWeight's buffers are among the group's tensors
-        return self
-
-    def release(self) -> torch.nn.Linear:
-        del self.fused_group, self.fused_index
-        return Int4Linear.release(self)
-
-
-class FusedInt8Linear(Int8Linear):
+class FusedInt8Linear(Fused, Int8Linear):
     """An Int8Linear whose product comes from its FusedGroup."""
-
-    fused_group: FusedGroup
-    fused_index: int
-
-    def forward(self, input: torch.Tensor) -> Any:
-        return self.fused_group.output(self.fused_index, input, self)
-
-    def alone(self, x: torch.Tensor) -> Any:
-        return Int8Linear.forward(self, x)
-
-    def _apply(self, fn: Callable[[Any], Any], recurse: bool = True) -> FusedInt8Linear:
-        self.fused_group.convert(fn)  # its Quantized8Weight's buffers are among the group's tensors
-        return self
-
-    def release(self) -> torch.nn.Linear:
-        del self.fused_group, self.fused_index
-        return Int8Linear.release(self)
 
 
 def fuse(members: Sequence[Any], where: str) -> FusedGroup:
