@@ -66,6 +66,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "it exists, written after each (N, K) pair",
     )
     parser.add_argument("--merge", action="store_true", help="keep the file's rows of other kinds, dtypes and M")
+    parser.add_argument(
+        "--pairs", nargs="+", metavar="NxK", type=pair, help="only these (N, K) pairs of the op's shapes (default: all)"
+    )
     parser.add_argument("--summary", type=Path, metavar="JSON", help="print the goal figures of a report, nothing run")
     args = parser.parse_args(argv)
     if any(m < 1 for m in args.m) or args.reps < 1:
@@ -73,6 +76,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.gemlite_configs is not None and args.gemlite == "fast":
         parser.error("--gemlite-configs keeps gemlite's max-mode configs only")
     return args
+
+
+def pair(text: str) -> tuple[int, int]:
+    """An --pairs argument, NxK, one of the op's standard pairs."""
+    try:
+        n, k = (int(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NxK (for example 4096x14336)") from None
+    if (n, k) not in pairs():
+        known = " ".join(f"{a}x{b}" for a, b in pairs())
+        raise argparse.ArgumentTypeError(f"{n}x{k} is not one of the op's pairs: {known}")
+    return n, k
 
 
 def pairs() -> list[tuple[int, int]]:
@@ -265,8 +280,14 @@ def measure_row(
 
 
 def measured(args: argparse.Namespace, row: Mapping[str, Any]) -> bool:
-    """Whether this run measures `row`'s kind, dtype and M again (every run measures all the pairs)."""
-    return row["format"] in args.kinds and row["dtype"] in args.dtypes and row["m"] in args.m
+    """Whether this run measures `row`'s kind, dtype, M and (N, K) pair again."""
+    again = row["format"] in args.kinds and row["dtype"] in args.dtypes and row["m"] in args.m
+    return again and (row["n"], row["k"]) in chosen_pairs(args)
+
+
+def chosen_pairs(args: argparse.Namespace) -> list[tuple[int, int]]:
+    """The pairs this run measures: --pairs, or all of the op's."""
+    return pairs() if args.pairs is None else args.pairs
 
 
 def run(args: argparse.Namespace) -> Path:
@@ -301,7 +322,7 @@ def run(args: argparse.Namespace) -> Path:
         elif kind == args.kinds[0]:  # one line: why there is no gemlite
             print(f"bench_lowbit8: {info.get('note', GEMLITE_OFF)}", flush=True)
         for dtype in args.dtypes:
-            for n, k in pairs():
+            for n, k in chosen_pairs(args):
                 weights = _quantized_copies(
                     torch, kind, dtype, n, k, rotation_copies(unique_bytes(1, n, k), gpu.l2_bytes)
                 )

@@ -1,12 +1,14 @@
 """Benchmark: a transformers Llama decode, torch against autotune.patch(model), on this GPU; writes
 results/model_<gpu>.json (plot it with scripts/plot_model.py).
 
-Run on the GPU machine:  python scripts/bench_model.py --out results [--layers 8 32] [--weights float16 int4]
+Run on the GPU machine:  python scripts/bench_model.py --out results [--layers 8 32] [--weights float16 int4 int8 fp8]
+                                                        [--merge]
 The model is LlamaForCausalLM at Llama-3-8B's widths (hidden 4096, MLP 14336, 32 query and 8 key/value
 heads, vocabulary 128256), built from its config with random float16 weights (no download), batch 1, a
 16-token prompt. Two copies of it: torch's, and one patched by autotune.patch (unfused, then fused); `--weights
-int4` patches int4 g128 weights instead (`--weights float16 int4`: both), timed against torch's float16
-and checked against their own values dequantized.
+int4` patches int4 g128 weights instead, `int8` and `fp8` 8-bit weights with a scale per row (`--weights
+float16 int4`: both), timed against torch's float16 and checked against their own values dequantized.
+`--merge` keeps the rows of an earlier run's file that this run does not measure again.
 For each mode (eager modules; `torch.compile`d forward) and copy:
 
 - GPU time per decode step: one decode step (a token, transformers' StaticCache, whose token counters the
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import copy
 import gc
+import json
 import random
 import statistics
 import time
@@ -45,6 +48,7 @@ import autotune
 from autotune.bench.decode_graph import NEW_TOKENS, PROMPT, REPLAYS, ROUNDS, DecodeGraph, built_on_gpu, static_cache
 from autotune.bench.harness import host_us_per_call, report_path, write_json
 
+WEIGHTS = ["float16", "int4", "int8", "fp8"]  # what --weights patches, in the order of the rows
 WALL_ROUNDS = 12  # rounds of eager generate's wall time per token, torch's and ours in turns
 
 
@@ -157,8 +161,8 @@ def measure(
     save: Callable[[], None],
 ) -> None:
     """Rows for each (weights, fused) variant and mode, appended to `rows`, save() called after each.
-    An int4 copy is timed against torch's float16 model (what it replaces) and checked against its own
-    weights dequantized (float32 and torch's float16)."""
+    A low-bit copy (int4, int8, fp8) is timed against torch's float16 model (what it replaces) and
+    checked against its own weights dequantized (float32 and torch's float16)."""
     torch_model = llama(layers)
     prompt = torch.randint(
         0, torch_model.config.vocab_size, (1, PROMPT), device="cuda", generator=torch.Generator("cuda").manual_seed(1)
@@ -168,9 +172,9 @@ def measure(
     float_checks = references(torch_model, tokens)
     torch_graphs = {mode: DecodeGraph(torch_model, prompt, mode == "compiled") for mode in modes}
     for weights, fused in variants:
-        int4 = weights == "int4"
-        ours_model = autotune.patch(copy.deepcopy(torch_model), "int4" if int4 else None, fuse=fused)
-        if int4:  # the same weights as ours, dequantized, run by torch
+        low_bit = weights != "float16"
+        ours_model = autotune.patch(copy.deepcopy(torch_model), weights if low_bit else None, fuse=fused)
+        if low_bit:  # the same weights as ours, dequantized, run by torch
             dequantized = autotune.unpatch(copy.deepcopy(ours_model))
             exact, theirs = references(dequantized, tokens)
             del dequantized
@@ -240,7 +244,8 @@ def main() -> int:
     parser.add_argument("--layers", type=int, nargs="+", default=[8, 32])
     parser.add_argument("--modes", nargs="+", default=["eager", "compiled"], choices=["eager", "compiled"])
     parser.add_argument("--fused", nargs="+", default=["no", "yes"], choices=["no", "yes"])
-    parser.add_argument("--weights", nargs="+", default=["float16"], choices=["float16", "int4"])
+    parser.add_argument("--weights", nargs="+", default=["float16"], choices=WEIGHTS)
+    parser.add_argument("--merge", action="store_true", help="keep the earlier file's rows not measured again")
     args = parser.parse_args()
     gpu = torch.cuda.get_device_name(0)
     import transformers
@@ -249,8 +254,14 @@ def main() -> int:
 
     path = report_path(args.out, "model", gpu)
     rows: list[dict[str, Any]] = []
+    if args.merge and path.exists():
+        measured = {(layers, weights, fused == "yes", mode) for layers in args.layers for weights in args.weights
+                    for fused in args.fused for mode in args.modes}  # fmt: skip
+        earlier = json.loads(path.read_text())["rows"]
+        rows = [r for r in earlier if (r["layers"], r["weights"], r["fused"], r["mode"]) not in measured]
 
     def save() -> None:  # after every row: a run cut short keeps what it measured
+        rows.sort(key=lambda r: (r["layers"], WEIGHTS.index(r["weights"]), r["fused"], r["mode"] == "compiled"))
         report = {"gpu": gpu, "torch": torch.__version__, "transformers": transformers.__version__,
                   "prompt": PROMPT, "new_tokens": NEW_TOKENS, "rounds": ROUNDS, "replays": REPLAYS,
                   "rows": rows}  # fmt: skip

@@ -95,6 +95,17 @@ def test_merge_keeps_the_rows_this_run_does_not_measure() -> None:
     assert not bench_lowbit8.measured(args, {**row, "m": 1})
     assert not bench_lowbit8.measured(args, {**row, "format": "int8"})
     assert not bench_lowbit8.measured(args, {**row, "dtype": "bfloat16"})
+    one_pair = bench_lowbit8.parse_args(["--kinds", "fp8", "--m", "4", "--pairs", "4096x4096"])
+    assert one_pair.pairs == [(4096, 4096)] and bench_lowbit8.measured(one_pair, row)
+    assert not bench_lowbit8.measured(one_pair, {**row, "n": 6144})
+
+
+def test_pairs_outside_the_op_shapes_are_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    for bad in ("4096", "4096x4097", "axb"):
+        with pytest.raises(SystemExit):
+            bench_lowbit8.parse_args(["--pairs", bad])
+        error = capsys.readouterr().err.strip().splitlines()[-1]
+        assert "--pairs" in error and "Traceback" not in error
 
 
 def test_gemlite_that_cannot_be_imported_is_off_with_a_one_line_note(monkeypatch: pytest.MonkeyPatch) -> None:
