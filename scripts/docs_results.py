@@ -1435,8 +1435,9 @@ FIGURES = [
     ),
     Figure(
         README,
-        r"under `autotune\.patch\(model, fuse=True\)`:\s+decode steps (?P<headline>[\d.]+)x faster than torch's",
-        lambda: {"headline": model_figures()["headline"]},
+        r"under `autotune\.patch\(model, fuse=True\)`:\s+decode steps (?P<headline>[\d.]+)x faster than torch's"
+        r" in GPU time, (?P<int8>[\d.]+)x with `\"int8\"` weights",
+        lambda: {"headline": model_figures()["headline"], "int8": model_figures("int8")["headline"]},
         "results/model_nvidia-h200.json",
     ),
     Figure(
@@ -1469,6 +1470,22 @@ FIGURES = [
         r"patched alone, (?P<fused_eager>[\d.]+)x and (?P<fused_compiled>[\d.]+)x with `fuse=True`; the "
         r"linears (?P<linears>[\d.]+)x",
         lambda: {k: v for k, v in model_figures("int4").items() if k != "headline"},
+        "results/model_nvidia-h200.json",
+    ),
+    Figure(
+        DOCS / "models.md",
+        r"With int8 weights \(a scale a row\), against the same float16 model:\s+(?P<eager>[\d.]+)x\s+eager and "
+        r"(?P<compiled>[\d.]+)x compiled\s+patched alone, "
+        r"(?P<fused_eager>[\d.]+)x and (?P<fused_compiled>[\d.]+)x with `fuse=True`; the linears (?P<linears>[\d.]+)x",
+        lambda: {k: v for k, v in model_figures("int8").items() if k != "headline"},
+        "results/model_nvidia-h200.json",
+    ),
+    Figure(
+        DOCS / "models.md",
+        r"With fp8 \(e4m3\) weights:\s+(?P<eager>[\d.]+)x\s+eager and (?P<compiled>[\d.]+)x compiled\s+"
+        r"patched alone, "
+        r"(?P<fused_eager>[\d.]+)x and (?P<fused_compiled>[\d.]+)x with `fuse=True`; the linears (?P<linears>[\d.]+)x",
+        lambda: {k: v for k, v in model_figures("fp8").items() if k != "headline"},
         "results/model_nvidia-h200.json",
     ),
     Figure(
