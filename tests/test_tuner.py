@@ -554,6 +554,20 @@ def test_an_int4_warm_start_borrows_the_other_activation_dtypes_best(store: Stor
     assert _neighbour_configs(store, H200.name, brain, source_hash(brain)) == [carried]
 
 
+def test_an_fp8_warm_start_borrows_the_int8_best_of_the_same_shape(store: Store) -> None:
+    """An fp8 weight's sweep starts from int8's stored best of the same shape (the same kernels on the
+    same bytes), through the selector's answer for bfloat16's fp8 problem (q8gemm's estimate_from)."""
+    from autotune import ops
+    from autotune.tune.tuner import _neighbour_configs
+    from tests.fakes import record
+
+    int8 = ops.make_problem("q8gemm", "float16", 1, 4096, 4096, variant="int8")
+    config = ops.get("q8gemm").seed_configs(int8)[-1]
+    record(store, int8, config, Outcome(Status.OK, time_us=7.0, times_us=[7.0]), H200)
+    fp8 = ops.make_problem("q8gemm", "float16", 1, 4096, 4096, variant="fp8")
+    assert _neighbour_configs(store, H200.name, fp8, source_hash(fp8)) == [config]
+
+
 # --- confirmation: the leaders measured again on fresh buffers --------------------------------------
 
 # The modelled optimum, one 2% slower (inside the confirmation window) and one 5% slower (outside).
