@@ -19,18 +19,18 @@ import torch
 
 from autotune import api
 from autotune.core.errors import AutotuneError
+from autotune.model.low_bit_weight import LowBitWeight
 from autotune.ops.qgemm import checkpoints
 from autotune.ops.qgemm import format as int4
 
 FORMAT = "int4"
-EXTRA_STATE = "_extra_state"  # torch's key for get_extra_state's value in a state_dict
 
 
-class QuantizedWeight(torch.nn.Module):  # type: ignore[misc]  # torch is untyped where it is not installed
+class QuantizedWeight(LowBitWeight):
     """An int4 weight of shape (out_features, in_features) = (N, K), in nn.Linear's layout."""
 
+    format_name = FORMAT
     qweight: torch.Tensor
-    scales: torch.Tensor
     zeros: torch.Tensor | None
 
     def __init__(self, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None, group: int) -> None:
@@ -110,28 +110,24 @@ class QuantizedWeight(torch.nn.Module):  # type: ignore[misc]  # torch is untype
         return cls(qweight, scales, zeros, group)
 
     @classmethod
-    def from_state_dict(cls, state: Mapping[str, Any], device: Any = None) -> QuantizedWeight:
-        """A module holding a state_dict saved from one (its metadata says the shape and format)."""
-        meta = _metadata(state.get(EXTRA_STATE))
-        scales = state.get("scales")
-        if not isinstance(scales, torch.Tensor):
-            raise AutotuneError("the int4 state_dict has no scales tensor")
-        module = cls.empty(meta["out_features"], meta["in_features"], meta["group"], meta["sym"], scales.dtype, device)
-        module.load_state_dict(state)
-        return module
+    def empty_for(cls, meta: Mapping[str, Any], dtype: torch.dtype, device: Any) -> QuantizedWeight:
+        return cls.empty(meta["out_features"], meta["in_features"], meta["group"], meta["sym"], dtype, device)
+
+    @classmethod
+    def metadata(cls, state: Any) -> dict[str, Any]:
+        keys = ("format", "group", "sym", "in_features", "out_features")
+        if not isinstance(state, Mapping) or any(key not in state for key in keys) or state["format"] != FORMAT:
+            raise AutotuneError(f"the state_dict holds no int4 weight metadata (extra state with {', '.join(keys)})")
+        return {key: state[key] for key in keys}
+
+    @staticmethod
+    def described(meta: Mapping[str, Any]) -> str:
+        variant = int4.variant_name(meta["group"], meta["sym"])
+        return f"{variant} ({meta['out_features']}, {meta['in_features']})"
 
     @property
     def variant(self) -> str:
         return int4.variant_name(self.group, self.sym)
-
-    @property
-    def shape(self) -> torch.Size:
-        return torch.Size((self.out_features, self.in_features))
-
-    @property
-    def dtype(self) -> torch.dtype:
-        """The activations' dtype: the scales' (float16 or bfloat16)."""
-        return self.scales.dtype
 
     def weight(self) -> int4.Int4Weight:
         """The buffers as the format's Int4Weight, checked (a load may have replaced them)."""
@@ -148,10 +144,6 @@ class QuantizedWeight(torch.nn.Module):  # type: ignore[misc]  # torch is untype
             return int4.dequantize_in_scale_dtype(weight)
         return int4.dequantize(weight).to(dtype)
 
-    def forward(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        """x @ W^T (+ bias), what autotune.linear(x, self, bias) computes."""
-        return api.linear(x, self, bias)
-
     def get_extra_state(self) -> dict[str, Any]:
         return {
             "format": FORMAT,
@@ -161,14 +153,8 @@ class QuantizedWeight(torch.nn.Module):  # type: ignore[misc]  # torch is untype
             "out_features": self.out_features,
         }
 
-    def set_extra_state(self, state: Any) -> None:
-        meta = _metadata(state)
-        if meta != self.get_extra_state():
-            raise AutotuneError(f"the state_dict holds an int4 weight {_described(meta)}, this module {self}")
+    def check_loaded(self) -> None:
         self.weight()  # the loaded buffers are in the format
-
-    def extra_repr(self) -> str:
-        return _described(self.get_extra_state()) + f", dtype={self.dtype}"
 
 
 def _array(tensor: Any) -> Any:
@@ -187,19 +173,6 @@ def host_tensor(array: Any, dtype: str, device: Any) -> torch.Tensor:
     if dtype == "bfloat16":
         return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16).to(device)
     return torch.from_numpy(array).to(device)
-
-
-def _metadata(state: Any) -> dict[str, Any]:
-    """A state_dict's extra state, checked to be an int4 weight's."""
-    keys = ("format", "group", "sym", "in_features", "out_features")
-    if not isinstance(state, Mapping) or any(key not in state for key in keys) or state["format"] != FORMAT:
-        raise AutotuneError(f"the state_dict holds no int4 weight metadata (extra state with {', '.join(keys)})")
-    return {key: state[key] for key in keys}
-
-
-def _described(meta: Mapping[str, Any]) -> str:
-    variant = int4.variant_name(meta["group"], meta["sym"])
-    return f"{variant} ({meta['out_features']}, {meta['in_features']})"
 
 
 api.linear_takes(QuantizedWeight)  # autotune.linear takes it as a weight

@@ -18,19 +18,19 @@ import torch
 
 from autotune import api
 from autotune.core.errors import AutotuneError
+from autotune.model.low_bit_weight import LowBitWeight
 from autotune.model.quantized import host_tensor
 from autotune.ops.q8gemm import format as q8format
 
-EXTRA_STATE = "_extra_state"  # torch's key for get_extra_state's value in a state_dict
 SCALE_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}  # the 8-bit kernels' activations
 _CODE_VIEWS = {"int8": torch.int8, "fp8": torch.float8_e4m3fn}  # how torch reads each kind's bytes
 
 
-class Quantized8Weight(torch.nn.Module):  # type: ignore[misc]  # torch is untyped where it is not installed
+class Quantized8Weight(LowBitWeight):
     """An 8-bit weight of shape (out_features, in_features) = (N, K), in nn.Linear's layout."""
 
+    format_name = "8-bit"
     qweight: torch.Tensor
-    scales: torch.Tensor
 
     def __init__(self, qweight: torch.Tensor, scales: torch.Tensor, kind: str) -> None:
         super().__init__()
@@ -92,28 +92,24 @@ class Quantized8Weight(torch.nn.Module):  # type: ignore[misc]  # torch is untyp
         return cls(qweight, torch.empty((out_features,), dtype=dtype, device=device), kind)
 
     @classmethod
-    def from_state_dict(cls, state: Mapping[str, Any], device: Any = None) -> Quantized8Weight:
-        """A module holding a state_dict saved from one (its metadata says the shape and kind)."""
-        meta = _metadata(state.get(EXTRA_STATE))
-        scales = state.get("scales")
-        if not isinstance(scales, torch.Tensor):
-            raise AutotuneError("the 8-bit state_dict has no scales tensor")
-        module = cls.empty(meta["out_features"], meta["in_features"], meta["format"], scales.dtype, device)
-        module.load_state_dict(state)
-        return module
+    def empty_for(cls, meta: Mapping[str, Any], dtype: torch.dtype, device: Any) -> Quantized8Weight:
+        return cls.empty(meta["out_features"], meta["in_features"], meta["format"], dtype, device)
+
+    @classmethod
+    def metadata(cls, state: Any) -> dict[str, Any]:
+        keys = ("format", "in_features", "out_features")
+        kinds = q8format.KINDS
+        if not isinstance(state, Mapping) or any(key not in state for key in keys) or state["format"] not in kinds:
+            raise AutotuneError(f"the state_dict holds no 8-bit weight metadata (extra state with {', '.join(keys)})")
+        return {key: state[key] for key in keys}
+
+    @staticmethod
+    def described(meta: Mapping[str, Any]) -> str:
+        return f"{meta['format']} ({meta['out_features']}, {meta['in_features']})"
 
     @property
     def variant(self) -> str:
         return self.kind
-
-    @property
-    def shape(self) -> torch.Size:
-        return torch.Size((self.out_features, self.in_features))
-
-    @property
-    def dtype(self) -> torch.dtype:
-        """The activations' dtype: the scales' (float16 or bfloat16)."""
-        return self.scales.dtype
 
     def dequantize(self, dtype: torch.dtype | None = None) -> torch.Tensor:
         """The weight's values (N, K) in `dtype`, by default the activations' (float32: exact). In the
@@ -125,32 +121,8 @@ class Quantized8Weight(torch.nn.Module):  # type: ignore[misc]  # torch is untyp
             return codes.to(self.dtype) * self.scales[:, None]
         return (codes.to(torch.float32) * self.scales.to(torch.float32)[:, None]).to(dtype)
 
-    def forward(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        """x @ W^T (+ bias), what autotune.linear(x, self, bias) computes."""
-        return api.linear(x, self, bias)
-
     def get_extra_state(self) -> dict[str, Any]:
         return {"format": self.kind, "in_features": self.in_features, "out_features": self.out_features}
-
-    def set_extra_state(self, state: Any) -> None:
-        meta = _metadata(state)
-        if meta != self.get_extra_state():
-            raise AutotuneError(f"the state_dict holds an 8-bit weight {_described(meta)}, this module {self}")
-
-    def extra_repr(self) -> str:
-        return _described(self.get_extra_state()) + f", dtype={self.dtype}"
-
-
-def _metadata(state: Any) -> dict[str, Any]:
-    """A state_dict's extra state, checked to be an 8-bit weight's."""
-    keys = ("format", "in_features", "out_features")
-    if not isinstance(state, Mapping) or any(key not in state for key in keys) or state["format"] not in q8format.KINDS:
-        raise AutotuneError(f"the state_dict holds no 8-bit weight metadata (extra state with {', '.join(keys)})")
-    return {key: state[key] for key in keys}
-
-
-def _described(meta: Mapping[str, Any]) -> str:
-    return f"{meta['format']} ({meta['out_features']}, {meta['in_features']})"
 
 
 api.linear_takes(Quantized8Weight)  # autotune.linear takes it as a weight
