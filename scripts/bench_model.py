@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import copy
 import gc
-import json
 import random
 import statistics
 import time
@@ -46,7 +45,7 @@ import torch
 
 import autotune
 from autotune.bench.decode_graph import NEW_TOKENS, PROMPT, REPLAYS, ROUNDS, DecodeGraph, built_on_gpu, static_cache
-from autotune.bench.harness import host_us_per_call, report_path, write_json
+from autotune.bench.harness import host_us_per_call, read_json, report_path, write_json
 
 WEIGHTS = ["float16", "int4", "int8", "fp8"]  # what --weights patches, in the order of the rows
 WALL_ROUNDS = 12  # rounds of eager generate's wall time per token, torch's and ours in turns
@@ -257,7 +256,7 @@ def main() -> int:
     if args.merge and path.exists():
         measured = {(layers, weights, fused == "yes", mode) for layers in args.layers for weights in args.weights
                     for fused in args.fused for mode in args.modes}  # fmt: skip
-        earlier = json.loads(path.read_text())["rows"]
+        earlier = read_json(path)["rows"]
         rows = [r for r in earlier if (r["layers"], r["weights"], r["fused"], r["mode"]) not in measured]
 
     def save() -> None:  # after every row: a run cut short keeps what it measured
