@@ -16,6 +16,7 @@ import torch
 
 import autotune.runtime.torch_ops  # noqa: F401  (registers torch.ops.autotune.*, which compiled graphs call)
 from autotune import api
+from autotune.model.low_bit_weight import LowBitWeight
 from autotune.model.quantized import QuantizedWeight
 from autotune.model.quantized8 import Quantized8Weight
 from autotune.ops import q8gemm, qgemm
@@ -134,7 +135,7 @@ class QuantizedLinear(torch.nn.Module):  # type: ignore[misc]
     label = ""  # what extra_repr writes before the weight's variant
 
     @classmethod
-    def adopt(cls, linear: torch.nn.Linear, quantized: QuantizedWeight | Quantized8Weight, db: str | None) -> Any:
+    def adopt(cls, linear: torch.nn.Linear, quantized: LowBitWeight, db: str | None) -> Any:
         """`linear` holding `quantized` instead of its float weight, which it drops."""
         del linear._parameters["weight"]  # its memory is freed where nothing else holds it
         linear.__class__ = cls

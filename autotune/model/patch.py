@@ -18,6 +18,7 @@ import torch
 
 from autotune.core.errors import AutotuneError
 from autotune.model import fuse as fusing
+from autotune.model.low_bit_weight import LowBitWeight
 from autotune.model.modules import Int4Linear, Int8Linear, PatchedLinear
 from autotune.model.quantized import QuantizedWeight
 from autotune.model.quantized8 import Quantized8Weight
@@ -37,7 +38,7 @@ class _Plan:
 
     name: str
     linear: torch.nn.Linear
-    quantized: QuantizedWeight | Quantized8Weight | None = None
+    quantized: LowBitWeight | None = None
 
 
 def patch(
@@ -154,7 +155,7 @@ def _quantize(
     model: torch.nn.Module,
     kind: str,
     k_multiple: int,
-    make: Callable[[torch.Tensor], QuantizedWeight | Quantized8Weight],
+    make: Callable[[torch.Tensor], LowBitWeight],
 ) -> None:
     """Quantize each plan's weight (`make`) where a `kind` weight fits it (in_features a multiple of
     `k_multiple`: int4's group, the 8-bit kernels' 16), before any module changes (so that a refusal
