@@ -1,8 +1,9 @@
 """GPU tests of the 8-bit weight-only op (run with `pytest -m gpu` on the GPU machine): a sample of each
 problem's space checked against float64 through the worker (NaN-poisoned output, random codes, every
-e4m3 code finite), both kernels (CUDA cores; tensor cores from M = 2, x through L1 or staged in shared
-memory), and autotune.call on weights quantized by format.quantize8: odd N, K of 5 to 1184 pieces, M
-past one tile of x, both kinds and dtypes, 3-D x, alpha and beta, a side stream and a CUDA graph."""
+e4m3 code finite), both kernels (CUDA cores; tensor cores, x through L1 or staged in shared memory;
+one stage of registers or a ring of them), and autotune.call on weights quantized by format.quantize8:
+odd N, K of 5 to 1184 pieces, M past one tile of x, both kinds and dtypes, 3-D x, alpha and beta, a
+side stream and a CUDA graph."""
 
 from __future__ import annotations
 
@@ -51,6 +52,10 @@ def _sample(problem: Problem) -> list[Config]:
     picked += [c for c in mma if c["mt"] == 8 and c["ksplit"] == 2][:1]  # in passes over x's tiles where M > 8
     staged = [c for c in mma if c["stage"]]
     picked += staged[:1] + staged[-1:] + [c for c in staged if c["mt"] == 8 and c["block"] == 512][:1]
+    for kernel in (0, 1):  # rings, K split or not: stages past the split's end, partial tiles of x
+        rings = [c for c in configs if c["ring"] > 1 and c["mma"] == kernel]
+        picked += [c for c in rings if c["ksplit"] == 8][:1] + [c for c in rings if c["ksplit"] == 1][-2:]
+        picked += [c for c in rings if c["ring"] == 3 and c["unroll"] == 2 and c["ksplit"] == 4][:1]
     picked += random.Random(str(problem)).sample(configs, min(RANDOM_SAMPLES, len(configs)))
     return list({tuple(sorted(c.items())): c for c in picked}.values())
 

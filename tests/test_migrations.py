@@ -293,6 +293,53 @@ def test_narrow_configs_gain_lean_at_0_and_lose_it_on_the_way_down(db_path: Path
     connection.close()
 
 
+ONE_ROW = {"mt": 1, "block": 128, "rpw": 2, "unroll": 1, "policy": 1, "ksplit": 4}  # q8gemm at M = 1 before 0011
+SKINNY = {**ONE_ROW, "mt": 8, "rpw": 16, "mma": 1, "stage": 0}  # q8gemm past M = 1 before 0011
+
+
+def test_q8gemm_configs_gain_ring_and_at_one_row_mma_and_stage(db_path: Path) -> None:
+    """0011: every q8gemm config gains "ring": 1, those of M = 1 also "mma": 0 and "stage": 0 (trial and
+    crash count, key and all); other ops' configs are left alone, and the downgrade takes the keys off."""
+    database_at(db_path, "0010")
+    trial_cols = (
+        "problem_id, gpu_id, config_key, config, status, time_us, times_us, gbs, rel_error, message, "
+        "source_hash, nvcc, pycuda, driver, cuda, origin, created_at, finished_at"
+    )
+    with sqlite3.connect(db_path) as connection:
+        for problem_id, m in ((2, 1), (3, 16)):
+            connection.execute(
+                "INSERT INTO problems (id, gpu_name, op, dtype, m, n, k, trans, input_dtypes, variant, created_at) "
+                "VALUES (?, 'NVIDIA H200', 'q8gemm', 'float16', ?, 4096, 4096, 0, 'float16,int8,float16', 'int8', ?)",
+                (problem_id, m, WHEN),
+            )
+        for trial_id, problem_id, config in ((9, 2, ONE_ROW), (10, 3, SKINNY)):
+            connection.execute(
+                f"INSERT INTO trials (id, {trial_cols}) VALUES (?, ?, 1, ?, ?, 'ok', 20.5, '[20.5]', 100.0, 0.0, '', "
+                "'src', 'n', 'p', '13.0', '13.0', 'measured', ?, ?)",
+                (trial_id, problem_id, config_key(config), config_key(config), WHEN, WHEN),
+            )
+        connection.execute("INSERT INTO crashes VALUES (2, ?, 'src', 1, ?)", (config_key(ONE_ROW), WHEN))
+    connection.close()
+    everything = "SELECT id, config_key, config FROM trials ORDER BY id"
+    crashes = "SELECT problem_id, config_key FROM crashes ORDER BY problem_id"
+    migrated_to(db_path, "head")
+    one_row = {**ONE_ROW, "mma": 0, "stage": 0, "ring": 1}
+    skinny = {**SKINNY, "ring": 1}
+    with sqlite3.connect(db_path) as connection:
+        rows = {i: (key, json.loads(config)) for i, key, config in connection.execute(everything)}
+        assert rows[9] == (config_key(one_row), one_row)
+        assert rows[10] == (config_key(skinny), skinny)
+        assert rows[1] == ('{"a":1}', {"a": 1})  # the GEMV's
+        assert connection.execute(crashes).fetchall() == [(1, '{"a":3}'), (2, config_key(one_row))]
+    connection.close()
+    migrated_to(db_path, "0010", command.downgrade)
+    with sqlite3.connect(db_path) as connection:
+        rows = {i: (key, json.loads(config)) for i, key, config in connection.execute(everything)}
+        assert rows[9] == (config_key(ONE_ROW), ONE_ROW) and rows[10] == (config_key(SKINNY), SKINNY)
+        assert connection.execute(crashes).fetchall() == [(1, '{"a":3}'), (2, config_key(ONE_ROW))]
+    connection.close()
+
+
 @pytest.mark.stress
 def test_0010_on_postgresql_gives_narrow_configs_lean() -> None:
     """PostgreSQL's JSON column and boolean `trans`: a narrow config gains "lean": 0 there too, a plain

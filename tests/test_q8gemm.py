@@ -20,16 +20,16 @@ OP = q8gemm.OP
 
 
 def _jobs() -> list[CompileJob]:
-    """The default and a K-split seed of an int8 GEMV in float16 and of skinny problems in both kernels
-    (tensor cores: fp8 in bfloat16, int8 in float16), and the reference (every seed compiles for sm_80 to
+    """The default, a K-split seed and a ring seed of each kernel for an int8 GEMV in float16 and of skinny
+    problems (fp8 in bfloat16, int8 in float16), and the reference (every seed compiles for sm_80 to
     sm_100 under `-m arch`: tests/test_architectures.py)."""
     jobs: dict[str, CompileJob] = {}
     for dtype, m, kind in (("float16", 1, "int8"), ("bfloat16", 16, "fp8"), ("float16", 40, "int8")):
         problem = ops.make_problem("q8gemm", dtype, m, 4096, 4096, variant=kind)
         seeds = OP.seed_configs(problem)
-        kernels = (0, 1) if q8gemm.mma_serves(problem) else (0,)
-        split = [next(c for c in seeds if c["ksplit"] > 1 and c.get("mma", 0) == mma) for mma in kernels]
-        for config in [OP.default_config(problem), *split]:
+        split = [next(c for c in seeds if c["ksplit"] > 1 and c["mma"] == mma and c["ring"] == 1) for mma in (0, 1)]
+        rings = [next(c for c in seeds if c["ring"] > 1 and c["ksplit"] > 1 and c["mma"] == mma) for mma in (0, 1)]
+        for config in [OP.default_config(problem), *split, *rings]:
             name = OP.kernel_name(problem, config)
             jobs[name] = CompileJob(name, OP.kernel_source(problem, config), "sm_90", source_hash(problem))
     reference = kernels_dir() / q8gemm.REFERENCE_FILE
@@ -43,7 +43,11 @@ def test_the_defaults_seeds_and_reference_compile_for_sm_90() -> None:
     results = compile_all(_jobs())
     assert all(r.cubin is not None and r.cubin.read_bytes()[:4] == b"\x7fELF" for r in results)
     assert b"at_q8gemm_reference_bfloat16_fp8" in results[-1].cubin.read_bytes()
-    assert sum(b"q8gemm_mma_" in r.cubin.read_bytes() for r in results) == 2  # the defaults: float16, bfloat16
+    names = [job.name for job in _jobs()]
+    assert sum("_g" in name for name in names) == 6  # a ring of each kernel a problem
+    # the tensor cores: a split and a ring a problem (past M = 1 the default is the split seed)
+    assert sum(name.startswith("q8gemm_mma_") for name in names) == 6
+    assert all(name.encode() in r.cubin.read_bytes() for name, r in zip(names[:-1], results, strict=False))
 
 
 def test_a_plain_problem_names_int8_codes_and_fp8_is_a_variant() -> None:
@@ -104,11 +108,13 @@ def test_every_standard_shape_has_a_valid_default_and_seeds() -> None:
 
 def test_the_space_bounds_registers_and_rows_of_x() -> None:
     one = ops.make_problem("q8gemm", "float16", 1, 4096, 4096)
-    assert OP.space(one).choices()["mt"] == (1,)
+    assert OP.space(one).choices()["mt"] == (1, 8)  # 8: the tensor cores' tile of x
+    simt_one = {**OP.default_config(one), "mt": 8}
+    assert "one row of x" in (OP.space(one).check(simt_one) or "")
     three = ops.make_problem("q8gemm", "float16", 3, 4096, 4096)
-    assert OP.space(three).choices()["mt"] == (1, 2, 4, 8)  # 8: the tensor cores' tile of x
+    assert OP.space(three).choices()["mt"] == (1, 2, 4, 8)
     space = OP.space(ops.make_problem("q8gemm", "float16", 64, 4096, 4096))
-    base = {"mt": 8, "block": 256, "rpw": 2, "unroll": 8, "policy": 1, "ksplit": 1, "mma": 0, "stage": 0}
+    base = {"mt": 8, "block": 256, "rpw": 2, "unroll": 8, "policy": 1, "ksplit": 1, "mma": 0, "stage": 0, "ring": 1}
     assert space.check(base) is None
     assert "in flight" in (space.check({**base, "rpw": 4}) or "")  # 4 x 8 pieces
     assert "sums" in (space.check({**base, "rpw": 4, "unroll": 2, "mt": 8}) or "")  # 4 x 8 sums > 16
@@ -116,10 +122,12 @@ def test_the_space_bounds_registers_and_rows_of_x() -> None:
     assert "do not divide" in (space.check({**base, "block": 64, "ksplit": 4}) or "")  # 2 warps
 
 
-def test_the_tensor_core_kernel_joins_from_two_rows_in_its_own_tiles() -> None:
+def test_the_tensor_core_kernel_serves_every_m_in_its_own_tiles() -> None:
     one = ops.make_problem("q8gemm", "float16", 1, 4096, 4096)
-    assert "mma" not in OP.space(one).choices() and not q8gemm.mma_serves(one)
-    assert OP.kernel_file(one) == q8gemm.KERNEL_FILE  # the shipped M = 1 records' source, unchanged
+    assert OP.space(one).choices()["mma"] == (0, 1) and OP.default_config(one)["mma"] == 0
+    assert OP.kernel_file(one) == q8gemm.MMA_FILE  # it includes the CUDA-core kernel's file
+    seeds = OP.seed_configs(one)
+    assert seeds[0]["mma"] == 0 and any(c["mma"] and c["mt"] == 8 for c in seeds)  # CUDA cores first at M = 1
     twenty = ops.make_problem("q8gemm", "float16", 20, 4096, 4096)
     space = OP.space(twenty)
     assert space.choices()["mt"] == (1, 2, 4, 8, 16, 32) and space.choices()["mma"] == space.choices()["stage"]
@@ -140,9 +148,29 @@ def test_the_tensor_core_kernel_joins_from_two_rows_in_its_own_tiles() -> None:
     assert "through L1" in (space.check({**default, "mma": 0, "rpw": 1, "mt": 8, "stage": 1}) or "")
 
 
+def test_rings_rotate_stages_of_registers_in_both_kernels() -> None:
+    problem = ops.make_problem("q8gemm", "float16", 1, 4096, 14336, variant="fp8")
+    space = OP.space(problem)
+    ring = {"mt": 8, "block": 256, "rpw": 16, "unroll": 2, "policy": 1, "ksplit": 2, "mma": 1, "stage": 0, "ring": 3}
+    assert space.check(ring) is None
+    assert OP.kernel_name(problem, ring) == "q8gemm_mma_float16_fp8_m8_b256_r16_u2_p1_k2_g3"
+    assert "at_q8gemm::q8gemm_mma_ring<__half, 1, 1, 256, 1, 2, 1, 2, 3>" in OP.kernel_source(problem, ring)
+    assert OP.launch(problem, ring, 132).grid == (4096 // 64, 1, 1)  # 4 row groups of 16 rows a block
+    assert "tiles of W" in (space.check({**ring, "unroll": 4}) or "")  # 3 stages x 4 steps
+    simt = {**ring, "mma": 0, "rpw": 2, "mt": 1, "unroll": 2, "ring": 4}
+    assert space.check(simt) is None
+    assert OP.kernel_name(problem, simt) == "q8gemm_float16_fp8_m1_b256_r2_u2_p1_k2_g4"
+    assert "at_q8gemm::q8gemm_ring_body<__half, 1, 1, 256, 2, 2, 1, 2, 4>" in OP.kernel_source(problem, simt)
+    assert "pieces (ring x rpw x unroll)" in (space.check({**simt, "unroll": 4}) or "")  # 4 x 2 x 4 > 16
+    assert "ring=1" in (space.check({**ring, "stage": 1, "ksplit": 1}) or "")  # staged x: one stage
+    one_stage = {**ring, "ring": 1}
+    assert OP.kernel_name(problem, one_stage) == "q8gemm_mma_float16_fp8_m8_b256_r16_u2_p1_k2"  # as before rings
+    assert "q8gemm_mma_body<__half, 1, 1, 256, 1, 2, 1, 2>" in OP.kernel_source(problem, one_stage)
+
+
 def test_a_tensor_core_instance_names_its_tiles() -> None:
     problem = ops.make_problem("q8gemm", "float16", 20, 4096, 4096, variant="fp8")
-    config = {"mt": 32, "block": 256, "rpw": 32, "unroll": 2, "policy": 1, "ksplit": 4, "mma": 1, "stage": 0}
+    config = {"mt": 32, "block": 256, "rpw": 32, "unroll": 2, "policy": 1, "ksplit": 4, "mma": 1, "stage": 0, "ring": 1}
     source = OP.kernel_source(problem, config)
     assert OP.kernel_name(problem, config) == "q8gemm_mma_float16_fp8_m32_b256_r32_u2_p1_k4"
     assert "at_q8gemm::q8gemm_mma_body<__half, 1, 4, 256, 2, 2, 1, 4>" in source  # 4 tiles of x, 2 of W
@@ -155,14 +183,16 @@ def test_a_tensor_core_instance_names_its_tiles() -> None:
     assert "at_q8gemm::q8gemm_mma_staged<__half, 1, 4, 256, 2, 2, 1>" in OP.kernel_source(problem, staged)
 
 
-def test_configs_carry_between_one_row_and_more() -> None:
+def test_configs_stored_before_the_tensor_cores_joined_m_1_and_before_rings_keep_their_kernels() -> None:
     one = ops.make_problem("q8gemm", "float16", 1, 4096, 4096)
     eight = ops.make_problem("q8gemm", "float16", 8, 4096, 4096)
-    simt = {"mt": 1, "block": 128, "rpw": 1, "unroll": 1, "policy": 1, "ksplit": 2}
-    assert OP.carried_over(eight, simt) == {**simt, "mma": 0, "stage": 0}
-    assert OP.carried_over(one, {**simt, "mma": 0, "stage": 0}) == simt
+    simt = {"mt": 1, "block": 128, "rpw": 1, "unroll": 1, "policy": 1, "ksplit": 2}  # M = 1's keys before
+    assert OP.stored_config(one, simt) == {**simt, "mma": 0, "stage": 0, "ring": 1}
+    assert OP.carried_over(eight, simt) == {**simt, "mma": 0, "stage": 0, "ring": 1}
     mma = {"mt": 8, "block": 256, "rpw": 16, "unroll": 4, "policy": 1, "ksplit": 4, "mma": 1, "stage": 0}
-    assert OP.carried_over(one, mma)["mma"] == 1  # kept for the space to refuse: no tensor cores at M = 1
+    assert OP.stored_config(eight, mma) == {**mma, "ring": 1}
+    assert OP.space(one).check(OP.carried_over(one, mma)) is None  # the tensor cores run M = 1 too
+    mma = {**mma, "ring": 1}
     sixty = ops.make_problem("q8gemm", "float16", 64, 4096, 4096)
     assert OP.tiling_for(eight, sixty, mma) == {**mma, "mt": 64}  # every row of x in one pass there too
     assert OP.tiling_for(sixty, eight, {**mma, "mt": 16}) == {**mma, "mt": 16}  # tuned in passes
@@ -170,9 +200,10 @@ def test_configs_carry_between_one_row_and_more() -> None:
 
 def test_geometry_and_bytes() -> None:
     problem = ops.make_problem("q8gemm", "bfloat16", 5, 1000, 4096, variant="fp8")
-    launch = OP.launch(problem, {"mt": 2, "block": 128, "rpw": 2, "unroll": 4, "policy": 0, "ksplit": 1}, 132)
+    simt = {"mt": 2, "block": 128, "rpw": 2, "unroll": 4, "policy": 0, "ksplit": 1, "mma": 0, "stage": 0, "ring": 1}
+    launch = OP.launch(problem, simt, 132)
     assert launch.grid == (125, 3, 1) and launch.block == (128, 1, 1)  # 8 rows a block; M in tiles of 2
-    split = OP.launch(problem, {"mt": 2, "block": 128, "rpw": 2, "unroll": 4, "policy": 0, "ksplit": 2}, 132)
+    split = OP.launch(problem, {**simt, "ksplit": 2}, 132)
     assert split.grid == (250, 3, 1)  # two warps a row group: 4 rows a block
     assert launch.shared_bytes == 0
     assert OP.bytes_moved(problem) == 1000 * 4096 + 1000 * 2 + (5 * 4096 + 5 * 1000) * 2
@@ -182,7 +213,7 @@ def test_geometry_and_bytes() -> None:
 
 def test_the_instance_calls_the_body_with_the_kind_and_tiling() -> None:
     problem = ops.make_problem("q8gemm", "bfloat16", 2, 4096, 4096, variant="fp8")
-    config = {"mt": 2, "block": 64, "rpw": 4, "unroll": 2, "policy": 2, "ksplit": 2}
+    config = {"mt": 2, "block": 64, "rpw": 4, "unroll": 2, "policy": 2, "ksplit": 2, "mma": 0, "stage": 0, "ring": 1}
     source = OP.kernel_source(problem, config)
     assert OP.kernel_name(problem, config) == "q8gemm_bfloat16_fp8_m2_b64_r4_u2_p2_k2"
     assert "at_q8gemm::q8gemm_body<__nv_bfloat16, 1, 2, 64, 4, 2, 2, 2>" in source
@@ -234,7 +265,7 @@ def test_an_untuned_kind_borrows_the_other_codes_then_the_other_dtype() -> None:
 def test_a_config_tuned_at_one_row_carries_to_more_rows_in_one_pass_and_rereads_are_counted() -> None:
     one = ops.make_problem("q8gemm", "float16", 1, 4096, 4096)
     four = ops.make_problem("q8gemm", "float16", 4, 4096, 4096)
-    tuned = {"mt": 1, "block": 128, "rpw": 1, "unroll": 1, "policy": 1, "ksplit": 2}
+    tuned = {"mt": 1, "block": 128, "rpw": 1, "unroll": 1, "policy": 1, "ksplit": 2, "mma": 0, "stage": 0, "ring": 1}
     assert OP.tiling_for(one, four, tuned) == {**tuned, "mt": 4}
     sixteen = ops.make_problem("q8gemm", "float16", 16, 4096, 4096)
     assert OP.tiling_for(sixteen, four, {**tuned, "mt": 2}) == {**tuned, "mt": 2}  # tiled in passes there too

@@ -1,4 +1,4 @@
-// Weight-only 8-bit skinny GEMM on tensor cores (2 <= M <= 64): the product of q8gemm.cu, with the codes
+// Weight-only 8-bit GEMV and skinny GEMM on tensor cores (M <= 64): the product of q8gemm.cu, with the codes
 // turned into 16-bit pairs in registers and multiplied by mma.sync.m16n8k16 (float sums).
 //
 // On CUDA cores every code meets every row of x in a float FMA, so past a few rows the FMAs, not the
@@ -26,6 +26,12 @@
 // its rows of x in shared memory once for all its warps: every warp reads all of x, so on an SM whose
 // L1 cannot hold x (64 rows of 4096 are 512 KB) L1 would fetch x from L2 again for every 16 or 32 rows
 // of W (H200, 28672 x 4096 at M = 64 through L1: 120 us, 0.53x torch's float16).
+// q8gemm_mma_ring keeps RING stages of UNROLL steps in registers instead: before a stage is converted
+// and multiplied, the stage RING - 1 ahead is asked for into the slot just emptied, so a warp always has
+// RING - 1 stages in flight (the body asks for UNROLL steps, then multiplies them with none in flight).
+// At M = 1 an MMA multiplies seven rows of zeros (x's rows past M read row M - 1, never written), yet a
+// code still costs one conversion and a quarter of an MMA instead of a float conversion and FMA: the
+// CUDA-core kernel issues about three times the instructions a byte.
 //
 // Preconditions (autotune/ops/q8gemm: space and bind): K % 16 == 0, x, W and out 16-byte aligned,
 // compute capability 8.0 or newer (8.9 for fp8).
@@ -166,6 +172,71 @@ __device__ __forceinline__ void store(const float (&acc)[TILES][XT][4], const T*
           *y = at_common::from_float<T>(scale * acc[t][i][2 * h + e] + beta * before);
         }
     }
+}
+
+// A stage of q8gemm_mma_ring: UNROLL steps of the lane's pieces of each tile's rows g and
+// g + 8, zeros past the split's end or K (those loads are not made).
+template <int UNROLL, int TILES, int POLICY>
+__device__ __forceinline__ void fetch(uint4 (&w)[UNROLL][TILES][2], const uint4* const (&rows)[TILES][2], int base,
+                                      int end, int pieces, int c) {
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u) {
+    const int p = (base + u) * QUAD + c;
+    const bool in = base + u < end && p < pieces;
+#pragma unroll
+    for (int t = 0; t < TILES; ++t)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        w[u][t][h] = in ? at_common::load_stream<POLICY>(rows[t][h] + p) : make_uint4(0u, 0u, 0u, 0u);
+  }
+}
+
+// acc += the stage's codes times x's matching values, step by step (steps past the split's end skipped).
+template <typename T, int KIND, int TILES, int XT, int UNROLL>
+__device__ __forceinline__ void multiply_stage(const uint4 (&w)[UNROLL][TILES][2], const uint4* const (&xs)[XT],
+                                               float (&acc)[TILES][XT][4], int base, int end, int pieces, int c) {
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u) {
+    if (base + u >= end) break;  // the same for every lane of the warp
+    const int p = (base + u) * QUAD + c;
+    unsigned a[TILES][2][4][2];
+    convert<T, KIND, TILES>(w[u], a);
+#pragma unroll
+    for (int i = 0; i < XT; ++i) {
+      uint4 v[2] = {make_uint4(0u, 0u, 0u, 0u), make_uint4(0u, 0u, 0u, 0u)};
+      if (p < pieces) {  // the last step's pieces past K: zero codes times zero x
+        v[0] = __ldg(xs[i] + 2 * p);
+        v[1] = __ldg(xs[i] + 2 * p + 1);
+      }
+      multiply<T, TILES, XT>(a, v, acc, i);
+    }
+  }
+}
+
+// A K split's sums: every part but the first leaves its sums in shared memory, the first adds them in
+// order (deterministic). True for the warp that then holds the sums of rows within N.
+template <int TILES, int XT, int KSPLIT, int WARPS, int SUMS>
+__device__ __forceinline__ bool add_split_parts(float (&parts)[WARPS][SUMS][32], float (&acc)[TILES][XT][4], int part,
+                                                int warp, int lane, bool past_n) {
+  if (part != 0) {
+#pragma unroll
+    for (int t = 0; t < TILES; ++t)
+#pragma unroll
+      for (int i = 0; i < XT; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) parts[warp][(t * XT + i) * 4 + e][lane] = acc[t][i][e];
+  }
+  __syncthreads();
+  if (part != 0 || past_n) return false;
+#pragma unroll
+  for (int j = 1; j < KSPLIT; ++j)
+#pragma unroll
+    for (int t = 0; t < TILES; ++t)
+#pragma unroll
+      for (int i = 0; i < XT; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[t][i][e] += parts[warp + j][(t * XT + i) * 4 + e][lane];
+  return true;
 }
 
 // x staged in shared memory a chunk of UNROLL steps at a time (KSPLIT 1): the W loads of a chunk are
@@ -312,6 +383,62 @@ __device__ __forceinline__ void q8gemm_mma_body(const T* __restrict__ x, const u
         for (int i = 0; i < XT; ++i)
 #pragma unroll
           for (int e = 0; e < 4; ++e) acc[t][i][e] += parts[warp + j][(t * XT + i) * 4 + e][lane];
+  }
+
+  store<T, TILES, XT>(acc, scales, out, row0, m0, M, N, alpha, beta);
+}
+
+// q8gemm_mma_body with a ring of RING stages (x through L1): the same work, rows, split and sums.
+template <typename T, int KIND, int XT, int BLOCK, int TILES, int UNROLL, int POLICY, int KSPLIT, int RING>
+__device__ __forceinline__ void q8gemm_mma_ring(const T* __restrict__ x, const unsigned char* __restrict__ qweight,
+                                                const T* __restrict__ scales, T* __restrict__ out, int M, int N,
+                                                int K, float alpha, float beta) {
+  static_assert(BLOCK % (32 * KSPLIT) == 0, "whole warps, KSPLIT of them a row group");
+  static_assert(RING >= 2, "two stages at least (one is q8gemm_mma_body)");
+  constexpr int GROUPS = BLOCK / 32 / KSPLIT;
+  constexpr int ROWS = 16 * TILES;
+  constexpr int SUMS = TILES * XT * 4;
+  __shared__ float parts[KSPLIT > 1 ? BLOCK / 32 : 1][KSPLIT > 1 ? SUMS : 1][32];
+  launch_dependents();
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, c = lane % 4;
+  const int part = warp % KSPLIT;
+  const int row0 = (blockIdx.x * GROUPS + warp / KSPLIT) * ROWS;
+  const int m0 = blockIdx.y * 8 * XT;
+  const int pieces = K / PIECE;
+  const int steps = (pieces + QUAD - 1) / QUAD;
+  const int per_part = (steps + KSPLIT - 1) / KSPLIT;
+  const int first = part * per_part, last = min(steps, first + per_part);
+  wait_for_prior_grid();  // x and W may be written by the grid before (PDL)
+  if (KSPLIT == 1 && row0 >= N) return;  // (split: every warp reaches the barrier below)
+
+  const uint4* rows[TILES][2];
+  row_pointers<TILES>(rows, qweight, row0, g, N, K);
+  const uint4* xs[XT];
+#pragma unroll
+  for (int i = 0; i < XT; ++i) xs[i] = reinterpret_cast<const uint4*>(x + (size_t)min(m0 + 8 * i + g, M - 1) * K);
+  float acc[TILES][XT][4];
+  zero<TILES, XT>(acc);
+
+  const int end = row0 < N ? last : first;  // a split's rows past N: no steps, only the barrier
+  constexpr int STAGE = UNROLL;             // steps a stage
+  uint4 ring[RING][UNROLL][TILES][2];       // slot i holds stages i, i + RING, ... (compile-time slots)
+#pragma unroll
+  for (int r = 0; r < RING - 1; ++r) fetch<UNROLL, TILES, POLICY>(ring[r], rows, first + r * STAGE, end, pieces, c);
+  for (int s0 = first; s0 < end; s0 += RING * STAGE) {
+#pragma unroll
+    for (int i = 0; i < RING; ++i) {
+      const int s = s0 + i * STAGE;
+      if (s >= end) break;
+      // Stage s + RING - 1 into the slot of stage s - 1, multiplied last.
+      if (s + (RING - 1) * STAGE < end)
+        fetch<UNROLL, TILES, POLICY>(ring[(i + RING - 1) % RING], rows, s + (RING - 1) * STAGE, end, pieces, c);
+      multiply_stage<T, KIND, TILES, XT, UNROLL>(ring[i], xs, acc, s, end, pieces, c);
+    }
+  }
+
+  if constexpr (KSPLIT > 1) {
+    if (!add_split_parts<TILES, XT, KSPLIT>(parts, acc, part, warp, lane, row0 >= N)) return;
   }
 
   store<T, TILES, XT>(acc, scales, out, row0, m0, M, N, alpha, beta);

@@ -4,13 +4,14 @@ operands and the float64 reference, for M <= 64. A problem's variant names the c
 complement) or "fp8" (OCP float8 e4m3, sm_89 and newer); its inputs are (x's dtype, int8 or fp8e4m3, x's
 dtype): one scale a row of W, in the activations' dtype.
 
-Two kernels, the same parameters: a CUDA-core kernel (kernels/q8gemm/q8gemm.cu, mma = 0, the only one at
-M = 1) and, from M = 2, a tensor-core kernel (kernels/q8gemm/q8gemm_mma.cu, mma = 1). A warp owns `rpw`
-rows of W and `mt` rows of x (or a part of K of them: `ksplit` warps of a block share the rows, their
-sums added in order), each lane holding `unroll` 16-byte pieces (16 codes) of each row in flight. On CUDA
-cores the codes are widened to float once a piece and multiplied by each row of x read through L1; on
-tensor cores they become 16-bit pairs, and each MMA multiplies 16 rows of W by 8 rows of x (rpw and mt
-in multiples of those), x read through L1 or (`stage`) staged in shared memory a chunk at a time."""
+Two kernels, the same parameters: a CUDA-core kernel (kernels/q8gemm/q8gemm.cu, mma = 0) and a
+tensor-core kernel (kernels/q8gemm/q8gemm_mma.cu, mma = 1), both at every M. A warp owns `rpw` rows of W
+and `mt` rows of x (or a part of K of them: `ksplit` warps of a block share the rows, their sums added in
+order), each lane holding `unroll` 16-byte pieces (16 codes) of each row in flight. On CUDA cores the
+codes are widened to float once a piece and multiplied by each row of x read through L1; on tensor cores
+they become 16-bit pairs, and each MMA multiplies 16 rows of W by 8 rows of x (rpw and mt in multiples of
+those), x read through L1 or (`stage`) staged in shared memory a chunk at a time; through L1, `ring`
+stages of `unroll` steps rotate in registers (1: ask for a stage, then multiply it)."""
 
 from __future__ import annotations
 
@@ -32,11 +33,10 @@ from autotune.ops.q8gemm import call
 
 NAME = "q8gemm"
 KERNEL_FILE = "q8gemm/q8gemm.cu"  # under kernels/, the mirror of this folder
-MMA_FILE = "q8gemm/q8gemm_mma.cu"  # the tensor-core kernel (M >= 2); it includes KERNEL_FILE
+MMA_FILE = "q8gemm/q8gemm_mma.cu"  # the tensor-core kernel, including KERNEL_FILE: every instance includes it
 REFERENCE_FILE = "q8gemm/reference.cu"
 MAX_M = 64  # the kernels' reach: larger batches belong to a GEMM on the dequantized weight
 LINEAR_MAX_M = MAX_M  # autotune.linear's: the op's kernels up to here, the GEMM on the dequantized weight past it
-MMA_MIN_M = 2  # from here on the tensor-core kernel is in the space (at M = 1 it multiplies 7 columns of zeros)
 PIECE = 16  # codes a 16-byte load holds (q8gemm.cu: PIECE)
 KIND_CODE = {"int8": 0, "fp8": 1}  # q8gemm.cu's KIND
 FP8_CAPABILITY = (8, 9)  # float8 conversions in hardware: Ada (sm_89) and newer
@@ -49,10 +49,15 @@ _UNROLLS = (1, 2, 4, 8)  # pieces of each row a lane has in flight
 _KSPLITS = (1, 2, 4, 8)  # warps of a block that share a group's rows, each reading a part of K
 # Registers a thread holds: 4 per piece in flight (rpw x unroll), 16 floats a row for the widened
 # codes and one sum per row of W and of x; past these ptxas spills.
-MAX_LOADS_IN_FLIGHT = 16  # rpw x unroll
+MAX_LOADS_IN_FLIGHT = 16  # ring x rpw x unroll
 MAX_SUMS = 16  # rpw x mt
 # Tensor cores: 8 registers a tile of W per step in flight, 4 sums a tile pair (16 rows of W, 8 of x).
-MAX_MMA_LOADS = 8  # rpw / 16 x unroll
+MAX_MMA_LOADS = 8  # ring x rpw / 16 x unroll
+# Stages of registers either kernel rotates (x through L1): 1 asks for a stage, then multiplies it; 2-4
+# ask for the stage RING - 1 ahead before each one multiplies (q8gemm_ring_body, q8gemm_mma_ring).
+_RINGS = (1, 2, 3, 4)
+# What the kernels were before a parameter joined the space: M = 1 on CUDA cores only, one stage.
+_BEFORE = {"mma": 0, "stage": 0, "ring": 1}
 MAX_MMA_TILES = 16  # rpw / 16 x mt / 8
 MAX_STATIC_SHARED = 48 * 1024  # a split's partial sums and a staged chunk of x are static shared memory
 # Tilings measured first: whole rows a warp, 4-16 pieces a lane in flight, 8-16 warps a block.
@@ -66,6 +71,11 @@ _SEEDS: tuple[dict[str, int], ...] = (
     dict(block=256, rpw=1, unroll=4, policy=1, ksplit=4),
     dict(block=256, rpw=2, unroll=4, policy=1, ksplit=2),
     dict(block=512, rpw=1, unroll=2, policy=1, ksplit=8),
+    # Rings: the stage RING - 1 ahead asked for before each one multiplies.
+    dict(block=128, rpw=2, unroll=1, policy=1, ksplit=4, ring=3),
+    dict(block=256, rpw=2, unroll=1, policy=1, ksplit=1, ring=3),
+    dict(block=128, rpw=1, unroll=2, policy=1, ksplit=2, ring=4),
+    dict(block=256, rpw=1, unroll=1, policy=1, ksplit=8, ring=4),
 )
 # Tensor-core tilings measured first: 16-32 rows of W a warp, K split over 2-8 warps (a warp's 16 rows
 # leave few warps on narrow matrices: 4096 rows are 256 warps whole).
@@ -80,6 +90,11 @@ _MMA_SEEDS: tuple[dict[str, int], ...] = (
     dict(mma=1, stage=1, block=256, rpw=32, unroll=2, policy=1, ksplit=1),
     dict(mma=1, stage=1, block=256, rpw=16, unroll=4, policy=1, ksplit=1),
     dict(mma=1, stage=1, block=512, rpw=16, unroll=2, policy=1, ksplit=1),
+    # Rings: 2-3 stages of one or two steps in flight while one multiplies.
+    dict(mma=1, block=256, rpw=16, unroll=1, policy=1, ksplit=1, ring=4),
+    dict(mma=1, block=256, rpw=16, unroll=2, policy=1, ksplit=2, ring=3),
+    dict(mma=1, block=128, rpw=16, unroll=1, policy=1, ksplit=4, ring=4),
+    dict(mma=1, block=256, rpw=16, unroll=2, policy=1, ksplit=8, ring=3),
 )
 
 
@@ -111,15 +126,10 @@ def _mma_mt_choices(problem: Problem) -> tuple[int, ...]:
     return tuple(t for t in _MMA_MTS if t <= _mma_mt(problem))
 
 
-def mma_serves(problem: Problem) -> bool:
-    """Whether the tensor-core kernel (mma = 1) is in this problem's space."""
-    return problem.m >= MMA_MIN_M
-
-
 def _mma_shared_bytes(c: Mapping[str, int]) -> int:
     """Mirrors q8gemm_mma.cu: a split block's parts (every lane's sums, for every warp), or x's staged
     chunk (mt rows of unroll steps of 64 values and a 16-byte gap, 2 bytes a value)."""
-    if c.get("stage", 0):
+    if c["stage"]:
         return c["mt"] * (64 * c["unroll"] + 8) * 2
     sums = c["rpw"] // 16 * c["mt"] // 8 * 4
     return c["block"] * sums * 4 if c["ksplit"] > 1 else 0
@@ -139,16 +149,14 @@ class Q8Gemm(Op):
     # torch.ops.autotune.q8gemm(x, qweight, scales, alpha, kind): the options travel as the kind string
     torch_schema = "(Tensor x, Tensor qweight, Tensor scales, float alpha=1.0, str kind='int8') -> Tensor"
 
+    def stored_config(self, problem: Problem, config: Mapping[str, Any]) -> dict[str, Any]:
+        """A config stored before the tensor cores joined M = 1 (no mma or stage there: 0, the CUDA-core
+        kernel) or before rings (ring 1, the kernels as they were); migration 0011 moves database rows."""
+        return {**config, **{name: value for name, value in _BEFORE.items() if name not in config}}
+
     def carried_over(self, problem: Problem, config: Mapping[str, int]) -> dict[str, int]:
-        """A sibling's config with mma and stage as this problem's space has them: added as 0 (CUDA cores)
-        where the space has them, dropped at M = 1 (where a tensor-core config stays one the space refuses)."""
-        carried = dict(config)
-        for name in ("mma", "stage"):
-            if mma_serves(problem):
-                carried.setdefault(name, 0)
-            elif carried.get(name, 0) == 0:
-                carried.pop(name, None)
-        return carried
+        """A sibling's config, or one stored before mma, stage or ring, as the space names it now."""
+        return self.stored_config(problem, config)
 
     def complete(self, problem: Problem) -> Problem:
         """The plain problem of this op names int8 codes."""
@@ -201,16 +209,19 @@ class Q8Gemm(Op):
         def constraint(c: Mapping[str, int]) -> str | None:
             if c["block"] // 32 % c["ksplit"]:
                 return f"ksplit={c['ksplit']} warps a row group do not divide the block's {c['block'] // 32} warps"
-            return mma_constraint(c) if c.get("mma", 0) else simt_constraint(c)
+            return mma_constraint(c) if c["mma"] else simt_constraint(c)
 
         def simt_constraint(c: Mapping[str, int]) -> str | None:
             if c["mt"] not in _MTS or c["rpw"] not in _RPWS:
                 return f"the CUDA-core kernel takes mt in {_MTS} and rpw in {_RPWS}"
-            if c.get("stage", 0):
+            if problem.m == 1 and c["mt"] != 1:
+                return "at M = 1 the CUDA-core kernel multiplies one row of x (mt=1)"
+            if c["stage"]:
                 return "the CUDA-core kernel reads x through L1 (stage=0)"
-            if c["rpw"] * c["unroll"] > MAX_LOADS_IN_FLIGHT:
+            if c["ring"] * c["rpw"] * c["unroll"] > MAX_LOADS_IN_FLIGHT:
                 return (
-                    f"more than {MAX_LOADS_IN_FLIGHT} pieces (rpw x unroll) in flight a thread (runs out of registers)"
+                    f"more than {MAX_LOADS_IN_FLIGHT} pieces (ring x rpw x unroll) in flight a thread (runs out of "
+                    "registers)"
                 )
             if c["rpw"] * c["mt"] > MAX_SUMS:
                 return f"more than {MAX_SUMS} sums (rpw x mt) a thread (runs out of registers)"
@@ -222,26 +233,29 @@ class Q8Gemm(Op):
             if c["mt"] > _mma_mt(problem):
                 return f"mt={c['mt']} rows of x a warp, more than M = {problem.m} needs"
             tiles = c["rpw"] // 16
-            if tiles * c["unroll"] > MAX_MMA_LOADS:
-                return f"more than {MAX_MMA_LOADS} tiles of W (rpw / 16 x unroll) in flight a thread (registers)"
+            if c["ring"] * tiles * c["unroll"] > MAX_MMA_LOADS:
+                return f"more than {MAX_MMA_LOADS} tiles of W (ring x rpw / 16 x unroll) in flight a thread (registers)"
             if tiles * c["mt"] // 8 > MAX_MMA_TILES:
                 return f"more than {MAX_MMA_TILES} tile pairs (rpw / 16 x mt / 8) of sums a thread (registers)"
-            if c.get("stage", 0) and c["ksplit"] > 1:
+            if c["stage"] and c["ksplit"] > 1:
                 return "x is staged for a block's whole rows (stage=1 with ksplit=1)"
+            if c["stage"] and c["ring"] != 1:
+                return "x staged a chunk at a time takes one stage of registers (stage=1 with ring=1)"
             if _mma_shared_bytes(c) > MAX_STATIC_SHARED:
                 return f"shared memory ({_mma_shared_bytes(c)} bytes) exceeds {MAX_STATIC_SHARED}"
             return None
 
-        mma = mma_serves(problem)
         return Space(
             params=(
-                Param("mt", tuple(dict.fromkeys(_mt_choices(problem) + (_mma_mt_choices(problem) if mma else ())))),
+                Param("mt", tuple(dict.fromkeys(_mt_choices(problem) + _mma_mt_choices(problem)))),
                 Param("block", _BLOCKS),
-                Param("rpw", _RPWS + (_MMA_RPWS if mma else ())),
+                Param("rpw", _RPWS + _MMA_RPWS),
                 Param("unroll", _UNROLLS),
                 Param("policy", (0, 1, 2)),
                 Param("ksplit", _KSPLITS),
-                *((Param("mma", (0, 1)), Param("stage", (0, 1))) if mma else ()),
+                Param("mma", (0, 1)),
+                Param("stage", (0, 1)),
+                Param("ring", _RINGS),
             ),
             constraint=constraint,
         )
@@ -249,17 +263,17 @@ class Q8Gemm(Op):
     def default_config(self, problem: Problem) -> Config:
         """At M = 1 eight warps of one row each, four pieces a lane in flight; past it the tensor cores,
         16 rows of W a warp, K split over 4 warps, every row of x a warp."""
-        if mma_serves(problem):
-            return dict(mt=_mma_mt(problem), block=256, rpw=16, unroll=4, policy=1, ksplit=4, mma=1, stage=0)
-        return {"mt": _mt_choices(problem)[-1], "block": 256, "rpw": 1, "unroll": 4, "policy": 1, "ksplit": 1}
+        if problem.m >= 2:
+            return dict(mt=_mma_mt(problem), block=256, rpw=16, unroll=4, policy=1, ksplit=4, mma=1, stage=0, ring=1)
+        return dict(mt=1, block=256, rpw=1, unroll=4, policy=1, ksplit=1, mma=0, stage=0, ring=1)
 
     def seed_configs(self, problem: Problem) -> list[Config]:
+        """The CUDA-core tilings first at M = 1, the tensor cores' first past it."""
         check = self.space(problem).check
         seeds = []
-        simt = {"mt": _mt_choices(problem)[-1], **({"mma": 0, "stage": 0} if mma_serves(problem) else {})}
-        tilings = [{**simt, **t} for t in _SEEDS]
-        if mma_serves(problem):
-            tilings = [{"mt": _mma_mt(problem), "stage": 0, **t} for t in _MMA_SEEDS] + tilings
+        simt = [{"mt": _mt_choices(problem)[-1], "mma": 0, "stage": 0, "ring": 1, **t} for t in _SEEDS]
+        mma = [{"mt": _mma_mt(problem), "stage": 0, "ring": 1, **t} for t in _MMA_SEEDS]
+        tilings = simt + mma if problem.m == 1 else mma + simt
         for tiling in tilings:
             config = {**self.default_config(problem), **tiling}
             if check(config) is None and config not in seeds:
@@ -270,7 +284,7 @@ class Q8Gemm(Op):
         """`config` with every row of x in one pass where `tuned`'s were (mt covering M, up to 8 on CUDA
         cores, 64 on tensor cores): a config tuned at M = 1 (mt = 1) would read W once per row of x at
         M = 4."""
-        if config.get("mma", 0):
+        if config["mma"]:
             if config["mt"] < _mma_mt(tuned):
                 return dict(config)
             fitted = {**config, "mt": _mma_mt(problem)}
@@ -287,44 +301,41 @@ class Q8Gemm(Op):
     # -- how it is built and launched ---------------------------------------------------------
 
     def kernel_file(self, problem: Problem) -> str:
-        return MMA_FILE if mma_serves(problem) else KERNEL_FILE
+        return MMA_FILE
 
     def family(self, problem: Problem, config: Mapping[str, int]) -> str:
-        return "q8gemm_mma" if config.get("mma", 0) else NAME
+        return "q8gemm_mma" if config["mma"] else NAME
 
     def kernel_name(self, problem: Problem, config: Mapping[str, int]) -> str:
         c = config
         return (
             f"{self.family(problem, c)}_{problem.dtype}_{kind_of(problem)}_m{c['mt']}_b{c['block']}_r{c['rpw']}"
-            f"_u{c['unroll']}_p{c['policy']}_k{c['ksplit']}{'_s' if c.get('stage', 0) else ''}"
+            f"_u{c['unroll']}_p{c['policy']}_k{c['ksplit']}{'_s' if c['stage'] else ''}"
+            + (f"_g{c['ring']}" if c["ring"] != 1 else "")  # one stage: the name it had before rings
         )
 
     def kernel_source(self, problem: Problem, config: Mapping[str, int]) -> str:
         c = config
         t = CUDA_TYPE[problem.dtype]
         kind = KIND_CODE[kind_of(problem)]
-        if c.get("stage", 0):
-            body = (
-                f"at_q8gemm::q8gemm_mma_staged<{t}, {kind}, {c['mt'] // 8}, {c['block']}, {c['rpw'] // 16}, "
-                f"{c['unroll']}, {c['policy']}>(x, qweight, scales, out, M, N, K, alpha, beta);"
-            )
-        elif c.get("mma", 0):
-            body = (
-                f"at_q8gemm::q8gemm_mma_body<{t}, {kind}, {c['mt'] // 8}, {c['block']}, {c['rpw'] // 16}, "
-                f"{c['unroll']}, {c['policy']}, {c['ksplit']}>(x, qweight, scales, out, M, N, K, alpha, beta);"
-            )
+        ring = f", {c['ring']}" if c["ring"] != 1 else ""  # one stage: the instance text it had before rings
+        if c["mma"]:
+            tiling = f"{c['mt'] // 8}, {c['block']}, {c['rpw'] // 16}, {c['unroll']}, {c['policy']}"
+            if c["stage"]:
+                body = f"q8gemm_mma_staged<{t}, {kind}, {tiling}>"
+            else:
+                body = f"q8gemm_mma_{'ring' if ring else 'body'}<{t}, {kind}, {tiling}, {c['ksplit']}{ring}>"
         else:
-            body = (
-                f"at_q8gemm::q8gemm_body<{t}, {kind}, {c['mt']}, {c['block']}, {c['rpw']}, "
-                f"{c['unroll']}, {c['policy']}, {c['ksplit']}>(x, qweight, scales, out, M, N, K, alpha, beta);"
-            )
+            tiling = f"{c['mt']}, {c['block']}, {c['rpw']}, {c['unroll']}, {c['policy']}, {c['ksplit']}"
+            body = f"q8gemm_{'ring_' if ring else ''}body<{t}, {kind}, {tiling}{ring}>"
+        call = f"at_q8gemm::{body}(x, qweight, scales, out, M, N, K, alpha, beta);"
         return (
             f'#include "{self.kernel_file(problem)}"\n'
             f'extern "C" __global__ void __launch_bounds__({c["block"]})\n'
             f"{self.kernel_name(problem, config)}(const {t}* x, const unsigned char* qweight, const {t}* scales,\n"
             f"    {t}* out, int M, int N, int K, float alpha, float beta, float* workspace,\n"
             f"    unsigned int* counters) {{\n"
-            f"  {body}\n"
+            f"  {call}\n"
             f"}}\n"
         )
 
