@@ -37,7 +37,7 @@ SHAPES = (
 # The int4 op (tensor-core MMAs of 16-bit weights: sm_80 and up), one GEMV and one skinny problem; the
 # int4 dequantization in the same dtypes and variants.
 INT4 = (("float16", 1, "g128"), ("bfloat16", 16, "g64a"))
-# The 8-bit op (CUDA cores at M = 1, both kernels at M = 8), int8 everywhere, float8 e4m3 from sm_89 on (its
+# The 8-bit op (both kernels, one stage or rings, at M = 1 and 8), int8 everywhere, float8 e4m3 from sm_89 on (its
 # space refuses older GPUs).
 INT8 = (("float16", 1, "int8"), ("bfloat16", 8, "int8"))
 FP8 = (("float16", 1, "fp8"), ("bfloat16", 8, "fp8"))

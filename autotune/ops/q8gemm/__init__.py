@@ -47,19 +47,19 @@ _RPWS = (1, 2, 4)  # rows of W a warp (CUDA cores)
 _MMA_RPWS = (16, 32)  # the same on tensor cores: tiles of 16
 _UNROLLS = (1, 2, 4, 8)  # pieces of each row a lane has in flight
 _KSPLITS = (1, 2, 4, 8)  # warps of a block that share a group's rows, each reading a part of K
-# Registers a thread holds: 4 per piece in flight (rpw x unroll), 16 floats a row for the widened
+# Registers a thread holds: 4 per piece in flight (ring x rpw x unroll), 16 floats a row for the widened
 # codes and one sum per row of W and of x; past these ptxas spills.
 MAX_LOADS_IN_FLIGHT = 16  # ring x rpw x unroll
 MAX_SUMS = 16  # rpw x mt
 # Tensor cores: 8 registers a tile of W per step in flight, 4 sums a tile pair (16 rows of W, 8 of x).
 MAX_MMA_LOADS = 8  # ring x rpw / 16 x unroll
+MAX_MMA_TILES = 16  # rpw / 16 x mt / 8
+MAX_STATIC_SHARED = 48 * 1024  # a split's partial sums and a staged chunk of x are static shared memory
 # Stages of registers either kernel rotates (x through L1): 1 asks for a stage, then multiplies it; 2-4
 # ask for the stage RING - 1 ahead before each one multiplies (q8gemm_ring_body, q8gemm_mma_ring).
 _RINGS = (1, 2, 3, 4)
 # What the kernels were before a parameter joined the space: M = 1 on CUDA cores only, one stage.
 _BEFORE = {"mma": 0, "stage": 0, "ring": 1}
-MAX_MMA_TILES = 16  # rpw / 16 x mt / 8
-MAX_STATIC_SHARED = 48 * 1024  # a split's partial sums and a staged chunk of x are static shared memory
 # Tilings measured first: whole rows a warp, 4-16 pieces a lane in flight, 8-16 warps a block.
 _SEEDS: tuple[dict[str, int], ...] = (
     dict(block=256, rpw=2, unroll=4, policy=1),
@@ -71,11 +71,10 @@ _SEEDS: tuple[dict[str, int], ...] = (
     dict(block=256, rpw=1, unroll=4, policy=1, ksplit=4),
     dict(block=256, rpw=2, unroll=4, policy=1, ksplit=2),
     dict(block=512, rpw=1, unroll=2, policy=1, ksplit=8),
-    # Rings: the stage RING - 1 ahead asked for before each one multiplies.
-    dict(block=128, rpw=2, unroll=1, policy=1, ksplit=4, ring=3),
-    dict(block=256, rpw=2, unroll=1, policy=1, ksplit=1, ring=3),
-    dict(block=128, rpw=1, unroll=2, policy=1, ksplit=2, ring=4),
-    dict(block=256, rpw=1, unroll=1, policy=1, ksplit=8, ring=4),
+    # The H200's M = 1 picks of 64-trial sweeps: 2-4 rows a warp, one piece in flight, K split 2-4 ways.
+    dict(block=128, rpw=2, unroll=1, policy=1, ksplit=4),
+    dict(block=256, rpw=4, unroll=1, policy=1, ksplit=4),
+    dict(block=64, rpw=2, unroll=1, policy=1, ksplit=1),
 )
 # Tensor-core tilings measured first: 16-32 rows of W a warp, K split over 2-8 warps (a warp's 16 rows
 # leave few warps on narrow matrices: 4096 rows are 256 warps whole).
@@ -90,7 +89,8 @@ _MMA_SEEDS: tuple[dict[str, int], ...] = (
     dict(mma=1, stage=1, block=256, rpw=32, unroll=2, policy=1, ksplit=1),
     dict(mma=1, stage=1, block=256, rpw=16, unroll=4, policy=1, ksplit=1),
     dict(mma=1, stage=1, block=512, rpw=16, unroll=2, policy=1, ksplit=1),
-    # Rings: 2-3 stages of one or two steps in flight while one multiplies.
+    # Rings: 2-3 stages of one or two steps in flight while one multiplies (the M = 16 sweeps' picks on
+    # the few-row, long-K shapes: K split 4-8 ways, 3-4 stages).
     dict(mma=1, block=256, rpw=16, unroll=1, policy=1, ksplit=1, ring=4),
     dict(mma=1, block=256, rpw=16, unroll=2, policy=1, ksplit=2, ring=3),
     dict(mma=1, block=128, rpw=16, unroll=1, policy=1, ksplit=4, ring=4),
@@ -268,12 +268,14 @@ class Q8Gemm(Op):
         return dict(mt=1, block=256, rpw=1, unroll=4, policy=1, ksplit=1, mma=0, stage=0, ring=1)
 
     def seed_configs(self, problem: Problem) -> list[Config]:
-        """The CUDA-core tilings first at M = 1, the tensor cores' first past it."""
+        """At M = 1 the CUDA-core tilings alone: there the tensor cores ran 1.05-1.32x and rings 1.04-1.23x
+        the time of the best single stage on CUDA cores (H200, docs/lowbit.md), though both stay in the
+        space. Past it the tensor cores' tilings first, rings among them."""
         check = self.space(problem).check
         seeds = []
         simt = [{"mt": _mt_choices(problem)[-1], "mma": 0, "stage": 0, "ring": 1, **t} for t in _SEEDS]
         mma = [{"mt": _mma_mt(problem), "stage": 0, "ring": 1, **t} for t in _MMA_SEEDS]
-        tilings = simt + mma if problem.m == 1 else mma + simt
+        tilings = simt if problem.m == 1 else mma + simt
         for tiling in tilings:
             config = {**self.default_config(problem), **tiling}
             if check(config) is None and config not in seeds:
