@@ -32,8 +32,9 @@ from autotune.ops.call import Bound
 from autotune.ops.q8gemm import call
 
 NAME = "q8gemm"
-KERNEL_FILE = "q8gemm/q8gemm.cu"  # under kernels/, the mirror of this folder
-MMA_FILE = "q8gemm/q8gemm_mma.cu"  # the tensor-core kernel, including KERNEL_FILE: every instance includes it
+# Under kernels/, the mirror of this folder: the tensor-core kernel, which includes the CUDA-core kernel
+# (q8gemm/q8gemm.cu); every instance of either includes this file.
+MMA_FILE = "q8gemm/q8gemm_mma.cu"
 REFERENCE_FILE = "q8gemm/reference.cu"
 MAX_M = 64  # the kernels' reach: larger batches belong to a GEMM on the dequantized weight
 LINEAR_MAX_M = MAX_M  # autotune.linear's: the op's kernels up to here, the GEMM on the dequantized weight past it
