@@ -15,7 +15,8 @@ The instance text comes from today's autotune/ops: before using this, check that
 
 Where an op now names another kernel file for some problems (a new kernel joining their space, in a
 file that includes the old one), `--file-was NEW=OLD` says which file those trials were measured
-with; a carried trial's config also gains the parameters today's space adds (Op.carried_over).
+with (a NEW that REV lacks stands there as a file including OLD, so that today's instance text builds
+at REV); a carried trial's config also gains the parameters today's space adds (Op.carried_over).
 
     python scripts/rehash_records.py --since HEAD          # what it would do
     python scripts/rehash_records.py --since HEAD --write  # and rewrite the files
@@ -99,6 +100,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="autotune-rehash-") as tmp:
         work = Path(tmp)
         old_kernels = kernels_at(args.since, work / "old")
+        for new_name, old_name in was.items():  # a file new since REV: there, what it stands for
+            if not (old_kernels / new_name).exists():
+                (old_kernels / new_name).write_text(f'#include "{old_name}"\n')
         # Per records file: its lines, and for each trial to check, the job (arch + instance) to compare,
         # today's hash and the trial's problem.
         parsed: dict[Path, list[dict[str, Any]]] = {}

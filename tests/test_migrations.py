@@ -322,7 +322,7 @@ def test_q8gemm_configs_gain_ring_and_at_one_row_mma_and_stage(db_path: Path) ->
     connection.close()
     everything = "SELECT id, config_key, config FROM trials ORDER BY id"
     crashes = "SELECT problem_id, config_key FROM crashes ORDER BY problem_id"
-    migrated_to(db_path, "head")
+    migrated_to(db_path, "0011")
     one_row = {**ONE_ROW, "mma": 0, "stage": 0, "ring": 1}
     skinny = {**SKINNY, "ring": 1}
     with sqlite3.connect(db_path) as connection:
@@ -337,6 +337,49 @@ def test_q8gemm_configs_gain_ring_and_at_one_row_mma_and_stage(db_path: Path) ->
         rows = {i: (key, json.loads(config)) for i, key, config in connection.execute(everything)}
         assert rows[9] == (config_key(ONE_ROW), ONE_ROW) and rows[10] == (config_key(SKINNY), SKINNY)
         assert connection.execute(crashes).fetchall() == [(1, '{"a":3}'), (2, config_key(ONE_ROW))]
+    connection.close()
+
+
+def test_q8gemm_configs_gain_stream(db_path: Path) -> None:
+    """0012: every q8gemm config gains "stream": 0 (trial and crash count, key and all), a streaming one
+    keeps its key both ways, other ops' configs are left alone, and the downgrade takes the key off."""
+    database_at(db_path, "0011")
+    trial_cols = (
+        "problem_id, gpu_id, config_key, config, status, time_us, times_us, gbs, rel_error, message, "
+        "source_hash, nvcc, pycuda, driver, cuda, origin, created_at, finished_at"
+    )
+    before = {**ONE_ROW, "mma": 0, "stage": 0, "ring": 1}
+    streaming = {**before, "stream": 1}
+    with sqlite3.connect(db_path) as connection:
+        connection.execute(
+            "INSERT INTO problems (id, gpu_name, op, dtype, m, n, k, trans, input_dtypes, variant, created_at) "
+            "VALUES (2, 'NVIDIA H200', 'q8gemm', 'float16', 1, 4096, 4096, 0, 'float16,int8,float16', 'int8', ?)",
+            (WHEN,),
+        )
+        for trial_id, config in ((9, before), (10, streaming)):
+            connection.execute(
+                f"INSERT INTO trials (id, {trial_cols}) VALUES (?, 2, 1, ?, ?, 'ok', 20.5, '[20.5]', 100.0, 0.0, '', "
+                "'src', 'n', 'p', '13.0', '13.0', 'measured', ?, ?)",
+                (trial_id, config_key(config), config_key(config), WHEN, WHEN),
+            )
+        connection.execute("INSERT INTO crashes VALUES (2, ?, 'src', 1, ?)", (config_key(before), WHEN))
+    connection.close()
+    everything = "SELECT id, config_key, config FROM trials ORDER BY id"
+    crashes = "SELECT problem_id, config_key FROM crashes ORDER BY problem_id"
+    migrated_to(db_path, "0012")
+    after = {**before, "stream": 0}
+    with sqlite3.connect(db_path) as connection:
+        rows = {i: (key, json.loads(config)) for i, key, config in connection.execute(everything)}
+        assert rows[9] == (config_key(after), after)
+        assert rows[10] == (config_key(streaming), streaming)
+        assert rows[1] == ('{"a":1}', {"a": 1})  # the GEMV's
+        assert connection.execute(crashes).fetchall() == [(1, '{"a":3}'), (2, config_key(after))]
+    connection.close()
+    migrated_to(db_path, "0011", command.downgrade)
+    with sqlite3.connect(db_path) as connection:
+        rows = {i: (key, json.loads(config)) for i, key, config in connection.execute(everything)}
+        assert rows[9] == (config_key(before), before) and rows[10] == (config_key(streaming), streaming)
+        assert connection.execute(crashes).fetchall() == [(1, '{"a":3}'), (2, config_key(before))]
     connection.close()
 
 

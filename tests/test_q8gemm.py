@@ -116,6 +116,7 @@ def test_the_space_bounds_registers_and_rows_of_x() -> None:
     assert OP.space(three).choices()["mt"] == (1, 2, 4, 8)
     space = OP.space(ops.make_problem("q8gemm", "float16", 64, 4096, 4096))
     base = {"mt": 8, "block": 256, "rpw": 2, "unroll": 8, "policy": 1, "ksplit": 1, "mma": 0, "stage": 0, "ring": 1}
+    base["stream"] = 0
     assert space.check(base) is None
     assert "in flight" in (space.check({**base, "rpw": 4}) or "")  # 4 x 8 pieces
     assert "sums" in (space.check({**base, "rpw": 4, "unroll": 2, "mt": 8}) or "")  # 4 x 8 sums > 16
@@ -126,10 +127,11 @@ def test_the_space_bounds_registers_and_rows_of_x() -> None:
 def test_the_tensor_core_kernel_serves_every_m_in_its_own_tiles() -> None:
     one = ops.make_problem("q8gemm", "float16", 1, 4096, 4096)
     assert OP.space(one).choices()["mma"] == (0, 1) and OP.default_config(one)["mma"] == 0
-    assert OP.kernel_file(one) == q8gemm.MMA_FILE  # it includes the CUDA-core kernel's file
+    assert OP.kernel_file(one) == q8gemm.STREAM_FILE  # it includes the tensor-core kernel's file
     assert all(c["mma"] == 0 and c["ring"] == 1 for c in OP.seed_configs(one))  # faster at M = 1 (H200)
     assert any(c["ring"] > 1 for c in OP.seed_configs(ops.make_problem("q8gemm", "float16", 16, 4096, 14336)))
     twenty = ops.make_problem("q8gemm", "float16", 20, 4096, 4096)
+    assert OP.kernel_file(twenty) == q8gemm.MMA_FILE  # it includes the CUDA-core kernel's file
     space = OP.space(twenty)
     assert space.choices()["mt"] == (1, 2, 4, 8, 16, 32) and space.choices()["mma"] == space.choices()["stage"]
     default = OP.default_config(twenty)
@@ -153,6 +155,7 @@ def test_rings_rotate_stages_of_registers_in_both_kernels() -> None:
     problem = ops.make_problem("q8gemm", "float16", 1, 4096, 14336, variant="fp8")
     space = OP.space(problem)
     ring = {"mt": 8, "block": 256, "rpw": 16, "unroll": 2, "policy": 1, "ksplit": 2, "mma": 1, "stage": 0, "ring": 3}
+    ring["stream"] = 0
     assert space.check(ring) is None
     assert OP.kernel_name(problem, ring) == "q8gemm_mma_float16_fp8_m8_b256_r16_u2_p1_k2_g3"
     assert "at_q8gemm::q8gemm_mma_ring<__half, 1, 1, 256, 1, 2, 1, 2, 3>" in OP.kernel_source(problem, ring)
@@ -188,15 +191,37 @@ def test_configs_stored_before_the_tensor_cores_joined_m_1_and_before_rings_keep
     one = ops.make_problem("q8gemm", "float16", 1, 4096, 4096)
     eight = ops.make_problem("q8gemm", "float16", 8, 4096, 4096)
     simt = {"mt": 1, "block": 128, "rpw": 1, "unroll": 1, "policy": 1, "ksplit": 2}  # M = 1's keys before
-    assert OP.stored_config(one, simt) == {**simt, "mma": 0, "stage": 0, "ring": 1}
-    assert OP.carried_over(eight, simt) == {**simt, "mma": 0, "stage": 0, "ring": 1}
+    before = {"mma": 0, "stage": 0, "ring": 1, "stream": 0}
+    assert OP.stored_config(one, simt) == {**simt, **before}
+    assert OP.carried_over(eight, simt) == {**simt, **before}
     mma = {"mt": 8, "block": 256, "rpw": 16, "unroll": 4, "policy": 1, "ksplit": 4, "mma": 1, "stage": 0}
-    assert OP.stored_config(eight, mma) == {**mma, "ring": 1}
+    assert OP.stored_config(eight, mma) == {**mma, "ring": 1, "stream": 0}
     assert OP.space(one).check(OP.carried_over(one, mma)) is None  # the tensor cores run M = 1 too
-    mma = {**mma, "ring": 1}
+    mma = {**mma, "ring": 1, "stream": 0}
     sixty = ops.make_problem("q8gemm", "float16", 64, 4096, 4096)
     assert OP.tiling_for(eight, sixty, mma) == {**mma, "mt": 64}  # every row of x in one pass there too
     assert OP.tiling_for(sixty, eight, {**mma, "mt": 16}) == {**mma, "mt": 16}  # tuned in passes
+
+
+def test_the_streaming_gemv_runs_m_1_on_the_cuda_core_tilings() -> None:
+    one = ops.make_problem("q8gemm", "bfloat16", 1, 3584, 18944, variant="fp8")
+    space = OP.space(one)
+    seeds = OP.seed_configs(one)
+    assert seeds[0]["stream"] == 1 and any(c["stream"] == 0 for c in seeds)  # the streaming GEMV first
+    stream = {"mt": 1, "block": 128, "rpw": 2, "unroll": 4, "policy": 1, "ksplit": 4, "mma": 0, "stage": 0, "ring": 1}
+    stream["stream"] = 1
+    assert space.check(stream) is None
+    assert OP.kernel_name(one, stream) == "q8gemv_bfloat16_fp8_m1_b128_r2_u4_p1_k4"
+    assert OP.family(one, stream) == "q8gemv" and OP.family(one, {**stream, "stream": 0}) == "q8gemm"
+    source = OP.kernel_source(one, stream)
+    assert f'#include "{q8gemm.STREAM_FILE}"' in source
+    assert "at_q8gemm::q8gemv_body<__nv_bfloat16, 1, 128, 2, 4, 1, 4>(x, qweight, scales, out, N, K," in source
+    assert OP.launch(one, stream, 132).grid == (3584 // 2, 1, 1)  # a row group of 4 warps a block, 2 rows
+    assert "16-byte vectors" in (space.check({**stream, "rpw": 4, "unroll": 4}) or "")  # (4 + 2) x 4 > 16
+    assert "one row of x" in (space.check({**stream, "ring": 2}) or "")
+    four = ops.make_problem("q8gemm", "bfloat16", 4, 3584, 18944, variant="fp8")
+    assert "runs M = 1" in (OP.space(four).check({**stream, "mt": 4}) or "")
+    assert OP.tiling_for(one, four, stream) == {**stream, "stream": 0, "mt": 4}  # the CUDA-core kernel there
 
 
 def test_geometry_and_bytes() -> None:

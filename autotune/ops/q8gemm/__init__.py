@@ -4,14 +4,17 @@ operands and the float64 reference, for M <= 64. A problem's variant names the c
 complement) or "fp8" (OCP float8 e4m3, sm_89 and newer); its inputs are (x's dtype, int8 or fp8e4m3, x's
 dtype): one scale a row of W, in the activations' dtype.
 
-Two kernels, the same parameters: a CUDA-core kernel (kernels/q8gemm/q8gemm.cu, mma = 0) and a
-tensor-core kernel (kernels/q8gemm/q8gemm_mma.cu, mma = 1), both at every M. A warp owns `rpw` rows of W
+Three kernels, the same parameters: a CUDA-core kernel (kernels/q8gemm/q8gemm.cu, mma = 0) and a
+tensor-core kernel (kernels/q8gemm/q8gemm_mma.cu, mma = 1), both at every M, and at M = 1 a CUDA-core
+GEMV that streams the codes as the float16 GEMV streams its matrix (kernels/q8gemm/q8gemv.cu, stream = 1). A warp owns `rpw` rows of W
 and `mt` rows of x (or a part of K of them: `ksplit` warps of a block share the rows, their sums added in
 order), each lane holding `unroll` 16-byte pieces (16 codes) of each row in flight. On CUDA cores the
 codes are widened to float once a piece and multiplied by each row of x read through L1; on tensor cores
 they become 16-bit pairs, and each MMA multiplies 16 rows of W by 8 rows of x (rpw and mt in multiples of
 those), x read through L1 or (`stage`) staged in shared memory a chunk at a time; through L1, `ring`
-stages of `unroll` steps rotate in registers (1: ask for a stage, then multiply it)."""
+stages of `unroll` steps rotate in registers (1: ask for a stage, then multiply it). In the streaming
+GEMV the `ksplit` warps of a row group read its rows together, lane after lane along K, with the rows'
+first pieces asked of L2 before the grid waits on the one before."""
 
 from __future__ import annotations
 
@@ -33,8 +36,10 @@ from autotune.ops.q8gemm import call
 
 NAME = "q8gemm"
 # Under kernels/, the mirror of this folder: the tensor-core kernel, which includes the CUDA-core kernel
-# (q8gemm/q8gemm.cu); every instance of either includes this file.
+# (q8gemm/q8gemm.cu); every instance of either includes this file, and at M = 1 the streaming GEMV's
+# file, which includes it (so that its edits stale M = 1's measurements alone).
 MMA_FILE = "q8gemm/q8gemm_mma.cu"
+STREAM_FILE = "q8gemm/q8gemv.cu"
 REFERENCE_FILE = "q8gemm/reference.cu"
 MAX_M = 64  # the kernels' reach: larger batches belong to a GEMM on the dequantized weight
 LINEAR_MAX_M = MAX_M  # autotune.linear's: the op's kernels up to here, the GEMM on the dequantized weight past it
@@ -59,8 +64,9 @@ MAX_STATIC_SHARED = 48 * 1024  # a split's partial sums and a staged chunk of x 
 # Stages of registers either kernel rotates (x through L1): 1 asks for a stage, then multiplies it; 2-4
 # ask for the stage RING - 1 ahead before each one multiplies (q8gemm_ring_body, q8gemm_mma_ring).
 _RINGS = (1, 2, 3, 4)
-# What the kernels were before a parameter joined the space: M = 1 on CUDA cores only, one stage.
-_BEFORE = {"mma": 0, "stage": 0, "ring": 1}
+# What the kernels were before a parameter joined the space: M = 1 on CUDA cores only, one stage, not
+# the streaming GEMV.
+_BEFORE = {"mma": 0, "stage": 0, "ring": 1, "stream": 0}
 # Tilings measured first: whole rows a warp, 4-16 pieces a lane in flight, 8-16 warps a block.
 _SEEDS: tuple[dict[str, int], ...] = (
     dict(block=256, rpw=2, unroll=4, policy=1),
@@ -76,6 +82,17 @@ _SEEDS: tuple[dict[str, int], ...] = (
     dict(block=128, rpw=2, unroll=1, policy=1, ksplit=4),
     dict(block=256, rpw=4, unroll=1, policy=1, ksplit=4),
     dict(block=64, rpw=2, unroll=1, policy=1, ksplit=1),
+)
+# Streaming-GEMV tilings measured first at M = 1 (the probe's best, experiments/q8gemv_stream.cu): few
+# rows of long K read by a row group of 4 warps, 2 rows a group; many rows by a warp a row group.
+_STREAM_SEEDS: tuple[dict[str, int], ...] = (
+    dict(stream=1, block=128, rpw=2, unroll=2, policy=1, ksplit=4),
+    dict(stream=1, block=128, rpw=2, unroll=4, policy=1, ksplit=4),
+    dict(stream=1, block=256, rpw=2, unroll=2, policy=1, ksplit=8),
+    dict(stream=1, block=128, rpw=4, unroll=2, policy=1, ksplit=2),
+    dict(stream=1, block=128, rpw=2, unroll=4, policy=1, ksplit=2),
+    dict(stream=1, block=128, rpw=2, unroll=4, policy=1, ksplit=1),
+    dict(stream=1, block=128, rpw=2, unroll=2, policy=1, ksplit=1),
 )
 # Tensor-core tilings measured first: 16-32 rows of W a warp, K split over 2-8 warps (a warp's 16 rows
 # leave few warps on narrow matrices: 4096 rows are 256 warps whole).
@@ -152,11 +169,12 @@ class Q8Gemm(Op):
 
     def stored_config(self, problem: Problem, config: Mapping[str, Any]) -> dict[str, Any]:
         """A config stored before the tensor cores joined M = 1 (no mma or stage there: 0, the CUDA-core
-        kernel) or before rings (ring 1, the kernels as they were); migration 0011 moves database rows."""
+        kernel) or before rings (ring 1, the kernels as they were) or the streaming GEMV (stream 0);
+        migrations 0011 and 0012 move database rows."""
         return {**config, **{name: value for name, value in _BEFORE.items() if name not in config}}
 
     def carried_over(self, problem: Problem, config: Mapping[str, int]) -> dict[str, int]:
-        """A sibling's config, or one stored before mma, stage or ring, as the space names it now."""
+        """A sibling's config, or one stored before mma, stage, ring or stream, as the space names it now."""
         return self.stored_config(problem, config)
 
     def complete(self, problem: Problem) -> Problem:
@@ -210,7 +228,23 @@ class Q8Gemm(Op):
         def constraint(c: Mapping[str, int]) -> str | None:
             if c["block"] // 32 % c["ksplit"]:
                 return f"ksplit={c['ksplit']} warps a row group do not divide the block's {c['block'] // 32} warps"
+            if c["stream"]:
+                return stream_constraint(c)
             return mma_constraint(c) if c["mma"] else simt_constraint(c)
+
+        def stream_constraint(c: Mapping[str, int]) -> str | None:
+            if problem.m != 1:
+                return "the streaming GEMV runs M = 1 (stream=0 past it)"
+            if c["mma"] or c["stage"] or c["ring"] != 1 or c["mt"] != 1:
+                return "the streaming GEMV is one CUDA-core stage of one row of x (mma=0 stage=0 ring=1 mt=1)"
+            if c["rpw"] not in _RPWS:
+                return f"the streaming GEMV takes rpw in {_RPWS}"
+            if (c["rpw"] + 2) * c["unroll"] > MAX_LOADS_IN_FLIGHT:
+                return (
+                    f"more than {MAX_LOADS_IN_FLIGHT} 16-byte vectors ((rpw + 2) x unroll: codes and x) in flight a "
+                    "thread (runs out of registers)"
+                )
+            return None
 
         def simt_constraint(c: Mapping[str, int]) -> str | None:
             if c["mt"] not in _MTS or c["rpw"] not in _RPWS:
@@ -257,6 +291,7 @@ class Q8Gemm(Op):
                 Param("mma", (0, 1)),
                 Param("stage", (0, 1)),
                 Param("ring", _RINGS),
+                Param("stream", (0, 1)),
             ),
             constraint=constraint,
         )
@@ -265,18 +300,22 @@ class Q8Gemm(Op):
         """At M = 1 eight warps of one row each, four pieces a lane in flight; past it the tensor cores,
         16 rows of W a warp, K split over 4 warps, every row of x a warp."""
         if problem.m >= 2:
-            return dict(mt=_mma_mt(problem), block=256, rpw=16, unroll=4, policy=1, ksplit=4, mma=1, stage=0, ring=1)
-        return dict(mt=1, block=256, rpw=1, unroll=4, policy=1, ksplit=1, mma=0, stage=0, ring=1)
+            return dict(
+                mt=_mma_mt(problem), block=256, rpw=16, unroll=4, policy=1, ksplit=4, mma=1, stage=0, ring=1, stream=0
+            )
+        return dict(mt=1, block=256, rpw=1, unroll=4, policy=1, ksplit=1, mma=0, stage=0, ring=1, stream=0)
 
     def seed_configs(self, problem: Problem) -> list[Config]:
-        """At M = 1 the CUDA-core tilings alone: there the tensor cores ran 1.05-1.32x and rings 1.04-1.23x
-        the time of the best single stage on CUDA cores (H200, docs/lowbit.md), though both stay in the
-        space. Past it the tensor cores' tilings first, rings among them."""
+        """At M = 1 the streaming GEMV's tilings, then the CUDA-core kernel's: there the tensor cores ran
+        1.05-1.32x and rings 1.04-1.23x the time of the best single stage on CUDA cores (H200,
+        docs/lowbit.md), though both stay in the space. Past it the tensor cores' tilings first, rings
+        among them."""
         check = self.space(problem).check
         seeds = []
         simt = [{"mt": _mt_choices(problem)[-1], "mma": 0, "stage": 0, "ring": 1, **t} for t in _SEEDS]
         mma = [{"mt": _mma_mt(problem), "stage": 0, "ring": 1, **t} for t in _MMA_SEEDS]
-        tilings = simt if problem.m == 1 else mma + simt
+        stream = [{"mt": 1, "mma": 0, "stage": 0, "ring": 1, **t} for t in _STREAM_SEEDS]
+        tilings = stream + simt if problem.m == 1 else mma + simt
         for tiling in tilings:
             config = {**self.default_config(problem), **tiling}
             if check(config) is None and config not in seeds:
@@ -287,6 +326,8 @@ class Q8Gemm(Op):
         """`config` with every row of x in one pass where `tuned`'s were (mt covering M, up to 8 on CUDA
         cores, 64 on tensor cores): a config tuned at M = 1 (mt = 1) would read W once per row of x at
         M = 4."""
+        if config.get("stream", 0):  # M = 1 only: past it the CUDA-core kernel at the same tiling
+            return self.tiling_for(tuned, problem, {**config, "stream": 0}) if problem.m > 1 else dict(config)
         if config["mma"]:
             if config["mt"] < _mma_mt(tuned):
                 return dict(config)
@@ -304,9 +345,11 @@ class Q8Gemm(Op):
     # -- how it is built and launched ---------------------------------------------------------
 
     def kernel_file(self, problem: Problem) -> str:
-        return MMA_FILE
+        return STREAM_FILE if problem.m == 1 else MMA_FILE
 
     def family(self, problem: Problem, config: Mapping[str, int]) -> str:
+        if config.get("stream", 0):
+            return "q8gemv"
         return "q8gemm_mma" if config["mma"] else NAME
 
     def kernel_name(self, problem: Problem, config: Mapping[str, int]) -> str:
@@ -315,14 +358,19 @@ class Q8Gemm(Op):
             f"{self.family(problem, c)}_{problem.dtype}_{kind_of(problem)}_m{c['mt']}_b{c['block']}_r{c['rpw']}"
             f"_u{c['unroll']}_p{c['policy']}_k{c['ksplit']}{'_s' if c['stage'] else ''}"
             + (f"_g{c['ring']}" if c["ring"] != 1 else "")  # one stage: the name it had before rings
-        )
+        )  # the streaming GEMV's family names it apart
 
     def kernel_source(self, problem: Problem, config: Mapping[str, int]) -> str:
         c = config
         t = CUDA_TYPE[problem.dtype]
         kind = KIND_CODE[kind_of(problem)]
         ring = f", {c['ring']}" if c["ring"] != 1 else ""  # one stage: the instance text it had before rings
-        if c["mma"]:
+        sizes = "M, N, K"
+        if c.get("stream", 0):
+            tiling = f"{c['block']}, {c['rpw']}, {c['unroll']}, {c['policy']}, {c['ksplit']}"
+            body = f"q8gemv_body<{t}, {kind}, {tiling}>"
+            sizes = "N, K"  # M = 1
+        elif c["mma"]:
             tiling = f"{c['mt'] // 8}, {c['block']}, {c['rpw'] // 16}, {c['unroll']}, {c['policy']}"
             if c["stage"]:
                 body = f"q8gemm_mma_staged<{t}, {kind}, {tiling}>"
@@ -331,7 +379,7 @@ class Q8Gemm(Op):
         else:
             tiling = f"{c['mt']}, {c['block']}, {c['rpw']}, {c['unroll']}, {c['policy']}, {c['ksplit']}"
             body = f"q8gemm_{'ring_' if ring else ''}body<{t}, {kind}, {tiling}{ring}>"
-        call = f"at_q8gemm::{body}(x, qweight, scales, out, M, N, K, alpha, beta);"
+        call = f"at_q8gemm::{body}(x, qweight, scales, out, {sizes}, alpha, beta);"
         return (
             f'#include "{self.kernel_file(problem)}"\n'
             f'extern "C" __global__ void __launch_bounds__({c["block"]})\n'

@@ -1,0 +1,100 @@
+"""The 8-bit weight-only op (q8gemm) gains the compiled parameter `stream`: 1 runs M = 1 in the streaming
+GEMV (kernels/q8gemm/q8gemv.cu), 0 in the kernels as they were. Every stored q8gemm config without the
+key gains "stream": 0, so that it stays a point of the space (a config the space does not hold is passed
+over: autotune/store/queries.py). Trials and crash counts are rewritten, key and all; the downgrade takes
+the key off the configs where it is 0 (a streaming config has no earlier name: left).
+
+Revision ID: 0012
+Revises: 0011
+Create Date: 2026-12-03
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0012"
+down_revision: str | Sequence[str] | None = "0011"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+BEFORE = {"stream": 0}  # the kernels as they were
+
+_problems = sa.table("problems", sa.column("id", sa.Integer), sa.column("op", sa.String))
+_trials = sa.table(
+    "trials",
+    sa.column("id", sa.Integer),
+    sa.column("problem_id", sa.Integer),
+    sa.column("config", sa.JSON),
+    sa.column("config_key", sa.String),
+)
+_crashes = sa.table(
+    "crashes",
+    sa.column("problem_id", sa.Integer),
+    sa.column("config_key", sa.String),
+    sa.column("source_hash", sa.String),
+)
+
+
+def _key(config: dict[str, Any]) -> str:
+    """autotune.core.space.config_key, as of this revision."""
+    return json.dumps(config, sort_keys=True, separators=(",", ":"))
+
+
+def _moved(config: Any, up: bool) -> dict[str, Any] | None:
+    """The config as the other side of this revision names it, or None where nothing changes."""
+    if not isinstance(config, dict):
+        return None
+    if up:
+        added = {name: value for name, value in BEFORE.items() if name not in config}
+        return {**config, **added} if added else None
+    if all(config.get(name) == value for name, value in BEFORE.items()):
+        return {name: value for name, value in config.items() if name not in BEFORE}
+    return None
+
+
+def _rewrite(up: bool) -> None:
+    bind = op.get_bind()
+    ids = list(bind.execute(sa.select(_problems.c.id).where(_problems.c.op == "q8gemm")).scalars())
+    if not ids:
+        return
+    found = bind.execute(sa.select(_trials.c.id, _trials.c.config).where(_trials.c.problem_id.in_(ids))).all()
+    for trial_id, stored in found:
+        config = _moved(json.loads(stored) if isinstance(stored, str) else stored, up)
+        if config is not None:
+            bind.execute(
+                _trials.update().where(_trials.c.id == trial_id).values(config=config, config_key=_key(config))
+            )
+    crashes = bind.execute(
+        sa.select(_crashes.c.problem_id, _crashes.c.config_key, _crashes.c.source_hash).where(
+            _crashes.c.problem_id.in_(ids)
+        )
+    ).all()
+    for problem_id, key, source in crashes:
+        try:
+            config = _moved(json.loads(key), up)
+        except ValueError:  # a key that is no config's text: left as it is
+            continue
+        if config is not None:
+            bind.execute(
+                _crashes.update()
+                .where(
+                    _crashes.c.problem_id == problem_id,
+                    _crashes.c.config_key == key,
+                    _crashes.c.source_hash == source,
+                )
+                .values(config_key=_key(config))
+            )
+
+
+def upgrade() -> None:
+    _rewrite(up=True)
+
+
+def downgrade() -> None:
+    _rewrite(up=False)
