@@ -12,9 +12,11 @@
 //   - ORDER 1 issues every load of a step before its first FMA (gemv.cu's issued_zero).
 // Timing as the tuner's worker does (bench_common.cuh): launches queued behind a spin kernel, back to
 // back, with PDL, the codes rotating over 4x the L2; each variant's output checked against the shipped
-// kernel's. Build and run on the GPU machine (or build here and carry the binary):
+// kernel's; each variant also timed in the benchmarks' isolated clock (a small plain kernel before each
+// call). `deep` runs the second set: deeper prefetches. Build and run on the GPU machine (or build here
+// and carry the binary):
 //   nvcc -O3 -arch=sm_90 -std=c++17 -I kernels/common -I kernels -o /tmp/q8gemv experiments/q8gemv_stream.cu
-//   /tmp/q8gemv
+//   /tmp/q8gemv [deep]
 #include <cuda_fp16.h>
 
 #include <cmath>
@@ -154,6 +156,11 @@ __global__ void __launch_bounds__(BLOCK) shipped(const __half* x, const unsigned
 
 }  // namespace probe
 
+// What separates calls in the isolated clock: one warp writing one word.
+__global__ void separator(unsigned* out) {
+  if (threadIdx.x == 0) out[0] = 0u;
+}
+
 using Kernel = void (*)(const __half*, const unsigned char*, const __half*, __half*, int, int, float, float);
 
 struct Variant {
@@ -168,8 +175,22 @@ struct Variant {
 #define SHIPPED(B, R, U, S) \
   Variant{"shipped b" #B " rpw" #R " u" #U " ksplit" #S, probe::shipped<KIND, B, R, U, S>, B, B / 32 / S * R}
 
+// Tilings of the first run (`q8gemv`), and the prefetch depths of the second (`q8gemv deep`).
 template <int KIND>
-std::vector<Variant> variants() {
+std::vector<Variant> variants(bool deep) {
+  if (deep)
+    return {
+        SHIPPED(256, 2, 1, 8), SHIPPED(128, 2, 1, 4), SHIPPED(256, 4, 1, 4), SHIPPED(64, 4, 1, 1),
+        STREAM(128, 128, 2, 2, 1, 1),  STREAM(128, 128, 2, 2, 2, 1),  STREAM(128, 128, 2, 2, 3, 1),
+        STREAM(128, 128, 2, 2, 4, 1),  STREAM(128, 128, 2, 2, 6, 1),  STREAM(128, 128, 2, 2, 10, 1),
+        STREAM(128, 128, 2, 4, 4, 1),  STREAM(128, 128, 2, 4, 10, 1), STREAM(128, 128, 2, 1, 4, 1),
+        STREAM(128, 128, 2, 1, 10, 1), STREAM(128, 128, 1, 2, 4, 1),  STREAM(128, 128, 1, 2, 10, 1),
+        STREAM(128, 128, 4, 1, 4, 1),  STREAM(128, 128, 4, 2, 4, 1),  STREAM(256, 256, 2, 2, 2, 1),
+        STREAM(256, 256, 2, 2, 3, 1),  STREAM(256, 256, 2, 2, 5, 1),  STREAM(256, 128, 2, 2, 4, 1),
+        STREAM(128, 64, 2, 2, 4, 1),   STREAM(128, 64, 2, 2, 8, 1),   STREAM(128, 64, 2, 4, 4, 1),
+        STREAM(128, 32, 2, 4, 2, 1),   STREAM(128, 32, 2, 4, 4, 1),   STREAM(128, 32, 2, 2, 8, 1),
+        STREAM(256, 32, 1, 4, 2, 1),   STREAM(256, 32, 1, 4, 4, 1),   STREAM(256, 64, 2, 4, 4, 1),
+    };
   return {
       SHIPPED(256, 2, 1, 8), SHIPPED(128, 2, 1, 4), SHIPPED(256, 4, 1, 8), SHIPPED(256, 4, 1, 4),
       SHIPPED(64, 4, 1, 1),  SHIPPED(128, 4, 2, 4), SHIPPED(64, 2, 1, 1),
@@ -186,7 +207,7 @@ std::vector<Variant> variants() {
 }
 
 template <int KIND>
-int run(const BenchSetup& s, int N, int K, const char* kind) {
+int run(const BenchSetup& s, int N, int K, const char* kind, bool deep) {
   const size_t wbytes = (size_t)N * K;
   std::vector<unsigned char*> codes = rotating_buffers<unsigned char>(s.prop, wbytes, 0);
   if (codes.empty()) return 1;
@@ -214,7 +235,7 @@ int run(const BenchSetup& s, int N, int K, const char* kind) {
   std::vector<__half> reference(N), got(N);
   bool have_reference = false;
   const double bytes = (double)wbytes + 2.0 * K + 4.0 * N;
-  for (const Variant& v : variants<KIND>()) {
+  for (const Variant& v : variants<KIND>(deep)) {
     const dim3 grid((N + v.rows_per_block - 1) / v.rows_per_block), block(v.block);
     CHECK(cudaMemset(out, 0xff, (size_t)N * 2));  // NaN: a row left unwritten shows
     CHECK(launch(v.fn, true, grid, block, (const __half*)x, (const unsigned char*)codes[0], (const __half*)scales,
@@ -238,9 +259,19 @@ int run(const BenchSetup& s, int N, int K, const char* kind) {
                  (const __half*)scales, out, N, K, 1.0f, 0.0f);
         },
         s.start, s.stop);
+    // The benchmarks' isolated clock (scripts/bench_lowbit8.py): each call after a small kernel launched
+    // plainly, so that no call overlaps the one before.
+    const float with_separator = best_of(
+        [&](int i) {
+          separator<<<1, 32>>>(s.out);
+          launch(v.fn, true, grid, block, (const __half*)x, (const unsigned char*)codes[i % copies],
+                 (const __half*)scales, out, N, K, 1.0f, 0.0f);
+        },
+        s.start, s.stop);
+    const float alone = best_of([&](int) { separator<<<1, 32>>>(s.out); }, s.start, s.stop);
     CHECK(cudaGetLastError());
-    printf("%s %dx%d  %-42s %8.2f us %7.0f GB/s  rel.diff %.1e\n", kind, N, K, v.name.c_str(), us, bytes / us / 1e3,
-           worst / scale);
+    printf("%s %dx%d  %-42s %8.2f us %7.0f GB/s  isolated %8.2f us  rel.diff %.1e\n", kind, N, K, v.name.c_str(), us,
+           bytes / us / 1e3, with_separator - alone, worst / scale);
   }
   for (auto* c : codes) cudaFree(c);
   cudaFree(x);
@@ -252,10 +283,12 @@ int run(const BenchSetup& s, int N, int K, const char* kind) {
 int main(int argc, char** argv) {
   BenchSetup s;
   CHECK(bench_setup(s));
+  const bool deep = argc > 1 && std::string(argv[1]) == "deep";
   const int shapes[][2] = {{3584, 18944}, {4096, 14336}, {6144, 4096}, {4096, 4096}, {28672, 4096}};
   for (const auto& shape : shapes) {
-    if (run<0>(s, shape[0], shape[1], "int8")) return 1;
-    if (run<1>(s, shape[0], shape[1], "fp8")) return 1;
+    if (deep && shape[1] == 4096 && shape[0] != 28672) continue;
+    if (run<0>(s, shape[0], shape[1], "int8", deep)) return 1;
+    if (run<1>(s, shape[0], shape[1], "fp8", deep)) return 1;
   }
   return 0;
 }

@@ -6,15 +6,15 @@ dtype): one scale a row of W, in the activations' dtype.
 
 Three kernels, the same parameters: a CUDA-core kernel (kernels/q8gemm/q8gemm.cu, mma = 0) and a
 tensor-core kernel (kernels/q8gemm/q8gemm_mma.cu, mma = 1), both at every M, and at M = 1 a CUDA-core
-GEMV that streams the codes as the float16 GEMV streams its matrix (kernels/q8gemm/q8gemv.cu, stream = 1). A warp owns `rpw` rows of W
-and `mt` rows of x (or a part of K of them: `ksplit` warps of a block share the rows, their sums added in
-order), each lane holding `unroll` 16-byte pieces (16 codes) of each row in flight. On CUDA cores the
-codes are widened to float once a piece and multiplied by each row of x read through L1; on tensor cores
-they become 16-bit pairs, and each MMA multiplies 16 rows of W by 8 rows of x (rpw and mt in multiples of
-those), x read through L1 or (`stage`) staged in shared memory a chunk at a time; through L1, `ring`
-stages of `unroll` steps rotate in registers (1: ask for a stage, then multiply it). In the streaming
-GEMV the `ksplit` warps of a row group read its rows together, lane after lane along K, with the rows'
-first pieces asked of L2 before the grid waits on the one before."""
+GEMV that streams the codes as the float16 GEMV streams its matrix (kernels/q8gemm/q8gemv.cu, stream = 1).
+A warp owns `rpw` rows of W and `mt` rows of x (or a part of K of them: `ksplit` warps of a block share
+the rows, their sums added in order), each lane holding `unroll` 16-byte pieces (16 codes) of each row
+in flight. On CUDA cores the codes are widened to float once a piece and multiplied by each row of x
+read through L1; on tensor cores they become 16-bit pairs, and each MMA multiplies 16 rows of W by 8
+rows of x (rpw and mt in multiples of those), x read through L1 or (`stage`) staged in shared memory a
+chunk at a time; through L1, `ring` stages of `unroll` steps rotate in registers (1: ask for a stage,
+then multiply it). In the streaming GEMV the `ksplit` warps of a row group read its rows together, lane
+after lane along K, with the rows' first pieces asked of L2 before the grid waits on the one before."""
 
 from __future__ import annotations
 
