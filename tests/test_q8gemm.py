@@ -21,8 +21,7 @@ OP = q8gemm.OP
 
 def _jobs() -> list[CompileJob]:
     """The default, a K-split and a ring config of each kernel (seeds where there are) for an int8 GEMV in
-    float16 and of skinny problems (fp8 in bfloat16, int8 in float16), the streaming kernel at M = 4,
-    and the reference (every seed
+    float16 and of skinny problems (fp8 in bfloat16, int8 in float16), and the reference (every seed
     compiles for sm_80 to sm_100 under `-m arch`: tests/test_architectures.py)."""
     jobs: dict[str, CompileJob] = {}
     for dtype, m, kind in (("float16", 1, "int8"), ("bfloat16", 16, "fp8"), ("float16", 40, "int8")):
@@ -33,10 +32,6 @@ def _jobs() -> list[CompileJob]:
         for config in [OP.default_config(problem), *split, *rings]:
             name = OP.kernel_name(problem, config)
             jobs[name] = CompileJob(name, OP.kernel_source(problem, config), "sm_90", source_hash(problem))
-    four = ops.make_problem("q8gemm", "bfloat16", 4, 4096, 4096, variant="int8")
-    streaming = OP.seed_configs(four)[0]  # the streaming kernel of several rows of x
-    name = OP.kernel_name(four, streaming)
-    jobs[name] = CompileJob(name, OP.kernel_source(four, streaming), "sm_90", source_hash(four))
     reference = kernels_dir() / q8gemm.REFERENCE_FILE
     jobs["reference"] = CompileJob("reference", reference.read_text(), "sm_90", "q8gemm-reference")
     return list(jobs.values())
@@ -53,7 +48,6 @@ def test_the_defaults_seeds_and_reference_compile_for_sm_90() -> None:
     assert sum("_g" in name for name in names) == 5
     # the tensor cores: a split and a ring a problem (past M = 1 the default is the split seed)
     assert sum(name.startswith("q8gemm_mma_") for name in names) == 6
-    assert "q8gemv_bfloat16_int8_m4_b128_r2_u2_p1_k4" in names
     assert all(name.encode() in r.cubin.read_bytes() for name, r in zip(names[:-1], results, strict=False))
 
 
@@ -224,34 +218,10 @@ def test_the_streaming_gemv_runs_m_1_on_the_cuda_core_tilings() -> None:
     assert "at_q8gemm::q8gemv_body<__nv_bfloat16, 1, 128, 2, 4, 1, 4>(x, qweight, scales, out, N, K," in source
     assert OP.launch(one, stream, 132).grid == (3584 // 2, 1, 1)  # a row group of 4 warps a block, 2 rows
     assert "16-byte vectors" in (space.check({**stream, "rpw": 4, "unroll": 4}) or "")  # (4 + 2) x 4 > 16
-    assert "one CUDA-core stage" in (space.check({**stream, "ring": 2}) or "")
-    sixteen = ops.make_problem("q8gemm", "bfloat16", 16, 3584, 18944, variant="fp8")
-    assert "runs M <= 8" in (OP.space(sixteen).check({**stream, "mt": 8}) or "")
-    assert OP.tiling_for(one, sixteen, stream) == {**stream, "stream": 0, "mt": 8}  # the CUDA-core kernel there
-
-
-def test_the_streaming_kernel_takes_every_row_of_x_up_to_m_8() -> None:
-    three = ops.make_problem("q8gemm", "float16", 3, 4096, 14336, variant="int8")
-    space = OP.space(three)
-    assert OP.kernel_file(three) == q8gemm.STREAM_ROWS_FILE
-    assert OP.kernel_file(ops.make_problem("q8gemm", "float16", 16, 4096, 14336)) == q8gemm.MMA_FILE
-    seeds = OP.seed_configs(three)
-    assert seeds[0]["stream"] == 1 and seeds[0]["mt"] == 4  # M = 3 in one pass of 4 rows of x
-    assert any(c["mma"] for c in seeds)
-    stream = {"mt": 4, "block": 128, "rpw": 2, "unroll": 2, "policy": 1, "ksplit": 4, "mma": 0, "stage": 0, "ring": 1}
-    stream["stream"] = 1
-    assert space.check(stream) is None
-    assert "mt=4" in (space.check({**stream, "mt": 2}) or "")  # every row of x at once
-    assert "16-byte vectors" in (space.check({**stream, "unroll": 8}) or "")  # 2 x 8 + 2 x 4 > 20
-    source = OP.kernel_source(three, stream)
-    assert f'#include "{q8gemm.STREAM_ROWS_FILE}"' in source
-    assert "at_q8gemm::q8gemv_rows_body<__half, 0, 4, 128, 2, 2, 1, 4>(x, qweight, scales, out, M, N, K," in source
-    assert OP.launch(three, stream, 132).grid == (4096 // 2, 1, 1)
-    eight = ops.make_problem("q8gemm", "float16", 8, 4096, 14336, variant="int8")
-    assert OP.tiling_for(three, eight, stream) == {**stream, "mt": 8}  # carried: every row of x there too
-    assert "sums" in (OP.space(eight).check({**stream, "rpw": 4, "unroll": 1, "mt": 8}) or "")  # 4 x 8 > 16
-    one = ops.make_problem("q8gemm", "float16", 1, 4096, 14336, variant="int8")
-    assert OP.tiling_for(three, one, stream) == {**stream, "mt": 1}
+    assert "one row of x" in (space.check({**stream, "ring": 2}) or "")
+    four = ops.make_problem("q8gemm", "bfloat16", 4, 3584, 18944, variant="fp8")
+    assert "runs M = 1" in (OP.space(four).check({**stream, "mt": 4}) or "")
+    assert OP.tiling_for(one, four, stream) == {**stream, "stream": 0, "mt": 4}  # the CUDA-core kernel there
 
 
 def test_geometry_and_bytes() -> None:

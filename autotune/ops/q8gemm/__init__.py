@@ -36,13 +36,10 @@ from autotune.ops.q8gemm import call
 
 NAME = "q8gemm"
 # Under kernels/, the mirror of this folder: the tensor-core kernel, which includes the CUDA-core kernel
-# (q8gemm/q8gemm.cu); every instance of either includes this file, at M = 1 the streaming GEMV's file,
-# which includes it, and at M = 2-8 the streaming kernel's for several rows of x, which includes that
-# (so that each file's edits stale only the measurements of the M it serves).
+# (q8gemm/q8gemm.cu); every instance of either includes this file, and at M = 1 the streaming GEMV's
+# file, which includes it (so that its edits stale M = 1's measurements alone).
 MMA_FILE = "q8gemm/q8gemm_mma.cu"
 STREAM_FILE = "q8gemm/q8gemv.cu"
-STREAM_ROWS_FILE = "q8gemm/q8gemv_rows.cu"
-STREAM_MAX_M = 8  # the streaming kernel takes every row of x in one pass: up to 8 (a power of two, mt)
 REFERENCE_FILE = "q8gemm/reference.cu"
 MAX_M = 64  # the kernels' reach: larger batches belong to a GEMM on the dequantized weight
 LINEAR_MAX_M = MAX_M  # autotune.linear's: the op's kernels up to here, the GEMM on the dequantized weight past it
@@ -59,8 +56,6 @@ _KSPLITS = (1, 2, 4, 8)  # warps of a block that share a group's rows, each read
 # Registers a thread holds: 4 per piece in flight (ring x rpw x unroll), 16 floats a row for the widened
 # codes and one sum per row of W and of x; past these ptxas spills.
 MAX_LOADS_IN_FLIGHT = 16  # ring x rpw x unroll
-# The streaming kernel past M = 1: its codes in flight, and one step's rows of x (2 vectors a row).
-MAX_STREAM_ROWS_VECTORS = 20  # rpw x unroll + 2 x mt
 MAX_SUMS = 16  # rpw x mt
 # Tensor cores: 8 registers a tile of W per step in flight, 4 sums a tile pair (16 rows of W, 8 of x).
 MAX_MMA_LOADS = 8  # ring x rpw / 16 x unroll
@@ -98,16 +93,6 @@ _STREAM_SEEDS: tuple[dict[str, int], ...] = (
     dict(stream=1, block=128, rpw=2, unroll=4, policy=1, ksplit=2),
     dict(stream=1, block=128, rpw=2, unroll=4, policy=1, ksplit=1),
     dict(stream=1, block=128, rpw=2, unroll=2, policy=1, ksplit=1),
-)
-# The same past M = 1, where each step also reads mt rows of x: fewer codes in flight a thread.
-_STREAM_ROWS_SEEDS: tuple[dict[str, int], ...] = (
-    dict(stream=1, block=128, rpw=2, unroll=2, policy=1, ksplit=4),
-    dict(stream=1, block=128, rpw=1, unroll=4, policy=1, ksplit=4),
-    dict(stream=1, block=256, rpw=2, unroll=2, policy=1, ksplit=8),
-    dict(stream=1, block=128, rpw=2, unroll=1, policy=1, ksplit=4),
-    dict(stream=1, block=128, rpw=4, unroll=1, policy=1, ksplit=2),
-    dict(stream=1, block=128, rpw=2, unroll=2, policy=1, ksplit=1),
-    dict(stream=1, block=64, rpw=1, unroll=2, policy=1, ksplit=2),
 )
 # Tensor-core tilings measured first: 16-32 rows of W a warp, K split over 2-8 warps (a warp's 16 rows
 # leave few warps on narrow matrices: 4096 rows are 256 warps whole).
@@ -248,24 +233,12 @@ class Q8Gemm(Op):
             return mma_constraint(c) if c["mma"] else simt_constraint(c)
 
         def stream_constraint(c: Mapping[str, int]) -> str | None:
-            if problem.m > STREAM_MAX_M:
-                return f"the streaming kernel runs M <= {STREAM_MAX_M} (stream=0 past it)"
-            if c["mma"] or c["stage"] or c["ring"] != 1 or c["mt"] != _mt_choices(problem)[-1]:
-                return (
-                    "the streaming kernel is one CUDA-core stage of every row of x at once "
-                    f"(mma=0 stage=0 ring=1 mt={_mt_choices(problem)[-1]})"
-                )
+            if problem.m != 1:
+                return "the streaming GEMV runs M = 1 (stream=0 past it)"
+            if c["mma"] or c["stage"] or c["ring"] != 1 or c["mt"] != 1:
+                return "the streaming GEMV is one CUDA-core stage of one row of x (mma=0 stage=0 ring=1 mt=1)"
             if c["rpw"] not in _RPWS:
-                return f"the streaming kernel takes rpw in {_RPWS}"
-            if problem.m > 1:
-                if c["rpw"] * c["unroll"] + 2 * c["mt"] > MAX_STREAM_ROWS_VECTORS:
-                    return (
-                        f"more than {MAX_STREAM_ROWS_VECTORS} 16-byte vectors (rpw x unroll codes, 2 x mt of x) in "
-                        "flight a thread (runs out of registers)"
-                    )
-                if c["rpw"] * c["mt"] > MAX_SUMS:
-                    return f"more than {MAX_SUMS} sums (rpw x mt) a thread (runs out of registers)"
-                return None
+                return f"the streaming GEMV takes rpw in {_RPWS}"
             if (c["rpw"] + 2) * c["unroll"] > MAX_LOADS_IN_FLIGHT:
                 return (
                     f"more than {MAX_LOADS_IN_FLIGHT} 16-byte vectors ((rpw + 2) x unroll: codes and x) in flight a "
@@ -335,21 +308,14 @@ class Q8Gemm(Op):
     def seed_configs(self, problem: Problem) -> list[Config]:
         """At M = 1 the streaming GEMV's tilings, then the CUDA-core kernel's: there the tensor cores ran
         1.05-1.32x and rings 1.04-1.23x the time of the best single stage on CUDA cores (H200,
-        docs/lowbit.md), though both stay in the space. At M = 2-8 the streaming kernel's first, then
-        the tensor cores'; past it the tensor cores' tilings first, rings among them."""
+        docs/lowbit.md), though both stay in the space. Past it the tensor cores' tilings first, rings
+        among them."""
         check = self.space(problem).check
         seeds = []
         simt = [{"mt": _mt_choices(problem)[-1], "mma": 0, "stage": 0, "ring": 1, **t} for t in _SEEDS]
         mma = [{"mt": _mma_mt(problem), "stage": 0, "ring": 1, **t} for t in _MMA_SEEDS]
-        top = _mt_choices(problem)[-1]
-        stream = [{"mt": top, "mma": 0, "stage": 0, "ring": 1, **t} for t in _STREAM_SEEDS]
-        stream_rows = [{"mt": top, "mma": 0, "stage": 0, "ring": 1, **t} for t in _STREAM_ROWS_SEEDS]
-        if problem.m == 1:
-            tilings = stream + simt
-        elif problem.m <= STREAM_MAX_M:
-            tilings = stream_rows + mma + simt
-        else:
-            tilings = mma + simt
+        stream = [{"mt": 1, "mma": 0, "stage": 0, "ring": 1, **t} for t in _STREAM_SEEDS]
+        tilings = stream + simt if problem.m == 1 else mma + simt
         for tiling in tilings:
             config = {**self.default_config(problem), **tiling}
             if check(config) is None and config not in seeds:
@@ -360,11 +326,8 @@ class Q8Gemm(Op):
         """`config` with every row of x in one pass where `tuned`'s were (mt covering M, up to 8 on CUDA
         cores, 64 on tensor cores): a config tuned at M = 1 (mt = 1) would read W once per row of x at
         M = 4."""
-        if config.get("stream", 0):  # every row of x in one pass; past its reach the CUDA-core kernel's tiling
-            fitted = {**config, "mt": _mt_choices(problem)[-1]}
-            if self.space(problem).check(fitted) is None:
-                return fitted
-            return self.tiling_for(tuned, problem, {**config, "stream": 0})
+        if config.get("stream", 0):  # M = 1 only: past it the CUDA-core kernel at the same tiling
+            return self.tiling_for(tuned, problem, {**config, "stream": 0}) if problem.m > 1 else dict(config)
         if config["mma"]:
             if config["mt"] < _mma_mt(tuned):
                 return dict(config)
@@ -382,9 +345,7 @@ class Q8Gemm(Op):
     # -- how it is built and launched ---------------------------------------------------------
 
     def kernel_file(self, problem: Problem) -> str:
-        if problem.m == 1:
-            return STREAM_FILE
-        return STREAM_ROWS_FILE if problem.m <= STREAM_MAX_M else MMA_FILE
+        return STREAM_FILE if problem.m == 1 else MMA_FILE
 
     def family(self, problem: Problem, config: Mapping[str, int]) -> str:
         if config.get("stream", 0):
@@ -405,10 +366,7 @@ class Q8Gemm(Op):
         kind = KIND_CODE[kind_of(problem)]
         ring = f", {c['ring']}" if c["ring"] != 1 else ""  # one stage: the instance text it had before rings
         sizes = "M, N, K"
-        if c.get("stream", 0) and problem.m > 1:
-            tiling = f"{c['mt']}, {c['block']}, {c['rpw']}, {c['unroll']}, {c['policy']}, {c['ksplit']}"
-            body = f"q8gemv_rows_body<{t}, {kind}, {tiling}>"
-        elif c.get("stream", 0):
+        if c.get("stream", 0):
             tiling = f"{c['block']}, {c['rpw']}, {c['unroll']}, {c['policy']}, {c['ksplit']}"
             body = f"q8gemv_body<{t}, {kind}, {tiling}>"
             sizes = "N, K"  # M = 1

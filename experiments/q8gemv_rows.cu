@@ -1,18 +1,12 @@
-// Weight-only 8-bit skinny GEMM for 2-8 rows of x, streamed as q8gemv.cu streams M = 1: out[m][n] =
-// alpha * s[n] * sum_k x[m][k] w(q[n][k]) + beta * out[m][n], the codes and scales as in q8gemm.cu.
-//
-// At M = 4-8 the shipped picks were the tensor-core kernel (q8gemm_mma.cu), 16 rows of W a warp: on
-// the few-row, long-K shapes (3584 x 18944) that leaves about 14 warps an SM to stream the codes, and
-// those ran 1.4x their M = 1 time. Here, as at M = 1, a row group of LANES = 32 x KSPLIT threads reads
-// ROWS rows lane after lane along K (one load instruction covers LANES x 16 contiguous bytes of a row),
-// each lane asks for UNROLL pieces of every row before it multiplies any, and the rows' first pieces
-// are asked of L2 before the PDL wait. A piece's codes become floats once and meet each of the MT rows
-// of x (gridDim.y covers M in tiles of MT), read through L1 one step at a time: x's MT x 32 bytes a
-// piece are L1 hits, and holding all UNROLL steps of them would take 8 x MT x UNROLL registers.
-//
-// Numerics as in q8gemm.cu: exact products, float sums, the row's scale applied once.
-//
-// Preconditions (autotune/ops/q8gemm: space and bind): K % 16 == 0, x, W and out 16-byte aligned.
+// Measured, not shipped: the 8-bit streaming kernel (kernels/q8gemm/q8gemv.cu's M = 1 design) for 2-8
+// rows of x. It was in the q8gemm op's space as `stream = 1` up to M = 8 (commit 28ddc99, reverted):
+// an H200 sweep of the 16 standard problems at M = 4 and 8 (24 trials, patience 16, its 6-7 seed
+// tilings first, then Optuna over both kernels) found its best 1.08-1.38x the tensor-core kernel's time
+// at M = 4 and 1.9-2.9x at M = 8 (q8gemv_rows_nvidia-h200.txt: per problem, the best of each kernel in
+// that sweep and the shipped best). At M = 4 a code meets four rows of x in four float FMAs, plus its
+// widening and x's: the CUDA cores, not the bytes, set the time, where the tensor cores' MMA does the
+// multiply-adds for free. To measure it again, put it back under kernels/q8gemm/ and restore the op's
+// STREAM_ROWS_FILE, stream constraint, seeds and kernel_source from that commit.
 #pragma once
 #include "q8gemm/q8gemv.cu"
 
