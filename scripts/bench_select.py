@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune import api
+from autotune import api, ops
 from autotune.bench import compare, harness
 from autotune.bench.harness import geomean, gpu_names, plot_or_say_why_not, visible_devices, write_json
 from autotune.core import paths
@@ -776,6 +776,13 @@ def dry_run(args: argparse.Namespace, shapes: Sequence[Shape], say: Callable[[st
     return plan
 
 
+def _as_named_now(shape: Shape, config: Mapping[str, Any]) -> dict[str, Any]:
+    """A config of an earlier run's file as today's space names it: a parameter that joined the space
+    since, at the value its kernels had before (Op.stored_config), is no change of pick."""
+    problem = shape.problem()
+    return ops.for_problem(problem).stored_config(problem, config)
+
+
 def changed_since(
     args: argparse.Namespace, gpu: str, shapes: Sequence[Shape], picks: Sequence[Any], say: Callable[[str], None]
 ) -> list[str]:
@@ -790,7 +797,7 @@ def changed_since(
     changed = [
         shape.id
         for shape, choice in zip(shapes, picks, strict=True)
-        if shape.id not in rows or rows[shape.id]["config"] != dict(choice.config)
+        if shape.id not in rows or _as_named_now(shape, rows[shape.id]["config"]) != dict(choice.config)
     ]
     say(f"picks changed since {path}: {' '.join(changed) if changed else 'none'}")
     if args.changed_state is not None:

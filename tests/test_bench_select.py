@@ -476,3 +476,17 @@ def test_a_dry_run_names_the_picks_changed_since_the_last_run_and_keeps_the_rest
         )
         == []
     )
+
+
+def test_a_parameter_that_joined_the_space_since_is_no_change_of_pick(tmp_path: Path) -> None:
+    """A narrow config of an earlier run's file, written before `bands` joined the family, is the pick
+    the selector names with bands=0 today (Op.stored_config): the same kernel, not to be timed again."""
+    shape = next(s for s in bench.HELD_OUT if s.id == "gemv/float32/4099x12289/t")
+    before = {"block": 1024, "width": 32, "vec": 1, "unroll": 4, "prefetch": 1, "lean": 0, "per_sm": 0}
+    report = {"gpu": H200, "trials": 40, "patience": None, "rows": [{"id": shape.id, "config": before}]}
+    (tmp_path / "select_nvidia-h200.json").write_text(json.dumps(report))
+    args = SimpleNamespace(out=tmp_path, changed_state=None)
+    same = SimpleNamespace(config={**before, "bands": 0})
+    assert bench.changed_since(args, H200, [shape], [same], lambda _: None) == []
+    other = SimpleNamespace(config={**before, "bands": 12})
+    assert bench.changed_since(args, H200, [shape], [other], lambda _: None) == [shape.id]
