@@ -29,6 +29,7 @@ from autotune.bench.harness import write_json
 from autotune.core.problem import Problem
 from autotune.core.target import targeting
 from autotune.ops.cublas import FAMILY as CUBLAS
+from autotune.select.choose import vendor_evidence
 from autotune.store import open_store
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -54,7 +55,7 @@ def leave_one_out(pool: Pool, family: list[Problem], vendor: dict[Problem, float
             continue
         model = pool.model(hidden, family)
         ours = model.rank(hidden)[0]
-        timed = {p: t for p, t in vendor.items() if p != hidden}
+        timed = vendor_evidence(model, {p: t for p, t in vendor.items() if p != hidden})
         theirs = model.predict_config_free(hidden, timed, CUBLAS.config(0), "cuBLASLt's own pick", "cuBLASLt")
         ours_us, vendor_us = float(pool.best[hidden].time_us), vendor[hidden]
         picks_vendor = theirs is not None and theirs.time_us < ours.time_us
