@@ -11,6 +11,7 @@ from autotune.core.errors import AutotuneError
 from autotune.core.problem import Problem
 from autotune.ops.cublas import FAMILY as CUBLAS
 from autotune.ops.cublas.mapping import OP_N, OP_T, Matrix, matmul_for, required_alignment
+from autotune.select.choose import vendor_evidence
 from autotune.select.cost import CostModel
 from autotune.store.record_lines import BadLine, parse_trial
 
@@ -89,6 +90,22 @@ def test_the_cost_model_predicts_cublas_from_its_times_on_tuned_shapes() -> None
     assert prediction.time_us == pytest.approx(2 * model.roofline.time_us(new), rel=1e-6)
     assert "cuBLASLt" in prediction.basis
     assert model.predict_config_free(new, {}, CUBLAS.config(0), "its own pick", "cuBLASLt") is None
+
+
+def test_cublas_is_judged_on_the_shapes_our_family_serves_where_it_has_times_there() -> None:
+    """vendor_evidence: cuBLASLt's times on the shapes the model (one kernel family) was fitted to, where
+    it holds any; its times on every tuned shape of the dtype and layout otherwise."""
+
+    class Row:
+        def __init__(self, time_us: float) -> None:
+            self.config, self.time_us = {"mt": 1}, time_us
+
+    family = [Problem("gemm", "float32", 129, n, 1009) for n in (2048, 4096)]
+    skinny = Problem("gemm", "float32", 16, 4097, 1023)  # another family's shape
+    model = CostModel({p: [Row(50.0)] for p in family}, 132)
+    timed = {family[0]: 60.0, skinny: 30.0}
+    assert vendor_evidence(model, timed) == {family[0]: 60.0}
+    assert vendor_evidence(model, {skinny: 30.0}) == {skinny: 30.0}
 
 
 @pytest.mark.vendor
