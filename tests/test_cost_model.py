@@ -155,6 +155,33 @@ def test_an_odd_shape_where_wide_loads_cannot_run_is_no_evidence_against_them() 
     assert odd is not None and (4095, 12287) in odd.timed_on
 
 
+def test_on_an_odd_shape_the_aligned_leaders_say_nothing_where_an_odd_shape_is_near() -> None:
+    """A scalar-load config that no tuned shape holds: next to 16-byte-load leaders at the roofline it
+    would be 'slower than those', about the roofline; where an odd shape, whose scalar leaders run at
+    1.3x, lies within ALIKE_OCTAVES, that shape says how scalar loads run (transposed float32 4099x12289
+    on the H200: predicted 1.04x, ran 1.37x). With the odd shape far away, the aligned ones speak."""
+    scalar = {**A, "vec": 1, "unroll": 2}  # held by no tuned shape
+    aligned = [(4096, 11008), (4096, 13696), (4096, 14336), (3584, 14336)]
+
+    def model_with_odd(m: int, n: int) -> CostModel:
+        return CostModel(
+            stored(
+                *((gemv16(*shape), A, 1.0) for shape in aligned),
+                *((gemv16(*shape), B, 1.02) for shape in aligned),
+                (gemv16(m, n), {**B, "vec": 1}, 1.3),
+                (gemv16(m, n), {**A, "vec": 1}, 1.32),
+            ),
+            SMS,
+        )
+
+    problem = gemv16(4099, 12289)
+    near = model_with_odd(4097, 8191).predict(problem, scalar)  # 0.6 octaves
+    far = model_with_odd(1025, 1023).predict(problem, scalar)  # 4.1 octaves
+    assert near is not None and far is not None
+    assert far.time_us < 1.05 * roofline_us(problem) and near.time_us > 1.06 * far.time_us
+    assert near.timed_on == far.timed_on == ()
+
+
 def test_a_grid_that_leaves_most_sms_idle_is_predicted_slower() -> None:
     """3 rows: a block per row runs 3 blocks on 132 SMs; 16 splits of each row give 48."""
     model = CostModel(stored((gemv16(4096, 4096), A, 1.0), (gemv16(8192, 8192), A, 1.0)), SMS)

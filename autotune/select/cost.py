@@ -65,6 +65,10 @@ ABSENT_MARGIN = 0.02
 # GEMM leaders stream 14336^2 at the best rate stored with 112 blocks on 132 SMs (more warps per
 # block make up for the idle SMs); smaller grids are taken to reach their share of it.
 FULL_GRID = 0.5
+# Where a tuned shape that allows the same load widths as a new one lies within this many octaves of
+# it, tuned shapes that allow wider loads say nothing of a config they do not hold
+# (CostModel._says_nothing_of): transposed float32 4099x12289 has 4097x8191 0.6 octaves out.
+ALIKE_OCTAVES = 1.0
 # How many of the nearest tuned shapes give their stored configs as candidates.
 NEIGHBOURS = 4
 # The most of the fastest tuned call that the fixed latency may take (fit_roofline).
@@ -246,6 +250,7 @@ class CostModel:
         self._spaces: dict[Problem, Space] = {}
         self._runs_on: dict[Problem, dict[str, bool]] = {}
         self._widths: dict[Problem, frozenset[int]] = {}
+        self._alike: dict[Problem, bool] = {}
 
     def nearest(self, problem: Problem) -> list[_Shape]:
         """Tuned shapes from the nearest outwards, the problem's own shape left out."""
@@ -445,12 +450,33 @@ class CostModel:
 
     def _says_nothing_of(self, tuned: Problem, problem: Problem, key: str, config: Mapping[str, int]) -> bool:
         """Whether a tuned shape that does not hold `config` (its key `key`) is no evidence against it:
-        the shape allows fewer load widths than `problem` (an odd N against an even one) and the config
-        cannot run there. Its leaders were held to narrower loads, so they beat only what was allowed."""
+        - the shape allows fewer load widths than `problem` (an odd N against an even one) and the config
+          cannot run there: its leaders were held to narrower loads, so they beat only what was allowed;
+        - or it allows more than `problem`, and a shape that allows the same lies within ALIKE_OCTAVES:
+          "slower than leaders with 16-byte loads" bounds a scalar-load config at about the roofline,
+          where the shapes of its own alignment say how scalar loads run. Transposed float32 4099x12289
+          took a scalar-load config predicted at 1.04x its roofline from the aligned shapes next to it
+          and ran 1.37x (0.79x cuBLAS); 4097x8191, 0.6 octaves out, has its scalar leaders at 1.09x and
+          puts that config at 1.29x. Further out (6x32769 from 2x131071, 2.6 octaves), a shape of the
+          same alignment says less than the aligned neighbours: leaving one shape out, muting them
+          without that condition sent the transposed 6x32769 GEMVs to cuBLASLt at 1.6-1.7x our time."""
+        if self._load_widths(problem) < self._load_widths(tuned) and self._alike_nearby(problem):
+            return True
         runs = self._runs_on.setdefault(tuned, {})
         if key not in runs:
             runs[key] = self._space(tuned).check(config) is None
         return not runs[key] and self._load_widths(tuned) < self._load_widths(problem)
+
+    def _alike_nearby(self, problem: Problem) -> bool:
+        """Whether a tuned shape that allows the same load widths as `problem` lies within ALIKE_OCTAVES."""
+        if problem not in self._alike:
+            widths = self._load_widths(problem)
+            self._alike[problem] = any(
+                shape_distance(s.problem.shape, problem.shape) <= ALIKE_OCTAVES
+                for s in self.shapes
+                if s.problem.shape != problem.shape and self._load_widths(s.problem) == widths
+            )
+        return self._alike[problem]
 
     def _space(self, problem: Problem) -> Space:
         if problem not in self._spaces:
