@@ -15,7 +15,9 @@ stored trials of one GPU, op, dtype and layout, so that the selector can pick th
   leaders. Except where the config cannot run on a shape that allows fewer load widths (`vec`) than
   the new one: an odd N's leaders beat only other scalar loads, so 16-byte loads are not taken to be
   slower there. Counted so, float16 4096x11008 went to a scalar-load config of the odd 4097x8191 and
-  ran at 31.7 us on the H200, where the vec=8 leaders of 4096x8192 are picked now.
+  ran at 31.7 us on the H200, where the vec=8 leaders of 4096x8192 are picked now. And the other way
+  round where a tuned shape of the new one's own alignment is near (ALIKE_OCTAVES): an odd N's scalar
+  loads are not taken to run as fast as the 16-byte leaders of the even shapes around it.
 
 Where a config's grid takes more waves of blocks on the new shape than on the nearest tuned shape that
 holds it, and each thread's path (its share of the bytes times the waves) grows faster than the bytes,
