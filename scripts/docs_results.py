@@ -613,6 +613,7 @@ SECTIONS: list[tuple[str, str, Any]] = [
     ("gemv_trans", "Transposed GEMV `y = alpha·Aᵀx + beta·y` (`--trans`)", gemv_table),
     ("gemv_llm", "GEMV on open models' decode shapes (`autotune/ops/gemv/llm_shapes.txt`)", gemv_table),
     ("gemv_llm_trans", "Transposed GEMV on open models' decode shapes (`--trans`)", gemv_table),
+    ("gemv_edge_trans", "Transposed GEMV on tall matrices of 1 to 8 columns (the tall family)", gemv_table),
     ("gemm", "GEMM `C = alpha·A B + beta·C`", gemm_table),
     ("gemm_nt", "GEMM with B stored N x K `C = alpha·A Wᵀ + beta·C` (`--trans`, nn.Linear's layout)", gemm_table),
     ("decode", "Decode steps (a model's GEMVs in sequence, eager and in a CUDA graph)", decode_table),

@@ -21,13 +21,14 @@ from tests.nvcc import compile_all
 
 # (compute capability, nvcc's -arch for the families without architecture-specific instructions)
 ARCHITECTURES = (("8.0", "sm_80"), ("8.9", "sm_89"), ("9.0", "sm_90"), ("10.0", "sm_100"))
-# One problem per family and layout: a GEMV and its transpose (skinny; strips where tall and narrow),
+# One problem per family and layout: a GEMV and its transpose (narrow; tall where 8 columns or fewer),
 # a one-row GEMM (skinny), a few-row GEMM (skinny_tc in half precision), a square GEMM (simt in float32;
 # wgmma on 9.0, mma elsewhere).
 SHAPES = (
     ("gemv", 4096, 8192, 0, False),
     ("gemv", 4096, 8192, 0, True),
     ("gemv", 131072, 256, 0, True),
+    ("gemv", 65536, 3, 0, True),
     ("gemm", 1, 4096, 4096, False),
     ("gemm", 8, 4096, 4096, False),
     ("gemm", 4096, 4096, 4096, False),

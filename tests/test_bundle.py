@@ -112,7 +112,7 @@ def test_the_bundle_holds_every_tuned_problem_its_kernel_and_a_manifest(built: t
     assert len(manifest["entries"]) == len(made.entries) >= 100 and manifest["skipped"] == []
     assert [e for e in manifest["entries"] if e["op"] == "gemm" and e["trans"]]  # B stored N x K too
     families = {entry["family"] for entry in manifest["entries"]}
-    assert families == {"gemv", "skinny", "skinny_tc", "simt", "mma", "wgmma", "narrow"}
+    assert families == {"gemv", "skinny", "skinny_tc", "simt", "mma", "wgmma", "narrow", "tall"}
     for entry in manifest["entries"]:
         assert (folder / entry["kernel_file"]).is_file() and entry["backend"] == "kernel"
     files = {kernel["file"] for kernel in manifest["kernels"]}
@@ -289,7 +289,7 @@ def sampled_bundle() -> bundle.Bundle:
 @needs_gcc
 def test_shape_rules_and_launches_match_the_ops_for_sampled_configs_of_every_family(tmp_path: Path) -> None:
     made = sampled_bundle()
-    assert {e.family for e in made.entries} == {"gemv", "skinny", "skinny_tc", "simt", "mma", "wgmma", "narrow"}
+    assert {e.family for e in made.entries} == {"gemv", "skinny", "skinny_tc", "simt", "mma", "wgmma", "narrow", "tall"}
     (tmp_path / bundle.HEADER).write_text(header.render(made))
     program = compile_query("gcc", tmp_path, tmp_path / "query")
     questions, expected = [], []

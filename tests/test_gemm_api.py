@@ -82,8 +82,10 @@ def test_each_problem_gets_one_family_and_its_own_source_hash() -> None:
     cuda_core_skinny = Problem("gemm", "float32", 8, 64, 64)
     hashes = {source_hash(p) for p in (SQUARE, Problem("gemm", "float32", 64, 64, 64), SKINNY, cuda_core_skinny)}
     assert len(hashes) == 4
-    thin = Problem("gemv", "float16", 262144, 8, trans=True)  # too narrow for the narrow strips: skinny's
+    thin = Problem("gemv", "float16", 16384, 12, trans=True)  # between narrow's strips and tall: skinny's
     assert source_hash(thin) == source_hash(cuda_core_skinny)
+    tall = Problem("gemv", "float16", 262144, 8, trans=True)  # the tall family's
+    assert source_hash(tall) not in {*hashes, source_hash(thin), source_hash(TRANS)}
     assert source_hash(TRANS) not in {*hashes, source_hash(Problem("gemv", "float16", 4096, 8192))}
     assert source_hash(Problem("gemv", "float16", 4096, 8192)) not in hashes
 

@@ -12,7 +12,6 @@ from autotune.build.compiler import CompileJob
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.core.space import Config
 from autotune.ops import for_problem
-from autotune.ops.gemm import skinny
 from autotune.ops.gemv import strips, transposed
 from tests.nvcc import compile_all
 
@@ -41,7 +40,7 @@ def test_tall_narrow_transposed_gemvs_run_in_strips(shape: tuple[int, int]) -> N
 )
 def test_every_other_transposed_gemv_keeps_its_usual_family(shape: tuple[int, int]) -> None:
     problem = _t(*shape)
-    usual = skinny.KERNEL_FILE if problem.n < 16 else transposed.narrow.KERNEL_FILE
+    usual = transposed.tall.KERNEL_FILE if problem.n <= 8 else transposed.narrow.KERNEL_FILE
     assert for_problem(problem).kernel_file(problem) == usual
 
 

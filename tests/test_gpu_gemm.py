@@ -18,7 +18,7 @@ from autotune.core.problem import Problem
 from autotune.core.space import Config
 from autotune.measure.worker.client import Worker
 from autotune.ops import gemm
-from autotune.ops.gemv import narrow, strips, transposed
+from autotune.ops.gemv import narrow, strips, tall, transposed
 from tests.worker_checks import measure_configs
 
 pytestmark = pytest.mark.gpu
@@ -40,9 +40,24 @@ GEMM_SHAPES = [
     (12, 200, 4100),
     (5, 1000, 1016),
 ]
-# Transposed: shapes of 16 columns and more run in the narrow family (odd widths: scalar loads), the
-# narrower ones in skinny; test_strips_by_name runs the tall ones in strips.
-TRANS_SHAPES = [(1, 1), (999, 1001), (131072, 256), (256, 8192), (100003, 255), (65541, 1000), (4099, 16), (70000, 7)]
+# Transposed: shapes of 16 columns and more run in the narrow family (odd widths: scalar loads), 9 to 15
+# in skinny, up to 8 in tall (rows left past the whole chunks: 4099, 100003; chunks too long for 3 rows:
+# 3 x 2); test_strips_by_name runs the tall ones in strips.
+TRANS_SHAPES = [
+    (1, 1),
+    (999, 1001),
+    (131072, 256),
+    (256, 8192),
+    (100003, 255),
+    (65541, 1000),
+    (4099, 16),
+    (70000, 7),
+    (8192, 12),
+    (65536, 1),
+    (4099, 3),
+    (100003, 8),
+    (3, 2),
+]
 DTYPES = ["float32", "float16", "bfloat16"]
 RANDOM_SAMPLES = 3  # per problem, beside the default, the seeds and the space's first and last
 
@@ -54,7 +69,7 @@ def _sample(problem: Problem) -> list[Config]:
     configs = list(op.space(problem))
     rng = random.Random(f"{problem}")
     # Seeds of GEMM's families, of narrow and strips (skinny's transposed-GEMV seeds stay unsampled).
-    own = op.kernel_file(problem) in (narrow.KERNEL_FILE, strips.KERNEL_FILE)
+    own = op.kernel_file(problem) in (narrow.KERNEL_FILE, strips.KERNEL_FILE, tall.KERNEL_FILE)
     seeds = op.seed_configs(problem) if problem.op == "gemm" or own else []
     default = op.default_config(problem)
     picked = [default, configs[0], configs[-1], *seeds]
@@ -185,6 +200,45 @@ def test_tall_transposed_gemv_on_a_strided_view_with_beta_called_again_and_again
         out = before.clone()
         autotune.gemv(a, x, out=out, alpha=2.0, beta=-0.5, trans=True, db=db)
         assert (out.double() - (2 * want - 0.5 * before.double())).abs().max().item() <= 2e-2 * scale + 1e-2
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("columns", [1, 3, 8])
+def test_tall_family_on_strided_and_unaligned_views_called_again_and_again(dtype: str, columns: int) -> None:
+    """The tall family's kernels read a contiguous aligned matrix as one flat array, and any other row
+    by row: some columns of a wider matrix (row stride 11), a matrix and x starting one element into
+    their buffers, and the flat case, y = 2 Aᵀx - 0.5 y four times each with a grid of many blocks (its
+    partials and arrival counter back at zero after each call) and with one."""
+    torch = pytest.importorskip("torch")
+    from autotune.runtime.choice_launcher import ChoiceLauncher
+    from autotune.runtime.operands import describe
+    from autotune.select.choose import Choice
+
+    kind, rows = getattr(torch, dtype), 70001
+    problem = Problem("gemv", dtype, rows, columns, trans=True)
+    assert transposed.family_of(problem) is tall
+    launcher = ChoiceLauncher()
+    wide = torch.rand(rows, 11, device="cuda", dtype=kind) * 2 - 1
+    flat = torch.rand(1 + rows * columns, device="cuda", dtype=kind) * 2 - 1
+    x_flat = torch.rand(1 + rows, device="cuda", dtype=kind) * 2 - 1
+    views = {
+        "strided": (wide[:, :columns], x_flat[:rows]),
+        "unaligned": (flat[1:].view(rows, columns), x_flat[1:]),
+        "flat": (flat[: rows * columns].view(rows, columns), x_flat[:rows]),
+    }
+    for depth in (1, 64):
+        config = {**tall.default_config(problem), "depth": depth}
+        choice = Choice(problem, launcher.gpu.name, config, "default")
+        for name, (a, x) in views.items():
+            want = a.double().t() @ x.double()
+            scale = (a.double().abs().t() @ x.double().abs()).max().item()
+            for _ in range(4):
+                before = torch.rand(columns, device="cuda", dtype=kind)
+                out = before.clone()
+                launcher.gemv(choice, describe(a, "A"), describe(x, "x"), describe(out, "out"), 2.0, -0.5)
+                torch.cuda.synchronize()
+                error = (out.double() - (2 * want - 0.5 * before.double())).abs().max().item()
+                assert error <= 2e-2 * scale + 1e-2, (name, depth, error)
 
 
 def test_short_real_gemm_sweep_then_best(tmp_path: Path) -> None:

@@ -109,7 +109,7 @@ def test_the_transposed_gemv_launches_as_its_family_says(monkeypatch: pytest.Mon
     ask the op for the problem at hand."""
     square, thin = (
         Problem("gemv", "float16", 4096, 4096, trans=True),
-        Problem("gemv", "float16", 262144, 8, trans=True),
+        Problem("gemv", "float16", 16384, 12, trans=True),
     )
     op = ops.for_problem(square)
     assert transposed.family_of(square) is narrow and transposed.family_of(thin) is not narrow

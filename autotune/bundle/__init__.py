@@ -84,7 +84,7 @@ class Entry:
 
     index: int
     problem: Problem
-    family: str  # the kernel family: gemv, skinny (also narrow transposed GEMVs), skinny_tc, simt, mma, wgmma, narrow
+    family: str  # gemv, skinny (also transposed GEMVs of 9-15 columns), skinny_tc, simt, mma, wgmma, narrow, tall
     config: Config
     kernel_name: str
     kernel_file: str  # relative to the bundle folder

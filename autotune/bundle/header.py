@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from autotune.core.errors import AutotuneError
-from autotune.core.limits import MAX_GRID_Y, MAX_REGISTERS_PER_THREAD, REGISTERS_PER_SM
+from autotune.core.limits import MAX_GRID_Y, MAX_REGISTERS_PER_THREAD, MAX_THREADS_PER_SM, REGISTERS_PER_SM
 from autotune.gpu import tma
 from autotune.ops import gemm
 from autotune.ops import gemv as gemv_op
 from autotune.ops.gemm import mma
 from autotune.ops.gemm import skinny as gemm_skinny
-from autotune.ops.gemv import narrow, strips
+from autotune.ops.gemv import narrow, strips, tall
 
 if TYPE_CHECKING:
     from autotune.bundle import Bundle, Entry
@@ -31,7 +31,7 @@ TEMPLATE = Path(__file__).with_name("template.h")
 CONFIG_FIELDS = (
     "block", "lanes", "vec", "unroll", "rows", "x_smem", "policy", "cluster", "split", "persist", "prefetch",
     "order", "nt", "kw", "mt", "a_chunk", "wn", "stages", "bm", "bn", "bk", "wm", "tm", "tn", "occ", "swizzle",
-    "wgs", "layout", "tma", "width", "per_sm", "lean", "bands",
+    "wgs", "layout", "tma", "width", "per_sm", "lean", "bands", "depth",
 )  # fmt: skip
 FAMILY_CONSTANTS = {
     "gemv": "AUTOTUNE_FAMILY_GEMV",
@@ -42,6 +42,7 @@ FAMILY_CONSTANTS = {
     "wgmma": "AUTOTUNE_FAMILY_WGMMA",
     "strips": "AUTOTUNE_FAMILY_STRIPS",
     "narrow": "AUTOTUNE_FAMILY_NARROW",
+    "tall": "AUTOTUNE_FAMILY_TALL",
 }
 DTYPE_CONSTANTS = {"float32": "AUTOTUNE_FLOAT32", "float16": "AUTOTUNE_FLOAT16", "bfloat16": "AUTOTUNE_BFLOAT16"}
 _SIMPLE_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t", "?": "\\?"}
@@ -121,6 +122,9 @@ def _constants(bundle: Bundle) -> str:
         f"#define AUTOTUNE_NARROW_MIN_WIDTH {_int(narrow.WIDTHS[0])}",
         f"#define AUTOTUNE_NARROW_REGISTER_BASE {_int(narrow.REGISTER_BASE)}",
         f"#define AUTOTUNE_NARROW_LEAN_REGISTERS {_int(narrow.LEAN_REGISTERS)}",
+        f"#define AUTOTUNE_TALL_MAX_N {_int(tall.MAX_N)}",
+        f"#define AUTOTUNE_TALL_MOST_BYTES_IN_FLIGHT {_int(tall.MOST_BYTES_IN_FLIGHT)}",
+        f"#define AUTOTUNE_MAX_THREADS_PER_SM {_int(MAX_THREADS_PER_SM)}",
         f"#define AUTOTUNE_REGISTERS_PER_SM {_int(REGISTERS_PER_SM)}",
         f"#define AUTOTUNE_MAX_REGISTERS_PER_THREAD {_int(MAX_REGISTERS_PER_THREAD)}",
         "/* cuTensorMapEncodeTiled's arguments for TMA entries (cuda.h's enum values). */",

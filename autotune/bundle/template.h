@@ -23,8 +23,8 @@
 
 /* Kernel families (autotune/ops/): which rules say whether an entry's config runs a shape, and
  * how its launch geometry follows from the shape. A transposed GEMV of 16 columns or more runs the
- * narrow family, a narrower one the skinny GEMM family as the one-row GEMM (1 x n) = (1 x m) A (same
- * arguments). The strips family, which narrow replaced, keeps its constant and rules, but the look-up
+ * narrow family, one of 8 or fewer the tall family, one of 9 to 15 the skinny GEMM family as the
+ * one-row GEMM (1 x n) = (1 x m) A (same arguments). The strips family, which narrow replaced, keeps its constant and rules, but the look-up
  * (autotune_family_for) no longer picks it: an entry of it never runs. */
 enum {
   AUTOTUNE_FAMILY_GEMV = 1,
@@ -34,7 +34,8 @@ enum {
   AUTOTUNE_FAMILY_MMA = 5,
   AUTOTUNE_FAMILY_WGMMA = 6,
   AUTOTUNE_FAMILY_STRIPS = 7,
-  AUTOTUNE_FAMILY_NARROW = 8
+  AUTOTUNE_FAMILY_NARROW = 8,
+  AUTOTUNE_FAMILY_TALL = 9
 };
 
 /* What runs an entry. Every entry of this format runs one of the kernels in the bundle. A cuBLAS
@@ -74,7 +75,7 @@ typedef struct autotune_entry {
   int dtype_code;          /* AUTOTUNE_FLOAT32, ... */
   int m, n, k, trans;      /* the tuned problem (k = 0 for a GEMV; trans: y = A^T x) */
   int family;              /* AUTOTUNE_FAMILY_* */
-  const char *family_name; /* "gemv", "skinny", "skinny_tc", "simt", "mma", "wgmma", "strips", "narrow" */
+  const char *family_name; /* "gemv", "skinny", ..., "strips", "narrow", "tall" */
   int backend;             /* AUTOTUNE_BACKEND_KERNEL */
   const char *kernel_file; /* relative to the bundle folder: a cubin or a fatbin */
   const char *kernel_name; /* the extern "C" kernel in it */
@@ -115,11 +116,15 @@ static inline int autotune_strips_serve(int64_t m, int64_t n) {
 /* Whether a transposed GEMV of n columns is wide enough for the narrow family (narrow.py: serves). */
 static inline int autotune_narrow_serve(int64_t n) { return n >= AUTOTUNE_NARROW_MIN_N; }
 
+/* Whether a transposed GEMV of n columns is narrow enough for the tall family (tall.py: serves). */
+static inline int autotune_tall_serve(int64_t n) { return n <= AUTOTUNE_TALL_MAX_N; }
+
 /* The family that serves a problem on this GPU (autotune/ops/gemm/__init__.py: family; the transposed
  * GEMV's: autotune/ops/gemv/transposed.py). */
 static inline int autotune_family_for(int gemm, int dtype_code, int64_t m, int64_t n, int64_t k, int trans) {
   if (!gemm) {
     if (!trans) return AUTOTUNE_FAMILY_GEMV;
+    if (autotune_tall_serve(n)) return AUTOTUNE_FAMILY_TALL;
     return autotune_narrow_serve(n) ? AUTOTUNE_FAMILY_NARROW : AUTOTUNE_FAMILY_SKINNY;
   }
   if (m <= AUTOTUNE_SKINNY_MAX_M) {
@@ -280,6 +285,21 @@ static inline int64_t autotune_narrow_splits(const autotune_config *c, int64_t m
   return autotune_max64(1, autotune_min64(most, ((int64_t)c->per_sm * sm_count + strips / 2) / strips));
 }
 
+/* The tall family (tall.py: _reason) on a transposed GEMV of m rows and n columns: chunks of `rows`
+ * rows, no more than half of them past m, and the chunks in flight within the bytes a thread holds. */
+static inline int autotune_tall_runs(const autotune_config *c, int64_t m, int64_t n, int64_t itemsize) {
+  if (!autotune_tall_serve(n) || c->rows < 1 || c->block < 32 || c->block % 32 || c->depth < 1) return 0;
+  if (c->rows > 1 && c->rows / 2 >= m) return 0;
+  return (int64_t)c->rows * (n + 1) * itemsize * c->unroll <= AUTOTUNE_TALL_MOST_BYTES_IN_FLIGHT;
+}
+
+/* Its blocks (tall.py: blocks): about `depth` chunks of `rows` rows a thread, at most one wave. */
+static inline int64_t autotune_tall_blocks(const autotune_config *c, int64_t m, int sm_count) {
+  int64_t chunks = autotune_max64(1, m / c->rows);
+  int64_t wanted = autotune_ceil_div(chunks, (int64_t)c->block * c->depth);
+  return autotune_max64(1, autotune_min64(wanted, (int64_t)sm_count * (AUTOTUNE_MAX_THREADS_PER_SM / c->block)));
+}
+
 static inline int autotune_simt_runs(const autotune_config *c, int64_t n, int64_t k) {
   return k % c->vec == 0 && n % c->vec == 0;
 }
@@ -350,6 +370,7 @@ static inline int autotune_runs(const autotune_entry *e, int64_t m, int64_t n, i
     case AUTOTUNE_FAMILY_WGMMA: return autotune_wgmma_runs(c, m, n, k, b_nk);
     case AUTOTUNE_FAMILY_STRIPS: return autotune_strips_runs(c, m, n, item);
     case AUTOTUNE_FAMILY_NARROW: return autotune_narrow_runs(c, n, item);
+    case AUTOTUNE_FAMILY_TALL: return autotune_tall_runs(c, m, n, item);
     default: return 0;
   }
 }
@@ -412,6 +433,10 @@ static inline int autotune_launch_for(const autotune_entry *e, int64_t m, int64_
       }
       grid_y = autotune_narrow_splits(c, m, n, sm_count), workspace = grid_y * n;
       global_split = grid_y > 1;
+      break;
+    case AUTOTUNE_FAMILY_TALL: /* one counter for the whole grid */
+      grid_x = autotune_tall_blocks(c, m, sm_count), tiles = 1, workspace = grid_x * n;
+      global_split = grid_x > 1;
       break;
     default: return -1;
   }

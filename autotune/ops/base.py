@@ -116,6 +116,11 @@ class Op(ABC):
         """The op that runs `problem` on arrays that are not 16-byte aligned (its scalar-load configs)."""
         return self
 
+    def loads_as_aligned(self, problem: Problem) -> bool:
+        """Whether the kernels of `problem` choose their loads from the arrays' alignment and row
+        stride themselves, so that any config runs unaligned arrays as it is (no scalar-load refit)."""
+        return False
+
     # -- what is tuned ------------------------------------------------------------------------
 
     @abstractmethod

@@ -506,8 +506,11 @@ def scalar_loads(problem: Problem, config: Config) -> tuple[Op, Config]:
     """(op, config) that run `problem` with one element per load. Tuned configs may use 16-byte
     vector loads, which need aligned rows, and a sliced view may not give them; scalar loads always
     work. The config keeps its tiling where it can (Space.fit: a prefetch that needs 16-byte loads
-    goes with them). An op without scalar loads (a GEMM family such as wgmma) names its stand-in."""
+    goes with them). An op without scalar loads (a GEMM family such as wgmma) names its stand-in; one
+    whose kernels pick their loads from the arrays themselves (the tall family) runs the config as it is."""
     op = ops.for_problem(problem).for_unaligned(problem)
+    if op.loads_as_aligned(problem):
+        return op, dict(config)
     space = op.space(problem)
     for candidate in (config, op.default_config(problem)):
         scalar = space.fit(candidate, {"vec": 1})

@@ -4,8 +4,9 @@ yᵀ = xᵀ A is C (1 x n) = A' (1 x m) · B (m x n): every thread streams whole
 rows, which the usual GEMV kernels cannot do when they reduce along columns. The narrow family serves
 every shape of at least 16 columns (narrow.serves): teams of up to a warp read rows of strips of 16
 to 256 columns, or teams of up to a block whole rows cut into a few bands (`bands`), launched with
-programmatic dependent launch. Narrower matrices (262144 x 8) go to the
-skinny GEMM family, as the one-row GEMM they are. The strips family (wide strips, tall A) is reachable
+programmatic dependent launch. Tall matrices of 1 to 8 columns (262144 x 8, a dot product at one) go to
+the tall family (tall.serves), which reads them as one flat array; 9 to 15 columns to the skinny GEMM
+family, as the one-row GEMM they are. The strips family (wide strips, tall A) is reachable
 by name (FAMILY_VARIABLE) for comparisons. Every family's kernels take (x, A, y, 1, n, m, m, lda, n)
 in the GEMM argument order: A is the GEMM's B, so a view of some of a matrix's columns (lda > n) runs
 in place. A problem is tuned within one family, as GEMM's are.
@@ -25,7 +26,7 @@ from autotune.gpu.geometry import Launch
 from autotune.ops.base import DeviceReference, Op, Operands
 from autotune.ops.gemm import shared as gemm_shared
 from autotune.ops.gemm import skinny as gemm_skinny
-from autotune.ops.gemv import narrow, strips
+from autotune.ops.gemv import narrow, strips, tall
 
 # Names a family for the transposed GEMVs it serves ("strips", "skinny"), in place of narrow: the
 # families narrow replaced stay measurable side by side. The tuning worker inherits it, and its
@@ -76,18 +77,20 @@ class _OneRowGemm:
 
 
 def family_of(problem: Problem) -> Any:
-    """The family that serves a transposed GEMV: narrow from 16 columns on, else skinny; or the
-    family FAMILY_VARIABLE names, where it serves the shape."""
+    """The family that serves a transposed GEMV: tall up to 8 columns, narrow from 16 on, else skinny;
+    or the family FAMILY_VARIABLE names, where it serves the shape."""
     named = os.environ.get(FAMILY_VARIABLE)
     if named:
         chosen = _named(named)
         if chosen is _OneRowGemm or chosen.serves(problem):
             return chosen
+    if tall.serves(problem):
+        return tall
     return narrow if narrow.serves(problem) else _OneRowGemm
 
 
 def _named(name: str) -> Any:
-    families: dict[str, Any] = {f.NAME: f for f in (narrow, strips, _OneRowGemm)}
+    families: dict[str, Any] = {f.NAME: f for f in (narrow, strips, tall, _OneRowGemm)}
     if name not in families:
         raise AutotuneError(f"{FAMILY_VARIABLE}={name[:40]!r}: choose {', '.join(families)} (or unset it)")
     return families[name]
@@ -111,6 +114,10 @@ class GemvTransposed(Op):
         """A narrow trial measured before the wide bands joined the family, as the space names it now
         (scripts/rehash_records.py --file-was)."""
         return self.stored_config(problem, config)
+
+    def loads_as_aligned(self, problem: Problem) -> bool:
+        """The tall family's kernels read whole chunks only where the matrix is contiguous and aligned."""
+        return family_of(problem) is tall
 
     def waits_for_prior_grid(self, problem: Problem) -> bool:
         """Its family's: a family whose kernels wait in griddepcontrol runs with PDL, the others plainly."""
