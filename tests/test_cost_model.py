@@ -525,3 +525,33 @@ def test_a_persistent_grid_that_takes_its_rows_in_two_passes_is_floored_by_its_s
 def test_steps_are_unknown_where_a_grid_may_take_more_than_one_wave() -> None:
     """A GEMV grid of more blocks than SMs that is not persistent may hold 16 blocks an SM or 4."""
     assert gemv.OP.thread_steps(gemv16(4096, 4096), A, SMS) is None
+
+
+def test_a_config_that_sums_its_blocks_keeps_its_fixed_cost_on_a_smaller_shape() -> None:
+    """Transposed float16 4096x1 on the H200: 16384x7's leader (32 blocks adding their sums through the
+    workspace) ran 3.34 us there, almost all of it the launch and the last block's sum; the roofline
+    scaled it to 1.25 us on 4096x1 and it ran 2.92, where 8192x1's one-block leader ran 1.18. Its time
+    there less the fewer bytes is a floor; where the bytes took most of the time there, none."""
+    from autotune.ops.gemv import tall
+
+    def t16(m: int, n: int) -> Problem:
+        return ops.make_problem("gemv", "float16", m, n, trans=True)
+
+    many = {"block": 128, "rows": 1, "unroll": 4, "prefetch": 0, "depth": 1}
+    one = {"block": 256, "rows": 8, "unroll": 4, "prefetch": 1, "depth": 32}
+    small, near, far = t16(4096, 1), t16(8192, 1), t16(16384, 7)
+    assert tall.launch(small, many, SMS).workspace_floats > 0 and tall.launch(far, many, SMS).workspace_floats > 0
+    assert tall.launch(small, one, SMS).grid == (1, 1, 1)
+    # A large shape streamed at the roofline sets the best rate stored.
+    big, streaming = t16(8388608, 8), {"block": 1024, "rows": 1, "unroll": 2, "prefetch": 1, "depth": 64}
+    model = CostModel(
+        {near: [Trial(one, 1.23)], far: [Trial(many, 3.34)], big: [Trial(streaming, roofline_us(big))]}, SMS
+    )
+    floored = model.predict(small, many)
+    assert floored is not None and "less 246 kB at the best rate" in floored.basis
+    assert 3.2 < floored.time_us < 3.34
+    assert model.rank(small)[0].config == one
+    # Where the bytes took most of the time there, the roofline's scaling stands.
+    model = CostModel({big: [Trial(many, 1.1 * roofline_us(big))], near: [Trial(one, 1.23)]}, SMS)
+    scaled = model.predict(far, many)
+    assert scaled is not None and "best rate" not in scaled.basis

@@ -81,6 +81,10 @@ PATH_MARGIN = 1.05
 # A config that ran this many times slower than the roofline where it was timed was bound by its
 # threads' steps there, not by the memory (CostModel.threads_bound_floor): 6x32769's leader ran 5.3x.
 THREADS_BOUND = 3.0
+# A config whose blocks add their sums through the workspace keeps its time on a larger tuned shape,
+# less the fewer bytes, where the bytes at the best rate took under this share of that time: fixed
+# costs (the launch, the last block's sum) held it there (CostModel._fixed_sum_floor).
+FIXED_SHARE = 0.5
 
 
 class Timed(Protocol):
@@ -320,7 +324,12 @@ class CostModel:
             timed_on, len(shapes)
         )
         time_us = roof * correction
-        for floor in (self._more_waves_floor(problem, config, stored), self._more_steps_floor(problem, config, stored)):
+        floors = (
+            self._more_waves_floor(problem, config, stored),
+            self._more_steps_floor(problem, config, stored),
+            self._fixed_sum_floor(problem, config, stored),
+        )
+        for floor in floors:
             if floor is not None and floor[0] > time_us:
                 time_us, basis = floor[0], floor[1] + "; else " + basis
         return Prediction(config, time_us, candidate, roof, correction, tuple(timed_on), basis)
@@ -371,6 +380,29 @@ class CostModel:
         latency = self.roofline.latency_us
         where = f"{stored[there]:.2f} us on {_text(there.shape)} in {steps_there} steps a thread, {steps_here} here"
         return latency + (stored[there] - latency) * growth, where
+
+    def _fixed_sum_floor(
+        self, problem: Problem, config: Mapping[str, int], stored: Mapping[Problem, float]
+    ) -> tuple[float, str] | None:
+        """Where the config adds its blocks' sums through the workspace (a second pass of the last
+        block to arrive) here and on the nearest tuned shape that holds it, this problem moves fewer
+        bytes than that one, and there the bytes at the best rate stored took under FIXED_SHARE of the
+        time: its time there less what the fewer bytes take at that rate.
+        The launch and the blocks' sum are fixed costs the bytes do not scale; the roofline scaled
+        them away: float16 4096x1 transposed took 16384x7's leader of 32 blocks predicted at 1.25 us
+        and ran 2.92, where one block ran 1.18. None where the rule does not speak."""
+        assert self.roofline is not None
+        there, sm_count = _nearest(stored, problem), self.roofline.sm_count
+        if there is None or sm_count is None or not 1 <= sm_count <= MAX_SM_COUNT:
+            return None
+        op = ops.for_problem(problem)
+        fewer = op.bytes_moved(there) - op.bytes_moved(problem)
+        if fewer <= 0 or not all(_sums_blocks(op, shape, config, sm_count) for shape in (problem, there)):
+            return None
+        if op.bytes_moved(there) / self.roofline.bytes_per_us > FIXED_SHARE * stored[there]:
+            return None  # there the bytes took most of the time: the roofline's scaling speaks
+        where = f"{stored[there]:.2f} us on {_text(there.shape)}, less {fewer / 1e3:.0f} kB at the best rate"
+        return stored[there] - fewer / self.roofline.bytes_per_us, where
 
     def threads_bound_floor(self, problem: Problem, config: Mapping[str, int]) -> float | None:
         """Where the config ran at under 1/THREADS_BOUND of the roofline's speed on the nearest tuned
@@ -523,6 +555,14 @@ def _streamed(op: Op, problem: Problem, config: Mapping[str, int]) -> int:
         return op.bytes_streamed(problem, config)
     except (KeyError, ValueError, ZeroDivisionError):
         return op.bytes_moved(problem)
+
+
+def _sums_blocks(op: Op, problem: Problem, config: Mapping[str, int], sm_count: int) -> bool:
+    """Whether the config's blocks add their partial sums through the workspace on `problem`."""
+    try:
+        return op.launch(problem, config, sm_count).workspace_floats > 0
+    except (KeyError, ValueError, ZeroDivisionError):
+        return False
 
 
 def _nearest(stored: Mapping[Problem, float], problem: Problem) -> Problem | None:
