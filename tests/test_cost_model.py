@@ -531,27 +531,33 @@ def test_a_config_that_sums_its_blocks_keeps_its_fixed_cost_on_a_smaller_shape()
     """Transposed float16 4096x1 on the H200: 16384x7's leader (32 blocks adding their sums through the
     workspace) ran 3.34 us there, almost all of it the launch and the last block's sum; the roofline
     scaled it to 1.25 us on 4096x1 and it ran 2.92, where 8192x1's one-block leader ran 1.18. Its time
-    there less the fewer bytes is a floor; where the bytes took most of the time there, none."""
+    there less the smaller work is a floor; where the work took most of the time there, none."""
     from autotune.ops.gemv import tall
 
     def t16(m: int, n: int) -> Problem:
         return ops.make_problem("gemv", "float16", m, n, trans=True)
 
-    many = {"block": 128, "rows": 1, "unroll": 4, "prefetch": 0, "depth": 1}
-    one = {"block": 256, "rows": 8, "unroll": 4, "prefetch": 1, "depth": 32}
+    many = {"block": 128, "rows": 1, "unroll": 4, "prefetch": 0, "depth": 1, "cluster": 1}
+    one = {"block": 256, "rows": 8, "unroll": 4, "prefetch": 1, "depth": 32, "cluster": 1}
     small, near, far = t16(4096, 1), t16(8192, 1), t16(16384, 7)
     assert tall.launch(small, many, SMS).workspace_floats > 0 and tall.launch(far, many, SMS).workspace_floats > 0
     assert tall.launch(small, one, SMS).grid == (1, 1, 1)
     # A large shape streamed at the roofline sets the best rate stored.
-    big, streaming = t16(8388608, 8), {"block": 1024, "rows": 1, "unroll": 2, "prefetch": 1, "depth": 64}
+    big, streaming = t16(8388608, 8), {"block": 1024, "rows": 1, "unroll": 2, "prefetch": 1, "depth": 64, "cluster": 1}
     model = CostModel(
         {near: [Trial(one, 1.23)], far: [Trial(many, 3.34)], big: [Trial(streaming, roofline_us(big))]}, SMS
     )
     floored = model.predict(small, many)
-    assert floored is not None and "less 246 kB at the best rate" in floored.basis
+    assert floored is not None and "it 3.34 us on 16384x7, less" in floored.basis
     assert 3.2 < floored.time_us < 3.34
     assert model.rank(small)[0].config == one
+    # A config timed nowhere (a seed: one cluster of 8 blocks) is held to the fastest config that summed
+    # its blocks on the nearest tuned shape where one did; a one-block config is not held.
+    cluster = {**one, "depth": 1, "cluster": 8}
+    seeded = model.predict(small, cluster)
+    assert seeded is not None and "a config summing its blocks 3.34 us on 16384x7" in seeded.basis
+    assert "of work" not in str(model.predict(small, one).basis)  # type: ignore[union-attr]
     # Where the bytes took most of the time there, the roofline's scaling stands.
     model = CostModel({big: [Trial(many, 1.1 * roofline_us(big))], near: [Trial(one, 1.23)]}, SMS)
     scaled = model.predict(far, many)
-    assert scaled is not None and "best rate" not in scaled.basis
+    assert scaled is not None and "of work" not in scaled.basis

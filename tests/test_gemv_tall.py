@@ -77,6 +77,9 @@ def test_launch_gives_about_depth_chunks_a_thread_within_one_wave_and_asks_works
     for problem in (_t(262144, 8), _t(65536, 1), _t(4096, 1), _t(3, 2)):
         for config in [tall.default_config(problem), *tall.seed_configs(problem)]:
             launch = tall.launch(problem, config, sm_count)
+            if config["cluster"] > 1:  # one cluster along y, no workspace
+                assert launch.grid == (1, config["cluster"], 1) and launch.workspace_floats == launch.counters == 0
+                continue
             blocks = launch.grid[0]
             chunks = max(1, problem.m // config["rows"])
             assert launch.grid[1:] == (1, 1) and launch.block == (config["block"], 1, 1)

@@ -148,7 +148,7 @@ def test_every_hopper_kernel_of_the_records_ships_as_machine_code(uses: list[shi
 def test_the_shipped_kernels_stay_small() -> None:
     # The GEMV and GEMM kernels of two GPUs' records, the int4 op's at every M of its three tuned kinds and
     # the 8-bit op's at every M of both kinds, and the edge records' small-model and odd few-row shapes
-    # (33.3 MiB with the index and manifest: 35 leaves room for a sweep's handful of new picks, not for a
+    # (33.2 MiB with the index and manifest: 35 leaves room for a sweep's handful of new picks, not for a
     # new family's worth).
     total = sum(path.stat().st_size for path in KERNELS.iterdir())
     assert total < 35 * 2**20

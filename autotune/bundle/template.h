@@ -286,10 +286,12 @@ static inline int64_t autotune_narrow_splits(const autotune_config *c, int64_t m
 }
 
 /* The tall family (tall.py: _reason) on a transposed GEMV of m rows and n columns: chunks of `rows`
- * rows, no more than half of them past m, and the chunks in flight within the bytes a thread holds. */
+ * rows, no more than half of them past m, the chunks in flight within the bytes a thread holds, and
+ * depth pinned where the grid is one cluster. */
 static inline int autotune_tall_runs(const autotune_config *c, int64_t m, int64_t n, int64_t itemsize) {
   if (!autotune_tall_serve(n) || c->rows < 1 || c->block < 32 || c->block % 32 || c->depth < 1) return 0;
   if (c->rows > 1 && c->rows / 2 >= m) return 0;
+  if (c->cluster > 1 && c->depth != 1) return 0; /* one cluster: depth pinned */
   return (int64_t)c->rows * (n + 1) * itemsize * c->unroll <= AUTOTUNE_TALL_MOST_BYTES_IN_FLIGHT;
 }
 
@@ -434,7 +436,11 @@ static inline int autotune_launch_for(const autotune_entry *e, int64_t m, int64_
       grid_y = autotune_narrow_splits(c, m, n, sm_count), workspace = grid_y * n;
       global_split = grid_y > 1;
       break;
-    case AUTOTUNE_FAMILY_TALL: /* one counter for the whole grid */
+    case AUTOTUNE_FAMILY_TALL: /* one counter for the whole grid, or one cluster along y and none */
+      if (c->cluster > 1) {
+        grid_y = c->cluster, global_split = 0;
+        break;
+      }
       grid_x = autotune_tall_blocks(c, m, sm_count), tiles = 1, workspace = grid_x * n;
       global_split = grid_x > 1;
       break;

@@ -81,9 +81,9 @@ PATH_MARGIN = 1.05
 # A config that ran this many times slower than the roofline where it was timed was bound by its
 # threads' steps there, not by the memory (CostModel.threads_bound_floor): 6x32769's leader ran 5.3x.
 THREADS_BOUND = 3.0
-# A config whose blocks add their sums through the workspace keeps its time on a larger tuned shape,
-# less the fewer bytes, where the bytes at the best rate took under this share of that time: fixed
-# costs (the launch, the last block's sum) held it there (CostModel._fixed_sum_floor).
+# A config whose blocks add their sums keeps its time on a larger tuned shape, less the smaller work,
+# where the work at the best rates took under this share of that time: fixed costs (the launch, the
+# blocks' sum) held it there (CostModel._fixed_sum_floor).
 FIXED_SHARE = 0.5
 
 
@@ -384,25 +384,46 @@ class CostModel:
     def _fixed_sum_floor(
         self, problem: Problem, config: Mapping[str, int], stored: Mapping[Problem, float]
     ) -> tuple[float, str] | None:
-        """Where the config adds its blocks' sums through the workspace (a second pass of the last
-        block to arrive) here and on the nearest tuned shape that holds it, this problem moves fewer
-        bytes than that one, and there the bytes at the best rate stored took under FIXED_SHARE of the
-        time: its time there less what the fewer bytes take at that rate.
-        The launch and the blocks' sum are fixed costs the bytes do not scale; the roofline scaled
-        them away: float16 4096x1 transposed took 16384x7's leader of 32 blocks predicted at 1.25 us
-        and ran 2.92, where one block ran 1.18. None where the rule does not speak."""
+        """Where the config adds its blocks' sums here (through the workspace, a second pass of the last
+        block to arrive, or in a cluster's shared memory): its time on the nearest tuned shape that
+        holds it and sums its blocks there too (else the fastest config that summed its blocks on the
+        nearest tuned shape where any did), less the time its greater work takes at the best rates
+        stored (bytes, and flops where they bound the op), where this problem is less work than that
+        shape and there the work at those rates took under FIXED_SHARE of the time. The launch and the
+        blocks' sum are fixed costs the work does not scale; the roofline scaled them away: float16
+        4096x1 transposed took 16384x7's leader of 32 blocks predicted at 1.25 us and ran 2.92, where
+        one block ran 1.18; a cluster of 8 blocks, 65536x1's leader at 2.60 us, was predicted at 1.29
+        and ran 2.15. None where the rule does not speak."""
         assert self.roofline is not None
-        there, sm_count = _nearest(stored, problem), self.roofline.sm_count
-        if there is None or sm_count is None or not 1 <= sm_count <= MAX_SM_COUNT:
+        sm_count = self.roofline.sm_count
+        if sm_count is None or not 1 <= sm_count <= MAX_SM_COUNT:
             return None
         op = ops.for_problem(problem)
-        fewer = op.bytes_moved(there) - op.bytes_moved(problem)
-        if fewer <= 0 or not all(_sums_blocks(op, shape, config, sm_count) for shape in (problem, there)):
+        if not _sums_blocks(op, problem, config, sm_count):
             return None
-        if op.bytes_moved(there) / self.roofline.bytes_per_us > FIXED_SHARE * stored[there]:
-            return None  # there the bytes took most of the time: the roofline's scaling speaks
-        where = f"{stored[there]:.2f} us on {_text(there.shape)}, less {fewer / 1e3:.0f} kB at the best rate"
-        return stored[there] - fewer / self.roofline.bytes_per_us, where
+        there = _nearest(stored, problem)
+        if there is not None and _sums_blocks(op, there, config, sm_count):
+            time_there, what = stored[there], "it"
+        else:
+            found = self._fastest_summing(problem, op, sm_count)
+            if found is None:
+                return None
+            (there, time_there), what = found, "a config summing its blocks"
+        # The work at the best rates stored (bytes, and flops where they bound the op), unscaled.
+        work_there, work_here = (self.roofline.work_us(p) / self.roofline.scale for p in (there, problem))
+        if work_here >= work_there or work_there > FIXED_SHARE * time_there:
+            return None  # more work here, or the work took most of the time there: the roofline speaks
+        where = f"{what} {time_there:.2f} us on {_text(there.shape)}, less {work_there - work_here:.2f} us of work"
+        return time_there - (work_there - work_here), where
+
+    def _fastest_summing(self, problem: Problem, op: Op, sm_count: int) -> tuple[Problem, float] | None:
+        """The nearest tuned shape with a stored trial whose blocks add their sums there, and the fastest
+        such trial's time."""
+        for shape in self.nearest(problem):
+            times = [t for c, t in shape.trials if _sums_blocks(op, shape.problem, c, sm_count)]
+            if times:
+                return shape.problem, min(times)
+        return None
 
     def threads_bound_floor(self, problem: Problem, config: Mapping[str, int]) -> float | None:
         """Where the config ran at under 1/THREADS_BOUND of the roofline's speed on the nearest tuned
@@ -558,11 +579,16 @@ def _streamed(op: Op, problem: Problem, config: Mapping[str, int]) -> int:
 
 
 def _sums_blocks(op: Op, problem: Problem, config: Mapping[str, int], sm_count: int) -> bool:
-    """Whether the config's blocks add their partial sums through the workspace on `problem`."""
+    """Whether the config's blocks add their partial sums on `problem` in a pass of their own: through
+    the workspace, or in the shared memory of a thread-block cluster that is the whole grid (`cluster`
+    > 1, the families' name for it; where a grid holds many clusters, their sums overlap each other's
+    reads, and counting them as fixed cost moved the skinny tensor-core GEMMs' picks the wrong way)."""
     try:
-        return op.launch(problem, config, sm_count).workspace_floats > 0
+        launch = op.launch(problem, config, sm_count)
     except (KeyError, ValueError, ZeroDivisionError):
         return False
+    cluster = config.get("cluster", 1)
+    return launch.workspace_floats > 0 or 1 < cluster == math.prod(launch.grid)
 
 
 def _nearest(stored: Mapping[Problem, float], problem: Problem) -> Problem | None:

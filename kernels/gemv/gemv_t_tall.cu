@@ -19,22 +19,27 @@
 // matrix), are read one row at a time by the grid's threads in turn.
 //
 // Reduction: each thread's N sums meet in a warp butterfly and in shared memory in warp order. One
-// block: it writes y. Several: block b writes its N partials to workspace[b * N + column]; the last
-// block to arrive (one counter) adds them with PARTS ranges of blocks in order and the ranges in order
-// (deterministic), zeroes them, writes y and resets the counter, so workspace and counter are zero
-// again after each launch.
+// block: it writes y. CLUSTER > 1 (sm_90+): the grid is one thread-block cluster of CLUSTER blocks
+// along y, which add their sums in rank order through distributed shared memory (common.cuh:
+// cluster_sum): no workspace, fence or counter. Several blocks otherwise: block b writes its N
+// partials to workspace[b * N + column]; the last block to arrive (one counter) adds them with PARTS
+// ranges of blocks in order and the ranges in order (deterministic), zeroes them, writes y and resets
+// the counter, so workspace and counter are zero again after each launch. That pass, the fence and
+// the counter cost about 2 us on an H200 (docs/findings.md), which a cluster avoids where its blocks
+// can read the matrix fast enough.
 //
 // Launched with programmatic dependent launch (tall.py: WAITS_FOR_PRIOR_GRID): each block lets the next
 // grid start, asks L2 for its threads' first chunk (PREFETCH 1; the matrix is never written by a grid
 // before), and waits for the grid before it (griddepcontrol.wait) before it reads x, y or workspace.
 //
-// Shared memory (static): (BLOCK / 32 + PARTS) * N floats. Workspace: gridDim.x * N floats and one
-// counter when gridDim.x > 1.
+// Shared memory (static): (BLOCK / 32 + PARTS + 1) * N floats. Workspace: gridDim.x * N floats and one
+// counter when gridDim.x > 1 (CLUSTER 1).
 #pragma once
 #include "common.cuh"
 
 namespace at_tall {
 
+using at_common::cluster_sum;
 using at_common::finish;
 using at_common::load_stream;
 using at_common::Raw;
@@ -60,7 +65,7 @@ __device__ __forceinline__ void accumulate(const T* a, const T* x, float (&acc)[
   }
 }
 
-template <typename T, bool B_NK, int NCOL, int BLOCK, int ROWS, int UNROLL, int PREFETCH>
+template <typename T, bool B_NK, int NCOL, int BLOCK, int ROWS, int UNROLL, int PREFETCH, int CLUSTER = 1>
 __device__ __forceinline__ void tall_body(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
                                           int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta,
                                           float* __restrict__ workspace, unsigned int* __restrict__ counters) {
@@ -74,10 +79,12 @@ __device__ __forceinline__ void tall_body(const T* __restrict__ A, const T* __re
   constexpr int WARPS = BLOCK / 32;
   constexpr int PARTS = BLOCK / NCOL < MOST_PARTS ? BLOCK / NCOL : MOST_PARTS;
   __shared__ float sums[WARPS + PARTS][NCOL];
+  __shared__ float block_sums[NCOL];  // a cluster's blocks read each other's
   __shared__ bool last;
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int thread = blockIdx.x * BLOCK + threadIdx.x, threads = gridDim.x * BLOCK;
+  const int block = CLUSTER > 1 ? blockIdx.y : blockIdx.x, blocks = CLUSTER > 1 ? gridDim.y : gridDim.x;
+  const int thread = block * BLOCK + threadIdx.x, threads = blocks * BLOCK;
   // Whole chunks where the matrix is one flat array aligned to the chunk's and x's loads.
   const bool flat = ldb == NCOL && reinterpret_cast<size_t>(B) % A_BYTES == 0 &&
                     reinterpret_cast<size_t>(A) % X_BYTES == 0;
@@ -127,16 +134,22 @@ __device__ __forceinline__ void tall_body(const T* __restrict__ A, const T* __re
     float s = 0.0f;
 #pragma unroll
     for (int w = 0; w < WARPS; ++w) s += sums[w][threadIdx.x];
-    if (gridDim.x == 1)
+    if (CLUSTER > 1)
+      block_sums[threadIdx.x] = s;
+    else if (blocks == 1)
       C[threadIdx.x] = finish(s, alpha, beta, C + threadIdx.x);
     else
-      __stcg(workspace + (size_t)blockIdx.x * NCOL + threadIdx.x, s);
+      __stcg(workspace + (size_t)block * NCOL + threadIdx.x, s);
   }
-  if (gridDim.x == 1) return;
+  if constexpr (CLUSTER > 1) {  // every thread of the cluster takes part (its barriers)
+    cluster_sum<CLUSTER>(block_sums, NCOL, [&](int col, float s) { C[col] = finish(s, alpha, beta, C + col); });
+    return;
+  }
+  if (blocks == 1) return;
 
   __threadfence();  // the partials are visible before the counter says so
   __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(counters, 1u) == gridDim.x - 1;
+  if (threadIdx.x == 0) last = atomicAdd(counters, 1u) == (unsigned int)blocks - 1;
   __syncthreads();
   if (!last) return;
   __threadfence();  // and read after it
@@ -144,7 +157,6 @@ __device__ __forceinline__ void tall_body(const T* __restrict__ A, const T* __re
   // Thread (part, col) adds the partials of blocks part * G / PARTS ... (part + 1) * G / PARTS - 1.
   const int col = threadIdx.x % NCOL, part = threadIdx.x / NCOL;
   if (part < PARTS) {
-    const int blocks = gridDim.x;
     const int lo = part * blocks / PARTS, hi = (part + 1) * blocks / PARTS;
     sums[WARPS + part][col] = sum_partials(workspace + col, (size_t)NCOL, lo, hi);
   }

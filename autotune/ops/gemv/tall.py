@@ -5,7 +5,9 @@ A thread reads chunks of `rows` whole rows (rows x n elements, in the widest loa
 and the `rows` elements of x beside them, `unroll` chunks asked for at once, the last step under a
 predicate instead of a remainder loop; the grid gives each thread about `depth` chunks (a launch
 parameter: one compiled kernel serves every depth), at most one wave of blocks. The blocks' sums are
-added in a fixed order by the last block to finish. Launched with programmatic dependent launch;
+added in a fixed order by the last block to finish; or, with `cluster` > 1 (sm_90+), the grid is one
+thread-block cluster of that many blocks, which add their sums in distributed shared memory (no
+workspace, fence or arrival counter; `depth` is then pinned). Launched with programmatic dependent launch;
 `prefetch` 1 asks L2 for each thread's first chunk before the wait for the grid before. Problem sizes
 are the GEMV's: m rows of A (the reduction), n columns (y's length). A kernel is compiled for its n.
 """
@@ -14,11 +16,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
 from autotune.core.limits import MAX_THREADS_PER_SM
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.core.space import Config, Param, Space
-from autotune.gpu.geometry import Launch
+from autotune.gpu.geometry import Launch, cluster_choices
 from autotune.ops.gemm import shared as gemm_shared
 
 NAME = "tall"
@@ -61,10 +64,20 @@ def _reason(problem: Problem, c: Mapping[str, int]) -> str | None:
         return f"the tall family serves transposed GEMVs of n <= {MAX_N}, not {problem}"
     if c["rows"] > 1 and c["rows"] // 2 >= problem.m:
         return f"rows={c['rows']}: half as many rows a chunk already cover m={problem.m}"
+    if c["cluster"] > 1 and c["depth"] != _DEPTHS[0]:
+        return f"cluster={c['cluster']}: the grid is one cluster, depth stays {_DEPTHS[0]}"
     in_flight = chunk_bytes(problem, c) * c["unroll"]
     if in_flight > MOST_BYTES_IN_FLIGHT:
         return f"rows={c['rows']} unroll={c['unroll']}: {in_flight} bytes in flight, over {MOST_BYTES_IN_FLIGHT}"
     return None
+
+
+def with_cluster(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A config written before `cluster` joined the space, with the grid it ran (no cluster)."""
+    return {**config, "cluster": 1} if set(config) == _BEFORE_CLUSTER else dict(config)
+
+
+_BEFORE_CLUSTER = frozenset({"block", "rows", "unroll", "prefetch", "depth"})
 
 
 def space(problem: Problem) -> Space:
@@ -75,6 +88,7 @@ def space(problem: Problem) -> Space:
             Param("unroll", _UNROLLS),
             Param("prefetch", (0, 1), categorical=True),
             Param("depth", _DEPTHS, compiled=False),
+            Param("cluster", cluster_choices()),
         ),
         constraint=lambda c: _reason(problem, c),
     )
@@ -86,7 +100,7 @@ def _tiling(problem: Problem, block: int, unroll: int, depth: int) -> Config:
     itemsize, n = ITEMSIZE[problem.dtype], problem.n
     rows = next((r for r in _ROWS if r * n * itemsize % 16 == 0 and r * itemsize >= 4), 8)
     rows = min(rows, max(r for r in _ROWS if r == 1 or r // 2 < problem.m))
-    config = {"block": block, "rows": rows, "unroll": unroll, "prefetch": 1, "depth": depth}
+    config = {"block": block, "rows": rows, "unroll": unroll, "prefetch": 1, "depth": depth, "cluster": 1}
     while _reason(problem, config) is not None and config["unroll"] > 1:
         config["unroll"] //= 2
     return config
@@ -102,11 +116,18 @@ def default_config(problem: Problem) -> Config:
 _SEEDS = ((256, 4, 4), (512, 4, 4), (256, 2, 2), (1024, 4, 4), (256, 4, 16), (512, 8, 8), (1024, 2, 16), (128, 4, 64))
 
 
+# Cluster seed tilings (block, unroll, cluster): the whole matrix in one cluster of 8 or 4 blocks.
+_CLUSTER_SEEDS = ((1024, 4, 8), (512, 4, 8), (1024, 4, 4))
+
+
 def seed_configs(problem: Problem) -> list[Config]:
     check = space(problem).check
+    tilings = [_tiling(problem, *seed) for seed in _SEEDS]
+    tilings += [
+        {**_tiling(problem, block, unroll, _DEPTHS[0]), "cluster": size} for block, unroll, size in _CLUSTER_SEEDS
+    ]
     seeds: list[Config] = []
-    for seed in _SEEDS:
-        config = _tiling(problem, *seed)
+    for config in tilings:
         if check(config) is None and config not in seeds:
             seeds.append(config)
     return seeds
@@ -114,15 +135,23 @@ def seed_configs(problem: Problem) -> list[Config]:
 
 def kernel_name(problem: Problem, config: Mapping[str, int]) -> str:
     c = config
-    return f"gemv_t_tall_{problem.dtype}_n{problem.n}_b{c['block']}_r{c['rows']}_u{c['unroll']}_p{c['prefetch']}"
+    cluster = f"_c{c['cluster']}" if c["cluster"] > 1 else ""
+    tiling = f"b{c['block']}_r{c['rows']}_u{c['unroll']}_p{c['prefetch']}{cluster}"
+    return f"gemv_t_tall_{problem.dtype}_n{problem.n}_{tiling}"
 
 
 def kernel_source(problem: Problem, config: Mapping[str, int]) -> str:
     """A translation unit with one extern "C" instance taking the GEMM arguments (the transposed GEMV's)."""
     c = config
-    args = [problem.n, c["block"], c["rows"], c["unroll"], c["prefetch"]]
+    args = [problem.n, c["block"], c["rows"], c["unroll"], c["prefetch"]] + ([c["cluster"]] if c["cluster"] > 1 else [])
     return gemm_shared.instance_source(
-        KERNEL_FILE, kernel_name(problem, c), problem.dtype, str(c["block"]), "at_tall::tall_body", args
+        KERNEL_FILE,
+        kernel_name(problem, c),
+        problem.dtype,
+        str(c["block"]),
+        "at_tall::tall_body",
+        args,
+        cluster=c["cluster"],
     )
 
 
@@ -134,6 +163,14 @@ def blocks(problem: Problem, config: Mapping[str, int], sm_count: int) -> int:
 
 
 def launch(problem: Problem, config: Mapping[str, int], sm_count: int) -> Launch:
+    if config["cluster"] > 1:  # one cluster along y, its sums added in distributed shared memory
+        return Launch(
+            grid=(1, config["cluster"], 1),
+            block=(config["block"], 1, 1),
+            shared_bytes=0,
+            workspace_floats=0,
+            counters=0,
+        )
     grid = blocks(problem, config, sm_count)
     return Launch(
         grid=(grid, 1, 1),

@@ -107,8 +107,12 @@ class GemvTransposed(Op):
 
     def stored_config(self, problem: Problem, config: Mapping[str, Any]) -> dict[str, Any]:
         """A narrow config from before `lean` or `bands` (migration 0010 moves database rows from before
-        `lean` the same way; rows from before `bands` are stale: narrow.with_lean says why)."""
-        return narrow.with_lean(config) if family_of(problem) is narrow else dict(config)
+        `lean` the same way; rows from before `bands` are stale: narrow.with_lean says why); a tall
+        config from before `cluster`, as the kernel it ran (no cluster; its rows are stale too)."""
+        family = family_of(problem)
+        if family is narrow:
+            return narrow.with_lean(config)
+        return tall.with_cluster(config) if family is tall else dict(config)
 
     def carried_over(self, problem: Problem, config: Mapping[str, int]) -> dict[str, int]:
         """A narrow trial measured before the wide bands joined the family, as the space names it now
