@@ -24,8 +24,9 @@
 /* Kernel families (autotune/ops/): which rules say whether an entry's config runs a shape, and
  * how its launch geometry follows from the shape. A transposed GEMV of 16 columns or more runs the
  * narrow family, one of 8 or fewer the tall family, one of 9 to 15 the skinny GEMM family as the
- * one-row GEMM (1 x n) = (1 x m) A (same arguments). The strips family, which narrow replaced, keeps its constant and rules, but the look-up
- * (autotune_family_for) no longer picks it: an entry of it never runs. */
+ * one-row GEMM (1 x n) = (1 x m) A (same arguments). The strips family, which narrow replaced, keeps
+ * its constant and rules, but the look-up (autotune_family_for) no longer picks it: an entry of it
+ * never runs. */
 enum {
   AUTOTUNE_FAMILY_GEMV = 1,
   AUTOTUNE_FAMILY_SKINNY = 2,

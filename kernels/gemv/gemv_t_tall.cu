@@ -29,8 +29,9 @@
 // can read the matrix fast enough.
 //
 // Launched with programmatic dependent launch (tall.py: WAITS_FOR_PRIOR_GRID): each block lets the next
-// grid start, asks L2 for its threads' first chunk (PREFETCH 1; the matrix is never written by a grid
-// before), and waits for the grid before it (griddepcontrol.wait) before it reads x, y or workspace.
+// grid start, asks L2 for its threads' first chunk (PREFETCH 1; a grid before that writes the matrix
+// writes it into L2, so the line is never stale), and waits for the grid before it
+// (griddepcontrol.wait) before it reads x, y, the workspace or the matrix itself.
 //
 // Shared memory (static): (BLOCK / 32 + PARTS + 1) * N floats. Workspace: gridDim.x * N floats and one
 // counter when gridDim.x > 1 (CLUSTER 1).

@@ -28,8 +28,8 @@ NAME = "tall"
 KERNEL_FILE = "gemv/gemv_t_tall.cu"  # under kernels/, beside this folder's mirror
 WAITS_FOR_PRIOR_GRID = True  # its kernels wait in griddepcontrol: launched with programmatic dependent launch
 
-# Up to 8 columns: a chunk of 8 float32 rows is then 128 bytes. From 16 on narrow's strips fill their
-# loads; the 9 to 15 between stay with the skinny GEMM, as they were.
+# Up to 8 columns: a row is then at most 32 bytes, and a chunk of a few rows fills 16-byte loads. From
+# 16 on narrow's strips fill their loads; the 9 to 15 between stay with the skinny GEMM, as they were.
 MAX_N = 8
 
 _BLOCKS = (128, 256, 512, 1024)
@@ -72,12 +72,14 @@ def _reason(problem: Problem, c: Mapping[str, int]) -> str | None:
     return None
 
 
+# The parameters before `cluster` joined them: such rows are of another kernel source (stale), and are
+# read as the grid they ran.
+_BEFORE_CLUSTER = frozenset({"block", "rows", "unroll", "prefetch", "depth"})
+
+
 def with_cluster(config: Mapping[str, Any]) -> dict[str, Any]:
     """A config written before `cluster` joined the space, with the grid it ran (no cluster)."""
     return {**config, "cluster": 1} if set(config) == _BEFORE_CLUSTER else dict(config)
-
-
-_BEFORE_CLUSTER = frozenset({"block", "rows", "unroll", "prefetch", "depth"})
 
 
 def space(problem: Problem) -> Space:
