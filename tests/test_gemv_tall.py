@@ -140,3 +140,12 @@ def test_unaligned_or_strided_arrays_run_the_tuned_config_as_it_is() -> None:
     op, runs = scalar_loads(problem, config)
     assert runs == config and op.loads_as_aligned(problem)
     assert not op.loads_as_aligned(_t(4096, 4096))
+
+
+def test_a_config_from_before_cluster_reads_as_the_grid_it_ran() -> None:
+    problem = _t(65536, 1)
+    config = tall.default_config(problem)
+    before = {k: v for k, v in config.items() if k != "cluster"}
+    assert config["cluster"] == 1 and for_problem(problem).stored_config(problem, before) == config
+    clustered = {**config, "depth": 1, "cluster": 8}
+    assert for_problem(problem).stored_config(problem, clustered) == clustered
