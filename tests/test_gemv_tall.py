@@ -14,7 +14,7 @@ from autotune.core.problem import ITEMSIZE, Problem
 from autotune.core.space import Config
 from autotune.ops import for_problem
 from autotune.ops.gemv import tall, transposed
-from tests.nvcc import compile_all
+from tests.nvcc import compile_all, in_space_jobs
 
 DTYPES = ("float32", "float16", "bfloat16")
 
@@ -115,13 +115,7 @@ def _instances() -> list[tuple[Problem, Config]]:
 
 
 def _jobs() -> list[CompileJob]:
-    jobs: dict[str, CompileJob] = {}
-    for problem, config in _instances():
-        op = for_problem(problem)
-        assert op.space(problem).check(config) is None, config
-        name = op.kernel_name(problem, config)
-        jobs[name] = CompileJob(name, op.kernel_source(problem, config), "sm_90", "test")
-    return list(jobs.values())
+    return in_space_jobs(tall, _instances())
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
