@@ -568,6 +568,24 @@ def test_an_fp8_warm_start_borrows_the_int8_best_of_the_same_shape(store: Store)
     assert _neighbour_configs(store, H200.name, fp8, source_hash(fp8)) == [config]
 
 
+def test_a_tuned_fp8_problem_still_borrows_int8s_newer_best(store: Store) -> None:
+    """fp8 tuned already, int8 later tuned to another config: a re-sweep of fp8 measures int8's best
+    (through the other dtype alone it met only fp8's own best, the selector's answer for bfloat16's
+    fp8 problem)."""
+    from autotune import ops
+    from autotune.tune.tuner import _neighbour_configs
+    from tests.fakes import record
+
+    q8 = ops.get("q8gemm")
+    int8 = ops.make_problem("q8gemm", "float16", 1, 4096, 14336, variant="int8")
+    fp8 = ops.make_problem("q8gemm", "float16", 1, 4096, 14336, variant="fp8")
+    own, newer = q8.seed_configs(fp8)[-1], q8.seed_configs(int8)[0]
+    assert own != newer
+    record(store, fp8, own, Outcome(Status.OK, time_us=16.0, times_us=[16.0]), H200)
+    record(store, int8, newer, Outcome(Status.OK, time_us=15.3, times_us=[15.3]), H200)
+    assert newer in _neighbour_configs(store, H200.name, fp8, source_hash(fp8))
+
+
 # --- confirmation: the leaders measured again on fresh buffers --------------------------------------
 
 # The modelled optimum, one 2% slower (inside the confirmation window) and one 5% slower (outside).

@@ -161,11 +161,12 @@ def _neighbour_configs(store: Store, gpu: str, problem: Problem, current: str) -
     """Warm start from other shapes and dtypes, each config fitted onto this problem's space (Space.fit)
     and listed once, NEIGHBOUR_SEEDS at most:
     1. the best configs of the nearest tuned shapes of this dtype;
-    2. this very shape in each other dtype as the selector answers it: its stored best, or where it is
-       not tuned, the cost model's pick (the same memory traffic, so often the same answer: a 40-trial
-       sweep of bfloat16 152064x3584 on the H200 stopped at 272.9 us, where float16, never tuned
-       there, runs 251.2 with another `order`);
-    3. the best config of the nearest tuned shape in each other dtype."""
+    2. this very shape in each other dtype (and each other variant the op lends configs from:
+       _siblings) as the selector answers it: its stored best, or where it is not tuned, the cost
+       model's pick (the same memory traffic, so often the same answer: a 40-trial sweep of bfloat16
+       152064x3584 on the H200 stopped at 272.9 us, where float16, never tuned there, runs 251.2 with
+       another `order`);
+    3. the best config of the nearest tuned shape in each of those."""
     space = ops.for_problem(problem).space(problem)
     tuned = _tuned(store, gpu, problem, current)
     configs = [dict(row.config) for row in select.nearest(tuned, problem.shape)[:WARM_START_NEIGHBOURS]]
@@ -195,12 +196,20 @@ def _tuned(store: Store, gpu: str, problem: Problem, source: str) -> Any:
 
 def _siblings(problem: Problem) -> list[Problem]:
     """The same shape in the op's other dtypes, its inputs those that dtype implies (an int4 weight's
-    scales follow the activations: bfloat16's problem reads bfloat16 scales)."""
+    scales follow the activations: bfloat16's problem reads bfloat16 scales), then the problems whose
+    configs the op says this one can take (Op.estimate_from: fp8 codes take int8's, an int4 weight's
+    group of 128 with zeros takes the symmetric one's). Asked through another dtype alone, fp8's sibling
+    answered with fp8's own best where fp8 was tuned, so a sweep of it never met int8's newer pick:
+    float16 fp8 4096x14336 stayed at 16.02 us on the H200 where int8's runs it in 15.34."""
+    op = ops.get(problem.op)
     found = []
-    for dtype in ops.get(problem.op).dtypes:
+    for dtype in op.dtypes:
         if dtype != problem.dtype:
             inputs = tuple(dtype if d == problem.dtype else d for d in problem.inputs)
             found.append(replace(problem, dtype=dtype, inputs=inputs))
+    for other in op.estimate_from(problem):
+        if other != problem and other not in found:
+            found.append(other)
     return found
 
 
