@@ -15,7 +15,7 @@ from autotune.core.space import Config
 from autotune.ops import for_problem
 from autotune.ops.gemm import skinny
 from autotune.ops.gemv import narrow, strips, transposed
-from tests.nvcc import compile_all
+from tests.nvcc import compile_all, in_space_jobs
 
 DTYPES = ("float32", "float16", "bfloat16")
 
@@ -215,13 +215,7 @@ def _instances(whole: bool = False) -> list[tuple[Problem, Config]]:
 
 
 def _jobs(whole: bool = False) -> list[CompileJob]:
-    jobs: dict[str, CompileJob] = {}
-    for problem, config in _instances(whole):
-        op = for_problem(problem)
-        assert op.space(problem).check(config) is None, config
-        name = op.kernel_name(problem, config)
-        jobs[name] = CompileJob(name, op.kernel_source(problem, config), "sm_90", "test")
-    return list(jobs.values())
+    return in_space_jobs(narrow, _instances(whole))
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")

@@ -13,7 +13,7 @@ from autotune.core.problem import ITEMSIZE, Problem
 from autotune.core.space import Config
 from autotune.ops import for_problem
 from autotune.ops.gemv import strips, transposed
-from tests.nvcc import compile_all
+from tests.nvcc import compile_all, in_space_jobs
 
 DTYPES = ("float32", "float16", "bfloat16")
 
@@ -104,12 +104,7 @@ def _instances(whole: bool = False) -> list[tuple[Problem, Config]]:
 def _jobs(whole: bool = False) -> list[CompileJob]:
     """Asked of the strips module itself: the background compile (tests/nvcc.py) collects these jobs
     without this file's fixture."""
-    jobs = []
-    for problem, config in _instances(whole):
-        assert strips.space(problem).check(config) is None, config
-        name = strips.kernel_name(problem, config)
-        jobs.append(CompileJob(name, strips.kernel_source(problem, config), "sm_90", "test"))
-    return jobs
+    return in_space_jobs(strips, _instances(whole))
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
