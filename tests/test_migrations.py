@@ -383,6 +383,65 @@ def test_q8gemm_configs_gain_stream(db_path: Path) -> None:
     connection.close()
 
 
+def test_qgemm_cuda_core_configs_gain_chain(db_path: Path) -> None:
+    """0013: a qgemm config of a float16 M = 1 problem that names rpw gains "chain": 2 (trial and crash
+    count, key and all); a bfloat16 problem's config (no CUDA-core GEMV there) and other ops' are left
+    alone, a config of chain 4 keeps its key both ways, and the downgrade takes the key off."""
+    database_at(db_path, "0012")
+    trial_cols = (
+        "problem_id, gpu_id, config_key, config, status, time_us, times_us, gbs, rel_error, message, "
+        "source_hash, nvcc, pycuda, driver, cuda, origin, created_at, finished_at"
+    )
+    simt = {
+        "mt": 1,
+        "block": 256,
+        "tiles": 1,
+        "unroll": 4,
+        "cluster": 1,
+        "policy": 0,
+        "min_blocks": 1,
+        "ring": 2,
+        "persist": 0,
+        "rpw": 2,
+    }
+    four = {**simt, "chain": 4}
+    tensor = {k: v for k, v in simt.items() if k != "rpw"}  # bfloat16's space has no rpw
+    with sqlite3.connect(db_path) as connection:
+        for pid, dtype in ((2, "float16"), (3, "bfloat16")):
+            connection.execute(
+                "INSERT INTO problems (id, gpu_name, op, dtype, m, n, k, trans, input_dtypes, variant, created_at) "
+                f"VALUES ({pid}, 'NVIDIA H200', 'qgemm', '{dtype}', 1, 4096, 4096, 0, "
+                f"'{dtype},int4,{dtype},uint8', 'g128', ?)",
+                (WHEN,),
+            )
+        for trial_id, pid, config in ((9, 2, simt), (10, 2, four), (11, 3, tensor)):
+            connection.execute(
+                f"INSERT INTO trials (id, {trial_cols}) VALUES (?, ?, 1, ?, ?, 'ok', 20.5, '[20.5]', 100.0, 0.0, "
+                "'', 'src', 'n', 'p', '13.0', '13.0', 'measured', ?, ?)",
+                (trial_id, pid, config_key(config), config_key(config), WHEN, WHEN),
+            )
+        connection.execute("INSERT INTO crashes VALUES (2, ?, 'src', 1, ?)", (config_key(simt), WHEN))
+    connection.close()
+    everything = "SELECT id, config_key, config FROM trials ORDER BY id"
+    crashes = "SELECT problem_id, config_key FROM crashes ORDER BY problem_id"
+    migrated_to(db_path, "0013")
+    after = {**simt, "chain": 2}
+    with sqlite3.connect(db_path) as connection:
+        rows = {i: (key, json.loads(config)) for i, key, config in connection.execute(everything)}
+        assert rows[9] == (config_key(after), after)
+        assert rows[10] == (config_key(four), four)
+        assert rows[11] == (config_key(tensor), tensor)
+        assert rows[1] == ('{"a":1}', {"a": 1})  # the GEMV's
+        assert connection.execute(crashes).fetchall() == [(1, '{"a":3}'), (2, config_key(after))]
+    connection.close()
+    migrated_to(db_path, "0012", command.downgrade)
+    with sqlite3.connect(db_path) as connection:
+        rows = {i: (key, json.loads(config)) for i, key, config in connection.execute(everything)}
+        assert rows[9] == (config_key(simt), simt) and rows[10] == (config_key(four), four)
+        assert connection.execute(crashes).fetchall() == [(1, '{"a":3}'), (2, config_key(simt))]
+    connection.close()
+
+
 @pytest.mark.stress
 def test_0010_on_postgresql_gives_narrow_configs_lean() -> None:
     """PostgreSQL's JSON column and boolean `trans`: a narrow config gains "lean": 0 there too, a plain

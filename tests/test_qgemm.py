@@ -76,7 +76,7 @@ SAMPLE: list[tuple[str, int, str, dict[str, int]]] = [
         "float16",
         1,
         "g32a",
-        dict(mt=1, block=128, tiles=1, unroll=4, cluster=1, policy=0, min_blocks=2, persist=0, rpw=2, ring=2),
+        dict(mt=1, block=128, tiles=1, unroll=4, cluster=1, policy=0, min_blocks=2, persist=0, rpw=2, ring=2, chain=4),
     ),
     (
         "float16",
@@ -106,9 +106,10 @@ SAMPLE: list[tuple[str, int, str, dict[str, int]]] = [
 ]
 
 
-# The default run compiles one instance of each kernel: the MMA one, the CUDA-core GEMV, the wgmma one
-# (the whole sample compiles under `-m arch`, in .ci/run: about 2 s of nvcc an instance).
-DEFAULT_RUN = [SAMPLE[1], SAMPLE[7], SAMPLE[12]]
+# The default run compiles one instance of each kernel: the MMA one, the CUDA-core GEMV (two and four
+# products a half), the wgmma one (the whole sample compiles under `-m arch`, in .ci/run: about 2 s of
+# nvcc an instance).
+DEFAULT_RUN = [SAMPLE[1], SAMPLE[7], SAMPLE[8], SAMPLE[12]]
 
 
 def _jobs(sample: list[tuple[str, int, str, dict[str, int]]] = DEFAULT_RUN) -> list[CompileJob]:
@@ -201,6 +202,16 @@ def test_the_cuda_core_gemv_is_in_the_space_of_one_float16_row_only() -> None:
         ops.make_problem("qgemm", "bfloat16", 1, 4096, 14336),
     ):
         assert "rpw" not in qgemm.OP.space(other).names and qgemm.OP.kernel_file(other) == qgemm.KERNEL_FILE
+        assert "chain" not in qgemm.OP.space(other).names
+    # four products a half: the GEMV's alone, an instance of its own; a config stored before `chain` ran two
+    assert {s["chain"] for s in seeds if s["rpw"]} == {2, 4} and {s["chain"] for s in seeds if not s["rpw"]} == {2}
+    assert space.check({**simt, "chain": 4}) is None
+    assert "CUDA-core" in (space.check({**qgemm.OP.default_config(one), "chain": 4}) or "")
+    assert qgemm.OP.kernel_name(one, simt) != qgemm.OP.kernel_name(one, {**simt, "chain": 4})
+    assert qgemm.OP.kernel_source(one, simt).count("gemv_body<128, 4, 2, 128, 1>") == 1
+    assert qgemm.OP.kernel_source(one, {**simt, "chain": 4}).count("gemv_body<128, 4, 2, 128, 1, 4>") == 1
+    before = {k: v for k, v in simt.items() if k != "chain"}
+    assert qgemm.OP.stored_config(one, before) == simt and qgemm.OP.carried_over(one, before) == simt
     # a source edit of the GEMV stales the float16 M = 1 records only
     assert source_hash(one) != source_hash(ops.make_problem("qgemm", "float16", 4, 4096, 14336))
 

@@ -61,6 +61,11 @@ MAX_SUMS = 8  # tiles x mt
 # pieces of each in flight; past 16 such loads a thread (64 registers) ptxas spills.
 _RPWS = (0, 1, 2, 4, 8)
 SIMT_MAX_LOADS = 16  # rpw x unroll
+# Products the CUDA-core GEMV sums in each half of a pair before it widens the pair to float
+# (qgemm_simt.cu: CHAIN). 4 took 2.5-8% off its four H200 shapes at 1.2x its error, 1.6x F.linear's
+# (docs/lowbit.md); 2, the first value, is the kernel configs stored without the parameter ran.
+_CHAINS = (2, 4)
+CHAIN_BEFORE = _CHAINS[0]
 # Parameters the CUDA-core GEMV does not read: pinned to one value, so that one kernel is not tuned twice.
 _SIMT_PINNED = {"mt": 1, "tiles": 1, "cluster": 1, "policy": 0, "persist": 0, "ring": 2}
 # The wgmma kernel (wgmma = 1) reads mt (8 mt rows of x a block: wgmma's n), block (one or two
@@ -82,12 +87,18 @@ _WGMMA_SEEDS: tuple[dict[str, int], ...] = (
     dict(wgmma=1, mt=4, block=256, cluster=4, ring=4, persist=1),
     dict(wgmma=1, mt=4, block=256, cluster=8, ring=4, persist=0),
 )
-# Its tilings measured first: the experiment's fastest (experiments/int4_async.cu, docs/lowbit.md).
+# Its tilings measured first: the experiment's fastest (experiments/int4_async.cu, docs/lowbit.md),
+# then four products a half: the tiling that led three of its four H200 shapes so, and the first two.
 _SIMT_SEEDS: tuple[dict[str, int], ...] = (
     dict(rpw=2, unroll=4, block=256),
     dict(rpw=4, unroll=2, block=256),
     dict(rpw=4, unroll=4, block=128, min_blocks=2),
     dict(rpw=8, unroll=1, block=512),
+)
+_SIMT_CHAIN_SEEDS: tuple[dict[str, int], ...] = (
+    dict(rpw=1, unroll=4, block=512, min_blocks=2, chain=4),
+    dict(rpw=2, unroll=4, block=256, chain=4),
+    dict(rpw=4, unroll=2, block=256, chain=4),
 )
 
 # Tilings measured first: one or two tiles of 16 rows a warp, one to four steps in flight, 16 to 32
@@ -173,6 +184,13 @@ def _fits(problem: Problem, c: Mapping[str, int]) -> bool:
 
 def _rows_per_block(c: Mapping[str, int]) -> int:
     return c["block"] // 32 * c["tiles"] * 16
+
+
+def _chain_arg(c: Mapping[str, int]) -> str:
+    """The CUDA-core GEMV's CHAIN template argument where it is not the kernel's default (the instance
+    text configs stored before `chain` were measured with)."""
+    chain = c.get("chain", CHAIN_BEFORE)
+    return f", {chain}" if chain != CHAIN_BEFORE else ""
 
 
 def simt_serves(problem: Problem) -> bool:
@@ -278,12 +296,20 @@ class QGemm(Op):
         where the space has them, dropped elsewhere (where a config of the other kernel stays one this
         space refuses)."""
         carried = dict(config)
-        for name, serves in (("rpw", simt_serves(problem)), ("wgmma", wgmma_serves(problem))):
+        served = (("rpw", simt_serves(problem), 0), ("chain", simt_serves(problem), CHAIN_BEFORE))
+        for name, serves, before in (*served, ("wgmma", wgmma_serves(problem), 0)):
             if serves:
-                carried.setdefault(name, 0)
-            elif carried.get(name, 0) == 0:
+                carried.setdefault(name, before)
+            elif carried.get(name, before) == before:
                 carried.pop(name, None)
         return carried
+
+    def stored_config(self, problem: Problem, config: Mapping[str, Any]) -> dict[str, Any]:
+        """A config of a records file written before `chain` joined the CUDA-core GEMV's problems'
+        space: chain 2, what its kernels summed (migration 0013 moves database rows)."""
+        if simt_serves(problem) and "rpw" in config and "chain" not in config:
+            return {**config, "chain": CHAIN_BEFORE}
+        return dict(config)
 
     def input_fault(self, problem: Problem) -> str | None:
         if problem.dtype not in call.ACTIVATIONS:
@@ -312,6 +338,8 @@ class QGemm(Op):
         def constraint(c: Mapping[str, int]) -> str | None:
             if c.get("rpw", 0):
                 return simt_constraint(c)
+            if c.get("chain", CHAIN_BEFORE) != CHAIN_BEFORE:
+                return f"chain is the CUDA-core GEMV's (rpw > 0): the tensor cores take chain={CHAIN_BEFORE}"
             if c.get("wgmma", 0):
                 return wgmma_constraint(c)
             if c["ring"] * c["tiles"] * c["unroll"] > MAX_LOADS_IN_FLIGHT:
@@ -352,7 +380,7 @@ class QGemm(Op):
                 return f"x's slice ({_wgmma_shared_bytes(problem, c)} bytes with partials) exceeds shared memory"
             return None
 
-        simt = (Param("rpw", _RPWS),) if simt_serves(problem) else ()
+        simt = (Param("rpw", _RPWS), Param("chain", _CHAINS)) if simt_serves(problem) else ()
         wgmma = (Param("wgmma", (0, 1)),) if wgmma_serves(problem) else ()
         return Space(
             params=(
@@ -388,7 +416,7 @@ class QGemm(Op):
             "ring": 2,
         }
         if simt_serves(problem):
-            config["rpw"] = 0
+            config["rpw"], config["chain"] = 0, CHAIN_BEFORE
         if wgmma_serves(problem):
             config["wgmma"] = 0
         for mt in reversed(_mt_choices(problem)):
@@ -401,7 +429,7 @@ class QGemm(Op):
     def seed_configs(self, problem: Problem) -> list[Config]:
         check = self.space(problem).check
         seeds = []
-        simt = _SIMT_SEEDS if simt_serves(problem) else ()
+        simt = [*_SIMT_SEEDS, *_SIMT_CHAIN_SEEDS] if simt_serves(problem) else ()
         wgmma = _WGMMA_SEEDS if wgmma_serves(problem) else ()
         tilings = (
             *_SEEDS,
@@ -440,8 +468,8 @@ class QGemm(Op):
         if c.get("rpw", 0):
             return (
                 f"qgemm_simt_{problem.dtype}_{problem.variant}_b{c['block']}_r{c['rpw']}_u{c['unroll']}"
-                f"_o{c['min_blocks']}"
-            )
+                f"_o{c['min_blocks']}" + (f"_h{c['chain']}" if c.get("chain", CHAIN_BEFORE) != CHAIN_BEFORE else "")
+            )  # two products a half: the name it had before `chain`
         ring = f"_r{c['ring']}" if c["ring"] != 2 else ""  # two stages: the name it had before rings
         return (
             f"qgemm_{problem.dtype}_{problem.variant}_m{c['mt']}_b{c['block']}_t{c['tiles']}_u{c['unroll']}"
@@ -467,8 +495,8 @@ class QGemm(Op):
                 f"__launch_bounds__({c['block']}, {c['min_blocks']})",
                 self.kernel_name(problem, config),
                 t,
-                f"at_qgemm_simt::gemv_body<{c['block']}, {c['rpw']}, {c['unroll']}, {group}, "
-                f"{sym}>(x, qweight, scales, zeros, out, N, K, alpha, beta);",
+                f"at_qgemm_simt::gemv_body<{c['block']}, {c['rpw']}, {c['unroll']}, {group}, {sym}{_chain_arg(c)}>"
+                "(x, qweight, scales, zeros, out, N, K, alpha, beta);",
             )
         template_args = (
             f"{t}, {c['mt']}, {c['block']}, {c['tiles']}, {c['unroll']}, {group}, {sym}, {c['cluster']}, {c['policy']}"
