@@ -72,6 +72,25 @@ def _fill(connection: sqlite3.Connection, revision: str) -> None:
         connection.execute("UPDATE trials SET rounds = 2 WHERE id = 1")
 
 
+def _add_trial(connection: sqlite3.Connection, trial_id: int, problem_id: int, config: dict[str, int]) -> None:
+    """An OK trial of `config` (its key the config's text) for a config migration to move."""
+    cols = (
+        "problem_id, gpu_id, config_key, config, status, time_us, times_us, gbs, rel_error, message, "
+        "source_hash, nvcc, pycuda, driver, cuda, origin, created_at, finished_at"
+    )
+    connection.execute(
+        f"INSERT INTO trials (id, {cols}) VALUES (?, ?, 1, ?, ?, 'ok', 20.5, '[20.5]', 100.0, 0.0, '', "
+        "'src', 'n', 'p', '13.0', '13.0', 'measured', ?, ?)",
+        (trial_id, problem_id, config_key(config), config_key(config), WHEN, WHEN),
+    )
+
+
+def _trial_configs(connection: sqlite3.Connection) -> dict[int, tuple[str, dict[str, int]]]:
+    """Each trial's key and config, by id."""
+    found = connection.execute("SELECT id, config_key, config FROM trials ORDER BY id")
+    return {i: (key, json.loads(config)) for i, key, config in found}
+
+
 @contextmanager
 def migrating(
     url: str, revision: str, step: Callable[[Config, str], None] = command.upgrade
@@ -257,10 +276,6 @@ def test_narrow_configs_gain_lean_at_0_and_lose_it_on_the_way_down(db_path: Path
     """0010: a transposed GEMV's narrow config gains "lean": 0 (trial and crash count, key and all);
     the plain GEMV's configs and any other keys are left as they were."""
     database_at(db_path, "0009")
-    trial_cols = (
-        "problem_id, gpu_id, config_key, config, status, time_us, times_us, gbs, rel_error, message, "
-        "source_hash, nvcc, pycuda, driver, cuda, origin, created_at, finished_at"
-    )
     with sqlite3.connect(db_path) as connection:
         connection.execute(
             "INSERT INTO problems (id, gpu_name, op, dtype, m, n, k, trans, created_at) "
@@ -268,19 +283,14 @@ def test_narrow_configs_gain_lean_at_0_and_lose_it_on_the_way_down(db_path: Path
             (WHEN,),
         )
         for trial_id, config in ((9, NARROW), (10, {**NARROW, "lanes": 1})):
-            connection.execute(
-                f"INSERT INTO trials (id, {trial_cols}) VALUES (?, 2, 1, ?, ?, 'ok', 20.5, '[20.5]', 100.0, 0.0, '', "
-                "'src', 'n', 'p', '13.0', '13.0', 'measured', ?, ?)",
-                (trial_id, config_key(config), config_key(config), WHEN, WHEN),
-            )
+            _add_trial(connection, trial_id, 2, config)
         connection.execute("INSERT INTO crashes VALUES (2, ?, 'src', 1, ?)", (config_key(NARROW), WHEN))
     connection.close()
-    everything = "SELECT id, config_key, config FROM trials ORDER BY id"
     crashes = "SELECT problem_id, config_key FROM crashes ORDER BY problem_id"
     migrated_to(db_path, "head")
     lean = {**NARROW, "lean": 0}
     with sqlite3.connect(db_path) as connection:
-        rows = {i: (key, json.loads(config)) for i, key, config in connection.execute(everything)}
+        rows = _trial_configs(connection)
         assert rows[9] == (config_key(lean), lean)
         assert rows[10] == (config_key({**NARROW, "lanes": 1}), {**NARROW, "lanes": 1})  # not narrow's: as it was
         assert rows[1] == ('{"a":1}', {"a": 1})  # the plain GEMV's
@@ -301,10 +311,6 @@ def test_q8gemm_configs_gain_ring_and_at_one_row_mma_and_stage(db_path: Path) ->
     """0011: every q8gemm config gains "ring": 1, those of M = 1 also "mma": 0 and "stage": 0 (trial and
     crash count, key and all); other ops' configs are left alone, and the downgrade takes the keys off."""
     database_at(db_path, "0010")
-    trial_cols = (
-        "problem_id, gpu_id, config_key, config, status, time_us, times_us, gbs, rel_error, message, "
-        "source_hash, nvcc, pycuda, driver, cuda, origin, created_at, finished_at"
-    )
     with sqlite3.connect(db_path) as connection:
         for problem_id, m in ((2, 1), (3, 16)):
             connection.execute(
@@ -313,20 +319,15 @@ def test_q8gemm_configs_gain_ring_and_at_one_row_mma_and_stage(db_path: Path) ->
                 (problem_id, m, WHEN),
             )
         for trial_id, problem_id, config in ((9, 2, ONE_ROW), (10, 3, SKINNY)):
-            connection.execute(
-                f"INSERT INTO trials (id, {trial_cols}) VALUES (?, ?, 1, ?, ?, 'ok', 20.5, '[20.5]', 100.0, 0.0, '', "
-                "'src', 'n', 'p', '13.0', '13.0', 'measured', ?, ?)",
-                (trial_id, problem_id, config_key(config), config_key(config), WHEN, WHEN),
-            )
+            _add_trial(connection, trial_id, problem_id, config)
         connection.execute("INSERT INTO crashes VALUES (2, ?, 'src', 1, ?)", (config_key(ONE_ROW), WHEN))
     connection.close()
-    everything = "SELECT id, config_key, config FROM trials ORDER BY id"
     crashes = "SELECT problem_id, config_key FROM crashes ORDER BY problem_id"
     migrated_to(db_path, "0011")
     one_row = {**ONE_ROW, "mma": 0, "stage": 0, "ring": 1}
     skinny = {**SKINNY, "ring": 1}
     with sqlite3.connect(db_path) as connection:
-        rows = {i: (key, json.loads(config)) for i, key, config in connection.execute(everything)}
+        rows = _trial_configs(connection)
         assert rows[9] == (config_key(one_row), one_row)
         assert rows[10] == (config_key(skinny), skinny)
         assert rows[1] == ('{"a":1}', {"a": 1})  # the GEMV's
@@ -334,7 +335,7 @@ def test_q8gemm_configs_gain_ring_and_at_one_row_mma_and_stage(db_path: Path) ->
     connection.close()
     migrated_to(db_path, "0010", command.downgrade)
     with sqlite3.connect(db_path) as connection:
-        rows = {i: (key, json.loads(config)) for i, key, config in connection.execute(everything)}
+        rows = _trial_configs(connection)
         assert rows[9] == (config_key(ONE_ROW), ONE_ROW) and rows[10] == (config_key(SKINNY), SKINNY)
         assert connection.execute(crashes).fetchall() == [(1, '{"a":3}'), (2, config_key(ONE_ROW))]
     connection.close()
@@ -344,10 +345,6 @@ def test_q8gemm_configs_gain_stream(db_path: Path) -> None:
     """0012: every q8gemm config gains "stream": 0 (trial and crash count, key and all), a streaming one
     keeps its key both ways, other ops' configs are left alone, and the downgrade takes the key off."""
     database_at(db_path, "0011")
-    trial_cols = (
-        "problem_id, gpu_id, config_key, config, status, time_us, times_us, gbs, rel_error, message, "
-        "source_hash, nvcc, pycuda, driver, cuda, origin, created_at, finished_at"
-    )
     before = {**ONE_ROW, "mma": 0, "stage": 0, "ring": 1}
     streaming = {**before, "stream": 1}
     with sqlite3.connect(db_path) as connection:
@@ -357,19 +354,14 @@ def test_q8gemm_configs_gain_stream(db_path: Path) -> None:
             (WHEN,),
         )
         for trial_id, config in ((9, before), (10, streaming)):
-            connection.execute(
-                f"INSERT INTO trials (id, {trial_cols}) VALUES (?, 2, 1, ?, ?, 'ok', 20.5, '[20.5]', 100.0, 0.0, '', "
-                "'src', 'n', 'p', '13.0', '13.0', 'measured', ?, ?)",
-                (trial_id, config_key(config), config_key(config), WHEN, WHEN),
-            )
+            _add_trial(connection, trial_id, 2, config)
         connection.execute("INSERT INTO crashes VALUES (2, ?, 'src', 1, ?)", (config_key(before), WHEN))
     connection.close()
-    everything = "SELECT id, config_key, config FROM trials ORDER BY id"
     crashes = "SELECT problem_id, config_key FROM crashes ORDER BY problem_id"
     migrated_to(db_path, "0012")
     after = {**before, "stream": 0}
     with sqlite3.connect(db_path) as connection:
-        rows = {i: (key, json.loads(config)) for i, key, config in connection.execute(everything)}
+        rows = _trial_configs(connection)
         assert rows[9] == (config_key(after), after)
         assert rows[10] == (config_key(streaming), streaming)
         assert rows[1] == ('{"a":1}', {"a": 1})  # the GEMV's
@@ -377,7 +369,7 @@ def test_q8gemm_configs_gain_stream(db_path: Path) -> None:
     connection.close()
     migrated_to(db_path, "0011", command.downgrade)
     with sqlite3.connect(db_path) as connection:
-        rows = {i: (key, json.loads(config)) for i, key, config in connection.execute(everything)}
+        rows = _trial_configs(connection)
         assert rows[9] == (config_key(before), before) and rows[10] == (config_key(streaming), streaming)
         assert connection.execute(crashes).fetchall() == [(1, '{"a":3}'), (2, config_key(before))]
     connection.close()
@@ -388,10 +380,6 @@ def test_qgemm_cuda_core_configs_gain_chain(db_path: Path) -> None:
     count, key and all); a bfloat16 problem's config (no CUDA-core GEMV there) and other ops' are left
     alone, a config of chain 4 keeps its key both ways, and the downgrade takes the key off."""
     database_at(db_path, "0012")
-    trial_cols = (
-        "problem_id, gpu_id, config_key, config, status, time_us, times_us, gbs, rel_error, message, "
-        "source_hash, nvcc, pycuda, driver, cuda, origin, created_at, finished_at"
-    )
     simt = {
         "mt": 1,
         "block": 256,
@@ -415,19 +403,14 @@ def test_qgemm_cuda_core_configs_gain_chain(db_path: Path) -> None:
                 (WHEN,),
             )
         for trial_id, pid, config in ((9, 2, simt), (10, 2, four), (11, 3, tensor)):
-            connection.execute(
-                f"INSERT INTO trials (id, {trial_cols}) VALUES (?, ?, 1, ?, ?, 'ok', 20.5, '[20.5]', 100.0, 0.0, "
-                "'', 'src', 'n', 'p', '13.0', '13.0', 'measured', ?, ?)",
-                (trial_id, pid, config_key(config), config_key(config), WHEN, WHEN),
-            )
+            _add_trial(connection, trial_id, pid, config)
         connection.execute("INSERT INTO crashes VALUES (2, ?, 'src', 1, ?)", (config_key(simt), WHEN))
     connection.close()
-    everything = "SELECT id, config_key, config FROM trials ORDER BY id"
     crashes = "SELECT problem_id, config_key FROM crashes ORDER BY problem_id"
     migrated_to(db_path, "0013")
     after = {**simt, "chain": 2}
     with sqlite3.connect(db_path) as connection:
-        rows = {i: (key, json.loads(config)) for i, key, config in connection.execute(everything)}
+        rows = _trial_configs(connection)
         assert rows[9] == (config_key(after), after)
         assert rows[10] == (config_key(four), four)
         assert rows[11] == (config_key(tensor), tensor)
@@ -436,7 +419,7 @@ def test_qgemm_cuda_core_configs_gain_chain(db_path: Path) -> None:
     connection.close()
     migrated_to(db_path, "0012", command.downgrade)
     with sqlite3.connect(db_path) as connection:
-        rows = {i: (key, json.loads(config)) for i, key, config in connection.execute(everything)}
+        rows = _trial_configs(connection)
         assert rows[9] == (config_key(simt), simt) and rows[10] == (config_key(four), four)
         assert connection.execute(crashes).fetchall() == [(1, '{"a":3}'), (2, config_key(simt))]
     connection.close()
