@@ -67,6 +67,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--merge", action="store_true", help="keep the file's rows of other kinds, dtypes and M")
     parser.add_argument(
+        "--keep-gemlite",
+        action="store_true",
+        help="with --merge --gemlite off: a re-measured row keeps gemlite's times from the file's row, with a note",
+    )
+    parser.add_argument(
         "--pairs", nargs="+", metavar="NxK", type=pair, help="only these (N, K) pairs of the op's shapes (default: all)"
     )
     parser.add_argument("--summary", type=Path, metavar="JSON", help="print the goal figures of a report, nothing run")
@@ -75,6 +80,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--m and --reps must be positive")
     if args.gemlite_configs is not None and args.gemlite == "fast":
         parser.error("--gemlite-configs keeps gemlite's max-mode configs only")
+    if args.keep_gemlite and not (args.merge and args.gemlite == "off"):
+        parser.error("--keep-gemlite carries the file's gemlite times into a --merge run with --gemlite off")
     return args
 
 
@@ -285,6 +292,28 @@ def measured(args: argparse.Namespace, row: Mapping[str, Any]) -> bool:
     return again and (row["n"], row["k"]) in chosen_pairs(args)
 
 
+GEMLITE_FIELDS = (
+    "gemlite_us",
+    "gemlite_b2b_us",
+    "gemlite_max_rel_err",
+    "gemlite_autotune_s",
+    "gemlite_mode",
+    "gemlite_config",
+)
+GEMLITE_KEPT = "gemlite: timed in an earlier run of this benchmark (off in this one)"
+
+
+def keep_gemlite(row: dict[str, Any], earlier: Sequence[Mapping[str, Any]]) -> None:
+    """`row` (measured with gemlite off) takes gemlite's fields from the earlier row of its kind, dtype, M
+    and (N, K) pair that has them, its note saying so; left as it is where none has."""
+    key = ("format", "dtype", "m", "n", "k")
+    found = [r for r in earlier if all(r[k] == row[k] for k in key) and r.get("gemlite_us") is not None]
+    if not found:
+        return
+    row.update({field: found[0].get(field) for field in GEMLITE_FIELDS})
+    row["notes"] = [GEMLITE_KEPT, *(n for n in row["notes"] if not n.startswith("gemlite: off"))]
+
+
 def chosen_pairs(args: argparse.Namespace) -> list[tuple[int, int]]:
     """The pairs this run measures: --pairs, or all of the op's."""
     return pairs() if args.pairs is None else args.pairs
@@ -305,16 +334,19 @@ def run(args: argparse.Namespace) -> Path:
     copy_gbs = bench.copy_gbs()
     report: dict[str, Any] = {"gpu": gpu.name, "copy_gbs": copy_gbs, "l2_bytes": gpu.l2_bytes, "gemlite": {}}
     path: Path = report_path(args.out, "lowbit8", gpu.name)
-    report["rows"] = (
-        [r for r in read_json(path)["rows"] if not measured(args, r)] if args.merge and path.exists() else []
-    )
+    before = read_json(path) if args.merge and path.exists() else {"rows": []}
+    earlier = before["rows"]
+    report["rows"] = [r for r in earlier if not measured(args, r)]
+    if args.keep_gemlite:  # the file's gemlite run (version, mode) stands for the times kept
+        report["gemlite"] = dict(before.get("gemlite", {}))
     clock = IsolatedClock(bench, args.reps)
     print(f"{gpu.name}: device-to-device copy {copy_gbs:.0f} GB/s", flush=True)
     for kind in args.kinds:
         # Afresh for each kind: gemlite's config keys do not tell int8 from fp8 (kind_configs).
         configs = kind_configs(args.gemlite_configs, kind) if args.gemlite == "max" else None
         gemlite, info = setup_gemlite(args.gemlite, configs)
-        report["gemlite"].update({key: value for key, value in info.items() if key != "configs"})
+        if not args.keep_gemlite:
+            report["gemlite"].update({key: value for key, value in info.items() if key != "configs"})
         if configs is not None:
             report["gemlite"].setdefault("configs", {})[kind] = configs.name
         if gemlite is not None:
@@ -338,6 +370,8 @@ def run(args: argparse.Namespace) -> Path:
                     row = measure_row(torch, clock, weights, kind, dtype, m, layers, notes)
                     row["gemlite_mode"] = args.gemlite if row["gemlite_us"] is not None else None
                     row["gemlite_config"] = None if row["gemlite_us"] is None else ("loaded" if held else "autotuned")
+                    if args.keep_gemlite:
+                        keep_gemlite(row, earlier)
                     report["rows"].append(row)
                     print(json.dumps(row), flush=True)
                 del weights, layers

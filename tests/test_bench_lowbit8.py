@@ -100,6 +100,30 @@ def test_merge_keeps_the_rows_this_run_does_not_measure() -> None:
     assert not bench_lowbit8.measured(one_pair, {**row, "n": 6144})
 
 
+def test_a_row_measured_without_gemlite_keeps_the_files_gemlite_times_only_when_asked(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = bench_lowbit8.parse_args(["--m", "1", "--gemlite", "off", "--merge", "--keep-gemlite"])
+    assert args.keep_gemlite
+    with pytest.raises(SystemExit):  # nothing to carry from, or gemlite measured anyway
+        bench_lowbit8.parse_args(["--gemlite", "off", "--keep-gemlite"])
+    with pytest.raises(SystemExit):
+        bench_lowbit8.parse_args(["--merge", "--keep-gemlite"])
+    capsys.readouterr()
+    key = {"format": "fp8", "dtype": "float16", "m": 1, "n": 4096, "k": 14336}
+    earlier = [
+        {**key, "m": 4, "gemlite_us": 30.0},
+        {**key, "gemlite_us": 21.59, "gemlite_b2b_us": 21.0, "gemlite_mode": "fast", "gemlite_config": "autotuned"},
+    ]
+    row = {**key, "ours_us": 15.64, "gemlite_us": None, "notes": [bench_lowbit8.GEMLITE_OFF]}
+    bench_lowbit8.keep_gemlite(row, earlier)
+    assert (row["gemlite_us"], row["gemlite_b2b_us"], row["gemlite_mode"]) == (21.59, 21.0, "fast")
+    assert row["notes"] == [bench_lowbit8.GEMLITE_KEPT]
+    alone = {**key, "n": 6144, "gemlite_us": None, "notes": [bench_lowbit8.GEMLITE_OFF]}
+    bench_lowbit8.keep_gemlite(alone, earlier)  # no earlier row of its pair: as it was
+    assert alone["gemlite_us"] is None and alone["notes"] == [bench_lowbit8.GEMLITE_OFF]
+
+
 def test_pairs_outside_the_op_shapes_are_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     for bad in ("4096", "4096x4097", "axb"):
         with pytest.raises(SystemExit):
