@@ -32,7 +32,7 @@ from typing import Any
 
 from autotune import ops
 from autotune.bench.harness import write_json
-from autotune.core.problem import Problem
+from autotune.core.problem import Problem, split_inputs
 from autotune.core.space import config_key
 from autotune.core.target import targeting
 from autotune.select.choose import choose, vendor_config
@@ -54,12 +54,22 @@ def median_abs_log(pairs: Sequence[tuple[float, float]]) -> float | None:
 class Pool:
     """The stored trials of one GPU, op, dtype and layout, per tuned problem (current kernel sources)."""
 
-    def __init__(self, store: Any, gpu: str, sm_count: int | None, op: str, dtype: str, trans: bool) -> None:
+    def __init__(
+        self,
+        store: Any,
+        gpu: str,
+        sm_count: int | None,
+        op: str,
+        dtype: str,
+        trans: bool,
+        inputs: tuple[str, ...] = (),
+        variant: str = "",
+    ) -> None:
         self.gpu, self.sm_count = gpu, sm_count
         self.trials: dict[Problem, list[Any]] = {}
         self.best: dict[Problem, Any] = {}
         self.vendor: dict[Problem, float] = {}  # cuBLASLt's best time, where timed
-        for row in store.tuned(gpu, op, dtype, None, trans=trans):
+        for row in store.tuned(gpu, op, dtype, None, trans=trans, inputs=inputs, variant=variant):
             vendor = store.vendor_best(gpu, row.problem)
             if vendor is not None:
                 self.vendor[row.problem] = vendor.time_us
@@ -238,8 +248,9 @@ def main() -> int:
             if any(key[0] == gpu.name for key in pools):
                 continue  # one row per card of the same model
             with targeting(gpu.compute_capability):
-                for op, dtype, trans in sorted({(p.op, p.dtype, p.trans) for p in stored_problems(store, gpu.name)}):
-                    pool = Pool(store, gpu.name, gpu.sm_count, op, dtype, trans)
+                kinds = {(p.op, p.dtype, p.trans, p.inputs, p.variant) for p in stored_problems(store, gpu.name)}
+                for op, dtype, trans, inputs, variant in sorted(kinds):
+                    pool = Pool(store, gpu.name, gpu.sm_count, op, dtype, trans, inputs, variant)
                     if op == "gemv":
                         pools[(gpu.name, dtype, trans)] = pool
                     for family in source_families(pool):
@@ -249,6 +260,7 @@ def main() -> int:
                             "op": op,
                             "dtype": dtype,
                             "trans": trans,
+                            "variant": variant,
                             "family": ops.for_problem(family[0]).family(family[0], pool.best[family[0]].config),
                         }
                         summary = summarise(rows)
@@ -266,7 +278,12 @@ def main() -> int:
 
 
 def stored_problems(store: Any, gpu: str) -> list[Problem]:
-    return [Problem(p.op, p.dtype, p.m, p.n, p.k, p.trans) for p in store.problems(gpu)]
+    """The GPU's stored problems, with their input dtypes and variant (an int4 weight's group size, an
+    8-bit weight's codes): each of those is a selector's pool of its own."""
+    return [
+        Problem(p.op, p.dtype, p.m, p.n, p.k, p.trans, split_inputs(p.input_dtypes), p.variant)
+        for p in store.problems(gpu)
+    ]
 
 
 def source_families(pool: Pool) -> list[list[Problem]]:
@@ -292,7 +309,8 @@ def _print(report: dict[str, Any]) -> None:
     for g in report["groups"]:
         s = g["summary"]
         o, n = s["old"], s["new"]
-        name = f"{g['gpu'][:12]} {g['dtype'][:4]}{' T' if g['trans'] else ''} {g['op']} {g['family']}"
+        variant = f" {g['variant']}" if g.get("variant") else ""
+        name = f"{g['gpu'][:12]} {g['dtype'][:4]}{' T' if g['trans'] else ''} {g['op']}{variant} {g['family']}"
         print(
             f"{name:42s} {s['shapes']:3d} | {o['in_stored_top3']:3d} {n['in_stored_top3']:3d} | "
             f"{_fmt(o['regret_geomean_of_known'])} {_fmt(n['regret_geomean_of_known'])} | "
