@@ -297,3 +297,24 @@ def test_a_config_tuned_at_one_row_carries_to_more_rows_in_one_pass_and_rereads_
     assert OP.tiling_for(sixteen, four, {**tuned, "mt": 2}) == {**tuned, "mt": 2}  # tiled in passes there too
     assert OP.bytes_streamed(four, {**tuned, "mt": 4}) == OP.bytes_moved(four)
     assert OP.bytes_streamed(four, tuned) == OP.bytes_moved(four) + 3 * 4096 * 4096
+
+
+def test_registers_estimate_ptxas_and_let_the_waves_rule_see_a_second_wave() -> None:
+    """ptxas -v for sm_90 (the H200 records' instances): 144 registers for the M = 64 tensor-core tiling
+    below, 48 for a 2-step one of 8 rows of x, 64 for a 2-row CUDA-core stream of 2 pieces, 79 for the
+    CUDA-core kernel's 4 rows of 1 piece. At 144 one 256-thread block fits an SM, so 4608 rows (144
+    blocks) take two waves where 4096 (128 blocks) take one."""
+    from autotune.select import grid
+
+    fp8 = ops.make_problem("q8gemm", "float16", 64, 4608, 3584, variant="fp8")
+    base = {**q8gemm.OP.default_config(fp8), "stream": 0}
+    wide = {**base, "mt": 64, "block": 256, "rpw": 16, "unroll": 4, "ring": 1, "ksplit": 4, "mma": 1, "stage": 0}
+    narrow = {**wide, "mt": 8, "unroll": 2, "ksplit": 8}
+    one_row = ops.make_problem("q8gemm", "float16", 1, 3584, 18944, variant="int8")
+    stream = {**q8gemm.OP.default_config(one_row), "stream": 1, "block": 128, "rpw": 2, "unroll": 2, "ksplit": 1}
+    simt = {**q8gemm.OP.default_config(one_row), "block": 256, "rpw": 4, "unroll": 1, "ksplit": 4}
+    for problem, config, ptxas in ((fp8, wide, 144), (fp8, narrow, 48), (one_row, stream, 64), (one_row, simt, 79)):
+        assert q8gemm.OP.space(problem).check(config) is None, config
+        assert abs(q8gemm.OP.registers(problem, config) - ptxas) <= 28, (config, ptxas)
+    assert grid.waves(fp8, wide, 132) == 2
+    assert grid.waves(ops.make_problem("q8gemm", "float16", 64, 4096, 4096, variant="fp8"), wide, 132) == 1
