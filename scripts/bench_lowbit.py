@@ -104,6 +104,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="gemlite's autotuned configs: loaded where the file exists, written after each (N, K) pair",
     )
     parser.add_argument("--merge", action="store_true", help="keep the file's rows of other cases, shapes and M")
+    parser.add_argument(
+        "--keep-gemlite",
+        action="store_true",
+        help="with --merge --gemlite off: a re-measured row keeps gemlite's times from the file's row, with a note",
+    )
     parser.add_argument("--reps", type=int, default=7, help="timed samples per variant (median kept)")
     parser.add_argument("--summary", type=Path, metavar="JSON", help="print the goal figures of a report, nothing run")
     args = parser.parse_args(argv)
@@ -112,6 +117,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args.cases = args.cases or [parse_case(c) for c in CASES]
     if any(m < 1 for m in args.m) or args.reps < 1:
         parser.error("--m and --reps must be positive")
+    if args.keep_gemlite and not (args.merge and args.gemlite == "off"):
+        parser.error("--keep-gemlite carries the file's gemlite times into a --merge run with --gemlite off")
     return args
 
 

@@ -292,28 +292,6 @@ def measured(args: argparse.Namespace, row: Mapping[str, Any]) -> bool:
     return again and (row["n"], row["k"]) in chosen_pairs(args)
 
 
-GEMLITE_FIELDS = (
-    "gemlite_us",
-    "gemlite_b2b_us",
-    "gemlite_max_rel_err",
-    "gemlite_autotune_s",
-    "gemlite_mode",
-    "gemlite_config",
-)
-GEMLITE_KEPT = "gemlite: timed in an earlier run of this benchmark (off in this one)"
-
-
-def keep_gemlite(row: dict[str, Any], earlier: Sequence[Mapping[str, Any]]) -> None:
-    """`row` (measured with gemlite off) takes gemlite's fields from the earlier row of its kind, dtype, M
-    and (N, K) pair that has them, its note saying so; left as it is where none has."""
-    key = ("format", "dtype", "m", "n", "k")
-    found = [r for r in earlier if all(r[k] == row[k] for k in key) and r.get("gemlite_us") is not None]
-    if not found:
-        return
-    row.update({field: found[0].get(field) for field in GEMLITE_FIELDS})
-    row["notes"] = [GEMLITE_KEPT, *(n for n in row["notes"] if not n.startswith("gemlite: off"))]
-
-
 def chosen_pairs(args: argparse.Namespace) -> list[tuple[int, int]]:
     """The pairs this run measures: --pairs, or all of the op's."""
     return pairs() if args.pairs is None else args.pairs
@@ -324,7 +302,7 @@ def run(args: argparse.Namespace) -> Path:
         import torch
     except ImportError:
         raise AutotuneError("needs torch with CUDA (the GPU machine)") from None
-    from lowbit_runs import gemlite_holds, setup_gemlite
+    from lowbit_runs import gemlite_holds, keep_gemlite, setup_gemlite
 
     from autotune.bench.compare import Bench
     from autotune.bench.harness import IsolatedClock, report_path, rotation_copies, write_json

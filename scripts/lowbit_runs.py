@@ -17,6 +17,7 @@ import functools
 import json
 import math
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,6 +135,33 @@ def setup_gemlite(mode: str, configs: Path | None = None) -> tuple[Any, dict[str
         if configs.exists() and not gemlite.load_config(str(configs)):
             raise AutotuneError(f"{configs}: not a gemlite config file")
     return gemlite, info
+
+
+GEMLITE_FIELDS = (
+    "gemlite_us",
+    "gemlite_b2b_us",
+    "gemlite_max_rel_err",
+    "gemlite_autotune_s",
+    "gemlite_mode",
+    "gemlite_config",
+)
+GEMLITE_KEPT = "gemlite: timed in an earlier run of this benchmark (off in this one)"
+# The fields that name a row's case (int4 rows have a group and sym, 8-bit ones a format only).
+ROW_KEY = ("format", "group", "sym", "dtype", "m", "n", "k")
+
+
+def keep_gemlite(row: dict[str, Any], earlier: Sequence[Mapping[str, Any]]) -> None:
+    """`row` (measured with gemlite off) takes gemlite's fields from the earlier row of its case, M and
+    (N, K) pair that has them, with that row's note on where they came from (else GEMLITE_KEPT); left as
+    it is where none has. Both benchmarks' --keep-gemlite: gemlite's thorough autotune takes minutes a
+    shape, so a re-run of our side alone keeps its times."""
+    key = [k for k in ROW_KEY if k in row]
+    found = [r for r in earlier if all(r.get(k) == row[k] for k in key) and r.get("gemlite_us") is not None]
+    if not found:
+        return
+    row.update({name: found[0].get(name) for name in GEMLITE_FIELDS})
+    kept = [n for n in found[0].get("notes", []) if n.startswith("gemlite: timed in an earlier run")] or [GEMLITE_KEPT]
+    row["notes"] = [*kept, *(n for n in row["notes"] if not n.startswith("gemlite"))]
 
 
 def gemlite_holds(gemlite: Any, m: int, n: int, k: int, group: int) -> bool:
@@ -259,8 +287,11 @@ def run_benchmark(args: argparse.Namespace, pairs: list[tuple[int, int]]) -> Pat
     report.update({"gemlite": gemlite_info, "rows": []})
     args.out.mkdir(parents=True, exist_ok=True)
     path = report_path(args.out, "lowbit", gpu.name)
-    if args.merge and path.exists():  # gemlite's thorough autotune makes a full run longer than one sitting
-        report["rows"] = [r for r in json.loads(path.read_text())["rows"] if not measured(args, pairs, r)]
+    before = json.loads(path.read_text()) if args.merge and path.exists() else {"rows": []}
+    # gemlite's thorough autotune makes a full run longer than one sitting: --merge keeps the other rows.
+    report["rows"] = [r for r in before["rows"] if not measured(args, pairs, r)]
+    if args.keep_gemlite:  # the file's gemlite run (version, mode) stands for the times kept
+        report["gemlite"] = dict(before.get("gemlite", {}))
     clock = IsolatedClock(bench, args.reps)
     print(f"{gpu.name}: device-to-device copy {copy_gbs:.0f} GB/s; gemlite: {gemlite_info}", flush=True)
     for case in args.cases:
@@ -273,6 +304,8 @@ def run_benchmark(args: argparse.Namespace, pairs: list[tuple[int, int]]) -> Pat
                 # Per row: a merged file holds rows of several runs, not all in one gemlite mode.
                 row["gemlite_mode"] = args.gemlite if row["gemlite_us"] is not None else None
                 row["gemlite_config"] = None if row["gemlite_us"] is None else ("loaded" if held else "autotuned")
+                if args.keep_gemlite:
+                    keep_gemlite(row, before["rows"])
                 report["rows"].append(row)
                 print(json.dumps(row), flush=True)
             del weights

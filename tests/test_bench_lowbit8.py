@@ -17,6 +17,7 @@ if str(SCRIPTS) not in sys.path:
     sys.path.insert(0, str(SCRIPTS))
 
 import bench_lowbit8  # noqa: E402
+import lowbit_runs  # noqa: E402
 
 
 def _row(
@@ -116,11 +117,11 @@ def test_a_row_measured_without_gemlite_keeps_the_files_gemlite_times_only_when_
         {**key, "gemlite_us": 21.59, "gemlite_b2b_us": 21.0, "gemlite_mode": "fast", "gemlite_config": "autotuned"},
     ]
     row = {**key, "ours_us": 15.64, "gemlite_us": None, "notes": [bench_lowbit8.GEMLITE_OFF]}
-    bench_lowbit8.keep_gemlite(row, earlier)
+    lowbit_runs.keep_gemlite(row, earlier)
     assert (row["gemlite_us"], row["gemlite_b2b_us"], row["gemlite_mode"]) == (21.59, 21.0, "fast")
-    assert row["notes"] == [bench_lowbit8.GEMLITE_KEPT]
+    assert row["notes"] == [lowbit_runs.GEMLITE_KEPT]
     alone = {**key, "n": 6144, "gemlite_us": None, "notes": [bench_lowbit8.GEMLITE_OFF]}
-    bench_lowbit8.keep_gemlite(alone, earlier)  # no earlier row of its pair: as it was
+    lowbit_runs.keep_gemlite(alone, earlier)  # no earlier row of its pair: as it was
     assert alone["gemlite_us"] is None and alone["notes"] == [bench_lowbit8.GEMLITE_OFF]
 
 
