@@ -6,6 +6,7 @@ rotation, for the traffic of the 8-bit M = 1 shapes and a few sizes around them.
 """
 import json
 import sys
+from pathlib import Path
 
 import torch
 
@@ -25,10 +26,12 @@ for name, traffic in sizes.items():
     copies = rotation_copies(traffic, gpu.l2_bytes)
     src = [torch.ones(half, dtype=torch.uint8, device="cuda") for _ in range(copies)]
     dst = [torch.empty_like(s) for s in src]
-    times = clock.time({"copy": lambda i: dst[i % copies].copy_(src[i % copies])})
+    times = clock.time({"copy": lambda i, src=src, dst=dst, copies=copies: dst[i % copies].copy_(src[i % copies])})
     us = times["copy_us"]
-    row = {"shape": name, "bytes": traffic, "copy_us": us, "gbs": traffic / us / 1e3, "pct_of_copy": 100 * traffic / us / 1e3 / copy_gbs, "separator_us": times["separator_us"], "copies": copies}
+    gbs = traffic / us / 1e3
+    row = {"shape": name, "bytes": traffic, "copy_us": us, "gbs": gbs, "pct_of_copy": 100 * gbs / copy_gbs,
+           "separator_us": times["separator_us"], "copies": copies}
     rows.append(row)
     print(json.dumps(row), flush=True)
     del src, dst
-json.dump({"gpu": gpu.name, "copy_gbs": copy_gbs, "rows": rows}, open(sys.argv[1], "w"), indent=1)
+Path(sys.argv[1]).write_text(json.dumps({"gpu": gpu.name, "copy_gbs": copy_gbs, "rows": rows}, indent=1))
