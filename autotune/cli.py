@@ -352,7 +352,13 @@ def _print_sweep(report: SweepReport, title: str = "") -> None:
             _config_text(r.best_config, item.problem) if r.best_config else "-",
         ]
         usual = r.stopped.startswith(_USUAL_STOPS)
-        rows.append(display.Row(cells, [] if usual else [f"stopped: {r.stopped}"]))
+        notes = [] if usual else [f"stopped: {r.stopped}"]
+        if r.unmeasured_first:  # a patience stop before the warm start's end: say what a longer one adds
+            notes.append(
+                f"stopped before {r.unmeasured_first} of the configs queued first (stored and neighbouring "
+                "leaders, seed tilings) were measured: a larger --patience measures them"
+            )
+        rows.append(display.Row(cells, notes))
     numbers = range(2, len(headers) - 1)
     _print_lines(display.table_lines(headers, rows, _width(), right=[i for i in numbers if headers[i] != "new+stored"]))
 

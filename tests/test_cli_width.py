@@ -174,7 +174,9 @@ def test_the_sweep_table_fits_and_names_every_config_value(
     shapes = [(4096, 8192), (128256, 4096), (256, 131072)]
     problems = [Problem("gemv", "float16", m, n) for m, n in shapes]
     results = [
-        StudyResult(config, 15.53, 32, 3, {"ok": 35}, "no 1% improvement in 32 trials", vendor_us=21.1),
+        StudyResult(
+            config, 15.53, 32, 3, {"ok": 35}, "no 1% improvement in 32 trials", vendor_us=21.1, unmeasured_first=7
+        ),
         StudyResult(config, 230.06, 60, 4, {"ok": 62, "invalid": 2}, "timeout"),
         StudyResult(None, None, 0, 0, {}, "setup failed: no GPU 3"),
     ]
@@ -193,3 +195,6 @@ def test_the_sweep_table_fits_and_names_every_config_value(
     assert named == [f"{k}={v}" for k, v in in_space_order(problems[0], config).items()] * 2  # whole, in order
     assert "stopped: timeout" in text and "stopped: setup failed: no GPU 3" in text
     assert "stopped: no 1%" not in text  # the usual end is not repeated on every row
+    # but a patience stop that left part of the warm start unmeasured says what a longer one adds
+    assert "stopped before 7 of the configs queued first" in text and "--patience" in text
+    assert text.count("configs queued first") == 1

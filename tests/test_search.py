@@ -119,6 +119,24 @@ def test_patience_stops_early_and_timeout_stops() -> None:
     assert timed.stopped == "timeout"
 
 
+def test_a_patience_stop_counts_the_configs_queued_first_it_left_unmeasured() -> None:
+    measurer = FakeMeasurer()
+    study = _study(measurer, "random")
+    # The fastest first: none of the others improves on it.
+    tilings = [dict(prefetch=f, order=o, policy=p) for f in range(4) for o in range(2) for p in range(3)]
+    queued = sorted(
+        (c for t in tilings if measurer.space.check(c := {**gemv.DEFAULT_CONFIG, **t}) is None), key=modelled_time_us
+    )
+    assert len(queued) >= 12  # more than the 4 measured and the 4 compiling beside them
+    study.warm_start(queued)
+    result = study.run(Budget(trials=100, patience=3))
+    assert result.measured == 4 and "no 1% improvement in 3" in result.stopped
+    assert 0 < result.unmeasured_first <= len(queued) - 4
+    whole = _study(FakeMeasurer(), "random")
+    whole.warm_start(queued[:2])
+    assert whole.run(Budget(trials=100, patience=3)).unmeasured_first == 0  # its queue was measured
+
+
 def test_grid_search_ends_when_the_grid_is_exhausted() -> None:
     measurer = FakeMeasurer()
     tiny = Space(

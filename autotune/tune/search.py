@@ -69,6 +69,9 @@ class StudyResult:
     stopped: str = ""  # why the study ended
     kicks: int = 0  # uniformly drawn configs measured because the sampler proposed nothing new
     dropped: int = 0  # compiled candidates a ranked study passed over too often and never measured
+    # Configs queued to be measured first (warm_start: stored leaders, neighbours' leaders, the op's
+    # seed tilings) that an early stop left unmeasured: a longer patience would have measured them.
+    unmeasured_first: int = 0
     confirmed: int = 0  # leaders measured again on fresh buffers (autotune/tune/confirm.py)
     vendor_us: float | None = None  # cuBLASLt's best algorithm, timed beside (autotune/tune/libraries.py)
 
@@ -222,6 +225,7 @@ class Study:
                 for late_trial, _, late in pending:
                     late.cancel()
                     self._study.tell(late_trial, state=TrialState.FAIL)
+                self.result.unmeasured_first = len(self._study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
                 break
         return self.result
 
