@@ -1,0 +1,263 @@
+// Where does the 8-bit M = 1 GEMV's time go, next to a plain read? The streaming GEMV
+// (kernels/q8gemm/q8gemv.cu) reads int8 4096x14336 in 15.7-16.0 us in the benchmarks' isolated clock; a
+// kernel that only reads the same 58.7 MB in short blocks takes 13.8 (experiments/read_floor_isolated.py).
+// This probe builds the GEMV up from a read with its structure, in one program and clock:
+//   - a warp reads one row (SPLIT 1), or 1/SPLIT of it, lane l taking the 16-byte pieces
+//     l + 32 (part + SPLIT i), UNROLL of them in flight a round (every load issued before any is used);
+//   - XLOADS 1 adds x's two 16-byte loads a piece (float16, through L1), as the GEMV reads them;
+//   - COMPUTE 1 adds the GEMV's arithmetic (codes to floats, x to floats, FMAs) and its sum a row.
+// Without COMPUTE the words are XOR-ed so that no load is dead. A split's parts add into a float per row
+// (atomicAdd). Timed in the isolated clock (a small plain kernel before each call, its own time taken
+// off), the codes rotating over buffers of 4x the L2.
+// `flat` is the next step, not yet timed: the read floor's shape (flat 16 KB blocks) with the GEMV's
+// arithmetic, each warp's sums added into their rows. experiments/q8gemv_parts_nvidia-h200.txt is the
+// run of the row kernels alone (before `flat` and the rel.diff column were added).
+//   nvcc -O3 -arch=sm_90 -std=c++17 -I kernels/common -I kernels -o /tmp/q8parts experiments/q8gemv_parts.cu
+//   /tmp/q8parts
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "bench_common.cuh"
+#include "q8gemm/q8gemm.cu"
+
+namespace probe {
+
+template <int UNROLL, int SPLIT, int XLOADS, int COMPUTE>
+__global__ void __launch_bounds__(256) parts(const unsigned char* __restrict__ q, const __half* __restrict__ x,
+                                             float* __restrict__ out, int N, int K) {
+  const int lane = threadIdx.x % 32;
+  const int warp = blockIdx.x * 8 + threadIdx.x / 32;
+  const int row = warp / SPLIT, part = warp % SPLIT;
+  if (row >= N) return;
+  const uint4* w = reinterpret_cast<const uint4*>(q + (size_t)row * K);
+  const uint4* xv = reinterpret_cast<const uint4*>(x);
+  const int pieces = K / 16;
+  float acc = 0.0f;
+  unsigned bits = 0;
+  for (int i = 0;; i += UNROLL) {
+    const int first = lane + 32 * (part + SPLIT * i);
+    if (first >= pieces) break;
+    uint4 v[UNROLL], xr[UNROLL][2];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const int p = lane + 32 * (part + SPLIT * (i + u));
+      v[u] = p < pieces ? __ldcs(w + p) : make_uint4(0u, 0u, 0u, 0u);
+    }
+    if (XLOADS) {
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        const int p = lane + 32 * (part + SPLIT * (i + u));
+        xr[u][0] = p < pieces ? __ldg(xv + 2 * p) : make_uint4(0u, 0u, 0u, 0u);
+        xr[u][1] = p < pieces ? __ldg(xv + 2 * p + 1) : make_uint4(0u, 0u, 0u, 0u);
+      }
+    }
+    // Every load of the round issued before any is used (kernels/q8gemm/q8gemv.cu: issued_zero).
+    unsigned any = 0;
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) any |= v[u].x | (XLOADS ? xr[u][0].x | xr[u][1].x : 0u);
+    any &= (unsigned)N >> 31;
+    if (COMPUTE) {
+      acc += __uint_as_float(any);
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        float xs[16];
+        at_q8gemm::activations(xr[u][0], xs);
+        at_q8gemm::activations(xr[u][1], xs + 8);
+        const unsigned* words = reinterpret_cast<const unsigned*>(&v[u]);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          float f[4];
+          at_q8gemm::Codes<0>::of(words[j], f);
+#pragma unroll
+          for (int b = 0; b < 4; ++b) acc = fmaf(f[b], xs[4 * j + b], acc);
+        }
+      }
+    } else {
+      bits |= any;
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        bits ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+        if (XLOADS) bits ^= xr[u][0].x ^ xr[u][1].w;
+      }
+    }
+  }
+  if (!COMPUTE) acc = __uint_as_float(bits & 0x3f800000u);  // a float of the XOR, so the loads are live
+#pragma unroll
+  for (int o = 16; o; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (lane == 0) {
+    if (SPLIT == 1)
+      out[row] = acc;
+    else
+      atomicAdd(out + row, acc);
+  }
+}
+
+
+// The read floor's shape (kernels/measure/read_floor.cu): a block of 128 threads reads LOADS x 2 KB of
+// the matrix as one flat array, contiguous, every load issued before any is used; a warp's load is 512
+// contiguous bytes, so (K a multiple of 512) of one row. With COMPUTE, a lane's products of a load go
+// to the sum of the load's row; the warp adds its sums of each row it met (at most a few a block) and
+// adds them into out (atomicAdd; a GEMV would finish a row when its last part arrives).
+template <int LOADS, int XLOADS, int COMPUTE>
+__global__ void __launch_bounds__(128) flat(const unsigned char* __restrict__ q, const __half* __restrict__ x,
+                                            float* __restrict__ out, int N, int K) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const long long per_row = K / 16, total = (long long)N * per_row;
+  const long long base = (long long)blockIdx.x * 128 * LOADS + warp * 32 + lane;
+  const uint4* w = reinterpret_cast<const uint4*>(q);
+  const uint4* xv = reinterpret_cast<const uint4*>(x);
+  uint4 v[LOADS], xr[LOADS][2];
+#pragma unroll
+  for (int u = 0; u < LOADS; ++u) {
+    const long long i = base + 128LL * u;
+    v[u] = i < total ? __ldcs(w + i) : make_uint4(0u, 0u, 0u, 0u);
+  }
+  if (XLOADS) {
+#pragma unroll
+    for (int u = 0; u < LOADS; ++u) {
+      const long long i = base + 128LL * u;
+      const int col = (int)(i % per_row);
+      xr[u][0] = i < total ? __ldg(xv + 2 * col) : make_uint4(0u, 0u, 0u, 0u);
+      xr[u][1] = i < total ? __ldg(xv + 2 * col + 1) : make_uint4(0u, 0u, 0u, 0u);
+    }
+  }
+  unsigned any = 0;
+#pragma unroll
+  for (int u = 0; u < LOADS; ++u) any |= v[u].x | (XLOADS ? xr[u][0].x | xr[u][1].x : 0u);
+  any &= (unsigned)N >> 31;
+  if (!COMPUTE) {
+    unsigned bits = any;
+#pragma unroll
+    for (int u = 0; u < LOADS; ++u) {
+      bits ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+      if (XLOADS) bits ^= xr[u][0].x ^ xr[u][1].w;
+    }
+    if (bits == 0x9E3779B9u) out[0] = 1.0f;  // rare: keeps the loads live
+    return;
+  }
+  // The warp's loads u meet rows row0, row0 + 1, ...: sums by row, added across the warp once a row.
+  const long long first = (long long)blockIdx.x * 128 * LOADS + warp * 32;
+  const int row0 = (int)(first / per_row);
+  float acc = __uint_as_float(any);
+  int row = row0;
+#pragma unroll
+  for (int u = 0; u < LOADS; ++u) {
+    const int here = (int)((first + 128LL * u) / per_row);  // the same for the whole warp
+    if (here != row) {
+#pragma unroll
+      for (int o = 16; o; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+      if (lane == 0 && row < N) atomicAdd(out + row, acc);
+      acc = 0.0f;
+      row = here;
+    }
+    float xs[16];
+    at_q8gemm::activations(xr[u][0], xs);
+    at_q8gemm::activations(xr[u][1], xs + 8);
+    const unsigned* words = reinterpret_cast<const unsigned*>(&v[u]);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      float f[4];
+      at_q8gemm::Codes<0>::of(words[j], f);
+#pragma unroll
+      for (int b = 0; b < 4; ++b) acc = fmaf(f[b], xs[4 * j + b], acc);
+    }
+  }
+#pragma unroll
+  for (int o = 16; o; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (lane == 0 && row < N) atomicAdd(out + row, acc);
+}
+
+}  // namespace probe
+
+__global__ void separator(unsigned* out) {
+  if (threadIdx.x == 0) out[0] = 0u;
+}
+
+using Kernel = void (*)(const unsigned char*, const __half*, float*, int, int);
+
+struct Variant {
+  std::string name;
+  Kernel fn;
+  int split;        // warps a row (the row kernels)
+  int flat_loads;   // 0: a row kernel; else 16-byte loads a thread of the flat kernel
+};
+
+#define PART(U, S, X, C) Variant{"u" #U " split" #S " xloads" #X " compute" #C, probe::parts<U, S, X, C>, S, 0}
+#define FLAT(L, X, C) Variant{"flat loads" #L " xloads" #X " compute" #C, probe::flat<L, X, C>, 2, L}
+
+int run(const BenchSetup& s, int N, int K) {
+  const size_t wbytes = (size_t)N * K;
+  std::vector<unsigned char*> codes = rotating_buffers<unsigned char>(s.prop, wbytes, 1);
+  if (codes.empty()) return 1;
+  __half* x;
+  float* out;
+  CHECK(cudaMalloc(&x, (size_t)K * 2));
+  {
+    std::vector<__half> hx(K);
+    for (int k = 0; k < K; ++k) hx[k] = __float2half((float)((k * 37 % 101) - 50) / 64.0f);
+    CHECK(cudaMemcpy(x, hx.data(), (size_t)K * 2, cudaMemcpyHostToDevice));
+  }
+  std::vector<float> reference, got(N);  // the first variant's sums (a row kernel with the arithmetic)
+  CHECK(cudaMalloc(&out, (size_t)N * 4));
+  const Variant variants[] = {
+      PART(4, 1, 1, 1), PART(4, 1, 0, 0), PART(4, 1, 1, 0), PART(8, 1, 0, 0), PART(8, 1, 1, 0), PART(8, 1, 1, 1),
+      PART(4, 2, 0, 0), PART(4, 2, 1, 0), PART(4, 2, 1, 1), PART(4, 4, 0, 0), PART(4, 4, 1, 1), PART(2, 4, 1, 1),
+      PART(4, 1, 1, 1), FLAT(8, 0, 0), FLAT(4, 0, 0), FLAT(8, 1, 0), FLAT(8, 1, 1), FLAT(4, 1, 1), FLAT(16, 1, 1),
+      FLAT(2, 1, 1),
+  };
+  const double bytes = (double)wbytes + 2.0 * K + 2.0 * N;
+  const size_t copies = codes.size();
+  for (const Variant& v : variants) {
+    const long long pieces = (long long)N * (K / 16);
+    const dim3 grid = v.flat_loads ? dim3((unsigned)((pieces + 128 * v.flat_loads - 1) / (128 * v.flat_loads)))
+                                   : dim3((N * v.split + 7) / 8);
+    const dim3 block(v.flat_loads ? 128 : 256);
+    auto call = [&](int i) {
+      if (v.split > 1) cudaMemsetAsync(out, 0, (size_t)N * 4);
+      v.fn<<<grid, block>>>(codes[i % copies], x, out, N, K);
+    };
+    call(0);
+    CHECK(cudaDeviceSynchronize());
+    double diff = 0.0;
+    if (v.name.find("compute1") != std::string::npos) {
+      CHECK(cudaMemcpy(got.data(), out, (size_t)N * 4, cudaMemcpyDeviceToHost));
+      if (reference.empty()) reference = got;
+      double scale = 1e-30;
+      for (int n = 0; n < N; ++n) scale = fmax(scale, fabs(reference[n]));
+      for (int n = 0; n < N; ++n) diff = fmax(diff, fabs(got[n] - reference[n]) / scale);
+    }
+    const float with_separator = best_of(
+        [&](int i) {
+          separator<<<1, 32>>>(s.out);
+          call(i);
+        },
+        s.start, s.stop);
+    const float alone = best_of(
+        [&](int) {
+          separator<<<1, 32>>>(s.out);
+          if (v.split > 1) cudaMemsetAsync(out, 0, (size_t)N * 4);
+        },
+        s.start, s.stop);
+    CHECK(cudaGetLastError());
+    const float us = with_separator - alone;
+    printf("int8 %dx%d  %-32s isolated %7.2f us %6.0f GB/s  rel.diff %.1e\n", N, K, v.name.c_str(), us,
+           bytes / us / 1e3, diff);
+    fflush(stdout);
+  }
+  for (auto* c : codes) cudaFree(c);
+  cudaFree(x);
+  cudaFree(out);
+  return 0;
+}
+
+int main() {
+  BenchSetup s;
+  CHECK(bench_setup(s));
+  const int shapes[][2] = {{4096, 14336}, {3584, 18944}, {28672, 4096}};
+  for (const auto& shape : shapes)
+    if (run(s, shape[0], shape[1])) return 1;
+  return 0;
+}
