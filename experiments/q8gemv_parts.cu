@@ -9,9 +9,12 @@
 // Without COMPUTE the words are XOR-ed so that no load is dead. A split's parts add into a float per row
 // (atomicAdd). Timed in the isolated clock (a small plain kernel before each call, its own time taken
 // off), the codes rotating over buffers of 4x the L2.
-// `flat` is the next step, not yet timed: the read floor's shape (flat 16 KB blocks) with the GEMV's
-// arithmetic, each warp's sums added into their rows. experiments/q8gemv_parts_nvidia-h200.txt is the
-// run of the row kernels alone (before `flat` and the rel.diff column were added).
+// `flat` is the next step, compiled but not yet run: the read floor's shape (blocks of 128 threads
+// reading LOADS x 2 KB of the matrix as one flat array) with the GEMV's arithmetic, each warp's sums
+// added into their rows; with FINISH the last part of a row to arrive writes it and leaves the sums and
+// counts at zero, as a GEMV on a stream or in a CUDA graph must (checked against the row kernel's sums).
+// experiments/q8gemv_parts_nvidia-h200.txt is the run of the row kernels alone (before `flat` and the
+// rel.diff column were added).
 //   nvcc -O3 -arch=sm_90 -std=c++17 -I kernels/common -I kernels -o /tmp/q8parts experiments/q8gemv_parts.cu
 //   /tmp/q8parts
 #include <cuda_fp16.h>
@@ -96,12 +99,32 @@ __global__ void __launch_bounds__(256) parts(const unsigned char* __restrict__ q
 }
 
 
+
+// A warp's sum of `pieces` pieces of `row` into the row's float sum; with FINISH the part that brings
+// the row's count of pieces to K / 16 writes the row as a GEMV would (float16, its scale applied) and
+// leaves sum and count at zero for the next call (graph-safe). The buffer `out` holds N float sums,
+// then N counts, then N float16 results.
+template <int FINISH>
+__device__ __forceinline__ void add_part(float* out, int N, int K, int row, float acc, int pieces) {
+  atomicAdd(out + row, acc);
+  if (!FINISH) return;
+  unsigned* count = reinterpret_cast<unsigned*>(out + N);
+  __half* y = reinterpret_cast<__half*>(out + 2 * N);
+  __threadfence();  // the sum is visible before the count says so
+  const unsigned before = atomicAdd(count + row, (unsigned)pieces);
+  if (before + pieces != (unsigned)(K / 16)) return;
+  __threadfence();
+  const float sum = atomicExch(out + row, 0.0f);  // every part's sum has arrived: take it, leave zero
+  count[row] = 0u;
+  y[row] = __float2half(0.001f * sum);  // the row's scale (the probe's codes share one)
+}
+
 // The read floor's shape (kernels/measure/read_floor.cu): a block of 128 threads reads LOADS x 2 KB of
 // the matrix as one flat array, contiguous, every load issued before any is used; a warp's load is 512
 // contiguous bytes, so (K a multiple of 512) of one row. With COMPUTE, a lane's products of a load go
 // to the sum of the load's row; the warp adds its sums of each row it met (at most a few a block) and
 // adds them into out (atomicAdd; a GEMV would finish a row when its last part arrives).
-template <int LOADS, int XLOADS, int COMPUTE>
+template <int LOADS, int XLOADS, int COMPUTE, int FINISH>
 __global__ void __launch_bounds__(128) flat(const unsigned char* __restrict__ q, const __half* __restrict__ x,
                                             float* __restrict__ out, int N, int K) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -142,17 +165,21 @@ __global__ void __launch_bounds__(128) flat(const unsigned char* __restrict__ q,
   const long long first = (long long)blockIdx.x * 128 * LOADS + warp * 32;
   const int row0 = (int)(first / per_row);
   float acc = __uint_as_float(any);
-  int row = row0;
+  int row = row0, met = 0;  // the row of the sum in hand, and how many of its pieces the warp read
 #pragma unroll
   for (int u = 0; u < LOADS; ++u) {
-    const int here = (int)((first + 128LL * u) / per_row);  // the same for the whole warp
+    const long long index = first + 128LL * u;
+    if (index >= total) break;  // the same for the whole warp
+    const int here = (int)(index / per_row);
     if (here != row) {
 #pragma unroll
       for (int o = 16; o; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-      if (lane == 0 && row < N) atomicAdd(out + row, acc);
+      if (lane == 0 && met) add_part<FINISH>(out, N, K, row, acc, met);
       acc = 0.0f;
       row = here;
+      met = 0;
     }
+    met += 32;
     float xs[16];
     at_q8gemm::activations(xr[u][0], xs);
     at_q8gemm::activations(xr[u][1], xs + 8);
@@ -167,7 +194,7 @@ __global__ void __launch_bounds__(128) flat(const unsigned char* __restrict__ q,
   }
 #pragma unroll
   for (int o = 16; o; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-  if (lane == 0 && row < N) atomicAdd(out + row, acc);
+  if (lane == 0 && met) add_part<FINISH>(out, N, K, row, acc, met);
 }
 
 }  // namespace probe
@@ -186,7 +213,8 @@ struct Variant {
 };
 
 #define PART(U, S, X, C) Variant{"u" #U " split" #S " xloads" #X " compute" #C, probe::parts<U, S, X, C>, S, 0}
-#define FLAT(L, X, C) Variant{"flat loads" #L " xloads" #X " compute" #C, probe::flat<L, X, C>, 2, L}
+#define FLAT(L, X, C, F) \
+  Variant{"flat loads" #L " xloads" #X " compute" #C " finish" #F, probe::flat<L, X, C, F>, F ? 1 : 2, L}
 
 int run(const BenchSetup& s, int N, int K) {
   const size_t wbytes = (size_t)N * K;
@@ -201,12 +229,13 @@ int run(const BenchSetup& s, int N, int K) {
     CHECK(cudaMemcpy(x, hx.data(), (size_t)K * 2, cudaMemcpyHostToDevice));
   }
   std::vector<float> reference, got(N);  // the first variant's sums (a row kernel with the arithmetic)
-  CHECK(cudaMalloc(&out, (size_t)N * 4));
+  CHECK(cudaMalloc(&out, (size_t)N * 12));  // sums, counts and float16 results (the flat kernel's FINISH)
+  CHECK(cudaMemset(out, 0, (size_t)N * 12));
   const Variant variants[] = {
       PART(4, 1, 1, 1), PART(4, 1, 0, 0), PART(4, 1, 1, 0), PART(8, 1, 0, 0), PART(8, 1, 1, 0), PART(8, 1, 1, 1),
       PART(4, 2, 0, 0), PART(4, 2, 1, 0), PART(4, 2, 1, 1), PART(4, 4, 0, 0), PART(4, 4, 1, 1), PART(2, 4, 1, 1),
-      PART(4, 1, 1, 1), FLAT(8, 0, 0), FLAT(4, 0, 0), FLAT(8, 1, 0), FLAT(8, 1, 1), FLAT(4, 1, 1), FLAT(16, 1, 1),
-      FLAT(2, 1, 1),
+      PART(4, 1, 1, 1), FLAT(8, 0, 0, 0), FLAT(4, 0, 0, 0), FLAT(8, 1, 0, 0), FLAT(8, 1, 1, 0), FLAT(4, 1, 1, 0),
+      FLAT(16, 1, 1, 0), FLAT(2, 1, 1, 0), FLAT(8, 1, 1, 1), FLAT(4, 1, 1, 1),
   };
   const double bytes = (double)wbytes + 2.0 * K + 2.0 * N;
   const size_t copies = codes.size();
@@ -219,11 +248,22 @@ int run(const BenchSetup& s, int N, int K) {
       if (v.split > 1) cudaMemsetAsync(out, 0, (size_t)N * 4);
       v.fn<<<grid, block>>>(codes[i % copies], x, out, N, K);
     };
+    CHECK(cudaMemset(out, 0, (size_t)N * 8));  // sums and counts at zero (FINISH keeps them so)
     call(0);
     CHECK(cudaDeviceSynchronize());
     double diff = 0.0;
-    if (v.name.find("compute1") != std::string::npos) {
+    if (v.name.find("finish1") != std::string::npos) {  // y = 0.001 sum; sums and counts left at zero
+      std::vector<__half> y(N);
+      std::vector<unsigned> left(2 * (size_t)N);
+      CHECK(cudaMemcpy(y.data(), out + 2 * N, (size_t)N * 2, cudaMemcpyDeviceToHost));
+      CHECK(cudaMemcpy(left.data(), out, (size_t)N * 8, cudaMemcpyDeviceToHost));
+      for (int n = 0; n < N; ++n) got[n] = __half2float(y[n]) / 0.001f;
+      for (unsigned word : left)
+        if (word) diff = INFINITY;  // a sum or count not handed back as zero
+    } else if (v.name.find("compute1") != std::string::npos) {
       CHECK(cudaMemcpy(got.data(), out, (size_t)N * 4, cudaMemcpyDeviceToHost));
+    }
+    if (v.name.find("compute1") != std::string::npos) {
       if (reference.empty()) reference = got;
       double scale = 1e-30;
       for (int n = 0; n < N; ++n) scale = fmax(scale, fabs(reference[n]));
