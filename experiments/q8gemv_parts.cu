@@ -98,8 +98,6 @@ __global__ void __launch_bounds__(256) parts(const unsigned char* __restrict__ q
   }
 }
 
-
-
 // A warp's sum of `pieces` pieces of `row` into the row's float sum; with FINISH the part that brings
 // the row's count of pieces to K / 16 writes the row as a GEMV would (float16, its scale applied) and
 // leaves sum and count at zero for the next call (graph-safe). The buffer `out` holds N float sums,
