@@ -94,6 +94,12 @@ std::vector<T*> rotating_buffers(const cudaDeviceProp& prop, size_t bytes, int f
   return bufs;
 }
 
+// What separates calls in the benchmarks' isolated clock: one warp writing one word, launched plainly
+// (no programmatic dependent launch) before each call, so that no call overlaps the one before.
+__global__ void separator(unsigned* out) {
+  if (threadIdx.x == 0) out[0] = 0u;
+}
+
 // GPU microseconds per call over `calls` launches (launch(i) for i < calls) queued behind a spin kernel.
 template <typename Launch>
 float per_call_us(Launch launch, int calls, cudaEvent_t start, cudaEvent_t stop) {

@@ -24,9 +24,17 @@
 #include <vector>
 
 #include "bench_common.cuh"
-#include "q8gemm/q8gemm.cu"
+#include "q8gemm/q8gemv.cu"
 
 namespace probe {
+
+// acc += an int8 piece's 16 codes times x's matching 16 values: the streaming GEMV's own arithmetic.
+__device__ __forceinline__ void piece(const uint4& w, const uint4 (&xv)[2], float& acc) {
+  const uint4 one[1] = {w};
+  float sums[1] = {acc};
+  at_q8gemm::multiply_piece<__half, 0, 1>(one, xv, sums);
+  acc = sums[0];
+}
 
 template <int UNROLL, int SPLIT, int XLOADS, int COMPUTE>
 __global__ void __launch_bounds__(256) parts(const unsigned char* __restrict__ q, const __half* __restrict__ x,
@@ -65,19 +73,7 @@ __global__ void __launch_bounds__(256) parts(const unsigned char* __restrict__ q
     if (COMPUTE) {
       acc += __uint_as_float(any);
 #pragma unroll
-      for (int u = 0; u < UNROLL; ++u) {
-        float xs[16];
-        at_q8gemm::activations(xr[u][0], xs);
-        at_q8gemm::activations(xr[u][1], xs + 8);
-        const unsigned* words = reinterpret_cast<const unsigned*>(&v[u]);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          float f[4];
-          at_q8gemm::Codes<0>::of(words[j], f);
-#pragma unroll
-          for (int b = 0; b < 4; ++b) acc = fmaf(f[b], xs[4 * j + b], acc);
-        }
-      }
+      for (int u = 0; u < UNROLL; ++u) piece(v[u], xr[u], acc);
     } else {
       bits |= any;
 #pragma unroll
@@ -178,17 +174,7 @@ __global__ void __launch_bounds__(128) flat(const unsigned char* __restrict__ q,
       met = 0;
     }
     met += 32;
-    float xs[16];
-    at_q8gemm::activations(xr[u][0], xs);
-    at_q8gemm::activations(xr[u][1], xs + 8);
-    const unsigned* words = reinterpret_cast<const unsigned*>(&v[u]);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      float f[4];
-      at_q8gemm::Codes<0>::of(words[j], f);
-#pragma unroll
-      for (int b = 0; b < 4; ++b) acc = fmaf(f[b], xs[4 * j + b], acc);
-    }
+    piece(v[u], xr[u], acc);
   }
 #pragma unroll
   for (int o = 16; o; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
@@ -196,10 +182,6 @@ __global__ void __launch_bounds__(128) flat(const unsigned char* __restrict__ q,
 }
 
 }  // namespace probe
-
-__global__ void separator(unsigned* out) {
-  if (threadIdx.x == 0) out[0] = 0u;
-}
 
 using Kernel = void (*)(const unsigned char*, const __half*, float*, int, int);
 

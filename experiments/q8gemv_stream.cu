@@ -156,11 +156,6 @@ __global__ void __launch_bounds__(BLOCK) shipped(const __half* x, const unsigned
 
 }  // namespace probe
 
-// What separates calls in the isolated clock: one warp writing one word.
-__global__ void separator(unsigned* out) {
-  if (threadIdx.x == 0) out[0] = 0u;
-}
-
 using Kernel = void (*)(const __half*, const unsigned char*, const __half*, __half*, int, int, float, float);
 
 struct Variant {
