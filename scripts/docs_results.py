@@ -1439,8 +1439,12 @@ FIGURES = [
     Figure(
         README,
         r"under `autotune\.patch\(model, fuse=True\)`:\s+decode steps (?P<headline>[\d.]+)x faster than torch's"
-        r" in GPU time, (?P<int8>[\d.]+)x with `\"int8\"` weights",
-        lambda: {"headline": model_figures()["headline"], "int8": model_figures("int8")["headline"]},
+        r" in GPU time, (?P<int4>[\d.]+)x with `\"int4\"` weights, (?P<int8>[\d.]+)x with `\"int8\"`",
+        lambda: {
+            "headline": model_figures()["headline"],
+            "int4": model_figures("int4")["headline"],
+            "int8": model_figures("int8")["headline"],
+        },
         "results/model_nvidia-h200.json",
     ),
     Figure(
