@@ -9,12 +9,12 @@
 // Without COMPUTE the words are XOR-ed so that no load is dead. A split's parts add into a float per row
 // (atomicAdd). Timed in the isolated clock (a small plain kernel before each call, its own time taken
 // off), the codes rotating over buffers of 4x the L2.
-// `flat` is the next step, compiled but not yet run: the read floor's shape (blocks of 128 threads
+// `flat` is the read floor's shape (blocks of 128 threads
 // reading LOADS x 2 KB of the matrix as one flat array) with the GEMV's arithmetic, each warp's sums
 // added into their rows; with FINISH the last part of a row to arrive writes it and leaves the sums and
 // counts at zero, as a GEMV on a stream or in a CUDA graph must (checked against the row kernel's sums).
-// experiments/q8gemv_parts_nvidia-h200.txt is the run of the row kernels alone (before `flat` and the
-// rel.diff column were added).
+// experiments/q8gemv_parts_nvidia-h200.txt is its run on an H200 (docs/lowbit.md: the flat read is
+// 0.2-0.4 us faster than a warp a row, and slower once x and the sums are added).
 //   nvcc -O3 -arch=sm_90 -std=c++17 -I kernels/common -I kernels -o /tmp/q8parts experiments/q8gemv_parts.cu
 //   /tmp/q8parts
 #include <cuda_fp16.h>
