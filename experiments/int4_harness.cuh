@@ -17,10 +17,13 @@
       int M, int N, int K, float alpha, float beta
 
 // For every variant v (v.fn, v.block): geometry(v, n, k, sms, grid, shared) gives its launch, and
-// print(v, us, gbs, rel_err) writes its line. Returns 1 (after printing why) where CUDA fails.
+// print(v, us, gbs, rel_err) writes its line. Returns 1 (after printing why) where CUDA fails. With
+// `isolated`, the time is the benchmarks' isolated clock instead of back to back: a plain separator
+// kernel before each call, the call launched with programmatic dependent launch (as autotune launches
+// it), the separator's own time taken off.
 template <typename Variant, typename Geometry, typename Print>
 int run_int4_shape(const BenchSetup& setup, std::mt19937& rng, int n, int k, const std::vector<Variant>& variants,
-                   Geometry geometry, Print print) {
+                   Geometry geometry, Print print, bool isolated = false) {
   const int groups = k / 128;
   const size_t code_bytes = (size_t)n * k / 2;
   std::vector<unsigned char> codes(code_bytes);
@@ -78,7 +81,27 @@ int run_int4_shape(const BenchSetup& setup, std::mt19937& rng, int n, int k, con
       v.fn<<<grid, v.block, shared>>>(d_x, rotating[i % rotating.size()], d_scales, nullptr, d_out, 1, n, k, 1.0f,
                                        0.0f);
     };
-    const float us = best_of(launch, setup.start, setup.stop);
+    float us = 0.0f;
+    if (isolated) {
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = grid;
+      cfg.blockDim = dim3(v.block);
+      cfg.dynamicSmemBytes = shared;
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr[0].val.programmaticStreamSerializationAllowed = 1;
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+      const auto separated = [&](int i) {
+        separator<<<1, 32>>>(setup.out);
+        cudaLaunchKernelEx(&cfg, v.fn, (const __half*)d_x, (const unsigned char*)rotating[i % rotating.size()],
+                           (const __half*)d_scales, (const unsigned char*)nullptr, d_out, 1, n, k, 1.0f, 0.0f);
+      };
+      const auto alone = [&](int) { separator<<<1, 32>>>(setup.out); };
+      us = best_of(separated, setup.start, setup.stop) - best_of(alone, setup.start, setup.stop);
+    } else {
+      us = best_of(launch, setup.start, setup.stop);
+    }
     CHECK(cudaGetLastError());
     print(v, us, bytes / us / 1e3, err / ref_max);
     fflush(stdout);
