@@ -5,17 +5,15 @@ torch's. Needs torch and transformers (the GPU machine); nothing in the package 
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import torch
 
+from autotune.bench.kernel_names import is_linear_kernel
+
 # The prompt a step follows, the tokens generated after it (the static cache holds both), rounds of
 # torch's and ours' step times taken in turns, and the graph replays per time sample.
 PROMPT, NEW_TOKENS, ROUNDS, REPLAYS = 16, 64, 12, 20
-# Kernel names of products: ours (autotune's families), cuBLAS's and cuBLASLt's; not attention's.
-LINEAR_KERNELS = re.compile(r"gemv|gemm|qgemm|nvjet|cublas|cutlass|xmma|sm90_", re.IGNORECASE)
-NOT_LINEAR = re.compile(r"flash|fmha|attention|softmax|elementwise|reduce", re.IGNORECASE)
 
 
 def built_on_gpu(model_class: Any, config: Any) -> Any:
@@ -105,6 +103,6 @@ class DecodeGraph:
             if not us or event.key.startswith(("cudaGraph", "Memcpy", "Memset")):
                 continue
             total += us
-            if LINEAR_KERNELS.search(event.key) and not NOT_LINEAR.search(event.key):
+            if is_linear_kernel(event.key):
                 linear += us
         return (total / replays, linear / replays) if total else (None, None)
