@@ -123,3 +123,30 @@ float best_of(Launch launch, cudaEvent_t start, cudaEvent_t stop) {
   }
   return best;
 }
+
+// The benchmarks' isolated clock (scripts/bench_lowbit.py, bench_lowbit8.py): each call launch(i) after
+// the plain separator kernel, so that no call overlaps the one before, the separator's own time taken
+// off. `before(i)`, where given, runs between the separator and the call in both timings (a memset
+// the call needs, say), so its time is taken off too.
+template <typename Launch, typename Before>
+float isolated_us(const BenchSetup& setup, Launch launch, Before before) {
+  const float with_call = best_of(
+      [&](int i) {
+        separator<<<1, 32>>>(setup.out);
+        before(i);
+        launch(i);
+      },
+      setup.start, setup.stop);
+  const float without = best_of(
+      [&](int i) {
+        separator<<<1, 32>>>(setup.out);
+        before(i);
+      },
+      setup.start, setup.stop);
+  return with_call - without;
+}
+
+template <typename Launch>
+float isolated_us(const BenchSetup& setup, Launch launch) {
+  return isolated_us(setup, launch, [](int) {});
+}

@@ -92,13 +92,10 @@ int run_int4_shape(const BenchSetup& setup, std::mt19937& rng, int n, int k, con
       attr[0].val.programmaticStreamSerializationAllowed = 1;
       cfg.attrs = attr;
       cfg.numAttrs = 1;
-      const auto separated = [&](int i) {
-        separator<<<1, 32>>>(setup.out);
+      us = isolated_us(setup, [&](int i) {
         cudaLaunchKernelEx(&cfg, v.fn, (const __half*)d_x, (const unsigned char*)rotating[i % rotating.size()],
                            (const __half*)d_scales, (const unsigned char*)nullptr, d_out, 1, n, k, 1.0f, 0.0f);
-      };
-      const auto alone = [&](int) { separator<<<1, 32>>>(setup.out); };
-      us = best_of(separated, setup.start, setup.stop) - best_of(alone, setup.start, setup.stop);
+      });
     } else {
       us = best_of(launch, setup.start, setup.stop);
     }

@@ -222,23 +222,15 @@ int run(const BenchSetup& s, int N, int K, const char* kind) {
       worst = std::isnan(d) ? INFINITY : fmax(worst, d);
     }
     const size_t copies = codes.size();
-    const float us = best_of(
-        [&](int i) {
-          launch(v.fn, true, grid, block, (const __half*)x, (const unsigned char*)codes[i % copies],
-                 (const __half*)scales, out, N, K, 1.0f, 0.0f);
-        },
-        s.start, s.stop);
-    const float with_separator = best_of(
-        [&](int i) {
-          separator<<<1, 32>>>(s.out);
-          launch(v.fn, true, grid, block, (const __half*)x, (const unsigned char*)codes[i % copies],
-                 (const __half*)scales, out, N, K, 1.0f, 0.0f);
-        },
-        s.start, s.stop);
-    const float alone = best_of([&](int) { separator<<<1, 32>>>(s.out); }, s.start, s.stop);
+    const auto call = [&](int i) {
+      launch(v.fn, true, grid, block, (const __half*)x, (const unsigned char*)codes[i % copies],
+             (const __half*)scales, out, N, K, 1.0f, 0.0f);
+    };
+    const float us = best_of(call, s.start, s.stop);
+    const float isolated = isolated_us(s, call);
     CHECK(cudaGetLastError());
     printf("%s %dx%d  %-34s %8.2f us %6.0f GB/s  isolated %8.2f us %6.0f GB/s  err %.1e of max|y|\n", kind, N, K,
-           v.name.c_str(), us, bytes / us / 1e3, with_separator - alone, bytes / (with_separator - alone) / 1e3,
+           v.name.c_str(), us, bytes / us / 1e3, isolated, bytes / isolated / 1e3,
            worst / largest);
     fflush(stdout);
   }

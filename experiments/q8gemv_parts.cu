@@ -36,6 +36,17 @@ __device__ __forceinline__ void piece(const uint4& w, const uint4 (&xv)[2], floa
   acc = sums[0];
 }
 
+// One word of every vector a round loaded, masked with n >> 31 (zero for n >= 0, which the compiler
+// cannot know): used by the round's first product, it makes every load of the round issued before
+// any is used (kernels/q8gemm/q8gemv.cu: issued_zero); without the arithmetic, it keeps the loads live.
+template <int LOADS, int XLOADS>
+__device__ __forceinline__ unsigned issued_bits(const uint4 (&v)[LOADS], const uint4 (&xr)[LOADS][2], int n) {
+  unsigned any = 0;
+#pragma unroll
+  for (int u = 0; u < LOADS; ++u) any |= v[u].x | (XLOADS ? xr[u][0].x | xr[u][1].x : 0u);
+  return any & ((unsigned)n >> 31);
+}
+
 template <int UNROLL, int SPLIT, int XLOADS, int COMPUTE>
 __global__ void __launch_bounds__(256) parts(const unsigned char* __restrict__ q, const __half* __restrict__ x,
                                              float* __restrict__ out, int N, int K) {
@@ -65,11 +76,7 @@ __global__ void __launch_bounds__(256) parts(const unsigned char* __restrict__ q
         xr[u][1] = p < pieces ? __ldg(xv + 2 * p + 1) : make_uint4(0u, 0u, 0u, 0u);
       }
     }
-    // Every load of the round issued before any is used (kernels/q8gemm/q8gemv.cu: issued_zero).
-    unsigned any = 0;
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) any |= v[u].x | (XLOADS ? xr[u][0].x | xr[u][1].x : 0u);
-    any &= (unsigned)N >> 31;
+    const unsigned any = issued_bits<UNROLL, XLOADS>(v, xr, N);
     if (COMPUTE) {
       acc += __uint_as_float(any);
 #pragma unroll
@@ -141,10 +148,7 @@ __global__ void __launch_bounds__(128) flat(const unsigned char* __restrict__ q,
       xr[u][1] = i < total ? __ldg(xv + 2 * col + 1) : make_uint4(0u, 0u, 0u, 0u);
     }
   }
-  unsigned any = 0;
-#pragma unroll
-  for (int u = 0; u < LOADS; ++u) any |= v[u].x | (XLOADS ? xr[u][0].x | xr[u][1].x : 0u);
-  any &= (unsigned)N >> 31;
+  const unsigned any = issued_bits<LOADS, XLOADS>(v, xr, N);
   if (!COMPUTE) {
     unsigned bits = any;
 #pragma unroll
@@ -224,9 +228,13 @@ int run(const BenchSetup& s, int N, int K) {
     const dim3 grid = v.flat_loads ? dim3((unsigned)((pieces + 128 * v.flat_loads - 1) / (128 * v.flat_loads)))
                                    : dim3((N * v.split + 7) / 8);
     const dim3 block(v.flat_loads ? 128 : 256);
-    auto call = [&](int i) {
+    auto zero_sums = [&](int) {
       if (v.split > 1) cudaMemsetAsync(out, 0, (size_t)N * 4);
-      v.fn<<<grid, block>>>(codes[i % copies], x, out, N, K);
+    };
+    auto launch = [&](int i) { v.fn<<<grid, block>>>(codes[i % copies], x, out, N, K); };
+    auto call = [&](int i) {
+      zero_sums(i);
+      launch(i);
     };
     CHECK(cudaMemset(out, 0, (size_t)N * 8));  // sums and counts at zero (FINISH keeps them so)
     call(0);
@@ -249,20 +257,8 @@ int run(const BenchSetup& s, int N, int K) {
       for (int n = 0; n < N; ++n) scale = fmax(scale, fabs(reference[n]));
       for (int n = 0; n < N; ++n) diff = fmax(diff, fabs(got[n] - reference[n]) / scale);
     }
-    const float with_separator = best_of(
-        [&](int i) {
-          separator<<<1, 32>>>(s.out);
-          call(i);
-        },
-        s.start, s.stop);
-    const float alone = best_of(
-        [&](int) {
-          separator<<<1, 32>>>(s.out);
-          if (v.split > 1) cudaMemsetAsync(out, 0, (size_t)N * 4);
-        },
-        s.start, s.stop);
+    const float us = isolated_us(s, launch, zero_sums);
     CHECK(cudaGetLastError());
-    const float us = with_separator - alone;
     printf("int8 %dx%d  %-32s isolated %7.2f us %6.0f GB/s  rel.diff %.1e\n", N, K, v.name.c_str(), us,
            bytes / us / 1e3, diff);
     fflush(stdout);

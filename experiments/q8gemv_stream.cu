@@ -248,25 +248,16 @@ int run(const BenchSetup& s, int N, int K, const char* kind, bool deep) {
       worst = std::isnan(d) ? INFINITY : fmax(worst, d);
     }
     const size_t copies = codes.size();
-    const float us = best_of(
-        [&](int i) {
-          launch(v.fn, true, grid, block, (const __half*)x, (const unsigned char*)codes[i % copies],
-                 (const __half*)scales, out, N, K, 1.0f, 0.0f);
-        },
-        s.start, s.stop);
-    // The benchmarks' isolated clock (scripts/bench_lowbit8.py): each call after a small kernel launched
-    // plainly, so that no call overlaps the one before.
-    const float with_separator = best_of(
-        [&](int i) {
-          separator<<<1, 32>>>(s.out);
-          launch(v.fn, true, grid, block, (const __half*)x, (const unsigned char*)codes[i % copies],
-                 (const __half*)scales, out, N, K, 1.0f, 0.0f);
-        },
-        s.start, s.stop);
-    const float alone = best_of([&](int) { separator<<<1, 32>>>(s.out); }, s.start, s.stop);
+    const auto call = [&](int i) {
+      launch(v.fn, true, grid, block, (const __half*)x, (const unsigned char*)codes[i % copies],
+             (const __half*)scales, out, N, K, 1.0f, 0.0f);
+    };
+    const float us = best_of(call, s.start, s.stop);
+    // The benchmarks' isolated clock (bench_common.cuh: isolated_us).
+    const float isolated = isolated_us(s, call);
     CHECK(cudaGetLastError());
     printf("%s %dx%d  %-42s %8.2f us %7.0f GB/s  isolated %8.2f us  rel.diff %.1e\n", kind, N, K, v.name.c_str(), us,
-           bytes / us / 1e3, with_separator - alone, worst / scale);
+           bytes / us / 1e3, isolated, worst / scale);
   }
   for (auto* c : codes) cudaFree(c);
   cudaFree(x);
