@@ -32,35 +32,7 @@ __device__ __forceinline__ void ring_body(const __half* __restrict__ x, const un
   const int groups = K / GROUP;
   at_qgemm::launch_dependents();
   at_qgemm::wait_for_prior_grid();
-  // x staged exactly as the shipped body stages it.
-  float largest = 0.0f;
-  for (int i = threadIdx.x; i < K / 8; i += BLOCK) {
-    const uint4 v = __ldg(reinterpret_cast<const uint4*>(x) + i);
-    uint4 pairs;
-    pairs.x = __byte_perm(v.x, v.z, 0x5410);
-    pairs.y = __byte_perm(v.x, v.z, 0x7632);
-    pairs.z = __byte_perm(v.y, v.w, 0x5410);
-    pairs.w = __byte_perm(v.y, v.w, 0x7632);
-    xs[(i % 4) * pieces + i / 4] = pairs;
-    const unsigned* words = reinterpret_cast<const unsigned*>(&v);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&words[j]));
-      largest = fmaxf(largest, fmaxf(fabsf(f.x), fabsf(f.y)));
-    }
-  }
-  const int e = at_qgemm_simt::block_exponent<BLOCK>(largest);
-  for (int i = threadIdx.x; i < K / 8; i += BLOCK) {
-    uint4& pairs = xs[(i % 4) * pieces + i / 4];
-    unsigned* words = reinterpret_cast<unsigned*>(&pairs);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&words[j]));
-      const __half2 h = __floats2half2_rn(ldexpf(f.x, -e), ldexpf(f.y, -e));
-      words[j] = *reinterpret_cast<const unsigned*>(&h);
-    }
-  }
-  __syncthreads();
+  const int e = at_qgemm_simt::stage_x<BLOCK>(x, xs, pieces, K);  // as the shipped body stages it
 
   const int lane = threadIdx.x % 32;
   const int row0 = (blockIdx.x * (BLOCK / 32) + threadIdx.x / 32) * RPW;
@@ -104,22 +76,8 @@ __device__ __forceinline__ void ring_body(const __half* __restrict__ x, const un
       for (int j = 0; j < 4; ++j) pairs[j] = xs[j * pieces + p];
 #pragma unroll
       for (int r = 0; r < RPW; ++r) {
-        float piece = 0.0f;
-        const unsigned* words = reinterpret_cast<const unsigned*>(&w[slot][r][u]);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          unsigned q[4];
-          Codes<__half>::of(words[j], zero, q);
-          const unsigned* xj = reinterpret_cast<const unsigned*>(&pairs[j]);
-#pragma unroll
-          for (int h = 0; h < 4; h += 2) {  // two products a half before float, as shipped (CHAIN 2)
-            __half2 sum = __hmul2(*reinterpret_cast<const __half2*>(&q[h]), *reinterpret_cast<const __half2*>(&xj[h]));
-            sum = __hfma2(*reinterpret_cast<const __half2*>(&q[h + 1]),
-                          *reinterpret_cast<const __half2*>(&xj[h + 1]), sum);
-            const float2 f = __half22float2(sum);
-            piece += f.x + f.y;
-          }
-        }
+        // two products a half before float, as shipped (CHAIN 2)
+        const float piece = at_qgemm_simt::piece_sum<2>(w[slot][r][u], pairs, zero);
         acc[r] = fmaf(piece, __half2float(s[slot][r][u]), acc[r]);
       }
     }

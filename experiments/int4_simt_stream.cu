@@ -57,35 +57,7 @@ __device__ __forceinline__ void stream_body(const __half* __restrict__ x, const 
       for (int u = 0; u < UNROLL; ++u)
         first[r][u] = lane + 32 * u < pieces ? __ldcs(rows[r] + lane + 32 * u) : make_uint4(0u, 0u, 0u, 0u);
   }
-  // x staged exactly as the shipped body stages it.
-  float largest = 0.0f;
-  for (int i = threadIdx.x; i < K / 8; i += BLOCK) {
-    const uint4 v = __ldg(reinterpret_cast<const uint4*>(x) + i);
-    uint4 pairs;
-    pairs.x = __byte_perm(v.x, v.z, 0x5410);
-    pairs.y = __byte_perm(v.x, v.z, 0x7632);
-    pairs.z = __byte_perm(v.y, v.w, 0x5410);
-    pairs.w = __byte_perm(v.y, v.w, 0x7632);
-    xs[(i % 4) * pieces + i / 4] = pairs;
-    const unsigned* words = reinterpret_cast<const unsigned*>(&v);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&words[j]));
-      largest = fmaxf(largest, fmaxf(fabsf(f.x), fabsf(f.y)));
-    }
-  }
-  const int e = at_qgemm_simt::block_exponent<BLOCK>(largest);
-  for (int i = threadIdx.x; i < K / 8; i += BLOCK) {
-    uint4& pairs = xs[(i % 4) * pieces + i / 4];
-    unsigned* words = reinterpret_cast<unsigned*>(&pairs);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&words[j]));
-      const __half2 h = __floats2half2_rn(ldexpf(f.x, -e), ldexpf(f.y, -e));
-      words[j] = *reinterpret_cast<const unsigned*>(&h);
-    }
-  }
-  __syncthreads();
+  const int e = at_qgemm_simt::stage_x<BLOCK>(x, xs, pieces, K);  // as the shipped body stages it
   if (row0 >= N) return;
   const Codes<__half>::Zero zero = Codes<__half>::zero(8);
   float acc[RPW];
@@ -124,25 +96,7 @@ __device__ __forceinline__ void stream_body(const __half* __restrict__ x, const 
 #pragma unroll
       for (int r = 0; r < RPW; ++r) {
         const int row = min(row0 + r, N - 1);
-        float piece = 0.0f;
-        const unsigned* words = reinterpret_cast<const unsigned*>(&w[r][u]);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          unsigned q[4];
-          Codes<__half>::of(words[j], zero, q);
-          const unsigned* xj = reinterpret_cast<const unsigned*>(&pairs[j]);
-          __half2 sum;
-#pragma unroll
-          for (int h = 0; h < 4; ++h) {
-            const __half2 qh = *reinterpret_cast<const __half2*>(&q[h]);
-            const __half2 xh = *reinterpret_cast<const __half2*>(&xj[h]);
-            sum = h % CHAIN == 0 ? __hmul2(qh, xh) : __hfma2(qh, xh, sum);
-            if (h % CHAIN == CHAIN - 1) {
-              const float2 f = __half22float2(sum);
-              piece += f.x + f.y;
-            }
-          }
-        }
+        const float piece = at_qgemm_simt::piece_sum<CHAIN>(w[r][u], pairs, zero);
         acc[r] = fmaf(piece, __half2float(__ldg(scales + (size_t)row * groups + group)), acc[r]);
       }
     }

@@ -44,22 +44,11 @@ __device__ __forceinline__ int block_exponent(float largest) {
   return largest > 0.0f ? e : 0;
 }
 
-template <int BLOCK, int RPW, int UNROLL, int GROUP, int SYM, int CHAIN = 2>
-__device__ __forceinline__ void gemv_body(const __half* __restrict__ x, const unsigned char* __restrict__ qweight,
-                                          const __half* __restrict__ scales, const unsigned char* __restrict__ zeros,
-                                          __half* __restrict__ out, int N, int K, float alpha, float beta) {
-  static_assert(BLOCK % 32 == 0, "whole warps");
-  static_assert(GROUP % at_qgemm::PIECE == 0, "a 16-byte piece lies inside one group");
-  static_assert(CHAIN == 1 || CHAIN == 2 || CHAIN == 4, "products a half sums before float: 1, 2 or 4");
-  constexpr int PIECES_A_GROUP = GROUP / at_qgemm::PIECE;
-  extern __shared__ uint4 xs[];  // word j of piece p (x[32p + 8j ...] as pairs) at xs[j * pieces + p]
-  const int pieces = K / at_qgemm::PIECE;
-  const int groups = K / GROUP;
-  at_qgemm::launch_dependents();
-  at_qgemm::wait_for_prior_grid();  // x and W may be written by the grid before (PDL)
-
-  // x as pairs (x0, x4), (x1, x5), (x2, x6), (x3, x7) of each 8, then scaled by 2^-e in place: each
-  // thread rescales the words it wrote.
+// x staged in shared memory as pairs (x0, x4), (x1, x5), (x2, x6), (x3, x7) of each 8 (word j of piece p,
+// x[32p + 8j ...], at xs[j * pieces + p]), then scaled by 2^-e in place, each thread rescaling the words
+// it wrote; returns e, the binary exponent bounding max |x| (block_exponent). Ends with a barrier.
+template <int BLOCK>
+__device__ __forceinline__ int stage_x(const __half* __restrict__ x, uint4* xs, int pieces, int K) {
   float largest = 0.0f;
   for (int i = threadIdx.x; i < K / 8; i += BLOCK) {
     const uint4 v = __ldg(reinterpret_cast<const uint4*>(x) + i);
@@ -88,6 +77,51 @@ __device__ __forceinline__ void gemv_body(const __half* __restrict__ x, const un
     }
   }
   __syncthreads();
+  return e;
+}
+
+// A 16-byte piece's 32 products with x's staged pairs of the piece, summed in float: the piece's 8 code
+// pairs made q - z halves (Codes<__half>), CHAIN products a half summed before each pair is widened.
+template <int CHAIN>
+__device__ __forceinline__ float piece_sum(const uint4& w, const uint4 (&pairs)[4],
+                                           const typename Codes<__half>::Zero& zero) {
+  float piece = 0.0f;
+  const unsigned* words = reinterpret_cast<const unsigned*>(&w);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    unsigned q[4];
+    Codes<__half>::of(words[j], zero, q);
+    const unsigned* xj = reinterpret_cast<const unsigned*>(&pairs[j]);
+    __half2 sum;
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {  // the word's pairs, CHAIN products a half summed before float
+      const __half2 qh = *reinterpret_cast<const __half2*>(&q[h]);
+      const __half2 xh = *reinterpret_cast<const __half2*>(&xj[h]);
+      sum = h % CHAIN == 0 ? __hmul2(qh, xh) : __hfma2(qh, xh, sum);
+      if (h % CHAIN == CHAIN - 1) {
+        const float2 f = __half22float2(sum);
+        piece += f.x + f.y;
+      }
+    }
+  }
+  return piece;
+}
+
+template <int BLOCK, int RPW, int UNROLL, int GROUP, int SYM, int CHAIN = 2>
+__device__ __forceinline__ void gemv_body(const __half* __restrict__ x, const unsigned char* __restrict__ qweight,
+                                          const __half* __restrict__ scales, const unsigned char* __restrict__ zeros,
+                                          __half* __restrict__ out, int N, int K, float alpha, float beta) {
+  static_assert(BLOCK % 32 == 0, "whole warps");
+  static_assert(GROUP % at_qgemm::PIECE == 0, "a 16-byte piece lies inside one group");
+  static_assert(CHAIN == 1 || CHAIN == 2 || CHAIN == 4, "products a half sums before float: 1, 2 or 4");
+  constexpr int PIECES_A_GROUP = GROUP / at_qgemm::PIECE;
+  extern __shared__ uint4 xs[];  // x as pairs (stage_x)
+  const int pieces = K / at_qgemm::PIECE;
+  const int groups = K / GROUP;
+  at_qgemm::launch_dependents();
+  at_qgemm::wait_for_prior_grid();  // x and W may be written by the grid before (PDL)
+
+  const int e = stage_x<BLOCK>(x, xs, pieces, K);
 
   const int lane = threadIdx.x % 32;
   const int row0 = (blockIdx.x * (BLOCK / 32) + threadIdx.x / 32) * RPW;
@@ -120,25 +154,7 @@ __device__ __forceinline__ void gemv_body(const __half* __restrict__ x, const un
         const int row = min(row0 + r, N - 1);
         const typename Codes<__half>::Zero zero =
             SYM ? symmetric_zero : Codes<__half>::zero(__ldg(zeros + (size_t)row * groups + group) & 0xF);
-        float piece = 0.0f;
-        const unsigned* words = reinterpret_cast<const unsigned*>(&w[r][u]);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          unsigned q[4];
-          Codes<__half>::of(words[j], zero, q);
-          const unsigned* xj = reinterpret_cast<const unsigned*>(&pairs[j]);
-          __half2 sum;
-#pragma unroll
-          for (int h = 0; h < 4; ++h) {  // the word's pairs, CHAIN products a half summed before float
-            const __half2 qh = *reinterpret_cast<const __half2*>(&q[h]);
-            const __half2 xh = *reinterpret_cast<const __half2*>(&xj[h]);
-            sum = h % CHAIN == 0 ? __hmul2(qh, xh) : __hfma2(qh, xh, sum);
-            if (h % CHAIN == CHAIN - 1) {
-              const float2 f = __half22float2(sum);
-              piece += f.x + f.y;
-            }
-          }
-        }
+        const float piece = piece_sum<CHAIN>(w[r][u], pairs, zero);
         acc[r] = fmaf(piece, __half2float(__ldg(scales + (size_t)row * groups + group)), acc[r]);
       }
     }
