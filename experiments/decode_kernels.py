@@ -1,7 +1,8 @@
 """Each kernel of a patched Llama's decode step, eager and under torch.compile, from torch.profiler: the
 kernels by total time, then one replay's kernels in order with their durations. It showed that Inductor
 names its fused norm and activation kernels after a low-bit linear's op (`triton_red_fused_..._qgemm_...`),
-which the decode benchmark's split then counted as linears (autotune/bench/kernel_names.py).
+which the decode benchmark's split then counted as linears (autotune/bench/kernel_names.py); and that a
+PDL-launched kernel's duration counts the wait for the kernel before it (the per-step sums it prints).
 
 On the GPU machine, from the repository root (transformers and torch there):
     python experiments/decode_kernels.py [int4|int8|fp8|float16] [--layers 2] [--unfused]
@@ -14,10 +15,12 @@ import sys
 from pathlib import Path
 
 import torch
+from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 import autotune
 from autotune.bench.decode_graph import PROMPT, DecodeGraph
+from autotune.bench.kernel_names import exclusive_split, is_linear_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 from bench_model import llama  # scripts/ is not a package: on the path above
@@ -48,7 +51,19 @@ def main() -> None:
                 totals.append((us / REPLAYS, event.count // REPLAYS, event.key[:110]))
         for us, count, name in sorted(totals, reverse=True)[:16]:
             print(f"  {us:8.1f} us  x{count:<3d} {name}")
-        kernels = [e for e in prof.events() if e.device_time_total and not e.name.startswith(("cudaGraph", "Memcpy"))]
+        kernels = [
+            e
+            for e in prof.events()
+            if e.device_type == DeviceType.CUDA and not e.name.startswith(("cudaGraph", "Memcpy"))
+        ]
+        spans = [(e.name, float(e.time_range.start), float(e.time_range.end)) for e in kernels]
+        alone, linear_alone = exclusive_split(spans)
+        summed = sum(end - start for _, start, end in spans)
+        linear_summed = sum(end - start for name, start, end in spans if is_linear_kernel(name))
+        print(
+            f"  per step: durations summed {summed / REPLAYS:.1f} us (linears {linear_summed / REPLAYS:.1f}),"
+            f" each alone {alone / REPLAYS:.1f} us (linears {linear_alone / REPLAYS:.1f})"
+        )
         for event in kernels[: len(kernels) // REPLAYS]:
             print(f"    {event.device_time_total:7.1f} {event.name[:90]}")
 

@@ -15,8 +15,9 @@ For each mode (eager modules; `torch.compile`d forward) and copy:
   step first sets back with one small kernel) captured by hand into a CUDA graph and replayed, timed by
   CUDA events over REPLAYS replays; torch and ours take turns for ROUNDS rounds, the ratio's 95%
   interval bootstrapped from the rounds' ratios.
-- The linears' share of it: torch.profiler's kernel times of a few replays, the GEMV/GEMM kernels (ours,
-  cuBLAS, cuBLASLt's nvjet) summed apart from the rest (attention, norms, rotary, sampling).
+- The linears' share of it: torch.profiler's kernels of a few replays, each counted for the time it runs
+  alone (a PDL launch starts under the kernel before it), the GEMV/GEMM kernels (ours, cuBLAS, cuBLASLt's
+  nvjet) summed apart from the rest (attention, norms, rotary, sampling).
 - Wall time per token: eager `generate` of NEW_TOKENS greedy tokens, less a one-token `generate` (the
   prefill), over the decode steps, torch's and ours in turns for WALL_ROUNDS rounds (eager mode only:
   what a user's plain loop pays, host included).
@@ -211,6 +212,7 @@ def measure(
                 "ours_kernel_us": kernels["ours"][0],
                 "torch_linear_us": kernels["torch"][1],
                 "ours_linear_us": kernels["ours"][1],
+                "kernel_split": "exclusive",  # each kernel's time alone (older rows: durations summed)
                 "torch_wall_us": torch_wall if mode == "eager" else None,
                 "ours_wall_us": ours_wall if mode == "eager" else None,
                 "wall_ratio_ci95": wall_ci if mode == "eager" else None,  # torch's over ours'

@@ -139,6 +139,12 @@ def linear_table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _summed_mark(row: dict[str, Any]) -> str:
+    """'†' for a decode row whose linears are its kernels' durations summed (measured before
+    bench_model.py counted each kernel's time alone), '' otherwise."""
+    return "" if row.get("kernel_split") == "exclusive" else "†"
+
+
 def model_table(report: dict[str, Any]) -> str:
     """scripts/bench_model.py: GPU µs per decode step (a captured step replayed), the linears' kernels,
     eager generate's wall µs per token, and the teacher-forced logits beside a float32 run."""
@@ -159,7 +165,10 @@ def model_table(report: dict[str, Any]) -> str:
             f"{r['torch_gpu_us']:.0f}",
             f"{r['ours_gpu_us']:.0f}",
             f"{r['gpu_ratio']:.3f} ({low:.3f}-{high:.3f})",
-            *("-" if r[key] is None else f"{r[key]:.0f}" for key in ("torch_linear_us", "ours_linear_us")),
+            *(
+                "-" if r[key] is None else f"{r[key]:.0f}{_summed_mark(r)}"
+                for key in ("torch_linear_us", "ours_linear_us")
+            ),
             *walls,
             f"{r['logit_dev']:.3f} / {r['torch_logit_dev']:.3f}",
             f"{r['tokens_agree']:.3f}",
@@ -169,7 +178,9 @@ def model_table(report: dict[str, Any]) -> str:
         "",
         f"transformers {report['transformers']}'s Llama at Llama-3-8B widths, batch 1, a {report['prompt']}-token "
         f"prompt; GPU time of one decode step captured into a CUDA graph, {report['rounds']} rounds in turns; "
-        "compiled: the step under `torch.compile` before the capture ([models.md](models.md)).",
+        "compiled: the step under `torch.compile` before the capture ([models.md](models.md)). Linears: each "
+        "kernel's time alone on the GPU; † rows measured before that, their kernels' durations summed (a PDL "
+        "launch's wait under the kernel before it counted in).",
     ]
     hosts = [(r["layers"], r["host"]) for r in report["rows"] if r.get("host")]
     for layers, host in hosts:

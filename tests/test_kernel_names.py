@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.bench.kernel_names import is_linear_kernel
+from autotune.bench.kernel_names import exclusive_split, is_linear_kernel
 from autotune.ops import for_problem, make_problem
 from autotune.ops.q8gemm import call as q8_call
 from autotune.ops.qgemm import call as q4_call
@@ -54,3 +54,19 @@ def test_products_count_as_linears(name: str) -> None:
 @pytest.mark.parametrize("name", PROFILED_OTHERS)
 def test_fused_norms_activations_and_attention_do_not(name: str) -> None:
     assert not is_linear_kernel(name)
+
+
+def test_a_kernel_waiting_under_the_one_before_counts_from_its_end() -> None:
+    # The int4 step's gate and up projections: the up kernel (PDL) starts 10 us into the gate's 12.9 us.
+    qgemm, silu = "qgemm_float16_g128_m1_b128_t1_u2_c1_p2_o1_r3", "triton_poi_fused_mul_qgemm_silu_8"
+    kernels = [(qgemm, 10.0, 33.3), (qgemm, 0.0, 12.9), (silu, 33.3, 34.4)]
+    total, linear = exclusive_split(kernels)
+    assert linear == pytest.approx(33.3)  # not 12.9 + 23.3
+    assert total == pytest.approx(34.4)
+
+
+def test_gaps_and_kernels_inside_another_add_nothing() -> None:
+    kernels = [("gemv_a", 0.0, 5.0), ("elementwise_kernel", 1.0, 2.0), ("gemv_b", 8.0, 9.0)]
+    total, linear = exclusive_split(kernels)
+    assert (total, linear) == (pytest.approx(6.0), pytest.approx(6.0))
+    assert exclusive_split([]) == (0.0, 0.0)

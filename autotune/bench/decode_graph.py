@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from autotune.bench.kernel_names import is_linear_kernel
+from autotune.bench.kernel_names import exclusive_split
 
 # The prompt a step follows, the tokens generated after it (the static cache holds both), rounds of
 # torch's and ours' step times taken in turns, and the graph replays per time sample.
@@ -88,8 +88,10 @@ class DecodeGraph:
         return float(start.elapsed_time(end)) * 1e3 / REPLAYS
 
     def kernel_us(self) -> tuple[float | None, float | None]:
-        """(all kernels, the products' kernels) in µs per replay, from torch.profiler; None where the
-        profiler sees no kernel inside the graph."""
+        """(all kernels, the products' kernels) in µs per replay, from torch.profiler's kernel events, each
+        kernel counted for the time it runs alone (kernel_names.exclusive_split: our PDL launches start
+        under the kernel before them); None where the profiler sees no kernel inside the graph."""
+        from torch.autograd import DeviceType
         from torch.profiler import ProfilerActivity, profile
 
         replays = 5
@@ -97,12 +99,10 @@ class DecodeGraph:
             for _ in range(replays):
                 self.graph.replay()
             torch.cuda.synchronize()
-        total = linear = 0.0
-        for event in prof.key_averages():
-            us = float(getattr(event, "self_device_time_total", 0.0) or getattr(event, "self_cuda_time_total", 0.0))
-            if not us or event.key.startswith(("cudaGraph", "Memcpy", "Memset")):
-                continue
-            total += us
-            if is_linear_kernel(event.key):
-                linear += us
+        kernels = [
+            (event.name, float(event.time_range.start), float(event.time_range.end))
+            for event in prof.events()
+            if event.device_type == DeviceType.CUDA and not event.name.startswith(("cudaGraph", "Memcpy", "Memset"))
+        ]
+        total, linear = exclusive_split(kernels)
         return (total / replays, linear / replays) if total else (None, None)
