@@ -215,6 +215,8 @@ __device__ __forceinline__ void fetch_pieces(uint4 (&w)[RPW][UNROLL], const uint
 }
 
 // acc[r][i] += the stage's codes of row r times row m0 + i of x (q8gemm_body's arithmetic, in its order).
+// q8gemm_body keeps its own copy of this loop: called from there, the same arithmetic compiles to other
+// machine code for 11 of the 466 shipped H200 trials (scripts/rehash_records.py), which would need timing again.
 template <typename T, int KIND, int MT, int RPW, int UNROLL>
 __device__ __forceinline__ void multiply_pieces(const uint4 (&w)[RPW][UNROLL], const T* __restrict__ x,
                                                 float (&acc)[RPW][MT], int base, int end, int m0, int M, int K) {
