@@ -15,11 +15,10 @@ import sys
 from pathlib import Path
 
 import torch
-from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 import autotune
-from autotune.bench.decode_graph import PROMPT, DecodeGraph
+from autotune.bench.decode_graph import PROMPT, DecodeGraph, kernel_events, kernel_spans
 from autotune.bench.kernel_names import exclusive_split, is_linear_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
@@ -51,12 +50,8 @@ def main() -> None:
                 totals.append((us / REPLAYS, event.count // REPLAYS, event.key[:110]))
         for us, count, name in sorted(totals, reverse=True)[:16]:
             print(f"  {us:8.1f} us  x{count:<3d} {name}")
-        kernels = [
-            e
-            for e in prof.events()
-            if e.device_type == DeviceType.CUDA and not e.name.startswith(("cudaGraph", "Memcpy"))
-        ]
-        spans = [(e.name, float(e.time_range.start), float(e.time_range.end)) for e in kernels]
+        kernels = kernel_events(prof)
+        spans = kernel_spans(kernels)
         alone, linear_alone = exclusive_split(spans)
         summed = sum(end - start for _, start, end in spans)
         linear_summed = sum(end - start for name, start, end in spans if is_linear_kernel(name))

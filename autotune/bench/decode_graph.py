@@ -91,7 +91,6 @@ class DecodeGraph:
         """(all kernels, the products' kernels) in µs per replay, from torch.profiler's kernel events, each
         kernel counted for the time it runs alone (kernel_names.exclusive_split: our PDL launches start
         under the kernel before them); None where the profiler sees no kernel inside the graph."""
-        from torch.autograd import DeviceType
         from torch.profiler import ProfilerActivity, profile
 
         replays = 5
@@ -99,10 +98,21 @@ class DecodeGraph:
             for _ in range(replays):
                 self.graph.replay()
             torch.cuda.synchronize()
-        kernels = [
-            (event.name, float(event.time_range.start), float(event.time_range.end))
-            for event in prof.events()
-            if event.device_type == DeviceType.CUDA and not event.name.startswith(("cudaGraph", "Memcpy", "Memset"))
-        ]
-        total, linear = exclusive_split(kernels)
+        total, linear = exclusive_split(kernel_spans(kernel_events(prof)))
         return (total / replays, linear / replays) if total else (None, None)
+
+
+def kernel_events(prof: Any) -> list[Any]:
+    """A torch.profiler run's kernels on the GPU, in the order it lists them (no copies, no sets)."""
+    from torch.autograd import DeviceType
+
+    return [
+        event
+        for event in prof.events()
+        if event.device_type == DeviceType.CUDA and not event.name.startswith(("cudaGraph", "Memcpy", "Memset"))
+    ]
+
+
+def kernel_spans(events: list[Any]) -> list[tuple[str, float, float]]:
+    """(name, start, end) on the GPU's clock of each kernel event (exclusive_split's input)."""
+    return [(event.name, float(event.time_range.start), float(event.time_range.end)) for event in events]
