@@ -541,12 +541,16 @@ def linear(x: Any, weight: Any, bias: Any = None, *, db: str | None = None) -> A
         if k > 1:
             return _RUNTIME.gemv(weight, x, db=db)
     elif (
-        bias is None and len(shape) == 3 and shape[0] == 1 == shape[1] and shape[2] == k > 1 and len(weight.shape) == 2
+        bias is None
+        and len(shape) == 3
+        and shape[0] == 1 == shape[1]
+        and shape[2] == k > 1
+        and len(weight.shape) == 2
+        and weight.shape[0]
     ):
-        # A transformers decode step's (batch 1, one token, K) x: its vector, and y viewed back.
-        n = weight.shape[0]
-        if n:
-            return _RUNTIME.gemv(weight, x.reshape(k), db=db).view(1, 1, n)
+        # A transformers decode step's (batch 1, one token, K) x: the GEMV takes it as it is and
+        # gives its (1, 1, N) y, no reshape on either side.
+        return _RUNTIME.gemv(weight, x, db=db)
     if x.shape[-1] != k:
         raise AutotuneError(f"x has {x.shape[-1]} features, W expects {k} (x: (..., K), W: (N, K))")
     n = weight.shape[0]

@@ -23,8 +23,8 @@ For each mode (eager modules; `torch.compile`d forward) and copy:
   what a user's plain loop pays, host included).
 - Host time per patched linear (float16 unfused, eager): each distinct linear of the first layer and
   the lm_head called with a decode step's (1, 1, K) x, HELD_CALLS at a time queued behind a sleeping
-  kernel (autotune/bench/harness.py's host_us_per_call), the torch copy's module beside ours'; the rows'
-  `host` list.
+  kernel (autotune/bench/harness.py's host_us_per_call), the torch copy's module beside ours', all
+  sixteen in turns for HOST_ROUNDS rounds; the rows' `host` list.
 - Correctness by teacher forcing: the same tokens (the prompt and torch's greedy continuation) fed one
   at a time to a float32 copy, torch's and ours; `logit_dev` is ours' max |logit - float32's|,
   `torch_logit_dev` torch's, `tokens_agree` the share of positions where ours and torch's argmax agree.
@@ -50,6 +50,7 @@ from autotune.bench.harness import host_us_per_call, read_json, report_path, wri
 
 WEIGHTS = ["float16", "int4", "int8", "fp8"]  # what --weights patches, in the order of the rows
 WALL_ROUNDS = 12  # rounds of eager generate's wall time per token, torch's and ours in turns
+HOST_ROUNDS = 40  # rounds of host time per linear, every linear of both models in turns in each
 
 
 def llama(layers: int) -> Any:
@@ -132,24 +133,30 @@ def references(model: Any, tokens: Any) -> tuple[Any, Any]:
 
 def host_per_linear(theirs: Any, ours: Any) -> list[dict[str, Any]]:
     """Host µs per call of each distinct linear (the first decoder layer's and the lm_head), torch's
-    module beside ours', under no_grad with a decode step's (1, 1, K) x."""
+    module beside ours', under no_grad with a decode step's (1, 1, K) x. All sixteen calls take turns
+    in every round: the host's speed drifts by a third within a run, so each linear measured in its own
+    window of time compared one window with another."""
     names = [name for name, module in theirs.named_modules() if isinstance(module, torch.nn.Linear)]
     names = [name for name in names if name.startswith("model.layers.0.") or "layers." not in name]
     modules = dict(ours.named_modules())
-    rows = []
+    calls: dict[str, Callable[[], None]] = {}
+    for name in names:
+        mine, torch_module = modules[name], theirs.get_submodule(name)
+        x = torch.randn(1, 1, torch_module.in_features, device="cuda", dtype=torch.float16)
+        calls[f"torch {name}"] = lambda m=torch_module, x=x: m(x)
+        calls[f"ours {name}"] = lambda m=mine, x=x: m(x)
     with torch.no_grad():
-        for name in names:
-            mine, torch_module = modules[name], theirs.get_submodule(name)
-            x = torch.randn(1, 1, torch_module.in_features, device="cuda", dtype=torch.float16)
-            calls = {"torch": lambda m=torch_module, x=x: m(x), "ours": lambda m=mine, x=x: m(x)}
-            for call in calls.values():
-                call()
-            torch.cuda.synchronize()
-            got = host_us_per_call(torch, calls, rounds=15)
-            rows.append({"name": name.rsplit(".", 1)[-1], "n": torch_module.out_features, "k": torch_module.in_features,
-                         "torch_host_us": got["torch"], "ours_host_us": got["ours"]})  # fmt: skip
-            print(f"host per call {rows[-1]['name']:10} torch {got['torch']:5.1f} us  ours {got['ours']:5.1f} us",
-                  flush=True)  # fmt: skip
+        for call in calls.values():
+            call()
+        torch.cuda.synchronize()
+        got = host_us_per_call(torch, calls, rounds=HOST_ROUNDS)
+    rows = []
+    for name in names:
+        module = theirs.get_submodule(name)
+        rows.append({"name": name.rsplit(".", 1)[-1], "n": module.out_features, "k": module.in_features,
+                     "torch_host_us": got[f"torch {name}"], "ours_host_us": got[f"ours {name}"]})  # fmt: skip
+        print(f"host per call {rows[-1]['name']:10} torch {got[f'torch {name}']:5.1f} us"
+              f"  ours {got[f'ours {name}']:5.1f} us", flush=True)  # fmt: skip
     return rows
 
 

@@ -145,3 +145,27 @@ def test_strided_vectors_incx_and_incy() -> None:
     torch.cuda.synchronize()
     want = 2.0 * (A.double() @ x.double()) + 0.5 * y0.double()
     _check(y, want, 2.0 * (A.double().abs() @ x.double().abs()).max().item() + y0.double().abs().max().item())
+
+
+def test_a_decode_steps_row_x_gives_its_row_y() -> None:
+    """A (1, 1, K) x (a transformers decode step's) in gemv and linear: y (1, 1, N), the same numbers as
+    the vector's, repeated calls (the signature's short path) included, and a strided one copied first.
+    The output is poisoned first."""
+    torch = _torch()
+    A = torch.randn(3072, 1024, device="cuda", dtype=torch.float16)
+    x = torch.randn(1, 1, 1024, device="cuda", dtype=torch.float16)
+    want = (A.double() @ x.double().reshape(1024)).reshape(1, 1, 3072)
+    scale = (A.double().abs() @ x.double().abs().reshape(1024)).max().item()
+    for _ in range(3):
+        _check(autotune.gemv(A, x), want, scale)
+        _check(autotune.linear(x, A), want, scale)
+    out = torch.full((1, 1, 3072), float("nan"), device="cuda", dtype=torch.float16)
+    autotune.gemv(A, x, out=out)
+    _check(out, want, scale)
+    wide = torch.randn(1, 1, 2048, device="cuda", dtype=torch.float16)
+    strided = wide[..., ::2]
+    _check(autotune.linear(strided, A), (A.double() @ strided.double().reshape(1024)).reshape(1, 1, 3072), scale * 4)
+    xt = torch.randn(1, 1, 3072, device="cuda", dtype=torch.float16)
+    want_t = (A.double().t() @ xt.double().reshape(3072)).reshape(1, 1, 1024)
+    scale_t = (A.double().abs().t() @ xt.double().abs().reshape(3072)).max().item()
+    _check(autotune.gemv(A, xt, trans=True), want_t, scale_t)

@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 
 from autotune.core.errors import AutotuneError
+from autotune.ops.call import Reroute
 from autotune.ops.gemm.call import GemmLayout
 from autotune.ops.gemm.call import check_operands as check_gemm_operands
 from autotune.ops.gemv.call import GemvLayout
+from autotune.ops.gemv.call import bind as bind_gemv
 from autotune.ops.gemv.call import check_operands as check_gemv_operands
 from autotune.runtime.operands import describe, stream_handle
 
@@ -58,6 +60,16 @@ def test_a_transposed_view_runs_the_other_kernel_on_the_same_memory() -> None:
 def test_a_one_row_x_gives_a_one_row_y() -> None:
     assert _operands(CudaArray((4, 6)), CudaArray((1, 6))) == GemvLayout(4, 6, False, (1, 4), 6)
     assert _operands(CudaArray((4, 6)), CudaArray((1, 6)), CudaArray((1, 4))).out_shape == (1, 4)
+    # A decode step's (batch, token, K) x: its y keeps both leading ones, given or made.
+    assert _operands(CudaArray((4, 6)), CudaArray((1, 1, 6))) == GemvLayout(4, 6, False, (1, 1, 4), 6)
+    assert _operands(CudaArray((4, 6)), CudaArray((1, 1, 6)), CudaArray((1, 1, 4))).out_shape == (1, 1, 4)
+    assert _operands(CudaArray((4, 6)), CudaArray((1, 1, 4)), trans=True).out_shape == (1, 1, 6)
+
+
+def test_a_strided_row_with_leading_ones_is_copied_first() -> None:
+    a, x = CudaArray((4, 6)), CudaArray((1, 1, 6), strides=(24, 24, 4))  # float16 x[..., ::2]
+    bound = bind_gemv([describe(a, "A"), describe(x, "x")], None, (False,))
+    assert isinstance(bound, Reroute) and bound.copy_inputs == (1,)
 
 
 # Row-strided views (strides in bytes of float16): the plain GEMV runs them in place with A's row stride.

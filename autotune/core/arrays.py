@@ -50,8 +50,15 @@ def transposed_contiguous(array: DeviceArray) -> bool:
     return (strides[0] == 1 or rows == 1) and (strides[1] == rows or cols == 1)
 
 
+def row_vector(shape: tuple[int, ...], length: int) -> bool:
+    """A row of `length` elements with leading extents of 1: 1 x length, or 1 x 1 x length, the x of a
+    transformers decode step (batch 1, one token)."""
+    return len(shape) >= 2 and shape[-1] == length and all(extent == 1 for extent in shape[:-1])
+
+
 def strided_vector(array: DeviceArray) -> bool:
-    """A vector (1-D, or a 1 x length / length x 1 matrix) whose elements are not adjacent: BLAS's
-    incx / incy other than 1 (x[::2], a column of a row-major matrix)."""
-    vector = len(array.shape) == 1 or (len(array.shape) == 2 and 1 in array.shape)
+    """A vector (1-D, or a shape whose extents but one are 1: 1 x length, length x 1, 1 x 1 x length)
+    whose elements are not adjacent: BLAS's incx / incy other than 1 (x[::2], a column of a row-major
+    matrix)."""
+    vector = len(array.shape) >= 1 and sum(extent != 1 for extent in array.shape) <= 1
     return vector and not contiguous(array)

@@ -12,6 +12,7 @@ from autotune.core.arrays import (
     DeviceArray,
     contiguous,
     leading_dimension,
+    row_vector,
     strided_vector,
     transposed_contiguous,
 )
@@ -59,8 +60,8 @@ def check_operands(a: DeviceArray, x: DeviceArray, out: DeviceArray | None, tran
     """The layout of y = A x (with `trans`, y = Aᵀ x): A row-major, or a transposed view of a
     row-major matrix, which is the same product with the other kernel (A.t() @ x = Aᵀx). Both
     kernels take A's row stride lda, so A may have gaps between its rows: a slice of columns such as
-    A[:, :k] or A[:, 1:] (or its transpose) runs in place. x and y are vectors, or 1 x length /
-    length x 1 matrices."""
+    A[:, :k] or A[:, 1:] (or its transpose) runs in place. x and y are vectors, 1 x length /
+    length x 1 matrices, or rows with more leading ones (1 x 1 x length)."""
     if len(a.shape) != 2:
         raise AutotuneError(f"A must be a 2-D matrix, got shape {a.shape}")
     rows, cols = a.shape
@@ -74,16 +75,19 @@ def check_operands(a: DeviceArray, x: DeviceArray, out: DeviceArray | None, tran
         )
     x_len, y_len = (rows, cols) if trans else (cols, rows)
     what = f"A{'ᵀ' if trans else ''}x with A {rows}x{cols}"
-    if x.shape not in ((x_len,), (x_len, 1), (1, x_len)) or not contiguous(x):
+    x_row = row_vector(x.shape, x_len)
+    if not (x.shape in ((x_len,), (x_len, 1)) or x_row) or not contiguous(x):
         raise AutotuneError(f"x must be a contiguous vector of length {x_len} ({what}), got shape {x.shape}")
     if x.dtype != a.dtype:
         raise AutotuneError(f"A and x must share a dtype, got {a.dtype} and {x.dtype}")
     if out is not None:
-        if out.shape not in ((y_len,), (y_len, 1), (1, y_len)) or not contiguous(out):
+        if not (out.shape in ((y_len,), (y_len, 1)) or row_vector(out.shape, y_len)) or not contiguous(out):
             raise AutotuneError(f"out must be a contiguous vector of length {y_len} ({what}), got shape {out.shape}")
         if out.dtype != a.dtype:
             raise AutotuneError(f"out must have A's dtype {a.dtype}, got {out.dtype}")
-    out_shape = (1, y_len) if x.shape == (1, x_len) and x_len != 1 else (y_len,)
+    # A row x gives a row y of the same leading ones: a decode step's (1, 1, K) x its (1, 1, N) y,
+    # with no reshape on either side (a torch view costs host time on every eager call).
+    out_shape = (*x.shape[:-1], y_len) if x_row and x_len != 1 else (y_len,)
     return GemvLayout(m, n, runs_trans, out_shape, lda)
 
 
