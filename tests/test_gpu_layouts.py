@@ -149,8 +149,8 @@ def test_strided_vectors_incx_and_incy() -> None:
 
 def test_a_decode_steps_row_x_gives_its_row_y() -> None:
     """A (1, 1, K) x (a transformers decode step's) in gemv and linear: y (1, 1, N), the same numbers as
-    the vector's, repeated calls (the signature's short path) included, and a strided one copied first.
-    The output is poisoned first."""
+    the vector's, repeated calls (the signature's short path) included, and a strided one copied first;
+    a given out is poisoned with NaN first."""
     torch = _torch()
     A = torch.randn(3072, 1024, device="cuda", dtype=torch.float16)
     x = torch.randn(1, 1, 1024, device="cuda", dtype=torch.float16)
