@@ -5,7 +5,7 @@ which the decode benchmark's split then counted as linears (autotune/bench/kerne
 PDL-launched kernel's duration counts the wait for the kernel before it (the per-step sums it prints).
 
 On the GPU machine, from the repository root (transformers and torch there):
-    python experiments/decode_kernels.py [int4|int8|fp8|float16] [--layers 2] [--unfused]
+    python experiments/decode_kernels.py [int4|int8|fp8|float16] [--layers 2] [--unfused] [--pdl]
 """
 
 from __future__ import annotations
@@ -32,12 +32,13 @@ def main() -> None:
     parser.add_argument("weights", nargs="?", default="int4", choices=("int4", "int8", "fp8", "float16"))
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--unfused", action="store_true", help="patch without fuse=True")
+    parser.add_argument("--pdl", action="store_true", help="compiled: Inductor's Triton kernels launched with PDL")
     args = parser.parse_args()
     model = llama(args.layers)
     model = autotune.patch(model, None if args.weights == "float16" else args.weights, fuse=not args.unfused)
     prompt = torch.randint(0, 1000, (1, PROMPT), device="cuda")
     for compiled in (False, True):
-        graph = DecodeGraph(model, prompt, compiled)
+        graph = DecodeGraph(model, prompt, compiled, pdl=args.pdl)
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(REPLAYS):
                 graph.graph.replay()

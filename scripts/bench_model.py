@@ -2,14 +2,15 @@
 results/model_<gpu>.json (plot it with scripts/plot_model.py).
 
 Run on the GPU machine:  python scripts/bench_model.py --out results [--layers 8 32] [--weights float16 int4 int8 fp8]
-                                                        [--merge]
+                                                        [--modes eager compiled compiled-pdl] [--merge]
 The model is LlamaForCausalLM at Llama-3-8B's widths (hidden 4096, MLP 14336, 32 query and 8 key/value
 heads, vocabulary 128256), built from its config with random float16 weights (no download), batch 1, a
 16-token prompt. Two copies of it: torch's, and one patched by autotune.patch (unfused, then fused); `--weights
 int4` patches int4 g128 weights instead, `int8` and `fp8` 8-bit weights with a scale per row (`--weights
 float16 int4`: both), timed against torch's float16 and checked against their own values dequantized.
 `--merge` keeps the rows of an earlier run's file that this run does not measure again.
-For each mode (eager modules; `torch.compile`d forward) and copy:
+For each mode (`--modes`: eager modules; `torch.compile`d forward; `compiled-pdl`, the same with
+Inductor's Triton kernels launched with programmatic dependent launch, both copies alike) and copy:
 
 - GPU time per decode step: one decode step (a token, transformers' StaticCache, whose token counters the
   step first sets back with one small kernel) captured by hand into a CUDA graph and replayed, timed by
@@ -49,6 +50,9 @@ from autotune.bench.decode_graph import NEW_TOKENS, PROMPT, REPLAYS, ROUNDS, Dec
 from autotune.bench.harness import host_us_per_call, read_json, report_path, write_json
 
 WEIGHTS = ["float16", "int4", "int8", "fp8"]  # what --weights patches, in the order of the rows
+# How a step runs: eager modules; under torch.compile; the same with Inductor's Triton kernels launched
+# with programmatic dependent launch (opt-in: decode_graph.inductor_pdl), in the order of the rows.
+MODES = ["eager", "compiled", "compiled-pdl"]
 WALL_ROUNDS = 12  # rounds of eager generate's wall time per token, torch's and ours in turns
 HOST_ROUNDS = 40  # rounds of host time per linear, every linear of both models in turns in each
 
@@ -160,6 +164,11 @@ def host_per_linear(theirs: Any, ours: Any) -> list[dict[str, Any]]:
     return rows
 
 
+def decode_graph(model: Any, prompt: Any, mode: str) -> DecodeGraph:
+    """The model's decode step captured as `mode` (one of MODES) runs it."""
+    return DecodeGraph(model, prompt, compiled=mode != "eager", pdl=mode == "compiled-pdl")
+
+
 def measure(
     layers: int,
     modes: list[str],
@@ -177,7 +186,7 @@ def measure(
     with torch.no_grad():
         tokens = torch_model.generate(prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
     float_checks = references(torch_model, tokens)
-    torch_graphs = {mode: DecodeGraph(torch_model, prompt, mode == "compiled") for mode in modes}
+    torch_graphs = {mode: decode_graph(torch_model, prompt, mode) for mode in modes}
     for weights, fused in variants:
         low_bit = weights != "float16"
         ours_model = autotune.patch(copy.deepcopy(torch_model), weights if low_bit else None, fuse=fused)
@@ -198,7 +207,7 @@ def measure(
         walls, wall_ci = wall_us_per_token({"torch": torch_model, "ours": ours_model}, prompt)
         torch_wall, ours_wall = walls["torch"], walls["ours"]
         for mode in modes:
-            graphs = {"torch": torch_graphs[mode], "ours": DecodeGraph(ours_model, prompt, mode == "compiled")}
+            graphs = {"torch": torch_graphs[mode], "ours": decode_graph(ours_model, prompt, mode)}
             times: dict[str, list[float]] = {"torch": [], "ours": []}
             for _ in range(ROUNDS):
                 for name, graph in graphs.items():
@@ -250,7 +259,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("results"))
     parser.add_argument("--layers", type=int, nargs="+", default=[8, 32])
-    parser.add_argument("--modes", nargs="+", default=["eager", "compiled"], choices=["eager", "compiled"])
+    parser.add_argument("--modes", nargs="+", default=["eager", "compiled"], choices=MODES)
     parser.add_argument("--fused", nargs="+", default=["no", "yes"], choices=["no", "yes"])
     parser.add_argument("--weights", nargs="+", default=["float16"], choices=WEIGHTS)
     parser.add_argument("--merge", action="store_true", help="keep the earlier file's rows not measured again")
@@ -269,7 +278,7 @@ def main() -> int:
         rows = [r for r in earlier if (r["layers"], r["weights"], r["fused"], r["mode"]) not in measured]
 
     def save() -> None:  # after every row: a run cut short keeps what it measured
-        rows.sort(key=lambda r: (r["layers"], WEIGHTS.index(r["weights"]), r["fused"], r["mode"] == "compiled"))
+        rows.sort(key=lambda r: (r["layers"], WEIGHTS.index(r["weights"]), r["fused"], MODES.index(r["mode"])))
         report = {"gpu": gpu, "torch": torch.__version__, "transformers": transformers.__version__,
                   "prompt": PROMPT, "new_tokens": NEW_TOKENS, "rounds": ROUNDS, "replays": REPLAYS,
                   "rows": rows}  # fmt: skip

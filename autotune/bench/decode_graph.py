@@ -5,6 +5,7 @@ torch's. Needs torch and transformers (the GPU machine); nothing in the package 
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -40,10 +41,22 @@ def static_cache(model: Any) -> Any:
         )
 
 
-class DecodeGraph:
-    """One decode step of `model` at position PROMPT, captured into a CUDA graph."""
+def inductor_pdl() -> Any:
+    """A context in which torch.compile makes its Triton kernels launch with programmatic dependent
+    launch (Inductor's `triton.enable_pdl`): each waits for the kernel before it in the kernel, not at
+    its launch, and lets the next one start early. Ours do both already, but behind a kernel that never
+    lets its dependents start they begin only when it ends (docs/models.md)."""
+    config = torch._inductor.config
+    if not hasattr(config.triton, "enable_pdl"):
+        raise RuntimeError(f"torch {torch.__version__}'s Inductor has no triton.enable_pdl option")
+    return config.patch({"triton.enable_pdl": True})
 
-    def __init__(self, model: Any, prompt: Any, compiled: bool) -> None:
+
+class DecodeGraph:
+    """One decode step of `model` at position PROMPT, captured into a CUDA graph; `compiled` under
+    torch.compile, with `pdl` its Triton kernels launched with programmatic dependent launch."""
+
+    def __init__(self, model: Any, prompt: Any, compiled: bool, pdl: bool = False) -> None:
         self.cache = static_cache(model)
         with torch.no_grad():
             model(input_ids=prompt, past_key_values=self.cache, cache_position=torch.arange(PROMPT, device="cuda"))
@@ -68,13 +81,14 @@ class DecodeGraph:
         run = torch.compile(step) if compiled else step
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
-        with torch.no_grad(), torch.cuda.stream(stream):
+        options = inductor_pdl if compiled and pdl else contextlib.nullcontext
+        with options(), torch.no_grad(), torch.cuda.stream(stream):
             for _ in range(3):  # warm: selection, kernels, compilation, cuBLAS workspaces
                 run()
         torch.cuda.current_stream().wait_stream(stream)
         torch.cuda.synchronize()
         self.graph = torch.cuda.CUDAGraph()
-        with torch.no_grad(), torch.cuda.graph(self.graph):
+        with options(), torch.no_grad(), torch.cuda.graph(self.graph):
             self.logits = run()
 
     def time_us(self) -> float:
