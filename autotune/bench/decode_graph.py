@@ -46,7 +46,8 @@ def inductor_pdl() -> Any:
     launch (Inductor's `triton.enable_pdl`): each waits for the kernel before it in the kernel, not at
     its launch, and lets the next one start early. Ours do both already, but behind a kernel that never
     lets its dependents start they begin only when it ends (docs/models.md)."""
-    config = torch._inductor.config
+    import torch._inductor.config as config
+
     if not hasattr(config.triton, "enable_pdl"):
         raise RuntimeError(f"torch {torch.__version__}'s Inductor has no triton.enable_pdl option")
     return config.patch({"triton.enable_pdl": True})
