@@ -56,7 +56,7 @@ class Prefetcher:
     """Launches prefetch_l2 on a torch stream (through cupy, which shares torch's context)."""
 
     def __init__(self) -> None:
-        self.kernel = cupy.RawKernel(SOURCE, "prefetch_l2", options=("-arch=sm_90",))
+        self.kernel = cupy.RawKernel(SOURCE, "prefetch_l2")  # NVRTC, for the GPU's own architecture
 
     def __call__(self, weight: torch.Tensor, nbytes: int, stream: torch.cuda.Stream) -> None:
         nbytes = min(nbytes, weight.numel() * weight.element_size()) // 16 * 16
