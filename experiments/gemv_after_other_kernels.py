@@ -24,7 +24,7 @@ from torch.profiler import ProfilerActivity, profile
 
 import autotune
 from autotune.bench.decode_graph import kernel_events, kernel_spans
-from autotune.bench.kernel_names import is_linear_kernel
+from autotune.bench.kernel_names import exclusive_times, is_linear_kernel
 
 SHAPES = [(6144, 4096), (4096, 4096), (4096, 14336), (28672, 4096)]  # (N, K): q/k/v, o, down, gate/up
 COPIES = 32
@@ -52,12 +52,8 @@ def linear_kernel_us(body: Callable[[], None]) -> float:
         for _ in range(REPLAYS):
             graph.replay()
         torch.cuda.synchronize()
-    times, busy_until = [], -float("inf")
-    for name, start, end in sorted(kernel_spans(kernel_events(prof)), key=lambda span: span[1]):
-        if is_linear_kernel(name):
-            times.append(end - max(start, busy_until))
-        busy_until = max(busy_until, end)
-    return statistics.median(times)
+    alone = exclusive_times(kernel_spans(kernel_events(prof)))
+    return statistics.median(time for name, time in alone if is_linear_kernel(name))
 
 
 def sequence(linear: Callable[..., object], weights: list[torch.Tensor], x: torch.Tensor, norms: bool) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.bench.kernel_names import exclusive_split, is_linear_kernel
+from autotune.bench.kernel_names import exclusive_split, exclusive_times, is_linear_kernel
 from autotune.ops import for_problem, make_problem
 from autotune.ops.q8gemm import call as q8_call
 from autotune.ops.qgemm import call as q4_call
@@ -70,3 +70,5 @@ def test_gaps_and_kernels_inside_another_add_nothing() -> None:
     total, linear = exclusive_split(kernels)
     assert (total, linear) == (pytest.approx(6.0), pytest.approx(6.0))
     assert exclusive_split([]) == (0.0, 0.0)
+    # Each kernel's own share, in the order they start: the one inside gemv_a gets nothing.
+    assert exclusive_times(kernels) == [("gemv_a", 5.0), ("elementwise_kernel", 0.0), ("gemv_b", 1.0)]
