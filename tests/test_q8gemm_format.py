@@ -235,7 +235,7 @@ def test_int8_code_0x80_decodes_as_minus_128() -> None:
         ([[1.0, 2.0]], {}, "needs a numpy array, got list"),
         (np.ones((2, 2), np.float32), {"kind": "int4"}, "kind must be one of int8, fp8, got 'int4'"),
         (np.ones((2, 2), np.float32), {"scale_dtype": "float8"}, "scales must be float16, bfloat16, float32, got"),
-        (np.full((2, 2), 1e8, np.float32), {}, "int8 scale beyond float16's range: use scale_dtype='float32'"),
+        (np.full((2, 2), 1e8, np.float32), {}, "int8 scale beyond float16's range: use scale_dtype='bfloat16'"),
         (np.full((2, 2), 1e300), {"scale_dtype": "float32"}, "beyond float32's range"),
     ],
 )

@@ -654,3 +654,52 @@ def test_read_checkpoint_of_the_project_writer(tmp_path: Path) -> None:
     safetensors.write(tmp_path / "model.safetensors", tensors)
     _write_config(tmp_path, AWQ_CONFIG)
     _assert_checkpoint(checkpoints.read_checkpoint(tmp_path), weights)
+
+
+def _write_with_offsets(path: Path, tensors: dict[str, tuple[np.ndarray, int]]) -> None:
+    """A safetensors file whose header puts each array's bytes at the given offset into the data."""
+    header, data = {}, bytearray()
+    for name, (array, begin) in tensors.items():
+        raw = np.ascontiguousarray(array).tobytes()
+        header[name] = {"dtype": "I32", "shape": list(array.shape), "data_offsets": [begin, begin + len(raw)]}
+        data.extend(b"\0" * max(0, begin + len(raw) - len(data)))
+        data[begin : begin + len(raw)] = raw
+    encoded = json.dumps(header).encode()
+    path.write_bytes(len(encoded).to_bytes(8, "little") + encoded + bytes(data))
+
+
+def test_damaged_or_ambiguous_checkpoints_are_one_line_errors(tmp_path: Path) -> None:
+    """What would read other bytes or other numbers than the checkpoint meant is refused, in one line."""
+    qweight, qzeros, scales = _awq(np.random.default_rng(RNG_SEED), 40, 192, 64)
+    parts = {"x.qweight": ("I32", qweight), "x.qzeros": ("I32", qzeros)}
+    # U16 words are integers, not bfloat16: read as scales they would be other numbers.
+    _write_raw(tmp_path / "u16.safetensors", parts | {"x.scales": ("U16", scales.view(np.uint16))})
+    _assert_one_line_error(
+        "x.scales is U16; scales are F16, BF16, F32", checkpoints.read_checkpoint, tmp_path / "u16.safetensors"
+    )
+    # The same tensor in two shards: which one the model meant is unknown.
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    _write_raw(shards / "a.safetensors", parts | {"x.scales": ("F16", scales)})
+    _write_raw(shards / "b.safetensors", {"x.scales": ("F16", scales)})
+    _assert_one_line_error("'x.scales' is in both a.safetensors and b.safetensors", checkpoints.read_checkpoint, shards)
+    # Byte ranges that leave a hole or overlap would read another tensor's bytes.
+    words = np.arange(16, dtype=np.int32).reshape(2, 8)
+    _write_with_offsets(tmp_path / "gap.safetensors", {"x.qweight": (words, 1)})
+    _assert_one_line_error("leaves a gap of 1 bytes", safetensors.header, tmp_path / "gap.safetensors")
+    _write_with_offsets(tmp_path / "overlap.safetensors", {"a": (words, 0), "b": (words, 32)})
+    _assert_one_line_error("overlaps the tensor before it", safetensors.header, tmp_path / "overlap.safetensors")
+    nested = b"[" * 100_000 + b"]" * 100_000
+    (tmp_path / "nested.safetensors").write_bytes(len(nested).to_bytes(8, "little") + nested)
+    _assert_one_line_error("its header is not JSON", safetensors.header, tmp_path / "nested.safetensors")
+    # Settings of another type, or a group of 0, are refused rather than read as something else.
+    folder = tmp_path / "model"
+    folder.mkdir()
+    _write_raw(folder / "model.safetensors", parts | {"x.scales": ("F16", scales)})
+    _write_config(folder, AWQ_CONFIG | {"bits": "4"})
+    _assert_one_line_error("bits is '4', not an integer", checkpoints.read_checkpoint, folder)
+    _write_config(folder, AWQ_CONFIG)
+    _assert_one_line_error("group must be one of 32, 64, 128, got 0", checkpoints.read_checkpoint, folder, group=0)
+    bad = scales.copy()
+    bad[0, 0] = np.nan
+    _assert_one_line_error("scales hold NaN or inf", checkpoints.from_awq, qweight, qzeros, bad, 64)

@@ -263,3 +263,58 @@ def test_dequantize_leaves_the_zero_points_values_to_the_checks_at_load() -> Non
     with pytest.raises(AutotuneError, match=r"zeros must lie in \[0, 15\], found 200"):
         module.weight()
     assert module.dequantize().shape == (6, 128)
+
+
+def test_quantize_refuses_what_it_would_misread() -> None:
+    w = _weights(2, 64)
+    for sym in ("no", None, 0):
+        with pytest.raises(AutotuneError, match="sym is True or False"):
+            autotune.quantize(w, "int4", group=32, sym=sym)  # type: ignore[arg-type]
+    with pytest.raises(AutotuneError, match="takes a numpy array or a torch tensor"):
+        autotune.quantize(w.tolist(), "int4", group=32)
+    with pytest.raises(AutotuneError, match="beyond float32's range"):
+        autotune.quantize(np.full((2, 64), 1e300), "int4", group=32, scale_dtype="float32")
+    with pytest.raises(AutotuneError, match="range overflows float32"):
+        autotune.quantize(np.array([[3e38, -3e38] * 32] * 2, dtype=np.float32), "int4", group=32, sym=False)
+
+
+def test_a_refused_load_leaves_the_module_as_it_was() -> None:
+    """A load that brings another dtype, format or non-finite scales is refused before anything is
+    copied: torch would cast by value (bfloat16 scales into float16 overflow to inf) and check the
+    format only after replacing the buffers."""
+    torch = pytest.importorskip("torch")
+    from autotune.model.quantized import QuantizedWeight
+    from autotune.model.quantized8 import Quantized8Weight
+
+    w = torch.from_numpy(_weights(4, 128))
+    target = autotune.quantize(w.half(), "int4", group=64)
+    before = {name: tensor.clone() for name, tensor in target.state_dict().items() if torch.is_tensor(tensor)}
+    big = autotune.quantize(w.bfloat16() * 1e6, "int4", group=64).state_dict()
+    nan = {name: value.clone() if torch.is_tensor(value) else value for name, value in target.state_dict().items()}
+    nan["scales"][0, 0] = float("nan")
+    asym = autotune.quantize(w.half(), "int4", group=64, sym=False).state_dict()
+    cases = [
+        (big, "scales is bfloat16 \\(4, 2\\), this int4 weight's float16"),
+        (nan, "scales hold NaN or inf"),
+        (asym, "holds an int4 weight g64a"),
+        ({**target.state_dict(), "qweight": target.qweight.to(torch.int16)}, "qweight is int16"),
+    ]
+    for state, message in cases:
+        with pytest.raises(AutotuneError, match=message) as raised:
+            target.load_state_dict(state)
+        assert "\n" not in str(raised.value)
+        assert all(torch.equal(getattr(target, name), tensor) for name, tensor in before.items())
+    asym_module = QuantizedWeight.empty(4, 128, 64, sym=False)
+    without_zeros = {name: value for name, value in asym.items() if name != "zeros"}
+    with pytest.raises(AutotuneError, match="has no zeros, which this int4 weight"):
+        asym_module.load_state_dict(without_zeros)
+    fp8 = autotune.quantize(w.half(), "fp8")
+    codes = fp8.qweight.clone()
+    with pytest.raises(AutotuneError, match="holds an 8-bit weight int8"):
+        fp8.load_state_dict(autotune.quantize(w.half(), "int8").state_dict())
+    assert torch.equal(fp8.qweight, codes)
+    with pytest.raises(AutotuneError, match=r"metadata has in_features 128\.0"):
+        Quantized8Weight.from_state_dict(
+            {**fp8.state_dict(), "_extra_state": {**fp8.get_extra_state(), "in_features": 128.0}}
+        )
+    assert autotune.quantize(w.half(), "int8", scale_dtype="bfloat16").scales.dtype == torch.bfloat16

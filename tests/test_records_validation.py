@@ -104,7 +104,9 @@ BAD_TRIALS: dict[str, tuple[dict[str, Any], str]] = {
     "sample huge": (trial(times_us=[2e9]), "field 'times_us' must hold times from 0.1"),
     "gbs absurd": (trial(gbs=1e300), "field 'gbs' must be a bandwidth from 0 to"),
     "gbs negative": (trial(gbs=-1.0), "field 'gbs' must be a bandwidth from 0 to"),
-    "error negative": (trial(rel_error=-0.5), "field 'rel_error' must be a relative error of at least 0"),
+    "error negative": (trial(rel_error=-0.5), "field 'rel_error' must be a relative error from 0 to 1"),
+    # A measured trial passed the float64 check: an output off by 7 times its size never does.
+    "error of a failed output": (trial(rel_error=7.0), "field 'rel_error' must be a relative error from 0 to 1"),
     "time string": (trial(time_us="fast"), "field 'time_us' must be a float"),
     "time missing": (trial(time_us=DROP), "missing field 'time_us'"),
     "samples of strings": (trial(times_us=["1"]), "field 'times_us' must hold times"),

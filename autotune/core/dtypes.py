@@ -30,3 +30,11 @@ def decode(stored: np.ndarray, dtype: str) -> np.ndarray:
     if dtype != "bfloat16":
         return np.asarray(stored, dtype=np.float64)
     return (stored.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+def all_finite(stored: np.ndarray) -> bool:
+    """Whether every value of a host array is finite; uint16 words are bfloat16's (inf and NaN have
+    every exponent bit set)."""
+    if stored.dtype == np.uint16:
+        return bool(((stored & 0x7F80) != 0x7F80).all())
+    return bool(np.isfinite(stored).all())

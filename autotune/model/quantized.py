@@ -19,7 +19,7 @@ import torch
 
 from autotune import api
 from autotune.core.errors import AutotuneError
-from autotune.model.low_bit_weight import LowBitWeight
+from autotune.model.low_bit_weight import LowBitWeight, checked_sizes, held_format
 from autotune.ops.qgemm import checkpoints
 from autotune.ops.qgemm import format as int4
 
@@ -117,8 +117,15 @@ class QuantizedWeight(LowBitWeight):
     def metadata(cls, state: Any) -> dict[str, Any]:
         keys = ("format", "group", "sym", "in_features", "out_features")
         if not isinstance(state, Mapping) or any(key not in state for key in keys) or state["format"] != FORMAT:
-            raise AutotuneError(f"the state_dict holds no int4 weight metadata (extra state with {', '.join(keys)})")
-        return {key: state[key] for key in keys}
+            held = held_format(state)
+            raise AutotuneError(
+                f"the state_dict holds no int4 weight metadata (extra state with {', '.join(keys)}){held}"
+            )
+        meta = {key: state[key] for key in keys}
+        int4.check_group(meta["group"])
+        if not isinstance(meta["sym"], bool):
+            raise AutotuneError(f"the state_dict's int4 metadata has sym {meta['sym']!r}, not True or False")
+        return checked_sizes(meta)
 
     @staticmethod
     def described(meta: Mapping[str, Any]) -> str:
@@ -153,8 +160,9 @@ class QuantizedWeight(LowBitWeight):
             "out_features": self.out_features,
         }
 
-    def check_loaded(self) -> None:
-        self.weight()  # the loaded buffers are in the format
+    def check_buffers(self, buffers: Mapping[str, torch.Tensor]) -> None:
+        super().check_buffers(buffers)
+        int4.int4_weight(buffers["qweight"], buffers["scales"], buffers.get("zeros"), self.group)  # zeros in [0, 15]
 
 
 def _array(tensor: Any) -> Any:

@@ -18,12 +18,14 @@ import torch
 
 from autotune import api
 from autotune.core.errors import AutotuneError
-from autotune.model.low_bit_weight import LowBitWeight
+from autotune.model.low_bit_weight import LowBitWeight, checked_sizes, held_format
 from autotune.model.quantized import host_tensor
 from autotune.ops.q8gemm import format as q8format
+from autotune.ops.qgemm import format as int4
 
 SCALE_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}  # the 8-bit kernels' activations
 _CODE_VIEWS = {"int8": torch.int8, "fp8": torch.float8_e4m3fn}  # how torch reads each kind's bytes
+_WEIGHT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)  # what quantize takes
 
 
 class Quantized8Weight(LowBitWeight):
@@ -55,12 +57,17 @@ class Quantized8Weight(LowBitWeight):
         """Quantize a float weight (N, K) by format.quantize8 (per row, absolute maximum), on the host;
         the module lands on the weight's device. Scales in `scale_dtype`, by default the weight's own
         where it is float16 or bfloat16, else float16."""
-        if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or not weight.is_floating_point():
-            raise AutotuneError("quantize takes a float weight matrix (N, K)")
+        if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or weight.dtype not in _WEIGHT_DTYPES:
+            got = f"{weight.dtype} {tuple(weight.shape)}" if isinstance(weight, torch.Tensor) else type(weight).__name__
+            raise AutotuneError(f"8-bit quantize takes a float (N, K) matrix of 16, 32 or 64 bits, got {got}")
+        if weight.is_meta:
+            raise AutotuneError("the weight is on the meta device, with no values to quantize: materialise it first")
         own = weight.dtype if weight.dtype in SCALE_DTYPES else torch.float16
-        chosen = own if scale_dtype is None else scale_dtype
+        names = {name: dtype for dtype, name in SCALE_DTYPES.items()}
+        chosen = own if scale_dtype is None else names.get(int4.dtype_name(scale_dtype), scale_dtype)
         if chosen not in SCALE_DTYPES:
-            raise AutotuneError(f"8-bit scales are float16 or bfloat16 (the kernels' activations), not {chosen}")
+            name = int4.dtype_name(chosen)
+            raise AutotuneError(f"8-bit scales are float16 or bfloat16 (the kernels' activations), not {name}")
         host = weight.detach().to(torch.float32).cpu().numpy()
         quantized = q8format.quantize8(host, kind, SCALE_DTYPES[chosen])
         return cls.from_weight8(quantized, weight.device)
@@ -100,8 +107,11 @@ class Quantized8Weight(LowBitWeight):
         keys = ("format", "in_features", "out_features")
         kinds = q8format.KINDS
         if not isinstance(state, Mapping) or any(key not in state for key in keys) or state["format"] not in kinds:
-            raise AutotuneError(f"the state_dict holds no 8-bit weight metadata (extra state with {', '.join(keys)})")
-        return {key: state[key] for key in keys}
+            held = held_format(state)
+            raise AutotuneError(
+                f"the state_dict holds no 8-bit weight metadata (extra state with {', '.join(keys)}){held}"
+            )
+        return checked_sizes({key: state[key] for key in keys})
 
     @staticmethod
     def described(meta: Mapping[str, Any]) -> str:

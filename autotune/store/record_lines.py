@@ -60,6 +60,9 @@ _MAX_SAMPLES = 10_000
 # PostgreSQL give a file the same verdict. confirm.py measures a handful of rounds.
 _COUNTS = {"sm_count": MAX_SM_COUNT, "l2_bytes": 2**48, "memory_bytes": 2**48}
 _MAX_ROUNDS = 10**6
+# A trial is stored only once its output passed the float64 check (every element within the op's
+# tolerance, about 2^-12 of the terms' magnitudes); an output off by its own size never passes.
+_MAX_REL_ERROR = 1.0
 _MAX_GBS = 1e7  # GB/s: a thousand times any memory's bandwidth, so no time that passes gives more
 
 
@@ -219,8 +222,9 @@ def _check_times(values: dict[str, Any]) -> None:
             raise BadLine(f"field 'times_us' must hold times {_TIME_RANGE}, got {_show(sample)}")
     if values["gbs"] is not None and not 0 <= values["gbs"] < _MAX_GBS:
         raise BadLine(f"field 'gbs' must be a bandwidth from 0 to {_MAX_GBS:g} GB/s or null, got {values['gbs']!r}")
-    if values["rel_error"] is not None and values["rel_error"] < 0:
-        raise BadLine(f"field 'rel_error' must be a relative error of at least 0 or null, got {values['rel_error']!r}")
+    if values["rel_error"] is not None and not 0 <= values["rel_error"] <= _MAX_REL_ERROR:
+        bounds = f"from 0 to {_MAX_REL_ERROR:g} (a timed trial passed the float64 check)"
+        raise BadLine(f"field 'rel_error' must be a relative error {bounds} or null, got {values['rel_error']!r}")
 
 
 def parse_line(raw: str, number: int) -> dict[str, Any]:

@@ -90,7 +90,7 @@ def check_kind(kind: Any) -> str:
 
 
 def check_scale_dtype(scale_dtype: Any) -> str:
-    name = str(np.dtype(scale_dtype) if isinstance(scale_dtype, type) else scale_dtype)
+    name = str(np.dtype(scale_dtype) if isinstance(scale_dtype, type) else scale_dtype).removeprefix("torch.")
     if name not in SCALE_DTYPES:
         raise AutotuneError(f"8-bit weight scales must be {', '.join(SCALE_DTYPES)}, got {name}")
     return name
@@ -181,7 +181,7 @@ def _round_scales_up(scale: npt.NDArray[np.float64], dtype: str) -> tuple[npt.ND
 
 
 def _check_weight(w: Any) -> tuple[int, int]:
-    if not isinstance(w, np.ndarray):
+    if not isinstance(w, np.ndarray):  # a torch tensor goes to model/quantized8.py first
         raise AutotuneError(f"8-bit quantize needs a numpy array, got {type(w).__name__}")
     if w.ndim != 2:
         raise AutotuneError(f"8-bit quantize needs a 2-D weight (N, K), got shape {tuple(w.shape)}")
@@ -212,10 +212,10 @@ def quantize8(w: npt.NDArray[Any], kind: str = "int8", scale_dtype: str = "float
     absmax = np.maximum(w32.max(axis=1), -w32.min(axis=1)).astype(np.float64)
     scale = np.where(absmax > 0, absmax / QMAX[kind], 1.0)
     stored, used = _round_scales_up(scale, dtype)
-    if not np.isfinite(used).all():
+    if not np.isfinite(used).all():  # only float16's range is this narrow: bfloat16 has float32's
         raise AutotuneError(
             f"a weight of {float(absmax.max()):.4g} needs an {kind} scale beyond {dtype}'s range: "
-            "use scale_dtype='float32'"
+            "use scale_dtype='bfloat16'"
         )
     ratio = w32 / used[:, None]
     if kind == "fp8":
@@ -254,3 +254,5 @@ def check8(weight: Weight8) -> None:
     if not isinstance(scales, np.ndarray) or scales.dtype != storage or scales.shape != (n,):
         described = f"{scales.dtype} {scales.shape}" if isinstance(scales, np.ndarray) else type(scales).__name__
         raise AutotuneError(f"{dtype} 8-bit scales must be {storage} of shape (N,) = ({n},), got {described}")
+    if not dtypes.all_finite(scales):
+        raise AutotuneError("8-bit scales hold NaN or inf")

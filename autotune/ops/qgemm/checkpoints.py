@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from autotune.core.errors import AutotuneError
+from autotune.core.file_kinds import refuse_to_read
 from autotune.ops.qgemm import format as int4
 from autotune.ops.qgemm import safetensors
 
@@ -37,6 +38,7 @@ GPTQ_FORMATS = ("gptq", "gptq_v2")
 _V1_OFFSET = 0x11111111  # one added to each nibble of a word
 _SHIFTS = np.arange(0, 32, 4, dtype=np.uint32)
 FORMATS = ("awq", "gptq")
+SCALE_STORAGE = ("F16", "BF16", "F32")  # the safetensors dtypes a checkpoint's scales may have
 
 
 def _words(array: Any, what: str) -> np.ndarray:
@@ -203,6 +205,8 @@ def _files(path: Path) -> list[Path]:
         if files:
             return files
         raise AutotuneError(f"{path} holds no .safetensors file")
+    if path.exists():
+        refuse_to_read(path, "checkpoint")  # a FIFO, a device: says which
     raise AutotuneError(f"no such file or folder: {path}")
 
 
@@ -231,11 +235,13 @@ def _settings(config: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[s
         "format": str(method).lower() if method is not None else None,
         "group": config.get("group_size"),
         "sym": config.get("sym"),
-        "version": str(config.get("version", "gemm")).lower(),
+        "version": str(config.get("version") or "gemm").lower(),
         "checkpoint_format": config.get("checkpoint_format"),
     }
     settings.update({key: value for key, value in overrides.items() if value is not None})
     bits = config.get("bits", config.get("w_bit", 4))
+    if isinstance(bits, bool) or not isinstance(bits, int):
+        raise AutotuneError(f"the checkpoint's bits is {bits!r}, not an integer (only 4-bit AWQ and GPTQ are imported)")
     if bits != 4:
         raise AutotuneError(f"the checkpoint holds {bits}-bit weights: only 4-bit AWQ and GPTQ are imported")
     if settings["format"] is not None and settings["format"] not in FORMATS:
@@ -273,9 +279,12 @@ def read_checkpoint(
         _config(path), {"format": format, "group": group, "sym": sym, "checkpoint_format": checkpoint_format}
     )
     where: dict[str, Path] = {}
+    stored_as: dict[str, str] = {}  # name -> the file's dtype (U16 and BF16 both read as uint16 words)
     for file in files:
-        for name in safetensors.header(file):
-            where.setdefault(name, file)
+        for name, entry in safetensors.header(file).items():
+            if name in where:
+                raise AutotuneError(f"{path}: tensor {name!r} is in both {where[name].name} and {file.name}")
+            where[name], stored_as[name] = file, entry["dtype"]
     prefixes = sorted(name.removesuffix(".qweight") for name in where if name.endswith(".qweight"))
     if not prefixes:
         raise AutotuneError(f"{path} holds no quantized linear (no tensor named <module>.qweight)")
@@ -285,6 +294,10 @@ def read_checkpoint(
         missing = [name for part, name in parts.items() if part != "g_idx" and name not in where]
         if missing:
             raise AutotuneError(f"{path}: {prefix} has a qweight but no {missing[0]}")
+        if stored_as[parts["scales"]] not in SCALE_STORAGE:
+            raise AutotuneError(
+                f"{path}: {parts['scales']} is {stored_as[parts['scales']]}; scales are {', '.join(SCALE_STORAGE)}"
+            )
         tensors = {part: safetensors.read(where[name], [name])[name] for part, name in parts.items() if name in where}
         try:
             weights[prefix] = _imported(tensors, settings)
@@ -297,7 +310,9 @@ def _imported(tensors: Mapping[str, np.ndarray], settings: Mapping[str, Any]) ->
     kind = settings["format"] or _inferred_format(tensors)
     qweight, qzeros, scales = tensors["qweight"], tensors["qzeros"], tensors["scales"]
     rows = qweight.shape[0] * (8 if kind == "gptq" else 1) if qweight.ndim == 2 else 0  # K
-    group = settings["group"] or (rows // scales.shape[0] if scales.ndim == 2 and scales.shape[0] else 0)
+    group = settings["group"]  # given: checked by the format (0 or -1 refused), else told by K over the groups
+    if group is None:
+        group = rows // scales.shape[0] if scales.ndim == 2 and scales.shape[0] else 0
     if kind == "awq":
         return from_awq(qweight, qzeros, scales, group, settings["version"])
     return from_gptq(

@@ -23,6 +23,7 @@ from autotune.core.errors import AutotuneError
 
 GROUPS = (32, 64, 128)
 SCALE_DTYPES = ("float16", "bfloat16", "float32")
+WEIGHT_DTYPES = ("float16", "bfloat16", "float32", "float64")  # what quantize takes
 # Signed codes [-8, 7] stored as q - 8: half the span of codes is 7.5, so the largest |w| of a group
 # lands on the edge of the 8 (-8) or 7 bucket and every code is used (torchao's symmetric mapping).
 SYM_OFFSET = 8
@@ -177,6 +178,10 @@ def _stored_float32(scales: Any, dtype: str) -> Any:
 
 
 def _check_weight(w: Any, group: int) -> tuple[int, int]:
+    if not isinstance(w, np.ndarray) and not is_torch_tensor(w):
+        raise AutotuneError(f"int4 quantize takes a numpy array or a torch tensor (N, K), got {type(w).__name__}")
+    if getattr(w, "is_meta", False):
+        raise AutotuneError("the weight is on the meta device, with no values to quantize: materialise it first")
     if w.ndim != 2:
         raise AutotuneError(f"int4 quantize needs a 2-D weight (N, K), got shape {tuple(w.shape)}")
     n, k = (int(size) for size in w.shape)
@@ -187,8 +192,8 @@ def _check_weight(w: Any, group: int) -> tuple[int, int]:
     if k % group:
         raise AutotuneError(f"K = {k} is not a multiple of the int4 group {group}")
     name = dtype_name(w.dtype)
-    if not name.startswith(("float", "bfloat")):
-        raise AutotuneError(f"int4 quantize needs floating-point weights, got {name}")
+    if name not in WEIGHT_DTYPES:
+        raise AutotuneError(f"int4 quantize needs {', '.join(WEIGHT_DTYPES)} weights, got {name}")
     if not _all_finite(w):
         raise AutotuneError("the weight holds NaN or inf: int4 quantize needs finite values")
     return n, k
@@ -204,14 +209,21 @@ def quantize_int4(w: Any, group: int = 128, sym: bool = True, scale_dtype: Any =
     tensor's dtype, else float16) and the codes are computed with the rounded scale, so dequantize
     gives |w - w'| <= s / 2. An all-zero group gets s = 0 and codes of 0."""
     group = check_group(group)
+    if not isinstance(sym, bool):
+        raise AutotuneError(f"int4 sym is True or False, got {sym!r}")
     n, k = _check_weight(w, group)
     dtype = _default_scale_dtype(w, scale_dtype)
-    grouped = _float32(w).reshape(n, k // group, group)
-    if sym:
-        scale = _group_max(abs(grouped)) / SYM_HALF_SPAN
-    else:
-        low, high = _clip(_group_min(grouped), -np.inf, 0.0), _clip(_group_max(grouped), 0.0, np.inf)
-        scale = (high - low) / CODE_MAX
+    with np.errstate(over="ignore"):  # a float64 weight beyond float32, or a range beyond it: reported below
+        grouped = _float32(w).reshape(n, k // group, group)
+        if not _all_finite(grouped):
+            raise AutotuneError("the weight holds values beyond float32's range: int4 quantize computes in float32")
+        if sym:
+            scale = _group_max(abs(grouped)) / SYM_HALF_SPAN
+        else:
+            low, high = _clip(_group_min(grouped), -np.inf, 0.0), _clip(_group_max(grouped), 0.0, np.inf)
+            scale = (high - low) / CODE_MAX
+    if not _all_finite(scale):
+        raise AutotuneError("the weight's range overflows float32: int4 quantize computes its scales in float32")
     stored, used = _round_scales(scale, dtype)
     if not _all_finite(used):
         biggest = float(abs(grouped).max())
@@ -260,7 +272,14 @@ def int4_weight(qweight: Any, scales: Any, zeros: Any | None, group: int, *, val
     """Arrays already in the canonical format (a checkpoint's) -> an Int4Weight, checked (`values`:
     the zero points' values too, see check_format)."""
     n, k = check_format(qweight, scales, zeros, group, values=values)
+    if values and not finite_scales(scales):
+        raise AutotuneError("int4 scales hold NaN or inf")
     return Int4Weight(qweight, scales, zeros, group, zeros is None, n, k, _stored_name(scales))
+
+
+def finite_scales(scales: Any) -> bool:
+    """Whether every scale is finite (numpy's uint16 words are bfloat16's)."""
+    return dtypes.all_finite(scales) if isinstance(scales, np.ndarray) else _all_finite(scales)
 
 
 def check_format(qweight: Any, scales: Any, zeros: Any | None, group: int, *, values: bool = True) -> tuple[int, int]:

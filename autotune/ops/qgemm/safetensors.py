@@ -52,7 +52,7 @@ def header(path: Path | str) -> dict[str, dict[str, Any]]:
             entries = json.loads(f.read(length))
     except OSError as e:
         raise AutotuneError(f"cannot read {path}: {e.strerror or e}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):  # RecursionError: nested too deep
         raise AutotuneError(f"{path} is not a safetensors file (its header is not JSON)") from None
     if not isinstance(entries, dict):
         raise AutotuneError(f"{path} is not a safetensors file (its header is not a JSON object)")
@@ -62,6 +62,17 @@ def header(path: Path | str) -> dict[str, dict[str, Any]]:
         if name == "__metadata__":
             continue
         tensors[name] = _checked_entry(path, name, entry, data_bytes)
+    # The format's own rule: the tensors' byte ranges tile the data with no hole and no overlap. A
+    # damaged range that still lies inside the file would read another tensor's bytes.
+    end = 0
+    for name, entry in sorted(tensors.items(), key=lambda item: item[1]["data_offsets"]):
+        begin = entry["data_offsets"][0]
+        if begin != end:
+            what = "overlaps the tensor before it" if begin < end else f"leaves a gap of {begin - end} bytes before it"
+            raise AutotuneError(f"{path}: tensor {name!r} {what} (a damaged header?)")
+        end = entry["data_offsets"][1]
+    if end != data_bytes:
+        raise AutotuneError(f"{path}: the tensors end at byte {end} of {data_bytes} data bytes (a damaged header?)")
     return tensors
 
 
