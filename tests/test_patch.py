@@ -120,9 +120,18 @@ def test_subclasses_and_wrapped_forwards_are_skipped_with_a_line(runtime: Any, l
 
 def test_weights_on_the_meta_device_are_refused_before_anything_changes(runtime: Any) -> None:
     model = nn.Sequential(nn.Linear(8, 8), nn.Sequential(nn.Linear(8, 8, device="meta")))
-    with pytest.raises(AutotuneError, match=r"^1\.0's weight is on the meta device: load the weights first"):
+    with pytest.raises(AutotuneError, match=r"^1\.0's weight and bias are on the meta device: load the weights first"):
         autotune.patch(model)
     assert [type(m) for m in (model[0], model[1][0])] == [nn.Linear, nn.Linear]  # never half-patched
+    model[1][0].weight = nn.Parameter(torch.randn(8, 8))  # loaded, its bias not: the message says which
+    with pytest.raises(AutotuneError, match=r"^1\.0's bias is on the meta device"):
+        autotune.patch(model)
+    model = nn.Sequential(nn.Linear(32, 32), nn.Sequential(nn.Linear(32, 32))).half()
+    with torch.no_grad():
+        model[1][0].weight[0, 0] = float("nan")
+    with pytest.raises(AutotuneError, match=r"^1\.0: the weight holds NaN or inf.*; nothing was patched$"):
+        autotune.patch(model, "int8")  # which linear, named
+    assert [type(m) for m in (model[0], model[1][0])] == [nn.Linear, nn.Linear]
 
 
 def test_patching_twice_changes_nothing_more(runtime: Any, logged: Any) -> None:
@@ -450,6 +459,38 @@ def test_fused_weights_follow_load_state_dict_to_and_replaced_data(runtime: Any)
         model.q_proj(x)
         assert _close(model.k_proj(x), torch.zeros(2, 32))
     assert model.q_proj.fused_group.fusing
+
+
+def test_a_sibling_replaced_by_another_size_keeps_its_own_rows(runtime: Any) -> None:
+    """Concatenated again, each sibling takes the rows its weight has now, not the ones it had: its
+    output keeps its own width and the other siblings' weights stay theirs."""
+    model = autotune.patch(_block(), fuse=True)
+    v_weight = model.v_proj.weight.detach().clone()
+    with torch.no_grad():
+        model.k_proj.weight = nn.Parameter(torch.randn(8, 64))
+        x = torch.randn(2, 64)
+        q, k, v = model.q_proj(x), model.k_proj(x), model.v_proj(x)
+    assert (q.shape[-1], k.shape[-1], v.shape[-1]) == (64, 8, 32)
+    assert model.k_proj.weight.shape == (8, 64) and torch.equal(model.v_proj.weight, v_weight)
+    assert _close(k, x @ model.k_proj.weight.T) and _close(v, x @ v_weight.T)
+
+
+@pytest.mark.parametrize("weights", ["int4", "int8"])
+def test_a_fused_low_bit_model_converted_to_float64_runs_as_an_unfused_one(weights: str) -> None:
+    """The low-bit formats take no float64 scales: converted so (on the CPU, where F.linear runs), the
+    siblings hold their converted views and run alone, as unfused modules do; converting back fuses again."""
+    options = {"group": 32} if weights == "int4" else {}
+    models = [autotune.patch(_block(torch.float16), weights, fuse=fuse, **options) for fuse in (False, True)]
+    x = torch.randn(2, 64, dtype=torch.float64)
+    with torch.no_grad():
+        for model in models:
+            model.to(torch.float64)
+            assert model.q_proj.weight.scales.dtype == model.o_proj.weight.scales.dtype == torch.float64
+        assert _close(models[1](x), models[0](x))
+        for model in models:
+            model.half()
+        assert models[1].q_proj.fused_group.runner[0] is not None
+        assert _close(models[1](x.half()), models[0](x.half()), 2e-2)
 
 
 def test_fused_int4_buffers_move_together(runtime: Any) -> None:

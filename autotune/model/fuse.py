@@ -72,10 +72,7 @@ class FusedGroup:
         self.where = where  # the siblings' names, for log lines
         self.int4 = isinstance(self.members[0], Int4Linear)
         self.eight_bit = isinstance(self.members[0], Int8Linear)
-        ends = [0]
-        for member in self.members:
-            ends.append(ends[-1] + member.out_features)
-        self.rows = list(itertools.pairwise(ends))
+        self.rows: list[tuple[int, int]] = []  # each sibling's rows of the concatenated tensors (join)
         everyone = frozenset(range(len(self.members)))
         self.others = [everyone - {index} for index in range(len(self.members))]  # who is to come after each
         self.fusing = True
@@ -105,12 +102,19 @@ class FusedGroup:
     def join(self) -> None:
         """Concatenate the siblings' tensors, slot by slot, and make each sibling's a view of them."""
         per_member = [[where[name] for where, name in self.slots(member)] for member in self.members]
+        # Each sibling's rows as its tensors have them now: one replaced by a weight of another size
+        # (`param.data = ...`) keeps its own rows, never another sibling's.
+        sizes = [{int(part.shape[0]) for part in parts} for parts in per_member]
+        if any(len(size) != 1 for size in sizes):
+            raise AutotuneError(f"{self.where}: a sibling's weight and bias differ in their rows")
+        ends = list(itertools.accumulate((size.pop() for size in sizes), initial=0))
         joined = []
         for parts in zip(*per_member, strict=True):
             if len({(part.device, part.dtype, part.shape[1:]) for part in parts}) > 1:
                 raise AutotuneError(f"{self.where} differ in device, dtype or size: they cannot share one weight")
             joined.append(torch.cat([part.detach() for part in parts]))
         self.tensors = joined
+        self.rows = list(itertools.pairwise(ends))
         self.view()
 
     def view(self) -> None:
@@ -124,7 +128,14 @@ class FusedGroup:
                 else:
                     where[name] = part
                 self.expected.append((where, name, part.data_ptr()))
-        self.runner = self._runner()
+        try:
+            self.runner = self._runner()
+        except AutotuneError as error:
+            # Converted to a dtype the low-bit formats do not take (`.float()` on an int4 model): each
+            # sibling holds its converted view and runs alone, as an unfused one does, until a
+            # conversion back makes the fused weight valid again.
+            self.runner = (None, None)
+            log.info("%s: not fused while %s", self.where, error)
         for tensor in self.tensors:
             _mark_static(tensor)
 
@@ -182,6 +193,8 @@ class FusedGroup:
             if not self.fusing:
                 return member.alone(x)
         weight, bias = self.runner
+        if weight is None:  # converted to a dtype the fused low-bit weight does not take (view)
+            return member.alone(x)
         run = int4_linear if self.int4 else eight_bit_linear if self.eight_bit else float_linear
         product = run(x, weight, bias, member.db)
         self.state = (x, version, product, self.others[index], index)

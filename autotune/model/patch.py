@@ -135,17 +135,17 @@ def _left_as_it_is(linear: torch.nn.Linear) -> str | None:
 def _check_loaded(covered: list[tuple[str, torch.nn.Linear]], replaced: set[str]) -> None:
     """Refuse a model whose covered linears hold no values (the meta device), naming the first; the
     weights of the linears named in `replaced` (given their int4 weight) may be unloaded."""
-    empty = [
-        name
-        for name, linear in covered
-        if any(
-            p is not None and p.is_meta for p in ((linear.bias,) if name in replaced else (linear.weight, linear.bias))
-        )
-    ]
+    empty = []  # (linear's name, which of its tensors is unloaded)
+    for name, linear in covered:
+        tensors = {"bias": linear.bias} if name in replaced else {"weight": linear.weight, "bias": linear.bias}
+        unloaded = [what for what, p in tensors.items() if p is not None and p.is_meta]
+        if unloaded:
+            empty.append((name, " and ".join(unloaded)))
     if empty:
         more = f" (and {len(empty) - 1} more linears)" if len(empty) > 1 else ""
+        name, what = empty[0]
         raise AutotuneError(
-            f"{empty[0]}'s weight is on the meta device{more}: load the weights first "
+            f"{name}'s {what} {'are' if ' and ' in what else 'is'} on the meta device{more}: load the weights first "
             "(init_empty_weights or a device_map that offloads leaves them unloaded); nothing was patched"
         )
 
@@ -164,7 +164,10 @@ def _quantize(
     for plan in plans:
         why = _float_only(plan, kind, k_multiple, owners)
         if why is None:
-            plan.quantized = make(plan.linear.weight)
+            try:
+                plan.quantized = make(plan.linear.weight)
+            except AutotuneError as error:
+                raise AutotuneError(f"{plan.name}: {error}; nothing was patched") from None
         else:
             log.info("autotune.patch: %s kept in float: %s", plan.name, why)
 

@@ -59,8 +59,10 @@ def tune_model(
     on the machines that deploy."""
     if isinstance(decode_steps, bool) or not isinstance(decode_steps, int) or decode_steps < 0:
         raise AutotuneError(f"decode_steps must be a whole number >= 0, got {decode_steps!r}")
-    if timeout is not None and not timeout > 0:
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0):
         raise AutotuneError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if not isinstance(model, torch.nn.Module):
+        raise AutotuneError(f"tune_model takes a torch.nn.Module, got {type(model).__name__}")
     device = _cuda_device(model)
     runtime = api.launch_path()
     runtime.forget()  # from here on its signatures are this run's calls
