@@ -371,11 +371,12 @@ def sweep_problems(
     --retime; None for the queue), its options checked first: what sweep() runs, and what
     autotune.tune_model runs on the problems a model met."""
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
-        raise AutotuneError(f"--trials must be a positive integer, got {trials!r}")
+        raise AutotuneError(f"trials (--trials) must be a positive integer, got {trials!r}")
     if timeout is not None and not timeout > 0:
-        raise AutotuneError(f"--timeout must be a positive number of seconds, got {timeout!r}")
-    if patience is not None and patience < 1:
-        raise AutotuneError(f"--patience must be a positive integer, got {patience!r}")
+        raise AutotuneError(f"timeout (--timeout) must be a positive number of seconds, got {timeout!r}")
+    if patience is not None and (isinstance(patience, bool) or not isinstance(patience, int) or patience < 1):
+        never = "or None for no early stop (--patience 0 on the command line)"
+        raise AutotuneError(f"patience must be a positive integer, {never}, got {patience!r}")
     if sampler not in SAMPLERS:
         raise AutotuneError(f"unknown sampler {sampler!r}: choose one of {', '.join(SAMPLERS)}")
     from autotune.store import check_url

@@ -154,6 +154,8 @@ def test_shapes_file_with_a_bad_line(run: Cli, tmp_path: Path) -> None:
     assert_one_error(run("sweep", "--shapes", str(shapes)), "line 1")
     shapes.write_text("# nothing\n\n")
     assert_one_error(run("sweep", "--shapes", str(shapes)), "holds no shapes")
+    shapes.write_bytes(b"\xff\xfe4\x000\x009\x006\x00")  # UTF-16, or a database given by mistake
+    assert_one_error(run("sweep", "--shapes", str(shapes)), "shapes.txt is not UTF-8 text")
 
 
 def test_shapes_file_with_a_bad_dimension_names_the_line(run: Cli, tmp_path: Path) -> None:

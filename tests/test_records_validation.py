@@ -190,6 +190,14 @@ def test_a_file_not_utf8_is_one_line(store: Store, tmp_path: Path) -> None:
         store.import_records(records)
 
 
+@pytest.mark.parametrize("text", ["", "\n", " \n\n"])
+def test_an_empty_file_is_said_so(store: Store, tmp_path: Path, text: str) -> None:
+    records = tmp_path / "mine.jsonl"
+    records.write_text(text)
+    with pytest.raises(AutotuneError, match=r"mine\.jsonl is empty: expected a GPU line first"):
+        store.import_records(records)
+
+
 def test_a_good_file_imports(store: Store, tmp_path: Path) -> None:
     records = write(tmp_path / "mine.jsonl", [GPU_LINE, trial(), trial(config=config(block=256), k=DROP)])
     assert store.import_records(records) == 2

@@ -237,10 +237,18 @@ def test_rows_an_older_autotune_let_in_are_not_handed_out(run: Cli, tmp_path: Pa
 
 @pytest.mark.parametrize(
     ("column", "text"),
-    [("config", '{"block": #28, "lanes": 128}'), ("config", "not json at all"), ("times_us", "[4.0, 4.")],
+    [
+        ("config", '{"block": #28, "lanes": 128}'),
+        ("config", "not json at all"),
+        ("times_us", "[4.0, 4."),
+        ("created_at", "not a date"),
+        ("status", "weird"),
+        ("time_us", "fast"),
+    ],
 )
-def test_a_row_whose_json_is_damaged_is_skipped(run: Cli, tmp_path: Path, column: str, text: str) -> None:
-    # SQLite keeps JSON as text and checks nothing: a byte changed in the file passes integrity_check.
+def test_a_row_whose_stored_text_is_damaged_is_skipped(run: Cli, tmp_path: Path, column: str, text: str) -> None:
+    # SQLite keeps JSON, dates and enums as text and checks no column's type: a byte changed in the
+    # file passes integrity_check.
     db = tuned_db(tmp_path / "tuned.db")
     with sqlite3.connect(db) as connection:
         connection.execute(f"UPDATE trials SET {column} = ? WHERE time_us = 4.0", (text,))
@@ -258,3 +266,14 @@ def test_a_row_whose_json_is_damaged_is_skipped(run: Cli, tmp_path: Path, column
         assert "#28" not in (tmp_path / f"out.{fmt}").read_text()
     reported = run("report", "-o", str(tmp_path / "r.html"), "--db", str(db))
     assert reported.code == 0 and "Traceback" not in reported.text, reported
+
+
+def test_tables_without_a_schema_revision_are_a_damaged_file(run: Cli, tmp_path: Path) -> None:
+    """Upgrading from nothing would fail on "table gpus already exists": the file is said damaged, unchanged."""
+    db = tuned_db(tmp_path / "tuned.db")
+    with sqlite3.connect(db) as connection:
+        connection.execute("DELETE FROM alembic_version")
+    connection.close()
+    before = db.read_bytes()
+    assert_one_error(run("list", "--db", str(db)), "holds autotune's tables but no schema revision", "damaged")
+    assert db.read_bytes() == before

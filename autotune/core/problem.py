@@ -179,4 +179,6 @@ def read_shapes_file(path: Path, dims: Sequence[str] = ("M", "N")) -> list[tuple
         text = path.read_text()
     except OSError as exc:
         raise AutotuneError(f"cannot read shapes file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise AutotuneError(f"shapes file {path} is not UTF-8 text (one shape a line, such as 4096 8192)") from None
     return parse_shapes(text, str(path), dims)

@@ -184,7 +184,15 @@ def _migrate(engine: Engine, masked: str, *, read_only: bool = False) -> None:
             with connection.begin():
                 if _is_current(connection, script, masked):
                     return  # another process migrated it meanwhile
-                if is_sqlite and not _tables(connection):
+                tables = _tables(connection) if is_sqlite else []
+                if is_sqlite and "gpus" in tables and not MigrationContext.configure(connection).get_current_heads():
+                    # Our tables without a schema revision (alembic_version emptied or dropped): no migration
+                    # can tell what they hold, and running the first would fail on "table gpus already exists".
+                    raise AutotuneError(
+                        f"cannot open database {masked}: it holds autotune's tables but no schema revision "
+                        "(alembic_version is empty or gone): the file is damaged"
+                    )
+                if is_sqlite and not tables:
                     # A new file: the schema every migration leaves, in one go (about 0.2 s less a file).
                     location = Path(config.get_main_option("script_location") or "").resolve()
                     for statement, parameters in head_schema(str(location)):

@@ -23,6 +23,7 @@ from sqlalchemy import (
     false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
 
 from autotune.core.outcome import Status
 from autotune.core.problem import Problem as CoreProblem
@@ -55,6 +56,43 @@ def status_type() -> Enum:
         values_callable=lambda statuses: [s.value for s in statuses],
         name="status",
     )
+
+
+class _Lenient(TypeDecorator):  # type: ignore[type-arg]
+    """A column that reads a value it cannot convert as None instead of failing the query: SQLite keeps
+    whatever is written (a date of "not a date", a status of "weird", a time of "fast", by hand or by
+    a damaged file), and one such row would otherwise fail every command that reads the table. The
+    row checks (rows.readable) then skip it, as they skip a config that is not JSON. The stored type
+    and what is written are the impl's."""
+
+    def result_processor(self, dialect: Any, coltype: Any) -> Any:
+        convert = super().result_processor(dialect, coltype)
+
+        def read(value: Any) -> Any:
+            try:
+                return value if convert is None else convert(value)
+            except (ValueError, LookupError, TypeError):
+                return None
+
+        return read
+
+
+class LenientDateTime(_Lenient):
+    impl = DateTime(timezone=True)
+    cache_ok = True  # SQLAlchemy asks each class, not its base
+
+
+class LenientFloat(_Lenient):
+    impl = Float
+    cache_ok = True
+
+    def process_result_value(self, value: Any, dialect: Any) -> float | None:
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+class LenientStatus(_Lenient):
+    impl = status_type()
+    cache_ok = True
 
 
 class Base(DeclarativeBase):
@@ -144,11 +182,11 @@ class Trial(Base):
     gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id"))
     config_key: Mapped[str] = mapped_column(String)
     config: Mapped[dict[str, Any]] = mapped_column(JSON)
-    status: Mapped[Status] = mapped_column(status_type())
-    time_us: Mapped[float | None] = mapped_column(Float)
+    status: Mapped[Status] = mapped_column(LenientStatus())
+    time_us: Mapped[float | None] = mapped_column(LenientFloat())
     times_us: Mapped[list[float]] = mapped_column(JSON)
-    gbs: Mapped[float | None] = mapped_column(Float)
-    rel_error: Mapped[float | None] = mapped_column(Float)
+    gbs: Mapped[float | None] = mapped_column(LenientFloat())
+    rel_error: Mapped[float | None] = mapped_column(LenientFloat())
     # The SM and memory clocks (MHz) and board power (W) the GPU ran at while timed (NVML), where known.
     sm_mhz: Mapped[float | None] = mapped_column(Float)
     mem_mhz: Mapped[float | None] = mapped_column(Float)
@@ -166,8 +204,8 @@ class Trial(Base):
     # The process measuring a running row, "host pid start-time token" (autotune/store/owner.py):
     # only a row whose owner is provably gone may be dropped. NULL on rows written before owners.
     owner: Mapped[str | None] = mapped_column(String)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(LenientDateTime(), default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(LenientDateTime())
 
 
 class Crash(Base):

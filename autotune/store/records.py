@@ -199,6 +199,8 @@ def parse_records(path: Path, text: str) -> tuple[GpuInfo, list[dict[str, Any]]]
     """The GPU and the trials of a records file; a bad line is an AutotuneError naming it."""
     gpu: GpuInfo | None = None
     trials: list[dict[str, Any]] = []
+    if not text.strip():
+        raise AutotuneError(f"{path} is empty: expected a GPU line first")
     for number, raw in enumerate(text.splitlines(), start=1):
         try:
             if number > 1 and not raw.strip():

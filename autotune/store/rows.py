@@ -168,10 +168,14 @@ def sound_capability(capability: object) -> bool:
 
 
 def readable(trial: orm.Trial) -> bool:
-    """Whether the row's JSON columns hold a config object and a list of times. Stored text that is
-    not JSON (a byte changed in a SQLite file) reads as None (database._lenient_json): the damaged
-    row is skipped, as a foreign row is, instead of failing every command that reads it."""
+    """Whether the row's JSON columns hold a config object and a list of times, and its status and
+    date read as such. Stored text that is not JSON (a byte changed in a SQLite file) reads as None
+    (database._lenient_json), and so do a status, a date or a time SQLite kept as some other text
+    (models._Lenient): the damaged row is skipped, as a foreign row is, instead of failing every
+    command that reads it."""
     times = trial.times_us
+    if not isinstance(trial.status, Status) or not isinstance(trial.created_at, datetime):
+        return False
     return isinstance(trial.config, dict) and isinstance(times, list) and all(type(t) in (int, float) for t in times)
 
 
