@@ -21,7 +21,6 @@ import argparse
 import ctypes
 import json
 import subprocess
-import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import Any
 
 import autotune
 from autotune.bench.compare import Bench
-from autotune.bench.harness import host_us_per_call, median_event_ms, report_path, write_json
+from autotune.bench.harness import host_us_per_call, median_event_ms, report_path, run_script, write_json
 from autotune.gpu import driver
 
 # (layers, [(rows, cols) of each GEMV of a layer]): Llama-3-8B's projections, and a model 1024 wide.
@@ -317,4 +316,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main, "bench_decode")

@@ -44,6 +44,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from autotune.bench.harness import require_cuda_torch, run_script
+
 GOAL_MS = 5.0
 # Preferred problems (op, dtype, m, n, k): where the shipped records of this GPU hold them.
 WANTED = [
@@ -292,6 +294,7 @@ def main() -> int:
     parser.add_argument("--child-profile", nargs=5, help=argparse.SUPPRESS)
     parser.add_argument("--cpu-child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    require_cuda_torch()
     if args.child or args.child_profile:
         op, dtype, m, n, k = args.child or args.child_profile
         print(json.dumps(child(op, dtype, int(m), int(n), int(k), profile=bool(args.child_profile))))
@@ -386,4 +389,4 @@ def print_row(setting: str, row: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main, "bench_first_call")

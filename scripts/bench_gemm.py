@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from dataclasses import asdict
 from pathlib import Path
 
 from autotune import api, ops
 from autotune.bench.compare import Bench, GemmRow
-from autotune.bench.harness import report_path, write_json
+from autotune.bench.harness import report_path, run_script, write_json
 from autotune.core.problem import DTYPES, read_shapes_file
 from autotune.ops import standard_shapes
 from autotune.ops.gemm import SKINNY_MAX_M
@@ -79,4 +78,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main, "bench_gemm")

@@ -15,8 +15,10 @@ floor is stored in the database beside the trials, as `autotune bench` stores it
 database already holds for this GPU model takes that (the least stored) instead of timing all read
 kernels again: the two layouts of a shape read the same bytes (--fresh-floor times every size anew).
 
-The report is written again after every shape, so a run cut short keeps what it measured; --resume
-keeps the rows of the report already at the output path (same GPU) and times only the shapes it lacks.
+While it runs, the rows so far are written after every shape to a .partial.json beside the report, which
+only a whole run replaces: a run cut short keeps what it measured there and leaves an earlier report as it
+was. --resume keeps the rows of that partial report (else of the report at the output path; same GPU)
+and times only the shapes it lacks.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pathlib import Path
 
 from autotune import api, ops
 from autotune.bench.compare import Bench, BenchRow, ReadFloor, as_json, rows_of_report
-from autotune.bench.harness import read_json, report_path, write_json
+from autotune.bench.harness import partial_path, read_json, report_path, run_script, write_progress, write_report
 from autotune.core.errors import AutotuneError
 from autotune.core.problem import DTYPES, read_shapes_file
 from autotune.ops import standard_shapes
@@ -55,7 +57,9 @@ def main() -> int:
     parser.add_argument(
         "--fresh-floor", action="store_true", help="time every read floor, also where the database holds one"
     )
-    parser.add_argument("--resume", action="store_true", help="keep the rows of the report already at the output path")
+    parser.add_argument(
+        "--resume", action="store_true", help="keep the rows of a run cut short (else of the report) at the output path"
+    )
     args = parser.parse_args()
 
     if args.shapes:
@@ -112,12 +116,12 @@ def main() -> int:
                 f"{time.monotonic() - started:.1f} s",
                 flush=True,
             )
-            write_json(path, as_json(gpu, copy_gbs, launch_us, rows))  # a run cut short keeps its rows
+            write_progress(path, as_json(gpu, copy_gbs, launch_us, rows))  # a run cut short keeps its rows
     if not rows:
         print("no shapes to measure", file=sys.stderr)
         return 2
     report = as_json(gpu, copy_gbs, launch_us, rows)
-    write_json(path, report)
+    write_report(path, report)
     bound = f"; at the read floor it would be {report['geomean_bound']:.3f}" if "geomean_bound" in report else ""
     worst = min(r.speedup for r in rows)
     print(f"wrote {path}: geometric-mean speedup {report['geomean_speedup']:.3f}, worst {worst:.3f}{bound}")
@@ -125,13 +129,17 @@ def main() -> int:
 
 
 def resumed_rows(path: Path, gpu: str) -> list[BenchRow]:
-    """The rows of the report at `path` measured on `gpu` (none where there is no report yet)."""
-    return rows_of_report(read_json(path), gpu) if path.exists() else []
+    """The rows measured on `gpu` of the run cut short at `path` (its partial report), else of the report
+    at `path` (none where there is neither)."""
+    for report in (partial_path(path), path):
+        if report.exists():
+            return rows_of_report(read_json(report), gpu)
+    return []
 
 
 if __name__ == "__main__":
     try:
-        sys.exit(main())
-    except KeyboardInterrupt:  # the report holds every shape measured before it (--resume carries on)
-        print("cut short: the report keeps the shapes measured so far", file=sys.stderr)
+        run_script(main, "bench_gemv")
+    except KeyboardInterrupt:  # the partial report holds every shape measured before it (--resume carries on)
+        print("cut short: the shapes measured so far are in the .partial.json beside the report", file=sys.stderr)
         sys.exit(130)

@@ -18,7 +18,6 @@ import argparse
 import copy
 import functools
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ from torch._dynamo.utils import counters
 
 import autotune
 import autotune.runtime.torch_ops  # registers torch.ops.autotune.linear
-from autotune.bench.harness import report_path, steps_in_turns_us, write_json
+from autotune.bench.harness import report_path, require_cuda_torch, run_script, steps_in_turns_us, write_json
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, MLP = 4096, 32, 8, 128, 14336
 Linear = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -133,6 +132,7 @@ def main() -> int:
     parser.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])
     parser.add_argument("--steps", type=int, default=200)
     args = parser.parse_args()
+    require_cuda_torch()
     dtype = getattr(torch, args.dtype)
     gpu = torch.cuda.get_device_name()
     rows = [measure(int(b), args.layers, args.kv_len, dtype, args.steps) for b in args.batches.split(",")]
@@ -142,4 +142,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main, "bench_linear")

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 import autotune
-from autotune.bench.harness import median_event_ms, report_path, write_json
+from autotune.bench.harness import median_event_ms, report_path, require_cuda_torch, run_script, write_json
 
 # (M, N, K): Llama-3-8B's q/o projection, gate+up and down, at a few training batch x sequence sizes.
 SHAPES = [(512, 4096, 4096), (2048, 4096, 4096), (2048, 28672, 4096), (2048, 4096, 14336), (8192, 4096, 4096)]
@@ -109,6 +109,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("results"))
     parser.add_argument("--profile", action="store_true", help="print torch.profiler's tables first")
     args = parser.parse_args()
+    require_cuda_torch()
     gpu = torch.cuda.get_device_name(0)
     if args.profile:
         for dtype in DTYPES[:1]:
@@ -132,4 +133,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_script(main, "bench_linear_grad")

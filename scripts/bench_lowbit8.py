@@ -305,7 +305,7 @@ def run(args: argparse.Namespace) -> Path:
     from lowbit_runs import gemlite_holds, keep_gemlite, setup_gemlite
 
     from autotune.bench.compare import Bench
-    from autotune.bench.harness import IsolatedClock, report_path, rotation_copies, write_json
+    from autotune.bench.harness import IsolatedClock, report_path, rotation_copies, write_progress, write_report
 
     bench = Bench()
     gpu = bench.launcher.gpu
@@ -357,8 +357,8 @@ def run(args: argparse.Namespace) -> Path:
                 if gemlite is not None and configs is not None:
                     gemlite.cache_config(str(configs))  # this pair's autotune kept for later runs
                 report["gemlite"]["autotune_s"] = sum(r.get("gemlite_autotune_s") or 0.0 for r in report["rows"])
-                write_json(path, report)  # a run cut short keeps the pairs it finished
-    return path
+                write_progress(path, report)  # a run cut short keeps the pairs it finished
+    return write_report(path, report)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -47,7 +47,15 @@ import torch
 
 import autotune
 from autotune.bench.decode_graph import NEW_TOKENS, PROMPT, REPLAYS, ROUNDS, DecodeGraph, built_on_gpu, static_cache
-from autotune.bench.harness import host_us_per_call, read_json, report_path, write_json
+from autotune.bench.harness import (
+    host_us_per_call,
+    read_json,
+    report_path,
+    require_cuda_torch,
+    run_script,
+    write_progress,
+    write_report,
+)
 
 WEIGHTS = ["float16", "int4", "int8", "fp8"]  # what --weights patches, in the order of the rows
 # How a step runs: eager modules; under torch.compile; the same with Inductor's Triton kernels launched
@@ -264,6 +272,7 @@ def main() -> int:
     parser.add_argument("--weights", nargs="+", default=["float16"], choices=WEIGHTS)
     parser.add_argument("--merge", action="store_true", help="keep the earlier file's rows not measured again")
     args = parser.parse_args()
+    require_cuda_torch()
     gpu = torch.cuda.get_device_name(0)
     import transformers
 
@@ -277,19 +286,22 @@ def main() -> int:
         earlier = read_json(path)["rows"]
         rows = [r for r in earlier if (r["layers"], r["weights"], r["fused"], r["mode"]) not in measured]
 
-    def save() -> None:  # after every row: a run cut short keeps what it measured
+    def report() -> dict[str, Any]:
         rows.sort(key=lambda r: (r["layers"], WEIGHTS.index(r["weights"]), r["fused"], MODES.index(r["mode"])))
-        report = {"gpu": gpu, "torch": torch.__version__, "transformers": transformers.__version__,
-                  "prompt": PROMPT, "new_tokens": NEW_TOKENS, "rounds": ROUNDS, "replays": REPLAYS,
-                  "rows": rows}  # fmt: skip
-        write_json(path, report)
+        return {"gpu": gpu, "torch": torch.__version__, "transformers": transformers.__version__,
+                "prompt": PROMPT, "new_tokens": NEW_TOKENS, "rounds": ROUNDS, "replays": REPLAYS,
+                "rows": rows}  # fmt: skip
+
+    def save() -> None:  # after every row, beside the report: a run cut short keeps what it measured
+        write_progress(path, report())
 
     for layers in args.layers:
         variants = [(weights, fused == "yes") for weights in args.weights for fused in args.fused]
         measure(layers, args.modes, variants, rows, save)
+    write_report(path, report())
     print(f"wrote {path}")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_script(main, "bench_model")

@@ -103,6 +103,9 @@ def run_all(
     return rows
 
 
+_ROW_KEYS = frozenset({"space", "strategy", "workers"})  # what _row_key reads of every row
+
+
 def _row_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
     return row["space"], row["strategy"], row["workers"], row.get("compile", "instant")
 
@@ -177,6 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.merge and args.out.exists():  # read before hours of replays, not after
         try:
             old = json.loads(args.out.read_text())["rows"]
+            if not isinstance(old, list) or not all(isinstance(r, dict) and r.keys() >= _ROW_KEYS for r in old):
+                raise ValueError(f"its rows are not objects with {', '.join(sorted(_ROW_KEYS))}")
         except (OSError, ValueError, KeyError, TypeError) as exc:
             print(f"error: --merge: {args.out} is not a replay report ({type(exc).__name__}: {exc})", file=sys.stderr)
             return 2

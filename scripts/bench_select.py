@@ -58,7 +58,7 @@ from typing import Any
 
 from autotune import api, ops
 from autotune.bench import compare, harness
-from autotune.bench.harness import geomean, gpu_names, plot_or_say_why_not, visible_devices, write_json
+from autotune.bench.harness import geomean, gpu_names, plot_or_say_why_not, run_script, visible_devices, write_json
 from autotune.core import paths
 from autotune.core.fingerprint import slugify
 from autotune.core.problem import Problem
@@ -914,4 +914,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main, "bench_select")

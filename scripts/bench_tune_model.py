@@ -25,7 +25,7 @@ import torch
 import autotune
 from autotune import api
 from autotune.bench.decode_graph import PROMPT, ROUNDS, DecodeGraph, built_on_gpu
-from autotune.bench.harness import report_path, write_json
+from autotune.bench.harness import report_path, require_cuda_torch, run_script, write_json
 
 
 def phi3(layers: int) -> Any:
@@ -59,6 +59,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("results"))
     parser.add_argument("--layers", type=int, default=8)
     args = parser.parse_args()
+    require_cuda_torch()
     gpu = torch.cuda.get_device_name(0)
     db = str(Path(tempfile.mkdtemp()) / "tune-model.db")
     theirs = phi3(args.layers)
@@ -91,4 +92,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_script(main, "bench_tune_model")

@@ -24,8 +24,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from autotune.bench.harness import report_path, write_json
+from autotune.bench.harness import read_json, report_path, run_script, write_progress, write_report
 from autotune.build.compiler import CompileJob, CompilePool, CompileResult
+from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import GpuInfo, slugify
 from autotune.core.outcome import Outcome, Status
 from autotune.core.problem import Problem
@@ -148,17 +149,24 @@ def write_space(
     path.write_bytes(gzip.compress(json.dumps(data).encode()))
 
 
-def write(folder: Path, gpu: GpuInfo, rows: list[dict[str, Any]]) -> Path:
+def write(folder: Path, gpu: GpuInfo, rows: list[dict[str, Any]], *, done: bool = False) -> Path:
+    """The report (`done`), else the rows so far beside it: a run cut short never replaces a whole report."""
     report = {"gpu": gpu.name, "limits": {"trials": MAX_TRIALS, "seconds": MAX_SECONDS}, "rows": rows}
-    return write_json(report_path(folder, "tuning", gpu.name), report)
+    path = report_path(folder, "tuning", gpu.name)
+    return write_report(path, report) if done else write_progress(path, report)
 
 
 def known_optimum(report: Path, m: int, n: int) -> tuple[int, float, float]:
     """(space size, optimum us, brute-force seconds) of a shape from an earlier report of this script."""
-    for row in json.loads(report.read_text())["rows"]:
-        if (row["m"], row["n"]) == (m, n):
-            return row["space_size"], row["optimum_us"], row["brute_force_seconds"]
-    raise SystemExit(f"{report} has no row for {m}x{n}")
+    try:
+        for row in read_json(report)["rows"]:
+            if (row["m"], row["n"]) == (m, n):
+                return row["space_size"], row["optimum_us"], row["brute_force_seconds"]
+    except AutotuneError as error:
+        raise SystemExit(f"error: --optimum-from: {error}") from None
+    except (KeyError, TypeError):
+        raise SystemExit(f"error: --optimum-from: {report} is not a report of this script") from None
+    raise SystemExit(f"error: --optimum-from: {report} has no row for {m}x{n}")
 
 
 def main() -> int:
@@ -182,10 +190,19 @@ def main() -> int:
     )
     args = parser.parse_args()
     rerun = {(*SHAPES[i], sampler) for i in args.only for sampler in args.samplers}
-    earlier = json.loads(args.merge.read_text())["rows"] if args.merge else []
-    rows: list[dict[str, Any]] = [r for r in earlier if (r["m"], r["n"], r["sampler"]) not in rerun]
+    if args.out.exists() and not args.out.is_dir():
+        print(f"error: --out {args.out} is a file: give the folder the report goes in (results)", file=sys.stderr)
+        return 2
+    try:  # checked before the first search, not after hours of them
+        earlier = read_json(args.merge)["rows"] if args.merge else []
+        rows: list[dict[str, Any]] = [r for r in earlier if (r["m"], r["n"], r["sampler"]) not in rerun]
+    except AutotuneError as error:
+        print(f"error: --merge: {error}", file=sys.stderr)
+        return 2
+    except (KeyError, TypeError):
+        print(f"error: --merge: {args.merge} is not a report of this script (rows of m, n, sampler)", file=sys.stderr)
+        return 2
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out
     with Worker() as worker:
         gpu = worker.hello()
         for m, n in (SHAPES[i] for i in args.only):
@@ -242,10 +259,10 @@ def main() -> int:
                     f"; serial compile {serial_text}",
                     flush=True,
                 )
-                path = write(args.out, gpu, rows)  # after every search: a run cut short keeps what it measured
-    print(f"wrote {path}")
+                write(args.out, gpu, rows)  # after every search: a run cut short keeps what it measured
+    print(f"wrote {write(args.out, gpu, rows, done=True)}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main, "bench_tuning")

@@ -63,7 +63,15 @@ from pathlib import Path
 from typing import Any
 
 from autotune import api
-from autotune.bench.harness import gpu_names, plot_or_say_why_not, pyplot, report_path, visible_devices, write_json
+from autotune.bench.harness import (
+    gpu_names,
+    plot_or_say_why_not,
+    pyplot,
+    report_path,
+    run_script,
+    visible_devices,
+    write_json,
+)
 from autotune.core.fingerprint import slugify
 from autotune.core.problem import ITEMSIZE, Problem
 from autotune.core.space import Config, Space, config_key
@@ -1319,4 +1327,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main, "bench_tuning_vs_kernel_tuner")

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from autotune import api, ops
 from autotune.bench.compare import Bench
-from autotune.bench.harness import MAX_ERROR, report_path, write_json
+from autotune.bench.harness import MAX_ERROR, report_path, run_script, write_json
 from autotune.build.compiler import CompilePool
 from autotune.core.problem import Problem
 from autotune.ops import make_problem, source_hash
@@ -144,4 +143,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main, "bench_untuned")

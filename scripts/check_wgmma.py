@@ -38,6 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, when PYTHONPATH lacks it
 
+from autotune.bench.harness import out_file
 from autotune.build.compiler import CompileJob, compile_kernel
 from autotune.core.fingerprint import file_hash
 from autotune.core.limits import DEFAULT_SHARED_BYTES
@@ -495,6 +496,7 @@ def main(argv: list[str] | None = None) -> int:
         return child_main(args.child, args.manifest, args.result)
     if args.out is None:
         parser.error("--out is required")
+    out_file(args.out)
 
     started = time.monotonic()
     layouts = [int(x) for x in args.layouts.split(",") if x]

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune import ops
-from autotune.bench.harness import write_json
+from autotune.bench.harness import out_folder, write_json
 from autotune.core.problem import Problem, split_inputs
 from autotune.core.space import config_key
 from autotune.core.target import targeting
@@ -239,6 +239,7 @@ def main() -> int:
     parser.add_argument("--neighbours", type=int, default=NEIGHBOURS)
     parser.add_argument("--no-write", action="store_true", help="print the summary only")
     args = parser.parse_args()
+    out_folder(args.out)
     knobs = {"sigma": args.sigma, "absent_margin": args.margin, "neighbours": args.neighbours}
     with tempfile.TemporaryDirectory() as tmp:
         store = open_store(str(Path(tmp) / "records.db"))

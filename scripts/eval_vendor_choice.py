@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from autotune.bench.harness import write_json
+from autotune.bench.harness import out_folder, write_json
 from autotune.core.problem import Problem
 from autotune.core.target import targeting
 from autotune.ops.cublas import FAMILY as CUBLAS
@@ -102,6 +102,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "results")
     parser.add_argument("--no-write", action="store_true", help="print the table only")
     args = parser.parse_args()
+    out_folder(args.out)
     groups: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         store = open_store(str(Path(tmp) / "records.db"))

@@ -76,6 +76,15 @@ def _file_best(gpu_slug: str, name: str) -> Iterator[tuple[Problem, dict[str, in
     yield from ((p, c, t) for p, (c, t) in best.items())
 
 
+def _report(path: Path) -> Any:
+    """An earlier run's report; a ValueError naming the file where it cannot be read. (Read here, not
+    by autotune's harness: this script also runs against older checkouts' autotune.)"""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"cannot read {path}: {error}") from None
+
+
 def retime(args: argparse.Namespace) -> None:
     rows: list[dict[str, Any]] = []
     out = args.out / f"retime_{args.label}.json"
@@ -126,7 +135,7 @@ def summarize(rows: list[dict[str, Any]], label: str) -> None:
 def compare(first: Path, second: Path, keep: Path | None = None) -> None:
     """Print how the first run's times compare with the second's, problem by problem; with `keep`, write
     both runs' times and the summary there (results/retime_<gpu>.json, which docs/design.md quotes)."""
-    a, b = (json.loads(p.read_text()) for p in (first, second))
+    a, b = (_report(p) for p in (first, second))
     summarize(a["rows"], a["label"])
     summarize(b["rows"], b["label"])
     theirs = {r["problem"]: r["now_us"] for r in b["rows"] if r["now_us"]}
@@ -171,8 +180,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compare", type=Path, nargs=2, metavar="JSON", help="two earlier runs, nothing timed")
     parser.add_argument("--keep", type=Path, metavar="JSON", help="with --compare: write both runs and the summary")
     args = parser.parse_args(argv)
+    if args.out.exists() and not args.out.is_dir():
+        print(f"error: --out {args.out} is a file: give the folder retime_<label>.json goes in", file=sys.stderr)
+        return 2
     if args.compare:
-        compare(*args.compare, keep=args.keep)
+        try:
+            compare(*args.compare, keep=args.keep)
+        except ValueError as error:
+            print(f"error: --compare: {error}", file=sys.stderr)
+            return 2
     else:
         retime(args)
     return 0

@@ -25,6 +25,7 @@ import os
 import shutil
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -190,6 +191,62 @@ def write_json(path: Path, data: Mapping[str, Any], indent: int = 1) -> Path:
     short holds the old report or the new one, never part of one. Makes the folder where missing."""
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(path, json.dumps(data, indent=indent) + "\n", what="JSON file")
+    return path
+
+
+def run_script(main: Callable[[], int], name: str) -> None:
+    """A benchmark script's entry point: what it refuses (AutotuneError: no GPU, a bad argument or
+    file) is one line, `name: message`, and exit 2, not a traceback."""
+    try:
+        code = main()
+    except AutotuneError as error:
+        print(f"{name}: {error}", file=sys.stderr)
+        code = 2
+    sys.exit(code)
+
+
+def require_cuda_torch() -> None:
+    """Refuse, before any work, where torch sees no CUDA GPU (torch's own error is a traceback)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise AutotuneError("torch sees no CUDA GPU: this benchmark runs on one")
+
+
+def out_folder(path: Path, flag: str = "--out") -> Path:
+    """The folder a script writes its reports in, checked before it works (not after): where it is a
+    file, one line and exit 2."""
+    if path.exists() and not path.is_dir():
+        print(f"error: {flag} {path} is a file: give the folder the report goes in", file=sys.stderr)
+        raise SystemExit(2)
+    return path
+
+
+def out_file(path: Path, flag: str = "--out") -> Path:
+    """The file a script writes its report to, checked before it works: where it is a folder, one line
+    and exit 2."""
+    if path.is_dir():
+        print(f"error: {flag} {path} is a folder: give the report's file", file=sys.stderr)
+        raise SystemExit(2)
+    return path
+
+
+def partial_path(path: Path) -> Path:
+    """Where a run keeps its report while it measures: beside the report (gemv_nvidia-h200.partial.json),
+    so that a run cut short keeps what it measured and never replaces an earlier whole report with part
+    of one (write_report, at the end, replaces it and removes this)."""
+    return path.with_name(f"{path.stem}.partial{path.suffix}")
+
+
+def write_progress(path: Path, data: Mapping[str, Any]) -> Path:
+    """The report of a run under way, at partial_path(path)."""
+    return write_json(partial_path(path), data)
+
+
+def write_report(path: Path, data: Mapping[str, Any]) -> Path:
+    """A whole report, at `path`; the run's partial one is removed."""
+    write_json(path, data)
+    partial_path(path).unlink(missing_ok=True)
     return path
 
 
