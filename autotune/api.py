@@ -604,6 +604,8 @@ def _linear_quantized(x: Any, weight: Any, bias: Any, db: str | None) -> Any:
         raise AutotuneError(f"x has {got} features, the {what} weight expects {k} (x: (..., K), W: (N, K))")
     if x.dtype != scales.dtype:
         raise AutotuneError(f"x is {x.dtype}, the {what} weight's scales {scales.dtype}: cast x (or quantize for it)")
+    if bias is not None and bias.shape != (n,):
+        raise AutotuneError(f"bias has shape {tuple(bias.shape)}, the {what} weight's outputs ({n},)")
     rows = shape[0] if len(shape) == 2 else x.numel() // k
     if rows == 0:
         raise AutotuneError(f"linear of x {tuple(shape)} and an {what} weight: x has no rows")

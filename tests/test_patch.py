@@ -662,3 +662,11 @@ def test_a_decode_steps_one_token_input_runs_one_gemv_on_its_vector(runtime: tor
         y = autotune.linear(x, weight)
         assert runtime.calls == ["gemv"] and y.shape == (1, 1, 6)
         torch.testing.assert_close(y, torch.nn.functional.linear(x, weight))
+
+
+def test_a_low_bit_linear_refuses_a_bias_of_another_size(runtime: Any) -> None:
+    weight = autotune.quantize(torch.randn(64, 128).half(), "int4", group=64)
+    x = torch.randn(2, 128).half()
+    with pytest.raises(AutotuneError, match=r"^bias has shape \(32,\), the int4 weight's outputs \(64,\)$"):
+        autotune.linear(x, weight, torch.zeros(32).half())
+    assert autotune.linear(x, weight, torch.zeros(64).half()).shape == (2, 64)
