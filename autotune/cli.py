@@ -692,7 +692,12 @@ def export(
     gpu: Annotated[
         str | None, typer.Option("--gpu", help="only this GPU (jsonl: needed where several; bundle: needed)")
     ] = None,
-    top: Annotated[int, typer.Option("--top", min=1, help="fastest configs per problem")] = 1,
+    top: Annotated[
+        int,
+        typer.Option(
+            "--top", min=1, help="fastest configs of our kernels per problem (its best cuBLASLt algorithm comes too)"
+        ),
+    ] = 1,
     op: Annotated[
         list[str] | None, typer.Option("--op", help="bundle: only this op (gemv, gemm or hgemv, sgemm...), repeatable")
     ] = None,

@@ -71,8 +71,18 @@ def _image(stem: str, prefix: str) -> str:
 def gemv_headline(report: dict[str, Any]) -> str:
     """One line per dtype: speedup over cuBLAS, how close the large matrices come to the copy bandwidth,
     and the share of the read floor (`autotune bench`'s floor kernel, in the same run) reached."""
+    from autotune.ops import standard_shapes
+
+    standard = set(map(tuple, standard_shapes()))
+    measured = {(r["m"], r["n"]) for r in report["rows"]}
+    missing = sorted(standard - measured)
+    which = (
+        "every standard shape"
+        if not missing
+        else (f"the standard shapes but {', '.join(f'{m}x{n}' for m, n in missing)} (measured before it joined)")
+    )
     lines = [
-        f"GEMV on one {report['gpu']}, every standard shape against cuBLAS (best of `torch.mv` and `F.linear`):",
+        f"GEMV on one {report['gpu']}, {which} against cuBLAS (best of `torch.mv` and `F.linear`):",
         "",
         "| dtype | shapes | geometric-mean speedup | slowest, fastest | matrices ≥ 64 MB: % of copy bandwidth "
         "| share of the read floor, lowest (median) |",
