@@ -110,3 +110,25 @@ def test_an_int4_weight_gives_the_input_gradient_and_its_scales_none(runtime: To
         quantized(x)
     with torch.no_grad():  # asking for nothing: no error
         assert quantized(x).grad_fn is None
+
+
+def test_an_output_changed_in_place_gets_f_linears_gradients(runtime: TorchRuntime) -> None:
+    """The launch path hands (..., N) back as a view of its (rows, N) result; autograd refuses an
+    in-place change of a view a custom Function made (ReLU(inplace=True) after a patched linear)."""
+    torch.manual_seed(0)
+    x, w, b = _leaf(2, 3, 7), _leaf(5, 7), _leaf(5)
+    api.linear(x, w, b).relu_().sum().backward()
+    theirs = [t.detach().clone().requires_grad_(True) for t in (x, w, b)]
+    torch.nn.functional.linear(*theirs).relu_().sum().backward()
+    for mine, their in zip((x, w, b), theirs, strict=True):
+        assert torch.allclose(mine.grad, their.grad)
+
+
+def test_a_gradient_of_gradients_is_refused_not_left_out(runtime: TorchRuntime) -> None:
+    """Our kernels record no graph: with create_graph=True every path through dX would be missing from
+    a gradient penalty's gradient, silently. It is refused in one line."""
+    x, w = _leaf(4, 7), _leaf(5, 7)
+    y = api.linear(x, w, None)
+    with pytest.raises(AutotuneError, match="not differentiable again") as raised:
+        torch.autograd.grad(y.pow(2).sum(), (x, w), create_graph=True)
+    assert "\n" not in str(raised.value)

@@ -670,3 +670,14 @@ def test_a_low_bit_linear_refuses_a_bias_of_another_size(runtime: Any) -> None:
     with pytest.raises(AutotuneError, match=r"^bias has shape \(32,\), the int4 weight's outputs \(64,\)$"):
         autotune.linear(x, weight, torch.zeros(32).half())
     assert autotune.linear(x, weight, torch.zeros(64).half()).shape == (2, 64)
+
+
+def test_the_torch_op_has_gradients_without_a_bias(runtime: Any) -> None:
+    """Without a bias torch hands the op's backward two flags, not three (torch.compile training of a
+    model whose linears have no bias, as Llama's)."""
+    for call in (lambda x, w: torch.ops.autotune.linear(x, w, None), lambda x, w: torch.ops.autotune.linear(x, w)):
+        x, w = torch.randn(4, 10, requires_grad=True), torch.randn(3, 10, requires_grad=True)
+        call(x, w).square().sum().backward()
+        x2, w2 = x.detach().clone().requires_grad_(True), w.detach().clone().requires_grad_(True)
+        torch.nn.functional.linear(x2, w2).square().sum().backward()
+        assert _close(x.grad, x2.grad, 1e-4) and _close(w.grad, w2.grad, 1e-4)

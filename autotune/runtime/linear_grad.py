@@ -71,10 +71,11 @@ class _Linear(torch.autograd.Function):  # type: ignore[misc]  # torch is untype
     ) -> Any:
         ctx.save_for_backward(x, weight)
         ctx.db, ctx.gemm = db, gemm
-        return untracked(x, weight, bias, db=db)
+        return _not_a_view(untracked(x, weight, bias, db=db))
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        _refuse_a_graph_of_gradients()
         x, weight = ctx.saved_tensors
         needs = tuple(ctx.needs_input_grad[:3])
         return (*input_grads(grad, x, weight, needs, lambda a, b: ctx.gemm(a, b, db=ctx.db)), None, None, None)
@@ -89,15 +90,34 @@ class _QuantizedLinear(torch.autograd.Function):  # type: ignore[misc]
     ) -> Any:
         ctx.save_for_backward(x)
         ctx.weight, ctx.db, ctx.gemm = weight, db, gemm
-        return untracked(x, weight, bias, db=db)
+        return _not_a_view(untracked(x, weight, bias, db=db))
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        _refuse_a_graph_of_gradients()
         (x,) = ctx.saved_tensors
         needs = (ctx.needs_input_grad[0], False, ctx.needs_input_grad[1])
         dequantized = lambda: ctx.weight.dequantize(x.dtype)  # noqa: E731  (only when dX is asked for)
         dx, _, db = input_grads(grad, x, None, needs, lambda a, b: ctx.gemm(a, b, db=ctx.db), dequantized)
         return dx, db, None, None, None, None
+
+
+def _refuse_a_graph_of_gradients() -> None:
+    """Our kernels record no graph, so the gradients they give have none either: a gradient of them
+    (backward with create_graph=True: a gradient penalty, a Hessian-vector product) would leave out
+    every path through dX, silently. Refused instead (the engine enables grad mode for create_graph)."""
+    if torch.is_grad_enabled():
+        raise AutotuneError(
+            "autotune.linear's gradients are not differentiable again (backward with create_graph=True): "
+            "use torch.nn.functional.linear where a gradient of gradients is needed"
+        )
+
+
+def _not_a_view(y: torch.Tensor) -> torch.Tensor:
+    """The forward's output as a tensor of its own: the launch path hands (..., N) back as a view of
+    its (rows, N) result, and autograd refuses an in-place change (ReLU(inplace=True)) of a view a
+    custom Function made. Copied only where it is one, and only on this path (autograd recording)."""
+    return y.clone() if y._base is not None else y
 
 
 def linear(x: Any, weight: Any, bias: Any, db: str | None, quantized: bool, untracked: Linear, gemm: Gemm) -> Any:
@@ -125,7 +145,9 @@ def register_linear_autograd() -> None:
 
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
         x, weight = ctx.saved_tensors
-        needs = tuple(ctx.needs_input_grad[:3])
-        return input_grads(grad, x, weight, needs, torch.ops.autotune.gemm)
+        # Without a bias torch hands over one flag an input it was given (two), not three.
+        given = len(ctx.needs_input_grad)
+        needs = (*ctx.needs_input_grad, False, False)[:3]
+        return input_grads(grad, x, weight, needs, torch.ops.autotune.gemm)[:given]
 
     torch.library.register_autograd("autotune::linear", backward, setup_context=setup_context)
