@@ -150,6 +150,27 @@ def test_the_nearest_tuned_problem_answers_as_the_python_reference(
     assert 0.2 < sum(e != "-1" for e in expected) / len(expected) < 1  # hits and misses both asked
 
 
+@needs_gcc
+def test_sizes_past_32_bits_or_256_gib_find_nothing_as_in_python(
+    built: tuple[bundle.Bundle, Path], programs: dict[str, Path]
+) -> None:
+    """autotune_bind passes 32-bit sizes: a size past 2^31 - 1 (or a matrix past 256 GiB, which the
+    Python selector refuses too) must find no entry, never one whose launch runs on a cut-off size."""
+    made, _ = built
+    questions, expected = [], []
+    for entry in made.entries[::5]:
+        p = entry.problem
+        k = p.k or 0
+        big = 2**31 + 64
+        shapes = [(big, p.n, k), (p.m, 2**32 + 1024, k), (2**19, 2**18 + 1, k)] + ([(p.m, p.n, big)] if k else [])
+        for m, n, kk in shapes:
+            questions.append(f"find {p.op} {p.dtype} {m} {n} {kk} {int(p.trans)}")
+            found = bundle.find(made, p.op, p.dtype, m, n, kk, p.trans)
+            expected.append(str(found.index if found is not None else -1))
+    assert set(expected) == {"-1"}
+    assert ask(programs["gcc"], questions) == expected
+
+
 @pytest.mark.slow
 @needs_gcc
 def test_exact_nearest_and_missing_answers(built: tuple[bundle.Bundle, Path], programs: dict[str, Path]) -> None:

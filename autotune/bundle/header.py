@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from autotune.core.errors import AutotuneError
 from autotune.core.limits import MAX_GRID_Y, MAX_REGISTERS_PER_THREAD, MAX_THREADS_PER_SM, REGISTERS_PER_SM
+from autotune.core.problem import MAX_DIM, MAX_MATRIX_BYTES
 from autotune.gpu import tma
 from autotune.ops import gemm
 from autotune.ops import gemv as gemv_op
@@ -106,6 +107,10 @@ def _constants(bundle: Bundle) -> str:
         f"#define AUTOTUNE_BUNDLE_WGMMA {int(gpu.compute_capability == '9.0')}",
         "/* Every array's address must be a multiple of this many bytes. */",
         f"#define AUTOTUNE_ALIGNMENT {_int(bundle.alignment)}",
+        "/* The largest size and matrix a problem may have (autotune/core/problem.py): kernels index with",
+        " * 32-bit ints, and autotune_runs answers no beyond them, as the Python selector refuses them. */",
+        f"#define AUTOTUNE_MAX_DIM {_int(MAX_DIM)}LL",
+        f"#define AUTOTUNE_MAX_MATRIX_BYTES {_int(MAX_MATRIX_BYTES)}LL",
         "/* Limits the families' rules use (autotune/ops/). */",
         f"#define AUTOTUNE_SKINNY_MAX_M {_int(gemm.SKINNY_MAX_M)}",
         f"#define AUTOTUNE_SKINNY_MIN_NT {_int(gemm_skinny.NT_CHOICES[0])}",

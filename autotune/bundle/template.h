@@ -355,6 +355,16 @@ static inline int autotune_kernel_sizes(const autotune_entry *e, int64_t m, int6
   return 3;
 }
 
+/* 1 where a problem of this shape may exist: every size within 32 bits (the kernels' int sizes, which
+ * autotune_bind passes) and its largest matrix within AUTOTUNE_MAX_MATRIX_BYTES. */
+static inline int autotune_size_ok(int64_t m, int64_t n, int64_t k, int64_t item) {
+  int64_t largest;
+  if (m > AUTOTUNE_MAX_DIM || n > AUTOTUNE_MAX_DIM || k > AUTOTUNE_MAX_DIM) return 0; /* then no product overflows */
+  largest = m * n;
+  if (k > 0) largest = autotune_max64(largest, autotune_max64(m * k, k * n));
+  return largest <= AUTOTUNE_MAX_MATRIX_BYTES / item;
+}
+
 /* 1 where the entry's config runs the problem (e->op, e->dtype, e->trans) of this shape: the family
  * the GPU would pick for it is the entry's, and the config is a point of its parameter space there. */
 static inline int autotune_runs(const autotune_entry *e, int64_t m, int64_t n, int64_t k) {
@@ -362,6 +372,7 @@ static inline int autotune_runs(const autotune_entry *e, int64_t m, int64_t n, i
   int64_t s[6], item = autotune_itemsize(e->dtype_code);
   const autotune_config *c = &e->config;
   if (e->backend != AUTOTUNE_BACKEND_KERNEL || m < 1 || n < 1 || (gemm ? k < 1 : k != 0)) return 0;
+  if (!autotune_size_ok(m, n, k, item)) return 0;
   if (autotune_family_for(gemm, e->dtype_code, m, n, k, e->trans) != e->family) return 0;
   autotune_kernel_sizes(e, m, n, k, s);
   switch (e->family) {
