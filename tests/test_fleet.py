@@ -158,6 +158,30 @@ def test_asked_counts_add_up_and_order_the_pending_queue(store: Store) -> None:
     assert _states(store)[A] == QUEUE.PENDING
 
 
+def test_a_damaged_queue_row_is_passed_over_and_the_others_listed_and_claimed(store: Store, db_path: Path) -> None:
+    """SQLite keeps any text in a date column: such a row is listed with its date unknown and claimed in
+    its turn, one whose GPU name is a BLOB passed over, instead of failing the listing and every claim."""
+    import sqlite3
+
+    now = utcnow()
+    store.note_asked(GPU, {A: Asked(1, now, now), B: Asked(2, now, now), C: Asked(3, now, now)})
+    with sqlite3.connect(db_path) as connection:
+        connection.execute(
+            "UPDATE queue SET queued_at = 'not a date', first_asked = 'nope' WHERE problem_id = "
+            "(SELECT id FROM problems WHERE m = ?)",
+            (B.m,),
+        )
+        connection.execute(
+            "UPDATE queue SET lease_until = 'garbage' WHERE problem_id = (SELECT id FROM problems WHERE m = ?)", (A.m,)
+        )
+        connection.execute("UPDATE problems SET gpu_name = x'1b5b326a' WHERE m = ?", (C.m,))
+    connection.close()
+    rows = {row.problem: row for row in store.queue_rows(GPU)}
+    assert set(rows) == {A, B} and rows[B].queued_at is None and rows[A].lease_until is None
+    claimed = [store.claim_next(GPU, LONG).claim for _ in range(3)]
+    assert [c.problem if c else None for c in claimed] == [B, A, None]  # the most asked first
+
+
 def test_lease_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(fleet.LEASE_ENV, "7.5")
     assert fleet.lease() == timedelta(seconds=7.5)

@@ -277,10 +277,10 @@ class Queued(Base):
     problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"), primary_key=True)
     state: Mapped[str] = mapped_column(String(16))
     asked: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
-    first_asked: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    last_asked: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    first_asked: Mapped[datetime | None] = mapped_column(LenientDateTime())
+    last_asked: Mapped[datetime | None] = mapped_column(LenientDateTime())
     owner: Mapped[str | None] = mapped_column(String)  # autotune/store/owner.py's "host pid start token"
-    lease_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    lease_until: Mapped[datetime | None] = mapped_column(LenientDateTime())
     claims: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # 2+: taken over
-    queued_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    done_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    queued_at: Mapped[datetime] = mapped_column(LenientDateTime(), default=utcnow)
+    done_at: Mapped[datetime | None] = mapped_column(LenientDateTime())

@@ -46,7 +46,7 @@ class QueueRow:
     owner: str | None  # "host pid" of the claiming (or last) process
     lease_until: datetime | None
     claims: int
-    queued_at: datetime
+    queued_at: datetime | None  # None where the stored text is not a date (a damaged row)
     done_at: datetime | None
 
 
@@ -220,12 +220,24 @@ def rows(session: Session, gpu_name: str | None = None) -> list[QueueRow]:
             owner=_host_and_pid(queued.owner),
             lease_until=None if queued.lease_until is None else as_utc(queued.lease_until),
             claims=queued.claims,
-            queued_at=as_utc(queued.queued_at),
+            queued_at=None if queued.queued_at is None else as_utc(queued.queued_at),
             done_at=None if queued.done_at is None else as_utc(queued.done_at),
         )
         for queued, row, problem in listed
-        if problem is not None
+        if problem is not None and _readable(queued)
     ]
+
+
+def _readable(queued: orm.Queued) -> bool:
+    """Whether a queue row reads as one: SQLite keeps any text in any column. A date that is not one
+    reads as None (models.LenientDateTime) and is listed as unknown, as the claims take the row; a
+    state, a count or an owner of another type is passed over, not a failed listing."""
+    counts = (queued.asked, queued.claims)
+    return (
+        isinstance(queued.state, str)
+        and all(type(count) is int for count in counts)
+        and (queued.owner is None or isinstance(queued.owner, str))
+    )
 
 
 def _host_and_pid(owner_text: str | None) -> str | None:

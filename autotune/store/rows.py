@@ -228,8 +228,8 @@ def _show(value: object) -> str:
 def stored_problem(row: orm.Problem) -> Problem | None:
     """The core Problem a problems row names, or None where a records file could not hold it: a row
     written straight into the database never reaches a kernel's arithmetic or nvcc."""
-    if not isinstance(row.input_dtypes, str) or not isinstance(row.variant, str):
-        return None  # written straight into the database: no text at all
+    if not all(isinstance(text, str) for text in (row.input_dtypes, row.variant, row.gpu_name)):
+        return None  # written straight into the database: no text at all (a BLOB, a number)
     inputs = split_inputs(row.input_dtypes)
     found = problem_or_fault(row.op, row.dtype, row.m, row.n, row.k, bool(row.trans), inputs, row.variant)
     return found if isinstance(found, Problem) else None
