@@ -551,6 +551,8 @@ def test_op_filters_take_blas_names_and_families(tuned: str, fake_kernels: None,
     assert [(e.problem, e.family) for e in made.entries] == [(Problem("gemv", "float16", 4096, 8192), "gemv")]
     with pytest.raises(AutotuneError, match="nothing to bundle"):
         bundle.build("h200", ["bgemv"], db=tuned)
+    with pytest.raises(AutotuneError, match="--op is empty"):  # not the default op, hgemv, alone
+        bundle.wanted_ops([" "])
 
 
 def test_a_kernel_that_takes_its_clusters_at_launch_is_left_out(

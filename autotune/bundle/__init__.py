@@ -150,6 +150,8 @@ def wanted_ops(names: Sequence[str]) -> set[tuple[str, str | None]]:
     wanted: set[tuple[str, str | None]] = set()
     for given in names:
         name = given.strip().lower()
+        if not name:  # resolve_op reads no op as the default one: here it would mean hgemv alone
+            raise AutotuneError("--op is empty: name an op (gemv, gemm, hgemv, sgemm, ...) or leave --op out")
         op, dtype = (name, None) if name in BUNDLE_OPS else ops.resolve_op(name)
         if op not in BUNDLE_OPS:
             choices = ", ".join([*BUNDLE_OPS, *(p + o for o in BUNDLE_OPS for p in BLAS_PREFIX)])
