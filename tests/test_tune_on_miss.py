@@ -54,6 +54,12 @@ def test_off_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not tune_on_miss.enabled()
     monkeypatch.setenv(tune_on_miss.ENV, "1")
     assert tune_on_miss.enabled()
+    for text, on in (("true", True), (" Yes ", True), ("on", True), ("0", False), ("off", False), ("no", False)):
+        monkeypatch.setenv(tune_on_miss.ENV, text)
+        assert tune_on_miss.enabled() is on, text
+    monkeypatch.setenv(tune_on_miss.ENV, "maybe")
+    with pytest.warns(AutotuneWarning, match="'maybe' is neither 1 nor 0: tuning on a miss stays off"):
+        assert not tune_on_miss.enabled()
 
 
 @pytest.mark.parametrize(

@@ -43,8 +43,16 @@ Command = Callable[[Problem, int, int], list[str]]
 Locate = Callable[[str], int]
 
 
+_ON, _OFF = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
+
+
 def enabled() -> bool:
-    return os.environ.get(ENV, "").strip() == "1"
+    """Whether $AUTOTUNE_TUNE_ON_MISS asks for it: 1 (true, yes, on) or 0 (false, no, off, unset); any
+    other value is warned about, once, and leaves it off."""
+    text = os.environ.get(ENV, "").strip().lower()
+    if text not in _ON and text not in _OFF:
+        _warn(f"{ENV}={text!r} is neither 1 nor 0: tuning on a miss stays off")
+    return text in _ON
 
 
 def trials() -> int:
