@@ -20,7 +20,7 @@ from subprocess import PIPE
 import pytest
 
 from autotune.core.asked import Asked
-from autotune.core.errors import AutotuneError
+from autotune.core.errors import AutotuneError, AutotuneWarning
 from autotune.core.problem import Problem
 from autotune.store import Store, open_store
 from autotune.store.models import QUEUE, utcnow
@@ -160,7 +160,8 @@ def test_asked_counts_add_up_and_order_the_pending_queue(store: Store) -> None:
 
 def test_a_damaged_queue_row_is_passed_over_and_the_others_listed_and_claimed(store: Store, db_path: Path) -> None:
     """SQLite keeps any text in a date column: such a row is listed with its date unknown and claimed in
-    its turn, one whose GPU name is a BLOB passed over, instead of failing the listing and every claim."""
+    its turn; one naming no problem a records file could hold is passed over with a warning, since it
+    is never claimed. Before, the listing and every claim failed on them."""
     import sqlite3
 
     now = utcnow()
@@ -174,9 +175,10 @@ def test_a_damaged_queue_row_is_passed_over_and_the_others_listed_and_claimed(st
         connection.execute(
             "UPDATE queue SET lease_until = 'garbage' WHERE problem_id = (SELECT id FROM problems WHERE m = ?)", (A.m,)
         )
-        connection.execute("UPDATE problems SET gpu_name = x'1b5b326a' WHERE m = ?", (C.m,))
+        connection.execute("UPDATE problems SET op = 'zzgemv' WHERE m = ?", (C.m,))
     connection.close()
-    rows = {row.problem: row for row in store.queue_rows(GPU)}
+    with pytest.warns(AutotuneWarning, match="1 queue row name no problem a records file could hold"):
+        rows = {row.problem: row for row in store.queue_rows(GPU)}
     assert set(rows) == {A, B} and rows[B].queued_at is None and rows[A].lease_until is None
     claimed = [store.claim_next(GPU, LONG).claim for _ in range(3)]
     assert [c.problem if c else None for c in claimed] == [B, A, None]  # the most asked first

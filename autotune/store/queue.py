@@ -9,6 +9,7 @@ serializes claims just the same."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -18,6 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from autotune.core.asked import Asked
+from autotune.core.errors import AutotuneWarning
 from autotune.core.problem import Problem
 from autotune.store import models as orm
 from autotune.store import owner as owners
@@ -211,6 +213,14 @@ def rows(session: Session, gpu_name: str | None = None) -> list[QueueRow]:
         .order_by(*PROBLEM_ORDER)
     )
     listed = [(queued, row, _problem(row)) for queued, row in session.execute(stmt)]
+    unusable = sum(problem is None or not _readable(queued) for queued, row, problem in listed)
+    if unusable:  # a row written straight in, or damaged: never claimed, so it would wait unseen for ever
+        warnings.warn(
+            f"{unusable} queue row{'s' if unusable > 1 else ''} name no problem a records file could hold, or"
+            " hold values of another type: passed over, never claimed (a damaged or foreign database?)",
+            AutotuneWarning,
+            stacklevel=3,
+        )
     return [
         QueueRow(
             gpu_name=row.gpu_name,
