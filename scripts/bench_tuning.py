@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from autotune.bench.harness import read_json, report_path, run_script, write_progress, write_report
+from autotune.bench.harness import out_folder, read_json, report_path, run_script, write_progress, write_report
 from autotune.build.compiler import CompileJob, CompilePool, CompileResult
 from autotune.core.errors import AutotuneError
 from autotune.core.fingerprint import GpuInfo, slugify
@@ -190,9 +190,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     rerun = {(*SHAPES[i], sampler) for i in args.only for sampler in args.samplers}
-    if args.out.exists() and not args.out.is_dir():
-        print(f"error: --out {args.out} is a file: give the folder the report goes in (results)", file=sys.stderr)
-        return 2
+    out_folder(args.out)
     try:  # checked before the first search, not after hours of them
         earlier = read_json(args.merge)["rows"] if args.merge else []
         rows: list[dict[str, Any]] = [r for r in earlier if (r["m"], r["n"], r["sampler"]) not in rerun]
