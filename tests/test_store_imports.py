@@ -208,3 +208,22 @@ def test_a_queued_problem_of_bad_sizes_is_neither_claimed_nor_listed(tmp_path: P
         first = store.claim_next(H200.name, timedelta(seconds=60))
         assert first.claim is not None and first.claim.problem == good
         assert store.claim_next(H200.name, timedelta(seconds=60)).claim is None
+
+
+def test_a_queue_row_of_unknown_state_is_neither_claimed_nor_listed(tmp_path: Path) -> None:
+    """A queue row whose state was written straight in as no state the queue knows: claiming it would
+    tune a problem nobody queued in that form; the next sound row is claimed instead."""
+    db = tmp_path / "t.db"
+    good, damaged = RECORDED, RECORDED.__class__(RECORDED.op, RECORDED.dtype, 2048, 2048)
+    with open_store(str(db), import_shipped=False) as store:
+        store.enqueue(H200.name, [damaged, good])
+    with sqlite3.connect(db) as connection:
+        connection.execute(
+            "UPDATE queue SET state = 'bogus' WHERE problem_id = (SELECT id FROM problems WHERE m = 2048)"
+        )
+    with open_store(str(db), import_shipped=False) as store:
+        with pytest.warns(AutotuneWarning, match="1 queue row name no problem"):
+            assert [row.problem for row in store.queue_rows()] == [good]
+        first = store.claim_next(H200.name, timedelta(seconds=60))
+        assert first.claim is not None and first.claim.problem == good
+        assert store.claim_next(H200.name, timedelta(seconds=60)).claim is None

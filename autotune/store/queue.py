@@ -161,7 +161,7 @@ def claim_next(
     held = 0
     for queued, row in found:
         problem = _problem(row)
-        if problem is None:
+        if problem is None or not _readable(queued):
             continue
         verdict = _claimable(queued, now, since)
         if verdict is None:
@@ -238,13 +238,17 @@ def rows(session: Session, gpu_name: str | None = None) -> list[QueueRow]:
     ]
 
 
+_STATES = frozenset((QUEUE.PENDING, QUEUE.CLAIMED, QUEUE.DONE))
+
+
 def _readable(queued: orm.Queued) -> bool:
     """Whether a queue row reads as one: SQLite keeps any text in any column. A date that is not one
     reads as None (models.LenientDateTime) and is listed as unknown, as the claims take the row; a
-    state, a count or an owner of another type is passed over, not a failed listing."""
+    state none of QUEUE's, or a count or an owner of another type, is passed over by both the claims
+    and the listing (which warns), not a failed listing and not a claim of a row nobody wrote."""
     counts = (queued.asked, queued.claims)
     return (
-        isinstance(queued.state, str)
+        queued.state in _STATES
         and all(type(count) is int for count in counts)
         and (queued.owner is None or isinstance(queued.owner, str))
     )
