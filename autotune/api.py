@@ -561,11 +561,16 @@ def linear(x: Any, weight: Any, bias: Any = None, *, db: str | None = None) -> A
     empty = [name for name, size in sizes if not size]
     if empty:
         raise AutotuneError(f"linear of x {tuple(x.shape)} and W {tuple(weight.shape)}: {empty[0]} is empty")
+    if bias is not None:
+        _check_bias(bias, n, "W's")
     if rows == 1:
         vector = x.reshape(k)
         if bias is None:
             return _RUNTIME.gemv(weight, vector, db=db).reshape(out_shape)
-        y = bias.clone()
+        # A new y holding the bias (broadcast, as F.linear does, where it is one value), which the
+        # kernel reads (beta = 1) and overwrites: never the caller's bias itself.
+        y = bias.new_empty(n)
+        y.copy_(bias)
         _RUNTIME.gemv(weight, vector, out=y, beta=1.0, db=db)
         return y.reshape(out_shape)
     x2 = x.reshape(rows, k)
@@ -574,6 +579,14 @@ def linear(x: Any, weight: Any, bias: Any = None, *, db: str | None = None) -> A
     c = bias.expand(rows, n).contiguous()
     _RUNTIME.gemm(x2, weight.T, out=c, beta=1.0, db=db)
     return c.reshape(out_shape)
+
+
+def _check_bias(bias: Any, n: int, whose: str) -> None:
+    """A bias F.linear takes: one per output, or one value for all ((), (1,)), which it broadcasts."""
+    if tuple(bias.shape) not in ((n,), (), (1,)):
+        raise AutotuneError(
+            f"bias has shape {tuple(bias.shape)}: {whose} outputs take ({n},), or one value (shape () or (1,))"
+        )
 
 
 def _recording() -> bool:
@@ -604,8 +617,8 @@ def _linear_quantized(x: Any, weight: Any, bias: Any, db: str | None) -> Any:
         raise AutotuneError(f"x has {got} features, the {what} weight expects {k} (x: (..., K), W: (N, K))")
     if x.dtype != scales.dtype:
         raise AutotuneError(f"x is {x.dtype}, the {what} weight's scales {scales.dtype}: cast x (or quantize for it)")
-    if bias is not None and bias.shape != (n,):
-        raise AutotuneError(f"bias has shape {tuple(bias.shape)}, the {what} weight's outputs ({n},)")
+    if bias is not None:
+        _check_bias(bias, n, f"the {what} weight's")
     rows = shape[0] if len(shape) == 2 else x.numel() // k
     if rows == 0:
         raise AutotuneError(f"linear of x {tuple(shape)} and an {what} weight: x has no rows")

@@ -667,9 +667,26 @@ def test_a_decode_steps_one_token_input_runs_one_gemv_on_its_vector(runtime: tor
 def test_a_low_bit_linear_refuses_a_bias_of_another_size(runtime: Any) -> None:
     weight = autotune.quantize(torch.randn(64, 128).half(), "int4", group=64)
     x = torch.randn(2, 128).half()
-    with pytest.raises(AutotuneError, match=r"^bias has shape \(32,\), the int4 weight's outputs \(64,\)$"):
+    with pytest.raises(AutotuneError, match=r"^bias has shape \(32,\): the int4 weight's outputs take \(64,\)"):
         autotune.linear(x, weight, torch.zeros(32).half())
     assert autotune.linear(x, weight, torch.zeros(64).half()).shape == (2, 64)
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+@pytest.mark.parametrize("shape", [(), (1,)])
+def test_a_bias_of_one_value_is_broadcast_as_f_linear_does(runtime: Any, rows: int, shape: tuple[int, ...]) -> None:
+    """F.linear adds a bias of shape () or (1,) to every output; the one-row GEMV path had copied it as
+    it was and the GEMV wrote into a tensor of the wrong size. The caller's bias stays untouched."""
+    weight, x = torch.randn(6, 8, dtype=torch.float64), torch.randn(rows, 8, dtype=torch.float64)
+    bias = torch.full(shape, 0.5, dtype=torch.float64)
+    torch.testing.assert_close(autotune.linear(x, weight, bias), torch.nn.functional.linear(x, weight, bias))
+    assert bias.shape == shape and bool((bias == 0.5).all())
+    with pytest.raises(AutotuneError, match=r"^bias has shape \(2,\): W's outputs take \(6,\)"):
+        autotune.linear(x, weight, torch.zeros(2, dtype=torch.float64))
+    quantized = autotune.quantize(torch.randn(64, 128).half(), "int4", group=64)
+    xq, bq = torch.randn(rows, 128).half(), torch.full(shape, 0.5).half()
+    expected = torch.nn.functional.linear(xq.float(), quantized.dequantize().float(), bq.float())
+    torch.testing.assert_close(autotune.linear(xq, quantized, bq).float(), expected, rtol=2e-2, atol=2e-2)
 
 
 def test_the_torch_op_has_gradients_without_a_bias(runtime: Any) -> None:
