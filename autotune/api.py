@@ -968,14 +968,34 @@ def _filters(op: str | None, dtype: str | None) -> tuple[str | None, str | None]
 
 
 def list_problems(
-    gpu: str | None = None, op: str | None = None, dtype: str | None = None, db: str | None = None
+    gpu: str | None = None,
+    op: str | None = None,
+    dtype: str | None = None,
+    db: str | None = None,
+    variant: str = "",
 ) -> list[Any]:
-    """One summary per tuned problem, optionally for one GPU, op or dtype."""
+    """One summary per tuned problem, optionally for one GPU, op, dtype or variant ('g128')."""
     name, kind = _filters(op, dtype)
+    if variant:
+        _check_variant_filter(variant, name)
     database = _SESSION.store(db)
     gpu_name = stored_gpu(gpu, database.gpu_names()) if gpu is not None else None
     rows: list[Any] = database.problems(gpu_name, name, kind)
-    return rows
+    return [r for r in rows if r.problem.variant == variant] if variant else rows
+
+
+def _check_variant_filter(variant: str, op_name: str | None) -> None:
+    """A variant to list by: one the op defines, or, without an op, one some registered op defines."""
+    owners = [name for name in ops.names() if variant in ops.get(name).variants]
+    if op_name is not None and op_name not in owners:
+        defined = ops.get(op_name).variants
+        raise AutotuneError(
+            f"unknown variant {variant!r} of {op_name}: "
+            + (f"choose one of {', '.join(defined)}" if defined else f"{op_name} has no variants")
+        )
+    if not owners:
+        known = sorted({v for name in ops.names() for v in ops.get(name).variants})
+        raise AutotuneError(f"no op defines a variant {variant!r}: the variants are {', '.join(known)}")
 
 
 def listed_choices(rows: Sequence[Any], db: str | None = None) -> list[Choice]:

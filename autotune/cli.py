@@ -478,10 +478,11 @@ def list_(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON, configs in full")] = False,
     wide: Wide = False,
     db: Db = None,
+    variant: Variant = "",
 ) -> None:
     """What the database holds: each tuned problem with its trial counts and the config `autotune
     best` answers for it (a table per GPU, the config wrapped by key; --wide: one line a problem)."""
-    rows = api.list_problems(gpu=gpu, op=op, dtype=dtype, db=db)
+    rows = api.list_problems(gpu=gpu, op=op, dtype=dtype, db=db, variant=variant.strip())
     listed = list(zip(rows, api.listed_choices(rows, db), strict=True))
     if as_json:
         _print_json([_summary_dict(r, choice) for r, choice in listed])
@@ -489,7 +490,9 @@ def list_(
     if rows:
         _print_lines(_listing_lines(listed, wide))
     elif gpu is not None:  # a GPU the database holds (api.stored_gpu refused any other), none of it asked for
-        out.print(f"nothing tuned for {gpu!r}{' of that op' if op or dtype else ''}", markup=False)
+        out.print(f"nothing tuned for {gpu!r}{' of that op' if op or dtype or variant else ''}", markup=False)
+    elif op or dtype or variant:
+        out.print("nothing tuned of that op (`autotune list` shows every op)", markup=False)
     else:
         out.print("nothing tuned yet: run `autotune sweep`")
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from autotune import api
+from autotune import api, ops
 from autotune.core.fingerprint import GpuInfo
 from autotune.core.outcome import Outcome, Status
 from autotune.core.problem import Problem
@@ -443,6 +443,23 @@ def test_list_prints_the_tuned_problems(run: Cli, tmp_path: Path) -> None:
         8192,
         FAST,
     )
+
+
+def test_list_by_variant(run: Cli, tmp_path: Path) -> None:
+    """--variant lists one form of an op (an int4 weight's group size), as best and sweep name it."""
+    db = tuned_db(tmp_path / "tuned.db")
+    qgemm = ops.get("qgemm")
+    grouped = {v: qgemm.complete(Problem("qgemm", "float16", 1, 4096, 4096, variant=v)) for v in ("g128", "g64")}
+    config = next(iter(qgemm.space(grouped["g128"])))
+    with open_store(str(db), import_shipped=False) as store:
+        for problem in grouped.values():
+            measure(store, problem, config, ok(5.0))
+    lines = run("list", "--variant", "g128", "--db", str(db)).out.splitlines()
+    assert [line.split()[0] for line in lines if "1x4096x4096" in line] == ["hqgemm/g128"]
+    assert not any(line.startswith("hgemv") for line in lines)
+    assert "nothing tuned" in run("list", "--variant", "g32", "--db", str(db)).out
+    assert_one_error(run("list", "--variant", "g128", "--op", "gemv", "--db", str(db)), "gemv has no variants")
+    assert_one_error(run("list", "--variant", "g7", "--db", str(db)), "no op defines a variant 'g7'", "g128")
 
 
 def test_list_fits_80_columns(run: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
