@@ -25,6 +25,7 @@ H200 = GpuInfo("NVIDIA H200", "GPU-1111", "9.0", 132, 60 * 2**20, 141 * 2**30, "
 SHAPE = Problem("gemv", "float16", 4096, 4096)
 CONFIG = gemv.OP.default_config(SHAPE)
 GEMM_CONFIG = gemm.OP.default_config(Problem("gemm", "float16", 1, 1, 2**31 - 1))
+BIG_GEMM_CONFIG = gemm.OP.default_config(Problem("gemm", "float16", 8192, 8192, 8192))
 GPU_LINE: dict[str, Any] = {"kind": "gpu", **{k: v for k, v in H200.to_dict().items() if k != "uuid"}}
 INJECTED = '0\n#ifndef ONCE\nextern "C" __global__ void injected_kernel() {}\n#endif'
 
@@ -107,6 +108,16 @@ BAD_TRIALS: dict[str, tuple[dict[str, Any], str]] = {
     "error negative": (trial(rel_error=-0.5), "field 'rel_error' must be a relative error from 0 to 1"),
     # A measured trial passed the float64 check: an output off by 7 times its size never does.
     "error of a failed output": (trial(rel_error=7.0), "field 'rel_error' must be a relative error from 0 to 1"),
+    # Plausible times for some call, impossible for this one: 8 GiB read in 2 us, 1.1 PFLOP in 10 us.
+    "faster than any memory": (
+        trial(m=65536, n=65536, time_us=2.0, times_us=[2.0]),
+        "a time of 2 us for hgemv 65536x65536 would be 4,295 TB/s, more than any memory moves (100)",
+    ),
+    "a sample faster than any memory": (trial(times_us=[10.0, 0.2]), "a time of 0.2 us for hgemv 4096x4096"),
+    "faster than any GPU computes": (
+        trial(op="gemm", m=8192, n=8192, k=8192, config=BIG_GEMM_CONFIG, time_us=10.0, times_us=[10.0]),
+        "would be 110 PFLOP/s, more than any GPU computes (20)",
+    ),
     "time string": (trial(time_us="fast"), "field 'time_us' must be a float"),
     "time missing": (trial(time_us=DROP), "missing field 'time_us'"),
     "samples of strings": (trial(times_us=["1"]), "field 'times_us' must hold times"),

@@ -15,7 +15,7 @@ from autotune.core.fingerprint import GpuInfo, slugify
 from autotune.core.limits import MAX_SM_COUNT
 from autotune.core.problem import MAX_DIM, Problem
 from autotune.core.target import check_capability
-from autotune.core.timing_bounds import MAX_TIME_US, MIN_TIME_US, is_plausible_time_us
+from autotune.core.timing_bounds import MAX_TIME_US, MIN_TIME_US, impossible_speed, is_plausible_time_us
 from autotune.store.rows import parse_utc, problem_or_fault
 
 _GPU_TYPES: dict[str, type] = {
@@ -220,6 +220,11 @@ def _check_times(values: dict[str, Any]) -> None:
     for sample in samples:
         if not is_plausible_time_us(sample):
             raise BadLine(f"field 'times_us' must hold times {_TIME_RANGE}, got {_show(sample)}")
+    op, problem = ops.for_problem(values["problem"]), values["problem"]
+    fastest = min([values["time_us"], *samples])
+    why = impossible_speed(op.bytes_moved(problem), op.flops(problem), fastest)
+    if why is not None:
+        raise BadLine(f"a time of {fastest:g} us for {problem} would be {why}")
     if values["gbs"] is not None and not 0 <= values["gbs"] < _MAX_GBS:
         raise BadLine(f"field 'gbs' must be a bandwidth from 0 to {_MAX_GBS:g} GB/s or null, got {values['gbs']!r}")
     if values["rel_error"] is not None and not 0 <= values["rel_error"] <= _MAX_REL_ERROR:
