@@ -460,6 +460,10 @@ def test_list_by_variant(run: Cli, tmp_path: Path) -> None:
     assert "nothing tuned" in run("list", "--variant", "g32", "--db", str(db)).out
     assert_one_error(run("list", "--variant", "g128", "--op", "gemv", "--db", str(db)), "gemv has no variants")
     assert_one_error(run("list", "--variant", "g7", "--db", str(db)), "no op defines a variant 'g7'", "g128")
+    # The form list prints, pasted into --op: told how to ask for it.
+    for command in (["list"], ["best", "--m", "1", "--n", "4096", "--k", "4096"]):
+        pasted = run(*command, "--op", "hqgemm/g128", "--db", str(db))
+        assert_one_error(pasted, "--op hqgemm/g128 names a variant: give it as --op hqgemm --variant g128")
 
 
 def test_list_fits_80_columns(run: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -127,6 +127,9 @@ def resolve_op(op: str | None, dtype: str | None = None) -> tuple[str, str]:
         if wanted is not None and wanted != implied:
             raise AutotuneError(f"--op {name} means dtype {implied}, but --dtype says {wanted}")
         return name[1:], implied
+    base, slash, variant = name.partition("/")
+    if slash and base and variant:  # as list and export write a variant beside its op: hqgemm/g128a
+        raise AutotuneError(f"--op {name} names a variant: give it as --op {base} --variant {variant}")
     known = ", ".join([*_OPS, *(p + o for o in _OPS for p, d in BLAS_PREFIX.items() if d in _OPS[o].dtypes)])
     raise AutotuneError(f"unknown op {op!r}: choose one of {known}")
 
