@@ -18,13 +18,17 @@ import argparse
 import copy
 import functools
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import torch
-import torch.nn.functional as F
-from torch._dynamo.utils import counters
+try:
+    import torch
+    import torch.nn.functional as F
+    from torch._dynamo.utils import counters
+except ImportError:  # a GPU machine's benchmark: one line where torch is missing, not a traceback
+    sys.exit("bench_linear: needs torch with CUDA (pip install torch), and a GPU to run on")
 
 import autotune
 import autotune.runtime.torch_ops  # registers torch.ops.autotune.linear

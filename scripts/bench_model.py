@@ -38,12 +38,16 @@ import copy
 import gc
 import random
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import torch
+try:
+    import torch
+except ImportError:  # a GPU machine's benchmark: one line where torch is missing, not a traceback
+    sys.exit("bench_model: needs torch with CUDA (pip install torch), and a GPU to run on")
 
 import autotune
 from autotune.bench.decode_graph import NEW_TOKENS, PROMPT, REPLAYS, ROUNDS, DecodeGraph, built_on_gpu, static_cache

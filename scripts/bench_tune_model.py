@@ -15,12 +15,16 @@ from __future__ import annotations
 import argparse
 import copy
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import torch
+try:
+    import torch
+except ImportError:  # a GPU machine's benchmark: one line where torch is missing, not a traceback
+    sys.exit("bench_tune_model: needs torch with CUDA (pip install torch), and a GPU to run on")
 
 import autotune
 from autotune import api

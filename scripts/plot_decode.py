@@ -5,12 +5,10 @@ python scripts/plot_decode.py results/decode_nvidia-h200.json   # writes results
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Any
 
-from autotune.bench.harness import bars_beside, pyplot, save_beside
+from autotune.bench.harness import bars_beside, pyplot, read_json, report_script, save_beside
 
 
 def table(report: dict[str, Any]) -> str:
@@ -34,7 +32,7 @@ def table(report: dict[str, Any]) -> str:
 
 def main(path: Path) -> Path:
     plt = pyplot()
-    report = json.loads(path.read_text())
+    report = read_json(path)
     rows = report["rows"]
     fig, axes = plt.subplots(1, len(rows), figsize=(6 * len(rows), 4.5), squeeze=False)
     for axis, row in zip(axes[0], rows, strict=True):
@@ -57,4 +55,4 @@ def main(path: Path) -> Path:
 
 
 if __name__ == "__main__":
-    print(main(Path(sys.argv[1])))
+    report_script("plot_decode", __doc__, main)

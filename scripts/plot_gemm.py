@@ -5,16 +5,14 @@ python scripts/plot_gemm.py results/gemm_nvidia-h200.json   # writes results/gem
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
-from autotune.bench.harness import bars_beside, pyplot, save_beside
+from autotune.bench.harness import bars_beside, pyplot, read_json, report_script, save_beside
 
 
 def main(path: Path) -> Path:
     plt = pyplot()
-    report = json.loads(path.read_text())
+    report = read_json(path)
     groups = {
         "square products": [r for r in report["rows"] if r["m"] > 16],
         "skinny products (M <= 16)": [r for r in report["rows"] if r["m"] <= 16],
@@ -38,4 +36,4 @@ def main(path: Path) -> Path:
 
 
 if __name__ == "__main__":
-    print(main(Path(sys.argv[1] if len(sys.argv) > 1 else "results/gemm_nvidia-h200.json")))
+    report_script("plot_gemm", __doc__, main, "results/gemm_nvidia-h200.json")

@@ -5,16 +5,14 @@ python scripts/plot_gemv.py results/gemv_nvidia-h200.json   # writes results/gem
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
-from autotune.bench.harness import bars_beside, pyplot, save_beside
+from autotune.bench.harness import bars_beside, pyplot, read_json, report_script, save_beside
 
 
 def main(path: Path) -> Path:
     plt = pyplot()
-    report = json.loads(path.read_text())
+    report = read_json(path)
     dtypes = list(dict.fromkeys(row["dtype"] for row in report["rows"]))
     fig, axes = plt.subplots(len(dtypes), 1, figsize=(14, 4.2 * len(dtypes)), squeeze=False)
     for axis, dtype in zip(axes[:, 0], dtypes, strict=True):
@@ -40,4 +38,4 @@ def main(path: Path) -> Path:
 
 
 if __name__ == "__main__":
-    print(main(Path(sys.argv[1] if len(sys.argv) > 1 else "results/gemv_nvidia-h200.json")))
+    report_script("plot_gemv", __doc__, main, "results/gemv_nvidia-h200.json")

@@ -5,14 +5,12 @@ python scripts/plot_model.py results/model_nvidia-h200.json   # writes results/m
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Any
 
 from docs_results import model_table
 
-from autotune.bench.harness import bars_beside, pyplot, save_beside
+from autotune.bench.harness import bars_beside, pyplot, read_json, report_script, save_beside
 
 
 def label(row: dict[str, Any]) -> str:
@@ -21,7 +19,7 @@ def label(row: dict[str, Any]) -> str:
 
 def main(path: Path) -> Path:
     plt = pyplot()
-    report = json.loads(path.read_text())
+    report = read_json(path)
     rows = report["rows"]
     fig, axis = plt.subplots(figsize=(max(6, 1.6 * len(rows)), 4.5))
     bars_beside(axis, [r["ours_gpu_us"] for r in rows], [r["torch_gpu_us"] for r in rows], "autotune.patch", "torch")
@@ -35,7 +33,10 @@ def main(path: Path) -> Path:
     return save_beside(fig, path)
 
 
+def table_and_plot(path: Path) -> str:
+    """The report's Markdown table, then the plot written beside it."""
+    return f"{model_table(read_json(path))}\nwrote {main(path)}"
+
+
 if __name__ == "__main__":
-    report_path = Path(sys.argv[1])
-    print(model_table(json.loads(report_path.read_text())))
-    print(f"wrote {main(report_path)}")
+    report_script("plot_model", __doc__, table_and_plot)

@@ -5,16 +5,14 @@ python scripts/plot_tuning.py results/tuning_nvidia-h200.json   # writes results
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
-from autotune.bench.harness import pyplot, save_beside
+from autotune.bench.harness import pyplot, read_json, report_script, save_beside
 
 
 def main(path: Path) -> Path:
     plt = pyplot()
-    report = json.loads(path.read_text())
+    report = read_json(path)
     # Largest matrix first, samplers in a fixed order and colour, however the report's rows are ordered
     # (a merged report lists re-run rows last).
     shapes = sorted({(r["m"], r["n"]) for r in report["rows"]}, key=lambda s: (-s[0] * s[1], s))
@@ -42,4 +40,4 @@ def main(path: Path) -> Path:
 
 
 if __name__ == "__main__":
-    print(main(Path(sys.argv[1] if len(sys.argv) > 1 else "results/tuning_nvidia-h200.json")))
+    report_script("plot_tuning", __doc__, main, "results/tuning_nvidia-h200.json")

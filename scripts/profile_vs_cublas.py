@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import sys
 
-import torch
+try:
+    import torch
+except ImportError:  # a GPU machine's benchmark: one line where torch is missing, not a traceback
+    sys.exit("profile_vs_cublas: needs torch with CUDA (pip install torch), and a GPU to run on")
 
 import autotune
 

@@ -5,10 +5,10 @@ python scripts/results_table.py results/gemv_nvidia-h200.json
 
 from __future__ import annotations
 
-import json
 import math
-import sys
 from pathlib import Path
+
+from autotune.bench.harness import read_json, report_script
 
 # The GEMM family a config belongs to, told by a parameter only that family has (checked in this
 # order: mma's parameters are all shared with another family).
@@ -66,6 +66,11 @@ def table(report: dict[str, object]) -> str:
     return "\n".join(lines)
 
 
+def report_table(path: Path) -> str:
+    """The report's table: the GEMM one where its rows have a K."""
+    data = read_json(path)
+    return gemm_table(data) if data["rows"] and "k" in data["rows"][0] else table(data)
+
+
 if __name__ == "__main__":
-    data = json.loads(Path(sys.argv[1]).read_text())
-    print(gemm_table(data) if data["rows"] and "k" in data["rows"][0] else table(data))
+    report_script("results_table", __doc__, report_table)

@@ -5,6 +5,9 @@ the report, so that a run cut short never replaces an earlier whole report with 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -52,3 +55,40 @@ def test_a_script_s_refusal_is_one_line_and_exit_2(capsys: pytest.CaptureFixture
     with pytest.raises(SystemExit) as stopped:
         harness.run_script(lambda: 0, "bench_x")
     assert stopped.value.code == 0
+
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+REPORT_READERS = ("plot_decode", "plot_gemm", "plot_gemv", "plot_model", "plot_tuning", "results_table")
+TORCH_SCRIPTS = ("bench_linear", "bench_linear_grad", "bench_model", "bench_tune_model", "profile_vs_cublas")
+
+
+def _script(name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(SCRIPTS / f"{name}.py"), *args], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+@pytest.mark.parametrize("name", REPORT_READERS)
+def test_a_report_reader_refuses_a_missing_or_foreign_file_in_one_line(name: str, tmp_path: Path) -> None:
+    """A plot or table script given a file that is missing or another script's report: one line, exit 2
+    (it had been a FileNotFoundError or KeyError traceback, and `--help` was read as a file name)."""
+    foreign = tmp_path / "other.json"
+    foreign.write_text(json.dumps({"rows": [{"m": 1}], "seeds": 3}))
+    assert _script(name, "--help").returncode == 0
+    for path, said in ((tmp_path / "none.json", "cannot read"), (foreign, f"is not a report {name} reads")):
+        done = _script(name, str(path))
+        assert done.returncode == 2
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"{name}: ") and said in lines[0], done.stderr
+
+
+@pytest.mark.parametrize("name", TORCH_SCRIPTS)
+def test_a_torch_benchmark_without_torch_says_so_in_one_line(name: str, tmp_path: Path) -> None:
+    (tmp_path / "torch").mkdir()  # a torch that cannot be imported, whether or not this machine has one
+    (tmp_path / "torch" / "__init__.py").write_text("raise ImportError('no torch here')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(SCRIPTS.parent)])}
+    done = _script(name, "--help", env=env)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"{name}: needs torch with CUDA (pip install torch), and a GPU to run on"
+    ]

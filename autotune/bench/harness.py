@@ -18,6 +18,7 @@ torch and matplotlib are imported by the caller or on first use: the package nee
 
 from __future__ import annotations
 
+import argparse
 import functools
 import json
 import math
@@ -203,6 +204,24 @@ def run_script(main: Callable[[], int], name: str) -> None:
         print(f"{name}: {error}", file=sys.stderr)
         code = 2
     sys.exit(code)
+
+
+def report_script(name: str, doc: str | None, action: Callable[[Path], object], default: str | None = None) -> None:
+    """The entry point of a script that reads one report (a plot, a table): `--help` from the script's
+    docstring, and a missing, unreadable or foreign file is one line and exit 2, not a traceback.
+    Prints what `action` returns (the file it wrote, the table)."""
+    parser = argparse.ArgumentParser(prog=name, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("report", type=Path, nargs="?" if default else None, default=default, help="a report (.json)")
+    path: Path = parser.parse_args().report
+
+    def main() -> int:
+        try:
+            print(action(path))
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:  # JSON of another shape
+            raise AutotuneError(f"{path} is not a report {name} reads ({type(exc).__name__}: {exc})") from None
+        return 0
+
+    run_script(main, name)
 
 
 def require_cuda_torch() -> None:
