@@ -561,8 +561,8 @@ def linear(x: Any, weight: Any, bias: Any = None, *, db: str | None = None) -> A
     empty = [name for name, size in sizes if not size]
     if empty:
         raise AutotuneError(f"linear of x {tuple(x.shape)} and W {tuple(weight.shape)}: {empty[0]} is empty")
-    if bias is not None:
-        _check_bias(bias, n, "W's")
+    if bias is not None and bias.shape != (n,) and tuple(bias.shape) not in ((), (1,)):
+        _refuse_bias(bias, n, "W's")
     if rows == 1:
         vector = x.reshape(k)
         if bias is None:
@@ -581,12 +581,11 @@ def linear(x: Any, weight: Any, bias: Any = None, *, db: str | None = None) -> A
     return c.reshape(out_shape)
 
 
-def _check_bias(bias: Any, n: int, whose: str) -> None:
-    """A bias F.linear takes: one per output, or one value for all ((), (1,)), which it broadcasts."""
-    if tuple(bias.shape) not in ((n,), (), (1,)):
-        raise AutotuneError(
-            f"bias has shape {tuple(bias.shape)}: {whose} outputs take ({n},), or one value (shape () or (1,))"
-        )
+def _refuse_bias(bias: Any, n: int, whose: str) -> None:
+    """A bias F.linear does not take: it takes one per output, or one value for all ((), (1,))."""
+    raise AutotuneError(
+        f"bias has shape {tuple(bias.shape)}: {whose} outputs take ({n},), or one value (shape () or (1,))"
+    )
 
 
 def _recording() -> bool:
@@ -617,8 +616,8 @@ def _linear_quantized(x: Any, weight: Any, bias: Any, db: str | None) -> Any:
         raise AutotuneError(f"x has {got} features, the {what} weight expects {k} (x: (..., K), W: (N, K))")
     if x.dtype != scales.dtype:
         raise AutotuneError(f"x is {x.dtype}, the {what} weight's scales {scales.dtype}: cast x (or quantize for it)")
-    if bias is not None:
-        _check_bias(bias, n, f"the {what} weight's")
+    if bias is not None and bias.shape != (n,) and tuple(bias.shape) not in ((), (1,)):
+        _refuse_bias(bias, n, f"the {what} weight's")  # inline check: a decode step pays every call here
     rows = shape[0] if len(shape) == 2 else x.numel() // k
     if rows == 0:
         raise AutotuneError(f"linear of x {tuple(shape)} and an {what} weight: x has no rows")

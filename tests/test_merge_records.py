@@ -105,8 +105,12 @@ def test_a_stale_problem_is_replaced_and_a_current_one_kept(run: dict[str, Any])
     gpu, gemv = json.loads(run["export"].read_text().splitlines()[0]), run["gemv"]
     resized = {**gemv, "m": gemv["m"] + 1}  # another shipped problem, its rows of today's source
     _write(run["records"] / "nvidia-h200.jsonl", [gpu, gemv, resized])
-    edited = {**gemv, "source_hash": "0123456789abcdef", "time_us": 0.5}  # re-tuned after a kernel edit
-    _write(run["export"], [gpu, edited, {**resized, "time_us": 0.25}])
+    edited = {
+        **gemv,
+        "source_hash": "0123456789abcdef",
+        "time_us": gemv["time_us"] * 0.9,
+    }  # re-tuned after a kernel edit
+    _write(run["export"], [gpu, edited, {**resized, "time_us": gemv["time_us"] * 0.8}])
     assert dict(merge_records.merge(run["export"], run["records"]).added) == {}  # without the option
     merged = merge_records.merge(run["export"], run["records"], replace_stale=True)
     assert dict(merged.added) == dict(merged.replaced) == {"nvidia-h200.jsonl": 1}
