@@ -16,6 +16,7 @@ from autotune import api, ops
 from autotune.core.errors import AutotuneError
 from autotune.core.output import printable, refuse_unless_file, write_atomically
 from autotune.core.problem import Problem
+from autotune.store.database import refuse_writing_over
 from autotune.store.record_lines import BadLine, parse_gpu
 from autotune.store.records import Imported, read_records, record_lines, write_lines
 
@@ -81,7 +82,9 @@ def export(
         raise AutotuneError("--op applies to --format bundle: jsonl and csv hold every op")
     if allow_partial:
         raise AutotuneError("--allow-partial applies to --format bundle: jsonl and csv leave no problem out")
-    refuse_unless_file(output, "CSV file" if fmt == "csv" else "records file")  # before reading the database
+    what = "CSV file" if fmt == "csv" else "records file"
+    refuse_unless_file(output, what)  # before reading the database
+    refuse_writing_over(output, db, what)
     database = api.store(db).db
     if fmt == "jsonl":
         lines = record_lines(database, _one_gpu(gpu, db, "a records file"), top=top, current_only=True)

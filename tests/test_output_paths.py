@@ -20,7 +20,7 @@ from autotune.core.errors import AutotuneError
 from autotune.core.output import write_atomically, write_bytes_atomically
 from autotune.core.problem import read_shapes_file
 from autotune.ops.qgemm import safetensors
-from tests.test_cli import Cli, assert_one_error, run  # noqa: F401
+from tests.test_cli import Cli, assert_one_error, run, tuned_db  # noqa: F401
 
 
 @pytest.fixture
@@ -73,3 +73,21 @@ def test_files_to_read_that_are_pipes_or_devices_are_refused_without_blocking(ru
     for read in (read_shapes_file, safetensors.header, read_json):
         with pytest.raises(AutotuneError, match="it is a pipe"):
             read(fifo)
+
+
+def test_export_and_report_refuse_to_write_over_the_database_they_read(run: Cli, tmp_path: Path) -> None:  # noqa: F811
+    """`export -o` or `report -o` given the database's own path (or its -wal file): written over, the
+    database was gone ("file is not a database" at the next command)."""
+    db = tuned_db(tmp_path / "t.db")
+    before = db.read_bytes()
+    wal = tmp_path / "t.db-wal"
+    wal.write_bytes(b"")
+    for args in (
+        ["export", "-o", str(db), "--format", "csv"],
+        ["export", "-o", str(db), "--format", "jsonl"],
+        ["report", "-o", str(db)],
+        ["export", "-o", str(wal), "--format", "csv"],
+    ):
+        assert_one_error(run(*args, "--db", str(db)), "it is the database this command reads")
+    assert db.read_bytes() == before and wal.read_bytes() == b""
+    assert "4096x8192" in run("list", "--db", str(db)).out

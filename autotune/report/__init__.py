@@ -11,6 +11,7 @@ from pathlib import Path
 from autotune.core.output import refuse_unless_file, write_atomically
 from autotune.report.data import ReportData, gather
 from autotune.report.page import render
+from autotune.store.database import refuse_writing_over
 
 __all__ = ["ReportData", "gather", "render", "write_report"]
 
@@ -18,6 +19,7 @@ __all__ = ["ReportData", "gather", "render", "write_report"]
 def write_report(path: Path, *, gpu: str | None = None, db: str | None = None) -> ReportData:
     """Write the report of the database `db` (of one GPU, `--gpu` matching) to `path`; returns what it shows."""
     refuse_unless_file(path, "the report")  # before the database is read
+    refuse_writing_over(path, db, "the report")
     data = gather(gpu, db)
     write_atomically(path, render(data), what="the report")
     return data

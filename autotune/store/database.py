@@ -69,6 +69,23 @@ def resolve_url(db: str | None = None) -> str:
     return _as_url(str(home / "autotune.db"))
 
 
+def refuse_writing_over(path: Path, db: str | None, what: str) -> None:
+    """Refuse an output `path` that is the SQLite database `db` names, or its -wal, -shm or -journal
+    file: `export -o` or `report -o` written over it would leave no database (a one-line error, before
+    anything is read or written)."""
+    url = _parse(resolve_url(db))
+    if url.get_backend_name() != "sqlite" or not url.database or url.database.startswith("file:"):
+        return
+    database = Path(url.database)
+    for part in (database, *(database.with_name(database.name + end) for end in ("-wal", "-shm", "-journal"))):
+        try:
+            same = os.path.samefile(path, part)
+        except OSError:  # either is missing: not the same file
+            continue
+        if same:
+            raise AutotuneError(f"cannot write {what} {path}: it is the database this command reads; give another path")
+
+
 def _parse(url: str) -> URL:
     """The parsed URL, or a one-line error naming what is wrong with it (never its password)."""
     try:
