@@ -425,6 +425,25 @@ def test_an_output_that_is_a_file_or_another_folder_is_refused(tuned: str, fake_
     assert sorted(p.name for p in folder.iterdir()) == ["main.c"]
 
 
+def test_a_bundle_folder_holding_other_files_or_the_working_folder_is_refused(
+    tuned: str, fake_kernels: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A program built beside an exported bundle's header: exported again, the bundle replaced its
+    folder whole and the program was gone. `-o .` failed on the rename and left a retired folder."""
+    out = tmp_path / "bundle"
+    assert exports.export(out, fmt="bundle", gpu="h200", db=tuned) == 1
+    (out / "main.c").write_text("int main(void) { return 0; }\n")
+    (out / "kernels" / "cache").mkdir()
+    with pytest.raises(AutotuneError, match=r"holds files that are not the bundle's \(main.c, kernels/cache\)"):
+        exports.export(out, fmt="bundle", gpu="h200", db=tuned)
+    assert (out / "main.c").exists() and (out / "kernels" / "cache").is_dir()
+    monkeypatch.chdir(out / "kernels")
+    for here in (Path("."), Path("..")):
+        with pytest.raises(AutotuneError, match="is the folder you are in"):
+            exports.export(here, fmt="bundle", gpu="h200", db=tuned)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle", "store"]  # no retired folder left
+
+
 def test_a_bundle_is_replaced_whole_and_a_failed_write_leaves_the_old_one(
     tuned: str, fake_kernels: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -337,11 +337,37 @@ def manifest(bundle: Bundle) -> dict[str, Any]:
 
 
 def _check_output(output: Path) -> None:
-    """Refuse, before anything is built, a target that is a file or a folder of something else."""
+    """Refuse, before anything is built, a target that is a file, the folder this process works in (or
+    one above it), or a folder of something else: an earlier bundle is replaced whole, so a folder that
+    holds anything besides one (a program built beside its header) would lose it."""
     if output.is_symlink() or (output.exists() and not output.is_dir()):
         raise AutotuneError(f"{output} is a file: a bundle is written into a folder, give a new one with -o")
-    if output.is_dir() and any(output.iterdir()) and not _is_bundle(output):
+    if not output.is_dir():
+        return
+    here = Path.cwd().resolve()
+    if output.resolve() in (here, *here.parents):
+        raise AutotuneError(f"{output} is the folder you are in (or one above it): give the bundle a folder of its own")
+    if any(output.iterdir()) and not _is_bundle(output):
         raise AutotuneError(f"{output} is a folder that holds something else than a bundle: give a new folder")
+    others = _not_the_bundles(output)
+    if others:
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        raise AutotuneError(
+            f"{output} holds files that are not the bundle's ({shown}): the bundle replaces its folder whole;"
+            " move them, or give a new folder"
+        )
+
+
+def _not_the_bundles(folder: Path) -> list[str]:
+    """What a bundle's folder holds that no bundle writes: anything but the header, the manifest and
+    the kernels folder, and anything in that folder that is not a file."""
+    others = sorted(entry.name for entry in folder.iterdir() if entry.name not in (HEADER, MANIFEST, KERNELS))
+    kernels = folder / KERNELS
+    if kernels.is_symlink() or (kernels.exists() and not kernels.is_dir()):
+        others.append(KERNELS)
+    elif kernels.is_dir():
+        others += sorted(f"{KERNELS}/{e.name}" for e in kernels.iterdir() if e.is_symlink() or not e.is_file())
+    return others
 
 
 def _is_bundle(folder: Path) -> bool:
@@ -387,12 +413,13 @@ def _replace(staged: Path, output: Path) -> None:
         os.rename(staged, output)
         return
     retired = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".old", dir=staged.parent))
-    os.rename(output, retired / "bundle")
-    try:
-        os.rename(staged, output)
-    except OSError:
-        os.rename(retired / "bundle", output)  # put the earlier bundle back
-        raise
+    try:  # the retired folder goes whatever fails, the first rename included
+        os.rename(output, retired / "bundle")
+        try:
+            os.rename(staged, output)
+        except OSError:
+            os.rename(retired / "bundle", output)  # put the earlier bundle back
+            raise
     finally:
         shutil.rmtree(retired, ignore_errors=True)
 
