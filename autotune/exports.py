@@ -153,8 +153,19 @@ def _csv_text(rows: list[dict[str, Any]]) -> str:
     writer.writeheader()
     # A CSV file is read in terminals and spreadsheets, never imported: a control character
     # (a GPU name written straight into the database) is shown as an escape, not replayed.
-    writer.writerows({column: printable(v) if isinstance(v, str) else v for column, v in row.items()} for row in rows)
+    writer.writerows({column: _cell(v) if isinstance(v, str) else v for column, v in row.items()} for row in rows)
     return text.getvalue()
+
+
+# A spreadsheet takes a cell that begins with one of these for a formula (=HYPERLINK(...) from an
+# imported records file's GPU name would run on opening): such a text cell gets a leading ', which
+# spreadsheets show as text and do not display.
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _cell(text: str) -> str:
+    shown = printable(text)
+    return "'" + shown if shown.startswith(_FORMULA_STARTS) else shown
 
 
 def import_file(path: Path, db: str | None = None, *, shipped: bool = True) -> Imported:

