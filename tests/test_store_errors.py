@@ -277,3 +277,27 @@ def test_tables_without_a_schema_revision_are_a_damaged_file(run: Cli, tmp_path:
     before = db.read_bytes()
     assert_one_error(run("list", "--db", str(db)), "holds autotune's tables but no schema revision", "damaged")
     assert db.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    ("table", "column"),
+    [("gpus", "name"), ("gpus", "driver"), ("problems", "gpu_name"), ("trials", "source_hash"), ("trials", "message")],
+)
+def test_a_text_column_holding_a_blob_reads_as_its_text(run: Cli, tmp_path: Path, table: str, column: str) -> None:
+    """SQLite keeps a BLOB in a text column (a value cast by hand, a damaged file); read back as bytes it
+    failed best, list, gpus, report and export with a TypeError (bytes sorted beside str, JSON, HTML).
+    Read as text, it answers; where SQL compares it (a GPU looked up by its name), it is one line."""
+    db = tuned_db(tmp_path / "t.db")
+    with sqlite3.connect(db) as connection:
+        connection.execute(f"UPDATE {table} SET {column} = CAST({column} AS BLOB)")
+    for args in (
+        ["best", "--m", "4096", "--n", "8192", "--gpu", "h200"],
+        ["list"],
+        ["gpus"],
+        ["report", "-o", str(tmp_path / "r.html")],
+        ["export", "-o", str(tmp_path / "e.csv"), "--format", "csv"],
+    ):
+        result = run(*args, "--db", str(db))
+        if result.code != 0:
+            assert_one_error(result)
+    assert "4096x8192" in run("list", "--db", str(db)).out

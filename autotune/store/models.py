@@ -77,6 +77,24 @@ class _Lenient(TypeDecorator):  # type: ignore[type-arg]
         return read
 
 
+class LenientString(TypeDecorator):  # type: ignore[type-arg]
+    """A text column read as text whatever SQLite keeps in it: a BLOB (a value cast by hand, bytes a
+    damaged file holds) comes back as bytes, which readers trip over (sorted beside text, written as
+    JSON, escaped as HTML). Decoded as UTF-8, unreadable bytes replaced, it reads as the text it almost
+    always is, and the row checks take it from there. Stored and written as the impl's."""
+
+    impl = String
+    cache_ok = True
+
+    def process_result_value(self, value: Any, dialect: Any) -> Any:
+        return bytes(value).decode("utf-8", "replace") if isinstance(value, bytes | bytearray | memoryview) else value
+
+
+class LenientText(LenientString):
+    impl = Text
+    cache_ok = True
+
+
 class LenientDateTime(_Lenient):
     impl = DateTime(timezone=True)
     cache_ok = True  # SQLAlchemy asks each class, not its base
@@ -132,14 +150,14 @@ class Gpu(Base):
     __tablename__ = "gpus"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    name: Mapped[str] = mapped_column(String)
-    uuid: Mapped[str] = mapped_column(String, unique=True)
-    compute_capability: Mapped[str] = mapped_column(String)
+    name: Mapped[str] = mapped_column(LenientString)
+    uuid: Mapped[str] = mapped_column(LenientString, unique=True)
+    compute_capability: Mapped[str] = mapped_column(LenientString)
     sm_count: Mapped[int] = mapped_column(Integer)
     l2_bytes: Mapped[int] = mapped_column(BigInteger)
     memory_bytes: Mapped[int] = mapped_column(BigInteger)
-    driver: Mapped[str] = mapped_column(String)
-    cuda: Mapped[str] = mapped_column(String)
+    driver: Mapped[str] = mapped_column(LenientString)
+    cuda: Mapped[str] = mapped_column(LenientString)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
@@ -150,17 +168,17 @@ class Problem(Base):
     __table_args__ = (UniqueConstraint("gpu_name", *PROBLEM_FIELDS),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    gpu_name: Mapped[str] = mapped_column(String)
-    op: Mapped[str] = mapped_column(String)
-    dtype: Mapped[str] = mapped_column(String)
+    gpu_name: Mapped[str] = mapped_column(LenientString)
+    op: Mapped[str] = mapped_column(LenientString)
+    dtype: Mapped[str] = mapped_column(LenientString)
     m: Mapped[int] = mapped_column(Integer)
     n: Mapped[int] = mapped_column(Integer)
     k: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # 0 for GEMV
     trans: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     # Each input array's dtype where they differ from `dtype`, joined by commas ("int4,float16"), and
     # the op's variant ("g128"): "" for a problem that names neither (core/problem.py).
-    input_dtypes: Mapped[str] = mapped_column(String, default="", server_default="")
-    variant: Mapped[str] = mapped_column(String, default="", server_default="")
+    input_dtypes: Mapped[str] = mapped_column(LenientString, default="", server_default="")
+    variant: Mapped[str] = mapped_column(LenientString, default="", server_default="")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
@@ -180,7 +198,7 @@ class Trial(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"))
     gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id"))
-    config_key: Mapped[str] = mapped_column(String)
+    config_key: Mapped[str] = mapped_column(LenientString)
     config: Mapped[dict[str, Any]] = mapped_column(JSON)
     status: Mapped[Status] = mapped_column(LenientStatus())
     time_us: Mapped[float | None] = mapped_column(LenientFloat())
@@ -191,19 +209,19 @@ class Trial(Base):
     sm_mhz: Mapped[float | None] = mapped_column(Float)
     mem_mhz: Mapped[float | None] = mapped_column(Float)
     power_w: Mapped[float | None] = mapped_column(Float)
-    message: Mapped[str] = mapped_column(Text, default="")
-    source_hash: Mapped[str] = mapped_column(String)
-    nvcc: Mapped[str] = mapped_column(String)
-    pycuda: Mapped[str] = mapped_column(String)
-    driver: Mapped[str] = mapped_column(String)
-    cuda: Mapped[str] = mapped_column(String)
-    origin: Mapped[str] = mapped_column(String)  # "measured" or "shipped:<records file name>"
+    message: Mapped[str] = mapped_column(LenientText, default="")
+    source_hash: Mapped[str] = mapped_column(LenientString)
+    nvcc: Mapped[str] = mapped_column(LenientString)
+    pycuda: Mapped[str] = mapped_column(LenientString)
+    driver: Mapped[str] = mapped_column(LenientString)
+    cuda: Mapped[str] = mapped_column(LenientString)
+    origin: Mapped[str] = mapped_column(LenientString)  # "measured" or "shipped:<records file name>"
     # Sets of freshly allocated buffers the config was measured on; time_us is the slowest of them
     # (autotune/tune/confirm.py).
     rounds: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     # The process measuring a running row, "host pid start-time token" (autotune/store/owner.py):
     # only a row whose owner is provably gone may be dropped. NULL on rows written before owners.
-    owner: Mapped[str | None] = mapped_column(String)
+    owner: Mapped[str | None] = mapped_column(LenientString)
     created_at: Mapped[datetime] = mapped_column(LenientDateTime(), default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(LenientDateTime())
 
@@ -214,8 +232,8 @@ class Crash(Base):
     __tablename__ = "crashes"
 
     problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"), primary_key=True)
-    config_key: Mapped[str] = mapped_column(String, primary_key=True)
-    source_hash: Mapped[str] = mapped_column(String, primary_key=True)
+    config_key: Mapped[str] = mapped_column(LenientString, primary_key=True)
+    source_hash: Mapped[str] = mapped_column(LenientString, primary_key=True)
     count: Mapped[int] = mapped_column(Integer)
     last_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
@@ -231,9 +249,9 @@ class ReadFloor(Base):
     gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id"))
     nbytes: Mapped[int] = mapped_column(BigInteger)
     time_us: Mapped[float] = mapped_column(Float)
-    kernel: Mapped[str] = mapped_column(String)  # the fastest read kernel variant
-    driver: Mapped[str] = mapped_column(String)
-    cuda: Mapped[str] = mapped_column(String)
+    kernel: Mapped[str] = mapped_column(LenientString)  # the fastest read kernel variant
+    driver: Mapped[str] = mapped_column(LenientString)
+    cuda: Mapped[str] = mapped_column(LenientString)
     measured_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
@@ -242,8 +260,8 @@ class ShippedImport(Base):
 
     __tablename__ = "shipped_imports"
 
-    file_name: Mapped[str] = mapped_column(String, primary_key=True)
-    sha256: Mapped[str] = mapped_column(String)
+    file_name: Mapped[str] = mapped_column(LenientString, primary_key=True)
+    sha256: Mapped[str] = mapped_column(LenientString)
     imported_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
@@ -275,11 +293,11 @@ class Queued(Base):
     __table_args__ = (Index(None, "state", "asked"),)
 
     problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"), primary_key=True)
-    state: Mapped[str] = mapped_column(String(16))
+    state: Mapped[str] = mapped_column(LenientString(16))
     asked: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     first_asked: Mapped[datetime | None] = mapped_column(LenientDateTime())
     last_asked: Mapped[datetime | None] = mapped_column(LenientDateTime())
-    owner: Mapped[str | None] = mapped_column(String)  # autotune/store/owner.py's "host pid start token"
+    owner: Mapped[str | None] = mapped_column(LenientString)  # autotune/store/owner.py's "host pid start token"
     lease_until: Mapped[datetime | None] = mapped_column(LenientDateTime())
     claims: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # 2+: taken over
     queued_at: Mapped[datetime] = mapped_column(LenientDateTime(), default=utcnow)

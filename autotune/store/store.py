@@ -138,10 +138,11 @@ class Store:
             return row.id
 
     def gpu_names(self) -> list[str]:
-        """Every GPU name that has problems or GPU rows, sorted."""
+        """Every GPU name that has problems or GPU rows, sorted, each once (SQLite's union keeps a name
+        stored as a BLOB apart from the same name as text; models.LenientString reads both as text)."""
         names = union(select(orm.Problem.gpu_name), select(orm.Gpu.name))
         with self.db.session_scope() as session:
-            return sorted(session.scalars(select(names.subquery().c[0])))
+            return sorted(set(session.scalars(select(names.subquery().c[0]))))
 
     def gpus(self) -> list[GpuRow]:
         counts = (
