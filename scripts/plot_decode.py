@@ -31,8 +31,8 @@ def table(report: dict[str, Any]) -> str:
 
 
 def main(path: Path) -> Path:
+    report = read_json(path)  # a file that cannot be read is said before a missing matplotlib
     plt = pyplot()
-    report = read_json(path)
     rows = report["rows"]
     fig, axes = plt.subplots(1, len(rows), figsize=(6 * len(rows), 4.5), squeeze=False)
     for axis, row in zip(axes[0], rows, strict=True):

@@ -11,8 +11,8 @@ from autotune.bench.harness import bars_beside, pyplot, read_json, report_script
 
 
 def main(path: Path) -> Path:
+    report = read_json(path)  # a file that cannot be read is said before a missing matplotlib
     plt = pyplot()
-    report = read_json(path)
     groups = {
         "square products": [r for r in report["rows"] if r["m"] > 16],
         "skinny products (M <= 16)": [r for r in report["rows"] if r["m"] <= 16],

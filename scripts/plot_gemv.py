@@ -11,8 +11,8 @@ from autotune.bench.harness import bars_beside, pyplot, read_json, report_script
 
 
 def main(path: Path) -> Path:
+    report = read_json(path)  # a file that cannot be read is said before a missing matplotlib
     plt = pyplot()
-    report = read_json(path)
     dtypes = list(dict.fromkeys(row["dtype"] for row in report["rows"]))
     fig, axes = plt.subplots(len(dtypes), 1, figsize=(14, 4.2 * len(dtypes)), squeeze=False)
     for axis, dtype in zip(axes[:, 0], dtypes, strict=True):

@@ -18,8 +18,8 @@ def label(row: dict[str, Any]) -> str:
 
 
 def main(path: Path) -> Path:
+    report = read_json(path)  # a file that cannot be read is said before a missing matplotlib
     plt = pyplot()
-    report = read_json(path)
     rows = report["rows"]
     fig, axis = plt.subplots(figsize=(max(6, 1.6 * len(rows)), 4.5))
     bars_beside(axis, [r["ours_gpu_us"] for r in rows], [r["torch_gpu_us"] for r in rows], "autotune.patch", "torch")

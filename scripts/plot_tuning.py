@@ -11,8 +11,8 @@ from autotune.bench.harness import pyplot, read_json, report_script, save_beside
 
 
 def main(path: Path) -> Path:
+    report = read_json(path)  # a file that cannot be read is said before a missing matplotlib
     plt = pyplot()
-    report = read_json(path)
     # Largest matrix first, samplers in a fixed order and colour, however the report's rows are ordered
     # (a merged report lists re-run rows last).
     shapes = sorted({(r["m"], r["n"]) for r in report["rows"]}, key=lambda s: (-s[0] * s[1], s))

@@ -219,6 +219,8 @@ def report_script(name: str, doc: str | None, action: Callable[[Path], object], 
             print(action(path))
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:  # JSON of another shape
             raise AutotuneError(f"{path} is not a report {name} reads ({type(exc).__name__}: {exc})") from None
+        except ImportError as exc:  # pyplot(): the package needs no matplotlib, its plots do
+            raise AutotuneError(f"drawing needs matplotlib (pip install matplotlib): {exc}") from None
         return 0
 
     run_script(main, name)
