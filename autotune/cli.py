@@ -79,8 +79,26 @@ class _Console(Console):
         return super().render_str(printable(text), **kwargs)
 
 
-out = _Console(highlight=False, soft_wrap=True)
-err = _Console(stderr=True, highlight=False, soft_wrap=True)
+def _sizes_environ() -> dict[str, str]:
+    """The environment the consoles read, COLUMNS and LINES left out unless they are a positive count:
+    rich takes COLUMNS=0 for a width of nothing (every line, errors too, printed empty) and fails at
+    import on a digit that int() refuses (COLUMNS=²)."""
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if name not in ("COLUMNS", "LINES") or (value.isascii() and value.isdigit() and int(value) > 0)
+    }
+
+
+def _console(**options: Any) -> _Console:
+    try:
+        return _Console(_environ=_sizes_environ(), **options)
+    except TypeError:  # a rich without its _environ parameter: it reads os.environ itself
+        return _Console(**options)
+
+
+out = _console(highlight=False, soft_wrap=True)
+err = _console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _print_json(value: Any) -> None:
@@ -160,7 +178,7 @@ def _columns(console: Console) -> int:
     """COLUMNS as it is now, else the console's width: rich reads COLUMNS once, when a console is
     made (at import), and a program that sets it later (a test, an embedding shell) means it."""
     columns = os.environ.get("COLUMNS", "")
-    return int(columns) if columns.isdigit() and int(columns) > 0 else console.width
+    return int(columns) if columns.isascii() and columns.isdigit() and int(columns) > 0 else console.width
 
 
 def _print_lines(lines: list[str]) -> None:

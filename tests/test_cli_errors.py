@@ -3,6 +3,8 @@ command, `--gpu` rather than Python's keyword, counts in the right number."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -191,3 +193,15 @@ def test_no_shipped_creates_nothing_before_the_input_is_checked(
     queue = ("queue", "--add", "--gpu", "h200", "--m", "0", "--n", "64", "--no-shipped", "--db", str(target))
     assert run_cli(monkeypatch, capsys, *queue)[0] == 2
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("columns", ["0", "²"])
+def test_a_terminal_width_that_is_no_count_does_not_silence_or_break_the_command(columns: str, tmp_path: Path) -> None:
+    """rich reads COLUMNS when the consoles are made, at import: COLUMNS=0 printed every line empty,
+    error messages and --json too, and COLUMNS=² (a digit int() refuses) was a traceback."""
+    env = {**os.environ, "COLUMNS": columns, "LINES": columns, "AUTOTUNE_DB": str(tmp_path / "t.db")}
+    run = [sys.executable, "-m", "autotune"]
+    refused = subprocess.run([*run, "best", "--m", "-1", "--n", "5"], capture_output=True, text=True, env=env)
+    assert refused.returncode == 2 and refused.stderr.strip() == "error: M must be a positive integer, got -1"
+    listed = subprocess.run([*run, "list"], capture_output=True, text=True, env=env)
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr and listed.stdout.strip()
