@@ -223,3 +223,31 @@ def test_a_compile_past_its_timeout_ends_the_whole_group(
     assert not result.ok and "timed out" in result.message
     assert _gone_soon(nvcc, child), "nvcc's child outlived the timeout"
     assert not folder.exists()
+
+
+FAILING_NVCC = """\
+#!/bin/sh
+if [ "$1" = "--version" ]; then echo "Cuda compilation tools, V99.0.0"; exit 0; fi
+echo "kernel.cu(12): error: identifier \\"undefined_thing\\" is undefined" >&2
+echo "1 error detected in the compilation of \\"kernel.cu\\"." >&2
+exit 1
+"""
+
+
+def test_a_failed_compile_is_told_by_its_error_not_its_command_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compile that fails says nvcc's error: the one-line message had been the nvcc command (the
+    first line of the result's message), or nothing at all where nvcc never ran."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvcc").write_text(FAILING_NVCC)
+    (bin_dir / "nvcc").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    failed = compile_kernel(TINY, tmp_path / "cache")
+    assert not failed.ok and failed.message.splitlines()[0].startswith(str(bin_dir / "nvcc"))  # the command, kept
+    assert compiler.failure_reason(failed.message) == 'kernel.cu(12): error: identifier "undefined_thing" is undefined'
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache folder should be")
+    unprepared = compile_kernel(TINY, blocker)
+    assert compiler.failure_reason(unprepared.message).startswith("cannot prepare the kernel cache")

@@ -262,9 +262,19 @@ def _replace(data: bytes, target: Path, key: str) -> None:
 
 
 def _failure(job: CompileJob, command: list[str], errors: str, start: float) -> CompileResult:
+    """A failed compile: its message is the nvcc command (a line, empty where nvcc never ran), then the
+    last 20 lines of what went wrong; failure_reason() picks the line a one-line error shows."""
     lines = [line for line in errors.strip().splitlines() if line.strip()]
     message = " ".join(command) + "\n" + "\n".join(lines[-20:])
     return CompileResult(job, None, message, time.perf_counter() - start, cached=False)
+
+
+def failure_reason(message: str) -> str:
+    """The line of a failed compile's message (_failure) that says why: the first that names an error,
+    else the first after the command (the command itself said nothing of what went wrong)."""
+    reasons = [line.strip() for line in message.splitlines()[1:] if line.strip()]
+    named = [line for line in reasons if "error" in line.lower()]
+    return (named or reasons or [message.strip() or "no reason given"])[0]
 
 
 class CompilePool:

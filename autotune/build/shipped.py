@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from autotune.build.compiler import CompileJob, cache_key, compile_kernel, job_key
+from autotune.build.compiler import CompileJob, cache_key, compile_kernel, failure_reason, job_key
 from autotune.core import paths
 from autotune.core.errors import AutotuneError
 
@@ -269,5 +269,5 @@ def find_kernel(job: CompileJob) -> Kernel:
         )
     compiled = compile_kernel(job)
     if compiled.cubin is None:
-        raise AutotuneError(f"compiling {job.name} failed: {compiled.message.splitlines()[0]}")
+        raise AutotuneError(f"compiling {job.name} failed: {failure_reason(compiled.message)}")
     return Kernel(compiled.cubin.read_bytes(), cache_key(job), "cached" if compiled.cached else "compiled")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from autotune import ops
-from autotune.build.compiler import CompileJob, CompilePool, CompileResult
+from autotune.build.compiler import CompileJob, CompilePool, CompileResult, failure_reason
 from autotune.core.errors import PYCUDA_HINT, AutotuneError
 from autotune.core.fingerprint import GpuInfo, toolchain
 from autotune.core.outcome import Outcome, Status
@@ -391,7 +391,10 @@ class Tuner:
 
     def _trial_done(self, problem: Problem, config: Config, outcome: Outcome, result: StudyResult) -> None:
         took = f" {outcome.time_us:.2f} us" if outcome.time_us is not None else ""
-        why = f": {outcome.message.splitlines()[0]}" if outcome.message else ""
+        why = ""
+        if outcome.message:  # a compile error's message starts with the nvcc command: its reason instead
+            compiled = outcome.status is Status.COMPILE_ERROR
+            why = f": {failure_reason(outcome.message) if compiled else outcome.message.splitlines()[0]}"
         log.debug("%s %s -> %s%s%s", problem, config, outcome.status.value, took, why)
         self._progress.trial_done(problem, outcome, result)
         if self._on_trial is not None:
