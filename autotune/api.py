@@ -91,6 +91,8 @@ def without_shipped(db: str | None = None) -> None:
 
 def match_gpu(wanted: str, known: Sequence[str]) -> str:
     """`--gpu` matching: the full name or its slug ('nvidia-h200'), any case, or a unique part of it."""
+    if not isinstance(wanted, str):
+        raise AutotuneError("--gpu must name a GPU, e.g. 'NVIDIA H200'")
     key = slugify(wanted)
     exact = [name for name in known if slugify(name) == key]
     if exact:
@@ -139,7 +141,7 @@ def resolve_gpu(gpu: str | None, known: Sequence[str], *, answerable: bool = Tru
     (`known`), a described model (db/gpus.json) or this machine's GPU; any other is refused with
     the list, since which kernel families run on it is unknown."""
     if gpu is not None:
-        if not gpu.strip():
+        if not isinstance(gpu, str) or not gpu.strip():
             raise AutotuneError("--gpu must name a GPU, e.g. 'NVIDIA H200'")
         name = match_gpu(gpu, known)
         if name in known or not answerable:
@@ -552,6 +554,7 @@ def linear(x: Any, weight: Any, bias: Any = None, *, db: str | None = None) -> A
         # A transformers decode step's (batch 1, one token, K) x: the GEMV takes it as it is and
         # gives its (1, 1, N) y, no reshape on either side.
         return _RUNTIME.gemv(weight, x, db=db)
+    _check_tensors(x, weight)
     if x.shape[-1] != k:
         raise AutotuneError(f"x has {x.shape[-1]} features, W expects {k} (x: (..., K), W: (N, K))")
     n = weight.shape[0]
@@ -561,8 +564,8 @@ def linear(x: Any, weight: Any, bias: Any = None, *, db: str | None = None) -> A
     empty = [name for name, size in sizes if not size]
     if empty:
         raise AutotuneError(f"linear of x {tuple(x.shape)} and W {tuple(weight.shape)}: {empty[0]} is empty")
-    if bias is not None and bias.shape != (n,) and tuple(bias.shape) not in ((), (1,)):
-        _refuse_bias(bias, n, "W's")
+    if bias is not None and getattr(bias, "shape", None) != (n,):
+        _check_odd_bias(bias, n, "W's")
     if rows == 1:
         vector = x.reshape(k)
         if bias is None:
@@ -581,11 +584,28 @@ def linear(x: Any, weight: Any, bias: Any = None, *, db: str | None = None) -> A
     return c.reshape(out_shape)
 
 
-def _refuse_bias(bias: Any, n: int, whose: str) -> None:
-    """A bias F.linear does not take: it takes one per output, or one value for all ((), (1,))."""
-    raise AutotuneError(
-        f"bias has shape {tuple(bias.shape)}: {whose} outputs take ({n},), or one value (shape () or (1,))"
-    )
+def _check_odd_bias(bias: Any, n: int, whose: str) -> None:
+    """A bias of another shape than (N,): one value for all outputs ((), (1,)) as F.linear takes it,
+    else refused, as is a bias that is no tensor (a float, a list)."""
+    shape = getattr(bias, "shape", None)
+    if not hasattr(bias, "new_empty") or shape is None:
+        raise AutotuneError(f"bias is {type(bias).__name__}: give a tensor of shape ({n},), or None")
+    if tuple(shape) not in ((), (1,)):
+        raise AutotuneError(
+            f"bias has shape {tuple(shape)}: {whose} outputs take ({n},), or one value (shape () or (1,))"
+        )
+
+
+def _check_tensors(x: Any, weight: Any) -> None:
+    """linear's x and W as F.linear takes them: torch tensors, x of at least one dimension, W of two
+    (other arrays go to autotune.gemv and gemm, which take torch, cupy and PyCUDA arrays)."""
+    for name, value in (("x", x), ("W", weight)):
+        if not hasattr(value, "numel") or not hasattr(value, "new_empty"):
+            raise AutotuneError(
+                f"{name} is {type(value).__name__}: linear takes torch tensors (gemv() and gemm() take other arrays)"
+            )
+    if x.dim() == 0 or weight.dim() != 2:
+        raise AutotuneError(f"linear takes x (..., K) and W (N, K), got x {tuple(x.shape)} and W {tuple(weight.shape)}")
 
 
 def _recording() -> bool:
@@ -616,8 +636,8 @@ def _linear_quantized(x: Any, weight: Any, bias: Any, db: str | None) -> Any:
         raise AutotuneError(f"x has {got} features, the {what} weight expects {k} (x: (..., K), W: (N, K))")
     if x.dtype != scales.dtype:
         raise AutotuneError(f"x is {x.dtype}, the {what} weight's scales {scales.dtype}: cast x (or quantize for it)")
-    if bias is not None and bias.shape != (n,) and tuple(bias.shape) not in ((), (1,)):
-        _refuse_bias(bias, n, f"the {what} weight's")  # inline check: a decode step pays every call here
+    if bias is not None and getattr(bias, "shape", None) != (n,):  # inline: a decode step pays each call
+        _check_odd_bias(bias, n, f"the {what} weight's")
     rows = shape[0] if len(shape) == 2 else x.numel() // k
     if rows == 0:
         raise AutotuneError(f"linear of x {tuple(shape)} and an {what} weight: x has no rows")

@@ -205,3 +205,9 @@ def test_a_terminal_width_that_is_no_count_does_not_silence_or_break_the_command
     assert refused.returncode == 2 and refused.stderr.strip() == "error: M must be a positive integer, got -1"
     listed = subprocess.run([*run, "list"], capture_output=True, text=True, env=env)
     assert listed.returncode == 0 and "Traceback" not in listed.stderr and listed.stdout.strip()
+
+
+def test_a_gpu_that_is_not_a_name_is_one_line() -> None:
+    for gpu in (5, ["h200"]):
+        with pytest.raises(AutotuneError, match="--gpu must name a GPU"):
+            api.best("hgemv", 4096, 8192, gpu=gpu)  # type: ignore[arg-type]

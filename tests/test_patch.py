@@ -698,3 +698,16 @@ def test_the_torch_op_has_gradients_without_a_bias(runtime: Any) -> None:
         x2, w2 = x.detach().clone().requires_grad_(True), w.detach().clone().requires_grad_(True)
         torch.nn.functional.linear(x2, w2).square().sum().backward()
         assert _close(x.grad, x2.grad, 1e-4) and _close(w.grad, w2.grad, 1e-4)
+
+
+def test_linear_of_arguments_it_does_not_take_is_one_line(runtime: Any) -> None:
+    """A 0-d x, a float or list bias, a W of three dimensions: IndexError and AttributeError before."""
+    weight, x = torch.randn(8, 4, dtype=torch.float64), torch.randn(2, 4, dtype=torch.float64)
+    for args, said in (
+        ((torch.tensor(1.0), weight), r"linear takes x \(\.\.\., K\) and W \(N, K\), got x \(\) and W \(8, 4\)"),
+        ((x, torch.randn(8, 4, 2)), r"got x \(2, 4\) and W \(8, 4, 2\)"),
+        ((x, weight, 1.0), r"bias is float: give a tensor of shape \(8,\), or None"),
+        ((x, weight, [0.0] * 8), r"bias is list"),
+    ):
+        with pytest.raises(AutotuneError, match=said):
+            autotune.linear(*args)
