@@ -6,17 +6,19 @@ from __future__ import annotations
 import dataclasses
 import logging
 import sys
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune import ops
 from autotune.core.asked import Asked
-from autotune.core.errors import AutotuneError
+from autotune.core.errors import AutotuneError, AutotuneWarning
 from autotune.core.fingerprint import LocalGpu, cuda_release, local_gpus, slugify
 from autotune.core.gpus import capability as gpu_capability
 from autotune.core.gpus import described
 from autotune.core.log import show_on_stderr
+from autotune.core.output import printable
 from autotune.core.problem import Problem, parse_input_dtypes, read_shapes_file
 from autotune.ops import make_problem, q8gemm, qdequant, qgemm, resolve_op, shape_dims, standard_shapes
 from autotune.ops.base import Op
@@ -1060,8 +1062,27 @@ def enqueue(
         raise AutotuneError("queueing needs the GPU model the problems are for: --gpu 'NVIDIA H200', say")
     problems = problems_for(op, dtype, m, n, shapes_file, k, trans, inputs=inputs, variant=variant)
     database = _SESSION.store(db)
-    database.enqueue(match_gpu(gpu.strip(), database.gpu_names()), problems)
+    known = database.gpu_names()
+    name = match_gpu(gpu.strip(), known)
+    if name not in known:
+        _check_new_gpu_name(name)
+    database.enqueue(name, problems)
     return len(problems)
+
+
+def _check_new_gpu_name(name: str) -> None:
+    """A GPU model the database holds nothing of yet, as a records file's GPU line must name one (at
+    most 200 printable characters), and a warning where no described or local GPU has the name: a
+    typo ('NVIDIA H2000') would queue problems no machine ever claims."""
+    if len(name) > 200 or not name.isprintable():
+        raise AutotuneError(f"--gpu '{printable(name[:80])}' is no GPU name: at most 200 printable characters")
+    if name not in described() and all(g.name != name for g in local_gpus()):
+        warnings.warn(
+            f"no GPU the database holds, db/gpus.json describes or this machine has is named {name!r}: queued"
+            " all the same, for machines that claim by that nvidia-smi name",
+            AutotuneWarning,
+            stacklevel=3,
+        )
 
 
 def problem_trials(

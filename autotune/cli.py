@@ -629,6 +629,12 @@ def _print_trials(problem: Problem, gpu_name: str, trials: list[Any], limit: int
         out.print(f"({len(trials) - len(shown)} more; --limit 0 shows all)")
 
 
+def _problem_flags(*values: Any) -> list[tuple[str, Any]]:
+    """queue's problem options by flag, in the order of its signature."""
+    names = ("--op", "--m", "--n", "--k", "--trans", "--shapes", "--dtype", "--inputs", "--variant")
+    return list(zip(names, values, strict=True))
+
+
 @app.command()
 def queue(
     add: Annotated[bool, typer.Option("--add", help="queue the problems given (the standard set by default)")] = False,
@@ -658,6 +664,9 @@ def queue(
         )
         err.print(f"queued {counted(count, 'problem')} for {gpu}", markup=False)
         return
+    given = [flag for flag, value in _problem_flags(op, m, n, k, trans, shapes, dtype, inputs, variant) if value]
+    if given:  # a listing shows every queued problem: a filter that is silently not applied misleads
+        raise AutotuneError(f"{given[0]} describes problems to add: give it with --add (the listing shows them all)")
     rows = api.queued(gpu=gpu, db=db)
     if as_json:
         _print_json([_queue_dict(row) for row in rows])

@@ -576,3 +576,15 @@ def test_show_prints_the_clocks_and_power_of_each_trial(tmp_path: Path, run: Cli
     shown = run("show", "--m", "4096", "--n", "8192", "--gpu", gpu.name, "--db", db)
     assert shown.code == 0, shown.err
     assert "SM MHz" in shown.out and "1980" in shown.out and "1755" in shown.out and "512" in shown.out
+
+
+def test_queue_takes_problem_options_with_add_only_and_a_gpu_name_a_records_file_could_hold(
+    run: Cli, tmp_path: Path
+) -> None:
+    """A listing's --op was silently not applied; --add stored a GPU name of control characters, and a
+    typo queued problems no machine would ever claim without a word."""
+    db = str(tuned_db(tmp_path / "t.db"))
+    assert_one_error(run("queue", "--op", "hgemm", "--db", db), "--op describes problems to add: give it with --add")
+    assert_one_error(run("queue", "--add", "--gpu", "\x1b[31mRED", "--m", "64", "--n", "64", "--db", db), "no GPU name")
+    typo = run("queue", "--add", "--gpu", "NVIDIA H2000", "--m", "64", "--n", "64", "--db", db)
+    assert typo.code == 0 and "no GPU the database holds" in typo.err and "queued 1 problem" in typo.err
