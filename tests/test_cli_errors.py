@@ -211,3 +211,12 @@ def test_a_gpu_that_is_not_a_name_is_one_line() -> None:
     for gpu in (5, ["h200"]):
         with pytest.raises(AutotuneError, match="--gpu must name a GPU"):
             api.best("hgemv", 4096, 8192, gpu=gpu)  # type: ignore[arg-type]
+
+
+def test_a_shapes_file_line_of_a_megabyte_is_cut_in_the_error() -> None:
+    from autotune.core.problem import parse_shapes
+
+    with pytest.raises(AutotuneError) as error:
+        parse_shapes("1024 1024\n" + "x" * 10**6 + "\n", "shapes.txt", ("M", "N"))
+    message = str(error.value)
+    assert message.startswith("shapes.txt line 2: expected two integers 'M N', got 'xxx") and len(message) < 200

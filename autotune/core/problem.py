@@ -162,7 +162,8 @@ def parse_shapes(text: str, source: str, dims: Sequence[str] = ("M", "N")) -> li
         values = [_parse_int(f) for f in fields]
         if len(fields) != len(dims) or None in values:
             words = {2: "two", 3: "three"}[len(dims)]
-            raise AutotuneError(f"{source} line {number}: expected {words} integers '{' '.join(dims)}', got {line!r}")
+            shown = line if len(line) <= 80 else line[:77] + "..."  # a line of a megabyte stays one line
+            raise AutotuneError(f"{source} line {number}: expected {words} integers '{' '.join(dims)}', got {shown!r}")
         try:
             shape = tuple(check_dim(label, v) for label, v in zip(dims, values, strict=True))
         except AutotuneError as exc:
