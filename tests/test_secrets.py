@@ -39,6 +39,8 @@ SERVER = "postgresql+psycopg://autotune:{}@127.0.0.1:1/tuning"
         (f"postgresql://autotune:{SECRET}", "postgresql://autotune:***"),  # "@host" missing: a port?
         ("postgresql://autotune@h:5432/db", "postgresql://autotune@h:5432/db"),
         ("sqlite:////tmp/a.db", "sqlite:////tmp/a.db"),
+        ("sqlite:///:memory:", "sqlite:///:memory:"),  # no port with a password typed into it
+        (f"sqlite+pysqlcipher://:{SECRET}@/tuning.db", "sqlite+pysqlcipher://:***@/tuning.db"),
     ],
 )
 def test_every_form_of_url_is_shown_without_its_secrets(url: str, shown: str) -> None:

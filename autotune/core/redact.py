@@ -51,6 +51,10 @@ def mask_url(url: str) -> str:
     """`url` with its password and every secret-like query parameter hidden; works on any text."""
     start = _after_scheme(url)
     span = _password_span(url[start:])
+    # A SQLite URL names a file, not a host: its ":memory:" is no port a password was mistyped into
+    # (a passphrase before an "@", as SQLCipher's URLs carry one, is still hidden).
+    if span is not None and url[:start].lower().startswith("sqlite") and "@" not in url[start:]:
+        span = None
     if span is not None:
         url = url[: start + span[0]] + HIDDEN + url[start + span[1] :]
     return _PARAMETER.sub(_mask_parameter, url)
