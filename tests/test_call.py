@@ -4,6 +4,7 @@ calls from several threads stay whole while another thread makes the runtime for
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterator
 
@@ -60,6 +61,22 @@ def test_a_call_with_the_wrong_arrays_is_a_one_line_error(cuda: FakeCuda) -> Non
         runtime.call(ROWSUM, a, out=CudaArray((500,)))
     with pytest.raises(AutotuneError, match=r"^beta != 0 reads y: pass it as out=$"):
         runtime.call(ROWSUM, a, beta=1.0)
+    assert cuda.launches == []
+
+
+@pytest.mark.usefixtures("rowsum")
+def test_an_alpha_that_is_no_number_is_a_one_line_error(
+    cuda: FakeCuda,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """float() read alpha="2" as 2.0 on the first call, and the short path's ctypes field refused it."""
+    monkeypatch.setattr(driver, "pointer_device", lambda pointer: 0)
+    cuda.arg_types = ROWSUM.arg_types
+    runtime = _fixed({"threads": 64, "unroll": 2})
+    a, y = CudaArray((300, 500), pointer=1 << 24), CudaArray((300,), pointer=2 << 24)
+    for alpha, said in (("2", "alpha is a number, got '2'"), ([2.0], "alpha is a number, got list")):
+        with pytest.raises(AutotuneError, match=re.escape(said)):
+            runtime.call(ROWSUM, a, out=y, alpha=alpha)  # type: ignore[arg-type]
     assert cuda.launches == []
 
 

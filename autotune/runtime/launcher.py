@@ -252,7 +252,10 @@ class Runtime:
                 if isinstance(plan, LaunchPlan):
                     with plan.lock:
                         args = plan.args
-                        args.p0, args.p1, args.p2, args.alpha, args.beta = a, b, c, alpha, beta
+                        try:
+                            args.p0, args.p1, args.p2, args.alpha, args.beta = a, b, c, alpha, beta
+                        except TypeError:  # ctypes refuses text: costs nothing until it happens
+                            raise AutotuneError(f"alpha and beta are numbers, got {alpha!r} and {beta!r}") from None
                         if plan.needs_scratch:
                             plan.bind_scratch((a, b, c), handle, sig.allocator)
                         plan.config.stream = handle
@@ -338,7 +341,9 @@ class Runtime:
         handle = self._stream(stream, present[0], device)
         allocator = self._allocator(present[0], device)
         pointers = (*(0 if array is None else array.pointer for array in described), written.pointer)
-        self.run(choice, device, pointers, float(alpha), float(beta), handle, allocator, bound.leading)
+        self.run(
+            choice, device, pointers, _scalar(alpha, "alpha"), _scalar(beta, "beta"), handle, allocator, bound.leading
+        )
         if all(array.kind == "torch" for array in present) and (given is None or given.kind == "torch"):
             # The strides are in the key: where a matrix's rows break 16-byte alignment, every call of
             # the signature runs scalar loads, so the short path's check of the addresses stays as it is.
@@ -517,3 +522,14 @@ def scalar_loads(problem: Problem, config: Config) -> tuple[Op, Config]:
         if scalar is not None:
             return op, scalar
     raise AutotuneError(f"{problem}: no config with scalar loads fits; pass 16-byte aligned arrays")
+
+
+def _scalar(value: object, name: str) -> float:
+    """alpha or beta as the kernel takes it; text (which float() would read) and anything float()
+    refuses is a one-line error, not a ValueError from the middle of the launch path."""
+    if isinstance(value, str | bytes):
+        raise AutotuneError(f"{name} is a number, got {value!r}")
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise AutotuneError(f"{name} is a number, got {type(value).__name__}") from None
