@@ -602,11 +602,11 @@ def _check_tensors(x: Any, weight: Any) -> None:
     """linear's x and W as F.linear takes them: torch tensors, x of at least one dimension, W of two
     (other arrays go to autotune.gemv and gemm, which take torch, cupy and PyCUDA arrays)."""
     for name, value in (("x", x), ("W", weight)):
-        if not hasattr(value, "numel") or not hasattr(value, "new_empty"):
+        if not hasattr(value, "numel") or not hasattr(value, "shape"):
             raise AutotuneError(
                 f"{name} is {type(value).__name__}: linear takes torch tensors (gemv() and gemm() take other arrays)"
             )
-    if x.dim() == 0 or weight.dim() != 2:
+    if len(x.shape) == 0 or len(weight.shape) != 2:
         raise AutotuneError(f"linear takes x (..., K) and W (N, K), got x {tuple(x.shape)} and W {tuple(weight.shape)}")
 
 
