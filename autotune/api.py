@@ -1065,24 +1065,30 @@ def enqueue(
     known = database.gpu_names()
     name = match_gpu(gpu.strip(), known)
     if name not in known:
-        _check_new_gpu_name(name)
+        name = _described_or_new_gpu(name)
     database.enqueue(name, problems)
     return len(problems)
 
 
-def _check_new_gpu_name(name: str) -> None:
-    """A GPU model the database holds nothing of yet, as a records file's GPU line must name one (at
-    most 200 printable characters), and a warning where no described or local GPU has the name: a
+def _described_or_new_gpu(wanted: str) -> str:
+    """A GPU model the database holds nothing of yet: the described or local model it names ('h200':
+    NVIDIA H200, as nvidia-smi names it, which is what a machine claims by), else the name itself,
+    checked as a records file's GPU line is (at most 200 printable characters) and warned about: a
     typo ('NVIDIA H2000') would queue problems no machine ever claims."""
-    if len(name) > 200 or not name.isprintable():
-        raise AutotuneError(f"--gpu '{printable(name[:80])}' is no GPU name: at most 200 printable characters")
-    if name not in described() and all(g.name != name for g in local_gpus()):
-        warnings.warn(
-            f"no GPU the database holds, db/gpus.json describes or this machine has is named {name!r}: queued"
-            " all the same, for machines that claim by that nvidia-smi name",
-            AutotuneWarning,
-            stacklevel=3,
-        )
+    if len(wanted) > 200 or not wanted.isprintable():
+        raise AutotuneError(f"--gpu '{printable(wanted[:80])}' is no GPU name: at most 200 printable characters")
+    models = [*described(), *(g.name for g in local_gpus())]
+    words = slugify(wanted)
+    named = match_gpu(wanted, [m for m in models if f"-{words}-" in f"-{slugify(m)}-"])
+    if named in models:
+        return named
+    warnings.warn(
+        f"no GPU the database holds, db/gpus.json describes or this machine has is named {wanted!r}: queued"
+        " all the same, for machines that claim by that nvidia-smi name",
+        AutotuneWarning,
+        stacklevel=3,
+    )
+    return wanted
 
 
 def problem_trials(
