@@ -80,6 +80,27 @@ def test_an_alpha_that_is_no_number_is_a_one_line_error(
     assert cuda.launches == []
 
 
+def test_an_out_that_shares_an_inputs_memory_is_refused_on_both_paths(
+    cuda: FakeCuda,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """y = A x written into x (or into A) reads what it writes: a wrong result, which torch refuses for
+    F.linear. Refused on the first call of a signature and on the short path after it."""
+    runtime = _fixed(gemv.DEFAULT_CONFIG)
+    runtime._tensor, runtime._raw_stream = FakeTensor, lambda index: 0
+    runtime._allocators[0] = lambda nbytes, index: (0, None)
+    monkeypatch.setattr(operands, "default_stream", lambda array, device: 0)
+    square, x = FakeTensor((128, 128), 1 << 24), FakeTensor((128,), 2 << 24)
+    shared = FakeTensor((128,), (2 << 24) + 64)  # inside x's 256 bytes
+    with pytest.raises(AutotuneError, match=r"^out shares memory with x: the kernel would read what it writes"):
+        runtime.call(ops.get("gemv"), square, x, out=shared)
+    runtime.call(ops.get("gemv"), square, x, out=FakeTensor((128,), 3 << 24))  # the signature, now stored
+    for out, name in ((FakeTensor((128,), 2 << 24), "x"), (FakeTensor((128,), (1 << 24) + 512), "A")):
+        with pytest.raises(AutotuneError, match=f"^out shares memory with {name}:"):
+            runtime.call(ops.get("gemv"), square, x, out=out)
+    assert len(cuda.launches) == 1
+
+
 def test_calls_from_threads_stay_whole_while_another_thread_forgets(
     cuda: FakeCuda,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
@@ -96,7 +117,7 @@ def test_calls_from_threads_stay_whole_while_another_thread_forgets(
 
     def caller(thread: int) -> None:
         A = FakeTensor((64, 128), (thread + 1) << 24)
-        x, y = FakeTensor((128,), ((thread + 1) << 24) + 1024), FakeTensor((64,), ((thread + 1) << 24) + 2048)
+        x, y = FakeTensor((128,), ((thread + 1) << 24) + (1 << 20)), FakeTensor((64,), ((thread + 1) << 24) + (2 << 20))
         try:
             for _ in range(300):
                 runtime.call(ops.get("gemv"), A, x, out=y, alpha=float(thread))
@@ -119,7 +140,7 @@ def test_calls_from_threads_stay_whole_while_another_thread_forgets(
     assert not errors and len(cuda.launches) == 1200
     for launch in cuda.launches:
         a, x, y = launch.args[:3]
-        assert (x - a, y - a) == (1024, 2048) and launch.args[-4] == float((a >> 24) - 1)  # alpha
+        assert (x - a, y - a) == (1 << 20, 2 << 20) and launch.args[-4] == float((a >> 24) - 1)  # alpha
     assert runtime._generation > 0
     runtime.call(
         ops.get("gemv"), FakeTensor((64, 128), 1 << 24), FakeTensor((128,), 2 << 24), out=FakeTensor((64,), 3 << 24)

@@ -73,6 +73,12 @@ class Signature:
     leading: Leading = None  # the leading dimensions where a matrix has gaps between its rows
     allocator: Allocator | None = None
     tally: Tally | None = None  # an untuned problem's call count (autotune/runtime/misses.py)
+    # Where the signature has an out: each input's bytes, then out's, so that the short path refuses
+    # an out that shares an input's memory (operands.overlapped) with a few comparisons.
+    spans: tuple[int, ...] | None = None
+
+
+_SHARES = "out shares memory with {name}: the kernel would read what it writes; give an out of its own"
 
 
 class Runtime:
@@ -248,6 +254,13 @@ class Runtime:
                     out = first.new_empty(sig.out_shape)
                 handle = self._raw_stream(sig.index) if stream is None else self._given(stream, sig.device)
                 a, b, c = first.data_ptr(), second.data_ptr(), out.data_ptr()
+                spans = sig.spans
+                if spans is not None and (
+                    (a < c + spans[2] and c < a + spans[0]) or (b < c + spans[2] and c < b + spans[1])
+                ):
+                    raise AutotuneError(
+                        _SHARES.format(name=op.input_names[0 if a < c + spans[2] and c < a + spans[0] else 1])
+                    )
                 plan = sig.aligned if not (a | b | c) & 15 else self._unaligned(sig, handle)
                 if isinstance(plan, LaunchPlan):
                     with plan.lock:
@@ -296,6 +309,12 @@ class Runtime:
                     out = arrays[0].new_empty(sig.out_shape, dtype=sig.out_dtype)
                 handle = self._raw_stream(sig.index) if stream is None else self._given(stream, sig.device)
                 pointer = out.data_ptr()
+                spans = sig.spans
+                if spans is not None:
+                    end = pointer + spans[-1]
+                    for index, start in enumerate(pointers):
+                        if start < end and pointer < start + spans[index]:
+                            raise AutotuneError(_SHARES.format(name=op.input_names[index]))
                 pointers.append(pointer)
                 plan = sig.aligned if not (bits | pointer) & 15 else self._unaligned(sig, handle)
                 plan.launch(tuple(pointers), alpha, beta, handle, sig.allocator)
@@ -332,6 +351,10 @@ class Runtime:
             raise AutotuneError(f"beta != 0 reads {op.output_name}: pass it as out=")
         present = [array for array in described if array is not None]
         device = self.device(opnd.device_of(present + ([given] if given else [])))
+        if given is not None:
+            shared = opnd.overlapped(given, described, names)
+            if shared is not None:
+                raise AutotuneError(_SHARES.format(name=shared))
         if given is None:
             out = opnd.new_output(present, problem.dtype, bound.out_shape, device.index)
         written = given or opnd.describe(out, "out")
@@ -353,6 +376,8 @@ class Runtime:
                 choice, device, device.index, bound.out_shape, out.dtype, plan, None if vector_rows else plan
             )
             sig.leading, sig.allocator, sig.tally = bound.leading, allocator, tally
+            if given is not None:
+                sig.spans = (*(opnd.byte_extent(array) for array in described), opnd.byte_extent(given))
             self._keep(signature_key(op, options, db, arrays, out if given is not None else None), sig, generation)
         return out
 

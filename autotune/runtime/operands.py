@@ -176,3 +176,29 @@ def copy_into(target: DeviceArray, source: Any) -> None:
         target.obj[...] = source.reshape(target.obj.shape)
     else:
         raise AutotuneError(f"a strided out of shape {target.shape} must be a torch or cupy array (or contiguous)")
+
+
+_ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "uint8": 1}
+
+
+def byte_extent(array: DeviceArray | None) -> int:
+    """The bytes from an array's first element to just past its last (0 for none, or an empty one)."""
+    if array is None or 0 in array.shape:
+        return 0
+    if array.strides is None:
+        elements = 1
+        for size in array.shape:
+            elements *= size
+    else:
+        elements = 1 + sum((size - 1) * abs(stride) for size, stride in zip(array.shape, array.strides, strict=True))
+    return elements * _ELEMENT_BYTES.get(array.dtype, 1)
+
+
+def overlapped(out: DeviceArray, inputs: Sequence[DeviceArray | None], names: Sequence[str]) -> str | None:
+    """The input whose memory `out` shares (by address ranges), or None: a kernel that reads what it
+    writes gives a wrong result, as torch refuses F.linear(x, W, out=x)."""
+    start, end = out.pointer, out.pointer + byte_extent(out)
+    for name, array in zip(names, inputs, strict=True):
+        if array is not None and array.pointer < end and start < array.pointer + byte_extent(array):
+            return name
+    return None
