@@ -293,7 +293,9 @@ def test_the_largest_values_a_records_file_may_hold_are_stored_by_postgresql_too
     """Each integer field is bounded below its column's type: PostgreSQL's INTEGER refused an sm_count
     of 2**40 and rounds of 2**62 that SQLite kept, naming no line. A real server, so under stress."""
     largest_gpu = {**GPU_LINE, "sm_count": 1024, "l2_bytes": 2**48, "memory_bytes": 2**48}
-    largest = trial(op="gemm", m=1, n=1, k=2**31 - 1, config=GEMM_CONFIG, rounds=10**6, time_us=1e9 - 1)
+    largest = trial(
+        op="gemm", m=1, n=1, k=2**31 - 1, config=GEMM_CONFIG, rounds=10**6, time_us=1e9 - 1, times_us=[1e9 - 1]
+    )
     records = write(tmp_path / "largest.jsonl", [largest_gpu, largest])
     folder = Path(tempfile.mkdtemp(prefix="autotune-pg-"))  # pytest's tmp_path is closed to the server's user
     try:
