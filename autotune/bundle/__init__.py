@@ -344,8 +344,11 @@ def _check_output(output: Path) -> None:
         raise AutotuneError(f"{output} is a file: a bundle is written into a folder, give a new one with -o")
     if not output.is_dir():
         return
-    here = Path.cwd().resolve()
-    if output.resolve() in (here, *here.parents):
+    try:
+        here = Path.cwd().resolve()
+    except OSError:  # the working folder was deleted: no folder of the bundle's can be it
+        here = None
+    if here is not None and output.resolve() in (here, *here.parents):
         raise AutotuneError(f"{output} is the folder you are in (or one above it): give the bundle a folder of its own")
     if any(output.iterdir()) and not _is_bundle(output):
         raise AutotuneError(f"{output} is a folder that holds something else than a bundle: give a new folder")
