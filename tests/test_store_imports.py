@@ -123,6 +123,8 @@ def test_import_and_queue_add_refuse_the_in_memory_fallback(
     answered = run("best", "--m", "4096", "--n", "8192", "--gpu", "h200")  # reading still answers
     assert answered.code == 0 and "measured 4.00 us" in answered.out
     assert run("import", str(records), "--db", str(tmp_path / "given.db")).code == 0  # a place given is used
+    exported = run("export", "-o", str(tmp_path / "fallback.csv"), "--format", "csv")  # no file to write over
+    assert exported.code == 0 and (tmp_path / "fallback.csv").exists(), exported
 
 
 def test_a_sweep_refuses_the_in_memory_fallback_before_it_tunes(

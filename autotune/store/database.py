@@ -73,7 +73,10 @@ def refuse_writing_over(path: Path, db: str | None, what: str) -> None:
     """Refuse an output `path` that is the SQLite database `db` names, or its -wal, -shm or -journal
     file: `export -o` or `report -o` written over it would leave no database (a one-line error, before
     anything is read or written)."""
-    url = _parse(resolve_url(db))
+    try:
+        url = _parse(resolve_url(db))
+    except NoWritablePlace:  # no default place: the in-memory fallback answers, no file to write over
+        return
     if url.get_backend_name() != "sqlite" or not url.database or url.database.startswith("file:"):
         return
     database = Path(url.database)
