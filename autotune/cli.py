@@ -629,12 +629,6 @@ def _print_trials(problem: Problem, gpu_name: str, trials: list[Any], limit: int
         out.print(f"({len(trials) - len(shown)} more; --limit 0 shows all)")
 
 
-def _problem_flags(*values: Any) -> list[tuple[str, Any]]:
-    """queue's problem options by flag, in the order of its signature."""
-    names = ("--op", "--m", "--n", "--k", "--trans", "--shapes", "--dtype", "--inputs", "--variant")
-    return list(zip(names, values, strict=True))
-
-
 @app.command()
 def queue(
     add: Annotated[bool, typer.Option("--add", help="queue the problems given (the standard set by default)")] = False,
@@ -664,7 +658,8 @@ def queue(
         )
         err.print(f"queued {counted(count, 'problem')} for {gpu}", markup=False)
         return
-    given = [flag for flag, value in _problem_flags(op, m, n, k, trans, shapes, dtype, inputs, variant) if value]
+    options = {"--op": op, "--m": m, "--n": n, "--k": k, "--trans": trans, "--shapes": shapes, "--dtype": dtype}
+    given = [flag for flag, value in {**options, "--inputs": inputs, "--variant": variant}.items() if value]
     if given:  # a listing shows every queued problem: a filter that is silently not applied misleads
         raise AutotuneError(f"{given[0]} describes problems to add: give it with --add (the listing shows them all)")
     rows = api.queued(gpu=gpu, db=db)

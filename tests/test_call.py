@@ -35,15 +35,20 @@ def _fixed(config: dict[str, int]) -> Runtime:
     return Runtime(lambda problem, device, db: Choice(problem, H200.name, config, "default"))
 
 
+def _rowsum_on_gpu_0(cuda: FakeCuda, monkeypatch: pytest.MonkeyPatch) -> tuple[Runtime, CudaArray, CudaArray]:  # noqa: F811
+    """A runtime answering rowsum with one config, and its A (300 x 500) and y on device 0."""
+    monkeypatch.setattr(driver, "pointer_device", lambda pointer: 0)
+    cuda.arg_types = ROWSUM.arg_types  # A, y, M, N, alpha, beta, workspace, counters
+    runtime = _fixed({"threads": 64, "unroll": 2})
+    return runtime, CudaArray((300, 500), pointer=1 << 24), CudaArray((300,), pointer=2 << 24)
+
+
 @pytest.mark.usefixtures("rowsum")
 def test_an_op_of_one_folder_is_bound_and_launched_with_its_own_arguments(
     cuda: FakeCuda,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(driver, "pointer_device", lambda pointer: 0)
-    cuda.arg_types = ROWSUM.arg_types  # A, y, M, N, alpha, beta, workspace, counters
-    runtime = _fixed({"threads": 64, "unroll": 2})
-    a, y = CudaArray((300, 500), pointer=1 << 24), CudaArray((300,), pointer=2 << 24)
+    runtime, a, y = _rowsum_on_gpu_0(cuda, monkeypatch)
     assert runtime.call(ROWSUM, a, out=y, alpha=2.0) is y
     (launch,) = cuda.launches
     assert launch.args == [1 << 24, 2 << 24, 300, 500, 2.0, 0.0, 0, 0]
@@ -70,10 +75,7 @@ def test_an_alpha_that_is_no_number_is_a_one_line_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """float() read alpha="2" as 2.0 on the first call, and the short path's ctypes field refused it."""
-    monkeypatch.setattr(driver, "pointer_device", lambda pointer: 0)
-    cuda.arg_types = ROWSUM.arg_types
-    runtime = _fixed({"threads": 64, "unroll": 2})
-    a, y = CudaArray((300, 500), pointer=1 << 24), CudaArray((300,), pointer=2 << 24)
+    runtime, a, y = _rowsum_on_gpu_0(cuda, monkeypatch)
     for alpha, said in (("2", "alpha is a number, got '2'"), ([2.0], "alpha is a number, got list")):
         with pytest.raises(AutotuneError, match=re.escape(said)):
             runtime.call(ROWSUM, a, out=y, alpha=alpha)  # type: ignore[arg-type]

@@ -255,12 +255,12 @@ class Runtime:
                 handle = self._raw_stream(sig.index) if stream is None else self._given(stream, sig.device)
                 a, b, c = first.data_ptr(), second.data_ptr(), out.data_ptr()
                 spans = sig.spans
-                if spans is not None and (
-                    (a < c + spans[2] and c < a + spans[0]) or (b < c + spans[2] and c < b + spans[1])
-                ):
-                    raise AutotuneError(
-                        _SHARES.format(name=op.input_names[0 if a < c + spans[2] and c < a + spans[0] else 1])
-                    )
+                if spans is not None:
+                    end = c + spans[2]
+                    if a < end and c < a + spans[0]:
+                        raise AutotuneError(_SHARES.format(name=op.input_names[0]))
+                    if b < end and c < b + spans[1]:
+                        raise AutotuneError(_SHARES.format(name=op.input_names[1]))
                 plan = sig.aligned if not (a | b | c) & 15 else self._unaligned(sig, handle)
                 if isinstance(plan, LaunchPlan):
                     with plan.lock:
