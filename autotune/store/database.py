@@ -69,17 +69,24 @@ def resolve_url(db: str | None = None) -> str:
     return _as_url(str(home / "autotune.db"))
 
 
+def sqlite_file(url: URL) -> Path | None:
+    """The SQLite file a URL names; None for a server database, one in memory, and a file opened
+    read-only (a "file:" URI)."""
+    if url.get_backend_name() != "sqlite" or not url.database or url.database.startswith("file:"):
+        return None
+    return Path(url.database)
+
+
 def refuse_writing_over(path: Path, db: str | None, what: str) -> None:
     """Refuse an output `path` that is the SQLite database `db` names, or its -wal, -shm or -journal
     file: `export -o` or `report -o` written over it would leave no database (a one-line error, before
     anything is read or written)."""
     try:
-        url = _parse(resolve_url(db))
+        database = sqlite_file(_parse(resolve_url(db)))
     except NoWritablePlace:  # no default place: the in-memory fallback answers, no file to write over
         return
-    if url.get_backend_name() != "sqlite" or not url.database or url.database.startswith("file:"):
+    if database is None:
         return
-    database = Path(url.database)
     for part in (database, *(database.with_name(database.name + end) for end in ("-wal", "-shm", "-journal"))):
         try:
             same = os.path.samefile(path, part)

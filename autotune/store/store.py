@@ -23,7 +23,7 @@ from autotune.core.timing_bounds import MAX_TIME_US, MIN_TIME_US, is_plausible_t
 from autotune.store import models as orm
 from autotune.store import owner as owners
 from autotune.store import queue, records, trials
-from autotune.store.database import Database, open_database
+from autotune.store.database import Database, open_database, sqlite_file
 from autotune.store.queries import (
     PROBLEM_ORDER,
     TRIAL_ORDER,
@@ -85,10 +85,7 @@ class Store:
     def sqlite_file(self) -> Path | None:
         """The SQLite file this store reads and writes; None for a server database, one in memory,
         and a file opened read-only."""
-        url = self.db.engine.url
-        if url.get_backend_name() != "sqlite" or not url.database or url.database.startswith("file:"):
-            return None
-        return Path(url.database)
+        return sqlite_file(self.db.engine.url)
 
     def require_saving(self, action: str) -> None:
         """Refuse (AutotuneError) a command whose only purpose is to write, where this store is the
