@@ -148,14 +148,9 @@ def resolve_gpu(gpu: str | None, known: Sequence[str], *, answerable: bool = Tru
         name = match_gpu(gpu, known)
         if name in known or not answerable:
             return name, None
-        # Among the described models and this machine's GPUs, a part must be whole words of the
-        # name ('a100-sxm4', not 'x'): a stray letter would otherwise pick a model no one meant.
-        others = [n for n in [*described(), *(g.name for g in local_gpus())] if n not in known]
-        words = slugify(gpu)
-        wordwise = [n for n in others if f"-{words}-" in f"-{slugify(n)}-"]
-        name = match_gpu(gpu, wordwise)
-        if name in wordwise:
-            return name, None
+        model = _model_named(gpu, known)
+        if model is not None:
+            return model, None
         raise AutotuneError(
             f"{unknown_gpu(gpu, known)}; described without measurements: "
             f"{', '.join(n for n in described() if n not in known)}"
@@ -165,6 +160,17 @@ def resolve_gpu(gpu: str | None, known: Sequence[str], *, answerable: bool = Tru
         tuned = ", ".join(known) if known else "none yet"
         raise AutotuneError(f"no NVIDIA GPU on this machine: name one with --gpu (tuned GPUs: {tuned})")
     return local.name, local.driver
+
+
+def _model_named(gpu: str, known: Sequence[str]) -> str | None:
+    """The described model (db/gpus.json) or local GPU, none of `known`, that `gpu` names; None where
+    none does. A part must be whole words of the name ('a100-sxm4', not 'x'): a stray letter would
+    otherwise pick a model no one meant."""
+    others = [n for n in [*described(), *(g.name for g in local_gpus())] if n not in known]
+    words = slugify(gpu)
+    wordwise = [n for n in others if f"-{words}-" in f"-{slugify(n)}-"]
+    name = match_gpu(gpu, wordwise)
+    return name if name in wordwise else None
 
 
 def best(
@@ -1077,10 +1083,8 @@ def _described_or_new_gpu(wanted: str) -> str:
     typo ('NVIDIA H2000') would queue problems no machine ever claims."""
     if len(wanted) > 200 or not wanted.isprintable():
         raise AutotuneError(f"--gpu '{printable(wanted[:80])}' is no GPU name: at most 200 printable characters")
-    models = [*described(), *(g.name for g in local_gpus())]
-    words = slugify(wanted)
-    named = match_gpu(wanted, [m for m in models if f"-{words}-" in f"-{slugify(m)}-"])
-    if named in models:
+    named = _model_named(wanted, ())
+    if named is not None:
         return named
     warnings.warn(
         f"no GPU the database holds, db/gpus.json describes or this machine has is named {wanted!r}: queued"
